@@ -1,0 +1,44 @@
+# The two commands of the README. Each sets up its own virtualenv on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint bench system-deps clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+# What the tests need from the system: OpenSSH's sshd (a real server on 127.0.0.1) and a
+# login shell that is not sh. Installed only when missing and only as root.
+system-deps:
+	@missing=""; \
+	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
+	command -v tcsh >/dev/null 2>&1 || missing="$$missing tcsh"; \
+	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "note: missing$$missing (tests that need them are skipped)"; fi; \
+	fi
+
+test: $(STAMP) system-deps
+	$(BIN)/pytest -q
+
+demo: $(STAMP)
+	$(BIN)/crosscheck demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check sensors flows tests bench
+	$(BIN)/ruff format --check sensors flows tests bench
+
+bench: $(STAMP) system-deps
+	$(BIN)/python bench/local_probe.py
+	$(BIN)/python bench/ssh_cycle.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,54 @@
+"""crosscheck: decide when a long pipeline stage is really finished.
+
+Four independent signals — process, log, outputs, GPU — read locally or over SSH in one round
+trip per check, and one verdict with its evidence: complete, running, stalled, failed,
+contradiction or unknown. ``complete`` only when every configured signal agrees.
+
+Example:
+    >>> from sensors import Checker, load_stage
+    >>> with Checker(load_stage("extract.yaml")) as checker:  # doctest: +SKIP
+    ...     verdict = checker.check()
+    >>> verdict.advance  # doctest: +SKIP
+    False
+
+Prefect tasks live in :mod:`sensors.prefect` (imported only when you ask for it); test
+helpers in :mod:`sensors.testing`.
+"""
+
+from sensors._check import Checker, host_for
+from sensors._config import Stage, load_stage, parse_duration, stage_from_dict
+from sensors._errors import (
+    ConfigError,
+    ConnectError,
+    CrosscheckError,
+    HostError,
+    HostKeyError,
+    NotificationError,
+    ProbeError,
+    StageFailed,
+)
+from sensors._hosts import Host, LocalHost
+from sensors._model import Reading, Says, State, Verdict
+
+__all__ = [
+    "Checker",
+    "ConfigError",
+    "ConnectError",
+    "CrosscheckError",
+    "Host",
+    "HostError",
+    "HostKeyError",
+    "LocalHost",
+    "NotificationError",
+    "ProbeError",
+    "Reading",
+    "Says",
+    "Stage",
+    "StageFailed",
+    "State",
+    "Verdict",
+    "host_for",
+    "load_stage",
+    "parse_duration",
+    "stage_from_dict",
+]

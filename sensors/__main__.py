@@ -1,0 +1,3 @@
+from sensors._cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,230 @@
+"""The Checker: one stage, one host, a memory of earlier checks, one verdict per check."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from sensors._config import Stage
+from sensors._errors import HostError
+from sensors._hosts import Host, LocalHost
+from sensors._model import Reading, Says, Verdict
+from sensors._probe import (
+    Meta,
+    ProbeState,
+    build_script,
+    new_nonce,
+    parse_meta,
+    split_sections,
+)
+from sensors._signals import (
+    LogMemory,
+    OutputsMemory,
+    ProcessMemory,
+    read_log,
+    read_outputs,
+    read_process,
+)
+from sensors._verdict import VerdictMemory, decide
+
+_LOCAL = LocalHost()
+
+
+def host_for(stage: Stage) -> Host:
+    """The host a stage lives on; SSH hosts are pooled, one connection per (user, host, port)."""
+    if stage.host == "local":
+        return _LOCAL
+    from sensors import _ssh  # paramiko only when a stage needs it
+
+    return _ssh.get_host(stage.host)
+
+
+@dataclass
+class _Memory:
+    process: ProcessMemory | None = None
+    log: LogMemory | None = None
+    outputs: OutputsMemory | None = None
+    gpu: object | None = None
+    verdict: VerdictMemory = field(default_factory=VerdictMemory)
+    job_pids: tuple[int, ...] = ()
+
+
+class Checker:
+    """Checks one stage: each :meth:`check` is one probe round trip and returns a verdict.
+
+    The checker remembers what earlier checks saw (CPU time, log size, output count,
+    identities, how long a state has held): progress and stalls are judged across checks.
+
+    Example:
+        >>> with Checker(load_stage("extract.yaml")) as checker:  # doctest: +SKIP
+        ...     verdict = checker.check()
+        ...     print(verdict.state, verdict.reasons)
+    """
+
+    def __init__(
+        self,
+        stage: Stage,
+        *,
+        host: Host | None = None,
+        exclude_pids: frozenset[int] | None = None,
+    ) -> None:
+        self.stage = stage
+        self.host = host if host is not None else host_for(stage)
+        self.timed_out = False
+        self.last: Verdict | None = None
+        self._memory = _Memory()
+        self._lock = threading.Lock()
+        # Never match ourselves: on the local host, crosscheck's own process (and its
+        # ancestors, found by the probe) are excluded from process matching.
+        self._exclude = (
+            exclude_pids
+            if exclude_pids is not None
+            else (frozenset({os.getpid()}) if isinstance(self.host, LocalHost) else frozenset())
+        )
+
+    # ------------------------------------------------------------------ one check
+
+    def check(self) -> Verdict:
+        """One check: read every signal in one round trip, decide, remember."""
+        with self._lock:
+            return self._check()
+
+    def _check(self) -> Verdict:
+        stage, mem = self.stage, self._memory
+        nonce = new_nonce()
+        extra = self._gpu_sections()
+        outputs_mem = mem.outputs or OutputsMemory()
+        script = build_script(
+            stage,
+            nonce,
+            ProbeState(
+                pids=mem.job_pids,
+                lines_inode=outputs_mem.lines_inode,
+                lines_size=outputs_mem.lines_size,
+            ),
+            extra,
+        )
+        timeout = stage.host.check_timeout if stage.host != "local" else 60.0
+        try:
+            output = self.host.run_script(script, timeout=timeout)
+        except HostError as exc:
+            return self._host_failed(exc)
+        sections = split_sections(output, nonce)
+        meta = parse_meta(sections.get("meta"))
+        if "end" not in sections or meta.now is None:
+            return self._host_failed(
+                HostError("the probe's answer was cut short or garbled", host=self.host.name)
+            )
+        readings: dict[str, Reading] = {}
+        job_pids: frozenset[int] | None = None
+        host = self.host.name
+        if stage.process:
+            r, mem.process, job_pids = read_process(
+                stage.process, sections, meta, mem.process, host=host, exclude_pids=self._exclude
+            )
+            readings["process"] = r
+            mem.job_pids = tuple(sorted(job_pids))[:64]
+        if stage.log:
+            readings["log"], mem.log = read_log(stage.log, sections, meta, mem.log, host=host)
+        if stage.outputs:
+            readings["outputs"], mem.outputs = read_outputs(
+                stage.outputs, sections, meta, mem.outputs, host=host
+            )
+        if stage.gpu:
+            readings["gpu"] = self._read_gpu(sections, meta, job_pids)
+        verdict, mem.verdict = decide(stage.stage, host, readings, stage.policy, mem.verdict, meta.now)
+        self.last = verdict
+        return verdict
+
+    def _host_failed(self, exc: HostError) -> Verdict:
+        """Every reading unknown, the error as evidence: a dead link is not a dead process."""
+        evidence = {"host_error": str(exc), "error_type": type(exc).__name__}
+        readings = {
+            name: Reading(name, Says.UNKNOWN, f"host unreachable: {exc}", evidence, None, self.host.name)
+            for name in self.stage.signals
+        }
+        # Keep the memory of earlier readings: a blip must not reset progress tracking.
+        prev = self._memory.verdict
+        verdict, new_mem = decide(self.stage.stage, self.host.name, readings, self.stage.policy, prev, None)
+        self._memory.verdict = VerdictMemory(
+            previous=prev.previous,
+            last_progress_at=prev.last_progress_at,
+            d_since=prev.d_since,
+            gone_since=prev.gone_since,
+            done_streak=0,
+            state=new_mem.state,
+            state_since=new_mem.state_since or time.time(),
+        )
+        verdict = Verdict(
+            stage=verdict.stage,
+            state=verdict.state,
+            reasons=verdict.reasons,
+            readings=verdict.readings,
+            checked_at=time.time(),
+            host=verdict.host,
+            since=self._memory.verdict.state_since,
+        )
+        self.last = verdict
+        return verdict
+
+    # ------------------------------------------------------------------ gpu seam
+
+    def _gpu_sections(self) -> dict[str, str]:
+        if not self.stage.gpu or self.host.nvml:
+            return {}
+        try:
+            from sensors import _gpu
+        except ImportError:
+            return {}
+        return dict(_gpu.remote_sections(self.stage.gpu))
+
+    def _read_gpu(self, sections: dict[str, bytes], meta: Meta, job_pids: frozenset[int] | None) -> Reading:
+        assert self.stage.gpu is not None
+        try:
+            from sensors import _gpu
+        except ImportError:
+            return Reading("gpu", Says.UNKNOWN, "GPU reading not available", {}, meta.now, self.host.name)
+        return _gpu.read_for_checker(self, sections, meta, job_pids)
+
+    # ------------------------------------------------------------------ waiting
+
+    def watch(
+        self,
+        *,
+        timeout: float | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> Iterator[Verdict]:
+        """Check every ``policy.interval``; yield each verdict; stop after complete or failed.
+
+        Stops at ``timeout`` (default: the policy's) with ``self.timed_out`` set. Host errors
+        never end the wait: they are ``unknown`` verdicts, and the next check reconnects.
+        """
+        limit = self.stage.policy.timeout if timeout is None else timeout
+        deadline = clock() + limit
+        self.timed_out = False
+        while True:
+            started = clock()
+            verdict = self.check()
+            yield verdict
+            if verdict.state.value in ("complete", "failed"):
+                return
+            remaining = deadline - clock()
+            if remaining <= 0:
+                self.timed_out = True
+                return
+            pause = max(0.0, self.stage.policy.interval - (clock() - started))
+            sleep(min(pause, remaining))
+
+    def close(self) -> None:
+        # Pooled SSH connections are shared between stages: the pool closes them.
+        pass
+
+    def __enter__(self) -> Checker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

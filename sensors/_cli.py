@@ -1,0 +1,364 @@
+"""The ``crosscheck`` command: status, wait, demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from importlib import metadata
+from typing import Any, TextIO
+
+from sensors._check import Checker
+from sensors._config import Stage, load_stage, parse_duration
+from sensors._errors import ConfigError, CrosscheckError, HostKeyError
+from sensors._model import State, Verdict
+
+EXIT_ADVANCE, EXIT_NOT_YET, EXIT_USAGE, EXIT_FAILED, EXIT_TIMEOUT = 0, 1, 2, 3, 4
+
+EPILOG = """\
+examples:
+  crosscheck status extract.yaml              one check, a table for a person
+  crosscheck status extract.yaml --json       one JSON object for a script
+  crosscheck wait extract.yaml && train.sh    block until every signal agrees it is done
+  crosscheck wait a.yaml b.yaml --json        several stages at once, JSON lines
+  crosscheck demo                             the example pipeline on this machine
+
+exit codes:
+  0  complete: advance        1  not yet (running, stalled, contradiction, unknown)
+  2  usage or config error    3  failed        4  wait timed out
+"""
+
+_STYLE = {
+    State.COMPLETE: "bold green",
+    State.RUNNING: "bold cyan",
+    State.STALLED: "bold yellow",
+    State.FAILED: "bold red",
+    State.CONTRADICTION: "bold magenta",
+    State.UNKNOWN: "bold white on red",
+}
+_SAYS_STYLE = {"done": "green", "working": "cyan", "failed": "red", "unknown": "yellow"}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # exit 2 with one line, like a config error
+        self.print_usage(sys.stderr)
+        print(f"crosscheck: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("crosscheck")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a checkout
+        return "0+unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="crosscheck",
+        description="Decide when a long pipeline stage is really finished, by cross-checking "
+        "its process, log, outputs and GPU.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"crosscheck {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    status = sub.add_parser(
+        "status",
+        help="check stages once and print the verdict",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    status.add_argument("stages", nargs="+", metavar="STAGE.yaml")
+    status.add_argument("--json", action="store_true", help="one JSON object per stage")
+    wait = sub.add_parser(
+        "wait",
+        help="check every policy.interval until complete, failed or the timeout",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    wait.add_argument("stages", nargs="+", metavar="STAGE.yaml")
+    wait.add_argument("--json", action="store_true", help="one JSON object per stage per check")
+    wait.add_argument("--timeout", type=_duration_arg, help="e.g. 2h (default: policy.timeout)")
+    demo = sub.add_parser("demo", help="run the example pipeline on this machine")
+    demo.add_argument("--workdir", help="where the simulated job writes (default: a temp dir)")
+    return parser
+
+
+def _duration_arg(value: str) -> float:
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "demo":
+            from flows.pipeline import demo
+
+            return demo(workdir=args.workdir)
+        stages = [load_stage(path) for path in args.stages]
+        names = [s.stage for s in stages]
+        if len(set(names)) != len(names):
+            raise ConfigError("two stage files use the same stage name", field="stage")
+        if args.command == "status":
+            return _status(stages, as_json=args.json)
+        return _wait(stages, as_json=args.json, timeout=args.timeout)
+    except ConfigError as exc:
+        print(f"crosscheck: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except HostKeyError as exc:
+        print(f"crosscheck: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except CrosscheckError as exc:
+        print(f"crosscheck: {exc}", file=sys.stderr)
+        return EXIT_NOT_YET
+    except KeyboardInterrupt:
+        return 130
+
+
+def _exit_code(verdicts: Sequence[Verdict]) -> int:
+    if any(v.state is State.FAILED for v in verdicts):
+        return EXIT_FAILED
+    if verdicts and all(v.advance for v in verdicts):
+        return EXIT_ADVANCE
+    return EXIT_NOT_YET
+
+
+# --------------------------------------------------------------------------- status
+
+
+def _status_one(stage: Stage) -> Verdict:
+    """A few quick checks: CPU progress and output stability need two samples to be seen."""
+    checker = Checker(stage)
+    samples = max(2, stage.policy.settle)
+    pause = min(stage.policy.interval, 0.5)
+    verdict = checker.check()
+    for _ in range(samples - 1):
+        time.sleep(pause)
+        verdict = checker.check()
+    return verdict
+
+
+def _status(stages: list[Stage], *, as_json: bool) -> int:
+    with ThreadPoolExecutor(max_workers=min(32, len(stages))) as pool:
+        verdicts = list(pool.map(_status_one, stages))
+    for verdict in verdicts:
+        if as_json:
+            _print_json(verdict)
+        else:
+            _print_table(verdict)
+    return _exit_code(verdicts)
+
+
+# --------------------------------------------------------------------------- wait
+
+
+def _wait(stages: list[Stage], *, as_json: bool, timeout: float | None) -> int:
+    lock = threading.Lock()
+    finals: dict[str, Verdict] = {}
+    timed_out: dict[str, bool] = {}
+    live = _LiveProgress(stages) if (not as_json and sys.stdout.isatty()) else None
+
+    def run(stage: Stage) -> None:
+        checker = Checker(stage)
+        notifier = _notifier(stage)
+        previous: State | None = None
+        for verdict in checker.watch(timeout=timeout):
+            with lock:
+                if as_json:
+                    _print_json(verdict)
+                elif verdict.state is not previous:
+                    if live:
+                        live.pause()
+                    _print_change(verdict)
+                    if live:
+                        live.resume()
+                if live:
+                    live.update(verdict)
+            if notifier is not None:
+                notifier(verdict)
+            previous = verdict.state
+            finals[stage.stage] = verdict
+        timed_out[stage.stage] = checker.timed_out
+
+    try:
+        if live:
+            live.start()
+        with ThreadPoolExecutor(max_workers=min(32, len(stages))) as pool:
+            for fut in [pool.submit(run, s) for s in stages]:
+                fut.result()
+    finally:
+        if live:
+            live.stop()
+    verdicts = [finals[s.stage] for s in stages if s.stage in finals]
+    if not as_json:
+        for verdict in verdicts:
+            _print_table(verdict)
+    if any(v.state is State.FAILED for v in verdicts):
+        return EXIT_FAILED
+    if any(timed_out.values()):
+        if not as_json:
+            late = ", ".join(name for name, t in timed_out.items() if t)
+            print(f"crosscheck: timed out waiting for {late}", file=sys.stderr)
+        return EXIT_TIMEOUT
+    return _exit_code(verdicts)
+
+
+def _notifier(stage: Stage) -> Callable[[Verdict], Any] | None:
+    if stage.notify is None:
+        return None
+    try:
+        from sensors._notify import Notifier
+    except ImportError:  # pragma: no cover - until notifications land
+        return None
+    notifier = Notifier(stage.notify, stage=stage.stage)
+    return notifier.observe
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _print_json(verdict: Verdict, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    out.write(json.dumps(verdict.to_json(), sort_keys=False) + "\n")
+    out.flush()
+
+
+def _console():  # type: ignore[no-untyped-def]
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False)
+
+
+def _print_change(verdict: Verdict) -> None:
+    console = _console()
+    when = time.strftime("%H:%M:%S")
+    first = verdict.reasons[0] if verdict.reasons else ""
+    console.print(
+        f"{when}  {verdict.stage}  [{_STYLE[verdict.state]}]{verdict.state.value.upper()}[/]  {first}",
+        markup=True,
+    )
+
+
+def key_values(signal: str, evidence: dict[str, Any] | Any) -> str:
+    """The few evidence values a person looks at first, per signal."""
+    ev = dict(evidence)
+
+    def fmt(key: str, label: str | None = None, unit: str = "") -> str | None:
+        value = ev.get(key)
+        if value is None:
+            return None
+        if isinstance(value, float):
+            value = f"{value:.1f}"
+        return f"{label or key}={value}{unit}"
+
+    parts: list[str | None]
+    if signal == "process":
+        parts = [
+            fmt("pid"),
+            fmt("state"),
+            fmt("cpu_seconds", "cpu", "s"),
+            fmt("elapsed_seconds", "elapsed", "s"),
+        ]
+    elif signal == "log":
+        parts = [fmt("age_seconds", "age", "s"), fmt("size", "bytes")]
+    elif signal == "outputs":
+        count, expected = ev.get("count"), ev.get("expected")
+        parts = [f"{count if count is not None else '?'}/{expected}"]
+    elif signal == "gpu":
+        devices = ev.get("devices") or []
+        utils = [d.get("utilization_pct") for d in devices if isinstance(d, dict)]
+        parts = [
+            f"util={','.join('?' if u is None else f'{u:.0f}%' for u in utils)}" if utils else None,
+            fmt("job_memory_mib", "job_mem", "MiB"),
+            fmt("samples"),
+        ]
+    else:
+        parts = []
+    return "  ".join(p for p in parts if p)
+
+
+def _print_table(verdict: Verdict) -> None:
+    from rich.table import Table
+
+    console = _console()
+    data = verdict.to_json()
+    console.print(
+        f"[bold]{verdict.stage}[/] on {verdict.host}: "
+        f"[{_STYLE[verdict.state]}] {verdict.state.value.upper()} [/]"
+        + ("  → advance" if verdict.advance else "")
+    )
+    for reason in verdict.reasons:
+        console.print(f"  • {reason}", markup=False)
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("signal")
+    table.add_column("says")
+    table.add_column("key evidence")
+    table.add_column("detail", overflow="fold")
+    for name, r in data["signals"].items():
+        table.add_row(
+            name,
+            f"[{_SAYS_STYLE.get(r['says'], '')}]{r['says']}[/]",
+            key_values(name, r["evidence"]),
+            r["detail"],
+        )
+    console.print(table)
+    console.print(f"  checked at {data['checked_at']} (host clock)", style="dim")
+
+
+class _LiveProgress:
+    """A progress bar per stage with outputs: count/expected, rate and ETA (terminals only)."""
+
+    def __init__(self, stages: list[Stage]) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeRemainingColumn(),
+            transient=True,
+        )
+        self._tasks = {
+            s.stage: self._progress.add_task(s.stage, total=s.outputs.expected, rate="")
+            for s in stages
+            if s.outputs
+        }
+        self._first: dict[str, tuple[float, int]] = {}
+
+    def start(self) -> None:
+        self._progress.start()
+
+    def stop(self) -> None:
+        self._progress.stop()
+
+    def pause(self) -> None:
+        self._progress.stop()
+
+    def resume(self) -> None:
+        self._progress.start()
+
+    def update(self, verdict: Verdict) -> None:
+        task = self._tasks.get(verdict.stage)
+        outputs = verdict.readings.get("outputs")
+        if task is None or outputs is None or outputs.evidence.get("count") is None:
+            return
+        count = int(outputs.evidence["count"])
+        now = time.monotonic()
+        first = self._first.setdefault(verdict.stage, (now, count))
+        rate = (count - first[1]) / (now - first[0]) if now > first[0] else 0.0
+        self._progress.update(task, completed=count, rate=f"{rate:.1f}/s" if rate else "")

@@ -1,0 +1,107 @@
+"""The host seam: where a probe script runs. Probes receive a host, never a hostname.
+
+A host runs one POSIX ``sh`` script per check (``/bin/sh -s``, script on stdin) and returns
+its stdout; the same script runs locally and over SSH, so both hosts produce the same
+readings by construction. SSH lives in ``sensors._ssh`` (the only module importing paramiko).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from sensors._errors import ProbeError
+
+#: Environment for every probe: C locale so tool output is parseable, a sane PATH so a
+#: user's PATH cannot put a fake tool first (the probe uses only POSIX utilities anyway).
+PROBE_ENV = {
+    "LC_ALL": "C",
+    "LANG": "C",
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+}
+
+
+@runtime_checkable
+class Host(Protocol):
+    """What a probe needs from a host.
+
+    ``name`` labels evidence; ``nvml`` says whether GPUs are read in this Python process
+    through NVML (local) rather than by ``nvidia-smi`` inside the script (remote).
+    """
+
+    name: str
+    nvml: bool
+
+    def run_script(self, script: bytes, *, timeout: float) -> bytes:
+        """Run ``script`` with ``/bin/sh -s`` and return its stdout.
+
+        Raises:
+            HostError: the host could not be asked (its subclasses say why). Never returns
+                partial output silently: a timeout is an error.
+        """
+        ...
+
+    def spawn(self, argv: Sequence[str], *, log_path: str, cwd: str | None = None) -> int:
+        """Start ``argv`` detached (nohup, own session), output to ``log_path``; return its PID."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class LocalHost:
+    """The machine crosscheck runs on."""
+
+    nvml = True
+
+    def __init__(self, name: str = "local") -> None:
+        self.name = name
+
+    def run_script(self, script: bytes, *, timeout: float) -> bytes:
+        try:
+            proc = subprocess.run(
+                ["/bin/sh", "-s"],
+                input=script,
+                capture_output=True,
+                timeout=timeout,
+                env=PROBE_ENV,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise ProbeError(f"probe did not finish within {timeout:g}s", host=self.name) from exc
+        except OSError as exc:
+            raise ProbeError(f"cannot run /bin/sh: {exc}", host=self.name) from exc
+        return proc.stdout
+
+    def spawn(self, argv: Sequence[str], *, log_path: str, cwd: str | None = None) -> int:
+        with open(log_path, "ab") as log, open(os.devnull, "rb") as devnull:
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=devnull,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                start_new_session=True,
+            )
+        return proc.pid
+
+    def close(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"LocalHost({self.name!r})"
+
+
+def spawn_script(argv: Sequence[str], *, log_path: str, cwd: str | None) -> bytes:
+    """A sh script that starts ``argv`` detached and prints its PID (for remote hosts).
+
+    Every value is quoted with :func:`shlex.quote`; the script runs under ``/bin/sh -s``,
+    never under the user's login shell.
+    """
+    cd = f"cd {shlex.quote(cwd)} || exit 97\n" if cwd else ""
+    cmd = " ".join(shlex.quote(a) for a in argv)
+    return (
+        f'set -u\n{cd}nohup setsid {cmd} </dev/null >>{shlex.quote(log_path)} 2>&1 &\necho "pid $!"\n'
+    ).encode()

@@ -1,0 +1,133 @@
+"""Readings and verdicts: small frozen values, serialisable to the CLI's JSON schema."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+SIGNALS = ("process", "log", "outputs", "gpu")
+
+
+class Says(enum.StrEnum):
+    """What one signal says about the stage."""
+
+    DONE = "done"
+    WORKING = "working"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+class State(enum.StrEnum):
+    """The verdict on a stage."""
+
+    COMPLETE = "complete"
+    RUNNING = "running"
+    STALLED = "stalled"
+    FAILED = "failed"
+    CONTRADICTION = "contradiction"
+    UNKNOWN = "unknown"
+
+
+def _freeze(evidence: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(evidence or {}))
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One signal's reading.
+
+    Attributes:
+        signal: ``process``, ``log``, ``outputs`` or ``gpu``.
+        says: done, working, failed or unknown.
+        detail: one line a person reads.
+        evidence: the raw facts behind ``says`` (JSON-serialisable values).
+        read_at: when it was read, seconds since the epoch on the monitored host's clock
+            (``None`` when the host could not be asked).
+        host: where it was read.
+    """
+
+    signal: str
+    says: Says
+    detail: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    read_at: float | None = None
+    host: str = "local"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "says", Says(self.says))
+        object.__setattr__(self, "evidence", _freeze(self.evidence))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "says": str(self.says),
+            "detail": self.detail,
+            "evidence": _jsonable(dict(self.evidence)),
+            "read_at": _iso(self.read_at),
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The one answer for a stage at one check, with its reasons and every reading.
+
+    ``advance`` is true only for ``complete``: the single place a gate looks.
+    """
+
+    stage: str
+    state: State
+    reasons: tuple[str, ...]
+    readings: Mapping[str, Reading]
+    checked_at: float | None
+    host: str
+    since: float | None = None  # when this state began (monitored host's clock)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", State(self.state))
+        object.__setattr__(self, "reasons", tuple(self.reasons))
+        object.__setattr__(self, "readings", MappingProxyType(dict(self.readings)))
+        if self.state is State.COMPLETE:
+            # A complete verdict with a signal that is not done contradicts itself: refuse it
+            # at construction so no code path can produce one.
+            not_done = [r.signal for r in self.readings.values() if r.says is not Says.DONE]
+            if not_done:
+                raise ValueError(f"complete verdict with signals not done: {not_done}")
+
+    @property
+    def advance(self) -> bool:
+        return self.state is State.COMPLETE
+
+    def to_json(self) -> dict[str, Any]:
+        """The CLI's ``--json`` schema (also the event payload and the artifact source)."""
+        return {
+            "stage": self.stage,
+            "verdict": str(self.state),
+            "advance": self.advance,
+            "reasons": list(self.reasons),
+            "checked_at": _iso(self.checked_at),
+            "since": _iso(self.since),
+            "host": self.host,
+            "signals": {name: r.to_json() for name, r in self.readings.items()},
+        }
+
+
+def _iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return _dt.datetime.fromtimestamp(ts, tz=_dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)

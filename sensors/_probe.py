@@ -1,0 +1,299 @@
+"""One probe per check: a POSIX sh script that reads every raw fact in one round trip.
+
+The same script runs on the local host and over SSH (``/bin/sh -s``, script on stdin), so
+both produce the same readings by construction. It needs only POSIX sh, /proc and coreutils
+(python3 may be absent remotely). Rules it keeps:
+
+- Nothing from the stage file is interpolated unquoted: paths and globs go through
+  :func:`shlex.quote`, numbers are formatted from validated ints, and regexes never leave
+  this process at all — command lines come back raw and are matched here, so the pattern is
+  on no command line on the monitored host (``pgrep -f`` would match its own shell:
+  field-notes.md, "Finding by pattern").
+- Output is tagged sections ``@@crosscheck <nonce> <name>``; the nonce is fresh per check so
+  log content cannot forge a section. Big sections are capped with ``head -c``; a section
+  that is missing, capped or garbled makes *its* signal ``unknown``, never a wrong answer.
+- Read-only: the script writes nothing on the monitored host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import secrets
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from sensors._config import Stage
+
+#: Caps on what one section may carry back (bytes). Sized for hosts with ~20k processes.
+STAT_CAP = 16 * 1024 * 1024
+CMDLINE_PER_PROCESS = 4096
+CMDLINE_CAP = 32 * 1024 * 1024
+
+_TAG = b"@@crosscheck "
+
+
+@dataclass(frozen=True)
+class ProbeState:
+    """What the previous check learnt that makes this one cheaper or possible."""
+
+    pids: tuple[int, ...] = ()  # the job's PIDs last time: their /proc/PID/io is read
+    lines_inode: int | None = None  # outputs.lines: count only the bytes added since
+    lines_size: int = 0
+
+
+def build_script(
+    stage: Stage,
+    nonce: str,
+    state: ProbeState = ProbeState(),
+    extra_sections: Mapping[str, str] | None = None,
+) -> bytes:
+    """The sh script for one check of ``stage``."""
+    q = shlex.quote
+    out: list[str] = [
+        "export LC_ALL=C LANG=C",
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; export PATH",
+        f"N={q(nonce)}",
+        'sec() { printf \'\\n@@crosscheck %s %s\\n\' "$N" "$1"; }',
+        # meta: the monitored host's clocks, read together in this one script.
+        "sec meta",
+        'echo "pid $$"',
+        'echo "now $(date +%s.%N 2>/dev/null)"',
+        'echo "uptime $(cat /proc/uptime 2>/dev/null)"',
+        'echo "boot_id $(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"',
+        "grep '^btime ' /proc/stat 2>/dev/null",
+        'echo "clk_tck $(getconf CLK_TCK 2>/dev/null)"',
+        'echo "hostname $(uname -n 2>/dev/null)"',
+        # lxcfs (and the like) mount a virtual file over /proc/uptime in containers: the
+        # procps etime bug's trigger (field-notes.md). Count such mounts.
+        "echo \"uptime_mounts $(grep -c ' /proc/uptime ' /proc/self/mountinfo 2>/dev/null)\"",
+    ]
+    if stage.process:
+        out += [
+            "sec stat",
+            f"ST=$(cat /proc/[0-9]*/stat 2>/dev/null | head -c {STAT_CAP})",
+            'printf "%s\\n" "$ST"',
+            # A thread-group leader that called pthread_exit shows Z while its threads run:
+            # read the threads of zombie leaders (rare, so cheap).
+            "sec tasks",
+            "for p in $(printf '%s\\n' \"$ST\" | sed -n 's/^\\([0-9]*\\) (.*) Z .*/\\1/p'); do",
+            '  echo "== $p"; cat /proc/$p/task/*/stat 2>/dev/null',
+            "done",
+            "sec cmdline",
+            # /dev/null first makes head print a header even when one process matches.
+            f"head -c {CMDLINE_PER_PROCESS} /dev/null /proc/[0-9]*/cmdline 2>/dev/null"
+            f" | head -c {CMDLINE_CAP}",
+        ]
+        if state.pids:
+            pids = " ".join(str(int(p)) for p in state.pids[:64])
+            out += [
+                "sec io",
+                f"for p in {pids}; do",
+                '  echo "== $p"; cat /proc/$p/io 2>/dev/null',
+                "done",
+            ]
+    if stage.log:
+        log = q(stage.log.path)
+        out += [
+            "sec log_stat",
+            f"stat -L -c '%i %s %Y' -- {log} 2>&1 | head -c 4096",
+            "sec log_tail",
+            f"tail -c {int(stage.log.tail_bytes)} -- {log} 2>/dev/null",
+        ]
+    if stage.outputs and stage.outputs.files:
+        d = q(stage.outputs.files)
+        excludes = " ".join(f"! -name {q(p)}" for p in stage.outputs.exclude)
+        out += [
+            "sec outputs",
+            f"if [ -d {d} ] && [ -r {d} ] && [ -x {d} ]; then",
+            f"  find {d} -mindepth 1 -maxdepth 1 -name {q(stage.outputs.pattern)} {excludes}"
+            " -printf . 2>/dev/null | wc -c",
+            f"elif [ -e {d} ]; then echo unreadable; else echo missing; fi",
+        ]
+    if stage.outputs and stage.outputs.lines:
+        f = q(stage.outputs.lines)
+        prev_ino = int(state.lines_inode or 0)
+        prev_size = int(state.lines_size)
+        # Count only the bytes added since the last check (same inode, not shrunk): O(new
+        # data) per check instead of O(file). Bounded by the size read here, so a record
+        # written meanwhile is counted next time, once.
+        out += [
+            "sec lines",
+            f"if [ -f {f} ]; then",
+            f"  set -- $(stat -L -c '%i %s %Y' -- {f} 2>/dev/null)",
+            f'  base=0; if [ "$1" = {prev_ino} ] && [ "$2" -ge {prev_size} ]; then base={prev_size}; fi',
+            f"  n=$(tail -c +$((base + 1)) -- {f} 2>/dev/null | head -c $(($2 - base)) | wc -l)",
+            f"  last=$(tail -c 1 -- {f} 2>/dev/null | od -An -tx1 | tr -d ' \\n')",
+            '  echo "$1 $2 $3 $base $n ${last:-none}"',
+            f"elif [ -e {f} ]; then echo unreadable; else echo missing; fi",
+        ]
+    for name, snippet in (extra_sections or {}).items():
+        out += [f"sec {q(name)}", snippet]
+    out.append("sec end")
+    return ("\n".join(out) + "\n").encode()
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(12)
+
+
+def split_sections(output: bytes, nonce: str) -> dict[str, bytes]:
+    """Tagged sections of the probe's output. ``end`` is present only if it ran to the end."""
+    tag = b"\n" + _TAG + nonce.encode() + b" "
+    sections: dict[str, bytes] = {}
+    parts = (b"\n" + output).split(tag)
+    for part in parts[1:]:
+        name, _, body = part.partition(b"\n")
+        sections[name.decode("ascii", "replace").strip()] = body
+    return sections
+
+
+@dataclass(frozen=True)
+class Meta:
+    """The monitored host's clocks and identity, read in the same probe."""
+
+    now: float | None
+    uptime: float | None
+    btime: int | None
+    boot_id: str | None
+    clk_tck: int | None
+    script_pid: int | None
+    hostname: str | None
+    uptime_virtualised: bool
+
+
+def parse_meta(body: bytes | None) -> Meta:
+    fields: dict[str, str] = {}
+    for line in (body or b"").decode("utf-8", "replace").splitlines():
+        key, _, value = line.partition(" ")
+        fields[key] = value.strip()
+
+    def num(key: str, conv: type = float):  # type: ignore[no-untyped-def]
+        try:
+            return conv(fields[key].split()[0])
+        except (KeyError, ValueError, IndexError):
+            return None
+
+    now = num("now")
+    if now is None:
+        # busybox date has no %N: "1700000000.%N" or "1700000000.N"
+        m = re.match(r"(\d+)", fields.get("now", ""))
+        now = float(m.group(1)) if m else None
+    return Meta(
+        now=now,
+        uptime=num("uptime"),
+        btime=num("btime", int),
+        boot_id=fields.get("boot_id") or None,
+        clk_tck=num("clk_tck", int),
+        script_pid=num("pid", int),
+        hostname=fields.get("hostname") or None,
+        uptime_virtualised=(num("uptime_mounts", int) or 0) > 0,
+    )
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """The fields of /proc/PID/stat that crosscheck uses (parsed after the last ')')."""
+
+    pid: int
+    comm: str
+    state: str
+    ppid: int
+    utime: int
+    stime: int
+    num_threads: int
+    starttime: int
+
+
+def parse_stat_line(line: str) -> ProcStat | None:
+    # The command name may hold spaces and parentheses: split after the *last* ')'
+    # (psutil _pslinux.py does the same).
+    head, sep, rest = line.rpartition(")")
+    if not sep:
+        return None
+    pid_s, _, comm = head.partition(" (")
+    fields = rest.split()
+    try:
+        return ProcStat(
+            pid=int(pid_s),
+            comm=comm,
+            state=fields[0],
+            ppid=int(fields[1]),
+            utime=int(fields[11]),
+            stime=int(fields[12]),
+            num_threads=int(fields[17]),
+            starttime=int(fields[19]),
+        )
+    except (ValueError, IndexError):
+        return None
+
+
+def parse_stats(body: bytes | None) -> dict[int, ProcStat]:
+    stats: dict[int, ProcStat] = {}
+    for line in (body or b"").decode("utf-8", "replace").split("\n"):
+        st = parse_stat_line(line)
+        if st is not None:
+            stats[st.pid] = st
+    return stats
+
+
+_CMD_HEADER = re.compile(rb"(?:^|\n)==> /proc/(\d+)/cmdline <==\n")
+
+
+def parse_cmdlines(body: bytes | None) -> dict[int, str]:
+    """PID → argv joined by spaces (as ``ps -o args`` and ``pgrep -f`` show it)."""
+    data = body or b""
+    cmdlines: dict[int, str] = {}
+    matches = list(_CMD_HEADER.finditer(data))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(data)
+        raw = data[m.end() : end]
+        if i + 1 == len(matches):
+            raw = raw.rstrip(b"\n")
+        text = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+        cmdlines[int(m.group(1))] = text
+    return cmdlines
+
+
+def parse_io(body: bytes | None) -> dict[int, int]:
+    """PID → rchar + wchar (bytes read and written, all I/O incl. pipes and page cache)."""
+    result: dict[int, int] = {}
+    pid: int | None = None
+    for line in (body or b"").decode("ascii", "replace").splitlines():
+        if line.startswith("== "):
+            try:
+                pid = int(line[3:])
+            except ValueError:
+                pid = None
+            continue
+        key, _, value = line.partition(":")
+        if pid is not None and key in ("rchar", "wchar"):
+            with contextlib.suppress(ValueError):
+                result[pid] = result.get(pid, 0) + int(value)
+    return result
+
+
+def descendants(roots: Iterable[int], stats: Mapping[int, ProcStat]) -> set[int]:
+    """Live descendants of ``roots`` (not including the roots)."""
+    children: dict[int, list[int]] = {}
+    for st in stats.values():
+        children.setdefault(st.ppid, []).append(st.pid)
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in seen:
+                seen.add(child)
+                stack.append(child)
+    return seen - set(roots)
+
+
+def ancestors(pid: int, stats: Mapping[int, ProcStat]) -> set[int]:
+    """``pid`` and its ancestors as far as the stats reach."""
+    chain: set[int] = set()
+    while pid in stats and pid not in chain and pid > 0:
+        chain.add(pid)
+        pid = stats[pid].ppid
+    chain.add(pid)
+    return chain

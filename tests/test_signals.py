@@ -1,0 +1,339 @@
+"""Every signal against real processes and files, through the real probe script.
+
+The ``host`` fixture is parametrized: the same tests run on the local host and, where a real
+sshd can be started, over SSH to 127.0.0.1 — so the two hosts cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from sensors import Checker, Says, State, stage_from_dict
+from sensors._probe import Meta, parse_stat_line
+from sensors._signals import _effective_state, _elapsed
+from sensors.testing import SimulatedJob
+
+
+def _watch(checker: Checker, timeout: float = 60.0) -> list:
+    return list(checker.watch(timeout=timeout))
+
+
+@pytest.fixture
+def job_factory(tmp_path, host):
+    jobs: list[SimulatedJob] = []
+
+    def make(scenario: str, policy: dict | None = None, **kw) -> tuple[SimulatedJob, Checker]:
+        job = SimulatedJob(tmp_path, scenario=scenario, **{"total": 12, "step": 0.05, **kw})
+        policy = policy or {}
+        job.start(host if host.name != "local" else None)
+        jobs.append(job)
+        stage = stage_from_dict(job.stage_dict(**policy))
+        return job, Checker(stage, host=host)
+
+    yield make
+    for job in jobs:
+        job.stop()
+
+
+def test_complete(job_factory) -> None:
+    _, checker = job_factory("complete")
+    verdicts = _watch(checker)
+    assert verdicts[-1].state is State.COMPLETE
+    assert verdicts[-1].advance
+    ev = verdicts[-1].to_json()["signals"]
+    assert ev["outputs"]["evidence"]["count"] == 12
+    assert ev["log"]["evidence"]["complete_line"].startswith("Extraction complete")
+    # It was seen running first, with real evidence.
+    running = [v for v in verdicts if v.state is State.RUNNING and v.readings["process"].says is Says.WORKING]
+    assert running, [v.state for v in verdicts]
+    p = running[0].to_json()["signals"]["process"]["evidence"]
+    assert p["pid"] > 0 and p["state"] in "RSD" and p["elapsed_seconds"] is not None
+    assert 0 <= p["elapsed_seconds"] < 120
+
+
+def test_crash_is_failed_with_the_error_line(job_factory) -> None:
+    _, checker = job_factory("crash")
+    final = _watch(checker)[-1]
+    assert final.state is State.FAILED
+    assert any("CUDA error" in r for r in final.reasons)
+
+
+def test_stall_alive_sleeping(job_factory) -> None:
+    job, checker = job_factory("stall", policy={"stall_after": "1500ms", "interval": "250ms"})
+    states = []
+    for v in checker.watch(timeout=20):
+        states.append(v.state)
+        if v.state is State.STALLED:
+            break
+    assert states[-1] is State.STALLED
+    assert State.COMPLETE not in states
+    assert v.readings["process"].says is Says.WORKING  # alive: it is a stall, not an exit
+
+
+def test_eta0_spin_is_running_never_complete(job_factory) -> None:
+    """Incident 2: log says ETA 0 with one output left, the process spins on the CPU."""
+    job, checker = job_factory("eta0_spin", spin=2.5)
+    during_spin = []
+    verdicts = []
+    for v in checker.watch(timeout=60):
+        verdicts.append(v)
+        log_ev = v.readings["log"].evidence
+        if "ETA 0" in str(log_ev.get("last_line")) and v.readings["process"].says is Says.WORKING:
+            during_spin.append(v)
+    assert during_spin, "the spin phase was never observed"
+    assert all(v.state is State.RUNNING for v in during_spin), [v.reasons for v in during_spin]
+    # CPU time advanced while the log was quiet: that is what says "still working".
+    assert any(any("CPU time" in r for r in v.reasons) for v in during_spin)
+    assert verdicts[-1].state is State.COMPLETE
+
+
+def test_post_process_after_completion_line_is_running(job_factory) -> None:
+    _, checker = job_factory("post_process", spin=2.0)
+    verdicts = _watch(checker)
+    after_marker = [
+        v for v in verdicts if v.readings["log"].says is Says.DONE and v.readings["process"].says is Says.WORKING
+    ]
+    assert after_marker and all(v.state is State.RUNNING for v in after_marker)
+    assert verdicts[-1].state is State.COMPLETE
+
+
+def test_exit_without_completion_line_is_a_contradiction(job_factory) -> None:
+    _, checker = job_factory("no_marker", policy={"exit_grace": "500ms"})
+    states = []
+    for v in checker.watch(timeout=20):
+        states.append(v.state)
+        if v.state is State.CONTRADICTION:
+            break
+    assert states[-1] is State.CONTRADICTION
+    assert State.COMPLETE not in states
+    assert any("no completion line" in r for r in v.reasons)
+
+
+def test_a_lying_ps_changes_nothing(job_factory, tmp_path, monkeypatch) -> None:
+    """Incident 1: a `ps` first on PATH that prints a garbled etime is never consulted."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "ps").write_text("#!/bin/sh\necho '441077231-01:14:40'\n")
+    (fake / "ps").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    _, checker = job_factory("stall")
+    v = checker.check()
+    elapsed = v.readings["process"].evidence["elapsed_seconds"]
+    assert elapsed is not None and 0 <= elapsed < 60
+
+
+# ----------------------------------------------------------------- process details
+
+
+def test_never_matches_itself(tmp_path) -> None:
+    """A checker whose own command line holds the pattern does not find itself."""
+    tag = f"selfmatch-{os.getpid()}-{time.time_ns()}"
+    code = textwrap.dedent(f"""
+        import sys; sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
+        from sensors import Checker, stage_from_dict
+        st = stage_from_dict({{"stage": "s", "host": "local", "process": {{"match": {tag!r}}}}})
+        v = Checker(st).check()
+        print(v.readings["process"].evidence["matched"])
+    """)
+    out = subprocess.run([sys.executable, "-c", code, tag], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0"
+
+
+def test_pid_and_zombie(tmp_path, host) -> None:
+    if host.name != "local":
+        pytest.skip("creates a local zombie")
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import os,time\npid=os.fork()\nif pid==0: os._exit(0)\nprint(pid,flush=True)\ntime.sleep(60)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        child = int(parent.stdout.readline())
+        time.sleep(0.3)
+        stage = stage_from_dict({"stage": "z", "host": "local", "process": {"pid": child}})
+        reading = Checker(stage, host=host).check().readings["process"]
+        assert reading.says is Says.DONE
+        assert "zombie" in reading.detail
+        alive = stage_from_dict({"stage": "p", "host": "local", "process": {"pid": parent.pid}})
+        assert Checker(alive, host=host).check().readings["process"].says is Says.WORKING
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_pid_reused_by_another_process_means_gone(host) -> None:
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        stage = stage_from_dict({"stage": "p", "host": "local", "process": {"pid": proc.pid}})
+        checker = Checker(stage, host=host)
+        assert checker.check().readings["process"].says is Says.WORKING
+        # Pretend the PID was first seen with another start time: the identity differs.
+        mem = checker._memory.process
+        checker._memory.process = type(mem)(mem.boot_id, {proc.pid: mem.identities[proc.pid] - 5}, mem.first_pids)
+        reading = checker.check().readings["process"]
+        assert reading.says is Says.DONE and "another process" in reading.detail
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_zombie_leader_with_live_threads_is_alive() -> None:
+    leader = parse_stat_line("100 (python3) Z 1 100 100 0 -1 0 0 0 0 0 50 5 0 0 20 0 3 0 1000 0 0")
+    thread = parse_stat_line("101 (python3) R 1 100 100 0 -1 0 0 0 0 0 40 2 0 0 20 0 3 0 1001 0 0")
+    assert leader and thread
+    state, note = _effective_state(leader, {100: [leader, thread]})
+    assert state == "R" and note and "leader is Z" in note
+    assert _effective_state(leader, {100: [leader]})[0] == "Z"
+
+
+def test_stat_with_parentheses_and_spaces_in_comm() -> None:
+    st = parse_stat_line("42 (my (weird) job) R 1 42 42 0 -1 0 0 0 0 0 7 3 0 0 20 0 1 0 555 0 0")
+    assert st is not None and st.comm == "my (weird) job" and st.state == "R"
+    assert (st.utime, st.stime, st.starttime) == (7, 3, 555)
+
+
+def _meta(**kw) -> Meta:
+    base = dict(now=1_000_000.0, uptime=5000.0, btime=995_000, boot_id="b", clk_tck=100,
+                script_pid=1, hostname="h", uptime_virtualised=False)  # fmt: skip
+    base.update(kw)
+    return Meta(**base)
+
+
+def test_elapsed_from_primary_sources() -> None:
+    st = parse_stat_line("7 (x) R 1 7 7 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 100000 0 0")  # started at 1000 s
+    assert st
+    assert _elapsed(st, _meta()) == (4000.0, None)
+    # lxcfs-virtualised uptime (the procps bug's trigger): fall back to btime, still right.
+    assert _elapsed(st, _meta(uptime=10.0, uptime_virtualised=True)) == (4000.0, None)
+    # Sources that disagree: unknown, never a number.
+    value, why = _elapsed(st, _meta(btime=990_000))
+    assert value is None and "disagree" in why
+    # Start after the uptime: implausible.
+    value, why = _elapsed(st, _meta(uptime=500.0, btime=None))
+    assert value is None and "implausible" in why
+
+
+# ----------------------------------------------------------------- log
+
+
+def _log_stage(path: Path, **extra) -> dict:
+    return {"stage": "log", "host": "local",
+            "log": {"path": str(path), "complete": "^Extraction complete", "error": "Traceback", **extra}}  # fmt: skip
+
+
+def test_log_reads_only_the_tail_of_a_huge_sparse_file(tmp_path, host) -> None:
+    log = tmp_path / "big.log"
+    with open(log, "wb") as f:
+        f.truncate(10 * 1024**3)  # 10 GB, sparse: reading it all would take minutes
+        f.seek(0, 2)
+        f.write(b"\n[37312/37312] done\nExtraction complete\n")
+    checker = Checker(stage_from_dict(_log_stage(log)), host=host)
+    start = time.monotonic()
+    reading = checker.check().readings["log"]
+    assert time.monotonic() - start < 10
+    assert reading.says is Says.DONE
+    assert reading.evidence["size"] > 10 * 1024**3
+
+
+def test_marker_must_be_a_whole_line(tmp_path, host) -> None:
+    log = tmp_path / "x.log"
+    log.write_bytes(b"working\nExtraction complete")  # no trailing newline: still being written
+    checker = Checker(stage_from_dict(_log_stage(log)), host=host)
+    assert checker.check().readings["log"].says is Says.WORKING
+    with open(log, "ab") as f:
+        f.write(b"\n")
+    assert checker.check().readings["log"].says is Says.DONE
+
+
+def test_tqdm_carriage_returns_and_progress(tmp_path, host) -> None:
+    log = tmp_path / "t.log"
+    log.write_bytes(b"start\n 10%|# | 10/100\r 50%|### | 50/100\r 99%|#### | 99/100")
+    stage = _log_stage(log, progress=r"(?P<done>\d+)/(?P<total>\d+)")
+    reading = Checker(stage_from_dict(stage), host=host).check().readings["log"]
+    assert reading.says is Says.WORKING
+    assert reading.evidence["progress"]["done"] == 99
+    assert reading.evidence["last_line"].startswith("99%")
+
+
+def test_error_line_and_completion_after_it(tmp_path, host) -> None:
+    log = tmp_path / "e.log"
+    log.write_text("Traceback (most recent call last):\nretrying\n")
+    checker = Checker(stage_from_dict(_log_stage(log)), host=host)
+    assert checker.check().readings["log"].says is Says.FAILED
+    with open(log, "a") as f:
+        f.write("Extraction complete\n")
+    assert checker.check().readings["log"].says is Says.DONE
+
+
+def test_rotation_and_truncation_are_noticed(tmp_path, host) -> None:
+    log = tmp_path / "r.log"
+    log.write_text("a\n" * 100 + "Extraction complete\n")
+    checker = Checker(stage_from_dict(_log_stage(log)), host=host)
+    assert checker.check().readings["log"].says is Says.DONE
+    log.rename(tmp_path / "r.log.1")
+    log.write_text("new run\n")
+    reading = checker.check().readings["log"]
+    assert reading.evidence.get("rotated") and reading.says is Says.WORKING
+    with open(log, "a") as f:
+        f.write("more\n" * 50)
+    checker.check()
+    os.truncate(log, 0)  # copytruncate
+    with open(log, "a") as f:
+        f.write("x\n")
+    reading = checker.check().readings["log"]
+    assert reading.evidence.get("truncated")
+
+
+def test_missing_log_is_unknown(tmp_path, host) -> None:
+    reading = Checker(stage_from_dict(_log_stage(tmp_path / "nope.log")), host=host).check().readings["log"]
+    assert reading.says is Says.UNKNOWN
+    assert "No such file" in reading.detail or "unreadable" in reading.detail
+
+
+# ----------------------------------------------------------------- outputs
+
+
+def test_outputs_exclude_temp_names_and_need_two_stable_checks(tmp_path, host) -> None:
+    d = tmp_path / "out"
+    d.mkdir()
+    for i in range(5):
+        (d / f"s{i}.pt").write_bytes(b"x")
+    (d / "s5.pt.tmp").write_bytes(b"x")
+    (d / ".s6.pt").write_bytes(b"x")
+    (d / "s7.pt.part").write_bytes(b"x")
+    (d / "weird\nname.pt").write_bytes(b"x")  # newline in a name counts once
+    stage = {"stage": "o", "host": "local", "outputs": {"files": str(d), "pattern": "*.pt", "expected": 6}}
+    checker = Checker(stage_from_dict(stage), host=host)
+    first = checker.check().readings["outputs"]
+    assert first.evidence["count"] == 6
+    assert first.says is Says.WORKING  # not yet confirmed stable
+    assert checker.check().readings["outputs"].says is Says.DONE
+
+
+def test_outputs_missing_dir_is_unknown(tmp_path, host) -> None:
+    stage = {"stage": "o", "host": "local", "outputs": {"files": str(tmp_path / "no"), "expected": 1}}
+    assert Checker(stage_from_dict(stage), host=host).check().readings["outputs"].says is Says.UNKNOWN
+
+
+def test_outputs_jsonl_records_counted_incrementally(tmp_path, host) -> None:
+    f = tmp_path / "train.jsonl"
+    f.write_text('{"a": 1}\n{"a": 2}\n{"a": 3')  # the third record is being written
+    stage = {"stage": "l", "host": "local", "outputs": {"lines": str(f), "expected": 3}}
+    checker = Checker(stage_from_dict(stage), host=host)
+    r1 = checker.check().readings["outputs"]
+    assert r1.evidence["count"] == 2 and r1.evidence["partial_record"] is True
+    with open(f, "a") as fh:
+        fh.write("}\n")
+    r2 = checker.check().readings["outputs"]
+    assert r2.evidence["count"] == 3 and r2.evidence["partial_record"] is False
+    assert checker.check().readings["outputs"].says is Says.DONE
+    f.write_text("{}\n")  # rewritten smaller: full recount
+    assert checker.check().readings["outputs"].evidence["count"] == 1

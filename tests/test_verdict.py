@@ -1,0 +1,289 @@
+"""The verdict rules, table-driven: one row per situation (both incidents are rows).
+
+Each row is a sequence of checks — (seconds since start, readings) — and the verdict expected
+after the last one. Readings are built with the public ``sensors.testing.reading`` helper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from sensors import Reading, Says, State
+from sensors._config import PolicySpec
+from sensors._verdict import VerdictMemory, decide
+from sensors.testing import reading
+
+POLICY = PolicySpec(stall_after=600, settle=2, stuck_in_d_after=120, exit_grace=60)
+
+
+def proc(says: str = "working", cpu: float | None = 10.0, state: str = "R", pid: int = 4455) -> Reading:
+    if says == "done":
+        return reading("process", "done", "no process found", pid=None, state=None, cpu_seconds=None)
+    return reading("process", says, f"pid {pid} {state}", pid=pid, state=state, cpu_seconds=cpu)
+
+
+def log(says: str = "working", size: int = 1000, line: str = "[37300] 18880 extracted, ETA 0 minutes") -> Reading:
+    return reading("log", says, line, size=size, inode=7, last_line=line, age_seconds=5.0)
+
+
+def outputs(count: int | None, expected: int = 37312, says: str | None = None) -> Reading:
+    if says is None:
+        says = "working" if count is None or count < expected else "done"
+    return reading("outputs", says, f"{count}/{expected}", count=count, expected=expected)
+
+
+def gpu(says: str = "done", job_pids: tuple[int, ...] = (), busy: bool = False) -> Reading:
+    return reading(
+        "gpu",
+        says,
+        "0% over 60s, 92 GB allocated" if says == "done" else "busy",
+        job_pids_on_gpu=list(job_pids),
+        job_gpu_busy=busy,
+        job_memory_mib=92000.0 if job_pids else None,
+    )
+
+
+def host_down(*names: str) -> dict[str, Reading]:
+    ev = {"host_error": "gpu-box: connection refused"}
+    return {n: Reading(n, Says.UNKNOWN, "host unreachable", ev, None, "gpu-box") for n in names}
+
+
+def checks(*steps: tuple[float, dict[str, Reading]]) -> list[tuple[float, dict[str, Reading]]]:
+    return list(steps)
+
+
+def r(**kw: Reading) -> dict[str, Reading]:
+    return dict(kw)
+
+
+@dataclass
+class Row:
+    name: str
+    steps: list[tuple[float, dict[str, Reading]]]
+    expected: State
+    reason_has: str = ""
+
+
+ROWS = [
+    Row(
+        "incident 2: log ETA 0, GPU idle with 92 GB allocated, process Rl with CPU advancing",
+        checks(
+            (0, r(process=proc(cpu=2700.0), log=log(), outputs=outputs(37311), gpu=gpu("done", (4455,)))),
+            (30, r(process=proc(cpu=2730.0), log=log(), outputs=outputs(37311), gpu=gpu("done", (4455,)))),
+        ),
+        State.RUNNING,
+        "CPU phase",
+    ),
+    Row(
+        "incident 2 variant: every output counted and log complete, but the process still works",
+        checks(
+            (0, r(process=proc(cpu=1.0), log=log("done", line="Extraction complete"), outputs=outputs(37312))),
+            (30, r(process=proc(cpu=9.0), log=log("done", line="Extraction complete"), outputs=outputs(37312))),
+        ),
+        State.RUNNING,
+        "still at work",
+    ),
+    Row(
+        "all done for settle=2 checks: complete",
+        checks(
+            (0, r(process=proc("done"), log=log("done"), outputs=outputs(37312))),
+            (30, r(process=proc("done"), log=log("done"), outputs=outputs(37312))),
+        ),
+        State.COMPLETE,
+        "every signal says done",
+    ),
+    Row(
+        "all done once: not complete yet (settle)",
+        checks((0, r(process=proc("done"), log=log("done"), outputs=outputs(37312)))),
+        State.RUNNING,
+        "confirming (1/2",
+    ),
+    Row(
+        "alive, nothing moves for stall_after: stalled",
+        checks(
+            (0, r(process=proc(cpu=5.0, state="S"), log=log(), outputs=outputs(100))),
+            (300, r(process=proc(cpu=5.0, state="S"), log=log(), outputs=outputs(100))),
+            (601, r(process=proc(cpu=5.0, state="S"), log=log(), outputs=outputs(100))),
+        ),
+        State.STALLED,
+        "no progress for 601s",
+    ),
+    Row(
+        "alive and quiet but under stall_after: running",
+        checks(
+            (0, r(process=proc(cpu=5.0, state="S"), log=log(), outputs=outputs(100))),
+            (300, r(process=proc(cpu=5.0, state="S"), log=log(), outputs=outputs(100))),
+        ),
+        State.RUNNING,
+    ),
+    Row(
+        "the Ceph hang: state D for long counts as no progress even if counters wobble",
+        checks(
+            (0, r(process=proc(cpu=5.0, state="D"), log=log(size=10), outputs=outputs(18421))),
+            (200, r(process=proc(cpu=5.5, state="D"), log=log(size=10), outputs=outputs(18421))),
+            (700, r(process=proc(cpu=6.0, state="D"), log=log(size=10), outputs=outputs(18421))),
+        ),
+        State.STALLED,
+        "state D",
+    ),
+    Row(
+        "process gone with an error line: failed",
+        checks((0, r(process=proc("done"), log=log("failed", line="CUDA error"), outputs=outputs(100)))),
+        State.FAILED,
+        "CUDA error",
+    ),
+    Row(
+        "process gone, outputs short after the exit grace: failed",
+        checks(
+            (0, r(process=proc("done"), log=log(), outputs=outputs(18880))),
+            (61, r(process=proc("done"), log=log(), outputs=outputs(18880))),
+        ),
+        State.FAILED,
+        "outputs short",
+    ),
+    Row(
+        "process gone, outputs short, within exit grace: unknown (writes may lag)",
+        checks((0, r(process=proc("done"), log=log(), outputs=outputs(18880)))),
+        State.UNKNOWN,
+        "waiting up to 60s",
+    ),
+    Row(
+        "process gone, outputs all counted, no completion line: contradiction",
+        checks(
+            (0, r(process=proc("done"), log=log(), outputs=outputs(37312))),
+            (61, r(process=proc("done"), log=log(), outputs=outputs(37312))),
+        ),
+        State.CONTRADICTION,
+        "no completion line",
+    ),
+    Row(
+        "process gone, no completion line and no outputs configured: failed",
+        checks(
+            (0, r(process=proc("done"), log=log())),
+            (61, r(process=proc("done"), log=log())),
+        ),
+        State.FAILED,
+        "no completion line",
+    ),
+    Row(
+        "completion line long ago but the process neither exits nor progresses: contradiction",
+        checks(
+            (0, r(process=proc(cpu=5.0, state="S"), log=log("done"))),
+            (700, r(process=proc(cpu=5.0, state="S"), log=log("done"))),
+        ),
+        State.CONTRADICTION,
+        "has not exited",
+    ),
+    Row(
+        "process unreadable while log and outputs say done: unknown, never complete",
+        checks(
+            (0, r(process=reading("process", "unknown", "stat unreadable"), log=log("done"), outputs=outputs(37312))),
+            (30, r(process=reading("process", "unknown", "stat unreadable"), log=log("done"), outputs=outputs(37312))),
+        ),
+        State.UNKNOWN,
+        "process unknown",
+    ),
+    Row(
+        "SSH connection failed: unknown, not gone",
+        checks((0, host_down("process", "log", "outputs"))),
+        State.UNKNOWN,
+        "could not read the host",
+    ),
+    Row(
+        "process gone but the job's PIDs still busy on the GPU: contradiction",
+        checks((0, r(process=proc("done"), log=log("done"), gpu=gpu("working", (4455,), busy=True)))),
+        State.CONTRADICTION,
+        "still busy on the GPU",
+    ),
+    Row(
+        "GPU signal unknown (no driver) blocks complete",
+        checks(
+            (0, r(process=proc("done"), log=log("done"), gpu=reading("gpu", "unknown", "no NVIDIA driver"))),
+            (30, r(process=proc("done"), log=log("done"), gpu=reading("gpu", "unknown", "no NVIDIA driver"))),
+        ),
+        State.UNKNOWN,
+        "gpu unknown",
+    ),
+    Row(
+        "outputs unreadable after the process is gone: unknown",
+        checks(
+            (0, r(process=proc("done"), log=log("done"), outputs=outputs(None, says="unknown"))),
+            (61, r(process=proc("done"), log=log("done"), outputs=outputs(None, says="unknown"))),
+        ),
+        State.UNKNOWN,
+        "outputs unknown",
+    ),
+    Row(
+        "log-only stage: completion line twice in a row: complete",
+        checks((0, r(log=log("done"))), (30, r(log=log("done")))),
+        State.COMPLETE,
+    ),
+    Row(
+        "outputs-only stage, count frozen below expected for stall_after: stalled",
+        checks((0, r(outputs=outputs(10))), (601, r(outputs=outputs(10)))),
+        State.STALLED,
+    ),
+    Row(
+        "outputs-only stage, count rising: running",
+        checks((0, r(outputs=outputs(10))), (601, r(outputs=outputs(20)))),
+        State.RUNNING,
+        "outputs 10 → 20",
+    ),
+    Row(
+        "no process signal, log error: failed",
+        checks((0, r(log=log("failed"), outputs=outputs(10)))),
+        State.FAILED,
+    ),
+    Row(
+        "a host blip after progress does not reset the stall clock or count as done",
+        checks(
+            (0, r(process=proc("done"), log=log("done"), outputs=outputs(37312))),
+            (30, host_down("process", "log", "outputs")),
+            (60, r(process=proc("done"), log=log("done"), outputs=outputs(37312))),
+        ),
+        State.RUNNING,
+        "confirming (1/2",
+    ),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
+def test_verdict_table(row: Row) -> None:
+    memory = VerdictMemory()
+    start = 1_700_000_000.0
+    verdict = None
+    for offset, readings in row.steps:
+        host_error = any("host_error" in x.evidence for x in readings.values())
+        verdict, memory = decide("extract", "gpu-box", readings, POLICY, memory, None if host_error else start + offset)
+    assert verdict is not None
+    assert verdict.state is row.expected, verdict.reasons
+    assert verdict.advance is (row.expected is State.COMPLETE)
+    if row.reason_has:
+        assert any(row.reason_has in reason for reason in verdict.reasons), verdict.reasons
+
+
+def test_complete_verdict_with_a_signal_not_done_is_refused() -> None:
+    from sensors import Verdict
+
+    with pytest.raises(ValueError, match="not done"):
+        Verdict("s", State.COMPLETE, ("x",), {"log": reading("log", "working")}, 0.0, "h")
+
+
+def test_since_holds_while_the_state_holds() -> None:
+    memory = VerdictMemory()
+    readings = r(process=proc(cpu=1.0), log=log())
+    v1, memory = decide("s", "h", readings, POLICY, memory, 100.0)
+    v2, memory = decide("s", "h", r(process=proc(cpu=2.0), log=log()), POLICY, memory, 130.0)
+    assert v1.state is v2.state is State.RUNNING
+    assert v2.since == 100.0
+
+
+def test_verdict_json_schema() -> None:
+    v, _ = decide("extract", "gpu-box", r(process=proc(), log=log()), POLICY, VerdictMemory(), 1e9)
+    data = v.to_json()
+    assert set(data) >= {"stage", "verdict", "advance", "reasons", "checked_at", "host", "signals"}
+    assert data["verdict"] == "running" and data["advance"] is False
+    assert data["signals"]["process"]["evidence"]["pid"] == 4455
+    assert data["checked_at"].startswith("2001-09-09T01:46:40")
