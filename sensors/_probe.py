@@ -103,12 +103,16 @@ def build_script(
         ]
     if stage.outputs and stage.outputs.files:
         d = q(stage.outputs.files)
-        excludes = " ".join(f"! -name {q(p)}" for p in stage.outputs.exclude)
+        # `ls -f` (unsorted, no stat per entry) is ~3x faster than `find -name` on 100k
+        # entries; -q turns control characters (a newline in a name) into '?', so each entry
+        # is exactly one line. The glob is translated to an anchored ERE here.
+        excludes = "|".join(f"({glob_to_ere(p)})" for p in stage.outputs.exclude)
+        exclude_filter = f" | grep -v -E {q(excludes)}" if excludes else ""
         out += [
             "sec outputs",
             f"if [ -d {d} ] && [ -r {d} ] && [ -x {d} ]; then",
-            f"  find {d} -mindepth 1 -maxdepth 1 -name {q(stage.outputs.pattern)} {excludes}"
-            " -printf . 2>/dev/null | wc -c",
+            f"  ls -f -q -- {d} 2>/dev/null | grep -v -E '^[.][.]?$'{exclude_filter}"
+            f" | grep -c -E {q(glob_to_ere(stage.outputs.pattern))}",
             f"elif [ -e {d} ]; then echo unreadable; else echo missing; fi",
         ]
     if stage.outputs and stage.outputs.lines:
@@ -132,6 +136,46 @@ def build_script(
         out += [f"sec {q(name)}", snippet]
     out.append("sec end")
     return ("\n".join(out) + "\n").encode()
+
+
+def glob_to_ere(pattern: str) -> str:
+    """An anchored POSIX ERE matching the names that ``fnmatch``-style ``pattern`` matches.
+
+    Example:
+        >>> glob_to_ere("sample_*.pt")
+        '^sample_.*[.]pt$'
+    """
+    out = ["^"]
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        i += 1
+        if c == "*":
+            out.append(".*")
+        elif c == "?":
+            out.append(".")
+        elif c == "[":
+            j = i
+            if j < n and pattern[j] in "!^":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 1
+            if j >= n:  # no closing bracket: a literal '['
+                out.append("[[]")
+            else:
+                body = pattern[i:j]
+                i = j + 1
+                if body[:1] in ("!", "^"):
+                    body = "^" + body[1:]
+                out.append("[" + body.replace("\\", "\\\\") + "]")
+        elif c.isalnum() or c in "_-,:;@%/=~<>'\"\t #&":
+            out.append(c)
+        else:
+            out.append("[" + c + "]" if c not in "^\\" else "\\" + c)
+    out.append("$")
+    return "".join(out)
 
 
 def new_nonce() -> str:

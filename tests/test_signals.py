@@ -98,7 +98,9 @@ def test_post_process_after_completion_line_is_running(job_factory) -> None:
     _, checker = job_factory("post_process", spin=2.0)
     verdicts = _watch(checker)
     after_marker = [
-        v for v in verdicts if v.readings["log"].says is Says.DONE and v.readings["process"].says is Says.WORKING
+        v
+        for v in verdicts
+        if v.readings["log"].says is Says.DONE and v.readings["process"].says is Says.WORKING
     ]
     assert after_marker and all(v.state is State.RUNNING for v in after_marker)
     assert verdicts[-1].state is State.COMPLETE
@@ -151,7 +153,11 @@ def test_pid_and_zombie(tmp_path, host) -> None:
     if host.name != "local":
         pytest.skip("creates a local zombie")
     parent = subprocess.Popen(
-        [sys.executable, "-c", "import os,time\npid=os.fork()\nif pid==0: os._exit(0)\nprint(pid,flush=True)\ntime.sleep(60)"],
+        [
+            sys.executable,
+            "-c",
+            "import os,time\npid=os.fork()\nif pid==0: os._exit(0)\nprint(pid,flush=True)\ntime.sleep(60)",
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -177,7 +183,9 @@ def test_pid_reused_by_another_process_means_gone(host) -> None:
         assert checker.check().readings["process"].says is Says.WORKING
         # Pretend the PID was first seen with another start time: the identity differs.
         mem = checker._memory.process
-        checker._memory.process = type(mem)(mem.boot_id, {proc.pid: mem.identities[proc.pid] - 5}, mem.first_pids)
+        checker._memory.process = type(mem)(
+            mem.boot_id, {proc.pid: mem.identities[proc.pid] - 5}, mem.first_pids
+        )
         reading = checker.check().readings["process"]
         assert reading.says is Says.DONE and "another process" in reading.detail
     finally:
@@ -337,3 +345,20 @@ def test_outputs_jsonl_records_counted_incrementally(tmp_path, host) -> None:
     assert checker.check().readings["outputs"].says is Says.DONE
     f.write_text("{}\n")  # rewritten smaller: full recount
     assert checker.check().readings["outputs"].evidence["count"] == 1
+
+
+@pytest.mark.parametrize("pattern", ["*.pt", "sample_?.pt", "[!s]*", "a[bc]*", "*[0-9].pt", "x^y$*", "*(1).pt", "*.p+t", "*"])
+def test_glob_translation_matches_fnmatch(tmp_path, pattern) -> None:
+    """The outputs count uses grep -E on `ls -f` output; it must agree with fnmatch."""
+    import fnmatch
+
+    names = ["sample_1.pt", "sample_12.pt", "abc.pt", "acz", "x^y$z", "file(1).pt", "a.pt.tmp", "b.ppt",
+             "a.p+t", "aa.pt", "sp ace.pt", "ümlaut.pt", "7.pt", "[x].pt"]  # fmt: skip
+    d = tmp_path / "d"
+    d.mkdir()
+    for n in names:
+        (d / n).write_bytes(b"")
+    stage = {"stage": "g", "host": "local",
+             "outputs": {"files": str(d), "pattern": pattern, "expected": 1, "exclude": []}}  # fmt: skip
+    count = Checker(stage_from_dict(stage)).check().readings["outputs"].evidence["count"]
+    assert count == len(fnmatch.filter(names, pattern))
