@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from sensors._config import Stage
-from sensors._errors import HostError
+from sensors._errors import HostError, HostKeyError
 from sensors._hosts import Host, LocalHost
 from sensors._model import Reading, Says, Verdict
 from sensors._probe import (
@@ -88,7 +88,12 @@ class Checker:
     # ------------------------------------------------------------------ one check
 
     def check(self) -> Verdict:
-        """One check: read every signal in one round trip, decide, remember."""
+        """One check: read every signal in one round trip, decide, remember.
+
+        Host failures (connection refused, timeout, garbled answer) never raise: every
+        reading is ``unknown`` with the error as evidence. Only :class:`HostKeyError` is
+        raised: an unverifiable host key needs a person, not a retry.
+        """
         with self._lock:
             return self._check()
 
@@ -110,6 +115,10 @@ class Checker:
         timeout = stage.host.check_timeout if stage.host != "local" else 60.0
         try:
             output = self.host.run_script(script, timeout=timeout)
+        except HostKeyError:
+            # Not transient and not "unknown": a host whose key does not verify is never
+            # asked again until a person decides to trust it.
+            raise
         except HostError as exc:
             return self._host_failed(exc)
         sections = split_sections(output, nonce)
