@@ -149,11 +149,11 @@ def _status_one(stage: Stage) -> Verdict:
 def _status(stages: list[Stage], *, as_json: bool) -> int:
     with ThreadPoolExecutor(max_workers=min(32, len(stages))) as pool:
         verdicts = list(pool.map(_status_one, stages))
-    for verdict in verdicts:
-        if as_json:
+    if as_json:
+        for verdict in verdicts:
             _print_json(verdict)
-        else:
-            _print_table(verdict)
+    else:
+        _print_verdicts(verdicts)
     return _exit_code(verdicts)
 
 
@@ -199,8 +199,7 @@ def _wait(stages: list[Stage], *, as_json: bool, timeout: float | None) -> int:
             live.stop()
     verdicts = [finals[s.stage] for s in stages if s.stage in finals]
     if not as_json:
-        for verdict in verdicts:
-            _print_table(verdict)
+        _print_verdicts(verdicts)
     if any(v.state is State.FAILED for v in verdicts):
         return EXIT_FAILED
     if any(timed_out.values()):
@@ -283,6 +282,36 @@ def key_values(signal: str, evidence: dict[str, Any] | Any) -> str:
     else:
         parts = []
     return "  ".join(p for p in parts if p)
+
+
+def _print_verdicts(verdicts: Sequence[Verdict]) -> None:
+    """One stage: the detailed table. Several: one table, a row per stage."""
+    if len(verdicts) == 1:
+        _print_table(verdicts[0])
+        return
+    from rich.table import Table
+
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for column in ("stage", "host", "verdict", "process", "log", "outputs", "gpu", "why"):
+        table.add_column(column, overflow="fold")
+    for v in verdicts:
+        data = v.to_json()["signals"]
+        cells = []
+        for name in ("process", "log", "outputs", "gpu"):
+            r = data.get(name)
+            cells.append(
+                "—"
+                if r is None
+                else f"[{_SAYS_STYLE.get(r['says'], '')}]{r['says']}[/] " + key_values(name, r["evidence"])
+            )
+        table.add_row(
+            v.stage,
+            v.host,
+            f"[{_STYLE[v.state]}]{v.state.value.upper()}[/]",
+            *cells,
+            v.reasons[0] if v.reasons else "",
+        )
+    _console().print(table)
 
 
 def _print_table(verdict: Verdict) -> None:
