@@ -15,7 +15,6 @@ Run: ``python bench/local_probe.py [--files 100000] [--repeat 15]``.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sensors import Checker, stage_from_dict  # noqa: E402
+from sensors import Checker, stage_from_dict
 
 
 def _median_ms(fn, repeat: int) -> float:

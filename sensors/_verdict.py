@@ -197,12 +197,15 @@ def _rules(
         gone_for = now - (gone_since or now)
         if lg is not None and lg.says is Says.FAILED:
             return State.FAILED, [f"process gone: {p.detail}", f"log: {lg.detail}"], mem
-        if gpu_job_pids and gpu_job_busy:
+        if gpu_job_pids:
+            # Gone (or a zombie) yet its PIDs still hold a GPU context: the process table and
+            # the driver disagree. Busy or merely holding memory, it is not a clean exit.
+            held = "busy on" if gpu_job_busy else "holding memory on"
             return (
                 State.CONTRADICTION,
                 [
                     f"process says gone: {p.detail}",
-                    f"but the job's PIDs {gpu_job_pids} are still busy on the GPU: {g.detail if g else ''}",
+                    f"but the job's PIDs {gpu_job_pids} are still {held} the GPU: {g.detail if g else ''}",
                 ],
                 mem,
             )

@@ -66,7 +66,7 @@ def test_crash_is_failed_with_the_error_line(job_factory) -> None:
 
 
 def test_stall_alive_sleeping(job_factory) -> None:
-    job, checker = job_factory("stall", policy={"stall_after": "1500ms", "interval": "250ms"})
+    _job, checker = job_factory("stall", policy={"stall_after": "1500ms", "interval": "250ms"})
     states = []
     for v in checker.watch(timeout=20):
         states.append(v.state)
@@ -79,7 +79,7 @@ def test_stall_alive_sleeping(job_factory) -> None:
 
 def test_eta0_spin_is_running_never_complete(job_factory) -> None:
     """Incident 2: log says ETA 0 with one output left, the process spins on the CPU."""
-    job, checker = job_factory("eta0_spin", spin=2.5)
+    _job, checker = job_factory("eta0_spin", spin=2.5)
     during_spin = []
     verdicts = []
     for v in checker.watch(timeout=60):

@@ -198,6 +198,31 @@ ROWS = [
         "still busy on the GPU",
     ),
     Row(
+        "process gone (zombie) while its PIDs still hold GPU memory, GPU idle: contradiction",
+        checks((0, r(process=proc("done"), log=log("done"), gpu=gpu("done", (4455,), busy=False)))),
+        State.CONTRADICTION,
+        "holding memory on the GPU",
+    ),
+    Row(
+        "stuck in D while holding GPU memory: stalled, with the GPU evidence",
+        checks(
+            (0, r(process=proc(cpu=5.0, state="D"), log=log(size=10), gpu=gpu("done", (4455,)))),
+            (200, r(process=proc(cpu=5.0, state="D"), log=log(size=10), gpu=gpu("done", (4455,)))),
+            (800, r(process=proc(cpu=5.0, state="D"), log=log(size=10), gpu=gpu("done", (4455,)))),
+        ),
+        State.STALLED,
+        "hold GPU memory",
+    ),
+    Row(
+        "GPU busy, process alive and progressing: running",
+        checks(
+            (0, r(process=proc(cpu=1.0), log=log(size=10), gpu=gpu("working", (4455,), busy=True))),
+            (30, r(process=proc(cpu=9.0), log=log(size=99), gpu=gpu("working", (4455,), busy=True))),
+        ),
+        State.RUNNING,
+        "progress",
+    ),
+    Row(
         "GPU signal unknown (no driver) blocks complete",
         checks(
             (0, r(process=proc("done"), log=log("done"), gpu=reading("gpu", "unknown", "no NVIDIA driver"))),
