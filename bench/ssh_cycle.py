@@ -2,11 +2,11 @@
 
 Run: ``python bench/ssh_cycle.py [--reps N] [--hosts 5,50]``. Measured side by side:
 
-a. crosscheck: one probe script through ``SSHHost.run_script`` on a reused connection;
+a. crosscheck: one ``Checker.check()`` (probe + parsing + verdict) on a reused connection;
 b. naive: a new SSH connection per signal per check (4 connections, one command each), as an
    Airflow SSH sensor does. Each naive connection is an ``SSHHost`` too, so it has
    TCP_NODELAY; the real naive way also pays Nagle stalls, so this baseline is flattering;
-c. floor: ``true`` on a reused connection, plus the same probe script run locally (/bin/sh);
+c. floor: ``true`` on a reused connection, plus the same check run locally (/bin/sh);
 d. 5 vs 50 hosts (separate connections to the one sshd) checked concurrently by a thread
    pool. On loopback, the "remote" probes of all hosts run on this machine's own CPUs, so a
    second row uses a probe whose remote side only waits (``sleep 0.2``): that shows what the
@@ -35,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sensors._config import SSHSpec  # noqa: E402 - after the sys.path line above
+from sensors._check import Checker  # noqa: E402 - after the sys.path line above
+from sensors._config import SSHSpec, Stage, stage_from_dict  # noqa: E402
 from sensors._hosts import LocalHost  # noqa: E402
 from sensors._ssh import SSHHost  # noqa: E402
 from tests.sshd import SSHD, running_sshd  # noqa: E402
@@ -56,19 +57,6 @@ def make_workdir() -> Path:
     return work
 
 
-def fallback_script(work: Path) -> bytes:
-    """Stands in for the core's probe: the same reads, one tagged section each."""
-    log, out = work / "train.log", work / "out"
-    return (
-        "LC_ALL=C; export LC_ALL\n"
-        "echo '@@ process'; cat /proc/[0-9]*/stat 2>/dev/null\n"
-        "head -c 4096 /dev/null /proc/[0-9]*/cmdline 2>/dev/null\n"
-        f"echo '@@ log'; stat -c '%s %Y %i' '{log}'; tail -c 65536 '{log}'\n"
-        f"echo '@@ outputs'; find '{out}' -mindepth 1 -maxdepth 1 -name '*.pt' -printf . | wc -c\n"
-        "echo '@@ clock'; cat /proc/uptime; date +%s\n"
-    ).encode()
-
-
 def naive_commands(work: Path) -> list[bytes]:
     """One command per signal, as a sensor per signal would run them."""
     log, out = work / "train.log", work / "out"
@@ -80,25 +68,17 @@ def naive_commands(work: Path) -> list[bytes]:
     ]
 
 
-def probe_script(work: Path) -> tuple[bytes, str]:
-    """The core's probe when it has landed (``sensors._probe.build_script``), else ours."""
-    try:
-        from sensors._config import stage_from_dict
-        from sensors._probe import build_script  # type: ignore[import-not-found]
-
-        stage = stage_from_dict(
-            {
-                "stage": "bench",
-                "host": "local",
-                "process": {"match": "train[.]py"},
-                "log": {"path": str(work / "train.log"), "complete": "^done$"},
-                "outputs": {"files": str(work / "out"), "pattern": "*.pt", "expected": 500},
-            }
-        )
-        script = build_script(stage)
-        return (script if isinstance(script, bytes) else str(script).encode()), "sensors._probe"
-    except Exception:  # not landed yet, or a different signature: say which one ran
-        return fallback_script(work), "fallback script"
+def bench_stage(work: Path) -> Stage:
+    """The stage every side checks: process, log and outputs signals."""
+    return stage_from_dict(
+        {
+            "stage": "bench",
+            "host": "local",
+            "process": {"match": "train[.]py"},
+            "log": {"path": str(work / "train.log"), "complete": "^done$"},
+            "outputs": {"files": str(work / "out"), "pattern": "*.pt", "expected": 500},
+        }
+    )
 
 
 def median_ms(fn: Callable[[], object], reps: int) -> float:
@@ -127,21 +107,26 @@ def ensure_sh_user(server: SSHD) -> str | None:
     return SH_USER
 
 
-def check_all(pool: ThreadPoolExecutor, hosts: list[SSHHost], script: bytes) -> None:
+def check_all(pool: ThreadPoolExecutor, checkers: list[Checker]) -> None:
     """One check of every host at once, as a multi-stage ``crosscheck status`` does."""
-    list(pool.map(lambda host: host.run_script(script, timeout=TIMEOUT), hosts))
+    list(pool.map(lambda checker: checker.check(), checkers))
+
+
+def wait_all(pool: ThreadPoolExecutor, hosts: list[SSHHost]) -> None:
+    list(pool.map(lambda host: host.run_script(b"sleep 0.2\n", timeout=TIMEOUT), hosts))
 
 
 def bench_account(
-    server: SSHD, user: str, script: bytes, work: Path, reps: int, fleet: list[int]
+    server: SSHD, user: str, stage: Stage, work: Path, reps: int, fleet: list[int]
 ) -> dict[str, float]:
     spec = SSHSpec(**server.spec(user=user))
     res: dict[str, float] = {}
     with SSHHost(spec) as host:
-        res["a"] = median_ms(lambda: host.run_script(script, timeout=TIMEOUT), reps)
+        checker = Checker(stage, host=host)
+        assert checker.check().readings["outputs"].evidence["count"] == 500
+        res["a"] = median_ms(checker.check, reps)
         res["true"] = median_ms(lambda: host.run_script(b"true\n", timeout=TIMEOUT), reps)
-    local = LocalHost()
-    res["local"] = median_ms(lambda: local.run_script(script, timeout=TIMEOUT), reps)
+    res["local"] = median_ms(Checker(stage, host=LocalHost()).check, reps)
     res["c"] = res["true"] + res["local"]
 
     def naive() -> None:
@@ -155,10 +140,9 @@ def bench_account(
         hosts = [SSHHost(spec, name=f"host-{i}") for i in range(n)]
         try:
             with ThreadPoolExecutor(max_workers=n) as pool:
-                res[f"d{n}"] = median_ms(lambda p=pool, hs=hosts: check_all(p, hs, script), max(3, reps // 3))
-                res[f"w{n}"] = median_ms(
-                    lambda p=pool, hs=hosts: check_all(p, hs, b"sleep 0.2\n"), max(3, reps // 3)
-                )
+                checkers = [Checker(stage, host=h) for h in hosts]
+                res[f"d{n}"] = median_ms(lambda p=pool, cs=checkers: check_all(p, cs), max(3, reps // 3))
+                res[f"w{n}"] = median_ms(lambda p=pool, hs=hosts: wait_all(p, hs), max(3, reps // 3))
         finally:
             for h in hosts:
                 h.close()
@@ -172,21 +156,21 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     fleet = [int(x) for x in args.hosts.split(",")]
     work = make_workdir()
-    script, source = probe_script(work)
-    print(f"probe: {source}, {len(script)} bytes; median of {args.reps} (fleet: fewer)")
+    stage = bench_stage(work)
+    print(f"a full Checker.check() per check; median of {args.reps} (fleet: fewer)")
     with running_sshd() as server:
         accounts = [server.user]
         if (sh_user := ensure_sh_user(server)) is not None:
             accounts.append(sh_user)
-        results = {u: bench_account(server, u, script, work, args.reps, fleet) for u in accounts}
+        results = {u: bench_account(server, u, stage, work, args.reps, fleet) for u in accounts}
     subprocess.run(["rm", "-rf", str(work)], check=False)
 
     rows = [
-        ("a  crosscheck: probe on a reused connection", "a"),
+        ("a  crosscheck: a check on a reused connection", "a"),
         ("b  naive: 4 new connections, 1 command each", "b"),
-        ("c  floor: true (reused) + probe run locally", "c"),
+        ("c  floor: true (reused) + the check run locally", "c"),
         ("     true on a reused connection", "true"),
-        ("     probe via local /bin/sh", "local"),
+        ("     the check on the local host", "local"),
     ]
     for n in fleet:
         rows.append((f"d  {n} hosts concurrently, probe", f"d{n}"))

@@ -121,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_NOT_YET
     except KeyboardInterrupt:
         return 130
+    finally:
+        if "sensors._ssh" in sys.modules:
+            sys.modules["sensors._ssh"].close_all()
 
 
 def _exit_code(verdicts: Sequence[Verdict]) -> int:

@@ -12,11 +12,20 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 import pytest
 
 from sensors import LocalHost
+from tests.sshd import ssh_spec, sshd_private, sshd_server  # noqa: F401  (shared fixtures)
 
 
-@pytest.fixture(params=["local"])
+@pytest.fixture(params=["local", "ssh"])
 def host(request):
-    """The monitored host. The SSH suite adds an ``ssh`` parameter (see tests/sshd.py)."""
+    """The monitored host: every test that takes it runs locally and over SSH to a real
+    sshd on 127.0.0.1, so the two hosts cannot drift apart."""
     if request.param == "local":
-        return LocalHost()
-    raise NotImplementedError(request.param)
+        yield LocalHost()
+        return
+    from sensors._config import SSHSpec
+    from sensors._ssh import SSHHost
+
+    spec = request.getfixturevalue("ssh_spec")
+    ssh = SSHHost(SSHSpec(**spec))
+    yield ssh
+    ssh.close()

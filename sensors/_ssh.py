@@ -1,0 +1,646 @@
+"""The SSH host: one persistent paramiko connection per host, one round trip per check.
+
+This is the only module that imports paramiko. A check is a single
+``exec /bin/sh -s`` channel with the probe script on stdin, so the remote side needs only
+POSIX sh, and the remote *login* shell (bash, tcsh, fish) parses nothing but those three
+words. Failure modes and how they are handled (field notes, "SSH with paramiko"):
+
+- paramiko's keepalive never notices a dead server and ``is_active()`` can stay True, so
+  every check has a wall-clock deadline of its own; a timeout or a transport error drops
+  the connection and the next check reconnects, with a bounded tenacity backoff.
+- paramiko does not set TCP_NODELAY; without it every exec stalls ~40 ms (Nagle + delayed
+  ACK), so the socket is created here and the option set before paramiko sees it.
+- ``SSHClient`` parses nothing of ``~/.ssh/config``; HostName, Port, User, IdentityFile,
+  IdentitiesOnly and ProxyJump are applied here, explicit stage fields winning.
+- Host keys: known_hosts is loaded explicitly (a missing file is an error, not "trust
+  everything"), unknown or changed keys are refused, and the file is never written.
+
+Example:
+    >>> from sensors._config import SSHSpec
+    >>> host = get_host(SSHSpec(ssh="gpu-box", user="root"))  # doctest: +SKIP
+    >>> host.run_script(b"echo hi\\n", timeout=10)  # doctest: +SKIP
+    b'hi\\n'
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import re
+import select
+import shlex
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import paramiko
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from sensors._config import SSHSpec
+from sensors._errors import ConfigError, ConnectError, HostKeyError, ProbeError
+from sensors._hosts import spawn_script
+
+__all__ = ["SSHHost", "close_all", "get_host", "resolve_secret"]
+
+log = logging.getLogger("crosscheck.ssh")
+
+#: The whole remote command line. Every login shell in use parses it the same way
+#: (no redirections, quotes or variables: tcsh and fish differ from sh on all of those).
+REMOTE_COMMAND = "exec /bin/sh -s"
+
+#: Connect attempts per check; with the exponential wait below, a host that is down costs a
+#: check about 0.75 s plus the connect timeouts, and a check never waits longer than
+#: ``connect_timeout`` in backoff.
+CONNECT_ATTEMPTS = 3
+
+#: After a check timed out, how long a fresh channel open may take to prove the connection
+#: still alive (a slow remote command must not cost the other stages on this host their
+#: connection; a dead server fails this and the connection is dropped).
+LIVENESS_TIMEOUT = 2.0
+
+#: Bytes of remote stderr kept for error messages.
+STDERR_KEEP = 2000
+
+SecretResolver = Callable[[str], str]
+
+
+def resolve_secret(ref: str) -> str:
+    """Resolve an ``env:NAME`` or ``block:NAME`` (a Prefect Secret block) reference.
+
+    The value is never logged and never put into an error message.
+
+    Raises:
+        ConfigError: the variable is unset or the block cannot be loaded.
+
+    Example:
+        >>> os.environ["GPU_BOX_PASSPHRASE"] = "s3cret"
+        >>> resolve_secret("env:GPU_BOX_PASSPHRASE")
+        's3cret'
+    """
+    kind, _, name = ref.partition(":")
+    if kind == "env":
+        value = os.environ.get(name)
+        if value is None:
+            raise ConfigError(f"environment variable {name} is not set", field="host")
+        return value
+    if kind == "block":
+        try:
+            # Imported lazily: sensors/ must not import Prefect at module level.
+            from prefect.blocks.system import Secret
+
+            value = Secret.load(name).get()
+        except Exception as exc:
+            # The exception text of a failed load names the block, never its value.
+            raise ConfigError(
+                f"cannot load Prefect Secret block {name!r}: {type(exc).__name__}", field="host"
+            ) from None
+        return str(value)
+    raise ConfigError("secrets are referenced as env:NAME or block:NAME", field="host")
+
+
+@dataclass(frozen=True)
+class _Endpoint:
+    """One SSH server to authenticate to, after ssh config was applied."""
+
+    alias: str
+    hostname: str
+    port: int
+    user: str
+    key_files: tuple[str, ...] = ()
+    identities_only: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.hostname}:{self.port}"
+
+    @property
+    def known_hosts_name(self) -> str:
+        # known_hosts spells non-default ports as [host]:port (sshd(8) "SSH_KNOWN_HOSTS").
+        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+
+
+@dataclass(frozen=True)
+class _Route:
+    target: _Endpoint
+    jumps: tuple[_Endpoint, ...] = field(default=())
+
+
+def _load_ssh_config(path: str | None) -> paramiko.SSHConfig:
+    if path is None:
+        default = os.path.expanduser("~/.ssh/config")
+        if not os.path.exists(default):
+            return paramiko.SSHConfig()
+        path = default
+    path = os.path.expanduser(path)
+    try:
+        return paramiko.SSHConfig.from_path(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot read ssh config {path}: {exc.strerror}", field="host.config") from exc
+    except Exception as exc:  # paramiko raises bare ConfigParseError / ValueError
+        raise ConfigError(f"cannot parse ssh config {path}: {exc}", field="host.config") from None
+
+
+def _endpoint(
+    cfg: paramiko.SSHConfig,
+    alias: str,
+    *,
+    port: int | None = None,
+    user: str | None = None,
+    key: str | None = None,
+) -> tuple[_Endpoint, str | None]:
+    """Apply ssh config to ``alias``; explicit values win. Returns the ProxyJump value too."""
+    entry = cfg.lookup(alias)
+    if "proxycommand" in entry and "proxyjump" not in entry:
+        # Silently connecting directly instead would bypass what the user configured.
+        raise ConfigError(
+            f"ssh config for {alias!r} uses ProxyCommand, which is not supported; use ProxyJump",
+            field="host.ssh",
+        )
+    try:
+        cfg_port = int(entry["port"]) if "port" in entry else None
+    except ValueError:
+        raise ConfigError(f"ssh config for {alias!r}: bad Port", field="host.ssh") from None
+    keys = (
+        (os.path.expanduser(key),)
+        if key
+        else tuple(os.path.expanduser(k) for k in entry.get("identityfile", ()))
+    )
+    ep = _Endpoint(
+        alias=alias,
+        hostname=entry.get("hostname", alias),
+        port=port or cfg_port or 22,
+        user=user or entry.get("user") or getpass.getuser(),
+        key_files=keys,
+        identities_only=entry.get("identitiesonly", "no").lower() == "yes",
+    )
+    jump = entry.get("proxyjump")
+    return ep, (None if jump in (None, "none") else jump)
+
+
+_JUMP = re.compile(r"^(?:(?P<user>[^@]+)@)?(?P<host>\[[^\]]+\]|[^:]+)(?::(?P<port>\d+))?$")
+
+
+def _route(spec: SSHSpec) -> _Route:
+    """Resolve the stage's host section (and ssh config) into endpoints; no network."""
+    cfg = _load_ssh_config(spec.config)
+    target, jump_value = _endpoint(cfg, spec.ssh, port=spec.port, user=spec.user, key=spec.key)
+    jumps: list[_Endpoint] = []
+    # ProxyJump lists hops in order, comma-separated; each hop's own ssh config applies
+    # (but not its own ProxyJump, unlike OpenSSH: keep the chain what the user wrote).
+    for hop in (jump_value or "").split(","):
+        hop = hop.strip()
+        if not hop:
+            continue
+        m = _JUMP.match(hop.removeprefix("ssh://"))
+        if not m:
+            raise ConfigError(f"cannot parse ProxyJump {hop!r}", field="host.ssh")
+        ep, _ = _endpoint(
+            cfg,
+            m["host"].strip("[]"),
+            port=int(m["port"]) if m["port"] else None,
+            user=m["user"],
+        )
+        jumps.append(ep)
+    return _Route(target=target, jumps=tuple(jumps))
+
+
+class _Unknown(Exception):
+    """Raised from the missing-host-key policy, carrying the key the server offered."""
+
+    def __init__(self, name: str, key: paramiko.PKey):
+        self.name = name
+        self.key = key
+        super().__init__(name)
+
+
+class _RefuseUnknown(paramiko.RejectPolicy):
+    """RejectPolicy that keeps the offered key, so the error can show its fingerprint."""
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey):
+        raise _Unknown(hostname, key)
+
+
+class _Transient(Exception):
+    """A connect failure worth retrying (refused, reset, timeout); wraps a ConnectError."""
+
+    def __init__(self, error: ConnectError):
+        self.error = error
+        super().__init__(str(error))
+
+
+def _key_text(key: paramiko.PKey) -> str:
+    return f"{key.get_name()} {key.fingerprint}"
+
+
+class SSHHost:
+    """A remote host reached over SSH, implementing the :class:`~sensors._hosts.Host` seam.
+
+    One persistent connection, opened on first use and reused by every check and by every
+    stage sharing this object (use :func:`get_host` to share it); channels on it are opened
+    concurrently from several threads, connecting and reconnecting happen under a lock.
+
+    Args:
+        spec: the stage's ``host:`` section.
+        name: label for evidence and errors; defaults to ``spec.ssh``.
+        secret_resolver: turns ``env:NAME`` / ``block:NAME`` into a secret;
+            defaults to :func:`resolve_secret`.
+        sleep: used for the reconnect backoff (tests pass a no-op).
+
+    Example:
+        >>> from sensors._config import SSHSpec
+        >>> host = SSHHost(SSHSpec(ssh="gpu-box", user="root", connect_timeout=5))
+        >>> out = host.run_script(b"uname -n\\n", timeout=10)  # doctest: +SKIP
+        >>> host.close()
+    """
+
+    nvml = False
+
+    def __init__(
+        self,
+        spec: SSHSpec,
+        *,
+        name: str | None = None,
+        secret_resolver: SecretResolver | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.spec = spec
+        self.name = name or spec.ssh
+        self.route = _route(spec)
+        self._resolve = secret_resolver or resolve_secret
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._clients: list[paramiko.SSHClient] = []  # jump hops first, target last
+        self._transport: paramiko.Transport | None = None
+        #: Connections opened so far (tests and the bench read it to prove reuse).
+        self.connects = 0
+
+    # -- connection -----------------------------------------------------------------------
+
+    def _known_hosts(self) -> str:
+        path = os.path.expanduser(self.spec.known_hosts)
+        if not os.path.isfile(path):
+            # paramiko's load_system_host_keys() ignores a missing file; then every key
+            # would be "unknown" and the only way forward would be trusting blindly.
+            raise HostKeyError(
+                f"known_hosts file {path} does not exist; refusing to trust any host key "
+                f"(create it with: ssh-keyscan -p {self.route.target.port} "
+                f"{self.route.target.hostname} >> {shlex.quote(path)}, after verifying the key)",
+                host=self.name,
+            )
+        return path
+
+    def _socket(self, ep: _Endpoint) -> socket.socket:
+        timeout = self.spec.connect_timeout
+        try:
+            sock = socket.create_connection((ep.hostname, ep.port), timeout=timeout)
+        except OSError as exc:
+            raise _Transient(ConnectError(f"cannot connect to {ep.label}: {exc}", host=self.name)) from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def _authenticate(
+        self, ep: _Endpoint, sock: socket.socket | paramiko.Channel, known_hosts: str
+    ) -> paramiko.SSHClient:
+        timeout = self.spec.connect_timeout
+        client = paramiko.SSHClient()
+        # get_host_keys().load() instead of load_host_keys(): the latter remembers the file
+        # name, and save_host_keys() or any auto-add policy could then write to it.
+        try:
+            client.get_host_keys().load(known_hosts)
+        except (OSError, paramiko.SSHException) as exc:
+            raise HostKeyError(f"cannot read known_hosts {known_hosts}: {exc}", host=self.name) from exc
+        client.set_missing_host_key_policy(_RefuseUnknown())
+        is_target = ep is self.route.target
+        password = passphrase = None
+        if is_target and self.spec.password:
+            password = self._resolve(self.spec.password)
+        if is_target and self.spec.passphrase:
+            passphrase = self._resolve(self.spec.passphrase)
+        try:
+            client.connect(
+                ep.hostname,
+                port=ep.port,
+                username=ep.user,
+                password=password,
+                passphrase=passphrase,
+                key_filename=list(ep.key_files) or None,
+                look_for_keys=not ep.key_files,
+                allow_agent=not ep.identities_only,
+                sock=sock,
+                timeout=timeout,
+                banner_timeout=timeout,
+                auth_timeout=timeout,
+                channel_timeout=timeout,  # paramiko's default is an hour
+            )
+        except _Unknown as exc:
+            client.close()
+            raise HostKeyError(
+                f"host key for {ep.label} is not in {known_hosts} (looked up as {exc.name}); "
+                f"the server offered {_key_text(exc.key)}. After verifying that fingerprint "
+                f"out of band, trust it with: ssh-keyscan -p {ep.port} {ep.hostname} "
+                f">> {shlex.quote(known_hosts)}",
+                host=self.name,
+            ) from None
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise HostKeyError(
+                f"host key for {ep.label} does not match {known_hosts}: the server offered "
+                f"{_key_text(exc.key)}, known_hosts has {_key_text(exc.expected_key)}. "
+                "Possibly a man-in-the-middle; if the host was reinstalled, verify the new "
+                f"key, remove the old entry (ssh-keygen -R '{ep.known_hosts_name}' -f "
+                f"{shlex.quote(known_hosts)}) and trust the new one with: ssh-keyscan -p "
+                f"{ep.port} {ep.hostname} >> {shlex.quote(known_hosts)}",
+                host=self.name,
+            ) from None
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            # Permanent: retrying the same credentials only fills the server's auth log.
+            raise ConnectError(
+                f"authentication as {ep.user}@{ep.label} failed: {type(exc).__name__}",
+                host=self.name,
+            ) from None
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            client.close()
+            raise _Transient(
+                ConnectError(f"SSH handshake with {ep.label} failed: {exc}", host=self.name)
+            ) from exc
+        except Exception:
+            client.close()
+            raise
+        return client
+
+    def _open(self) -> None:
+        """Connect through the jump hops to the target; called with the lock held."""
+        known_hosts = self._known_hosts()
+        clients: list[paramiko.SSHClient] = []
+        try:
+            sock: socket.socket | paramiko.Channel | None = None
+            for ep in (*self.route.jumps, self.route.target):
+                if sock is None:
+                    sock = self._socket(ep)
+                client = self._authenticate(ep, sock, known_hosts)
+                clients.append(client)
+                sock = None
+                if ep is not self.route.target:
+                    nxt = self._next_hop(ep)
+                    try:
+                        sock = client.get_transport().open_channel(
+                            "direct-tcpip",
+                            (nxt.hostname, nxt.port),
+                            ("127.0.0.1", 0),
+                            timeout=self.spec.connect_timeout,
+                        )
+                    except (paramiko.SSHException, EOFError, OSError) as exc:
+                        raise _Transient(
+                            ConnectError(
+                                f"jump host {ep.label} cannot reach {nxt.label}: {exc}",
+                                host=self.name,
+                            )
+                        ) from exc
+        except BaseException:
+            for c in clients:
+                c.close()
+            raise
+        self._clients = clients
+        self._transport = clients[-1].get_transport()
+        self.connects += 1
+        log.debug("connected to %s (%s)", self.name, self.route.target.label)
+
+    def _next_hop(self, ep: _Endpoint) -> _Endpoint:
+        hops = (*self.route.jumps, self.route.target)
+        return hops[hops.index(ep) + 1]
+
+    def _connect(self) -> paramiko.Transport:
+        """The live transport, connecting (with bounded backoff) when there is none."""
+        transport = self._transport
+        if transport is not None and transport.is_active():
+            return transport
+        with self._lock:
+            # Another thread may have reconnected while this one waited for the lock.
+            if self._transport is not None and self._transport.is_active():
+                return self._transport
+            self._drop_locked()
+            retrying = Retrying(
+                stop=stop_after_attempt(CONNECT_ATTEMPTS) | stop_after_delay(self.spec.connect_timeout),
+                wait=wait_exponential(multiplier=0.25, max=2.0),
+                retry=retry_if_exception_type(_Transient),
+                sleep=self._sleep,
+                reraise=True,
+            )
+            try:
+                retrying(self._open)
+            except _Transient as exc:
+                raise exc.error from exc.__cause__
+            assert self._transport is not None
+            return self._transport
+
+    def _drop(self, transport: paramiko.Transport | None = None) -> None:
+        """Drop the connection (only if it still is ``transport``, when given)."""
+        with self._lock:
+            if transport is None or transport is self._transport:
+                self._drop_locked()
+
+    def _drop_locked(self) -> None:
+        clients, self._clients, self._transport = self._clients, [], None
+        for client in reversed(clients):
+            try:
+                client.close()
+            except Exception:  # closing a broken connection may raise anything; it is gone
+                log.debug("error closing connection to %s", self.name, exc_info=True)
+
+    # -- Host protocol --------------------------------------------------------------------
+
+    def run_script(self, script: bytes, *, timeout: float) -> bytes:
+        """Run ``script`` with ``/bin/sh -s`` on the host and return its stdout.
+
+        ``timeout`` is a wall-clock deadline for the exchange itself; connecting is bounded
+        separately by ``connect_timeout``.
+
+        Raises:
+            HostKeyError: the host key is unknown or changed, or known_hosts is missing.
+            ConnectError: connecting or authenticating failed, or the connection dropped.
+            ProbeError: the script did not finish within ``timeout``.
+        """
+        return self._run(script, timeout=timeout)[0]
+
+    def _run(self, script: bytes, *, timeout: float) -> tuple[bytes, bytes, int | None]:
+        transport = self._connect()
+        deadline = time.monotonic() + timeout
+        try:
+            chan = transport.open_session(timeout=min(timeout, self.spec.connect_timeout))
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            self._drop(transport)
+            raise ConnectError(f"connection lost: cannot open a channel: {exc}", host=self.name) from exc
+        try:
+            return _exchange(chan, script, deadline)
+        except _Deadline:
+            chan.close()
+            self._check_alive(transport)
+            raise ProbeError(f"probe did not finish within {timeout:g}s", host=self.name) from None
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            self._drop(transport)
+            raise ConnectError(f"connection lost during the check: {exc}", host=self.name) from exc
+        finally:
+            chan.close()
+
+    def _check_alive(self, transport: paramiko.Transport) -> None:
+        """After a timeout: keep the connection only if the server still answers."""
+        try:
+            chan = transport.open_session(timeout=min(LIVENESS_TIMEOUT, self.spec.connect_timeout))
+        except Exception:  # dead or wedged, whatever paramiko says: reconnect next time
+            log.info("dropping the connection to %s after a timeout", self.name)
+            self._drop(transport)
+        else:
+            chan.close()
+
+    def spawn(self, argv: Sequence[str], *, log_path: str, cwd: str | None = None) -> int:
+        """Start ``argv`` detached on the host (nohup, own session); return its PID.
+
+        ``argv`` is quoted word by word (never parsed by a shell), so ``["/bin/echo",
+        "; touch /tmp/x"]`` only echoes.
+        """
+        script = spawn_script(argv, log_path=log_path, cwd=cwd)
+        out, err, status = self._run(script, timeout=self.spec.check_timeout)
+        m = re.search(rb"^pid (\d+)$", out, re.MULTILINE)
+        if not m:
+            why = "cannot cd to the working directory" if status == 97 else f"exit {status}"
+            detail = err.decode("utf-8", "replace").strip()[-300:]
+            raise ProbeError(f"spawn failed ({why}): {detail or 'no output'}", host=self.name)
+        return int(m.group(1))
+
+    def close(self) -> None:
+        self._drop()
+
+    def __enter__(self) -> SSHHost:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        t = self.route.target
+        return f"SSHHost({self.name!r}, {t.user}@{t.label})"
+
+
+class _Deadline(Exception):
+    pass
+
+
+def _exchange(chan: paramiko.Channel, script: bytes, deadline: float) -> tuple[bytes, bytes, int | None]:
+    """Send ``script``, read stdout and stderr to EOF before the deadline.
+
+    Both streams are drained as data arrives: stderr shares the channel window, so reading
+    only stdout (or calling ``recv_exit_status`` first) deadlocks once 2 MB are unread.
+    """
+    # paramiko's exec_command() waits for the server's reply with no timeout at all, and a
+    # dead server never replies: a watchdog closes the channel at the deadline, which wakes
+    # every wait on it (Channel._set_closed sets its events).
+    fired = threading.Event()
+
+    def expire() -> None:
+        fired.set()
+        chan.close()
+
+    watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
+    watchdog.daemon = True  # it may block sending CLOSE on a wedged transport
+    watchdog.start()
+    try:
+        out, err, status = _exchange_inner(chan, script, deadline)
+    except (paramiko.SSHException, EOFError, OSError):
+        if fired.is_set():
+            raise _Deadline from None
+        raise
+    finally:
+        watchdog.cancel()
+    if fired.is_set():
+        raise _Deadline
+    return out, err, status
+
+
+def _exchange_inner(
+    chan: paramiko.Channel, script: bytes, deadline: float
+) -> tuple[bytes, bytes, int | None]:
+    def remaining() -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _Deadline
+        return left
+
+    chan.settimeout(remaining())
+    chan.exec_command(REMOTE_COMMAND)
+    chan.settimeout(remaining())
+    try:
+        chan.sendall(script)
+    except TimeoutError:
+        raise _Deadline from None
+    chan.shutdown_write()
+    out: list[bytes] = []
+    err = bytearray()
+    # The channel's fileno() is readable whenever either buffer holds data, and forever
+    # once EOF arrived or the channel closed.
+    fd = chan.fileno()
+    while True:
+        while chan.recv_ready():
+            out.append(chan.recv(1 << 20))
+        while chan.recv_stderr_ready():
+            err += chan.recv_stderr(1 << 20)
+            del err[:-STDERR_KEEP]
+        if chan.eof_received or chan.closed:
+            if chan.recv_ready() or chan.recv_stderr_ready():
+                continue
+            break
+        select.select([fd], [], [], remaining())
+    if not chan.eof_received:
+        # Closed without EOF: the transport died under us (paramiko closes every channel
+        # then); what was read may be a truncated answer, so it is not an answer.
+        raise EOFError("the connection closed before the script finished")
+    # The exit status travels with EOF; a short bounded wait, never past the deadline.
+    status = None
+    left = deadline - time.monotonic()
+    if left > 0 and chan.status_event.wait(min(left, 1.0)):
+        status = chan.exit_status
+    return b"".join(out), bytes(err), status
+
+
+_pool: dict[tuple[str, str, int], SSHHost] = {}
+_pool_lock = threading.Lock()
+
+
+def get_host(spec: SSHSpec, **kwargs: object) -> SSHHost:
+    """The shared :class:`SSHHost` for ``spec``'s (user, hostname, port), created on demand.
+
+    Stages on one host share one connection. The first spec seen for a key decides the
+    connection settings (key file, known_hosts, timeouts).
+
+    Example:
+        >>> from sensors._config import SSHSpec
+        >>> a = get_host(SSHSpec(ssh="gpu-box", user="root"))
+        >>> a is get_host(SSHSpec(ssh="gpu-box", user="root", port=22))
+        True
+    """
+    route = _route(spec)
+    t = route.target
+    key = (t.user, t.hostname, t.port)
+    with _pool_lock:
+        host = _pool.get(key)
+        if host is None:
+            host = _pool[key] = SSHHost(spec, **kwargs)  # type: ignore[arg-type]
+        return host
+
+
+def close_all() -> None:
+    """Close and forget every pooled connection (at exit, or between tests)."""
+    with _pool_lock:
+        hosts = list(_pool.values())
+        _pool.clear()
+    for host in hosts:
+        host.close()
