@@ -216,10 +216,8 @@ def _wait(stages: list[Stage], *, as_json: bool, timeout: float | None) -> int:
 def _notifier(stage: Stage) -> Callable[[Verdict], Any] | None:
     if stage.notify is None:
         return None
-    try:
-        from sensors._notify import Notifier
-    except ImportError:  # pragma: no cover - until notifications land
-        return None
+    from sensors._notify import Notifier
+
     notifier = Notifier(stage.notify, stage=stage.stage)
     return notifier.observe
 
