@@ -50,6 +50,7 @@ class _Memory:
     gpu: object | None = None
     verdict: VerdictMemory = field(default_factory=VerdictMemory)
     job_pids: tuple[int, ...] = ()
+    static: Meta | None = None  # clock tick rate, hostname, lxcfs: read once per boot
 
 
 class Checker:
@@ -102,16 +103,16 @@ class Checker:
         nonce = new_nonce()
         extra = self._gpu_sections()
         outputs_mem = mem.outputs or OutputsMemory()
-        script = build_script(
-            stage,
-            nonce,
-            ProbeState(
-                pids=mem.job_pids,
-                lines_inode=outputs_mem.lines_inode,
-                lines_size=outputs_mem.lines_size,
-            ),
-            extra,
+        static = mem.static
+        probe_state = ProbeState(
+            pids=mem.job_pids,
+            lines_inode=outputs_mem.lines_inode,
+            lines_size=outputs_mem.lines_size,
+            clk_tck=static.clk_tck if static else None,
+            hostname=static.hostname if static else None,
+            uptime_virtualised=static.uptime_virtualised if static else False,
         )
+        script = build_script(stage, nonce, probe_state, extra)
         timeout = stage.host.check_timeout if stage.host != "local" else 60.0
         try:
             output = self.host.run_script(script, timeout=timeout)
@@ -122,11 +123,16 @@ class Checker:
         except HostError as exc:
             return self._host_failed(exc)
         sections = split_sections(output, nonce)
-        meta = parse_meta(sections.get("meta"))
+        meta = parse_meta(sections.get("meta"), probe_state)
         if "end" not in sections or meta.now is None:
             return self._host_failed(
                 HostError("the probe's answer was cut short or garbled", host=self.host.name)
             )
+        if static is not None and meta.boot_id != static.boot_id:
+            # Rebooted: what was static may not be any more (read again next check).
+            mem.static = None
+        elif meta.clk_tck:
+            mem.static = meta
         readings: dict[str, Reading] = {}
         job_pids: frozenset[int] | None = None
         host = self.host.name

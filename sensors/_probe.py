@@ -41,6 +41,9 @@ class ProbeState:
     pids: tuple[int, ...] = ()  # the job's PIDs last time: their /proc/PID/io is read
     lines_inode: int | None = None  # outputs.lines: count only the bytes added since
     lines_size: int = 0
+    clk_tck: int | None = None  # read once: static while the host is up
+    hostname: str | None = None
+    uptime_virtualised: bool = False
 
 
 def build_script(
@@ -56,30 +59,41 @@ def build_script(
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; export PATH",
         f"N={q(nonce)}",
         'sec() { printf \'\\n@@crosscheck %s %s\\n\' "$N" "$1"; }',
-        # meta: the monitored host's clocks, read together in this one script.
+        # meta: the monitored host's clocks, read together in this one script. Shell
+        # builtins (read) instead of a process per file: forks are most of a probe's cost.
         "sec meta",
         'echo "pid $$"',
         'echo "now $(date +%s.%N 2>/dev/null)"',
-        'echo "uptime $(cat /proc/uptime 2>/dev/null)"',
-        'echo "boot_id $(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"',
-        "grep '^btime ' /proc/stat 2>/dev/null",
-        'echo "clk_tck $(getconf CLK_TCK 2>/dev/null)"',
-        'echo "hostname $(uname -n 2>/dev/null)"',
-        # lxcfs (and the like) mount a virtual file over /proc/uptime in containers: the
-        # procps etime bug's trigger (field-notes.md). Count such mounts.
-        "echo \"uptime_mounts $(grep -c ' /proc/uptime ' /proc/self/mountinfo 2>/dev/null)\"",
+        'read -r up _ </proc/uptime 2>/dev/null && echo "uptime $up"',
+        'read -r bid </proc/sys/kernel/random/boot_id 2>/dev/null && echo "boot_id $bid"',
+        'while read -r k v _; do [ "$k" = btime ] && { echo "btime $v"; break; }; done'
+        " </proc/stat 2>/dev/null",
     ]
+    if state.clk_tck is None:
+        # What does not change while the host is up is read once, on the first check.
+        out += [
+            'echo "clk_tck $(getconf CLK_TCK 2>/dev/null)"',
+            'echo "hostname $(uname -n 2>/dev/null)"',
+            # lxcfs (and the like) mount a virtual file over /proc/uptime in containers:
+            # the procps etime bug's trigger (field-notes.md). Count such mounts.
+            "echo \"uptime_mounts $(grep -c ' /proc/uptime ' /proc/self/mountinfo 2>/dev/null)\"",
+        ]
     if stage.process:
         out += [
             "sec stat",
-            f"ST=$(cat /proc/[0-9]*/stat 2>/dev/null | head -c {STAT_CAP})",
-            'printf "%s\\n" "$ST"',
             # A thread-group leader that called pthread_exit shows Z while its threads run:
-            # read the threads of zombie leaders (rare, so cheap).
-            "sec tasks",
-            "for p in $(printf '%s\\n' \"$ST\" | sed -n 's/^\\([0-9]*\\) (.*) Z .*/\\1/p'); do",
-            '  echo "== $p"; cat /proc/$p/task/*/stat 2>/dev/null',
-            "done",
+            # awk passes every line through and, for zombie leaders (rare), dumps their
+            # threads' stat into the next section.
+            f'cat /proc/[0-9]*/stat 2>/dev/null | head -c {STAT_CAP} | awk -v N="$N" \''
+            '{ print } /[)] Z [^)]*$/ { z = z " " $1 } '
+            'END { printf "\\n@@crosscheck %s tasks\\n", N; n = split(z, a, " "); '
+            'for (i = 1; i <= n; i++) { print "== " a[i]; '
+            'system("cat /proc/" a[i] "/task/*/stat 2>/dev/null") } '
+            # A zombie leader's own cmdline reads empty; its live threads still show it.
+            'printf "\\n@@crosscheck %s taskcmd\\n", N; '
+            "for (i = 1; i <= n; i++) "
+            f'system("head -c {CMDLINE_PER_PROCESS} /dev/null /proc/" a[i] '
+            '"/task/*/cmdline 2>/dev/null") }\'',
             "sec cmdline",
             # /dev/null first makes head print a header even when one process matches.
             f"head -c {CMDLINE_PER_PROCESS} /dev/null /proc/[0-9]*/cmdline 2>/dev/null"
@@ -90,7 +104,9 @@ def build_script(
             out += [
                 "sec io",
                 f"for p in {pids}; do",
-                '  echo "== $p"; cat /proc/$p/io 2>/dev/null',
+                '  echo "== $p"',
+                "  while IFS=': ' read -r k v; do case $k in rchar|wchar) echo \"$k: $v\";; esac;"
+                " done </proc/$p/io 2>/dev/null",
                 "done",
             ]
     if stage.log:
@@ -106,12 +122,11 @@ def build_script(
         # `ls -f` (unsorted, no stat per entry) is ~3x faster than `find -name` on 100k
         # entries; -q turns control characters (a newline in a name) into '?', so each entry
         # is exactly one line. The glob is translated to an anchored ERE here.
-        excludes = "|".join(f"({glob_to_ere(p)})" for p in stage.outputs.exclude)
-        exclude_filter = f" | grep -v -E {q(excludes)}" if excludes else ""
+        excludes = "|".join(["^[.][.]?$", *(f"({glob_to_ere(p)})" for p in stage.outputs.exclude)])
         out += [
             "sec outputs",
             f"if [ -d {d} ] && [ -r {d} ] && [ -x {d} ]; then",
-            f"  ls -f -q -- {d} 2>/dev/null | grep -v -E '^[.][.]?$'{exclude_filter}"
+            f"  ls -f -q -- {d} 2>/dev/null | grep -v -E {q(excludes)}"
             f" | grep -c -E {q(glob_to_ere(stage.outputs.pattern))}",
             f"elif [ -e {d} ]; then echo unreadable; else echo missing; fi",
         ]
@@ -207,7 +222,8 @@ class Meta:
     uptime_virtualised: bool
 
 
-def parse_meta(body: bytes | None) -> Meta:
+def parse_meta(body: bytes | None, known: ProbeState | None = None) -> Meta:
+    """The meta section; static facts the script skipped come from ``known``."""
     fields: dict[str, str] = {}
     for line in (body or b"").decode("utf-8", "replace").splitlines():
         key, _, value = line.partition(" ")
@@ -229,10 +245,14 @@ def parse_meta(body: bytes | None) -> Meta:
         uptime=num("uptime"),
         btime=num("btime", int),
         boot_id=fields.get("boot_id") or None,
-        clk_tck=num("clk_tck", int),
+        clk_tck=num("clk_tck", int) or (known.clk_tck if known else None),
         script_pid=num("pid", int),
-        hostname=fields.get("hostname") or None,
-        uptime_virtualised=(num("uptime_mounts", int) or 0) > 0,
+        hostname=fields.get("hostname") or (known.hostname if known else None),
+        uptime_virtualised=(
+            (num("uptime_mounts", int) or 0) > 0
+            if "uptime_mounts" in fields
+            else bool(known and known.uptime_virtualised)
+        ),
     )
 
 
@@ -298,6 +318,23 @@ def parse_cmdlines(body: bytes | None) -> dict[int, str]:
         text = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
         cmdlines[int(m.group(1))] = text
     return cmdlines
+
+
+_TASK_CMD_HEADER = re.compile(rb"(?:^|\n)==> /proc/(\d+)/task/(\d+)/cmdline <==\n")
+
+
+def parse_task_cmdlines(body: bytes | None) -> dict[int, str]:
+    """Leader PID → the command line its threads show (for zombie leaders with live threads)."""
+    data = body or b""
+    result: dict[int, str] = {}
+    matches = list(_TASK_CMD_HEADER.finditer(data))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(data)
+        text = data[m.end() : end].rstrip(b"\n").rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+        leader = int(m.group(1))
+        if text and leader not in result:
+            result[leader] = text
+    return result
 
 
 def parse_io(body: bytes | None) -> dict[int, int]:

@@ -24,6 +24,7 @@ from sensors._probe import (
     parse_io,
     parse_stat_line,
     parse_stats,
+    parse_task_cmdlines,
 )
 
 #: How far two elapsed-time sources may disagree before neither is believed (seconds).
@@ -121,6 +122,9 @@ def read_process(
     if not stats:
         return unknown("no process could be read from /proc")
     cmdlines = parse_cmdlines(cmd_body)
+    for leader, text in parse_task_cmdlines(sections.get("taskcmd")).items():
+        if not cmdlines.get(leader):
+            cmdlines[leader] = text
     tasks: dict[int, list[ProcStat]] = {}
     leader: int | None = None
     for line in sections.get("tasks", b"").decode("utf-8", "replace").split("\n"):
@@ -153,9 +157,17 @@ def read_process(
         how = f"pid {spec.pid}"
     else:
         rx = re.compile(spec.match or "")
-        candidates = sorted(
-            pid for pid, cmd in cmdlines.items() if pid not in excluded and cmd and rx.search(cmd)
-        )
+        matched = {pid for pid, cmd in cmdlines.items() if pid not in excluded and cmd and rx.search(cmd)}
+        # Once matched, a process stays the job while its identity (boot, pid, start ticks)
+        # holds, even if its command line stops matching (setproctitle, or a zombie leader
+        # whose cmdline reads empty while its threads still run).
+        if not boot_changed:
+            matched |= {
+                pid
+                for pid, start in memory.identities.items()
+                if pid in stats and stats[pid].starttime == start and pid not in excluded
+            }
+        candidates = sorted(matched)
         reused = False
         how = f"match {spec.match!r}"
 
@@ -324,21 +336,33 @@ def read_log(
     complete_rx = re.compile(spec.complete)
     error_rx = re.compile(spec.error) if spec.error else None
     progress_rx = re.compile(spec.progress) if spec.progress else None
+    # One C-speed search over the whole tail (\r as line breaks, MULTILINE) tells whether any
+    # line can match; only then are lines examined one by one. A per-line match implies a
+    # whole-text match for every pattern but those anchored with \A or \Z.
+    flat = text.replace("\r", "\n")
+
+    def may_match(pattern: str | None) -> bool:
+        if pattern is None:
+            return False
+        if "\\A" in pattern or "\\Z" in pattern:
+            return True
+        return re.search(pattern, flat, re.MULTILINE) is not None
 
     complete_line = memory.complete_line
     error_line = memory.error_line
-    for line in complete:
-        clean = line.rstrip("\r")
-        # The marker is the last \r-segment of a line: "...\rExtraction complete\n".
-        segment = clean.rsplit("\r", 1)[-1]
-        if complete_rx.search(segment):
-            complete_line = segment
-            error_line = None  # errors before the completion line were survived
-        elif error_rx and error_rx.search(clean):
-            error_line = clean
+    if may_match(spec.complete) or may_match(spec.error):
+        for line in complete:
+            clean = line.rstrip("\r")
+            # The marker is the last \r-segment of a line: "...\rExtraction complete\n".
+            segment = clean.rsplit("\r", 1)[-1]
+            if complete_rx.search(segment):
+                complete_line = segment
+                error_line = None  # errors before the completion line were survived
+            elif error_rx and error_rx.search(clean):
+                error_line = clean
     progress: dict[str, object] | None = None
-    if progress_rx:
-        for seg in reversed(re.split(r"[\r\n]", text)):
+    if progress_rx and may_match(spec.progress):
+        for seg in reversed(flat.split("\n")):
             m = progress_rx.search(seg)
             if m:
                 progress = {
@@ -348,8 +372,8 @@ def read_log(
                 if not m.groupdict():
                     progress["match"] = m.group(0)[:200]
                 break
-    segments = [s.strip() for s in re.split(r"[\r\n]", text) if s.strip()]
-    last_line = segments[-1][:300] if segments else ""
+    trimmed = flat.rstrip()
+    last_line = trimmed[trimmed.rfind("\n") + 1 :].strip()[:300]
     age = round(meta.now - mtime, 1)
     evidence: dict[str, object] = {
         "path": spec.path,

@@ -193,6 +193,33 @@ def test_pid_reused_by_another_process_means_gone(host) -> None:
         proc.wait()
 
 
+ZOMBIE_LEADER = """
+import ctypes, threading, time
+def work():
+    end = time.time() + 30
+    while time.time() < end:
+        sum(range(10000))
+threading.Thread(target=work).start()
+time.sleep(0.2)
+ctypes.CDLL(None).pthread_exit(None)  # the leader exits; its thread works on
+"""
+
+
+def test_a_zombie_leader_whose_threads_run_is_alive(tmp_path, host) -> None:
+    """Its own cmdline reads empty and its state is Z, yet the job still works."""
+    tag = f"zombie-leader-{time.time_ns()}"
+    proc = subprocess.Popen([sys.executable, "-c", ZOMBIE_LEADER, tag])
+    try:
+        time.sleep(1.0)
+        stage = stage_from_dict({"stage": "z", "host": "local", "process": {"match": tag}})
+        reading = Checker(stage, host=host).check().readings["process"]
+        assert reading.says is Says.WORKING, reading.detail
+        assert reading.evidence["processes"][0]["note"].startswith("leader is Z")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_zombie_leader_with_live_threads_is_alive() -> None:
     leader = parse_stat_line("100 (python3) Z 1 100 100 0 -1 0 0 0 0 0 50 5 0 0 20 0 3 0 1000 0 0")
     thread = parse_stat_line("101 (python3) R 1 100 100 0 -1 0 0 0 0 0 40 2 0 0 20 0 3 0 1001 0 0")
@@ -347,7 +374,9 @@ def test_outputs_jsonl_records_counted_incrementally(tmp_path, host) -> None:
     assert checker.check().readings["outputs"].evidence["count"] == 1
 
 
-@pytest.mark.parametrize("pattern", ["*.pt", "sample_?.pt", "[!s]*", "a[bc]*", "*[0-9].pt", "x^y$*", "*(1).pt", "*.p+t", "*"])
+@pytest.mark.parametrize(
+    "pattern", ["*.pt", "sample_?.pt", "[!s]*", "a[bc]*", "*[0-9].pt", "x^y$*", "*(1).pt", "*.p+t", "*"]
+)
 def test_glob_translation_matches_fnmatch(tmp_path, pattern) -> None:
     """The outputs count uses grep -E on `ls -f` output; it must agree with fnmatch."""
     import fnmatch
