@@ -265,6 +265,12 @@ def read_process(
         detail = "the host rebooted since the last check: the job is gone"
     elif processes:
         detail = f"pid {processes[0]['pid']} exited (zombie)"
+    elif memory.last_seen:
+        last = memory.last_seen
+        ago = meta.now - float(last["at"]) if isinstance(last.get("at"), (int, float)) else None
+        detail = f"pid {last['pid']} exited" + (
+            f" (last seen alive {ago:.0f}s ago, {last['cpu_seconds']}s CPU)" if ago is not None else ""
+        )
     else:
         detail = f"no process found ({how})"
     return Reading("process", Says.DONE, detail, evidence, meta.now, host), new_memory, frozenset()

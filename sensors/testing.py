@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -171,7 +172,8 @@ def _run(args: argparse.Namespace) -> int:
         tmp.write_bytes(os.urandom(64))
         tmp.rename(out / f"sample_{i:06d}.pt")
         left = total - i - 1
-        eta = round(left * args.step / 60)
+        # Rounded up, as progress bars do: "ETA 0 minutes" only once nothing seems left.
+        eta = math.ceil(left * args.step / 60)
         print(f"[{i + 1}/{total}] {i + 1} extracted, ETA {eta} minutes", flush=True)
 
     stop_at = total // 2 if scenario in ("crash", "stall") else total

@@ -29,3 +29,14 @@ def host(request):
     ssh = SSHHost(SSHSpec(**spec))
     yield ssh
     ssh.close()
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """One Prefect test API for the whole session (startup 15-45 s here), started only for
+    the modules that ask for it. One, not one per module: a harness nested inside another
+    leaves Prefect's events worker bound to the first, and no event arrives."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        yield

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import socket
 import time
 from collections.abc import Iterator
@@ -513,23 +512,6 @@ _QUIET = {
     "PREFECT_SERVER_LOGGING_LEVEL": "CRITICAL",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
 }
-
-
-@pytest.fixture(scope="module")
-def prefect_harness() -> Iterator[None]:
-    """A Prefect API on a temporary SQLite database (startup 15-45 s here).
-
-    Module scope, not session: tests/test_prefect.py starts its own harness, and a harness
-    nested inside another one loses events (Prefect's events worker keeps the first server).
-    Harnesses one after the other are fine. Moved to conftest as one session fixture, the
-    two modules could share a single server.
-    """
-    for key, value in _QUIET.items():
-        os.environ.setdefault(key, value)
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=90):
-        yield
 
 
 @pytest.fixture(scope="module")

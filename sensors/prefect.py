@@ -1,0 +1,424 @@
+"""Prefect tasks that gate a pipeline on a crosscheck verdict.
+
+Prefect has no sensor concept (PrefectHQ/prefect#9330), so a sensor here is a task that polls
+inside its own body: :func:`wait_for_stage` runs :meth:`Checker.watch` in one task run and
+returns only when every signal agrees the stage is ``complete``. It never asks Prefect to
+re-run it (``cache_policy=NO_CACHE``, no task retries): a host that cannot be asked makes a
+verdict ``unknown`` inside the Checker, and the wait goes on.
+
+While it waits it leaves what a person or an automation needs to follow along:
+
+- a progress artifact (outputs written / expected), updated every check;
+- a table artifact with the evidence at each verdict change, and a markdown summary at the end;
+- an event at each verdict change (``crosscheck.stage.<verdict>``, resource
+  ``crosscheck.stage.<name>``, payload: the verdict JSON) and a ``crosscheck.stage.heartbeat``
+  event every check, for reactive and proactive automations;
+- one log line per verdict change (never one per check).
+
+This is the only module under ``sensors/`` that imports prefect at module level.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+from uuid import UUID
+
+from prefect import get_run_logger, task
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+from prefect.cache_policies import NO_CACHE
+from prefect.events import Event, emit_event
+from prefect.exceptions import EventTooLarge, MissingContextError
+
+from sensors._config import Stage, load_stage, parse_duration
+from sensors._errors import ConfigError, NotificationError, StageFailed
+from sensors._model import State, Verdict
+
+__all__ = [
+    "EVENT_PREFIX",
+    "HEARTBEAT_EVENT",
+    "check_stage",
+    "resource_id",
+    "wait_for_stage",
+]
+
+#: Every crosscheck event name starts with this; the verdict (or ``heartbeat``) follows.
+EVENT_PREFIX = "crosscheck.stage."
+HEARTBEAT_EVENT = EVENT_PREFIX + "heartbeat"
+
+#: Verdicts that deserve a person's attention while the wait goes on.
+_ATTENTION = (State.STALLED, State.CONTRADICTION)
+
+StageLike = Stage | str | os.PathLike[str]
+
+
+def resource_id(stage_name: str) -> str:
+    """The Prefect resource id of a stage's events: ``crosscheck.stage.<name>``.
+
+    Example:
+        >>> resource_id("extract")
+        'crosscheck.stage.extract'
+    """
+    return EVENT_PREFIX + stage_name
+
+
+def as_stage(stage: StageLike | Mapping[str, Any]) -> Stage:
+    """A :class:`Stage` from a stage, a path to a stage file, or a stage dict."""
+    if isinstance(stage, Stage):
+        return stage
+    if isinstance(stage, Mapping):
+        from sensors._config import stage_from_dict
+
+        return stage_from_dict(dict(stage))
+    if isinstance(stage, (str, os.PathLike)):
+        return load_stage(stage)
+    raise ConfigError(f"expected a Stage or a path to a stage file, got {type(stage).__name__}")
+
+
+@task(cache_policy=NO_CACHE, task_run_name="check-stage")
+def check_stage(stage: StageLike) -> Verdict:
+    """Check a stage once and return the verdict (the same value the CLI prints).
+
+    Args:
+        stage: a :class:`~sensors.Stage` or a path to a YAML stage file.
+
+    Returns:
+        The :class:`~sensors.Verdict`; ``verdict.advance`` is true only for ``complete``,
+        ``verdict.to_json()`` is the CLI's ``--json`` document.
+
+    Example:
+        >>> from prefect import flow
+        >>> @flow
+        ... def nightly():
+        ...     verdict = check_stage("stages/extract.yaml")
+        ...     if verdict.advance:
+        ...         ...
+    """
+    from sensors._check import Checker
+
+    with Checker(as_stage(stage)) as checker:
+        verdict = checker.check()
+    _logger().info("%s", _line(verdict), extra={"crosscheck_verdict": verdict.to_json()})
+    return verdict
+
+
+@task(cache_policy=NO_CACHE, task_run_name="wait-for-stage")
+def wait_for_stage(stage: StageLike, timeout: float | str | None = None) -> Verdict:
+    """Wait in one task run until every signal agrees the stage is complete.
+
+    Checks every ``policy.interval``. ``stalled`` and ``contradiction`` notify (through the
+    stage's ``notify`` section, else a warning in the run log) and the wait goes on: they
+    are news for a person, not a reason to give up.
+
+    Args:
+        stage: a :class:`~sensors.Stage` or a path to a YAML stage file.
+        timeout: seconds (or a duration like ``"2h"``) to wait at most; default: the stage's
+            ``policy.timeout``.
+
+    Returns:
+        The ``complete`` verdict.
+
+    Raises:
+        StageFailed: the stage failed, or the timeout passed first. ``exc.verdict`` is the
+            last verdict with all its evidence; ``exc.timed_out`` says which.
+
+    Example:
+        >>> from prefect import flow
+        >>> @flow
+        ... def pipeline():
+        ...     wait_for_stage("stages/extract.yaml", timeout="12h")
+        ...     train()  # runs only after process, log, outputs and GPU all agree
+    """
+    from sensors._check import Checker
+
+    spec = as_stage(stage)
+    limit = spec.policy.timeout if timeout is None else parse_duration(timeout)
+    gate = _GateReport(spec, notifier=_notifier(spec))
+    with Checker(spec) as checker:
+        for verdict in checker.watch(timeout=limit):
+            gate.observe(verdict)
+        timed_out = bool(getattr(checker, "timed_out", False))
+    return gate.finish(timed_out=timed_out, timeout=limit)
+
+
+# --- what the wait leaves behind -------------------------------------------------------------
+
+
+#: Callables given every verdict of every check (the demo prints the incident-2 stretch with
+#: them). In-process only; a deployment's runs report through events and artifacts.
+_check_observers: list[Any] = []
+
+
+class _GateReport:
+    """Turns the stream of verdicts into artifacts, events, log lines and notifications.
+
+    Kept apart from the task so the rules ("per change, not per check") live in one place.
+    """
+
+    def __init__(self, stage: Stage, *, notifier: Any | None) -> None:
+        self.stage = stage
+        self.name = stage.stage
+        self.notifier = notifier
+        self.log = _logger()
+        self.last: Verdict | None = None
+        self.checks = 0
+        self._progress_id: UUID | None = None
+        self._progress: tuple[float, State] | None = None
+
+    def observe(self, verdict: Verdict) -> None:
+        self.checks += 1
+        for observer in list(_check_observers):
+            observer(verdict)
+        previous, self.last = self.last, verdict
+        state_changed = previous is None or verdict.state is not previous.state
+        # A signal changing its mind (the log says done while the process still works) is
+        # news even when the verdict stays `running`: it is the evidence trail of incident 2.
+        changed = state_changed or _says(verdict) != _says(previous)
+        payload = verdict.to_json()
+        progress = progress_percent(verdict)
+        self._update_progress(verdict, progress)
+        if changed:
+            # stalled/contradiction are warnings: with no notify section the run log is
+            # the only notification a person gets.
+            level = logging.WARNING if verdict.state in _ATTENTION else logging.INFO
+            self.log.log(level, "%s", _line(verdict), extra={"crosscheck_verdict": payload})
+            create_table_artifact(
+                key=artifact_key(self.name, "evidence"),
+                table=evidence_rows(verdict),
+                description=f"{self.name}: **{verdict.state}** — {_reasons(verdict)}",
+            )
+        # The heartbeat goes first: the proactive "no heartbeat" automation closes its window
+        # on the complete/failed event that follows the last heartbeat.
+        heartbeat = _emit(
+            HEARTBEAT_EVENT,
+            verdict,
+            {
+                "verdict": str(verdict.state),
+                "reasons": list(verdict.reasons),
+                "checked_at": payload["checked_at"],
+                "check": self.checks,
+                "progress": progress,
+            },
+        )
+        if state_changed:
+            # Events are named after the verdict, so they fire on verdict changes only.
+            _emit(EVENT_PREFIX + str(verdict.state), verdict, payload, follows=heartbeat)
+        self._notify(verdict)
+
+    def finish(self, *, timed_out: bool, timeout: float) -> Verdict:
+        verdict = self.last
+        if verdict is None:
+            # watch() yields at least once unless the timeout is already over.
+            raise StageFailed(f"stage {self.name}: no check ran within {timeout:g}s", timed_out=True)
+        create_markdown_artifact(
+            key=artifact_key(self.name, "verdict"),
+            markdown=summary_markdown(verdict, checks=self.checks, timed_out=timed_out),
+            description=f"{self.name}: final verdict {verdict.state}",
+        )
+        if verdict.state is State.COMPLETE and not timed_out:
+            return verdict
+        if timed_out and verdict.state is not State.FAILED:
+            head = f"stage {self.name}: not complete after {timeout:g}s (last verdict {verdict.state})"
+        else:
+            head = f"stage {self.name}: {verdict.state}"
+        raise StageFailed(failure_message(head, verdict), verdict=verdict, timed_out=timed_out)
+
+    def _update_progress(self, verdict: Verdict, progress: float | None) -> None:
+        value = progress if progress is not None else (100.0 if verdict.advance else 0.0)
+        description = f"{self.name}: {verdict.state} — {progress_detail(verdict)}"
+        if self._progress_id is None:
+            self._progress_id = create_progress_artifact(
+                progress=value, key=artifact_key(self.name, "progress"), description=description
+            )
+        elif (value, verdict.state) != self._progress:
+            # Same value and state as last check: skip the API call, nothing to show.
+            update_progress_artifact(self._progress_id, value, description=description)
+        self._progress = (value, verdict.state)
+
+    def _notify(self, verdict: Verdict) -> None:
+        if self.notifier is None:
+            return
+        try:
+            self.notifier.observe(verdict, flow_run_url=_flow_run_url())
+        except NotificationError as exc:
+            # A notification that cannot be delivered never changes a verdict or a gate.
+            self.log.warning("%s: notification not delivered: %s", self.name, exc)
+
+
+def artifact_key(stage_name: str, what: str) -> str:
+    """An artifact key Prefect accepts (lowercase letters, digits, dashes).
+
+    Example:
+        >>> artifact_key("Extract_v2.1", "progress")
+        'crosscheck-extract-v2-1-progress'
+    """
+    slug = re.sub(r"[^a-z0-9]+", "-", stage_name.lower()).strip("-") or "stage"
+    return f"crosscheck-{slug}-{what}"
+
+
+def progress_percent(verdict: Verdict) -> float | None:
+    """Outputs written / expected in percent (else the log's progress done/total), or None."""
+    facts: list[Mapping[str, Any]] = []
+    if (outputs := verdict.readings.get("outputs")) is not None:
+        facts.append({"done": outputs.evidence.get("count"), "total": outputs.evidence.get("expected")})
+    if (log := verdict.readings.get("log")) is not None and isinstance(log.evidence.get("progress"), Mapping):
+        facts.append(log.evidence["progress"])
+    for fact in facts:
+        done, total = fact.get("done"), fact.get("total")
+        if _number(done) and _number(total) and total > 0:
+            return round(max(0.0, min(100.0, 100.0 * done / total)), 2)
+    return None
+
+
+def progress_detail(verdict: Verdict) -> str:
+    reading = verdict.readings.get("outputs")
+    if reading is not None and "count" in reading.evidence:
+        return f"{reading.evidence.get('count')}/{reading.evidence.get('expected')} outputs"
+    return _reasons(verdict)
+
+
+def evidence_rows(verdict: Verdict) -> list[dict[str, str]]:
+    """One row per signal: signal, says, detail, and the evidence as ``key=value`` pairs."""
+    return [
+        {
+            "signal": name,
+            "says": str(reading.says),
+            "detail": reading.detail,
+            "evidence": _key_values(reading.evidence),
+        }
+        for name, reading in verdict.readings.items()
+    ]
+
+
+def summary_markdown(verdict: Verdict, *, checks: int, timed_out: bool = False) -> str:
+    """The final verdict as markdown: state, reasons, and one table row per signal."""
+    doc = verdict.to_json()
+    lines = [
+        f"# {verdict.stage}: {verdict.state}",
+        "",
+        f"- advance: **{'yes' if verdict.advance else 'no'}**" + (" (timed out)" if timed_out else ""),
+        f"- host: `{verdict.host}`",
+        f"- checked at: {doc['checked_at']} (monitored host's clock); since: {doc['since']}",
+        f"- checks: {checks}",
+        "",
+        "## Reasons",
+        *[f"- {_md(r)}" for r in verdict.reasons or ("(none)",)],
+        "",
+        "## Signals",
+        "",
+        "| signal | says | detail | evidence |",
+        "|---|---|---|---|",
+        *[
+            f"| {_md(row['signal'])} | {_md(row['says'])} | {_md(row['detail'])} | {_md(row['evidence'])} |"
+            for row in evidence_rows(verdict)
+        ],
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def failure_message(head: str, verdict: Verdict) -> str:
+    """The head line, the reasons and each signal's reading: what a failed flow shows."""
+    parts = [f"{head}: {_reasons(verdict)}"]
+    for name, reading in verdict.readings.items():
+        parts.append(f"  {name}: {reading.says} — {reading.detail} [{_key_values(reading.evidence)}]")
+    return "\n".join(parts)
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _emit(
+    event: str, verdict: Verdict, payload: dict[str, Any], *, follows: Event | None = None
+) -> Event | None:
+    resource = {
+        "prefect.resource.id": resource_id(verdict.stage),
+        "prefect.resource.name": verdict.stage,
+        "crosscheck.verdict": str(verdict.state),
+        "crosscheck.host": str(verdict.host),
+    }
+    try:
+        return emit_event(event=event, resource=resource, payload=payload, follows=follows)
+    except EventTooLarge:
+        # Evidence can carry long log lines; the verdict and reasons must still get through.
+        slim = {k: v for k, v in payload.items() if k != "signals"}
+        slim["signals"] = {
+            name: {"says": s.get("says"), "detail": s.get("detail")}
+            for name, s in payload.get("signals", {}).items()
+        }
+        return emit_event(event=event, resource=resource, payload=slim, follows=follows)
+
+
+def _notifier(stage: Stage) -> Any | None:
+    if stage.notify is None:
+        return None
+    try:
+        from sensors._notify import Notifier
+    except ImportError:
+        # The notifications module is optional here: without it, warnings in the run log
+        # are the notification.
+        _logger().warning(
+            "%s: notify is configured but sensors._notify is unavailable; logging instead",
+            stage.stage,
+        )
+        return None
+    return Notifier(stage.notify, stage=stage.stage)
+
+
+def _flow_run_url() -> str | None:
+    try:
+        from prefect.runtime import flow_run
+
+        return flow_run.ui_url
+    except Exception:
+        # Outside a flow run (task called directly) there is no URL; not worth failing for.
+        return None
+
+
+def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        # task.fn(...) called outside any run: log like a plain library.
+        return logging.getLogger("crosscheck.prefect")
+
+
+def _says(verdict: Verdict | None) -> tuple[tuple[str, str], ...]:
+    if verdict is None:
+        return ()
+    return tuple((name, str(r.says)) for name, r in verdict.readings.items())
+
+
+def _line(verdict: Verdict) -> str:
+    return f"{verdict.stage}: {verdict.state} — {_reasons(verdict)}"
+
+
+def _reasons(verdict: Verdict) -> str:
+    return "; ".join(verdict.reasons) or "(no reasons given)"
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _key_values(evidence: Mapping[str, Any], *, limit: int = 400) -> str:
+    text = ", ".join(f"{k}={_short(v)}" for k, v in evidence.items())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    text = text.replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")

@@ -1,0 +1,245 @@
+"""deployments/prefect.yaml end to end, on a real Prefect server with a real process worker.
+
+A server on 127.0.0.1 and a free port (SQLite in a temp PREFECT_HOME), the process work pool,
+`prefect deploy --all` of deployments/prefect.yaml, a worker; then the gate deployment runs
+against a simulated job, and its `crosscheck.stage.complete` event starts the next stage's
+deployment through the deployment trigger. Every process has its own session and is stopped by
+PID, the worker (SIGINT) before the server (SIGTERM). Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from sensors.testing import SimulatedJob
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parent.parent
+PREFECT = str(Path(sys.executable).with_name("prefect"))
+POOL = "crosscheck-e2e"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(what: str, check: Callable[[], Any], *, timeout: float, every: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if result := check():
+                return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(every)
+
+
+def _stop(proc: subprocess.Popen[bytes], first: signal.Signals, *, grace: float) -> None:
+    """Stop one process we started: ``first``, then SIGKILL to its session if it lingers."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, first)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    # Flow-run subprocesses a worker started live in its process group; none may outlive it.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = _free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PREFECT_")  # nothing from the test harness or a user profile
+    }
+    env.update(
+        PREFECT_HOME=str(home),
+        PREFECT_API_URL=api,
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_LOGGING_LEVEL="WARNING",
+        PREFECT_SERVER_LOGGING_LEVEL="WARNING",
+        PREFECT_CLOUD_ENABLE_ORCHESTRATION_TELEMETRY="false",
+        # Workers poll every 15 s by default; the test waits for several polls.
+        PREFECT_WORKER_QUERY_SECONDS="2",
+        PREFECT_WORKER_PREFETCH_SECONDS="5",
+    )
+    log = open(home / "server.log", "wb")  # noqa: SIM115 - closed in the finally below
+    proc = subprocess.Popen(
+        [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        _wait_for(
+            "the Prefect server",
+            lambda: (
+                (proc.poll() is None and httpx.get(f"{api}/health", timeout=5).status_code == 200)
+                or _server_died(proc, home)
+            ),
+            timeout=150,
+        )
+        yield {"api": api, "env": env, "home": home, "proc": proc}
+    finally:
+        _stop(proc, signal.SIGTERM, grace=30)
+        log.close()
+
+
+def _server_died(proc: subprocess.Popen[bytes], home: Path) -> bool:
+    if proc.poll() is not None:
+        tail = (home / "server.log").read_text(errors="replace")[-3000:]
+        raise AssertionError(f"prefect server exited with {proc.returncode}:\n{tail}")
+    return False
+
+
+def _cli(env: dict[str, str], *args: str, cwd: Path | None = None, timeout: float = 180) -> str:
+    done = subprocess.run(
+        [PREFECT, *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert done.returncode == 0, f"prefect {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def _post(api: str, path: str, body: dict[str, Any]) -> Any:
+    response = httpx.post(f"{api}{path}", json=body, timeout=10)
+    response.raise_for_status()
+    return response.json()
+
+
+def _flow_runs(api: str, deployment_id: str) -> list[dict[str, Any]]:
+    return _post(api, "/flow_runs/filter", {"deployments": {"id": {"any_": [deployment_id]}}, "limit": 20})
+
+
+def _deployment(api: str, name: str) -> dict[str, Any]:
+    response = httpx.get(f"{api}/deployments/name/{name}", timeout=10)
+    response.raise_for_status()
+    return response.json()
+
+
+def _finished(api: str, flow_run_id: str) -> dict[str, Any] | None:
+    run = httpx.get(f"{api}/flow_runs/{flow_run_id}", timeout=10).json()
+    state = (run.get("state") or {}).get("type")
+    if state in ("FAILED", "CRASHED", "CANCELLED"):
+        raise AssertionError(f"flow run {run['name']} ended {state}: {run['state']}")
+    return run if state == "COMPLETED" else None
+
+
+def test_gate_deployment_and_the_trigger_that_starts_the_next_stage(
+    server: dict[str, Any], tmp_path: Path
+) -> None:
+    api, env = server["api"], dict(server["env"])
+    upstream = f"extract-{uuid.uuid4().hex[:6]}"
+
+    extraction = SimulatedJob(tmp_path, scenario="eta0_spin", total=8, step=0.1, spin=1.5)
+    training = SimulatedJob(tmp_path, scenario="complete", total=3, step=0.05)
+    extraction_file = tmp_path / "extraction.yaml"
+    extraction_file.write_text(_yaml({**extraction.stage_dict(name=upstream, interval="500ms")}))
+    training_file = tmp_path / "training.yaml"
+    training_spec = training.stage_dict(name=f"train-{upstream}", interval="500ms")
+    training_spec["launch"] = {"command": training.command, "log": str(training.log_path)}
+    training_file.write_text(_yaml(training_spec))
+
+    _cli(env, "work-pool", "create", POOL, "--type", "process")
+    # Deploy a copy, so that `prefect deploy` cannot leave files in the repository.
+    project = tmp_path / "deployments"
+    shutil.copytree(REPO / "deployments", project)
+    env.update(
+        CROSSCHECK_POOL=POOL,
+        CROSSCHECK_UPSTREAM=upstream,
+        CROSSCHECK_NEXT_STAGE=str(training_file),
+    )
+    _cli(env, "deploy", "--all", "--no-prompt", cwd=project)
+
+    automations = _post(api, "/automations/filter", {})
+    by_name = {a["name"]: a for a in automations}
+    assert by_name["crosscheck-next-after-complete"]["trigger"]["match"] == {
+        "prefect.resource.id": f"crosscheck.stage.{upstream}"
+    }
+    assert by_name["crosscheck-no-heartbeat"]["trigger"]["posture"] == "Proactive"
+
+    worker_log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - closed below
+    worker = subprocess.Popen(
+        [PREFECT, "worker", "start", "--pool", POOL, "--type", "process"],
+        env=env,
+        cwd=tmp_path,
+        stdout=worker_log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        extraction.start()
+        gate = _deployment(api, "crosscheck-gate/gate")
+        run = _post(
+            api,
+            f"/deployments/{gate['id']}/create_flow_run",
+            {"parameters": {"stage": str(extraction_file)}},
+        )
+        done = _wait_for("the gate flow run", lambda: _finished(api, run["id"]), timeout=240, every=2)
+        assert done["parameters"]["stage"] == str(extraction_file)
+
+        nxt = _deployment(api, "crosscheck-start-stage/next")
+        triggered = _wait_for(
+            "the next stage's flow run, started by crosscheck.stage.complete",
+            lambda: _flow_runs(api, nxt["id"]),
+            timeout=120,
+            every=2,
+        )
+        assert len(triggered) == 1
+        assert triggered[0]["parameters"]["after"] == upstream
+        assert triggered[0]["parameters"]["stage"] == str(training_file)
+        _wait_for(
+            "the next stage to complete",
+            lambda: _finished(api, triggered[0]["id"]),
+            timeout=240,
+            every=2,
+        )
+        assert len(list(training.outputs_dir.glob("*.pt"))) == 3
+        assert "Extraction complete" in training.log_path.read_text()
+    except AssertionError as exc:
+        tail = (tmp_path / "worker.log").read_text(errors="replace")[-4000:]
+        raise AssertionError(f"{exc}\n--- worker log ---\n{tail}") from None
+    finally:
+        _stop(worker, signal.SIGINT, grace=30)
+        worker_log.close()
+        extraction.stop()
+
+
+def _yaml(data: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False)
