@@ -91,7 +91,9 @@ struct fail {
     int index; /* -1: every device */
 };
 
-static struct {
+/* Re-read from the state file on every call: per thread, since the real library is
+   thread-safe and crosscheck reads GPUs from several threads at once. */
+static __thread struct {
     char driver[80];
     int ndev;
     struct dev dev[MAX_DEV];
@@ -200,7 +202,7 @@ int nvmlShutdown(void) {
 }
 
 const char *nvmlErrorString(int result) {
-    static char buf[64];
+    static __thread char buf[64];
     snprintf(buf, sizeof buf, "fake NVML error %d", result);
     return buf;
 }
