@@ -21,7 +21,7 @@ import contextlib
 import re
 import secrets
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from sensors._config import Stage
@@ -303,37 +303,34 @@ def parse_stats(body: bytes | None) -> dict[int, ProcStat]:
 
 
 _CMD_HEADER = re.compile(rb"(?:^|\n)==> /proc/(\d+)/cmdline <==\n")
+_TASK_CMD_HEADER = re.compile(rb"(?:^|\n)==> /proc/(\d+)/task/\d+/cmdline <==\n")
+
+
+def _head_files(data: bytes, header: re.Pattern[bytes]) -> Iterator[tuple[int, str]]:
+    """(PID, argv joined by spaces) for each file in ``head -c N FILE...`` output.
+
+    head separates files with ``\n==> NAME <==\n``; the header regex consumes the newline.
+    """
+    matches = list(header.finditer(data))
+    for i, m in enumerate(matches):
+        last = i + 1 == len(matches)
+        raw = data[m.end() : len(data) if last else matches[i + 1].start()]
+        if last:
+            raw = raw.rstrip(b"\n")
+        yield int(m.group(1)), raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
 
 
 def parse_cmdlines(body: bytes | None) -> dict[int, str]:
     """PID → argv joined by spaces (as ``ps -o args`` and ``pgrep -f`` show it)."""
-    data = body or b""
-    cmdlines: dict[int, str] = {}
-    matches = list(_CMD_HEADER.finditer(data))
-    for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(data)
-        raw = data[m.end() : end]
-        if i + 1 == len(matches):
-            raw = raw.rstrip(b"\n")
-        text = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
-        cmdlines[int(m.group(1))] = text
-    return cmdlines
-
-
-_TASK_CMD_HEADER = re.compile(rb"(?:^|\n)==> /proc/(\d+)/task/(\d+)/cmdline <==\n")
+    return dict(_head_files(body or b"", _CMD_HEADER))
 
 
 def parse_task_cmdlines(body: bytes | None) -> dict[int, str]:
     """Leader PID → the command line its threads show (for zombie leaders with live threads)."""
-    data = body or b""
     result: dict[int, str] = {}
-    matches = list(_TASK_CMD_HEADER.finditer(data))
-    for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(data)
-        text = data[m.end() : end].rstrip(b"\n").rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
-        leader = int(m.group(1))
-        if text and leader not in result:
-            result[leader] = text
+    for leader, text in _head_files(body or b"", _TASK_CMD_HEADER):
+        if text:
+            result.setdefault(leader, text)
     return result
 
 
