@@ -721,7 +721,96 @@ def _log_failure(message: Message, delivery: Delivery) -> None:
     )
 
 
-class SlackWebhookSender:
+class _RetryingSender:
+    """What both senders share: one delivery, retried within a total time budget, as a Delivery.
+
+    A subclass prepares its channel (URL, block), then hands ``_deliver`` one attempt and a
+    "transient?" predicate; everything about retrying, deadlines and turning an error into a
+    failed :class:`Delivery` lives here, so both channels follow the same rules.
+    """
+
+    channel: str
+
+    def __init__(
+        self,
+        total_timeout: float,
+        max_attempts: int,
+        backoff: float,
+        backoff_max: float,
+        retry_after_max: float,
+        sleep: Callable[[float], None],
+        clock: Callable[[], float],
+        /,
+    ) -> None:
+        self.total_timeout = total_timeout
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.backoff_max = backoff_max
+        self.retry_after_max = retry_after_max
+        self._sleep = sleep
+        self._clock = clock
+
+    def _prepare(self, get: Callable[[], Any], failed: str) -> Any:
+        """``get()``, or a failed Delivery (0 attempts) when it raises.
+
+        Our NotificationError is written to be shown; anything else only by its type, since
+        its message may hold a secret.
+        """
+        try:
+            return get()
+        except NotificationError as exc:
+            return Delivery(self.channel, False, None, 0, str(exc))
+        except Exception as exc:
+            return Delivery(self.channel, False, None, 0, f"{failed}: {type(exc).__name__}")
+
+    def _deliver(
+        self,
+        attempt: Callable[[_Deadline], int | None],
+        transient: Callable[[BaseException], bool],
+        *,
+        before_sleep: Callable[[tenacity.RetryCallState], None] | None = None,
+    ) -> Delivery:
+        """Run ``attempt`` until it succeeds, fails for good, or the budget is spent.
+
+        ``attempt`` gets the deadline (to bound its own request) and returns the HTTP status,
+        or ``None`` where the channel has none; a non-2xx status it returns is a failure that
+        is not retried.
+        """
+        deadline = _Deadline(
+            total=self.total_timeout,
+            max_attempts=self.max_attempts,
+            backoff=self.backoff,
+            backoff_max=self.backoff_max,
+            retry_after_max=self.retry_after_max,
+            clock=self._clock,
+            status_of=_status_of,
+        )
+        attempts = 0
+
+        def counted() -> int | None:
+            nonlocal attempts
+            attempts += 1
+            return attempt(deadline)
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(transient),
+            wait=deadline.wait,
+            stop=deadline.stop,
+            sleep=self._sleep,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        try:
+            status = retrying(counted)
+        except Exception as exc:
+            code, words = _describe(exc)
+            return Delivery(self.channel, False, code, attempts, words)
+        if status is None or 200 <= status < 300:
+            return Delivery(self.channel, True, status, attempts)
+        return Delivery(self.channel, False, status, attempts, f"HTTP {status}")
+
+
+class SlackWebhookSender(_RetryingSender):
     """Posts a message's Block Kit payload to a Slack incoming webhook.
 
     Retried with tenacity on timeouts, connection errors, 5xx and 429 (``Retry-After``
@@ -757,16 +846,10 @@ class SlackWebhookSender:
         clock: Callable[[], float] = time.monotonic,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        super().__init__(total_timeout, max_attempts, backoff, backoff_max, retry_after_max, sleep, clock)
         self._ref = webhook
         self._url: _Secret | None = None
-        self.total_timeout = total_timeout
         self.request_timeout = request_timeout
-        self.max_attempts = max_attempts
-        self.backoff = backoff
-        self.backoff_max = backoff_max
-        self.retry_after_max = retry_after_max
-        self._sleep = sleep
-        self._clock = clock
         self._transport = transport
 
     def __repr__(self) -> str:
@@ -782,59 +865,33 @@ class SlackWebhookSender:
         return self._url
 
     def __call__(self, message: Message) -> Delivery:
-        try:
-            url = self._resolve()
-        except NotificationError as exc:
-            return Delivery(self.channel, False, None, 0, str(exc))
-        except Exception as exc:
-            return Delivery(self.channel, False, None, 0, f"lookup failed: {type(exc).__name__}")
-        deadline = _Deadline(
-            total=self.total_timeout,
-            max_attempts=self.max_attempts,
-            backoff=self.backoff,
-            backoff_max=self.backoff_max,
-            retry_after_max=self.retry_after_max,
-            clock=self._clock,
-            status_of=_status_of,
-        )
-        attempts = 0
+        url = self._prepare(self._resolve, "lookup failed")
+        if isinstance(url, Delivery):
+            return url
         payload = dict(message.payload)
 
         with httpx.Client(transport=self._transport, follow_redirects=False) as client:
 
-            def attempt() -> int:
-                nonlocal attempts
-                attempts += 1
+            def attempt(deadline: _Deadline) -> int:
                 timeout = max(0.05, min(self.request_timeout, deadline.remaining()))
                 response = client.post(url.get(), json=payload, timeout=timeout)
                 if _retryable_status(response.status_code):
                     raise _RetryableStatus(response.status_code, response.headers.get("retry-after"))
                 return response.status_code
 
-            retrying = tenacity.Retrying(
-                retry=tenacity.retry_if_exception_type((*_RETRY_EXC, _RetryableStatus)),
-                wait=deadline.wait,
-                stop=deadline.stop,
-                sleep=self._sleep,
+            return self._deliver(
+                attempt,
+                lambda exc: isinstance(exc, (*_RETRY_EXC, _RetryableStatus)),
                 before_sleep=lambda rs: log.debug(
                     "the Slack webhook: attempt %d failed (%s); retrying in %.1fs",
                     rs.attempt_number,
                     _describe(rs.outcome.exception())[1],
                     rs.upcoming_sleep,
                 ),
-                reraise=True,
             )
-            try:
-                status = retrying(attempt)
-            except Exception as exc:
-                code, words = _describe(exc)
-                return Delivery(self.channel, False, code, attempts, words)
-        if 200 <= status < 300:
-            return Delivery(self.channel, True, status, attempts)
-        return Delivery(self.channel, False, status, attempts, f"HTTP {status}")
 
 
-class PrefectBlockSender:
+class PrefectBlockSender(_RetryingSender):
     """Sends a message's plain text through any saved Prefect notification block.
 
     ``name`` is a block document name (``my-alerts``) or a slug (``custom-webhook/my-alerts``).
@@ -860,15 +917,9 @@ class PrefectBlockSender:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__(total_timeout, max_attempts, backoff, backoff_max, retry_after_max, sleep, clock)
         self.name = name
         self.channel = f"Prefect block {name}"
-        self.total_timeout = total_timeout
-        self.max_attempts = max_attempts
-        self.backoff = backoff
-        self.backoff_max = backoff_max
-        self.retry_after_max = retry_after_max
-        self._sleep = sleep
-        self._clock = clock
         self._block: Any = None
 
     def __repr__(self) -> str:
@@ -892,26 +943,11 @@ class PrefectBlockSender:
         return self._block
 
     def __call__(self, message: Message) -> Delivery:
-        try:
-            block = self._load()
-        except NotificationError as exc:
-            return Delivery(self.channel, False, None, 0, str(exc))
-        except Exception as exc:
-            return Delivery(self.channel, False, None, 0, f"could not load: {type(exc).__name__}")
-        deadline = _Deadline(
-            total=self.total_timeout,
-            max_attempts=self.max_attempts,
-            backoff=self.backoff,
-            backoff_max=self.backoff_max,
-            retry_after_max=self.retry_after_max,
-            clock=self._clock,
-            status_of=_status_of,
-        )
-        attempts = 0
+        block = self._prepare(self._load, "could not load")
+        if isinstance(block, Delivery):
+            return block
 
-        def attempt() -> None:
-            nonlocal attempts
-            attempts += 1
+        def attempt(deadline: _Deadline) -> None:
             guard = getattr(block, "raise_on_failure", None)
             if callable(guard):
                 with guard():
@@ -924,19 +960,7 @@ class PrefectBlockSender:
                 return True
             return isinstance(exc, httpx.HTTPStatusError) and _retryable_status(exc.response.status_code)
 
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(transient),
-            wait=deadline.wait,
-            stop=deadline.stop,
-            sleep=self._sleep,
-            reraise=True,
-        )
-        try:
-            retrying(attempt)
-        except Exception as exc:
-            code, words = _describe(exc)
-            return Delivery(self.channel, False, code, attempts, words)
-        return Delivery(self.channel, True, None, attempts)
+        return self._deliver(attempt, transient)
 
 
 def _notification_slug(name: str) -> str:
