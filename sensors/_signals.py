@@ -243,6 +243,9 @@ def read_process(
     }
     if not alive_pids and memory.last_seen:
         evidence["last_seen_alive"] = dict(memory.last_seen)
+    # Whether this watch ever saw the job alive: "gone" and "not started yet (or a wrong
+    # match)" look the same in one snapshot, and only the first is evidence of an exit.
+    evidence["seen_alive"] = bool(alive_pids) or memory.last_seen is not None
     if main and "elapsed_unknown" in main:
         evidence["elapsed_unknown"] = main["elapsed_unknown"]
     if alive_pids:

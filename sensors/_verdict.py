@@ -14,6 +14,8 @@ Rules, in order (README has them as a table):
        are all there, or the GPU is idle (incident 2: a CPU phase after the GPU work).
    - process gone:
      - an error line → ``failed``;
+     - never seen alive during this watch, and not every other signal done (or no other
+       signal) → ``unknown``: not started yet, or a wrong match, is no evidence of an exit;
      - the job's PIDs still busy on a GPU → ``contradiction``;
      - within ``exit_grace`` of the exit, log or outputs lagging → ``unknown`` (buffered
        writes, NFS attribute caching);
@@ -206,6 +208,21 @@ def _rules(
                 [
                     f"process says gone: {p.detail}",
                     f"but the job's PIDs {gpu_job_pids} are still {held} the GPU: {g.detail if g else ''}",
+                ],
+                mem,
+            )
+        others = [r for r in readings.values() if r is not p]
+        if _ev(p, "seen_alive") is False and (
+            not others or not all(r.says is Says.DONE for r in others)
+        ):
+            # Never seen alive in this watch: not started yet, or a match that matches
+            # nothing. Neither is evidence that the job ran and exited.
+            return (
+                State.UNKNOWN,
+                [
+                    f"no process found and none seen alive during this watch: {p.detail}",
+                    "not started yet, or process.match/pid is wrong",
+                    *(f"{r.signal}: {r.detail}" for r in others),
                 ],
                 mem,
             )

@@ -18,9 +18,9 @@ from sensors.testing import reading
 POLICY = PolicySpec(stall_after=600, settle=2, stuck_in_d_after=120, exit_grace=60)
 
 
-def proc(says: str = "working", cpu: float | None = 10.0, state: str = "R", pid: int = 4455) -> Reading:
+def proc(says: str = "working", cpu: float | None = 10.0, state: str = "R", pid: int = 4455, seen: bool = True) -> Reading:
     if says == "done":
-        return reading("process", "done", "no process found", pid=None, state=None, cpu_seconds=None)
+        return reading("process", "done", "no process found", pid=None, state=None, cpu_seconds=None, seen_alive=seen)
     return reading("process", says, f"pid {pid} {state}", pid=pid, state=state, cpu_seconds=cpu)
 
 
@@ -221,6 +221,34 @@ ROWS = [
         ),
         State.RUNNING,
         "progress",
+    ),
+    Row(
+        "a process-only stage whose match never matched: unknown, not complete",
+        checks((0, r(process=proc("done", seen=False))), (30, r(process=proc("done", seen=False)))),
+        State.UNKNOWN,
+        "none seen alive",
+    ),
+    Row(
+        "never seen alive, outputs short: unknown (not started yet), not failed",
+        checks(
+            (0, r(process=proc("done", seen=False), log=log(), outputs=outputs(0))),
+            (120, r(process=proc("done", seen=False), log=log(), outputs=outputs(0))),
+        ),
+        State.UNKNOWN,
+        "not started yet",
+    ),
+    Row(
+        "never seen alive but it finished before the watch began: log and outputs agree",
+        checks(
+            (0, r(process=proc("done", seen=False), log=log("done"), outputs=outputs(37312))),
+            (30, r(process=proc("done", seen=False), log=log("done"), outputs=outputs(37312))),
+        ),
+        State.COMPLETE,
+    ),
+    Row(
+        "never seen alive, an error line in the log: failed",
+        checks((0, r(process=proc("done", seen=False), log=log("failed", line="Traceback"), outputs=outputs(3)))),
+        State.FAILED,
     ),
     Row(
         "GPU signal unknown (no driver) blocks complete",
