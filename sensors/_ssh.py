@@ -28,6 +28,7 @@ import getpass
 import logging
 import os
 import re
+import secrets
 import select
 import shlex
 import socket
@@ -35,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import paramiko
 from tenacity import (
@@ -71,6 +73,7 @@ LIVENESS_TIMEOUT = 2.0
 STDERR_KEEP = 2000
 
 SecretResolver = Callable[[str], str]
+_T = TypeVar("_T")
 
 
 def resolve_secret(ref: str) -> str:
@@ -280,6 +283,8 @@ class SSHHost:
         self._lock = threading.Lock()
         self._clients: list[paramiko.SSHClient] = []  # jump hops first, target last
         self._transport: paramiko.Transport | None = None
+        # Idle shells (see _Session), reused check after check on the current transport.
+        self._idle: list[_Session] = []
         #: Connections opened so far (tests and the bench read it to prove reuse).
         self.connects = 0
 
@@ -450,6 +455,7 @@ class SSHHost:
                 self._drop_locked()
 
     def _drop_locked(self) -> None:
+        self._idle.clear()  # their channels die with the transport
         clients, self._clients, self._transport = self._clients, [], None
         for client in reversed(clients):
             try:
@@ -470,7 +476,45 @@ class SSHHost:
             ConnectError: connecting or authenticating failed, or the connection dropped.
             ProbeError: the script did not finish within ``timeout``.
         """
-        return self._run(script, timeout=timeout)[0]
+        transport = self._connect()
+        deadline = time.monotonic() + timeout
+        for attempt in range(2):
+            session, reused = self._take_session(transport, deadline)
+            try:
+                out = session.run(script, deadline)
+            except _Deadline:
+                session.close()
+                self._check_alive(transport)
+                raise ProbeError(f"probe did not finish within {timeout:g}s", host=self.name) from None
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                session.close()
+                if reused and attempt == 0 and transport.is_active():
+                    # An idle shell may have been ended meanwhile (killed, OOM) while the
+                    # connection lives: one more try on a fresh shell, same deadline.
+                    continue
+                self._drop(transport)
+                raise ConnectError(f"connection lost during the check: {exc}", host=self.name) from exc
+            with self._lock:
+                if transport is self._transport:
+                    self._idle.append(session)
+                else:
+                    session.close()
+            return out
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _take_session(self, transport: paramiko.Transport, deadline: float) -> tuple[_Session, bool]:
+        """An idle shell on ``transport``, or a new one (one channel + exec per new shell)."""
+        with self._lock:
+            if transport is self._transport and self._idle:
+                return self._idle.pop(), True
+        try:
+            chan = transport.open_session(
+                timeout=min(max(deadline - time.monotonic(), 0.1), self.spec.connect_timeout)
+            )
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            self._drop(transport)
+            raise ConnectError(f"connection lost: cannot open a channel: {exc}", host=self.name) from exc
+        return _Session(chan), False
 
     def _run(self, script: bytes, *, timeout: float) -> tuple[bytes, bytes, int | None]:
         transport = self._connect()
@@ -535,15 +579,81 @@ class _Deadline(Exception):
     pass
 
 
-def _exchange(chan: paramiko.Channel, script: bytes, deadline: float) -> tuple[bytes, bytes, int | None]:
-    """Send ``script``, read stdout and stderr to EOF before the deadline.
+class _Session:
+    """A long-lived ``exec /bin/sh -s`` on one channel that runs one script after another.
 
-    Both streams are drained as data arrives: stderr shares the channel window, so reading
-    only stdout (or calling ``recv_exit_status`` first) deadlocks once 2 MB are unread.
+    sshd starts every command through the user's login shell, and a login shell's rc files
+    (``conda init``, ``pyenv init`` in ~/.bashrc) can cost 100-300 ms of the monitored
+    host's CPU per exec. Keeping the ``sh`` started by one exec and feeding it a script per
+    check pays that once per connection instead of once per check, and still costs one
+    round trip per check. Each script runs in a brace group with stdin from /dev/null (no
+    command can eat the next script) and is followed by a marker with a fresh nonce that
+    ends the answer. A shell that timed out or misbehaved is closed, never reused.
     """
-    # paramiko's exec_command() waits for the server's reply with no timeout at all, and a
-    # dead server never replies: a watchdog closes the channel at the deadline, which wakes
-    # every wait on it (Channel._set_closed sets its events).
+
+    def __init__(self, chan: paramiko.Channel) -> None:
+        self.chan = chan
+        self.started = False
+
+    def run(self, script: bytes, deadline: float) -> bytes:
+        marker = secrets.token_hex(12).encode()
+        end = b"\n@@crosscheck-done " + marker + b"\n"
+        wrapped = (
+            b"{\n" + script + b"\n} </dev/null 2>/dev/null\n"
+            b"printf '\\n@@crosscheck-done %s\\n' " + marker + b"\n"
+        )
+        return _with_watchdog(self.chan, deadline, lambda: self._converse(wrapped, end, deadline))
+
+    def _converse(self, wrapped: bytes, end: bytes, deadline: float) -> bytes:
+        chan = self.chan
+
+        def remaining() -> float:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Deadline
+            return left
+
+        chan.settimeout(remaining())
+        if not self.started:
+            chan.exec_command(REMOTE_COMMAND)
+            self.started = True
+        try:
+            chan.sendall(wrapped)
+        except TimeoutError:
+            raise _Deadline from None
+        buf = bytearray()
+        fd = chan.fileno()
+        while True:
+            while chan.recv_ready():
+                buf += chan.recv(1 << 20)
+            while chan.recv_stderr_ready():
+                chan.recv_stderr(1 << 20)  # the login shell's noise; the scripts' is discarded
+            # The marker is searched only in what arrived since the last look (and its tail).
+            at = buf.find(end, max(0, len(buf) - (1 << 20) - len(end)))
+            if at >= 0:
+                if at + len(end) != len(buf):
+                    raise EOFError("unexpected output after the end of the answer")
+                return bytes(buf[:at])
+            if chan.eof_received or chan.closed:
+                if chan.recv_ready() or chan.recv_stderr_ready():
+                    continue
+                raise EOFError("the remote shell ended before the script finished")
+            select.select([fd], [], [], remaining())
+
+    def close(self) -> None:
+        try:
+            self.chan.close()
+        except Exception:  # closing a broken channel may raise anything; it is gone
+            log.debug("error closing a channel", exc_info=True)
+
+
+def _with_watchdog(chan: paramiko.Channel, deadline: float, body: Callable[[], _T]) -> _T:
+    """Run ``body`` with a watchdog that closes ``chan`` at the deadline.
+
+    paramiko's exec_command() waits for the server's reply with no timeout at all, and a
+    dead server never replies: closing the channel wakes every wait on it
+    (Channel._set_closed sets its events). A close by the watchdog reads as ``_Deadline``.
+    """
     fired = threading.Event()
 
     def expire() -> None:
@@ -554,7 +664,7 @@ def _exchange(chan: paramiko.Channel, script: bytes, deadline: float) -> tuple[b
     watchdog.daemon = True  # it may block sending CLOSE on a wedged transport
     watchdog.start()
     try:
-        out, err, status = _exchange_inner(chan, script, deadline)
+        result = body()
     except (paramiko.SSHException, EOFError, OSError):
         if fired.is_set():
             raise _Deadline from None
@@ -563,7 +673,16 @@ def _exchange(chan: paramiko.Channel, script: bytes, deadline: float) -> tuple[b
         watchdog.cancel()
     if fired.is_set():
         raise _Deadline
-    return out, err, status
+    return result
+
+
+def _exchange(chan: paramiko.Channel, script: bytes, deadline: float) -> tuple[bytes, bytes, int | None]:
+    """Send ``script``, read stdout and stderr to EOF before the deadline.
+
+    Both streams are drained as data arrives: stderr shares the channel window, so reading
+    only stdout (or calling ``recv_exit_status`` first) deadlocks once 2 MB are unread.
+    """
+    return _with_watchdog(chan, deadline, lambda: _exchange_inner(chan, script, deadline))
 
 
 def _exchange_inner(
