@@ -30,6 +30,7 @@ from sensors._config import Stage
 STAT_CAP = 16 * 1024 * 1024
 CMDLINE_PER_PROCESS = 4096
 CMDLINE_CAP = 32 * 1024 * 1024
+TASKS_CAP = 4 * 1024 * 1024
 
 _TAG = b"@@crosscheck "
 
@@ -85,15 +86,20 @@ def build_script(
             # awk passes every line through and, for zombie leaders (rare), dumps their
             # threads' stat into the next section.
             f'cat /proc/[0-9]*/stat 2>/dev/null | head -c {STAT_CAP} | awk -v N="$N" \''
-            '{ print } /[)] Z [^)]*$/ { z = z " " $1 } '
-            'END { printf "\\n@@crosscheck %s tasks\\n", N; n = split(z, a, " "); '
-            'for (i = 1; i <= n; i++) { print "== " a[i]; '
-            'system("cat /proc/" a[i] "/task/*/stat 2>/dev/null") } '
+            "{ print } "
+            # Only zombie leaders that still count threads (field 20 > 1): plain zombies are
+            # common where PID 1 does not reap (containers) and must cost nothing.
+            '/[)] Z / { r = $0; sub(/.*[)] /, "", r); split(r, f, " "); '
+            'if (f[1] == "Z" && f[18] > 1) z = z " " $1 } '
+            'END { n = split(z, a, " "); s = ""; c = ""; '
+            'for (i = 1; i <= n; i++) { s = s " /proc/" a[i] "/task/*/stat"; '
+            'c = c " /proc/" a[i] "/task/*/cmdline" } '
+            'printf "\\n@@crosscheck %s tasks\\n", N; '
+            f'if (n) system("head -c 4096 /dev/null" s " 2>/dev/null | head -c {TASKS_CAP}"); '
             # A zombie leader's own cmdline reads empty; its live threads still show it.
             'printf "\\n@@crosscheck %s taskcmd\\n", N; '
-            "for (i = 1; i <= n; i++) "
-            f'system("head -c {CMDLINE_PER_PROCESS} /dev/null /proc/" a[i] '
-            '"/task/*/cmdline 2>/dev/null") }\'',
+            f'if (n) system("head -c {CMDLINE_PER_PROCESS} /dev/null" c " 2>/dev/null'
+            f" | head -c {TASKS_CAP}\") }}'",
             "sec cmdline",
             # /dev/null first makes head print a header even when one process matches.
             f"head -c {CMDLINE_PER_PROCESS} /dev/null /proc/[0-9]*/cmdline 2>/dev/null"
@@ -318,6 +324,22 @@ def _head_files(data: bytes, header: re.Pattern[bytes]) -> Iterator[tuple[int, s
         if last:
             raw = raw.rstrip(b"\n")
         yield int(m.group(1)), raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+
+
+_TASK_STAT_HEADER = re.compile(rb"(?:^|\n)==> /proc/(\d+)/task/\d+/stat <==\n")
+
+
+def parse_task_stats(body: bytes | None) -> dict[int, list[ProcStat]]:
+    """Leader PID → its threads' stat (read for zombie leaders that still have threads)."""
+    data = body or b""
+    tasks: dict[int, list[ProcStat]] = {}
+    matches = list(_TASK_STAT_HEADER.finditer(data))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(data)
+        st = parse_stat_line(data[m.end() : end].decode("utf-8", "replace").strip())
+        if st is not None:
+            tasks.setdefault(int(m.group(1)), []).append(st)
+    return tasks
 
 
 def parse_cmdlines(body: bytes | None) -> dict[int, str]:

@@ -22,9 +22,9 @@ from sensors._probe import (
     descendants,
     parse_cmdlines,
     parse_io,
-    parse_stat_line,
     parse_stats,
     parse_task_cmdlines,
+    parse_task_stats,
 )
 
 #: How far two elapsed-time sources may disagree before neither is believed (seconds).
@@ -125,15 +125,7 @@ def read_process(
     for leader, text in parse_task_cmdlines(sections.get("taskcmd")).items():
         if not cmdlines.get(leader):
             cmdlines[leader] = text
-    tasks: dict[int, list[ProcStat]] = {}
-    leader: int | None = None
-    for line in sections.get("tasks", b"").decode("utf-8", "replace").split("\n"):
-        if line.startswith("== "):
-            leader = int(line[3:]) if line[3:].strip().isdigit() else None
-            continue
-        t = parse_stat_line(line)
-        if t is not None and leader is not None:
-            tasks.setdefault(leader, []).append(t)
+    tasks = parse_task_stats(sections.get("tasks"))
 
     # Never match the probe itself, crosscheck, or their ancestors (field-notes.md).
     excluded = set(exclude_pids)

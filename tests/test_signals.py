@@ -389,3 +389,24 @@ def test_glob_translation_matches_fnmatch(tmp_path, pattern) -> None:
              "outputs": {"files": str(d), "pattern": pattern, "expected": 1, "exclude": []}}  # fmt: skip
     count = Checker(stage_from_dict(stage)).check().readings["outputs"].evidence["count"]
     assert count == len(fnmatch.filter(names, pattern))
+
+
+def test_plain_zombies_cost_the_probe_nothing(host) -> None:
+    """Where PID 1 does not reap (containers), zombies pile up: only zombie leaders that
+    still have threads get their threads read, so plain zombies add no work."""
+    from sensors._probe import build_script, new_nonce, split_sections
+
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import os,time\nfor _ in range(5):\n    if os.fork() == 0: os._exit(0)\ntime.sleep(60)"],
+    )
+    try:
+        time.sleep(0.5)
+        stage = stage_from_dict({"stage": "z", "host": "local", "process": {"pid": parent.pid}})
+        nonce = new_nonce()
+        sections = split_sections(host.run_script(build_script(stage, nonce), timeout=30), nonce)
+        zombies = [line for line in sections["stat"].decode().splitlines() if f") Z {parent.pid} " in line]
+        assert len(zombies) == 5
+        assert sections["tasks"].strip() == b"" and sections["taskcmd"].strip() == b""
+    finally:
+        parent.kill()
+        parent.wait()
