@@ -7,6 +7,8 @@ Events are written by the server asynchronously, so reading them back polls with
 from __future__ import annotations
 
 import datetime as dt
+import json
+import logging
 import os
 import time
 import uuid
@@ -236,6 +238,43 @@ def test_stalled_without_notify_keeps_waiting_until_the_timeout(jobs) -> None:
     assert info.value.timed_out is True  # stalled did not end the wait
     events = _read_events(name, want=lambda ev: "crosscheck.stage.stalled" in _names(ev))
     assert "crosscheck.stage.stalled" in _names(events)
+
+
+def test_stall_notifies_slack_with_the_evidence_and_the_url_stays_secret(jobs, monkeypatch, caplog, capsys) -> None:
+    """Through the Prefect task: one Slack message for the stall (not one per check), with
+    the evidence; the webhook URL appears in no log, artifact or event."""
+    from tests.webhook_server import WebhookServer
+
+    name = _unique("notify")
+    job = jobs("stall", total=10, step=0.02)
+    job.start()
+    with WebhookServer() as hook:
+        secret_url = hook.url + "/services/T000/B000/" + uuid.uuid4().hex
+        monkeypatch.setenv("CROSSCHECK_TEST_WEBHOOK", secret_url)
+        spec = job.stage_dict(name=name, stall_after="1s")
+        spec["notify"] = {"slack_webhook": "env:CROSSCHECK_TEST_WEBHOOK", "on": ["stalled", "failed"]}
+        stage = stage_from_dict(spec)
+
+        @flow
+        def waits() -> Any:
+            return wait_for_stage(stage, timeout=5)
+
+        with caplog.at_level(logging.DEBUG), pytest.raises(StageFailed):
+            waits()
+        bodies = [r.json() for r in hook.requests]
+    stalled = [b for b in bodies if "STALLED" in json.dumps(b).upper()]
+    assert len(stalled) == 1, bodies  # a transition, not every check
+    text = json.dumps(stalled[0])
+    assert name in text and str(job.pid) in text
+    token = secret_url.rsplit("/", 1)[-1]
+    out = capsys.readouterr()
+    assert token not in out.out + out.err
+    assert token not in caplog.text
+    for what in ("evidence", "progress", "verdict"):
+        for artifact in _read_artifacts(artifact_key(name, what)):
+            assert token not in json.dumps(artifact.model_dump(mode="json"))
+    events = _read_events(name, want=lambda ev: "crosscheck.stage.stalled" in _names(ev))
+    assert events and all(token not in json.dumps(e.model_dump(mode="json")) for e in events)
 
 
 # --- flows ------------------------------------------------------------------------------------
