@@ -92,7 +92,12 @@ def test_bad_config_exit_2_one_line(tmp_path, capsys, name, data, field, message
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [(None, "cannot read"), ("stage: [unclosed\n", "line"), ("- a list\n", "expected a mapping"), ("", "expected a mapping")],
+    [
+        (None, "cannot read"),
+        ("stage: [unclosed\n", "line"),
+        ("- a list\n", "expected a mapping"),
+        ("", "expected a mapping"),
+    ],
 )
 def test_unreadable_files(tmp_path, capsys, content, message) -> None:
     path = tmp_path / "s.yaml"
@@ -152,7 +157,9 @@ def test_wait_exit_codes(tmp_path) -> None:
         out = _cli("wait", str(bad.write_stage(tmp_path / "bad.yaml")))
         assert out.returncode == 3, out.stdout + out.stderr
         assert "FAILED" in out.stdout
-        out = _cli("wait", str(stuck.write_stage(tmp_path / "stuck.yaml", stall_after="1h")), "--timeout", "1500ms")
+        out = _cli(
+            "wait", str(stuck.write_stage(tmp_path / "stuck.yaml", stall_after="1h")), "--timeout", "1500ms"
+        )
         assert out.returncode == 4
         assert "timed out" in out.stderr
     finally:
@@ -166,7 +173,9 @@ def test_wait_several_stages_json_lines(tmp_path) -> None:
     for job in (a, b):
         job.start()
     try:
-        out = _cli("wait", str(a.write_stage(tmp_path / "a.yaml")), str(b.write_stage(tmp_path / "b.yaml")), "--json")
+        out = _cli(
+            "wait", str(a.write_stage(tmp_path / "a.yaml")), str(b.write_stage(tmp_path / "b.yaml")), "--json"
+        )
         assert out.returncode == 0, out.stderr
         lines = [json.loads(line) for line in out.stdout.splitlines()]
         assert {line["stage"] for line in lines} == {"stage-a", "stage-b"}

@@ -240,7 +240,9 @@ def test_stalled_without_notify_keeps_waiting_until_the_timeout(jobs) -> None:
     assert "crosscheck.stage.stalled" in _names(events)
 
 
-def test_stall_notifies_slack_with_the_evidence_and_the_url_stays_secret(jobs, monkeypatch, caplog, capsys) -> None:
+def test_stall_notifies_slack_with_the_evidence_and_the_url_stays_secret(
+    jobs, monkeypatch, caplog, capsys
+) -> None:
     """Through the Prefect task: one Slack message for the stall (not one per check), with
     the evidence; the webhook URL appears in no log, artifact or event."""
     from tests.webhook_server import WebhookServer

@@ -397,7 +397,11 @@ def test_plain_zombies_cost_the_probe_nothing(host) -> None:
     from sensors._probe import build_script, new_nonce, split_sections
 
     parent = subprocess.Popen(
-        [sys.executable, "-c", "import os,time\nfor _ in range(5):\n    if os.fork() == 0: os._exit(0)\ntime.sleep(60)"],
+        [
+            sys.executable,
+            "-c",
+            "import os,time\nfor _ in range(5):\n    if os.fork() == 0: os._exit(0)\ntime.sleep(60)",
+        ],
     )
     try:
         time.sleep(0.5)

@@ -71,7 +71,15 @@ def _until(predicate, timeout: float) -> None:
         time.sleep(0.05)
 
 
-PAYLOADS = ["; touch {m}", "$(touch {m})", "`touch {m}`", "' ; touch {m} ; '", '" ; touch {m} ; "', "| touch {m}", "&& touch {m}"]
+PAYLOADS = [
+    "; touch {m}",
+    "$(touch {m})",
+    "`touch {m}`",
+    "' ; touch {m} ; '",
+    '" ; touch {m} ; "',
+    "| touch {m}",
+    "&& touch {m}",
+]
 
 
 @pytest.mark.parametrize("payload", PAYLOADS)
@@ -83,7 +91,12 @@ def test_injection_in_every_string_field_leaves_nothing_behind(tmp_path, ssh_spe
         "host": ssh_spec,
         "process": {"match": p},
         "log": {"path": f"/tmp/x{p}", "complete": p, "error": p, "progress": p},
-        "outputs": {"files": f"/tmp/d{p}", "pattern": p.replace("/", "_"), "exclude": [p.replace("/", "_")], "expected": 3},
+        "outputs": {
+            "files": f"/tmp/d{p}",
+            "pattern": p.replace("/", "_"),
+            "exclude": [p.replace("/", "_")],
+            "expected": 3,
+        },
         "gpu": {"devices": [p]},
     }
     lines_stage = {"stage": "inject2", "host": ssh_spec, "outputs": {"lines": f"/tmp/l{p}", "expected": 1}}
@@ -119,7 +132,11 @@ def test_status_over_ssh_json(tmp_path, ssh_spec) -> None:
 def test_wrong_host_key_is_exit_2_with_the_fingerprint(tmp_path, sshd_server) -> None:
     known = tmp_path / "known_hosts"
     known.write_text("")
-    stage = {"stage": "k", "host": sshd_server.spec(known_hosts=str(known)), "log": {"path": "/tmp/x", "complete": "x"}}
+    stage = {
+        "stage": "k",
+        "host": sshd_server.spec(known_hosts=str(known)),
+        "log": {"path": "/tmp/x", "complete": "x"},
+    }
     path = tmp_path / "k.yaml"
     path.write_text(yaml.safe_dump(stage))
     out = subprocess.run([sys.executable, "-m", "sensors", "status", str(path)],
@@ -143,7 +160,11 @@ def test_a_login_shell_that_is_not_sh(tmp_path, sshd_server) -> None:
     log = shared / "t.log"
     log.write_text("step 1\nExtraction complete\n")
     log.chmod(0o644)
-    stage = {"stage": "t", "host": sshd_server.spec(user=user), "log": {"path": str(log), "complete": "^Extraction complete"}}
+    stage = {
+        "stage": "t",
+        "host": sshd_server.spec(user=user),
+        "log": {"path": str(log), "complete": "^Extraction complete"},
+    }
     with SSHHost(SSHSpec(**stage["host"])) as host:
         reading = Checker(stage_from_dict(stage), host=host).check().readings["log"]
     assert reading.says is Says.DONE, reading.detail

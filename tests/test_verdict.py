@@ -18,13 +18,19 @@ from sensors.testing import reading
 POLICY = PolicySpec(stall_after=600, settle=2, stuck_in_d_after=120, exit_grace=60)
 
 
-def proc(says: str = "working", cpu: float | None = 10.0, state: str = "R", pid: int = 4455, seen: bool = True) -> Reading:
+def proc(
+    says: str = "working", cpu: float | None = 10.0, state: str = "R", pid: int = 4455, seen: bool = True
+) -> Reading:
     if says == "done":
-        return reading("process", "done", "no process found", pid=None, state=None, cpu_seconds=None, seen_alive=seen)
+        return reading(
+            "process", "done", "no process found", pid=None, state=None, cpu_seconds=None, seen_alive=seen
+        )
     return reading("process", says, f"pid {pid} {state}", pid=pid, state=state, cpu_seconds=cpu)
 
 
-def log(says: str = "working", size: int = 1000, line: str = "[37300] 18880 extracted, ETA 0 minutes") -> Reading:
+def log(
+    says: str = "working", size: int = 1000, line: str = "[37300] 18880 extracted, ETA 0 minutes"
+) -> Reading:
     return reading("log", says, line, size=size, inode=7, last_line=line, age_seconds=5.0)
 
 
@@ -79,8 +85,14 @@ ROWS = [
     Row(
         "incident 2 variant: every output counted and log complete, but the process still works",
         checks(
-            (0, r(process=proc(cpu=1.0), log=log("done", line="Extraction complete"), outputs=outputs(37312))),
-            (30, r(process=proc(cpu=9.0), log=log("done", line="Extraction complete"), outputs=outputs(37312))),
+            (
+                0,
+                r(process=proc(cpu=1.0), log=log("done", line="Extraction complete"), outputs=outputs(37312)),
+            ),
+            (
+                30,
+                r(process=proc(cpu=9.0), log=log("done", line="Extraction complete"), outputs=outputs(37312)),
+            ),
         ),
         State.RUNNING,
         "still at work",
@@ -179,8 +191,22 @@ ROWS = [
     Row(
         "process unreadable while log and outputs say done: unknown, never complete",
         checks(
-            (0, r(process=reading("process", "unknown", "stat unreadable"), log=log("done"), outputs=outputs(37312))),
-            (30, r(process=reading("process", "unknown", "stat unreadable"), log=log("done"), outputs=outputs(37312))),
+            (
+                0,
+                r(
+                    process=reading("process", "unknown", "stat unreadable"),
+                    log=log("done"),
+                    outputs=outputs(37312),
+                ),
+            ),
+            (
+                30,
+                r(
+                    process=reading("process", "unknown", "stat unreadable"),
+                    log=log("done"),
+                    outputs=outputs(37312),
+                ),
+            ),
         ),
         State.UNKNOWN,
         "process unknown",
@@ -247,7 +273,9 @@ ROWS = [
     ),
     Row(
         "never seen alive, an error line in the log: failed",
-        checks((0, r(process=proc("done", seen=False), log=log("failed", line="Traceback"), outputs=outputs(3)))),
+        checks(
+            (0, r(process=proc("done", seen=False), log=log("failed", line="Traceback"), outputs=outputs(3)))
+        ),
         State.FAILED,
     ),
     Row(
@@ -309,7 +337,9 @@ def test_verdict_table(row: Row) -> None:
     verdict = None
     for offset, readings in row.steps:
         host_error = any("host_error" in x.evidence for x in readings.values())
-        verdict, memory = decide("extract", "gpu-box", readings, POLICY, memory, None if host_error else start + offset)
+        verdict, memory = decide(
+            "extract", "gpu-box", readings, POLICY, memory, None if host_error else start + offset
+        )
     assert verdict is not None
     assert verdict.state is row.expected, verdict.reasons
     assert verdict.advance is (row.expected is State.COMPLETE)
