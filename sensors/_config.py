@@ -263,6 +263,23 @@ class Stage(_Section):
         return "local" if self.host == "local" else self.host.ssh
 
 
+class _YAMLLoader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 booleans: only true/false.
+
+    YAML 1.1 (PyYAML's default) reads on/off/yes/no as booleans, so the documented
+    ``notify: {on: [stalled]}`` would load as ``{True: [...]}``.
+    """
+
+
+_YAMLLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_YAMLLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
 def load_stage(path: str | os.PathLike[str]) -> Stage:
     """Read and validate a stage file.
 
@@ -282,7 +299,7 @@ def load_stage(path: str | os.PathLike[str]) -> Stage:
     except UnicodeDecodeError:
         raise ConfigError("not UTF-8 text", file=name) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_YAMLLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""

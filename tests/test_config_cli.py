@@ -191,3 +191,23 @@ def test_help_and_version() -> None:
     assert out.returncode == 0 and "examples:" in out.stdout and "exit codes:" in out.stdout
     out = _cli("--version")
     assert out.returncode == 0 and out.stdout.startswith("crosscheck ")
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted((Path(__file__).parent.parent / "deployments" / "stages").glob("*.yaml")),
+    ids=lambda p: p.name,
+)
+def test_example_stage_files_are_valid(path) -> None:
+    stage = load_stage(path)
+    assert stage.signals and stage.host != "local"
+
+
+def test_yaml_on_key_is_a_string_not_a_boolean(tmp_path) -> None:
+    """YAML 1.1 reads `on:` as True; the notify section's `on:` must still work."""
+    path = tmp_path / "n.yaml"
+    path.write_text(
+        "stage: s\nhost: local\nlog: {path: /tmp/x.log, complete: done}\nnotify:\n  slack_webhook: env:X\n  on: [stalled, failed]\n  unknown_after: 1m\n"
+    )
+    stage = load_stage(path)
+    assert stage.notify is not None and stage.notify.on == ("stalled", "failed")
