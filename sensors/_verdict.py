@@ -212,9 +212,7 @@ def _rules(
                 mem,
             )
         others = [r for r in readings.values() if r is not p]
-        if _ev(p, "seen_alive") is False and (
-            not others or not all(r.says is Says.DONE for r in others)
-        ):
+        if _ev(p, "seen_alive") is False and (not others or not all(r.says is Says.DONE for r in others)):
             # Never seen alive in this watch: not started yet, or a match that matches
             # nothing. Neither is evidence that the job ran and exited.
             return (
