@@ -275,7 +275,8 @@ def progress_percent(verdict: Verdict) -> float | None:
     for fact in facts:
         done, total = fact.get("done"), fact.get("total")
         if _number(done) and _number(total) and total > 0:
-            return round(max(0.0, min(100.0, 100.0 * done / total)), 2)
+            # Rounded down: one output short must not show as 100 %.
+            return max(0.0, min(100.0, math.floor(10000.0 * done / total) / 100))
     return None
 
 

@@ -657,3 +657,20 @@ class TestThroughPrefectBlocks:
         assert any("could not deliver the transition notification (failed)" in m for m in run_log)
         out, err = capsys.readouterr()
         assert_secret_absent(block_hook.token, out, err, *run_log)
+
+
+def test_one_output_short_never_reads_100_percent() -> None:
+    from sensors._notify import _outputs_values
+    from sensors.prefect import progress_percent
+    from sensors.testing import reading as make_reading
+
+    assert _outputs_values({"count": 37311, "expected": 37312})[-1] == "99.99%"
+    verdict = Verdict(
+        "s",
+        State.RUNNING,
+        ("x",),
+        {"outputs": make_reading("outputs", "working", count=37311, expected=37312)},
+        0.0,
+        "h",
+    )
+    assert progress_percent(verdict) == 99.99
