@@ -414,3 +414,42 @@ def test_plain_zombies_cost_the_probe_nothing(host) -> None:
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_incident_1_a_virtualised_uptime_does_not_fool_the_elapsed_time(tmp_path) -> None:
+    """Incident 1 for real: a fake /proc/uptime bind-mounted in a mount namespace (as lxcfs
+    does in containers) makes procps-ng 4.0.1-4.0.4 print ~441077231 days; crosscheck sees
+    the mount, ignores that clock, and computes the elapsed time from btime."""
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to bind-mount over /proc/uptime")
+    fake = tmp_path / "uptime"
+    fake.write_text("5.00 5.00\n")
+    job = subprocess.Popen(["sleep", "300"])
+    try:
+        time.sleep(1.0)
+        code = (
+            "from sensors import Checker, stage_from_dict\n"
+            f"v = Checker(stage_from_dict({{'stage': 's', 'host': 'local', 'process': {{'pid': {job.pid}}}}})).check()\n"
+            "print(v.readings['process'].evidence['elapsed_seconds'])\n"
+        )
+        script = (
+            f'mount --bind {fake} /proc/uptime && ps -o etime= -p {job.pid} && {sys.executable} -c "{code}"'
+        )
+        out = subprocess.run(
+            ["unshare", "--mount", "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+        )
+        if out.returncode != 0 and "mount" in out.stderr:
+            pytest.skip(f"cannot bind-mount here: {out.stderr.strip()[:200]}")
+        assert out.returncode == 0, out.stderr
+        ps_etime, elapsed = out.stdout.split()
+        print("ps says", ps_etime, "- crosscheck says", elapsed)
+        assert 0.5 <= float(elapsed) < 60
+    finally:
+        job.kill()
+        job.wait()
