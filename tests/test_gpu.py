@@ -722,3 +722,67 @@ def test_checker_seam_remote_remembers_the_window_and_last_job_pids(tmp_path: Pa
     later = read_for_checker(checker, sections, SimpleNamespace(now=1040.0), frozenset())
     assert later.evidence["job_pids_on_gpu"] == [job]
     assert checker._memory.gpu.last_job_pids == {job}
+
+
+_WATCHER = textwrap.dedent(
+    """
+    import json, sys
+    from sensors import Checker, stage_from_dict
+    checker = Checker(stage_from_dict(json.loads(sys.argv[1])))
+    for verdict in checker.watch(timeout=60):
+        print(json.dumps(verdict.to_json()), flush=True)
+    """
+)
+
+
+def test_incident_2_end_to_end_gpu_idle_with_92_gb_while_the_job_spins(
+    fake_lib: Path, tmp_path: Path
+) -> None:
+    """The whole of incident 2 through a real Checker: a real job logs "ETA 0" and spins on
+    the CPU while NVML (the fake library) shows its PID holding 92 GB at 0 %. Every verdict
+    during the spin is running ("a CPU phase"); complete comes only after the job exits and
+    the driver lets go of its memory."""
+    from sensors.testing import SimulatedJob
+
+    job = SimulatedJob(tmp_path, scenario="eta0_spin", total=6, step=0.1, spin=4.0)
+    job.start()
+    state = tmp_path / "nvml-state"
+    state.write_text(textwrap.dedent(INCIDENT_2.format(job=job.pid)))
+    stage = job.stage_dict(interval="300ms", stall_after="1m")
+    stage["gpu"] = {"devices": "all", "idle_below": 5, "idle_for": "600ms"}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONPATH": str(REPO),
+        "LD_LIBRARY_PATH": str(fake_lib),
+        "FAKE_NVML_STATE": str(state),
+    }
+    watcher = subprocess.Popen(
+        [sys.executable, "-c", _WATCHER, json.dumps(stage)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    try:
+        job.wait(60)
+        # The process is gone: the driver releases its context (the fake re-reads its state).
+        state.write_text(textwrap.dedent(INCIDENT_2.replace("    proc {job} 92000\n", "")))
+        out, _ = watcher.communicate(timeout=60)
+    finally:
+        watcher.kill()
+        job.stop()
+    verdicts = [json.loads(line) for line in out.splitlines()]
+    spin = [
+        v
+        for v in verdicts
+        if v["signals"]["process"]["says"] == "working"
+        and "ETA 0" in v["signals"]["log"]["evidence"]["last_line"]
+        and v["signals"]["gpu"]["says"] == "done"
+    ]
+    assert spin, [v["verdict"] for v in verdicts]
+    for v in spin:
+        assert v["verdict"] == "running", v["reasons"]
+        assert v["signals"]["gpu"]["evidence"]["job_pids_on_gpu"] == [job.pid]
+        assert v["signals"]["gpu"]["evidence"]["job_memory_mib"] == 92000
+    assert any("a CPU phase" in r for v in spin for r in v["reasons"])
+    assert verdicts[-1]["verdict"] == "complete"
