@@ -168,12 +168,17 @@ def _wait(stages: list[Stage], *, as_json: bool, timeout: float | None) -> int:
     finals: dict[str, Verdict] = {}
     timed_out: dict[str, bool] = {}
     live = _LiveProgress(stages) if (not as_json and sys.stdout.isatty()) else None
+    # Ctrl-C must end the wait now, not after the watchers' next interval (or their timeout):
+    # they sleep on this event.
+    stop = threading.Event()
 
     def run(stage: Stage) -> None:
         checker = Checker(stage)
         notifier = _notifier(stage)
         previous: State | None = None
-        for verdict in checker.watch(timeout=timeout):
+        for verdict in checker.watch(timeout=timeout, sleep=stop.wait):
+            if stop.is_set():
+                return
             with lock:
                 if as_json:
                     _print_json(verdict)
@@ -194,9 +199,15 @@ def _wait(stages: list[Stage], *, as_json: bool, timeout: float | None) -> int:
     try:
         if live:
             live.start()
-        with ThreadPoolExecutor(max_workers=min(32, len(stages))) as pool:
+        pool = ThreadPoolExecutor(max_workers=min(32, len(stages)))
+        try:
             for fut in [pool.submit(run, s) for s in stages]:
                 fut.result()
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
     finally:
         if live:
             live.stop()
