@@ -108,6 +108,11 @@ class Checker:
             pids=mem.job_pids,
             lines_inode=outputs_mem.lines_inode,
             lines_size=outputs_mem.lines_size,
+            outputs_since=(
+                outputs_mem.checked_at
+                if stage.outputs and (outputs_mem.count or 0) >= stage.outputs.expected
+                else None
+            ),
             clk_tck=static.clk_tck if static else None,
             hostname=static.hostname if static else None,
             uptime_virtualised=static.uptime_virtualised if static else False,

@@ -42,6 +42,7 @@ class ProbeState:
     pids: tuple[int, ...] = ()  # the job's PIDs last time: their /proc/PID/io is read
     lines_inode: int | None = None  # outputs.lines: count only the bytes added since
     lines_size: int = 0
+    outputs_since: float | None = None  # count at expected last time: look for in-place writes
     clk_tck: int | None = None  # read once: static while the host is up
     hostname: str | None = None
     uptime_virtualised: bool = False
@@ -136,6 +137,18 @@ def build_script(
             f" | grep -c -E {q(glob_to_ere(stage.outputs.pattern))}",
             f"elif [ -e {d} ]; then echo unreadable; else echo missing; fi",
         ]
+        if state.outputs_since is not None:
+            # Same count is not enough: a file written in place (no temp name) changes while
+            # the count stands still. One entry modified since the last check suffices.
+            names = f"-name {q(stage.outputs.pattern)} " + " ".join(
+                f"! -name {q(p)}" for p in stage.outputs.exclude
+            )
+            out += [
+                "sec outputs_recent",
+                f"if r=$(find {d} -mindepth 1 -maxdepth 1 {names} "
+                f"-newermt @{state.outputs_since:.6f} -print -quit 2>/dev/null); "
+                "then printf 'ok%s\\n' \"$r\" | head -c 4096; else echo failed; fi",
+            ]
     if stage.outputs and stage.outputs.lines:
         f = q(stage.outputs.lines)
         prev_ino = int(state.lines_inode or 0)

@@ -425,6 +425,21 @@ class OutputsMemory:
     count: int | None = None
     lines_inode: int | None = None
     lines_size: int = 0
+    checked_at: float | None = None  # the monitored host's clock at this check
+
+
+def _recently_modified(raw: bytes | None, evidence: dict[str, object]) -> str | None:
+    """What the probe's in-place-write check found: a file modified since the last check."""
+    if raw is None:
+        return None  # not asked this time (the count is not yet at the expected number)
+    text = raw.decode("utf-8", "replace")
+    if not text.startswith("ok"):
+        # No GNU find (-newermt) on the host: the count alone decides, and the evidence says so.
+        evidence["in_place_writes"] = "not checked: find -newermt unavailable on the host"
+        return None
+    name = text[2:].strip()
+    evidence["in_place_writes"] = name or None
+    return f"{name.rsplit('/', 1)[-1]} was modified since the last check" if name else None
 
 
 def read_outputs(
@@ -455,7 +470,8 @@ def read_outputs(
         except ValueError:
             return unknown(f"output count unreadable: {text[:100]!r}")
         evidence["pattern"] = spec.pattern
-        new_memory = OutputsMemory(count=count)
+        new_memory = OutputsMemory(count=count, checked_at=meta.now)
+        changed = _recently_modified(sections.get("outputs_recent"), evidence)
     else:
         raw = sections.get("lines")
         if raw is None:
@@ -471,11 +487,20 @@ def read_outputs(
         previous = (memory.count or 0) if base > 0 else 0
         count = previous + n
         evidence["partial_record"] = last not in ("0a", "none")
-        new_memory = OutputsMemory(count=count, lines_inode=inode, lines_size=size)
+        evidence["size"] = size
+        new_memory = OutputsMemory(count=count, lines_inode=inode, lines_size=size, checked_at=meta.now)
+        changed = None
+        if evidence["partial_record"]:
+            changed = "a record is being written (the file does not end with a newline)"
+        elif memory.lines_inode is not None and (inode, size) != (memory.lines_inode, memory.lines_size):
+            changed = "the file changed since the last check"
     evidence["count"] = count
     evidence["previous_count"] = memory.count
     stable = memory.count is not None and memory.count == count
-    if count >= spec.expected and stable:
+    if count >= spec.expected and stable and changed:
+        # Same count, but written in place: a file finished only when it stops changing.
+        says, detail = Says.WORKING, f"{count}/{spec.expected} outputs, but {changed}"
+    elif count >= spec.expected and stable:
         says, detail = Says.DONE, f"{count}/{spec.expected} outputs, unchanged since last check"
     elif count >= spec.expected:
         says, detail = (

@@ -453,3 +453,34 @@ def test_incident_1_a_virtualised_uptime_does_not_fool_the_elapsed_time(tmp_path
     finally:
         job.kill()
         job.wait()
+
+
+def test_a_file_written_in_place_is_not_done_until_it_stops_changing(tmp_path, host) -> None:
+    """The count stands still while the last file is still being written in place (no temp
+    name): outputs are done only once no file changed since the last check."""
+    d = tmp_path / "out"
+    d.mkdir()
+    for i in range(3):
+        (d / f"s{i}.pt").write_bytes(b"x")
+    stage = {"stage": "o", "host": "local", "outputs": {"files": str(d), "pattern": "*.pt", "expected": 3}}
+    checker = Checker(stage_from_dict(stage), host=host)
+    assert checker.check().readings["outputs"].says is Says.WORKING  # confirming
+    time.sleep(0.05)
+    with open(d / "s2.pt", "ab") as f:
+        f.write(b"more")  # still being written
+    reading = checker.check().readings["outputs"]
+    assert reading.says is Says.WORKING and "s2.pt was modified" in reading.detail
+    time.sleep(0.05)
+    assert checker.check().readings["outputs"].says is Says.DONE
+
+
+def test_a_jsonl_file_still_growing_is_not_done(tmp_path, host) -> None:
+    f = tmp_path / "train.jsonl"
+    f.write_text("{}\n{}\n")
+    stage = {"stage": "l", "host": "local", "outputs": {"lines": str(f), "expected": 2}}
+    checker = Checker(stage_from_dict(stage), host=host)
+    checker.check()
+    with open(f, "a") as fh:
+        fh.write('{"extra": ')  # a third record on its way: the writer is not done
+    reading = checker.check().readings["outputs"]
+    assert reading.says is Says.WORKING and "being written" in reading.detail
