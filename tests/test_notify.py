@@ -171,7 +171,7 @@ def test_message_carries_stage_verdict_and_evidence() -> None:
         assert "pid 4455" in text and "state Rl" in text
         assert "cpu 46m 1s" in text and "elapsed 2h 29m" in text
         assert "18880 extracted, ETA 0 min" in text and "age 16m" in text
-        assert "count 37300/37312" in text and "99.97%" in text
+        assert "count 37300/37312" in text and "99.96%" in text  # rounded down
         assert "util 0/0/3/0%" in text and "mem 92 GiB/92 GiB/92 GiB/92 GiB" in text
         assert "job holds 368 GiB" in text and "idle" in text and "error" not in text
         assert "2026-02-23 18:24:03 UTC (30m)" in text  # since, and how long it has held
