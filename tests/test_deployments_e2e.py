@@ -134,10 +134,20 @@ def _cli(env: dict[str, str], *args: str, cwd: Path | None = None, timeout: floa
     return done.stdout
 
 
-def _post(api: str, path: str, body: dict[str, Any]) -> Any:
-    response = httpx.post(f"{api}{path}", json=body, timeout=10)
+def _request(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+    # The server answers 503 when SQLite is busy (seen on this 2-core machine under the
+    # worker's polling); Prefect's own client retries those, and so does this one, boundedly.
+    for attempt in range(6):
+        response = httpx.request(method, url, json=body, timeout=10)
+        if response.status_code != 503 or attempt == 5:
+            break
+        time.sleep(0.5 * (attempt + 1))
     response.raise_for_status()
     return response.json()
+
+
+def _post(api: str, path: str, body: dict[str, Any]) -> Any:
+    return _request("POST", f"{api}{path}", body)
 
 
 def _flow_runs(api: str, deployment_id: str) -> list[dict[str, Any]]:
@@ -145,13 +155,11 @@ def _flow_runs(api: str, deployment_id: str) -> list[dict[str, Any]]:
 
 
 def _deployment(api: str, name: str) -> dict[str, Any]:
-    response = httpx.get(f"{api}/deployments/name/{name}", timeout=10)
-    response.raise_for_status()
-    return response.json()
+    return _request("GET", f"{api}/deployments/name/{name}")
 
 
 def _finished(api: str, flow_run_id: str) -> dict[str, Any] | None:
-    run = httpx.get(f"{api}/flow_runs/{flow_run_id}", timeout=10).json()
+    run = _request("GET", f"{api}/flow_runs/{flow_run_id}")
     state = (run.get("state") or {}).get("type")
     if state in ("FAILED", "CRASHED", "CANCELLED"):
         raise AssertionError(f"flow run {run['name']} ended {state}: {run['state']}")
