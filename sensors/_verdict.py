@@ -86,6 +86,11 @@ def _progress(readings: Mapping[str, Reading], previous: Mapping[str, Reading]) 
         and _ev(o, "count") != _ev(po, "count")
     ):
         moved.append(f"outputs {_ev(po, 'count')} → {_ev(o, 'count')}")
+    g = readings.get("gpu")
+    if g and g.says is Says.WORKING and _ev(g, "job_gpu_busy") is True:
+        # A long kernel with the host thread blocked moves no counter: the job's own GPU
+        # work is progress too (only when attributed to its PIDs, not any busy device).
+        moved.append("the job's GPU busy")
     return moved
 
 

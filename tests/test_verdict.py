@@ -279,6 +279,21 @@ ROWS = [
         State.FAILED,
     ),
     Row(
+        "alive, counters still, but the job's own GPU busy (a long kernel): running, not stalled",
+        checks(
+            (
+                0,
+                r(process=proc(cpu=5.0, state="S"), log=log(size=10), gpu=gpu("working", (4455,), busy=True)),
+            ),
+            (
+                700,
+                r(process=proc(cpu=5.0, state="S"), log=log(size=10), gpu=gpu("working", (4455,), busy=True)),
+            ),
+        ),
+        State.RUNNING,
+        "the job's GPU busy",
+    ),
+    Row(
         "GPU signal unknown (no driver) blocks complete",
         checks(
             (0, r(process=proc("done"), log=log("done"), gpu=reading("gpu", "unknown", "no NVIDIA driver"))),
