@@ -25,6 +25,7 @@ contract: nothing under ``sensors/`` but ``sensors/prefect.py`` imports it at mo
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import email.utils
 import inspect
@@ -519,14 +520,31 @@ class _Redact(logging.Filter):
 
 
 _REDACT = _Redact()
-_REDACTED_LOGGERS = ("httpx", "httpcore", "slack_sdk.webhook.client", "slack_sdk.webhook.async_client")
+# apprise (behind Prefect's notification blocks) logs the URL it posts to at DEBUG.
+_REDACTED_LOGGERS = (
+    "httpx",
+    "httpcore",
+    "slack_sdk.webhook.client",
+    "slack_sdk.webhook.async_client",
+    "apprise",
+)
 
 
 def _register_secret(value: str) -> None:
     if not value:
         return
+    forms = {value}
+    # httpx logs the URL as it normalised it (lowercase scheme and host, default port
+    # dropped, spaces escaped), not as given: hide that form too, and the path alone — for a
+    # Slack webhook the path is the credential.
+    with contextlib.suppress(Exception):
+        url = httpx.URL(value)
+        forms.add(str(url))
+        path = url.raw_path.decode("ascii", "replace")
+        if len(path) >= 8:
+            forms.add(path)
     with _REDACT.lock:
-        _REDACT.secrets.add(value)
+        _REDACT.secrets.update(forms)
     for name in _REDACTED_LOGGERS:
         logger = logging.getLogger(name)
         if _REDACT not in logger.filters:

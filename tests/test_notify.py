@@ -674,3 +674,24 @@ def test_one_output_short_never_reads_100_percent() -> None:
         "h",
     )
     assert progress_percent(verdict) == 99.99
+
+
+@pytest.mark.parametrize("spelling", ["upper-scheme", "upper-host", "space"])
+def test_the_url_as_httpx_normalises_it_is_redacted_too(
+    hook: WebhookServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, spelling: str
+) -> None:
+    """httpx logs the URL it normalised (scheme and host lowercased, spaces escaped), not the
+    string it was given: the credential must be hidden in that form too."""
+    url = hook.url
+    if spelling == "upper-scheme":
+        url = "HTTP" + url[len("http") :]
+    elif spelling == "upper-host":
+        url = url.replace("127.0.0.1", "LocalHost", 1)
+    else:
+        url = url + " x"
+    monkeypatch.setenv("XC_TEST_SLACK_URL", url)
+    with caplog.at_level(logging.DEBUG):
+        SlackWebhookSender("env:XC_TEST_SLACK_URL", total_timeout=5)(build_message(verdict("stalled")))
+    assert hook.requests, "nothing was sent"
+    assert any("HTTP Request" in r.getMessage() for r in caplog.records)
+    assert hook.token not in caplog.text
