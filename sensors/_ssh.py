@@ -69,6 +69,10 @@ CONNECT_ATTEMPTS = 3
 #: connection; a dead server fails this and the connection is dropped).
 LIVENESS_TIMEOUT = 2.0
 
+#: Channels open at once per connection. sshd's MaxSessions defaults to 10 and a refused
+#: channel open is indistinguishable from a dying connection to paramiko: stay below it.
+MAX_CHANNELS = 8
+
 #: Bytes of remote stderr kept for error messages.
 STDERR_KEEP = 2000
 
@@ -285,6 +289,14 @@ class SSHHost:
         self._transport: paramiko.Transport | None = None
         # Idle shells (see _Session), reused check after check on the current transport.
         self._idle: list[_Session] = []
+        # Channels open on this connection (busy or idle shells, one-shot execs), at most
+        # MAX_CHANNELS; waiters are woken when a shell goes idle or a channel closes.
+        # Lock order: self._lock (connecting) before self._slots, never the other way round.
+        self._slots = threading.Condition(threading.RLock())
+        self._channels_open = 0
+        # The last connect failure and when: threads that waited on the lock meanwhile share
+        # it instead of each paying the whole backoff again (the check's deadline holds).
+        self._failed: tuple[float, ConnectError] | None = None
         #: Connections opened so far (tests and the bench read it to prove reuse).
         self.connects = 0
 
@@ -429,10 +441,14 @@ class SSHHost:
         transport = self._transport
         if transport is not None and transport.is_active():
             return transport
+        asked = time.monotonic()
         with self._lock:
             # Another thread may have reconnected while this one waited for the lock.
             if self._transport is not None and self._transport.is_active():
                 return self._transport
+            if self._failed is not None and self._failed[0] >= asked:
+                # ...or failed to, after this one asked: that answer is this one's too.
+                raise self._failed[1]
             self._drop_locked()
             retrying = Retrying(
                 stop=stop_after_attempt(CONNECT_ATTEMPTS) | stop_after_delay(self.spec.connect_timeout),
@@ -444,7 +460,9 @@ class SSHHost:
             try:
                 retrying(self._open)
             except _Transient as exc:
+                self._failed = (time.monotonic(), exc.error)
                 raise exc.error from exc.__cause__
+            self._failed = None
             assert self._transport is not None
             return self._transport
 
@@ -455,7 +473,10 @@ class SSHHost:
                 self._drop_locked()
 
     def _drop_locked(self) -> None:
-        self._idle.clear()  # their channels die with the transport
+        with self._slots:
+            idle, self._idle = self._idle, []
+        for session in idle:
+            session.close()
         clients, self._clients, self._transport = self._clients, [], None
         for client in reversed(clients):
             try:
@@ -476,12 +497,12 @@ class SSHHost:
             ConnectError: connecting or authenticating failed, or the connection dropped.
             ProbeError: the script did not finish within ``timeout``.
         """
-        transport = self._connect()
         deadline = time.monotonic() + timeout
+        transport = self._connect()
         for attempt in range(2):
             session, reused = self._take_session(transport, deadline)
             try:
-                out = session.run(script, deadline)
+                out, status = session.run(script, deadline)
             except _Deadline:
                 session.close()
                 self._check_alive(transport)
@@ -494,36 +515,87 @@ class SSHHost:
                     continue
                 self._drop(transport)
                 raise ConnectError(f"connection lost during the check: {exc}", host=self.name) from exc
-            with self._lock:
-                if transport is self._transport:
+            with self._slots:
+                keep = transport is self._transport
+                if keep:
                     self._idle.append(session)
-                else:
-                    session.close()
+                    self._slots.notify()
+            if not keep:
+                session.close()
+            if status in (124, 137):
+                # Killed on the host at the deadline; the shell itself is fine and kept.
+                raise ProbeError(
+                    f"probe did not finish within {timeout:g}s (stopped on the host)", host=self.name
+                )
             return out
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _take_session(self, transport: paramiko.Transport, deadline: float) -> tuple[_Session, bool]:
         """An idle shell on ``transport``, or a new one (one channel + exec per new shell)."""
-        with self._lock:
-            if transport is self._transport and self._idle:
-                return self._idle.pop(), True
+        release = self._open_slot(deadline, transport)
+        if isinstance(release, _Session):
+            return release, True
         try:
-            chan = transport.open_session(
+            chan = self._open_channel(transport, deadline)
+        except BaseException:
+            release()
+            raise
+        return _Session(chan, release), False
+
+    def _open_slot(
+        self, deadline: float, transport: paramiko.Transport | None = None
+    ) -> Callable[[], None] | _Session:
+        """An idle shell on ``transport`` (when given), else one of the connection's channel
+        slots (below sshd's MaxSessions), waiting for either until the deadline."""
+        with self._slots:
+            while True:
+                if transport is not None and transport is self._transport and self._idle:
+                    return self._idle.pop()
+                if self._channels_open < MAX_CHANNELS:
+                    self._channels_open += 1
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ProbeError(
+                        f"all {MAX_CHANNELS} channels to the host are busy (checks stuck on the host?)",
+                        host=self.name,
+                    )
+                self._slots.wait(min(left, 1.0))
+        released = threading.Event()
+
+        def release() -> None:
+            if not released.is_set():
+                released.set()
+                with self._slots:
+                    self._channels_open -= 1
+                    self._slots.notify()
+
+        return release
+
+    def _open_channel(self, transport: paramiko.Transport, deadline: float) -> paramiko.Channel:
+        try:
+            return transport.open_session(
                 timeout=min(max(deadline - time.monotonic(), 0.1), self.spec.connect_timeout)
             )
+        except paramiko.ChannelException as exc:
+            # The server said no to this channel (MaxSessions, policy), over a live
+            # connection: this check fails, the connection and the other stages stay.
+            raise ProbeError(f"the server refused a channel: {exc}", host=self.name) from exc
         except (paramiko.SSHException, EOFError, OSError) as exc:
             self._drop(transport)
             raise ConnectError(f"connection lost: cannot open a channel: {exc}", host=self.name) from exc
-        return _Session(chan), False
 
     def _run(self, script: bytes, *, timeout: float) -> tuple[bytes, bytes, int | None]:
-        transport = self._connect()
+        """A one-shot exec (for spawn: its exit status and stderr matter)."""
         deadline = time.monotonic() + timeout
+        transport = self._connect()
+        release = self._open_slot(deadline)
+        assert not isinstance(release, _Session)
         try:
-            chan = transport.open_session(timeout=min(timeout, self.spec.connect_timeout))
-        except (paramiko.SSHException, EOFError, OSError) as exc:
-            self._drop(transport)
-            raise ConnectError(f"connection lost: cannot open a channel: {exc}", host=self.name) from exc
+            chan = self._open_channel(transport, deadline)
+        except BaseException:
+            release()
+            raise
         try:
             return _exchange(chan, script, deadline)
         except _Deadline:
@@ -535,16 +607,27 @@ class SSHHost:
             raise ConnectError(f"connection lost during the check: {exc}", host=self.name) from exc
         finally:
             chan.close()
+            release()
 
     def _check_alive(self, transport: paramiko.Transport) -> None:
         """After a timeout: keep the connection only if the server still answers."""
+        with self._slots:
+            if self._channels_open >= MAX_CHANNELS:
+                return  # every slot is in use by other checks: nothing to learn from one more
+            self._channels_open += 1
         try:
             chan = transport.open_session(timeout=min(LIVENESS_TIMEOUT, self.spec.connect_timeout))
+        except paramiko.ChannelException:
+            pass  # refused, but answered: the connection is alive
         except Exception:  # dead or wedged, whatever paramiko says: reconnect next time
             log.info("dropping the connection to %s after a timeout", self.name)
             self._drop(transport)
         else:
             chan.close()
+        finally:
+            with self._slots:
+                self._channels_open -= 1
+                self._slots.notify()
 
     def spawn(self, argv: Sequence[str], *, log_path: str, cwd: str | None = None) -> int:
         """Start ``argv`` detached on the host (nohup, own session); return its PID.
@@ -588,23 +671,35 @@ class _Session:
     check pays that once per connection instead of once per check, and still costs one
     round trip per check. Each script runs in a brace group with stdin from /dev/null (no
     command can eat the next script) and is followed by a marker with a fresh nonce that
-    ends the answer. A shell that timed out or misbehaved is closed, never reused.
+    ends the answer. A shell that timed out or misbehaved is closed, never reused. The shell
+    keeps variables between scripts: every probe sets all it uses.
     """
 
-    def __init__(self, chan: paramiko.Channel) -> None:
+    def __init__(self, chan: paramiko.Channel, release: Callable[[], None]) -> None:
         self.chan = chan
         self.started = False
+        self._release = release  # gives the connection's channel slot back, once
 
-    def run(self, script: bytes, deadline: float) -> bytes:
+    def run(self, script: bytes, deadline: float) -> tuple[bytes, int | None]:
+        """Run ``script``; return its stdout and exit status (137: stopped on the host)."""
         marker = secrets.token_hex(12).encode()
-        end = b"\n@@crosscheck-done " + marker + b"\n"
+        end = b"\n@@crosscheck-done " + marker + b" "
+        # The host enforces the deadline too, a second early: a probe stuck on the host (a
+        # stat on a hung NFS mount) is killed there with its process group, the shell answers,
+        # and sshd's channel slot (MaxSessions) is not held by a command nobody waits for.
+        limit = max(1, int(deadline - time.monotonic()) - 1)
         wrapped = (
-            b"{\n" + script + b"\n} </dev/null 2>/dev/null\n"
-            b"printf '\\n@@crosscheck-done %s\\n' " + marker + b"\n"
-        )
+            b"s=$(cat <<'@@crosscheck-script-" + marker + b"'\n"
+            + script
+            + b"\n@@crosscheck-script-" + marker + b"\n)\n"
+            b"if command -v timeout >/dev/null 2>&1; then timeout -s KILL "
+            + str(limit).encode()
+            + b' /bin/sh -c "$s" </dev/null 2>/dev/null; else /bin/sh -c "$s" </dev/null 2>/dev/null; fi\n'
+            b"printf '\\n@@crosscheck-done %s %s\\n' " + marker + b' "$?"\n'
+        )  # fmt: skip
         return _with_watchdog(self.chan, deadline, lambda: self._converse(wrapped, end, deadline))
 
-    def _converse(self, wrapped: bytes, end: bytes, deadline: float) -> bytes:
+    def _converse(self, wrapped: bytes, end: bytes, deadline: float) -> tuple[bytes, int | None]:
         chan = self.chan
 
         def remaining() -> float:
@@ -630,10 +725,9 @@ class _Session:
                 chan.recv_stderr(1 << 20)  # the login shell's noise; the scripts' is discarded
             # The marker is searched only in what arrived since the last look (and its tail).
             at = buf.find(end, max(0, len(buf) - (1 << 20) - len(end)))
-            if at >= 0:
-                if at + len(end) != len(buf):
-                    raise EOFError("unexpected output after the end of the answer")
-                return bytes(buf[:at])
+            if at >= 0 and buf.endswith(b"\n") and buf.find(b"\n", at + len(end)) == len(buf) - 1:
+                status = buf[at + len(end) : -1].decode("ascii", "replace").strip()
+                return bytes(buf[:at]), int(status) if status.isdigit() else None
             if chan.eof_received or chan.closed:
                 if chan.recv_ready() or chan.recv_stderr_ready():
                     continue
@@ -645,6 +739,8 @@ class _Session:
             self.chan.close()
         except Exception:  # closing a broken channel may raise anything; it is gone
             log.debug("error closing a channel", exc_info=True)
+        finally:
+            self._release()
 
 
 def _with_watchdog(chan: paramiko.Channel, deadline: float, body: Callable[[], _T]) -> _T:
@@ -730,15 +826,15 @@ def _exchange_inner(
     return b"".join(out), bytes(err), status
 
 
-_pool: dict[tuple[str, str, int], SSHHost] = {}
+_pool: dict[tuple[object, ...], SSHHost] = {}
 _pool_lock = threading.Lock()
 
 
 def get_host(spec: SSHSpec, **kwargs: object) -> SSHHost:
-    """The shared :class:`SSHHost` for ``spec``'s (user, hostname, port), created on demand.
+    """The shared :class:`SSHHost` for ``spec``'s endpoint and credentials, created on demand.
 
-    Stages on one host share one connection. The first spec seen for a key decides the
-    connection settings (key file, known_hosts, timeouts).
+    Stages on one host share one connection when user, host, port, key, known_hosts, route
+    and secret references agree; the first such spec decides the timeouts.
 
     Example:
         >>> from sensors._config import SSHSpec
@@ -748,7 +844,19 @@ def get_host(spec: SSHSpec, **kwargs: object) -> SSHHost:
     """
     route = _route(spec)
     t = route.target
-    key = (t.user, t.hostname, t.port)
+    # Stages share a connection only when they would open the same one: same endpoint, and
+    # the same key, trust store and route (a second stage never silently inherits the
+    # first one's known_hosts or credentials).
+    key = (
+        t.user,
+        t.hostname,
+        t.port,
+        t.key_files,
+        route.jumps,
+        os.path.expanduser(spec.known_hosts),
+        spec.password,
+        spec.passphrase,
+    )
     with _pool_lock:
         host = _pool.get(key)
         if host is None:

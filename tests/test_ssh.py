@@ -81,8 +81,10 @@ def test_sh_features_work_under_a_tcsh_login_shell(sshd_server: SSHD) -> None:
 
 
 def test_connection_is_reused(host: SSHHost) -> None:
-    # sh's parent is the sshd process serving this one connection: one PID, one connection.
-    parents = {host.run_script(b"echo $PPID\n", timeout=10) for _ in range(5)}
+    # The probe's grandparent is the remote shell kept for this connection (its parent, the
+    # `timeout` that bounds each probe, is new every time): one PID, one connection, one shell.
+    script = b"sed 's/.*) . \\([0-9]*\\).*/\\1/' /proc/$PPID/stat\n"
+    parents = {host.run_script(script, timeout=10) for _ in range(5)}
     assert len(parents) == 1
     assert host.connects == 1
 
@@ -350,3 +352,24 @@ def test_spawn_argv_is_never_parsed_by_a_shell(host: SSHHost, tmp_path: Path, pa
 def test_spawn_into_a_missing_directory_is_a_probe_error(host: SSHHost, tmp_path: Path) -> None:
     with pytest.raises(ProbeError, match="cannot cd"):
         host.spawn(["/bin/true"], log_path=str(tmp_path / "log"), cwd=str(tmp_path / "nope"))
+
+
+def test_more_concurrent_checks_than_sshd_allows_channels(host: SSHHost) -> None:
+    """sshd's default MaxSessions is 10: 16 stages checked at once on one connection wait
+    for a channel instead of failing (and the connection is never dropped for it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(lambda i: host.run_script(f"sleep 0.3; echo {i}\n".encode(), timeout=30), range(16)))
+    assert results == [f"{i}\n".encode() for i in range(16)]
+    assert host.connects == 1
+
+
+def test_timed_out_checks_give_their_channels_back(host: SSHHost) -> None:
+    """Checks stuck on the host (say a stat on a hung NFS mount) time out alone: after more
+    of them than sshd has channels, the next check still runs on the same connection."""
+    for _ in range(12):
+        with pytest.raises(ProbeError):
+            host.run_script(b"sleep 30\n", timeout=0.3)
+    assert host.run_script(b"echo still\n", timeout=10) == b"still\n"
+    assert host.connects == 1
