@@ -250,6 +250,13 @@ class Stage(_Section):
 
     @model_validator(mode="after")
     def _some_signal(self) -> Stage:
+        if self.gpu is not None and self.gpu.idle_for * 1.5 < self.policy.interval:
+            # GPU idleness is shown by samples no further apart than 1.5 x idle_for
+            # (sensors/_gpu.py, "Gaps"): checks further apart could never show it.
+            raise ValueError(
+                f"gpu.idle_for ({self.gpu.idle_for:g}s) is too short for policy.interval "
+                f"({self.policy.interval:g}s): use at least {self.policy.interval / 1.5:g}s"
+            )
         if not any((self.process, self.log, self.outputs, self.gpu)):
             raise ValueError("no signal configured: give at least one of process, log, outputs, gpu")
         return self

@@ -12,16 +12,19 @@ previous :class:`GpuWindow` to a :class:`~sensors._model.Reading` and the next w
 What the reading says (incident 2: 92 GB allocated at 0 % while the job was still working):
 
 - ``unknown``: no driver, no nvidia-smi, an NVML error, garbled output, a configured GPU not
-  found, or no utilisation reported. Never "idle" for want of an answer.
+  found, or no utilisation reported for a GPU that counts (``[N/A]``, NotSupported, and no
+  driver samples in this read) while none is busy. Never "idle" for want of an answer.
 - ``working``: a GPU the job may be using reached ``idle_below`` in some sample of the
-  window, *or* idle has not yet lasted ``idle_for`` (detail: ``idle for 20s of 60s``). Idle not
-  yet established is not idle: saying ``unknown`` there would make every fresh watcher's
-  first minute look broken, and ``done`` would be a guess. So ``working`` means "not shown idle".
+  window, *or* idle has not yet lasted ``idle_for``, sampled without a gap (detail:
+  ``idle for 20s of 60s``, and the gap if there was one). Idle not yet established is not
+  idle: saying ``unknown`` there would make every fresh watcher's first minute look broken,
+  and ``done`` would be a guess. So ``working`` means "not shown idle".
 - ``done``: every sample of those GPUs, over a window reaching back at least ``idle_for``
-  seconds (and at least two samples), was below ``idle_below``. The detail says how many
-  samples and what span back them. Memory is not activity: a model kept resident (PyTorch's
-  caching allocator) at 0 % is idle here; the verdict turns "GPU idle + process progressing"
-  into ``running``.
+  seconds (and at least two samples), was below ``idle_below``, and that window was sampled
+  without a gap: consecutive samples at most :data:`MAX_GAP_FACTOR` (1.5) times ``idle_for``
+  apart (see *Gaps* below). The detail says how many samples and what span back them. Memory
+  is not activity: a model kept resident (PyTorch's caching allocator) at 0 % is idle here;
+  the verdict turns "GPU idle + process progressing" into ``running``.
 
 Which GPUs count (``evidence["attribution"]``):
 
@@ -39,6 +42,21 @@ driver's recent samples (one every 1/6 s to 1 s) to each check, so a burst betwe
 seen; remotely only one sample per check exists. The window folds each check's new samples
 per GPU into at most :data:`MAX_BUCKETS_PER_READ` buckets keeping the maximum, so "any sample
 busy" stays exact while memory stays bounded for long ``idle_for``.
+
+Gaps: idle is claimed only over time that was looked at. A failed read (SSH down, NVML error)
+keeps only the window's busy samples (busy still wins) and drops the idle ones, so idle must
+be shown again after a blind spell. Two consecutive samples of a GPU (or its newest sample and
+``now``) more than ``MAX_GAP_FACTOR * idle_for`` apart break the idle span: a busy stretch
+longer than that could have fallen between them unseen, so idle counts only from the first
+sample after the last such gap, and ``done`` needs that part to reach ``idle_for`` on its own
+(``evidence["sample_gap_seconds"]`` and the detail say so). The bound depends on ``idle_for``
+alone: the reading does not know the check interval and cannot tell a slow cadence from a
+blind spell. The factor (not 1) leaves room for the jitter of when checks run. The cost is
+deliberate: remotely (one sample per check) a check interval above 1.5 times ``idle_for``
+never reaches ``done`` -- samples that sparse cannot show idle for ``idle_for`` -- and the
+detail says so and asks for a longer ``idle_for``; locally the driver's recent samples (those
+it still keeps, back to ``idle_for``) fill in between checks, so checks may be about twice
+``idle_for`` apart.
 
 Example:
     >>> from sensors._config import GpuSpec
@@ -71,6 +89,9 @@ BOGUS_PIDS = frozenset({0, 0xFFFFFFFF})
 
 #: Each read adds at most this many (max-folded) samples per GPU to the window.
 MAX_BUCKETS_PER_READ = 8
+
+#: Samples of a GPU more than this many ``idle_for`` apart break its idle span (module docstring).
+MAX_GAP_FACTOR = 1.5
 
 #: Output limits inside the remote probe (bytes).
 SMI_LIMIT = 262144
@@ -120,7 +141,14 @@ class GpuDevice:
 
 @dataclass(frozen=True)
 class GpuSnapshot:
-    """Every GPU read at one moment, or why they could not be read (``ok=False``)."""
+    """Every GPU read at one moment, or why they could not be read (``ok=False``).
+
+    Attributes:
+        devices: the GPUs read in detail (locally only the configured ones; remotely all).
+        gpus: ``(index, uuid)`` of every GPU the driver listed, configured or not, so a
+            configured GPU that is missing can be reported against what exists. Empty when the
+            snapshot was built by hand: then ``devices`` stand for the GPUs that exist.
+    """
 
     ok: bool
     error: str | None
@@ -128,6 +156,7 @@ class GpuSnapshot:
     devices: tuple[GpuDevice, ...] = ()
     read_at: float | None = None
     source: Literal["nvml", "nvidia-smi"] = "nvml"
+    gpus: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -135,7 +164,8 @@ class GpuWindow:
     """Utilisation samples across checks: ``(timestamp_s, uuid, max_pct, n_samples)``.
 
     Per GPU it keeps every entry newer than ``now - idle_for`` plus the newest older one
-    (the anchor that shows idle reaching back past the window's start).
+    (the anchor that shows idle reaching back past the window's start). A failed read keeps
+    only the busy entries: idle must be seen again after a blind spell.
     """
 
     samples: tuple[tuple[float, str, float, int], ...] = ()
@@ -272,7 +302,9 @@ def _read_device(pynvml: Any, index: int, handle: Any, uuid: str, spec: GpuSpec,
 
 
 def read_local(spec: GpuSpec) -> GpuSnapshot:
-    """Read this machine's GPUs through NVML, only those ``spec.devices`` names.
+    """Read this machine's GPUs through NVML: every GPU's index and UUID (``gpus``), and in
+    detail (``devices``) only those ``spec.devices`` names, so a failing GPU the stage does
+    not watch cannot blind it. Which GPUs count is decided by :func:`gpu_reading` alone.
 
     Never raises for a driver problem: the snapshot carries it (``ok=False``).
 
@@ -296,12 +328,14 @@ def read_local(spec: GpuSpec) -> GpuSnapshot:
         except pynvml.NVMLError as exc:
             raise _CallFailed(f"NVML: {exc}") from exc
         devices = []
+        seen = []
         for index in range(count):
             try:
                 handle = pynvml.nvmlDeviceGetHandleByIndex(index)
                 uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
             except pynvml.NVMLError as exc:
                 raise _CallFailed(f"GPU {index}: {exc}") from exc
+            seen.append((index, uuid))
             if matches(spec.devices, index, uuid):
                 devices.append(_read_device(pynvml, index, handle, uuid, spec, read_at))
     except _CallFailed as exc:
@@ -310,7 +344,7 @@ def read_local(spec: GpuSpec) -> GpuSnapshot:
             with _init_lock:
                 _initialised = False
         return _failed(str(exc), "nvml", read_at)
-    return GpuSnapshot(True, None, driver, tuple(devices), read_at, "nvml")
+    return GpuSnapshot(True, None, driver, tuple(devices), read_at, "nvml", tuple(seen))
 
 
 def matches(devices: Literal["all"] | tuple[int | str, ...], index: int, uuid: str) -> bool:
@@ -381,14 +415,25 @@ def local_nspid_map(proc: str = "/proc") -> dict[int, int]:
         >>> isinstance(local_nspid_map(), dict)
         True
     """
+    return _local_nspid(proc)[0]
+
+
+def _local_nspid(proc: str = "/proc") -> tuple[dict[int, int], frozenset[int]]:
+    """The map and the visible PIDs from one listing of ``proc`` (as :func:`remote_nspid_map`).
+
+    Every numeric entry listed is visible, with or without an ``NSpid:`` line (kernels before
+    4.1 have none).
+    """
     lines = []
+    visible: set[int] = set()
     try:
         entries = os.listdir(proc)
     except OSError:
-        return {}
+        return {}, frozenset()
     for entry in entries:
         if not entry.isdigit():
             continue
+        visible.add(int(entry))
         try:
             with open(f"{proc}/{entry}/status", "rb") as f:
                 for raw in f:
@@ -397,7 +442,7 @@ def local_nspid_map(proc: str = "/proc") -> dict[int, int]:
                         break
         except OSError:
             continue  # exited meanwhile
-    return parse_nspid("\n".join(lines))[0]
+    return parse_nspid("\n".join(lines))[0], frozenset(visible)
 
 
 def remote_nspid_map(sections: Mapping[str, bytes]) -> tuple[dict[int, int], frozenset[int]]:
@@ -558,7 +603,8 @@ def parse_remote(sections: Mapping[str, bytes]) -> GpuSnapshot:
         )
         for index, uuid, name, util, used, total in rows
     )
-    return GpuSnapshot(True, None, driver, devices, read_at, "nvidia-smi")
+    gpus = tuple((index, uuid) for index, uuid, *_ in rows)
+    return GpuSnapshot(True, None, driver, devices, read_at, "nvidia-smi", gpus)
 
 
 # --------------------------------------------------------------------------- the reading
@@ -648,6 +694,25 @@ def _advance(
     return GpuWindow(tuple(sorted(pruned)))
 
 
+def _since_last_gap(
+    entries: list[tuple[float, str, float, int]], now: float, max_gap: float
+) -> tuple[list[tuple[float, str, float, int]], float | None]:
+    """The entries after the last gap longer than ``max_gap`` (``now`` closes the series), and
+    that gap (None: none).
+
+    Example:
+        >>> _since_last_gap([(0.0, "g", 0.0, 1), (600.0, "g", 0.0, 1)], 600.0, 90.0)
+        ([(600.0, 'g', 0.0, 1)], 600.0)
+    """
+    entries = sorted(entries)
+    points = [s[0] for s in entries] + [now]
+    start, gap = 0, None
+    for i in range(1, len(points)):
+        if points[i] - points[i - 1] > max_gap:
+            start, gap = i, points[i] - points[i - 1]
+    return entries[start:], gap
+
+
 def _evidence_base(snapshot: GpuSnapshot, spec: GpuSpec) -> dict[str, Any]:
     return {
         "devices": [],
@@ -664,6 +729,8 @@ def _evidence_base(snapshot: GpuSnapshot, spec: GpuSpec) -> dict[str, Any]:
         "error": snapshot.error,
         "idle_below_pct": spec.idle_below,
         "idle_for_seconds": spec.idle_for,
+        "sample_gap_seconds": None,
+        "max_sample_gap_seconds": MAX_GAP_FACTOR * spec.idle_for,
     }
 
 
@@ -709,8 +776,11 @@ def gpu_reading(
         return Reading("gpu", says, detail, evidence, read_at=read_at, host=host)
 
     if not snapshot.ok:
-        return reading(Says.UNKNOWN, f"GPU not read: {snapshot.error}"), window
+        # Nothing was looked at: a busy sample still counts, idle must be shown again.
+        kept = GpuWindow(tuple(s for s in window.samples if s[2] >= spec.idle_below))
+        return reading(Says.UNKNOWN, f"GPU not read: {snapshot.error}"), kept
 
+    # The one place that decides which GPUs count (read_local only skips reading the others).
     devices = tuple(d for d in snapshot.devices if matches(spec.devices, d.index, d.uuid))
     evidence["devices"] = [
         {
@@ -723,11 +793,12 @@ def gpu_reading(
         }
         for d in devices
     ]
-    found = [d.index for d in snapshot.devices]
     if spec.devices != "all":
         absent = [w for w in spec.devices if not any(matches((w,), d.index, d.uuid) for d in devices)]
         if absent:
-            detail = f"configured GPU {', '.join(map(str, absent))} not found (GPUs: {found})"
+            exist = snapshot.gpus or tuple((d.index, d.uuid) for d in snapshot.devices)
+            listed = ", ".join(f"{i} {u}" for i, u in sorted(exist)) or "none"
+            detail = f"configured GPU {', '.join(map(str, absent))} not found (GPUs here: {listed})"
             return reading(Says.UNKNOWN, detail), window
     if not devices:
         return reading(Says.UNKNOWN, "no GPU found on the host"), window
@@ -777,13 +848,16 @@ def gpu_reading(
         peak = max((s[2] for s in window.for_uuid(dev.uuid)), default=None)
         if peak is not None and peak >= spec.idle_below:
             busy.append((dev, peak))
-    n_samples = sum(s[3] for d in relevant for s in window.for_uuid(d.uuid))
-    spans = [
-        now - min(s[0] for s in window.for_uuid(d.uuid)) if window.for_uuid(d.uuid) else 0.0 for d in relevant
-    ]
+    # Idle counts only since the last gap in sampling (module docstring, "Gaps").
+    max_gap = MAX_GAP_FACTOR * spec.idle_for
+    unbroken = {d.uuid: _since_last_gap(window.for_uuid(d.uuid), now, max_gap) for d in relevant}
+    n_samples = sum(s[3] for entries, _ in unbroken.values() for s in entries)
+    spans = [now - entries[0][0] if entries else 0.0 for entries, _ in unbroken.values()]
     span = max(0.0, min(spans)) if spans else 0.0
+    gaps = [gap for _, gap in unbroken.values() if gap is not None]
     evidence["samples"] = n_samples
     evidence["window_seconds"] = round(span, 3)
+    evidence["sample_gap_seconds"] = round(max(gaps), 3) if gaps else None
     others_note = _others_note(evidence["other_processes"], by_uuid)
 
     if busy:
@@ -791,7 +865,13 @@ def gpu_reading(
         parts = [f"GPU {d.index} reached {pct:g}%" for d, pct in busy]
         detail = "; ".join(parts) + f" within the last {spec.idle_for:g}s"
         return reading(Says.WORKING, detail + others_note), window
-    blind = [d.index for d in relevant if not window.for_uuid(d.uuid)]
+    # A GPU that counts but reported no utilisation in this read ([N/A], NotSupported, no
+    # driver samples) has not been seen idle now, whatever the window held before.
+    blind = [
+        d.index
+        for d in relevant
+        if not window.for_uuid(d.uuid) or (d.utilization_pct is None and not d.samples)
+    ]
     if blind:
         detail = f"utilisation not reported for GPU {_ints(blind)}"
         return reading(Says.UNKNOWN, detail + others_note), window
@@ -803,6 +883,12 @@ def gpu_reading(
     if span < spec.idle_for or n_samples < 2:
         evidence["idle"] = None
         detail = f"GPU idle for {span:.0f}s of {spec.idle_for:g}s ({below}); not yet established"
+        if gaps:
+            detail += (
+                f": no sample for {max(gaps):.0f}s before that (more than {max_gap:g}s,"
+                f" {MAX_GAP_FACTOR:g} times idle_for), so idle across the gap was not seen;"
+                " checks this far apart need a longer gpu.idle_for"
+            )
         return reading(Says.WORKING, detail + others_note), window
     evidence["idle"] = True
     memory = evidence["job_memory_mib"]
@@ -824,13 +910,6 @@ class GpuMemory:
     last_job_pids: frozenset[int] = frozenset()
 
 
-def _local_visible(proc: str = "/proc") -> frozenset[int]:
-    try:
-        return frozenset(int(e) for e in os.listdir(proc) if e.isdigit())
-    except OSError:
-        return frozenset()
-
-
 def read_for_checker(
     checker: Any, sections: Mapping[str, bytes], meta: Any, job_pids: frozenset[int] | None
 ) -> Reading:
@@ -846,8 +925,8 @@ def read_for_checker(
     memory = checker._memory.gpu if isinstance(checker._memory.gpu, GpuMemory) else GpuMemory()
     if checker.host.nvml:
         snapshot = read_local(spec)
-        nspid: Mapping[int, int] = local_nspid_map()
-        visible = _local_visible()
+        nspid: Mapping[int, int]
+        nspid, visible = _local_nspid()
         now = snapshot.read_at if snapshot.read_at is not None else time.time()
     else:
         snapshot = parse_remote(sections)

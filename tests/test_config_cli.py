@@ -66,6 +66,7 @@ BAD = [
     ("both pid and match", _with("process.pid", 4455), "process", "exactly one of match or pid"),
     ("missing stage name", _with("stage", _DELETE), "stage", "required"),
     ("settle zero", _with("policy.settle", 0), "policy.settle", "greater than or equal to 1"),
+    ("gpu idle_for shorter than the check interval", _with("gpu.idle_for", "10s"), "", "too short for policy.interval"),
     (
         "no signal at all",
         {"stage": "s", "host": "local"},

@@ -31,6 +31,7 @@ from sensors._gpu import (
     GpuProcess,
     GpuSnapshot,
     GpuWindow,
+    _local_nspid,
     gpu_reading,
     local_nspid_map,
     parse_nspid,
@@ -69,6 +70,7 @@ EVIDENCE_KEYS = {
     "attribution",
     "driver_version",
     "source",
+    "sample_gap_seconds",
 }
 GPU0 = "GPU-0f2b6c1e-7a3d-4c55-9e21-3b8f0d9a1c01"
 GPU1 = "GPU-5d1e9b7a-2c44-4f0e-8a6b-71c2e0f4d902"
@@ -138,7 +140,8 @@ def _snapshot(d: Mapping[str, Any]) -> GpuSnapshot:
         )
         for dev in d["devices"]
     )
-    return GpuSnapshot(**{**d, "devices": devices})
+    gpus = tuple(tuple(g) for g in d.get("gpus", ()))
+    return GpuSnapshot(**{**d, "devices": devices, "gpus": gpus})
 
 
 def nvml_read(
@@ -275,7 +278,9 @@ def test_incident_2_memory_held_at_zero_percent_is_idle_with_the_job_on_the_gpu(
 
     # The same GPU with idle_for longer than the samples reach: not established, not done.
     reading, _ = read(snapshot, GpuSpec(idle_for="60s"), job_pids=frozenset({job}))
+    ev = reading.evidence
     assert reading.says is Says.WORKING
+    assert ev["idle"] is None
     assert ev["job_pids_on_gpu"] == [job]
     assert "of 60s" in reading.detail and "not yet established" in reading.detail
 
@@ -406,9 +411,27 @@ def test_configured_gpu_that_is_missing_is_unknown() -> None:
     for devices in ([3], ["GPU-gone"], [0, 3]):
         reading, _ = read(snapshot, GpuSpec(devices=devices))
         assert reading.says is Says.UNKNOWN, devices
-        assert "not found" in reading.detail
+        assert f"not found (GPUs here: 0 {GPU0})" in reading.detail
     reading, _ = read(snap(), GpuSpec())
     assert reading.says is Says.UNKNOWN and "no GPU" in reading.detail
+
+
+def test_missing_configured_gpu_lists_the_gpus_that_exist(fake_lib: Path, tmp_path: Path) -> None:
+    # read_local reads only the configured GPUs in detail, but says which exist; the reading
+    # reports the missing one against those, locally and remotely alike.
+    state = f"""\
+        device {GPU0} 0 92000 97887 H200
+        device {GPU1} 0 92000 97887 H200
+    """
+    [local], _ = nvml_read(fake_lib, tmp_path, state, devices=[3])
+    assert local.ok and local.devices == ()
+    assert local.gpus == ((0, GPU0), (1, GPU1))
+    remote = parse_remote(run_sections(smi_state(tmp_path, SMI_GPUS)))
+    assert remote.gpus == ((0, GPU0), (1, GPU1))
+    for snapshot in (local, remote):
+        reading, _ = read(snapshot, GpuSpec(devices=[3]))
+        assert reading.says is Says.UNKNOWN
+        assert reading.detail == f"configured GPU 3 not found (GPUs here: 0 {GPU0}, 1 {GPU1})"
 
 
 # --------------------------------------------------------------------------- attribution
@@ -525,6 +548,13 @@ def test_local_nspid_map_sees_a_real_nested_pid_namespace(tmp_path: Path) -> Non
         proc.wait()
 
 
+def test_local_nspid_lists_proc_once_for_map_and_visible_pids() -> None:
+    mapping, seen = _local_nspid()
+    assert os.getpid() in seen and os.getppid() in seen
+    assert mapping == local_nspid_map()
+    assert _local_nspid("/nonexistent") == ({}, frozenset())
+
+
 def _all_nspid() -> str:
     out = []
     for entry in os.listdir("/proc"):
@@ -571,12 +601,96 @@ def test_window_does_not_double_count_samples_and_bounds_memory() -> None:
     assert timestamps == sorted(set(timestamps))
 
 
-def test_unknown_read_keeps_the_window() -> None:
+FAILED_READ = GpuSnapshot(False, "nvidia-smi --query-gpu timed out", None, source="nvidia-smi")
+
+
+def test_failed_read_keeps_only_busy_samples() -> None:
+    # Busy still wins after a blind spell; idle must be shown again.
+    spec = GpuSpec(idle_for="60s")
+    _, window = read(snap(device(0, GPU0, 50.0), device(1, GPU1, 0.0), at=1000.0), spec)
+    assert len(window.samples) == 2
+    reading, after = read(FAILED_READ, spec, state=window, now=1030.0)
+    assert reading.says is Says.UNKNOWN
+    assert after.samples == ((1000.0, GPU0, 50.0, 1),)
+    reading, _ = read(snap(device(0, GPU0, 0.0), device(1, GPU1, 0.0), at=1040.0), spec, state=after)
+    assert reading.says is Says.WORKING and "GPU 0 reached 50%" in reading.detail
+
+
+def test_failed_reads_between_two_idle_samples_do_not_make_done() -> None:
+    # One 0 % sample, ten minutes of failed reads (SSH down), one 0 % sample: the GPU may have
+    # been busy all along. Idle is established afresh, by samples taken after the blind spell.
     spec = GpuSpec(idle_for="60s")
     _, window = read(snap(device(0, GPU0, 0.0), at=1000.0), spec)
-    failed = GpuSnapshot(False, "nvidia-smi --query-gpu timed out", None, source="nvidia-smi")
-    reading, after = read(failed, spec, state=window, now=1030.0)
-    assert reading.says is Says.UNKNOWN and after == window
+    for t in range(1030, 1600, 30):
+        reading, window = read(FAILED_READ, spec, state=window, now=float(t))
+        assert reading.says is Says.UNKNOWN
+    assert window.samples == ()
+    says = []
+    for t in (1600.0, 1630.0, 1660.0):
+        reading, window = read(snap(device(0, GPU0, 0.0), at=t), spec, state=window)
+        says.append(str(reading.says))
+    assert says == ["working", "working", "done"]
+    assert "3 samples below 5% over 60s" in reading.detail
+
+
+def test_a_gap_with_no_reads_does_not_make_done() -> None:
+    # No check ran for ten minutes (the watcher was suspended): nothing was looked at then.
+    spec = GpuSpec(idle_for="60s")
+    _, window = read(snap(device(0, GPU0, 0.0), at=1000.0), spec)
+    reading, window = read(snap(device(0, GPU0, 0.0), at=1600.0), spec, state=window)
+    ev = reading.evidence
+    assert reading.says is Says.WORKING, reading.detail
+    assert ev["idle"] is None
+    assert ev["samples"] == 1 and ev["window_seconds"] == 0.0
+    assert ev["sample_gap_seconds"] == 600.0 and ev["max_sample_gap_seconds"] == 90.0
+    assert "not yet established: no sample for 600s before that (more than 90s" in reading.detail
+    # Samples after the gap establish idle on their own.
+    for t in (1630.0, 1660.0):
+        reading, window = read(snap(device(0, GPU0, 0.0), at=t), spec, state=window)
+    assert reading.says is Says.DONE, reading.detail
+    assert reading.evidence["window_seconds"] == 60.0
+
+
+def test_sampling_sparser_than_idle_for_never_makes_done() -> None:
+    # Remotely one sample per check: checks 30 s apart cannot show 10 s of idle.
+    spec = GpuSpec(idle_for="10s")
+    window = None
+    for check in range(10):
+        reading, window = read(snap(device(0, GPU0, 0.0), at=1000.0 + 30 * check), spec, state=window)
+        assert reading.says is Says.WORKING, reading.detail
+    assert reading.evidence["sample_gap_seconds"] == 30.0
+    assert "no sample for 30s before that (more than 15s, 1.5 times idle_for)" in reading.detail
+    assert "need a longer gpu.idle_for" in reading.detail
+    # Within the bound (30 s <= 1.5 x 25 s, room for the jitter of checks) idle is shown.
+    spec = GpuSpec(idle_for="25s")
+    window = None
+    says = []
+    for check in range(3):
+        reading, window = read(snap(device(0, GPU0, 0.0), at=1000.0 + 30 * check), spec, state=window)
+        says.append(str(reading.says))
+    assert says == ["working", "done", "done"]
+    assert reading.evidence["sample_gap_seconds"] is None
+
+
+def test_utilisation_not_reported_now_is_unknown_even_after_idle_samples() -> None:
+    # 0 %, 0 %, then [N/A] / NotSupported: the window alone would say idle; the GPU no longer
+    # answers, so it is unknown, never idle for want of an answer.
+    spec = GpuSpec(idle_for="30s")
+    window = None
+    for t, pct in ((1000.0, 0.0), (1030.0, 0.0)):
+        reading, window = read(snap(device(0, GPU0, pct), at=t), spec, state=window)
+    assert reading.says is Says.DONE
+    reading, after = read(snap(device(0, GPU0, None), at=1060.0), spec, state=window)
+    assert reading.says is Says.UNKNOWN, reading.detail
+    assert "utilisation not reported for GPU 0" in reading.detail
+    # Busy still wins over a GPU that stopped answering.
+    _, window = read(snap(device(0, GPU0, 60.0), at=1000.0), spec)
+    reading, _ = read(snap(device(0, GPU0, None), at=1010.0), spec, state=window)
+    assert reading.says is Says.WORKING and "GPU 0 reached 60%" in reading.detail
+    # The rate unsupported but the driver's samples present (local NVML): those answer.
+    dev = dataclasses.replace(device(0, GPU0, None), samples=((1059.0, 0.0), (1060.0, 0.0)))
+    reading, _ = read(snap(dev, at=1060.0), spec, state=after)
+    assert reading.says is Says.DONE, reading.detail
 
 
 # --------------------------------------------------------------------------- remote nvidia-smi
@@ -677,24 +791,69 @@ def test_remote_truncated_or_missing_sections_are_unknown(tmp_path: Path) -> Non
     assert "--query-compute-apps line 1 unparseable" in (parse_remote(bad_apps).error or "")
 
 
-def test_remote_reading_matches_local_for_the_same_facts() -> None:
-    # The same GPU facts from either source give the same reading (the host seam's promise).
-    dev = device(0, GPU0, 0.0, [GpuProcess(7, 92000.0, "python3")])
+def test_remote_reading_matches_local_for_the_same_facts(
+    fake_lib: Path, tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    # The same GPU facts through either real reader (fake NVML, fake nvidia-smi through the
+    # probe's snippets) give the same snapshot and the same readings: the host seam's promise.
+    job = os.getpid()
+    name = "NVIDIA RTX PRO 6000 Blackwell"
+    facts = [  # uuid, util %, memory used MiB, (pid, MiB, name) holding a context
+        (GPU0, 0, 92000, (job, 92000, "python3")),
+        (GPU1, 95, 40000, (sleeper.pid, 40000, "sleep")),
+    ]
+    nvml_state = "driver 580.82.07\n" + "".join(
+        f"device {uuid} {util} {mem} 97887 {name}\nproc {pid} {used}\n"
+        for uuid, util, mem, (pid, used, _) in facts
+    )
+    smi_gpus = "".join(
+        f"2026/02/23 19:54:03.120, {i}, {uuid}, {name}, {util}, {mem}, 97887, 580.82.07\n"
+        for i, (uuid, util, mem, _) in enumerate(facts)
+    )
+    smi_apps = "".join(f"{uuid}, {pid}, {pname}, {used}\n" for uuid, _, _, (pid, used, pname) in facts)
+
+    [local], _ = nvml_read(fake_lib, tmp_path, nvml_state)
+    sections = run_sections(smi_state(tmp_path, smi_gpus, smi_apps))
+    remote = parse_remote(sections)
+    assert local.ok and remote.ok, (local.error, remote.error)
+    assert (local.source, remote.source) == ("nvml", "nvidia-smi")
+    assert local.driver_version == remote.driver_version == "580.82.07"
+    assert local.gpus == remote.gpus == ((0, GPU0), (1, GPU1))
+
+    def facts_of(s: GpuSnapshot) -> list:
+        return [
+            (d.index, d.uuid, d.name, d.utilization_pct, d.memory_used_mib, d.memory_total_mib)
+            for d in s.devices
+        ] + [(p.pid, p.used_memory_mib) for d in s.devices for p in d.processes]
+
+    assert facts_of(local) == facts_of(remote)
+
+    _, remote_visible = remote_nspid_map(sections)
     spec = GpuSpec(idle_for="30s")
-    readings = []
-    for source in ("nvml", "nvidia-smi"):
+    readings = {}
+    for snapshot, seen in ((local, visible()), (remote, remote_visible)):
         window = None
-        for t in (0.0, 15.0, 30.0):
-            base = dataclasses.replace(snap(dev, at=1000.0 + t), source=source)
-            reading, window = read(
-                base, spec, job_pids=frozenset({7}), visible_pids=frozenset({7}), state=window
-            )
-        readings.append(reading)
-    local, remote = readings
-    assert local.says is remote.says is Says.DONE
-    assert {k: v for k, v in local.evidence.items() if k != "source"} == {
-        k: v for k, v in remote.evidence.items() if k != "source"
-    }
+        history = []
+        for t in (0.0, 15.0, 30.0):  # one clock for both: each check at the same moment
+            at_t = dataclasses.replace(snapshot, read_at=1000.0 + t)
+            reading, window = read(at_t, spec, job_pids=frozenset({job}), visible_pids=seen, state=window)
+            history.append(reading)
+        readings[snapshot.source] = history
+
+    def summary(r):
+        ev = r.evidence
+        keys = ("idle", "job_pids_on_gpu", "job_memory_mib", "job_gpu_busy", "attribution")
+        others = [(o["pid"], o["name"], o["used_memory_mib"], o["gpu"]) for o in ev["other_processes"]]
+        return (str(r.says), r.detail, *(ev[k] for k in keys), ev["samples"], ev["window_seconds"], others)
+
+    local_says = [summary(r) for r in readings["nvml"]]
+    remote_says = [summary(r) for r in readings["nvidia-smi"]]
+    assert local_says == remote_says
+    assert [s[0] for s in local_says] == ["working", "working", "done"]
+    final = readings["nvml"][-1].evidence
+    assert final["idle"] is True and final["job_pids_on_gpu"] == [job]
+    assert final["job_memory_mib"] == 92000.0 and final["attribution"] == "pids"
+    assert final["other_processes"][0]["pid"] == sleeper.pid  # GPU 1's 95 % is not the job's
 
 
 def test_read_local_in_process_never_raises() -> None:
@@ -713,13 +872,27 @@ def test_checker_seam_remote_remembers_the_window_and_last_job_pids(tmp_path: Pa
         host=SimpleNamespace(nvml=False, name="gpu-host"),
         _memory=SimpleNamespace(gpu=None),
     )
-    first = read_for_checker(checker, sections, SimpleNamespace(now=1000.0), frozenset({job}))
+    # meta.now is the monitored host's clock, the one nvidia-smi's timestamp is on.
+    smi_at = 1771876443.12  # SMI_GPUS's 2026/02/23 19:54:03.120 (UTC)
+    first = read_for_checker(checker, sections, SimpleNamespace(now=smi_at + 0.5), frozenset({job}))
     assert first.says is Says.WORKING and first.host == "gpu-host"
+    assert "not yet established" in first.detail
     assert first.evidence["job_pids_on_gpu"] == [job]
     memory = checker._memory.gpu
     assert isinstance(memory, GpuMemory) and memory.last_job_pids == {job}
-    # The process signal now says gone (no PIDs): the last known PIDs still attribute.
-    later = read_for_checker(checker, sections, SimpleNamespace(now=1040.0), frozenset())
+    assert [s[0] for s in memory.window.samples] == [smi_at]
+
+    # 35 s later GPU 0 is still at 0 %; the process signal now says gone (no PIDs).
+    state = tmp_path / "bin" / "smi-state"
+    (state / "gpu.csv").write_text(textwrap.dedent(SMI_GPUS).replace("19:54:03.", "19:54:38."))
+    sections = run_sections(tmp_path / "bin")
+    later = read_for_checker(checker, sections, SimpleNamespace(now=smi_at + 35.5), frozenset())
+    window = checker._memory.gpu.window
+    assert [s[0] for s in window.samples] == [smi_at, smi_at + 35.0]  # the window grew
+    assert later.says is Says.DONE, later.detail
+    assert later.evidence["samples"] == 2 and later.evidence["window_seconds"] == 35.5
+    assert "2 samples below 5% over 36s" in later.detail
+    # The last known PIDs still attribute.
     assert later.evidence["job_pids_on_gpu"] == [job]
     assert checker._memory.gpu.last_job_pids == {job}
 

@@ -360,7 +360,9 @@ def test_more_concurrent_checks_than_sshd_allows_channels(host: SSHHost) -> None
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(16) as pool:
-        results = list(pool.map(lambda i: host.run_script(f"sleep 0.3; echo {i}\n".encode(), timeout=30), range(16)))
+        results = list(
+            pool.map(lambda i: host.run_script(f"sleep 0.3; echo {i}\n".encode(), timeout=30), range(16))
+        )
     assert results == [f"{i}\n".encode() for i in range(16)]
     assert host.connects == 1
 
