@@ -8,7 +8,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from importlib import metadata
 from typing import Any, TextIO
 
@@ -201,7 +202,15 @@ def _wait(stages: list[Stage], *, as_json: bool, timeout: float | None) -> int:
             live.start()
         pool = ThreadPoolExecutor(max_workers=min(32, len(stages)))
         try:
-            for fut in [pool.submit(run, s) for s in stages]:
+            futures = [pool.submit(run, s) for s in stages]
+            # The first error (a host key, a secret) ends every wait now, not after the
+            # stages listed before it finish.
+            wait_futures(futures, return_when=FIRST_EXCEPTION)
+            for fut in futures:
+                if fut.done() and fut.exception() is not None:
+                    stop.set()
+                    fut.result()
+            for fut in futures:
                 fut.result()
         except BaseException:
             stop.set()

@@ -146,7 +146,7 @@ def wait_for_stage(stage: StageLike, timeout: float | str | None = None) -> Verd
     with Checker(spec) as checker:
         for verdict in checker.watch(timeout=limit):
             gate.observe(verdict)
-        timed_out = bool(getattr(checker, "timed_out", False))
+        timed_out = checker.timed_out
     return gate.finish(timed_out=timed_out, timeout=limit)
 
 
@@ -191,7 +191,8 @@ class _GateReport:
             # the only notification a person gets.
             level = logging.WARNING if verdict.state in _ATTENTION else logging.INFO
             self.log.log(level, "%s", _line(verdict), extra={"crosscheck_verdict": payload})
-            create_table_artifact(
+            self._report(
+                create_table_artifact,
                 key=artifact_key(self.name, "evidence"),
                 table=evidence_rows(verdict),
                 description=f"{self.name}: **{verdict.state}** — {_reasons(verdict)}",
@@ -219,7 +220,8 @@ class _GateReport:
         if verdict is None:
             # watch() yields at least once unless the timeout is already over.
             raise StageFailed(f"stage {self.name}: no check ran within {timeout:g}s", timed_out=True)
-        create_markdown_artifact(
+        self._report(
+            create_markdown_artifact,
             key=artifact_key(self.name, "verdict"),
             markdown=summary_markdown(verdict, checks=self.checks, timed_out=timed_out),
             description=f"{self.name}: final verdict {verdict.state}",
@@ -236,13 +238,25 @@ class _GateReport:
         value = progress if progress is not None else (100.0 if verdict.advance else 0.0)
         description = f"{self.name}: {verdict.state} — {progress_detail(verdict)}"
         if self._progress_id is None:
-            self._progress_id = create_progress_artifact(
-                progress=value, key=artifact_key(self.name, "progress"), description=description
+            self._progress_id = self._report(
+                create_progress_artifact,
+                progress=value,
+                key=artifact_key(self.name, "progress"),
+                description=description,
             )
         elif (value, verdict.state) != self._progress:
             # Same value and state as last check: skip the API call, nothing to show.
-            update_progress_artifact(self._progress_id, value, description=description)
+            self._report(update_progress_artifact, self._progress_id, value, description=description)
         self._progress = (value, verdict.state)
+
+    def _report(self, call: Any, *args: Any, **kwargs: Any) -> Any:
+        """An artifact call that cannot end the wait: one API error (a 5xx, a timeout) must
+        not fail a gate that has waited for hours; it is logged, and the wait goes on."""
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:
+            self.log.warning("%s: could not write an artifact (%s): %s", self.name, call.__name__, exc)
+            return None
 
     def _notify(self, verdict: Verdict) -> None:
         if self.notifier is None:

@@ -166,3 +166,32 @@ def test_a_login_shell_that_is_not_sh(tmp_path, sshd_server) -> None:
     with SSHHost(SSHSpec(**stage["host"])) as host:
         reading = Checker(stage_from_dict(stage), host=host).check().readings["log"]
     assert reading.says is Says.DONE, reading.detail
+
+
+def test_wait_on_several_stages_ends_at_the_first_error(tmp_path, sshd_server) -> None:
+    """A stage listed second whose host key does not verify ends `crosscheck wait` at once
+    (exit 2), not after the first stage's long wait (its timeout is 10 minutes here)."""
+    job = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01)
+    job.start()
+    try:
+        first = job.write_stage(tmp_path / "first.yaml", stall_after="1h", timeout="10m")
+        empty = tmp_path / "known_hosts"
+        empty.write_text("")
+        second = tmp_path / "second.yaml"
+        second.write_text(
+            yaml.safe_dump(
+                {
+                    "stage": "remote",
+                    "host": sshd_server.spec(known_hosts=str(empty)),
+                    "log": {"path": "/tmp/x", "complete": "x"},
+                }
+            )
+        )
+        out = subprocess.run(
+            [sys.executable, "-m", "sensors", "wait", str(first), str(second)],
+            capture_output=True, text=True, timeout=60, cwd=REPO,
+        )  # fmt: skip
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert "host key" in out.stderr
+    finally:
+        job.stop()
