@@ -178,6 +178,8 @@ def test_wait_for_stage_returns_complete_with_artifacts_and_events(jobs) -> None
     # One event per verdict change, not per check.
     changes = [n for n in names if n != "crosscheck.stage.heartbeat"]
     assert len(changes) < names.count("crosscheck.stage.heartbeat")
+    # Per change, not per check: no verdict event repeats the one before it.
+    assert all(a != b for a, b in zip(changes, changes[1:], strict=False)), changes
 
 
 def test_wait_for_stage_raises_stage_failed_with_evidence_on_crash(jobs) -> None:
