@@ -86,6 +86,12 @@ def main() -> int:
                 "find | wc -l": _median_ms(sh(f"find {out} -name '*.pt' | wc -l"), args.repeat),
                 "tail -c 256K": _median_ms(sh(f"tail -c 262144 {log} >/dev/null"), args.repeat),
             }
+            # The final phase: the job is gone and the count is at the expected number, so
+            # each check also scans for a file modified since the last one (stat per entry).
+            job.kill()
+            job.wait()
+            checker.check()
+            final = _median_ms(checker.check, args.repeat)
         finally:
             job.kill()
             job.wait()
@@ -97,6 +103,7 @@ def main() -> int:
     for name, ms in rows.items():
         print(f"{name:42} {ms:10.1f}")
     print(f"{'shell tools, same reads (sum)':42} {tools:10.1f}")
+    print(f"{'crosscheck, final phase (+ find -newermt)':42} {final:10.1f}")
     print()
     print(f"ratio crosscheck / shell tools: {ours / tools:.2f}  (target <= 1.0)")
     print(f"one check: {ours:.1f} ms  (target < 100 ms)")

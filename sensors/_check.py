@@ -108,9 +108,15 @@ class Checker:
             pids=mem.job_pids,
             lines_inode=outputs_mem.lines_inode,
             lines_size=outputs_mem.lines_size,
+            # The in-place-write check stats every entry (O(n)): only worth it when outputs
+            # may decide completion — count at the expected number and the job not alive
+            # (while it runs the verdict is running anyway, e.g. a long CPU phase after
+            # the last output).
             outputs_since=(
                 outputs_mem.checked_at
-                if stage.outputs and (outputs_mem.count or 0) >= stage.outputs.expected
+                if stage.outputs
+                and (outputs_mem.count or 0) >= stage.outputs.expected
+                and not mem.job_pids
                 else None
             ),
             clk_tck=static.clk_tck if static else None,
