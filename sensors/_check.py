@@ -114,9 +114,7 @@ class Checker:
             # the last output).
             outputs_since=(
                 outputs_mem.checked_at
-                if stage.outputs
-                and (outputs_mem.count or 0) >= stage.outputs.expected
-                and not mem.job_pids
+                if stage.outputs and (outputs_mem.count or 0) >= stage.outputs.expected and not mem.job_pids
                 else None
             ),
             clk_tck=static.clk_tck if static else None,

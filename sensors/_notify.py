@@ -968,10 +968,7 @@ class PrefectBlockSender(_RetryingSender):
 
         def attempt(deadline: _Deadline) -> None:
             guard = getattr(block, "raise_on_failure", None)
-            if callable(guard):
-                with guard():
-                    _sync(block.notify(message.text, message.title))
-            else:
+            with (guard if callable(guard) else contextlib.nullcontext)():
                 _sync(block.notify(message.text, message.title))
 
         def transient(exc: BaseException) -> bool:
@@ -1075,13 +1072,18 @@ class Notifier:
         self._on = frozenset(State(s) for s in spec.on)
         self._effective: State | None = None  # the state that counts (unknown blips excluded)
         self._unknown_since: float | None = None
-        self._open: State | None = None  # the notified problem still in force
-        self._open_since: float | None = None
-        self._last_sent: float | None = None  # last message about the open problem
+        # Set while `_effective` is a notified problem still in force (one that gets reminders):
+        # when that problem began, and when the last message about it went out.
+        self._notified_since: float | None = None
+        self._last_sent = 0.0  # meaningful only while `_notified_since` is set
         self.sent: list[Sent] = []  # everything sent, for callers and tests
 
     def __repr__(self) -> str:
-        return f"Notifier(stage={self.stage!r}, state={self._effective}, open={self._open})"
+        return f"Notifier(stage={self.stage!r}, state={self._effective}, open={self._open()})"
+
+    def _open(self) -> State | None:
+        """The notified problem still in force, if any."""
+        return self._effective if self._notified_since is not None else None
 
     def observe(self, verdict: Verdict, *, flow_run_url: str | None = None) -> list[Sent]:
         """Take one verdict; return the messages it caused (usually none)."""
@@ -1097,47 +1099,39 @@ class Notifier:
         if state is State.UNKNOWN:
             if self._unknown_since is None:
                 self._unknown_since = now
-            if now - self._unknown_since < self.spec.unknown_after:
+            since = self._unknown_since  # an unknown state began when the host stopped answering
+            if now - since < self.spec.unknown_after:
                 return []  # not news yet; whatever held before still holds
         else:
             self._unknown_since = None
+            since = now
 
         if state != self._effective:
-            return self._transition(verdict, now, flow_run_url)
+            return self._transition(verdict, now, since, flow_run_url)
 
-        if (
-            self._open is not None
-            and state is self._open
-            and self._last_sent is not None
-            and now - self._last_sent >= self.spec.remind_every
-        ):
+        notified = self._notified_since
+        if notified is not None and now - self._last_sent >= self.spec.remind_every:
             self._last_sent = now
-            held = now - self._open_since if self._open_since is not None else None
-            return [build_message(verdict, kind="reminder", held_for=held, flow_run_url=flow_run_url)]
+            return [
+                build_message(verdict, kind="reminder", held_for=now - notified, flow_run_url=flow_run_url)
+            ]
         return []
 
-    def _transition(self, verdict: Verdict, now: float, url: str | None) -> list[Message]:
+    def _transition(self, verdict: Verdict, now: float, since: float, url: str | None) -> list[Message]:
         state = verdict.state
-        since = self._unknown_since if state is State.UNKNOWN else now
-        self._effective = state
-        if self._open in _RESOLVABLE and state in _CLEARS:
-            was, held = self._open, now - (self._open_since or now)
-            self._close()
+        was, notified = self._effective, self._notified_since
+        # Any open problem gives way to the new state: no reminders for a state no longer
+        # current, and no "resolved" for one that did not clear.
+        self._effective, self._notified_since = state, None
+        if notified is not None and was in _RESOLVABLE and state in _CLEARS:
+            held = now - notified
             return [build_message(verdict, kind="resolved", previous=was, held_for=held, flow_run_url=url)]
         if state not in self._on:
-            # Not news for this reader; an open problem gives way to it (no reminders for a
-            # state no longer current, and no "resolved" for one that did not clear).
-            self._close()
-            return []
+            return []  # not news for this reader
         if state in _REMINDABLE:
-            self._open, self._open_since, self._last_sent = state, since, now
-        else:
-            self._close()
-        held = now - since if state is State.UNKNOWN and since is not None else None
+            self._notified_since, self._last_sent = since, now
+        held = now - since if state is State.UNKNOWN else None
         return [build_message(verdict, kind="transition", held_for=held, flow_run_url=url)]
-
-    def _close(self) -> None:
-        self._open = self._open_since = self._last_sent = None
 
     def _deliver(self, message: Message) -> Sent:
         deliveries: list[Delivery] = []

@@ -24,6 +24,8 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 
+import itertools
+
 from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
@@ -179,7 +181,7 @@ def test_wait_for_stage_returns_complete_with_artifacts_and_events(jobs) -> None
     changes = [n for n in names if n != "crosscheck.stage.heartbeat"]
     assert len(changes) < names.count("crosscheck.stage.heartbeat")
     # Per change, not per check: no verdict event repeats the one before it.
-    assert all(a != b for a, b in zip(changes, changes[1:], strict=False)), changes
+    assert all(a != b for a, b in itertools.pairwise(changes)), changes
 
 
 def test_wait_for_stage_raises_stage_failed_with_evidence_on_crash(jobs) -> None:
