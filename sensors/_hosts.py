@@ -100,7 +100,8 @@ def spawn_script(argv: Sequence[str], *, log_path: str, cwd: str | None) -> byte
     Every value is quoted with :func:`shlex.quote`; the script runs under ``/bin/sh -s``,
     never under the user's login shell.
     """
-    cd = f"cd {shlex.quote(cwd)} || exit 97\n" if cwd else ""
+    # Diagnostics go to stdout: the caller reads only stdout and the exit status.
+    cd = f"cd {shlex.quote(cwd)} 2>&1 || exit 97\n" if cwd else ""
     cmd = " ".join(shlex.quote(a) for a in argv)
     return (
         f'set -u\n{cd}nohup setsid {cmd} </dev/null >>{shlex.quote(log_path)} 2>&1 &\necho "pid $!"\n'

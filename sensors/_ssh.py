@@ -1,13 +1,15 @@
 """The SSH host: one persistent paramiko connection per host, one round trip per check.
 
-This is the only module that imports paramiko. A check is a single
-``exec /bin/sh -s`` channel with the probe script on stdin, so the remote side needs only
-POSIX sh, and the remote *login* shell (bash, tcsh, fish) parses nothing but those three
-words. Failure modes and how they are handled (field notes, "SSH with paramiko"):
+This is the only module that imports paramiko. Each connection keeps remote shells started
+by ``exec /bin/sh -s`` and sends one probe per check on stdin (see :class:`_Session`), so the
+remote side needs only POSIX sh, and the remote *login* shell (bash, tcsh, fish) parses
+nothing but those three words. Spawning a job goes through the same shells. Failure modes
+and how they are handled (field notes, "SSH with paramiko"):
 
 - paramiko's keepalive never notices a dead server and ``is_active()`` can stay True, so
-  every check has a wall-clock deadline of its own; a timeout or a transport error drops
-  the connection and the next check reconnects, with a bounded tenacity backoff.
+  every check has a wall-clock deadline of its own; a transport error drops the connection
+  and the next check reconnects, with a bounded tenacity backoff; a timeout fails the check
+  alone while the connection still answers.
 - paramiko does not set TCP_NODELAY; without it every exec stalls ~40 ms (Nagle + delayed
   ACK), so the socket is created here and the option set before paramiko sees it.
 - ``SSHClient`` parses nothing of ``~/.ssh/config``; HostName, Port, User, IdentityFile,
@@ -72,9 +74,6 @@ LIVENESS_TIMEOUT = 2.0
 #: Channels open at once per connection. sshd's MaxSessions defaults to 10 and a refused
 #: channel open is indistinguishable from a dying connection to paramiko: stay below it.
 MAX_CHANNELS = 8
-
-#: Bytes of remote stderr kept for error messages.
-STDERR_KEEP = 2000
 
 SecretResolver = Callable[[str], str]
 _T = TypeVar("_T")
@@ -497,6 +496,16 @@ class SSHHost:
             ConnectError: connecting or authenticating failed, or the connection dropped.
             ProbeError: the script did not finish within ``timeout``.
         """
+        out, status = self._run_in_shell(script, timeout=timeout)
+        if status in (124, 137):
+            # Killed on the host at the deadline; the shell itself is fine and kept.
+            raise ProbeError(
+                f"probe did not finish within {timeout:g}s (stopped on the host)", host=self.name
+            )
+        return out
+
+    def _run_in_shell(self, script: bytes, *, timeout: float) -> tuple[bytes, int | None]:
+        """``script`` on a kept remote shell: its stdout and exit status."""
         deadline = time.monotonic() + timeout
         transport = self._connect()
         for attempt in range(2):
@@ -522,35 +531,16 @@ class SSHHost:
                     self._slots.notify()
             if not keep:
                 session.close()
-            if status in (124, 137):
-                # Killed on the host at the deadline; the shell itself is fine and kept.
-                raise ProbeError(
-                    f"probe did not finish within {timeout:g}s (stopped on the host)", host=self.name
-                )
-            return out
+            return out, status
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _take_session(self, transport: paramiko.Transport, deadline: float) -> tuple[_Session, bool]:
-        """An idle shell on ``transport``, or a new one (one channel + exec per new shell)."""
-        release = self._open_slot(deadline, transport)
-        if isinstance(release, _Session):
-            return release, True
-        try:
-            chan = self._open_channel(transport, deadline)
-        except BaseException:
-            release()
-            raise
-        return _Session(chan, release), False
-
-    def _open_slot(
-        self, deadline: float, transport: paramiko.Transport | None = None
-    ) -> Callable[[], None] | _Session:
-        """An idle shell on ``transport`` (when given), else one of the connection's channel
-        slots (below sshd's MaxSessions), waiting for either until the deadline."""
+        """An idle shell on ``transport``, or a new one in a free channel slot (below sshd's
+        MaxSessions), waiting for either until the deadline. True: the shell was idle."""
         with self._slots:
             while True:
-                if transport is not None and transport is self._transport and self._idle:
-                    return self._idle.pop()
+                if transport is self._transport and self._idle:
+                    return self._idle.pop(), True
                 if self._channels_open < MAX_CHANNELS:
                     self._channels_open += 1
                     break
@@ -570,7 +560,12 @@ class SSHHost:
                     self._channels_open -= 1
                     self._slots.notify()
 
-        return release
+        try:
+            chan = self._open_channel(transport, deadline)
+        except BaseException:
+            release()
+            raise
+        return _Session(chan, release), False
 
     def _open_channel(self, transport: paramiko.Transport, deadline: float) -> paramiko.Channel:
         try:
@@ -584,30 +579,6 @@ class SSHHost:
         except (paramiko.SSHException, EOFError, OSError) as exc:
             self._drop(transport)
             raise ConnectError(f"connection lost: cannot open a channel: {exc}", host=self.name) from exc
-
-    def _run(self, script: bytes, *, timeout: float) -> tuple[bytes, bytes, int | None]:
-        """A one-shot exec (for spawn: its exit status and stderr matter)."""
-        deadline = time.monotonic() + timeout
-        transport = self._connect()
-        release = self._open_slot(deadline)
-        assert not isinstance(release, _Session)
-        try:
-            chan = self._open_channel(transport, deadline)
-        except BaseException:
-            release()
-            raise
-        try:
-            return _exchange(chan, script, deadline)
-        except _Deadline:
-            chan.close()
-            self._check_alive(transport)
-            raise ProbeError(f"probe did not finish within {timeout:g}s", host=self.name) from None
-        except (paramiko.SSHException, EOFError, OSError) as exc:
-            self._drop(transport)
-            raise ConnectError(f"connection lost during the check: {exc}", host=self.name) from exc
-        finally:
-            chan.close()
-            release()
 
     def _check_alive(self, transport: paramiko.Transport) -> None:
         """After a timeout: keep the connection only if the server still answers."""
@@ -636,11 +607,11 @@ class SSHHost:
         "; touch /tmp/x"]`` only echoes.
         """
         script = spawn_script(argv, log_path=log_path, cwd=cwd)
-        out, err, status = self._run(script, timeout=self.spec.check_timeout)
+        out, status = self._run_in_shell(script, timeout=self.spec.check_timeout)
         m = re.search(rb"^pid (\d+)$", out, re.MULTILINE)
         if not m:
             why = "cannot cd to the working directory" if status == 97 else f"exit {status}"
-            detail = err.decode("utf-8", "replace").strip()[-300:]
+            detail = out.decode("utf-8", "replace").strip()[-300:]  # spawn_script puts errors here
             raise ProbeError(f"spawn failed ({why}): {detail or 'no output'}", host=self.name)
         return int(m.group(1))
 
@@ -770,60 +741,6 @@ def _with_watchdog(chan: paramiko.Channel, deadline: float, body: Callable[[], _
     if fired.is_set():
         raise _Deadline
     return result
-
-
-def _exchange(chan: paramiko.Channel, script: bytes, deadline: float) -> tuple[bytes, bytes, int | None]:
-    """Send ``script``, read stdout and stderr to EOF before the deadline.
-
-    Both streams are drained as data arrives: stderr shares the channel window, so reading
-    only stdout (or calling ``recv_exit_status`` first) deadlocks once 2 MB are unread.
-    """
-    return _with_watchdog(chan, deadline, lambda: _exchange_inner(chan, script, deadline))
-
-
-def _exchange_inner(
-    chan: paramiko.Channel, script: bytes, deadline: float
-) -> tuple[bytes, bytes, int | None]:
-    def remaining() -> float:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise _Deadline
-        return left
-
-    chan.settimeout(remaining())
-    chan.exec_command(REMOTE_COMMAND)
-    chan.settimeout(remaining())
-    try:
-        chan.sendall(script)
-    except TimeoutError:
-        raise _Deadline from None
-    chan.shutdown_write()
-    out: list[bytes] = []
-    err = bytearray()
-    # The channel's fileno() is readable whenever either buffer holds data, and forever
-    # once EOF arrived or the channel closed.
-    fd = chan.fileno()
-    while True:
-        while chan.recv_ready():
-            out.append(chan.recv(1 << 20))
-        while chan.recv_stderr_ready():
-            err += chan.recv_stderr(1 << 20)
-            del err[:-STDERR_KEEP]
-        if chan.eof_received or chan.closed:
-            if chan.recv_ready() or chan.recv_stderr_ready():
-                continue
-            break
-        select.select([fd], [], [], remaining())
-    if not chan.eof_received:
-        # Closed without EOF: the transport died under us (paramiko closes every channel
-        # then); what was read may be a truncated answer, so it is not an answer.
-        raise EOFError("the connection closed before the script finished")
-    # The exit status travels with EOF; a short bounded wait, never past the deadline.
-    status = None
-    left = deadline - time.monotonic()
-    if left > 0 and chan.status_event.wait(min(left, 1.0)):
-        status = chan.exit_status
-    return b"".join(out), bytes(err), status
 
 
 _pool: dict[tuple[object, ...], SSHHost] = {}

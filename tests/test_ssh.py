@@ -129,6 +129,15 @@ def test_hanging_script_times_out_and_the_connection_survives(host: SSHHost) -> 
 # -- host keys --------------------------------------------------------------------------------
 
 
+def assert_refusal_names_the_key(msg: str, server: SSHD) -> str:
+    """A host-key refusal says so, names host:port and the offered fingerprint, and how to trust it."""
+    assert "host key" in msg
+    assert f"127.0.0.1:{server.port}" in msg
+    assert f"ssh-ed25519 {fingerprint(server.host_pub)}" in msg
+    assert f"ssh-keyscan -p {server.port} 127.0.0.1" in msg
+    return msg
+
+
 def test_wrong_host_key_is_refused_and_known_hosts_untouched(sshd_server: SSHD, tmp_path: Path) -> None:
     other = SSHD(tmp_path / "other")  # never started: only its host key is used
     known = tmp_path / "known_hosts"
@@ -136,12 +145,8 @@ def test_wrong_host_key_is_refused_and_known_hosts_untouched(sshd_server: SSHD, 
     before = known.read_bytes()
     with pytest.raises(HostKeyError) as info, make_host(sshd_server.spec(known_hosts=str(known))) as h:
         h.run_script(b"true\n", timeout=10)
-    msg = str(info.value)
-    assert "host key" in msg
-    assert f"127.0.0.1:{sshd_server.port}" in msg
-    assert f"ssh-ed25519 {fingerprint(sshd_server.host_pub)}" in msg
+    msg = assert_refusal_names_the_key(str(info.value), sshd_server)
     assert fingerprint(other.host_pub) in msg  # what known_hosts expected
-    assert f"ssh-keyscan -p {sshd_server.port} 127.0.0.1" in msg
     assert known.read_bytes() == before
 
 
@@ -150,10 +155,7 @@ def test_empty_known_hosts_is_refused_and_stays_empty(sshd_server: SSHD, tmp_pat
     known.write_bytes(b"")
     with pytest.raises(HostKeyError) as info, make_host(sshd_server.spec(known_hosts=str(known))) as h:
         h.run_script(b"true\n", timeout=10)
-    msg = str(info.value)
-    assert "host key" in msg
-    assert f"127.0.0.1:{sshd_server.port}" in msg
-    assert f"ssh-ed25519 {fingerprint(sshd_server.host_pub)}" in msg
+    msg = assert_refusal_names_the_key(str(info.value), sshd_server)
     assert f"ssh-keyscan -p {sshd_server.port} 127.0.0.1 >> {known}" in msg
     assert known.read_bytes() == b""
 
