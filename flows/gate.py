@@ -29,12 +29,16 @@ def _run_name() -> str:
 
 
 @flow(name="crosscheck-gate", flow_run_name=_run_name, log_prints=False)
-def gate(stage: Stage | str, timeout: float | str | None = None) -> dict[str, Any]:
+def gate(
+    stage: Stage | str, timeout: float | str | None = None, since: str | float | None = None
+) -> dict[str, Any]:
     """Wait until every signal of ``stage`` agrees it is complete; fail with the evidence.
 
     Args:
         stage: path to a YAML stage file (as a deployment parameter), or a ``Stage``.
         timeout: seconds or a duration (``"12h"``); default: the stage's ``policy.timeout``.
+        since: when the run began (``"2h"``, an ISO time): evidence from before it is an
+            earlier run's. Without it, the run is the job first seen alive by this gate.
 
     Returns:
         The complete verdict as the CLI's JSON document.
@@ -46,4 +50,4 @@ def gate(stage: Stage | str, timeout: float | str | None = None) -> dict[str, An
         >>> gate("/etc/crosscheck/extract.yaml", timeout="12h")  # doctest: +SKIP
         {'stage': 'extract', 'verdict': 'complete', 'advance': True, ...}
     """
-    return wait_for_stage(as_stage(stage), timeout=timeout).to_json()
+    return wait_for_stage(as_stage(stage), timeout=timeout, since=since).to_json()

@@ -29,6 +29,7 @@ from prefect.cache_policies import NO_CACHE
 
 from sensors._config import Stage, stage_from_dict
 from sensors._errors import ConfigError, StageFailed
+from sensors._run import launch_mark_script, parse_launch_mark
 from sensors.prefect import _check_observers, artifact_key, as_stage, wait_for_stage
 
 
@@ -50,6 +51,9 @@ def launch_stage(stage: Stage) -> dict[str, Any]:
             field=f"{stage.stage}.launch.log",
         )
     host = host_for(stage)
+    # Mark where this run begins (the host's clock, the log's inode, size and last bytes)
+    # before the job starts: its log lines are exactly those written after the mark.
+    mark = parse_launch_mark(host.run_script(launch_mark_script(log_path), timeout=30))
     pid = host.spawn(stage.launch.command, log_path=log_path, cwd=stage.launch.cwd)
     record = {
         "stage": stage.stage,
@@ -58,11 +62,17 @@ def launch_stage(stage: Stage) -> dict[str, Any]:
         "log": log_path,
         "command": " ".join(stage.launch.command),
         "cwd": stage.launch.cwd or "",
+        "run": {
+            "started_at": mark.started_at,
+            "log_inode": mark.log_inode,
+            "log_offset": mark.log_offset,
+            "log_fingerprint": mark.log_fingerprint,
+        },
     }
     get_run_logger().info("%s: launched on %s as PID %d, log %s", stage.stage, stage.host_name, pid, log_path)
     create_table_artifact(
         key=artifact_key(stage.stage, "launch"),
-        table=[{k: str(v) for k, v in record.items()}],
+        table=[{k: str(v) for k, v in record.items() if k != "run"}],
         description=f"{stage.stage}: launched as PID {pid} on {stage.host_name}",
     )
     return record
@@ -88,7 +98,7 @@ def _launch_and_wait(stage: Stage, *, wait: bool, timeout: float | str | None) -
     result: dict[str, Any] = {"stage": stage.stage, "launched": launched, "verdict": None}
     if wait:
         gated = with_pid(stage, launched["pid"]) if launched else stage
-        result["verdict"] = wait_for_stage(gated, timeout=timeout).to_json()
+        result["verdict"] = wait_for_stage(gated, timeout=timeout, run=launched).to_json()
     return result
 
 

@@ -20,6 +20,7 @@ from sensors._probe import (
     parse_meta,
     split_sections,
 )
+from sensors._run import Run, Since, parse_since
 from sensors._signals import (
     LogMemory,
     OutputsMemory,
@@ -27,6 +28,7 @@ from sensors._signals import (
     read_log,
     read_outputs,
     read_process,
+    seed_log_memory,
 )
 from sensors._verdict import VerdictMemory, decide
 
@@ -51,6 +53,8 @@ class _Memory:
     verdict: VerdictMemory = field(default_factory=VerdictMemory)
     job_pids: tuple[int, ...] = ()
     static: Meta | None = None  # clock tick rate, hostname, lxcfs: read once per boot
+    run: Run | None = None  # where the run being watched begins (launch, since, process)
+    first_check_at: float | None = None  # the host's clock at this watch's first check
 
 
 class Checker:
@@ -71,12 +75,31 @@ class Checker:
         *,
         host: Host | None = None,
         exclude_pids: frozenset[int] | None = None,
+        since: str | float | Since | None = None,
+        run: Run | None = None,
     ) -> None:
+        """
+        Args:
+            stage: what to watch.
+            host: where (default: the stage's host; SSH connections are pooled).
+            exclude_pids: PIDs never matched as the job (default: this process, locally).
+            since: when the run began (``2h``, an ISO time, epoch seconds): evidence from
+                before it is an earlier run's. See the README, "What ties evidence to a run".
+            run: the run as crosscheck launched it (``launch_stage`` records one).
+        """
         self.stage = stage
         self.host = host if host is not None else host_for(stage)
         self.timed_out = False
         self.last: Verdict | None = None
-        self._memory = _Memory()
+        self._memory = _Memory(run=run)
+        if run is not None and stage.log is not None:
+            self._memory.log = seed_log_memory(run)
+        try:
+            self._since = parse_since(since)
+        except ValueError as exc:
+            from sensors._errors import ConfigError
+
+            raise ConfigError(str(exc), field="since") from None
         self._lock = threading.Lock()
         # Never match ourselves: on the local host, crosscheck's own process (and its
         # ancestors, found by the probe) are excluded from process matching.
@@ -103,6 +126,7 @@ class Checker:
         nonce = new_nonce()
         extra = self._gpu_sections()
         outputs_mem = mem.outputs or OutputsMemory()
+        log_mem = mem.log or LogMemory()
         static = mem.static
         probe_state = ProbeState(
             pids=mem.job_pids,
@@ -117,6 +141,10 @@ class Checker:
                 if stage.outputs and (outputs_mem.count or 0) >= stage.outputs.expected and not mem.job_pids
                 else None
             ),
+            outputs_run_since=self._outputs_run_since(outputs_mem),
+            lines_fingerprint=outputs_mem.lines_fingerprint,
+            log_inode=log_mem.inode,
+            log_size=log_mem.size,
             clk_tck=static.clk_tck if static else None,
             hostname=static.hostname if static else None,
             uptime_virtualised=static.uptime_virtualised if static else False,
@@ -142,26 +170,66 @@ class Checker:
             mem.static = None
         elif meta.clk_tck:
             mem.static = meta
+        if mem.first_check_at is None:
+            mem.first_check_at = meta.now
+        if mem.run is None and self._since is not None:
+            mem.run = Run(source="since", started_at=self._since.resolve(meta.now))
         readings: dict[str, Reading] = {}
         job_pids: frozenset[int] | None = None
         host = self.host.name
         if stage.process:
             r, mem.process, job_pids = read_process(
-                stage.process, sections, meta, mem.process, host=host, exclude_pids=self._exclude
+                stage.process,
+                sections,
+                meta,
+                mem.process,
+                host=host,
+                nonce=nonce,
+                exclude_pids=self._exclude,
+                launched_pid=mem.run.pid if mem.run is not None else None,
             )
             readings["process"] = r
             mem.job_pids = tuple(sorted(job_pids))[:64]
+            started = r.evidence.get("started_at")
+            if mem.run is None and r.says is Says.WORKING and isinstance(started, (int, float)):
+                # First seen alive: its start is where this run begins.
+                mem.run = Run(source="process", started_at=float(started))
         if stage.log:
-            readings["log"], mem.log = read_log(stage.log, sections, meta, mem.log, host=host)
+            readings["log"], mem.log = read_log(stage.log, sections, meta, mem.log, host=host, run=mem.run)
         if stage.outputs:
             readings["outputs"], mem.outputs = read_outputs(
-                stage.outputs, sections, meta, mem.outputs, host=host
+                stage.outputs, sections, meta, mem.outputs, host=host, run_since=self._run_start()
             )
         if stage.gpu:
             readings["gpu"] = self._read_gpu(sections, meta, job_pids)
-        verdict, mem.verdict = decide(stage.stage, host, readings, stage.policy, mem.verdict, meta.now)
+        verdict, mem.verdict = decide(
+            stage.stage, host, readings, stage.policy, mem.verdict, meta.now, run=mem.run
+        )
         self.last = verdict
         return verdict
+
+    @property
+    def run(self) -> Run | None:
+        """Where the run being watched begins, once known (launch, ``since``, or the job's
+        process first seen alive)."""
+        return self._memory.run
+
+    def _run_start(self) -> float | None:
+        """When this run began, or else this watch's first check (host clock)."""
+        mem = self._memory
+        if mem.run is not None and mem.run.started_at is not None:
+            return mem.run.started_at
+        return mem.first_check_at
+
+    def _outputs_run_since(self, outputs: OutputsMemory) -> float | None:
+        """Ask the probe for an output written during the run only when nothing else can tie
+        the outputs to it (no log, no process signal) and they could decide completion."""
+        stage = self.stage
+        if stage.log or stage.process or not stage.outputs or not stage.outputs.files:
+            return None
+        if outputs.written_this_run or (outputs.count or 0) < stage.outputs.expected:
+            return None
+        return self._run_start()
 
     def _host_failed(self, exc: HostError) -> Verdict:
         """Every reading unknown, the error as evidence: a dead link is not a dead process."""
@@ -172,7 +240,9 @@ class Checker:
         }
         # Keep the memory of earlier readings: a blip must not reset progress tracking.
         prev = self._memory.verdict
-        verdict, new_mem = decide(self.stage.stage, self.host.name, readings, self.stage.policy, prev, None)
+        verdict, new_mem = decide(
+            self.stage.stage, self.host.name, readings, self.stage.policy, prev, None, run=self._memory.run
+        )
         self._memory.verdict = VerdictMemory(
             previous=prev.previous,
             last_progress_at=prev.last_progress_at,
@@ -190,6 +260,7 @@ class Checker:
             checked_at=time.time(),
             host=verdict.host,
             since=self._memory.verdict.state_since,
+            run=verdict.run,
         )
         self.last = verdict
         return verdict

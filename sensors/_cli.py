@@ -17,6 +17,7 @@ from sensors._check import Checker
 from sensors._config import Stage, load_stage, parse_duration
 from sensors._errors import ConfigError, CrosscheckError, HostKeyError
 from sensors._model import State, Verdict
+from sensors._run import Since, parse_since
 
 EXIT_ADVANCE, EXIT_NOT_YET, EXIT_USAGE, EXIT_FAILED, EXIT_TIMEOUT = 0, 1, 2, 3, 4
 
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument("stages", nargs="+", metavar="STAGE.yaml")
     status.add_argument("--json", action="store_true", help="one JSON object per stage")
+    status.add_argument("--since", type=_since_arg, metavar="TIME|DURATION", help=SINCE_HELP)
     wait = sub.add_parser(
         "wait",
         help="check every policy.interval until complete, failed or the timeout",
@@ -85,9 +87,25 @@ def build_parser() -> argparse.ArgumentParser:
     wait.add_argument("stages", nargs="+", metavar="STAGE.yaml")
     wait.add_argument("--json", action="store_true", help="one JSON object per stage per check")
     wait.add_argument("--timeout", type=_duration_arg, help="e.g. 2h (default: policy.timeout)")
+    wait.add_argument("--since", type=_since_arg, metavar="TIME|DURATION", help=SINCE_HELP)
     demo = sub.add_parser("demo", help="run the example pipeline on this machine")
     demo.add_argument("--workdir", help="where the simulated job writes (default: a temp dir)")
     return parser
+
+
+SINCE_HELP = (
+    "when the run being watched began: a duration before now (2h) or a time"
+    " (2026-12-01T06:00:00Z); evidence from before it is an earlier run's"
+)
+
+
+def _since_arg(value: str) -> Since:
+    try:
+        since = parse_since(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    assert since is not None
+    return since
 
 
 def _duration_arg(value: str) -> float:
@@ -109,8 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if len(set(names)) != len(names):
             raise ConfigError("two stage files use the same stage name", field="stage")
         if args.command == "status":
-            return _status(stages, as_json=args.json)
-        return _wait(stages, as_json=args.json, timeout=args.timeout)
+            return _status(stages, as_json=args.json, since=args.since)
+        return _wait(stages, as_json=args.json, timeout=args.timeout, since=args.since)
     except ConfigError as exc:
         print(f"crosscheck: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -138,9 +156,9 @@ def _exit_code(verdicts: Sequence[Verdict]) -> int:
 # --------------------------------------------------------------------------- status
 
 
-def _status_one(stage: Stage) -> Verdict:
+def _status_one(stage: Stage, since: Since | None = None) -> Verdict:
     """A few quick checks: CPU progress and output stability need two samples to be seen."""
-    checker = Checker(stage)
+    checker = Checker(stage, since=since)
     samples = max(2, stage.policy.settle)
     pause = min(stage.policy.interval, 0.5)
     verdict = checker.check()
@@ -150,9 +168,9 @@ def _status_one(stage: Stage) -> Verdict:
     return verdict
 
 
-def _status(stages: list[Stage], *, as_json: bool) -> int:
+def _status(stages: list[Stage], *, as_json: bool, since: Since | None = None) -> int:
     with ThreadPoolExecutor(max_workers=min(32, len(stages))) as pool:
-        verdicts = list(pool.map(_status_one, stages))
+        verdicts = list(pool.map(lambda s: _status_one(s, since), stages))
     if as_json:
         for verdict in verdicts:
             _print_json(verdict)
@@ -164,7 +182,9 @@ def _status(stages: list[Stage], *, as_json: bool) -> int:
 # --------------------------------------------------------------------------- wait
 
 
-def _wait(stages: list[Stage], *, as_json: bool, timeout: float | None) -> int:
+def _wait(
+    stages: list[Stage], *, as_json: bool, timeout: float | None, since: Since | None = None
+) -> int:
     lock = threading.Lock()
     finals: dict[str, Verdict] = {}
     timed_out: dict[str, bool] = {}
@@ -174,7 +194,7 @@ def _wait(stages: list[Stage], *, as_json: bool, timeout: float | None) -> int:
     stop = threading.Event()
 
     def run(stage: Stage) -> None:
-        checker = Checker(stage)
+        checker = Checker(stage, since=since)
         notifier = _notifier(stage)
         previous: State | None = None
         for verdict in checker.watch(timeout=timeout, sleep=stop.wait):

@@ -85,9 +85,12 @@ class Verdict:
     checked_at: float | None
     host: str
     since: float | None = None  # when this state began (monitored host's clock)
+    run: Mapping[str, Any] | None = None  # where the run being watched begins (source, start)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", State(self.state))
+        if self.run is not None:
+            object.__setattr__(self, "run", _freeze(self.run))
         object.__setattr__(self, "reasons", tuple(self.reasons))
         object.__setattr__(self, "readings", MappingProxyType(dict(self.readings)))
         if self.state is State.COMPLETE:
@@ -111,6 +114,7 @@ class Verdict:
             "checked_at": _iso(self.checked_at),
             "since": _iso(self.since),
             "host": self.host,
+            "run": _jsonable(dict(self.run)) if self.run is not None else None,
             "signals": {name: r.to_json() for name, r in self.readings.items()},
         }
 

@@ -25,11 +25,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from sensors._config import Stage
+from sensors._run import FINGERPRINT_BYTES
 
 #: Caps on what one section may carry back (bytes). Sized for hosts with ~20k processes.
 STAT_CAP = 16 * 1024 * 1024
-CMDLINE_PER_PROCESS = 4096
-CMDLINE_CAP = 32 * 1024 * 1024
+#: A command line is read whole up to this (Linux's default limit on argv + environment is
+#: a quarter of the 8 MiB stack limit); a longer one is "cut", and its match unknown.
+CMDLINE_PER_PROCESS = 2 * 1024 * 1024
+CMDLINE_CAP = 64 * 1024 * 1024
 TASKS_CAP = 4 * 1024 * 1024
 
 _TAG = b"@@crosscheck "
@@ -43,6 +46,10 @@ class ProbeState:
     lines_inode: int | None = None  # outputs.lines: count only the bytes added since
     lines_size: int = 0
     outputs_since: float | None = None  # count at expected last time: look for in-place writes
+    outputs_run_since: float | None = None  # outputs must be tied to the run: one written since?
+    lines_fingerprint: str | None = None  # hex of the bytes before lines_size
+    log_inode: int | None = None  # the log at the last check: are its bytes still there?
+    log_size: int = 0
     clk_tck: int | None = None  # read once: static while the host is up
     hostname: str | None = None
     uptime_virtualised: bool = False
@@ -61,6 +68,7 @@ def build_script(
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; export PATH",
         f"N={q(nonce)}",
         'sec() { printf \'\\n@@crosscheck %s %s\\n\' "$N" "$1"; }',
+        "isnum() { case $1 in '' | *[!0-9]*) return 1 ;; esac; }",
         # meta: the monitored host's clocks, read together in this one script. Shell
         # builtins (read) instead of a process per file: forks are most of a probe's cost.
         "sec meta",
@@ -81,29 +89,38 @@ def build_script(
             "echo \"uptime_mounts $(grep -c ' /proc/uptime ' /proc/self/mountinfo 2>/dev/null)\"",
         ]
     if stage.process:
+        # Every per-process record is framed by head's "==> NAME <==" header, and NAME starts
+        # with a path prefix drawn from this check's nonce (see nonce_path): no byte a
+        # process controls (argv, or a comm holding a newline) can start or end a record.
+        pre = nonce_path(nonce)
         out += [
             "sec stat",
             # A thread-group leader that called pthread_exit shows Z while its threads run:
             # awk passes every line through and, for zombie leaders (rare), dumps their
-            # threads' stat into the next section.
-            f'cat /proc/[0-9]*/stat 2>/dev/null | head -c {STAT_CAP} | awk -v N="$N" \''
+            # threads' stat into the next section. It only chooses what to read: the records
+            # are parsed here by their headers. $1 must be digits: a comm may hold a newline,
+            # and nothing a process wrote may reach system().
+            f"head -c 4096 /dev/null {pre}/proc/[0-9]*/stat 2>/dev/null | head -c {STAT_CAP}"
+            ' | awk -v N="$N" \''
             "{ print } "
             # Only zombie leaders that still count threads (field 20 > 1): plain zombies are
             # common where PID 1 does not reap (containers) and must cost nothing.
-            '/[)] Z / { r = $0; sub(/.*[)] /, "", r); split(r, f, " "); '
+            '/[)] Z / && $1 ~ /^[0-9]+$/ { r = $0; sub(/.*[)] /, "", r); split(r, f, " "); '
             'if (f[1] == "Z" && f[18] > 1) z = z " " $1 } '
             'END { n = split(z, a, " "); s = ""; c = ""; '
-            'for (i = 1; i <= n; i++) { s = s " /proc/" a[i] "/task/*/stat"; '
-            'c = c " /proc/" a[i] "/task/*/cmdline" } '
+            f'for (i = 1; i <= n; i++) {{ s = s " {pre}/proc/" a[i] "/task/*/stat"; '
+            f'c = c " {pre}/proc/" a[i] "/task/*/cmdline" }} '
             'printf "\\n@@crosscheck %s tasks\\n", N; '
             f'if (n) system("head -c 4096 /dev/null" s " 2>/dev/null | head -c {TASKS_CAP}"); '
             # A zombie leader's own cmdline reads empty; its live threads still show it.
             'printf "\\n@@crosscheck %s taskcmd\\n", N; '
-            f'if (n) system("head -c {CMDLINE_PER_PROCESS} /dev/null" c " 2>/dev/null'
+            f'if (n) system("head -c {CMDLINE_PER_PROCESS + 1} /dev/null" c " 2>/dev/null'
             f" | head -c {TASKS_CAP}\") }}'",
             "sec cmdline",
-            # /dev/null first makes head print a header even when one process matches.
-            f"head -c {CMDLINE_PER_PROCESS} /dev/null /proc/[0-9]*/cmdline 2>/dev/null"
+            # The whole command line (up to CMDLINE_PER_PROCESS; one byte more tells a longer
+            # one, which is then unknown, never "no match"). /dev/null first makes head print
+            # a header even when one process exists.
+            f"head -c {CMDLINE_PER_PROCESS + 1} /dev/null {pre}/proc/[0-9]*/cmdline 2>/dev/null"
             f" | head -c {CMDLINE_CAP}",
         ]
         if state.pids:
@@ -117,13 +134,7 @@ def build_script(
                 "done",
             ]
     if stage.log:
-        log = q(stage.log.path)
-        out += [
-            "sec log_stat",
-            f"stat -L -c '%i %s %Y' -- {log} 2>&1 | head -c 4096",
-            "sec log_tail",
-            f"tail -c {int(stage.log.tail_bytes)} -- {log} 2>/dev/null",
-        ]
+        out += _log_section(stage.log.path, int(stage.log.tail_bytes), state)
     if stage.outputs and stage.outputs.files:
         d = q(stage.outputs.files)
         # `ls -f` (unsorted, no stat per entry) is ~3x faster than `find -name` on 100k
@@ -137,39 +148,119 @@ def build_script(
             f" | grep -c -E {q(glob_to_ere(stage.outputs.pattern))}",
             f"elif [ -e {d} ]; then echo unreadable; else echo missing; fi",
         ]
+        names = f"-name {q(stage.outputs.pattern)} " + " ".join(
+            f"! -name {q(p)}" for p in stage.outputs.exclude
+        )
         if state.outputs_since is not None:
             # Same count is not enough: a file written in place (no temp name) changes while
             # the count stands still. One entry modified since the last check suffices.
-            names = f"-name {q(stage.outputs.pattern)} " + " ".join(
-                f"! -name {q(p)}" for p in stage.outputs.exclude
-            )
-            out += [
-                "sec outputs_recent",
-                f"if r=$(find {d} -mindepth 1 -maxdepth 1 {names} "
-                f"-newermt @{state.outputs_since:.6f} -print -quit 2>/dev/null); "
-                "then printf 'ok%s\\n' \"$r\" | head -c 4096; else echo failed; fi",
-            ]
+            out += _newer_entry("outputs_recent", d, names, state.outputs_since)
+        if state.outputs_run_since is not None:
+            # What ties outputs to the run when no log or process can: one entry written
+            # since the run began.
+            out += _newer_entry("outputs_run", d, names, state.outputs_run_since)
     if stage.outputs and stage.outputs.lines:
-        f = q(stage.outputs.lines)
-        prev_ino = int(state.lines_inode or 0)
-        prev_size = int(state.lines_size)
-        # Count only the bytes added since the last check (same inode, not shrunk): O(new
-        # data) per check instead of O(file). Bounded by the size read here, so a record
-        # written meanwhile is counted next time, once.
-        out += [
-            "sec lines",
-            f"if [ -f {f} ]; then",
-            f"  set -- $(stat -L -c '%i %s %Y' -- {f} 2>/dev/null)",
-            f'  base=0; if [ "$1" = {prev_ino} ] && [ "$2" -ge {prev_size} ]; then base={prev_size}; fi',
-            f"  n=$(tail -c +$((base + 1)) -- {f} 2>/dev/null | head -c $(($2 - base)) | wc -l)",
-            f"  last=$(tail -c 1 -- {f} 2>/dev/null | od -An -tx1 | tr -d ' \\n')",
-            '  echo "$1 $2 $3 $base $n ${last:-none}"',
-            f"elif [ -e {f} ]; then echo unreadable; else echo missing; fi",
-        ]
+        out += _lines_section(stage.outputs.lines, state)
     for name, snippet in (extra_sections or {}).items():
         out += [f"sec {q(name)}", snippet]
     out.append("sec end")
     return ("\n".join(out) + "\n").encode()
+
+
+def _regular_file_type(path: str) -> str:
+    """sh: print why ``path`` is not read (it is not a regular file), or nothing."""
+    return f"stat -L -c 'notregular %F' -- {path} 2>&1 | head -c 200"
+
+
+def _log_section(path: str, tail_bytes: int, state: ProbeState) -> list[str]:
+    """stat, the tail (bounded by the size stat saw), and the bytes before the last check's end.
+
+    Only a regular file is read: a FIFO would block ``tail`` and a device never ends. The
+    bytes before the previous end show a file rewritten in place even when it regrew past
+    its old size.
+    """
+    log = shlex.quote(path)
+    t = tail_bytes
+    lines = [
+        "sec log_stat",
+        f"st=$(stat -L -c '%i %s %Y %W %F' -- {log} 2>&1 | head -c 4096); printf '%s\\n' \"$st\"",
+        "set -f; set -- $st; set +f",
+        'if [ "$5" = regular ] && isnum "$1" && isnum "$2"; then',
+        "  sec log_tail",
+        f"  tail -c +$(($2 > {t} ? $2 - {t} + 1 : 1)) -- {log} 2>/dev/null"
+        f" | head -c $(($2 > {t} ? {t} : $2))",
+    ]
+    if state.log_inode is not None and state.log_size > 0:
+        n = min(state.log_size, FINGERPRINT_BYTES)
+        start = state.log_size - n + 1
+        lines += [
+            f'  if [ "$1" = {int(state.log_inode)} ] && [ "$2" -ge {int(state.log_size)} ]; then',
+            "    sec log_prev",
+            f"    tail -c +{start} -- {log} 2>/dev/null | head -c {n}",
+            "  fi",
+        ]
+    return [*lines, "fi"]
+
+
+def _lines_section(path: str, state: ProbeState) -> list[str]:
+    """JSONL records: count only the bytes added since the last check, unless rewritten.
+
+    O(new data) per check instead of O(file). The previous end's last bytes must still be
+    there, else the file was rewritten (same inode, truncated, regrown) and is counted
+    again from the start. Bounded by the size read here, so a record written meanwhile is
+    counted next time, once.
+    """
+    f = shlex.quote(path)
+    n = FINGERPRINT_BYTES
+    prev_ino, prev_size = int(state.lines_inode or 0), int(state.lines_size)
+    same = f'[ "$1" = {prev_ino} ] && [ "$2" -ge {prev_size} ]'
+    if prev_size > 0 and state.lines_fingerprint and re.fullmatch(r"[0-9a-f]+", state.lines_fingerprint):
+        k = min(prev_size, n)
+        same += (
+            f' && [ "$(tail -c +{prev_size - k + 1} -- {f} 2>/dev/null | head -c {k}'
+            f" | od -An -v -tx1 | tr -d ' \\n')\" = {state.lines_fingerprint} ]"
+        )
+    elif prev_size > 0:
+        same = "false"
+    return [
+        "sec lines",
+        f"if [ -f {f} ]; then",
+        f"  set -f; set -- $(stat -L -c '%i %s %Y' -- {f} 2>/dev/null); set +f",
+        '  if isnum "$1" && isnum "$2"; then',
+        f"  base=0; if {same}; then base={prev_size}; fi",
+        f"  c=$(tail -c +$((base + 1)) -- {f} 2>/dev/null | head -c $(($2 - base)) | wc -l)",
+        f"  fp=$(tail -c +$(($2 > {n} ? $2 - {n} + 1 : 1)) -- {f} 2>/dev/null"
+        f" | head -c $(($2 > {n} ? {n} : $2)) | od -An -v -tx1 | tr -d ' \\n')",
+        '  echo "$1 $2 $3 $base $c ${fp:-none}"',
+        "  else echo unreadable; fi",
+        f"elif [ -e {f} ]; then {_regular_file_type(f)}; else echo missing; fi",
+    ]
+
+
+def _newer_entry(section: str, d: str, names: str, since: float) -> list[str]:
+    """sh: the first entry of ``d`` modified after ``since`` (``ok`` + name; ``ok`` alone: none)."""
+    return [
+        f"sec {section}",
+        f"if r=$(find {d} -mindepth 1 -maxdepth 1 {names} "
+        f"-newermt @{since:.6f} -print -quit 2>/dev/null); "
+        "then printf 'ok%s\\n' \"$r\" | head -c 4096; else echo failed; fi",
+    ]
+
+
+def nonce_path(nonce: str) -> str:
+    """A path prefix equal to ``/`` that spells this check's nonce in ``/.`` and ``/`` steps.
+
+    ``head`` names each file it prints (``==> NAME <==``); the names it prints carry the
+    prefix, which no process on the host can know, so a record boundary cannot be forged
+    by a command line (or a comm) that contains a look-alike header. 40 bits suffice for
+    a nonce that lives one check.
+
+    Example:
+        >>> nonce_path("000000000f")
+        '/./././././///////////////////////////////////'
+    """
+    bits = int(nonce[:10], 16)
+    return "/." + "".join("/." if bits >> i & 1 else "/" for i in range(40))
 
 
 def glob_to_ere(pattern: str) -> str:
@@ -312,61 +403,85 @@ def parse_stat_line(line: str) -> ProcStat | None:
         return None
 
 
-def parse_stats(body: bytes | None) -> dict[int, ProcStat]:
+def _records(body: bytes | None, nonce: str, name: str) -> Iterator[tuple[int, bytes]]:
+    """(PID, raw bytes) for each ``/proc/PID/NAME`` (or ``/proc/PID/task/TID/NAME``) file in
+    ``head`` output whose header carries this check's :func:`nonce_path`.
+
+    head writes ``\\n==> FILE <==\\n`` before every file but the first (``/dev/null``), so a
+    record is exactly the bytes between two such headers. Headers without the prefix are
+    content: a process cannot end its record early or start another one.
+    """
+    data = b"\n" + (body or b"")
+    header = re.compile(
+        rb"\n==> "
+        + re.escape(nonce_path(nonce).encode())
+        + rb"/proc/(\d+)(?:/task/\d+)?/"
+        + re.escape(name.encode())
+        + rb" <==\n"
+    )
+    matches = list(header.finditer(data))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(data)
+        yield int(m.group(1)), data[m.end() : end]
+
+
+def parse_stats(body: bytes | None, nonce: str) -> dict[int, ProcStat]:
     stats: dict[int, ProcStat] = {}
-    for line in (body or b"").decode("utf-8", "replace").split("\n"):
-        st = parse_stat_line(line)
-        if st is not None:
-            stats[st.pid] = st
+    for pid, raw in _records(body, nonce, "stat"):
+        st = parse_stat_line(raw.decode("utf-8", "replace").rstrip("\n"))
+        if st is not None and st.pid == pid:
+            stats[pid] = st
     return stats
 
 
-_CMD_HEADER = re.compile(rb"(?:^|\n)==> /proc/(\d+)/cmdline <==\n")
-_TASK_CMD_HEADER = re.compile(rb"(?:^|\n)==> /proc/(\d+)/task/\d+/cmdline <==\n")
-
-
-def _head_files(data: bytes, header: re.Pattern[bytes]) -> Iterator[tuple[int, str]]:
-    """(PID, argv joined by spaces) for each file in ``head -c N FILE...`` output.
-
-    head separates files with ``\n==> NAME <==\n``; the header regex consumes the newline.
-    """
-    matches = list(header.finditer(data))
-    for i, m in enumerate(matches):
-        last = i + 1 == len(matches)
-        raw = data[m.end() : len(data) if last else matches[i + 1].start()]
-        if last:
-            raw = raw.rstrip(b"\n")
-        yield int(m.group(1)), raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
-
-
-_TASK_STAT_HEADER = re.compile(rb"(?:^|\n)==> /proc/(\d+)/task/\d+/stat <==\n")
-
-
-def parse_task_stats(body: bytes | None) -> dict[int, list[ProcStat]]:
+def parse_task_stats(body: bytes | None, nonce: str) -> dict[int, list[ProcStat]]:
     """Leader PID → its threads' stat (read for zombie leaders that still have threads)."""
-    data = body or b""
     tasks: dict[int, list[ProcStat]] = {}
-    matches = list(_TASK_STAT_HEADER.finditer(data))
-    for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(data)
-        st = parse_stat_line(data[m.end() : end].decode("utf-8", "replace").strip())
+    for leader, raw in _records(body, nonce, "stat"):
+        st = parse_stat_line(raw.decode("utf-8", "replace").rstrip("\n"))
         if st is not None:
-            tasks.setdefault(int(m.group(1)), []).append(st)
+            tasks.setdefault(leader, []).append(st)
     return tasks
 
 
-def parse_cmdlines(body: bytes | None) -> dict[int, str]:
-    """PID → argv joined by spaces (as ``ps -o args`` and ``pgrep -f`` show it)."""
-    return dict(_head_files(body or b"", _CMD_HEADER))
+def _argv_text(raw: bytes) -> str:
+    return raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
 
 
-def parse_task_cmdlines(body: bytes | None) -> dict[int, str]:
+@dataclass(frozen=True)
+class Cmdlines:
+    """PID → argv joined by spaces (as ``ps -o args`` and ``pgrep -f`` show it), whole.
+
+    ``cut``: PIDs whose command line is longer than the probe reads (CMDLINE_PER_PROCESS):
+    for those, "does not match" cannot be known.
+    """
+
+    text: Mapping[int, str]
+    cut: frozenset[int]
+
+
+def parse_cmdlines(body: bytes | None, nonce: str) -> Cmdlines:
+    text: dict[int, str] = {}
+    cut: set[int] = set()
+    for pid, raw in _records(body, nonce, "cmdline"):
+        if len(raw) > CMDLINE_PER_PROCESS:
+            cut.add(pid)
+            raw = raw[:CMDLINE_PER_PROCESS]
+        text[pid] = _argv_text(raw)
+    return Cmdlines(text, frozenset(cut))
+
+
+def parse_task_cmdlines(body: bytes | None, nonce: str) -> Cmdlines:
     """Leader PID → the command line its threads show (for zombie leaders with live threads)."""
-    result: dict[int, str] = {}
-    for leader, text in _head_files(body or b"", _TASK_CMD_HEADER):
-        if text:
-            result.setdefault(leader, text)
-    return result
+    text: dict[int, str] = {}
+    cut: set[int] = set()
+    for leader, raw in _records(body, nonce, "cmdline"):
+        if len(raw) > CMDLINE_PER_PROCESS:
+            cut.add(leader)
+            raw = raw[:CMDLINE_PER_PROCESS]
+        if raw and leader not in text:
+            text[leader] = _argv_text(raw)
+    return Cmdlines(text, frozenset(cut))
 
 
 def parse_io(body: bytes | None) -> dict[int, int]:

@@ -14,8 +14,9 @@ Rules, in order (README has them as a table):
        are all there, or the GPU is idle (incident 2: a CPU phase after the GPU work).
    - process gone:
      - an error line → ``failed``;
-     - never seen alive during this watch, and not every other signal done (or no other
-       signal) → ``unknown``: not started yet, or a wrong match, is no evidence of an exit;
+     - never seen alive during this watch nor launched by it, and no completion line of
+       this run → ``unknown``: not started yet, or a wrong match, is no evidence of an
+       exit, and outputs may be an earlier run's;
      - the job's PIDs still busy on a GPU → ``contradiction``;
      - within ``exit_grace`` of the exit, log or outputs lagging → ``unknown`` (buffered
        writes, NFS attribute caching);
@@ -23,8 +24,9 @@ Rules, in order (README has them as a table):
        ``contradiction``; no completion line and no outputs configured → ``failed``;
      - any configured signal unknown → ``unknown``;
      - every signal done → ``complete`` after ``settle`` consecutive checks.
-3. Without a process signal: failed > complete (all done, settled) > unknown > stalled
-   (no progress for ``stall_after``) > running.
+3. Without a process signal: failed > complete (all done, settled; without a log only when
+   an output was written during the run, else unknown) > unknown > stalled (no progress
+   for ``stall_after``) > running.
 
 ``complete`` requires every configured signal to say done; the :class:`Verdict` constructor
 refuses anything else, so no rule can advance on a partial picture.
@@ -37,6 +39,13 @@ from dataclasses import dataclass, field
 
 from sensors._config import PolicySpec
 from sensors._model import Reading, Says, State, Verdict
+from sensors._run import Run
+
+#: What a person can do when evidence cannot be tied to the run being watched.
+HOW_TO_TIE = (
+    "give the run's start with --since TIME|DURATION, watch from before the job ends,"
+    " or launch the job through crosscheck (a launch section)"
+)
 
 
 @dataclass(frozen=True)
@@ -101,8 +110,14 @@ def decide(
     policy: PolicySpec,
     memory: VerdictMemory,
     now: float | None,
+    *,
+    run: Run | None = None,
 ) -> tuple[Verdict, VerdictMemory]:
-    """One verdict from this check's readings and the memory of earlier checks."""
+    """One verdict from this check's readings and the memory of earlier checks.
+
+    ``run`` (where the watched run begins) is carried into the verdict for the record; the
+    readings already hold what ties their evidence to it.
+    """
     state, reasons, mem = _rules(readings, policy, memory, now)
     done_all = bool(readings) and all(r.says is Says.DONE for r in readings.values())
     streak = memory.done_streak + 1 if done_all and state is None else 0
@@ -129,6 +144,7 @@ def decide(
         checked_at=now,
         host=host,
         since=since,
+        run=run.to_json() if run is not None else None,
     )
     mem = VerdictMemory(
         previous=dict(readings),
@@ -217,14 +233,16 @@ def _rules(
                 mem,
             )
         others = [r for r in readings.values() if r is not p]
-        if _ev(p, "seen_alive") is False and (not others or not all(r.says is Says.DONE for r in others)):
-            # Never seen alive in this watch: not started yet, or a match that matches
-            # nothing. Neither is evidence that the job ran and exited.
+        if not (_ev(p, "seen_alive") or _ev(p, "launched")) and not (lg is not None and lg.says is Says.DONE):
+            # Never seen alive in this watch, nor launched by it: not started yet, or a match
+            # that matches nothing. Neither is evidence that the job ran and exited, and
+            # without this run's completion line, outputs may be an earlier run's.
             return (
                 State.UNKNOWN,
                 [
                     f"no process found and none seen alive during this watch: {p.detail}",
-                    "not started yet, or process.match/pid is wrong",
+                    "not started yet, or process.match/pid is wrong; nothing else ties the"
+                    f" evidence to this run ({HOW_TO_TIE})",
                     *(f"{r.signal}: {r.detail}" for r in others),
                 ],
                 mem,
@@ -282,6 +300,19 @@ def _rules(
     if failed:
         return State.FAILED, [f"{r.signal}: {r.detail}" for r in failed], mem
     if all(r.says is Says.DONE for r in readings.values()):
+        if lg is None and not (o is not None and _ev(o, "written_this_run")):
+            # Outputs may predate the run (resumable jobs skip what exists) and a GPU at rest
+            # says nothing of which run: without a log, only an output written during the
+            # run ties them to it.
+            return (
+                State.UNKNOWN,
+                [
+                    "every signal says done, but nothing ties it to this run: no output was"
+                    f" written since the run began ({HOW_TO_TIE})",
+                    *_details(readings),
+                ],
+                mem,
+            )
         return None, [], mem
     unknowns = [r for r in readings.values() if r.says is Says.UNKNOWN]
     if unknowns:

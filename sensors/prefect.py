@@ -85,11 +85,16 @@ def as_stage(stage: StageLike | Mapping[str, Any]) -> Stage:
 
 
 @task(cache_policy=NO_CACHE, task_run_name="check-stage")
-def check_stage(stage: StageLike) -> Verdict:
+def check_stage(
+    stage: StageLike, since: str | float | None = None, run: Mapping[str, Any] | None = None
+) -> Verdict:
     """Check a stage once and return the verdict (the same value the CLI prints).
 
     Args:
         stage: a :class:`~sensors.Stage` or a path to a YAML stage file.
+        since: when the run began (``"2h"``, an ISO time, epoch seconds): evidence from
+            before it is an earlier run's (the CLI's ``--since``).
+        run: the launch record ``launch_stage`` returned, when crosscheck started the job.
 
     Returns:
         The :class:`~sensors.Verdict`; ``verdict.advance`` is true only for ``complete``,
@@ -104,15 +109,21 @@ def check_stage(stage: StageLike) -> Verdict:
         ...         ...
     """
     from sensors._check import Checker
+    from sensors._run import run_from_record
 
-    with Checker(as_stage(stage)) as checker:
+    with Checker(as_stage(stage), since=since, run=run_from_record(run)) as checker:
         verdict = checker.check()
     _logger().info("%s", _line(verdict), extra={"crosscheck_verdict": verdict.to_json()})
     return verdict
 
 
 @task(cache_policy=NO_CACHE, task_run_name="wait-for-stage")
-def wait_for_stage(stage: StageLike, timeout: float | str | None = None) -> Verdict:
+def wait_for_stage(
+    stage: StageLike,
+    timeout: float | str | None = None,
+    since: str | float | None = None,
+    run: Mapping[str, Any] | None = None,
+) -> Verdict:
     """Wait in one task run until every signal agrees the stage is complete.
 
     Checks every ``policy.interval``. ``stalled`` and ``contradiction`` notify (through the
@@ -123,6 +134,10 @@ def wait_for_stage(stage: StageLike, timeout: float | str | None = None) -> Verd
         stage: a :class:`~sensors.Stage` or a path to a YAML stage file.
         timeout: seconds (or a duration like ``"2h"``) to wait at most; default: the stage's
             ``policy.timeout``.
+        since: when the run began (``"2h"``, an ISO time, epoch seconds): evidence from
+            before it is an earlier run's (the CLI's ``--since``).
+        run: the launch record ``launch_stage`` returned, when crosscheck started the job:
+            the run's log lines are exactly those written after the launch.
 
     Returns:
         The ``complete`` verdict.
@@ -139,11 +154,12 @@ def wait_for_stage(stage: StageLike, timeout: float | str | None = None) -> Verd
         ...     train()  # runs only after process, log, outputs and GPU all agree
     """
     from sensors._check import Checker
+    from sensors._run import run_from_record
 
     spec = as_stage(stage)
     limit = spec.policy.timeout if timeout is None else parse_duration(timeout)
     gate = _GateReport(spec, notifier=_notifier(spec))
-    with Checker(spec) as checker:
+    with Checker(spec, since=since, run=run_from_record(run)) as checker:
         for verdict in checker.watch(timeout=limit):
             gate.observe(verdict)
         timed_out = checker.timed_out

@@ -155,7 +155,8 @@ def test_wait_exit_codes(tmp_path) -> None:
         lines = [json.loads(line) for line in out.stdout.splitlines()]
         assert lines[-1]["verdict"] == "complete" and lines[-1]["advance"] is True
         assert len(lines) >= 2
-        out = _cli("wait", str(bad.write_stage(tmp_path / "bad.yaml")))
+        # It crashed before this watch began: only a run start ties its error line to it.
+        out = _cli("wait", str(bad.write_stage(tmp_path / "bad.yaml")), "--since", "5m")
         assert out.returncode == 3, out.stdout + out.stderr
         assert "FAILED" in out.stdout
         out = _cli(

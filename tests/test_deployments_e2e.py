@@ -10,6 +10,7 @@ PID, the worker (SIGINT) before the server (SIGTERM). Every wait is bounded.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import shutil
 import signal
@@ -210,12 +211,15 @@ def test_gate_deployment_and_the_trigger_that_starts_the_next_stage(
         start_new_session=True,
     )
     try:
+        started = datetime.datetime.now(datetime.UTC).isoformat()
         extraction.start()
         gate = _deployment(api, "crosscheck-gate/gate")
+        # The job may finish before the worker has started the gate: `since` ties its
+        # completion line to this run.
         run = _post(
             api,
             f"/deployments/{gate['id']}/create_flow_run",
-            {"parameters": {"stage": str(extraction_file)}},
+            {"parameters": {"stage": str(extraction_file), "since": started}},
         )
         done = _wait_for("the gate flow run", lambda: _finished(api, run["id"]), timeout=240, every=2)
         assert done["parameters"]["stage"] == str(extraction_file)

@@ -34,7 +34,7 @@ def test_core_runs_without_prefect_or_paramiko(tmp_path) -> None:
 import sys
 from sensors import Checker, stage_from_dict
 stage = stage_from_dict({{"stage": "s", "host": "local", "log": {{"path": {str(log)!r}, "complete": "^Extraction"}}}})
-verdict = Checker(stage).check()
+verdict = Checker(stage, since="1h").check()
 print(verdict.readings["log"].says, "prefect" in sys.modules, "paramiko" in sys.modules)
 """
     env = {"PATH": "/usr/bin:/bin", "PREFECT_API_URL": "http://127.0.0.1:9/api", "PYTHONPATH": str(REPO)}

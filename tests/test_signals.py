@@ -257,6 +257,8 @@ def test_elapsed_from_primary_sources() -> None:
 # ----------------------------------------------------------------- log
 
 
+# The logs below are written before the check: `since` says they are the run's own (the
+# run-binding rules have tests of their own in test_run_binding.py).
 def _log_stage(path: Path, **extra) -> dict:
     return {"stage": "log", "host": "local",
             "log": {"path": str(path), "complete": "^Extraction complete", "error": "Traceback", **extra}}  # fmt: skip
@@ -268,7 +270,7 @@ def test_log_reads_only_the_tail_of_a_huge_sparse_file(tmp_path, host) -> None:
         f.truncate(10 * 1024**3)  # 10 GB, sparse: reading it all would take minutes
         f.seek(0, 2)
         f.write(b"\n[37312/37312] done\nExtraction complete\n")
-    checker = Checker(stage_from_dict(_log_stage(log)), host=host)
+    checker = Checker(stage_from_dict(_log_stage(log)), host=host, since="1h")
     start = time.monotonic()
     reading = checker.check().readings["log"]
     assert time.monotonic() - start < 10
@@ -279,7 +281,7 @@ def test_log_reads_only_the_tail_of_a_huge_sparse_file(tmp_path, host) -> None:
 def test_marker_must_be_a_whole_line(tmp_path, host) -> None:
     log = tmp_path / "x.log"
     log.write_bytes(b"working\nExtraction complete")  # no trailing newline: still being written
-    checker = Checker(stage_from_dict(_log_stage(log)), host=host)
+    checker = Checker(stage_from_dict(_log_stage(log)), host=host, since="1h")
     assert checker.check().readings["log"].says is Says.WORKING
     with open(log, "ab") as f:
         f.write(b"\n")
@@ -290,7 +292,7 @@ def test_tqdm_carriage_returns_and_progress(tmp_path, host) -> None:
     log = tmp_path / "t.log"
     log.write_bytes(b"start\n 10%|# | 10/100\r 50%|### | 50/100\r 99%|#### | 99/100")
     stage = _log_stage(log, progress=r"(?P<done>\d+)/(?P<total>\d+)")
-    reading = Checker(stage_from_dict(stage), host=host).check().readings["log"]
+    reading = Checker(stage_from_dict(stage), host=host, since="1h").check().readings["log"]
     assert reading.says is Says.WORKING
     assert reading.evidence["progress"]["done"] == 99
     assert reading.evidence["last_line"].startswith("99%")
@@ -299,7 +301,7 @@ def test_tqdm_carriage_returns_and_progress(tmp_path, host) -> None:
 def test_error_line_and_completion_after_it(tmp_path, host) -> None:
     log = tmp_path / "e.log"
     log.write_text("Traceback (most recent call last):\nretrying\n")
-    checker = Checker(stage_from_dict(_log_stage(log)), host=host)
+    checker = Checker(stage_from_dict(_log_stage(log)), host=host, since="1h")
     assert checker.check().readings["log"].says is Says.FAILED
     with open(log, "a") as f:
         f.write("Extraction complete\n")
@@ -309,7 +311,7 @@ def test_error_line_and_completion_after_it(tmp_path, host) -> None:
 def test_rotation_and_truncation_are_noticed(tmp_path, host) -> None:
     log = tmp_path / "r.log"
     log.write_text("a\n" * 100 + "Extraction complete\n")
-    checker = Checker(stage_from_dict(_log_stage(log)), host=host)
+    checker = Checker(stage_from_dict(_log_stage(log)), host=host, since="1h")
     assert checker.check().readings["log"].says is Says.DONE
     log.rename(tmp_path / "r.log.1")
     log.write_text("new run\n")

@@ -164,7 +164,7 @@ def test_a_login_shell_that_is_not_sh(tmp_path, sshd_server) -> None:
         "log": {"path": str(log), "complete": "^Extraction complete"},
     }
     with SSHHost(SSHSpec(**stage["host"])) as host:
-        reading = Checker(stage_from_dict(stage), host=host).check().readings["log"]
+        reading = Checker(stage_from_dict(stage), host=host, since="1h").check().readings["log"]
     assert reading.says is Says.DONE, reading.detail
 
 

@@ -1,0 +1,183 @@
+"""What ties evidence to the run being watched.
+
+Re-runs reuse their log and output paths, so a completion line or a full output directory may
+be an earlier run's. A :class:`Run` says where "this run" begins, from the best source known:
+
+- ``launch``: crosscheck started the job; just before, it read the host's clock and the log's
+  inode, size and last bytes. Exact: the run's log lines are the bytes after that offset.
+- ``since``: the user gave the run's start (``--since 2h`` or a time). Lines in a log last
+  modified before it are not this run's; a log born after it is all this run's.
+- ``process``: the job's process, first seen alive by this watch; its start time (from
+  /proc start ticks and the boot clock) is the run's start.
+- ``watch``: none of these: only what is written while this watch looks is this run's.
+
+How each signal uses it is written where the signal is read (``_signals``); the rules are
+in the README, "What ties evidence to a run".
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sensors._config import parse_duration
+
+#: Bytes compared at a remembered offset to tell "appended to" from "rewritten".
+FINGERPRINT_BYTES = 64
+
+RunSource = Literal["launch", "since", "process", "watch"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """Where the run being watched begins (times on the monitored host's clock).
+
+    Attributes:
+        source: ``launch``, ``since``, ``process`` or ``watch`` (see the module docstring).
+        started_at: the run began no earlier than this (seconds since the epoch).
+        log_inode / log_offset / log_fingerprint: for ``launch``: the log as it was just
+            before the job started (``log_inode`` None: there was no log yet); the hex of
+            the bytes before ``log_offset`` shows whether the file was rewritten since.
+        pid: the job's PID, when known from the launch.
+    """
+
+    source: RunSource
+    started_at: float | None = None
+    log_inode: int | None = None
+    log_offset: int | None = None
+    log_fingerprint: str | None = None
+    pid: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "started_at": _iso(self.started_at),
+            **({"pid": self.pid} if self.pid is not None else {}),
+        }
+
+
+@dataclass(frozen=True)
+class Since:
+    """A run start given by the user: an absolute time, or a duration before the first check."""
+
+    at: float | None = None
+    ago: float | None = None
+
+    def resolve(self, now: float) -> float:
+        return self.at if self.at is not None else now - float(self.ago or 0.0)
+
+
+_ISO_HINT = re.compile(r"^\d{4}-\d{2}-\d{2}")
+
+
+def parse_since(value: str | float | _dt.datetime | Since | None) -> Since | None:
+    """``--since``: a duration (``2h``: the run started at most that long before the first
+    check, on the monitored host's clock), an ISO 8601 time, a datetime or epoch seconds.
+
+    Example:
+        >>> parse_since("90m").ago
+        5400.0
+        >>> parse_since("2026-12-01T06:00:00Z").at
+        1796104800.0
+    """
+    if value is None or isinstance(value, Since):
+        return value
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            value = value.astimezone()  # a naive time is the local clock's
+        return Since(at=value.timestamp())
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return Since(at=float(value))
+    if isinstance(value, str) and _ISO_HINT.match(value.strip()):
+        text = value.strip().replace("Z", "+00:00").replace("z", "+00:00")
+        try:
+            return parse_since(_dt.datetime.fromisoformat(text))
+        except ValueError:
+            raise ValueError(f"{value!r} is not an ISO 8601 time (e.g. 2026-12-01T06:00:00Z)") from None
+    try:
+        return Since(ago=parse_duration(value))
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is neither a duration (30m, 2h) nor a time (2026-12-01T06:00:00Z)"
+        ) from None
+
+
+def _iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return _dt.datetime.fromtimestamp(ts, tz=_dt.UTC).isoformat(timespec="milliseconds")
+
+
+# --------------------------------------------------------------------------- launch
+
+
+def launch_mark_script(log_path: str) -> bytes:
+    """A read-only sh script: the host's clock and the log's inode, size and last bytes.
+
+    Run just before the job is started, it marks where the run's log lines will begin.
+    """
+    log = shlex.quote(log_path)
+    n = FINGERPRINT_BYTES
+    return (
+        "export LC_ALL=C LANG=C\n"
+        'echo "now $(date +%s.%N 2>/dev/null)"\n'
+        f"if [ -f {log} ]; then\n"
+        f"  set -- $(stat -L -c '%i %s' -- {log} 2>/dev/null)\n"
+        '  echo "log $1 $2"\n'
+        f'  if [ "$2" -gt 0 ]; then s=$(($2 > {n} ? $2 - {n} + 1 : 1)); l=$(($2 > {n} ? {n} : $2));'
+        f" echo \"fp $(tail -c +$s -- {log} | head -c $l | od -An -v -tx1 | tr -d ' \\n')\"; fi\n"
+        "fi\n"
+    ).encode()
+
+
+def parse_launch_mark(output: bytes, *, pid: int | None = None) -> Run:
+    """The :class:`Run` of a job started right after :func:`launch_mark_script` ran."""
+    fields: dict[str, list[str]] = {}
+    for line in output.decode("ascii", "replace").splitlines():
+        key, _, rest = line.partition(" ")
+        fields[key] = rest.split()
+    now = _float(fields.get("now"))
+    log = fields.get("log") or []
+    inode = _int(log[:1])
+    return Run(
+        source="launch",
+        started_at=now,
+        log_inode=inode,
+        log_offset=_int(log[1:2]) if inode is not None else None,
+        log_fingerprint=(fields.get("fp") or [""])[0] or None,
+        pid=pid,
+    )
+
+
+def run_from_record(record: Mapping[str, Any] | Run | None) -> Run | None:
+    """A :class:`Run` from a launch record (``launch_stage``'s dict) or a Run."""
+    if record is None or isinstance(record, Run):
+        return record
+    run = record.get("run")
+    if not isinstance(run, Mapping):
+        return Run(source="launch", pid=_int([record.get("pid")]))
+    return Run(
+        source="launch",
+        started_at=_float([run.get("started_at")]),
+        log_inode=_int([run.get("log_inode")]),
+        log_offset=_int([run.get("log_offset")]),
+        log_fingerprint=run.get("log_fingerprint") or None,
+        pid=_int([record.get("pid")]),
+    )
+
+
+def _float(values: list[Any] | None) -> float | None:
+    # busybox date has no %N: "1700000000.%N" still gives its whole seconds.
+    m = re.match(r"\d+(?:\.\d+)?", str(values[0])) if values and values[0] is not None else None
+    return float(m.group(0)) if m else None
+
+
+def _int(values: list[Any] | None) -> int | None:
+    try:
+        return int(values[0]) if values and values[0] is not None else None
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,405 @@
+"""Evidence belongs to a run: an earlier run's completion line, outputs or process records
+never complete a stage (issue: verdicts tied to the run).
+
+Real jobs (``SimulatedJob``) reusing one log and one output directory, as re-runs do; every
+test that takes ``host`` runs locally and over the test sshd.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sensors import Checker, Says, State, stage_from_dict
+from sensors._probe import build_script, new_nonce, parse_cmdlines, parse_stats, split_sections
+from sensors._run import launch_mark_script, parse_launch_mark, parse_since
+from sensors.testing import SimulatedJob
+
+CLI = [sys.executable, "-m", "sensors"]
+
+
+def _finished_run(tmp_path: Path) -> SimulatedJob:
+    """A first run that completed: its log ends with the completion line, outputs all there."""
+    first = SimulatedJob(
+        tmp_path, scenario="complete", total=8, step=0.01, tag=f"rerun-{uuid.uuid4().hex[:8]}"
+    )
+    first.start()
+    assert first.wait(30) == 0
+    assert "Extraction complete" in first.log_path.read_text()
+    return first
+
+
+def _states(checker: Checker, timeout: float = 30.0) -> list:
+    return list(checker.watch(timeout=timeout))
+
+
+def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+# ----------------------------------------------------------------- 1. an earlier run's evidence
+
+
+def test_a_rerun_killed_half_way_is_never_complete_on_the_first_runs_evidence(tmp_path, host) -> None:
+    first = _finished_run(tmp_path)
+    rerun = SimulatedJob(tmp_path, scenario="stall", total=8, step=0.05, tag=first.tag)
+    rerun.start(host if host.name != "local" else None)
+    try:
+        stage = stage_from_dict(rerun.stage_dict(interval="200ms", exit_grace="500ms", timeout="20s"))
+        checker = Checker(stage, host=host)
+        verdicts = []
+        killed_at = None
+        for verdict in checker.watch(timeout=20):
+            verdicts.append(verdict)
+            if len(verdicts) == 8:
+                os.killpg(rerun.pid, signal.SIGKILL)  # half-way, outputs and log reused
+                killed_at = time.monotonic()
+            if killed_at and time.monotonic() - killed_at > 3:
+                break
+    finally:
+        rerun.stop()
+    assert verdicts[0].run["source"] == "process"
+    assert State.COMPLETE not in [v.state for v in verdicts]
+    final = verdicts[-1]
+    assert final.readings["process"].says is Says.DONE
+    # Outputs are all there (the first run's), but this run wrote no completion line.
+    assert final.readings["log"].says is Says.WORKING
+    assert final.readings["log"].evidence["earlier_complete_line"].startswith("Extraction complete")
+    assert final.state in (State.CONTRADICTION, State.FAILED), final.reasons
+
+
+def test_a_stage_never_seen_running_is_unknown_not_complete_on_an_earlier_runs_evidence(
+    tmp_path, host
+) -> None:
+    first = _finished_run(tmp_path)
+    stage = stage_from_dict(first.stage_dict(interval="100ms", exit_grace="100ms"))
+    checker = Checker(stage, host=host)
+    verdicts = [checker.check() for _ in range(5)]
+    assert {v.state for v in verdicts} == {State.UNKNOWN}
+    reasons = " ".join(verdicts[-1].reasons)
+    assert "--since" in reasons and "launch" in reasons, reasons
+    # A typo in match is the same case: nothing ties the evidence to a run.
+    typo = stage_from_dict({**first.stage_dict(interval="100ms"), "process": {"match": "--tag nosuchjob"}})
+    checker = Checker(typo, host=host)
+    assert {checker.check().state for _ in range(4)} == {State.UNKNOWN}
+
+
+def test_given_since_a_stage_that_finished_before_the_watch_completes_at_once(tmp_path, host) -> None:
+    first = _finished_run(tmp_path)
+    stage = stage_from_dict(first.stage_dict(interval="100ms", exit_grace="100ms"))
+    checker = Checker(stage, host=host, since="5m")
+    states = [checker.check().state for _ in range(3)]
+    assert states[-1] is State.COMPLETE, checker.last.reasons if checker.last else None
+    assert checker.last is not None and checker.last.run["source"] == "since"
+    # A start after the job's last write: the completion line is an earlier run's.
+    late = Checker(stage, host=host, since=time.time() + 5)
+    assert State.COMPLETE not in [late.check().state for _ in range(3)]
+    assert late.last is not None and late.last.readings["log"].says is Says.WORKING
+
+
+def test_cli_status_and_wait_since(tmp_path) -> None:
+    first = _finished_run(tmp_path)
+    path = first.write_stage(tmp_path / "s.yaml", exit_grace="100ms", settle=1)
+    out = _cli("status", str(path), "--json")
+    assert out.returncode == 1 and json.loads(out.stdout.splitlines()[-1])["verdict"] == "unknown", out.stdout
+    assert "--since" in out.stdout
+    out = _cli("status", str(path), "--json", "--since", "10m")
+    doc = json.loads(out.stdout.splitlines()[-1])
+    assert doc["verdict"] == "complete" and out.returncode == 0, out.stdout + out.stderr
+    assert doc["run"]["source"] == "since"
+    out = _cli("wait", str(path), "--since", "10m", "--timeout", "20s")
+    assert out.returncode == 0, out.stdout + out.stderr
+    bad = _cli("status", str(path), "--since", "yesterday-ish")
+    assert bad.returncode == 2 and "--since" in bad.stderr
+
+
+def test_since_parsing() -> None:
+    assert parse_since("2h").ago == 7200
+    assert parse_since("2026-12-01T06:00:00Z").at == 1796104800.0
+    assert parse_since(1796104800).at == 1796104800.0
+    with pytest.raises(ValueError):
+        parse_since("2026-13-45T99:00")
+
+
+def test_a_launched_run_is_bound_exactly_even_when_the_job_finishes_before_the_first_check(
+    tmp_path, host
+) -> None:
+    first = _finished_run(tmp_path)
+    # The crosscheck launch: mark the log, then start the job (crash: an error, no completion).
+    mark = parse_launch_mark(host.run_script(launch_mark_script(str(first.log_path)), timeout=10))
+    assert mark.log_offset == first.log_path.stat().st_size and mark.log_fingerprint
+    crash = SimulatedJob(tmp_path, scenario="crash", total=8, step=0.01, tag=first.tag)
+    pid = crash.start(host if host.name != "local" else None)
+    time.sleep(1.5)  # gone before the first check: never seen alive
+    try:
+        stage = stage_from_dict(
+            {**crash.stage_dict(interval="100ms", exit_grace="100ms"), "process": {"pid": pid}}
+        )
+        run = type(mark)(**{**mark.__dict__, "pid": pid})
+        verdicts = _states(Checker(stage, host=host, run=run), timeout=10)
+    finally:
+        crash.stop()
+    assert verdicts[-1].state is State.FAILED, verdicts[-1].reasons
+    assert "CUDA error" in verdicts[-1].readings["log"].evidence["error_line"]
+    assert verdicts[-1].run["source"] == "launch"
+
+
+def test_a_launched_run_that_completes_fast_is_complete(tmp_path, host) -> None:
+    first = _finished_run(tmp_path)
+    mark = parse_launch_mark(host.run_script(launch_mark_script(str(first.log_path)), timeout=10))
+    again = SimulatedJob(tmp_path, scenario="complete", total=8, step=0.01, tag=first.tag)
+    pid = again.start(host if host.name != "local" else None)
+    time.sleep(1.5)
+    try:
+        stage = stage_from_dict(
+            {**again.stage_dict(interval="100ms", exit_grace="100ms"), "process": {"pid": pid}}
+        )
+        run = type(mark)(**{**mark.__dict__, "pid": pid})
+        verdicts = _states(Checker(stage, host=host, run=run), timeout=10)
+    finally:
+        again.stop()
+    assert verdicts[-1].state is State.COMPLETE, verdicts[-1].reasons
+
+
+def test_a_log_rewritten_in_place_past_its_old_size_is_seen(tmp_path, host) -> None:
+    log = tmp_path / "r.log"
+    log.write_text("step 1\nExtraction complete\n")
+    stage = stage_from_dict({"stage": "r", "log": {"path": str(log), "complete": "^Extraction complete"}})
+    checker = Checker(stage, host=host, since="1h")
+    assert checker.check().readings["log"].says is Says.DONE
+    inode = log.stat().st_ino
+    with open(log, "r+") as f:  # same inode, truncated, regrown past the old size
+        f.truncate(0)
+        f.write("a new run starts here and writes more than before\nstep 1\n")
+    assert log.stat().st_ino == inode
+    reading = checker.check().readings["log"]
+    assert reading.evidence.get("rewritten") is True
+    assert reading.says is Says.WORKING and reading.evidence["complete_line"] is None
+
+
+def test_a_log_still_written_after_its_completion_line_is_not_done(tmp_path, host) -> None:
+    log = tmp_path / "w.log"
+    log.write_text("step 1\nExtraction complete\n")
+    stage = stage_from_dict({"stage": "w", "log": {"path": str(log), "complete": "^Extraction complete"}})
+    checker = Checker(stage, host=host, since="1h")
+    assert checker.check().readings["log"].says is Says.DONE
+    with open(log, "a") as f:
+        f.write("still writing\n")
+    reading = checker.check().readings["log"]
+    assert reading.says is Says.WORKING and "still being written" in reading.detail
+    assert checker.check().readings["log"].says is Says.DONE  # it stopped
+
+
+def test_a_log_only_stage_watched_while_it_runs_is_tied_by_the_watch(tmp_path, host) -> None:
+    log = tmp_path / "l.log"
+    log.write_text("old run\nExtraction complete\n")
+    stage = stage_from_dict(
+        {"stage": "l", "log": {"path": str(log), "complete": "^Extraction complete"}, "policy": {"settle": 1}}
+    )
+    checker = Checker(stage, host=host)
+    first = checker.check()
+    assert first.state is State.UNKNOWN and first.readings["log"].says is Says.UNKNOWN
+    with open(log, "a") as f:
+        f.write("new run\n")
+    # Whose the old line is cannot be told (it could be this run's, with a last word after it).
+    assert checker.check().readings["log"].says is Says.UNKNOWN
+    with open(log, "a") as f:
+        f.write("Extraction complete\n")
+    checker.check()  # still written since the last check
+    assert checker.check().state is State.COMPLETE
+
+
+def test_outputs_only_stage_needs_an_output_written_during_the_run(tmp_path, host) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    for i in range(3):
+        (out / f"s{i}.pt").write_bytes(b"x")
+    old = time.time() - 3600
+    for p in out.iterdir():
+        os.utime(p, (old, old))
+    stage = stage_from_dict({"stage": "o", "outputs": {"files": str(out), "pattern": "*.pt", "expected": 3}})
+    checker = Checker(stage, host=host, since="10m")
+    verdicts = [checker.check() for _ in range(4)]
+    assert {v.state for v in verdicts[1:]} == {State.UNKNOWN}, [v.reasons for v in verdicts]
+    assert "nothing ties it to this run" in verdicts[-1].reasons[0]
+    (out / "s2.pt").write_bytes(b"y")  # rewritten by this run
+    os.utime(out / "s2.pt", (time.time() - 60, time.time() - 60))
+    fresh = Checker(stage, host=host, since="10m")
+    assert [fresh.check().state for _ in range(3)][-1] is State.COMPLETE
+
+
+# ----------------------------------------------------------------- 2. whole and unforgeable process records
+
+SLEEPER = "import sys, time; time.sleep(float(sys.argv[1]))"
+
+
+def test_a_distinguishing_flag_after_the_first_4_kb_still_matches(tmp_path, host) -> None:
+    tag = f"long-argv-{time.time_ns()}"
+    shards = [f"/data/shards/shard-{i:05d}.parquet" for i in range(400)]  # ~13 KB of argv
+    proc = subprocess.Popen([sys.executable, "-c", SLEEPER, "30", *shards, "--tag", tag])
+    try:
+        time.sleep(0.5)
+        stage = stage_from_dict({"stage": "p", "process": {"match": f"--tag {tag}$"}})
+        reading = Checker(stage, host=host).check().readings["process"]
+        assert reading.says is Says.WORKING, reading.detail
+        assert reading.evidence["pid"] == proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_forged_header_in_another_processs_argv_does_not_hide_the_job(tmp_path, host) -> None:
+    tag = f"forged-{time.time_ns()}"
+    job = subprocess.Popen([sys.executable, "-c", SLEEPER, "30", "--tag", tag])
+    forgers = []
+    try:
+        time.sleep(0.3)
+        # Look-alikes of the probe's record headers (old and new) naming the job's PID, plus a
+        # partial one that would swallow the newline before the next real header.
+        for fake in (
+            f"x\n==> /proc/{job.pid}/cmdline <==\nsleep\n==> /proc/{job.pid}/stat <==\n",
+            f"\n@@crosscheck 0000 cmdline\n==> /proc/{job.pid}/cmdline <==",
+            "y\n==> /proc/1/cmdline <==",
+        ):
+            forgers.append(subprocess.Popen([sys.executable, "-c", SLEEPER, "30", fake]))
+        time.sleep(0.5)
+        stage = stage_from_dict({"stage": "p", "process": {"match": f"--tag {tag}$"}})
+        reading = Checker(stage, host=host).check().readings["process"]
+        assert reading.says is Says.WORKING, reading.detail
+        assert reading.evidence["pid"] == job.pid and reading.evidence["matched"] == 1
+    finally:
+        for p in [job, *forgers]:
+            p.kill()
+            p.wait()
+
+
+FORGED_COMM = """
+import sys, time
+with open("/proc/self/comm", "w") as f:
+    f.write(sys.argv[1])
+time.sleep(30)
+"""
+
+
+def test_a_comm_with_a_newline_cannot_replace_the_jobs_stat_record(tmp_path, host) -> None:
+    job = subprocess.Popen(["sleep", "30"])
+    forger = None
+    try:
+        stage = stage_from_dict({"stage": "p", "process": {"pid": job.pid}, "policy": {"interval": "100ms"}})
+        checker = Checker(stage, host=host)
+        assert checker.check().readings["process"].says is Says.WORKING
+        # "x\n<PID> (y" makes the forger's stat read as a record of the job's PID with the
+        # forger's start time: the job would look like a reused PID, i.e. gone.
+        forger = subprocess.Popen([sys.executable, "-c", FORGED_COMM, f"x\n{job.pid} (y"])
+        time.sleep(0.5)
+        with open(f"/proc/{forger.pid}/comm", "rb") as f:
+            assert b"\n" in f.read()  # the kernel kept the newline
+        reading = checker.check().readings["process"]
+        assert reading.says is Says.WORKING, reading.detail
+        assert reading.evidence["pid"] == job.pid
+    finally:
+        for p in (job, forger):
+            if p is not None:
+                p.kill()
+                p.wait()
+
+
+def test_record_parsers_accept_only_headers_with_this_checks_prefix() -> None:
+    nonce = new_nonce()
+    other = new_nonce()
+    stage = stage_from_dict({"stage": "p", "process": {"match": "x"}})
+    script = build_script(stage, nonce).decode()
+    assert "/proc/[0-9]*/cmdline" in script
+    from sensors._probe import nonce_path
+
+    pre, fake = nonce_path(nonce), nonce_path(other)
+    body = (
+        f"==> /dev/null <==\n\n==> {pre}/proc/10/cmdline <==\njob\0--tag\0a\0"
+        f"\n==> {fake}/proc/11/cmdline <==\nforged"
+        f"\n==> /proc/12/cmdline <==\nforged too"
+        f"\n==> {pre}/proc/13/cmdline <==\nother\0"
+    ).encode()
+    cmds = parse_cmdlines(body, nonce)
+    assert dict(cmds.text) == {
+        10: f"job --tag a \n==> {fake}/proc/11/cmdline <==\nforged\n==> /proc/12/cmdline <==\nforged too",
+        13: "other",
+    }
+    stat = f"==> /dev/null <==\n\n==> {pre}/proc/20/stat <==\n20 (a\n21 (b) S 1 1 1 0 -1 0 0 0 0 0 5 5 0 0 20 0 1 0 77 0 0\n"
+    stats = parse_stats(stat.encode(), nonce)
+    assert list(stats) == [20] and stats[20].comm == "a\n21 (b"  # pid 21 is inside 20's comm
+
+
+def test_a_command_line_too_long_to_read_whole_is_unknown_not_no_match(monkeypatch, tmp_path, host) -> None:
+    import sensors._probe as probe
+    import sensors._signals as signals
+
+    monkeypatch.setattr(probe, "CMDLINE_PER_PROCESS", 8192)
+    monkeypatch.setattr(signals, "CMDLINE_PER_PROCESS", 8192)
+    filler = "y" * 9000
+    proc = subprocess.Popen([sys.executable, "-c", SLEEPER, "30", filler, "--tag", "cut-short"])
+    try:
+        time.sleep(0.5)
+        stage = stage_from_dict({"stage": "p", "process": {"match": "--tag nothing-runs-this"}})
+        nonce = new_nonce()
+        sections = split_sections(host.run_script(build_script(stage, nonce), timeout=30), nonce)
+        cmds = parse_cmdlines(sections["cmdline"], nonce)
+        assert proc.pid in cmds.cut
+        reading = Checker(stage, host=host).check().readings["process"]
+        assert reading.says is Says.UNKNOWN and "longer than" in reading.detail
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_identities_of_short_lived_workers_are_not_kept(tmp_path, host) -> None:
+    tag = f"forker-{time.time_ns()}"
+    code = (
+        "import subprocess, sys, time\n"
+        "end = time.time() + 30\n"
+        "while time.time() < end:\n"
+        f"    subprocess.run([sys.executable, '-c', 'pass', '--tag', {tag!r}])\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, "--tag", tag])
+    try:
+        stage = stage_from_dict({"stage": "f", "process": {"match": f"--tag {tag}"}})
+        checker = Checker(stage, host=host)
+        for _ in range(15):
+            checker.check()
+            time.sleep(0.1)
+        identities = checker._memory.process.identities
+        assert proc.pid in identities
+        assert len(identities) <= 3, identities  # the job, and a worker alive right now
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# ----------------------------------------------------------------- 4. JSONL rewritten in place
+
+
+def test_a_jsonl_file_rewritten_in_place_past_its_old_size_is_counted_again(tmp_path, host) -> None:
+    f = tmp_path / "train.jsonl"
+    f.write_text('{"a": 1}\n{"a": 2}\n')
+    stage = stage_from_dict({"stage": "l", "outputs": {"lines": str(f), "expected": 5}})
+    checker = Checker(stage, host=host, since="1h")
+    assert checker.check().readings["outputs"].evidence["count"] == 2
+    inode = f.stat().st_ino
+    with open(f, "r+") as fh:  # same inode: truncated, then three longer records
+        fh.truncate(0)
+        fh.write('{"b": 100000}\n{"b": 200000}\n{"b": 300000}\n')
+    assert f.stat().st_ino == inode
+    reading = checker.check().readings["outputs"]
+    assert reading.evidence["count"] == 3, reading.evidence  # not 2 + the new tail
+    assert reading.evidence.get("rewritten") is True
+    with open(f, "a") as fh:
+        fh.write('{"b": 4}\n')
+    assert checker.check().readings["outputs"].evidence["count"] == 4  # appends stay incremental
