@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import pytest
 
 from sensors import Reading, Says, State
-from sensors._config import PolicySpec
+from sensors._config import GpuSpec, PolicySpec
+from sensors._gpu import GpuDevice, GpuProcess, GpuSnapshot, gpu_reading
 from sensors._verdict import VerdictMemory, decide
 from sensors.testing import reading
 
@@ -49,6 +50,26 @@ def gpu(says: str = "done", job_pids: tuple[int, ...] = (), busy: bool = False) 
         job_gpu_busy=busy,
         job_memory_mib=92000.0 if job_pids else None,
     )
+
+
+def gpu_held_by(pid: int, *, job_pids: frozenset[int] | None, pct: float = 100.0) -> Reading:
+    """The real GPU reading (``gpu_reading``) of one GPU at ``pct`` % whose only compute
+    process is ``pid``, given the job's PIDs as the Checker passes them (None: no process
+    signal; empty: the job's identity is not known)."""
+    proc = GpuProcess(pid, 40000.0, "other")
+    dev = GpuDevice(0, "GPU-a", "H200", pct, 40000.0, 143771.0, (proc,))
+    snap = GpuSnapshot(True, None, "550.54.15", (dev,), read_at=1_700_000_000.0, source="nvidia-smi")
+    got, _ = gpu_reading(
+        snap,
+        GpuSpec(),
+        job_pids=job_pids,
+        visible_pids=frozenset({pid, *(job_pids or ())}),
+        nspid={},
+        state=None,
+        now=1_700_000_000.0,
+        host="gpu-box",
+    )
+    return got
 
 
 def host_down(*names: str) -> dict[str, Reading]:
@@ -292,6 +313,79 @@ ROWS = [
         ),
         State.RUNNING,
         "the job's GPU busy",
+    ),
+    # Issue 9.3: "used only by others" discounts a GPU only when the job's identity is known.
+    Row(
+        "never seen alive, log and outputs done, a GPU at 100 % held by an unattributed PID:"
+        " unknown, never complete",
+        checks(
+            (
+                0,
+                r(
+                    process=proc("done", seen=False),
+                    log=log("done"),
+                    outputs=outputs(37312),
+                    gpu=gpu_held_by(31337, job_pids=frozenset()),
+                ),
+            ),
+            (
+                30,
+                r(
+                    process=proc("done", seen=False),
+                    log=log("done"),
+                    outputs=outputs(37312),
+                    gpu=gpu_held_by(31337, job_pids=frozenset()),
+                ),
+            ),
+        ),
+        State.UNKNOWN,
+        "gpu: GPU 0 reached 100%",
+    ),
+    Row(
+        "never seen alive, log still writing, a GPU busy by an unattributed PID: unknown",
+        checks(
+            (0, r(process=proc("done", seen=False), log=log(), gpu=gpu_held_by(31337, job_pids=frozenset()))),
+            (
+                30,
+                r(process=proc("done", seen=False), log=log(), gpu=gpu_held_by(31337, job_pids=frozenset())),
+            ),
+        ),
+        State.UNKNOWN,
+        "none seen alive",
+    ),
+    Row(
+        "gone after seen alive (its last PIDs known), a GPU busy only by another PID: discounted",
+        checks(
+            (
+                0,
+                r(
+                    process=proc("done"),
+                    log=log("done"),
+                    outputs=outputs(37312),
+                    gpu=gpu_held_by(31337, job_pids=frozenset({4455})),
+                ),
+            ),
+            (
+                30,
+                r(
+                    process=proc("done"),
+                    log=log("done"),
+                    outputs=outputs(37312),
+                    gpu=gpu_held_by(31337, job_pids=frozenset({4455})),
+                ),
+            ),
+        ),
+        State.COMPLETE,
+        "not the job's: PID 31337",
+    ),
+    Row(
+        "no process signal, log done, a GPU busy by some PID: device level, running",
+        checks(
+            (0, r(log=log("done"), gpu=gpu_held_by(31337, job_pids=None))),
+            (30, r(log=log("done"), gpu=gpu_held_by(31337, job_pids=None))),
+        ),
+        State.RUNNING,
+        "GPU 0 reached 100%",
     ),
     Row(
         "GPU signal unknown (no driver) blocks complete",
