@@ -73,6 +73,13 @@ BAD = [
         "",
         "no signal configured",
     ),
+    ("exclude glob with a newline", _with("outputs.exclude", ["*.tmp\n"]), "outputs.exclude", "file name pattern"),
+    ("exclude glob with a slash", _with("outputs.exclude", ["tmp/*"]), "outputs.exclude", "no '/'"),
+    ("empty exclude glob", _with("outputs.exclude", ["*.tmp", ""]), "outputs.exclude", "file name pattern"),
+    ("exclude glob longer than a name", _with("outputs.exclude", ["x" * 256]), "outputs.exclude", "file name pattern"),
+    ("too many exclude globs", _with("outputs.exclude", [f"*.{i}" for i in range(65)]), "outputs.exclude",
+     "at most 64"),
+    ("pattern with a carriage return", _with("outputs.pattern", "*.pt\r"), "outputs.pattern", "file name pattern"),
     ("webhook in clear", {**GOOD, "notify": {"slack_webhook": "https://hooks.slack.com/services/T/B/X"}},
      "notify.slack_webhook", "secret"),
 ]  # fmt: skip
@@ -120,6 +127,22 @@ def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "sensors", *args], capture_output=True, text=True, timeout=timeout,
         cwd=Path(__file__).parent.parent,
     )  # fmt: skip
+
+
+def test_exclude_with_a_newline_is_exit_2_naming_the_field(tmp_path) -> None:
+    # Through the installed entry point: a newline in an exclude glob once split the probe's
+    # grep pattern and made the output count silently 0.
+    data = _with("outputs.exclude", [".*", "*.tmp\n"])
+    data["outputs"]["files"] = str(tmp_path)
+    path = _write(tmp_path, data)
+    out = _cli("status", str(path))
+    assert out.returncode == 2, out.stdout + out.stderr
+    [line] = out.stderr.splitlines()
+    assert line.startswith(f"crosscheck: {path}: outputs.exclude: ")
+    assert "'*.tmp\\n' is not a file name pattern" in line
+    assert out.stdout == ""
+    good = _with("outputs.exclude", [".*", "*.tmp", "*.part"])
+    assert load_stage(_write(tmp_path, good, "good.yaml")).outputs.exclude == (".*", "*.tmp", "*.part")
 
 
 def test_status_json_schema_and_exit_code(tmp_path) -> None:
