@@ -351,13 +351,18 @@ def test_status_sampling_is_bounded_and_says_why_it_stopped() -> None:
     assert sampling.verdict.state.value == "complete" and sampling.checks == 4
 
 
-def test_status_cli_on_a_finished_stage_takes_the_samples_it_needs(tmp_path) -> None:
+@pytest.mark.parametrize("where", ["local", "ssh"])
+def test_status_cli_on_a_finished_stage_takes_the_samples_it_needs(tmp_path, request, where) -> None:
     """A job that already finished (completion line, every output, process gone). settle 2:
-    outputs need 3 checks to say complete; before, status took 2 and said running."""
+    outputs need 3 checks to say complete; before, status took 2 and said running. Over SSH
+    the same, through the test sshd (each check a round trip)."""
     job = SimulatedJob(tmp_path, scenario="complete", total=4, step=0.01)
     job.start()
     assert job.wait(30) == 0
-    stage = job.write_stage(tmp_path / "s.yaml", settle=2)
+    data = job.stage_dict(settle=2)
+    if where == "ssh":
+        data["host"] = request.getfixturevalue("ssh_spec")
+    stage = _write(tmp_path, data, "s.yaml")
     out = _cli("status", str(stage), "--json")
     data = json.loads(out.stdout)
     sampling = data["sampling"]
