@@ -108,6 +108,17 @@ class LogSpec(_Section):
 
 
 DEFAULT_EXCLUDES = (".*", "*.tmp", "*.part", "*.partial", "*.swp", "*~")
+MAX_EXCLUDES = 64
+
+
+def _name_glob(value: str) -> bool:
+    """A glob over one directory entry's name: non-empty, at most NAME_MAX bytes, and free of
+    '/', NUL, newline and carriage return."""
+    return (
+        bool(value)
+        and len(value.encode("utf-8", "surrogateescape")) <= 255
+        and not any(c in value for c in "/\0\n\r")
+    )
 
 
 class OutputsSpec(_Section):
@@ -120,8 +131,20 @@ class OutputsSpec(_Section):
     @field_validator("pattern")
     @classmethod
     def _pattern(cls, value: str) -> str:
-        if not value or "/" in value or "\0" in value or "\n" in value:
+        if not _name_glob(value):
             raise ValueError("a file name pattern like '*.pt' (no '/')")
+        return value
+
+    @field_validator("exclude")
+    @classmethod
+    def _exclude(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        # Each glob reaches the probe's grep -E and find -name: a newline would split the
+        # grep pattern and an empty alternative excludes every name (the count silently 0).
+        if len(value) > MAX_EXCLUDES:
+            raise ValueError(f"at most {MAX_EXCLUDES} exclude patterns")
+        for glob in value:
+            if not _name_glob(glob):
+                raise ValueError(f"{glob!r} is not a file name pattern like '*.tmp' (no '/')")
         return value
 
     @model_validator(mode="after")

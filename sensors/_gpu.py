@@ -33,6 +33,13 @@ Which GPUs count (``evidence["attribution"]``):
   and GPUs with no listed process count; GPUs used only by others do not, and
   ``other_processes`` says whose they are.
 - ``device``: the stage has no process signal; every configured GPU counts.
+- ``unknown: <why>``: the stage has a process signal but the job's identity is not known:
+  no job process alive now and none seen alive in this watch (``job_pids`` empty, no PIDs
+  remembered), so a GPU process cannot be told to be "not the job's" (a ``match`` that
+  misses the job would otherwise file the job itself under others). Every configured GPU
+  counts, device level: a busy GPU is busy (``working``), whoever holds it; the detail lists
+  the GPU processes whose owner is not known. Only a known identity (PIDs alive now, or the
+  PIDs the job last had while seen alive) lets "used only by others" discount a GPU.
 - ``impossible: <why>``: NVML did not list processes, or NVML reported
   PIDs this ``/proc`` neither shows nor maps (inside a container NVML reports host PIDs:
   NVIDIA/nvidia-docker#179). Then every configured GPU counts (device level).
@@ -612,7 +619,7 @@ def parse_remote(sections: Mapping[str, bytes]) -> GpuSnapshot:
 
 @dataclass(frozen=True)
 class _Attribution:
-    mode: str  # "pids" or "impossible: <why>"
+    mode: str  # "pids", "device", "unknown: <why>" or "impossible: <why>"
     job: tuple[tuple[str, GpuProcess, int], ...] = ()  # (uuid, process, pid here)
     others: tuple[tuple[str, GpuProcess, int], ...] = ()
     all_procs: tuple[tuple[str, GpuProcess, int | None], ...] = field(default=())
@@ -638,6 +645,11 @@ def _attribute(
             placed.append((dev.uuid, proc, here))
     if job_pids is None:
         return _Attribution("device", (), (), tuple(placed))
+    if not job_pids:
+        # Whose a GPU process is can be said only against a known identity: with none, every
+        # process would be filed as "not the job's" and a GPU at 100 % would read idle.
+        why = "the job's PIDs are not known (its process has not been seen alive in this watch)"
+        return _Attribution(f"unknown: {why}", (), (), tuple(placed))
     unlisted = [d.index for d in devices if not d.processes_known]
     if unlisted:
         why = f"the driver did not list compute processes on GPU {_ints(unlisted)}"
@@ -752,7 +764,9 @@ def gpu_reading(
         spec: the stage's ``gpu:`` section.
         job_pids: the job's PIDs and their live descendants (None: no process signal).
             After the process is gone, pass its last known PIDs: a GPU context still held
-            by one of them is how the verdict sees "busy after exit".
+            by one of them is how the verdict sees "busy after exit". Empty: the job's
+            identity is not known (no PIDs now, none remembered): attribution ``unknown``,
+            device level, never "every GPU process is someone else's".
         visible_pids: every PID in the monitored host's ``/proc`` at this check.
         nspid: nested-namespace PID → visible PID (:func:`local_nspid_map`,
             :func:`remote_nspid_map`).
@@ -858,7 +872,7 @@ def gpu_reading(
     evidence["samples"] = n_samples
     evidence["window_seconds"] = round(span, 3)
     evidence["sample_gap_seconds"] = round(max(gaps), 3) if gaps else None
-    others_note = _others_note(evidence["other_processes"], by_uuid)
+    others_note = _others_note(evidence["other_processes"], by_uuid) or _unattributed_note(attr, by_uuid)
 
     if busy:
         evidence["idle"] = False
@@ -934,7 +948,9 @@ def read_for_checker(
         now = meta.now if meta.now is not None else (snapshot.read_at or time.time())
     pids = job_pids
     if job_pids is not None and not job_pids:
-        pids = memory.last_job_pids  # gone: attribute to the PIDs it last had
+        # Gone: attribute to the PIDs it last had. Never seen alive: still empty, and
+        # gpu_reading then counts every configured GPU (attribution "unknown: ...").
+        pids = memory.last_job_pids
     reading, window = gpu_reading(
         snapshot,
         spec,
@@ -947,6 +963,18 @@ def read_for_checker(
     )
     checker._memory.gpu = GpuMemory(window, job_pids or memory.last_job_pids)
     return reading
+
+
+def _unattributed_note(attr: _Attribution, by_uuid: Mapping[str, GpuDevice]) -> str:
+    """With the job's identity unknown: the GPU processes, owner not known (they all count)."""
+    if not attr.mode.startswith("unknown:") or not attr.all_procs:
+        return ""
+    shown = ", ".join(
+        f"PID {here if here is not None else p.pid} ({p.name or '?'}) on GPU {by_uuid[u].index}"
+        for u, p, here in attr.all_procs[:3]
+    )
+    more = f" and {len(attr.all_procs) - 3} more" if len(attr.all_procs) > 3 else ""
+    return f"; whose is not known (the job's PIDs are not known): {shown}{more}"
 
 
 def _others_note(others: list[dict[str, Any]], by_uuid: Mapping[str, GpuDevice]) -> str:

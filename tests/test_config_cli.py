@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sensors import ConfigError, load_stage
-from sensors._cli import main
-from sensors.testing import SimulatedJob
+from sensors import ConfigError, Reading, load_stage, stage_from_dict
+from sensors._cli import main, sample_status
+from sensors._verdict import VerdictMemory, decide
+from sensors.testing import SimulatedJob, reading
 
 GOOD = {
     "stage": "extract",
@@ -73,6 +74,13 @@ BAD = [
         "",
         "no signal configured",
     ),
+    ("exclude glob with a newline", _with("outputs.exclude", ["*.tmp\n"]), "outputs.exclude", "file name pattern"),
+    ("exclude glob with a slash", _with("outputs.exclude", ["tmp/*"]), "outputs.exclude", "no '/'"),
+    ("empty exclude glob", _with("outputs.exclude", ["*.tmp", ""]), "outputs.exclude", "file name pattern"),
+    ("exclude glob longer than a name", _with("outputs.exclude", ["x" * 256]), "outputs.exclude", "file name pattern"),
+    ("too many exclude globs", _with("outputs.exclude", [f"*.{i}" for i in range(65)]), "outputs.exclude",
+     "at most 64"),
+    ("pattern with a carriage return", _with("outputs.pattern", "*.pt\r"), "outputs.pattern", "file name pattern"),
     ("webhook in clear", {**GOOD, "notify": {"slack_webhook": "https://hooks.slack.com/services/T/B/X"}},
      "notify.slack_webhook", "secret"),
 ]  # fmt: skip
@@ -122,6 +130,22 @@ def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+def test_exclude_with_a_newline_is_exit_2_naming_the_field(tmp_path) -> None:
+    # Through the installed entry point: a newline in an exclude glob once split the probe's
+    # grep pattern and made the output count silently 0.
+    data = _with("outputs.exclude", [".*", "*.tmp\n"])
+    data["outputs"]["files"] = str(tmp_path)
+    path = _write(tmp_path, data)
+    out = _cli("status", str(path))
+    assert out.returncode == 2, out.stdout + out.stderr
+    [line] = out.stderr.splitlines()
+    assert line.startswith(f"crosscheck: {path}: outputs.exclude: ")
+    assert "'*.tmp\\n' is not a file name pattern" in line
+    assert out.stdout == ""
+    good = _with("outputs.exclude", [".*", "*.tmp", "*.part"])
+    assert load_stage(_write(tmp_path, good, "good.yaml")).outputs.exclude == (".*", "*.tmp", "*.part")
+
+
 def test_status_json_schema_and_exit_code(tmp_path) -> None:
     job = SimulatedJob(tmp_path, scenario="stall", total=6, step=0.01)
     job.start()
@@ -132,6 +156,9 @@ def test_status_json_schema_and_exit_code(tmp_path) -> None:
         data = json.loads(out.stdout)
         assert set(data) >= {"stage", "verdict", "advance", "reasons", "checked_at", "host", "signals"}
         assert data["advance"] is False and data["verdict"] == "running"
+        # Alive and working: two samples show progress; more could not change "running".
+        assert data["sampling"]["checks"] == 2
+        assert data["sampling"]["stopped"].startswith("process working")
         p = data["signals"]["process"]["evidence"]
         assert {"pid", "state", "cpu_seconds", "elapsed_seconds"} <= set(p)
         assert {"count", "expected"} <= set(data["signals"]["outputs"]["evidence"])
@@ -186,6 +213,171 @@ def test_wait_several_stages_json_lines(tmp_path) -> None:
     finally:
         a.stop()
         b.stop()
+
+
+# --------------------------------------------------------------------------- status sampling
+
+
+class _Scripted:
+    """A Checker stand-in: each check decides (the real verdict) on the next scripted readings."""
+
+    clock: _Clock | None = None  # advanced by each check's duration
+
+    def __init__(self, steps: list[dict[str, Reading]], settle: int = 2, **policy: object) -> None:
+        signals = {
+            "log": {"path": "/tmp/x.log", "complete": "done"},
+            "outputs": {"files": "/tmp", "expected": 3},
+        }
+        self.stage = stage_from_dict(
+            {"stage": "s", "host": "local", **signals, "policy": {"settle": settle, **policy}}
+        )
+        self.steps, self.checks, self._memory = steps, 0, VerdictMemory()
+
+    def check(self):
+        readings = self.steps[min(self.checks, len(self.steps) - 1)]
+        self.checks += 1
+        if self.clock is not None:
+            self.clock.now += self.clock.per_check
+        host_down = any("host_error" in r.evidence for r in readings.values())
+        verdict, self._memory = decide(
+            "s",
+            "local",
+            readings,
+            self.stage.policy,
+            self._memory,
+            None if host_down else 100.0 + self.checks,
+        )
+        return verdict
+
+
+class _Clock:
+    def __init__(self, per_check: float = 0.0) -> None:
+        self.now, self.per_check, self.sleeps = 0.0, per_check, []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def _sample(checker: _Scripted, per_check: float = 0.0, **kw: object):
+    clock = _Clock(per_check)
+    checker.clock = clock
+    return sample_status(checker, sleep=clock.sleep, clock=clock, **kw), clock  # type: ignore[arg-type]
+
+
+LOG_DONE = reading("log", "done", "completion line", size=10, inode=1)
+CONFIRMING = reading("outputs", "working", "3/3 outputs; confirming", count=3, expected=3)
+OUT_DONE = reading("outputs", "done", "3/3 outputs, unchanged", count=3, expected=3)
+GONE = reading("process", "done", "no process found", seen_alive=True)
+
+
+@pytest.mark.parametrize("settle", [1, 2, 3, 5])
+def test_status_takes_the_samples_a_finished_stage_needs(settle: int) -> None:
+    # Outputs' first reading has no previous count ("confirming"), so a finished stage with
+    # outputs needs settle + 1 checks; status takes them instead of stopping at settle.
+    steps = [{"log": LOG_DONE, "outputs": CONFIRMING}, {"log": LOG_DONE, "outputs": OUT_DONE}]
+    checker = _Scripted(steps, settle=settle)
+    sampling, clock = _sample(checker)
+    assert sampling.verdict.state.value == "complete", sampling.verdict.reasons
+    assert sampling.checks == checker.checks == max(2, settle + 1)
+    assert sampling.stopped == "complete: final"
+    assert clock.sleeps == [0.5] * (sampling.checks - 1)  # min(policy.interval, 0.5 s) apart
+    assert sampling.summary().startswith(f"took {sampling.checks} samples over ")
+
+
+def test_status_stops_at_two_samples_when_more_cannot_change_the_verdict() -> None:
+    alive = reading("process", "working", "pid 7 alive", pid=7, state="R", cpu_seconds=1.0)
+    cases = [
+        ({"process": alive, "log": LOG_DONE, "outputs": CONFIRMING}, "running", "process working"),
+        (
+            {"process": GONE, "log": reading("log", "failed", "Traceback"), "outputs": OUT_DONE},
+            "failed",
+            "final",
+        ),
+        (
+            {"process": GONE, "log": reading("log", "working", "no line"), "outputs": OUT_DONE},
+            None,
+            "log working",
+        ),
+        (
+            {
+                n: Reading(n, "unknown", "host unreachable", {"host_error": "refused"})
+                for n in ("log", "outputs")
+            },
+            "unknown",
+            "log unknown",
+        ),
+        (  # every signal done, but the job's PIDs still hold a GPU: a rule, not settling
+            {"process": GONE, "log": LOG_DONE, "gpu": reading("gpu", "done", "idle", job_pids_on_gpu=[7])},
+            "contradiction",
+            "every signal done, verdict contradiction",
+        ),
+    ]
+    for readings, state, stopped in cases:
+        sampling, _ = _sample(_Scripted([readings], stall_after="1h"))
+        assert sampling.checks == 2, (readings, sampling)
+        assert state is None or sampling.verdict.state.value == state, sampling.verdict.reasons
+        assert stopped in sampling.stopped, sampling.stopped
+
+
+def test_status_sampling_is_bounded_and_says_why_it_stopped() -> None:
+    # Outputs that keep being rewritten in place never settle: at most settle + 2 checks.
+    rewritten = reading("outputs", "working", "3/3 outputs, but 2.pt was modified", count=3, expected=3)
+    sampling, _ = _sample(_Scripted([{"log": LOG_DONE, "outputs": rewritten}], settle=3))
+    assert sampling.checks == 5 and sampling.stopped == "at the bound of 5 samples (settle 3 + 2)"
+    assert sampling.verdict.state.value != "complete"
+    # Slow checks (an SSH round trip of 4 s): the time bound comes first.
+    sampling, clock = _sample(_Scripted([{"log": LOG_DONE, "outputs": rewritten}], settle=9), per_check=4.0)
+    assert sampling.stopped == "at the bound of 10s" and sampling.checks == 2
+    assert clock.now == 8.5  # a third check (4 s more) would end past the bound
+    # A GPU not yet idle for idle_for: waited for only when idle_for fits the time left.
+    gpu = reading(
+        "gpu", "working", "idle for 0s of 60s", idle=None, idle_for_seconds=60.0, window_seconds=0.0
+    )
+    sampling, _ = _sample(_Scripted([{"process": GONE, "log": LOG_DONE, "gpu": gpu}]))
+    assert sampling.checks == 2 and sampling.stopped.startswith("gpu working")
+    soon = reading(
+        "gpu", "working", "idle for 0.5s of 1s", idle=None, idle_for_seconds=1.0, window_seconds=0.5
+    )
+    idle = reading("gpu", "done", "idle", idle=True, job_pids_on_gpu=[])
+    sampling, _ = _sample(
+        _Scripted(
+            [{"process": GONE, "log": LOG_DONE, "gpu": soon}] * 2
+            + [{"process": GONE, "log": LOG_DONE, "gpu": idle}]
+        )
+    )
+    assert sampling.verdict.state.value == "complete" and sampling.checks == 4
+
+
+@pytest.mark.parametrize("where", ["local", "ssh"])
+def test_status_cli_on_a_finished_stage_takes_the_samples_it_needs(tmp_path, request, where) -> None:
+    """A job that already finished (completion line, every output, process gone). settle 2:
+    outputs need 3 checks to say complete; before, status took 2 and said running. Over SSH
+    the same, through the test sshd (each check a round trip)."""
+    job = SimulatedJob(tmp_path, scenario="complete", total=4, step=0.01)
+    job.start()
+    assert job.wait(30) == 0
+    data = job.stage_dict(settle=2)
+    if where == "ssh":
+        data["host"] = request.getfixturevalue("ssh_spec")
+    stage = _write(tmp_path, data, "s.yaml")
+    # It finished before this status: --since ties its completion line to the run.
+    out = _cli("status", str(stage), "--json", "--since", "10m")
+    data = json.loads(out.stdout)
+    sampling = data["sampling"]
+    assert set(sampling) == {"checks", "seconds", "stopped"}
+    assert sampling["seconds"] < 10.0
+    assert data["verdict"] == "complete", data["reasons"]
+    assert out.returncode == 0 and sampling["checks"] == 3, sampling
+    assert sampling["stopped"] == "complete: final"
+    # Without a run start it cannot be complete, and status says why it stopped sampling.
+    unbound = json.loads(_cli("status", str(stage), "--json").stdout)
+    assert unbound["verdict"] == "unknown" and unbound["sampling"]["stopped"]
+    human = _cli("status", str(stage), "--since", "10m")
+    assert f"took {sampling['checks']} samples over " in human.stdout, human.stdout
 
 
 def test_help_and_version() -> None:

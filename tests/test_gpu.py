@@ -469,6 +469,91 @@ def test_gpu_busy_by_another_process_says_whose(
     assert reading.evidence["other_processes"] == []
 
 
+def test_busy_gpu_with_the_jobs_identity_unknown_reads_busy_not_idle(
+    fake_lib: Path, tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    # Issue 9.3: a process signal that found no job process (never seen alive, or a match that
+    # misses the job) is no identity. Filing every GPU process as "not the job's" read a GPU at
+    # 100 % as idle; now every configured GPU counts and the evidence says why.
+    state = f"""\
+        device {GPU0} 100 40000 97887 H200
+        sample 3000 100
+        sample 1000 100
+        proc {sleeper.pid} 40000
+    """
+    [snapshot], _ = nvml_read(fake_lib, tmp_path, state)
+    reading, _ = read(snapshot, GpuSpec(idle_for="2s"), job_pids=frozenset())
+    ev = reading.evidence
+    assert reading.says is Says.WORKING, reading.detail
+    assert ev["idle"] is False
+    assert ev["attribution"].startswith("unknown: the job's PIDs are not known")
+    assert ev["other_processes"] == [] and ev["job_pids_on_gpu"] == []
+    assert ev["job_gpu_busy"] is None  # nobody's: not progress, not "still busy after exit"
+    assert "GPU 0 reached 100%" in reading.detail
+    assert f"whose is not known (the job's PIDs are not known): PID {sleeper.pid} (sleep)" in reading.detail
+    assert ev["gpu_processes"][0]["pid_here"] == sleeper.pid
+
+    # The same GPU with the job's identity known (its PIDs, none on this GPU): used only by
+    # another process, it is discounted.
+    reading, _ = read(snapshot, GpuSpec(idle_for="2s"), job_pids=frozenset({os.getpid()}))
+    assert reading.says is Says.DONE, reading.detail
+    assert reading.evidence["attribution"] == "pids"
+    assert reading.evidence["other_processes"][0]["pid"] == sleeper.pid
+
+
+def test_identity_unknown_idle_gpu_is_still_idle() -> None:
+    # Device level cuts both ways: an idle GPU with unknown attribution is idle.
+    spec = GpuSpec(idle_for="30s")
+    window = None
+    for t in (1000.0, 1030.0):
+        dev = device(0, GPU0, 0.0, [GpuProcess(77, 500.0, "x")])
+        reading, window = read(
+            snap(dev, at=t), spec, job_pids=frozenset(), visible_pids=frozenset({77}), state=window
+        )
+    assert reading.says is Says.DONE, reading.detail
+    assert reading.evidence["attribution"].startswith("unknown:")
+
+
+def test_checker_seam_remote_discounts_others_only_with_a_known_identity(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    # Through the real remote snippets (fake nvidia-smi) and the Checker's seam: GPU 1 at 95 %
+    # held by another process, GPU 0 idle with no process.
+    smi_at = 1771876443.12  # SMI_GPUS's timestamp (UTC)
+    apps = f"{GPU1}, {sleeper.pid}, sleep, 40000\n"
+    bin_dir = smi_state(tmp_path, SMI_GPUS, apps)
+
+    def checker() -> SimpleNamespace:
+        return SimpleNamespace(
+            stage=SimpleNamespace(gpu=GpuSpec(idle_for="30s")),
+            host=SimpleNamespace(nvml=False, name="gpu-host"),
+            _memory=SimpleNamespace(gpu=None),
+        )
+
+    # Never seen alive: no PIDs now, none remembered → every GPU counts; GPU 1 is busy.
+    never = checker()
+    reading = read_for_checker(never, run_sections(bin_dir), SimpleNamespace(now=smi_at), frozenset())
+    assert reading.says is Says.WORKING, reading.detail
+    assert reading.evidence["attribution"].startswith("unknown:")
+    assert "GPU 1 reached 95%" in reading.detail and f"PID {sleeper.pid} (sleep) on GPU 1" in reading.detail
+    assert never._memory.gpu.last_job_pids == frozenset()
+
+    # Seen alive (our PID, on no GPU), then gone: its last PIDs are its identity, so GPU 1,
+    # used only by another process, is discounted and GPU 0's idle decides.
+    seen = checker()
+    first = read_for_checker(
+        seen, run_sections(bin_dir), SimpleNamespace(now=smi_at), frozenset({os.getpid()})
+    )
+    assert first.evidence["attribution"] == "pids" and first.says is Says.WORKING  # not yet established
+    state = bin_dir / "smi-state"
+    (state / "gpu.csv").write_text(textwrap.dedent(SMI_GPUS).replace("19:54:03.", "19:54:38."))
+    later = read_for_checker(seen, run_sections(bin_dir), SimpleNamespace(now=smi_at + 35.0), frozenset())
+    assert later.says is Says.DONE, later.detail
+    assert later.evidence["attribution"] == "pids"
+    assert later.evidence["other_processes"][0]["pid"] == sleeper.pid
+    assert f"not the job's: PID {sleeper.pid} (sleep) on GPU 1" in later.detail
+
+
 def test_shared_gpu_busy_counts_for_the_job() -> None:
     # The job and another process on one busy GPU: utilisation cannot be split, so working.
     snapshot = snap(device(0, GPU0, 80.0, [GpuProcess(10, 1000.0), GpuProcess(11, 500.0, "x")]))
@@ -895,6 +980,56 @@ def test_checker_seam_remote_remembers_the_window_and_last_job_pids(tmp_path: Pa
     # The last known PIDs still attribute.
     assert later.evidence["job_pids_on_gpu"] == [job]
     assert checker._memory.gpu.last_job_pids == {job}
+
+
+def test_status_cli_never_completes_on_a_gpu_busy_with_the_jobs_identity_unknown(
+    fake_lib: Path, tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    """Issue 9.3 through the real CLI and probe: a finished-looking stage (completion line,
+    every output) whose process match finds nothing, while NVML shows the GPU at 100 % held
+    by a PID nobody can attribute. Before the fix the GPU read idle and the stage complete."""
+    log_path = tmp_path / "job.log"
+    log_path.write_text("[3/3]\nExtraction complete\n")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    for i in range(3):
+        (out_dir / f"{i}.pt").write_bytes(b"x")
+    nvml = tmp_path / "nvml-state"
+    nvml.write_text(f"device {GPU0} 100 40000 97887 H200\nsample 1000 100\nproc {sleeper.pid} 40000\n")
+    stage = {
+        "stage": "gpu-identity-unknown",
+        "host": "local",
+        "process": {"match": "no-such-job-[0-9a-f]{12}"},
+        "log": {"path": str(log_path), "complete": "^Extraction complete"},
+        "outputs": {"files": str(out_dir), "pattern": "*.pt", "expected": 3},
+        "gpu": {"devices": "all", "idle_below": 5, "idle_for": "1s"},
+        "policy": {"interval": "200ms", "settle": 2},
+    }
+    path = tmp_path / "stage.yaml"
+    path.write_text(json.dumps(stage))
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONPATH": str(REPO),
+        "LD_LIBRARY_PATH": str(fake_lib),
+        "FAKE_NVML_STATE": str(nvml),
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "sensors", "status", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 1, out.stdout + out.stderr
+    data = json.loads(out.stdout)
+    assert data["verdict"] != "complete" and data["advance"] is False
+    gpu = data["signals"]["gpu"]
+    assert gpu["says"] == "working", gpu["detail"]
+    assert gpu["evidence"]["attribution"].startswith("unknown: the job's PIDs are not known")
+    assert gpu["evidence"]["other_processes"] == []
+    assert "GPU 0 reached 100%" in gpu["detail"] and f"PID {sleeper.pid}" in gpu["detail"]
 
 
 _WATCHER = textwrap.dedent(

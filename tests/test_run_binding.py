@@ -108,7 +108,7 @@ def test_given_since_a_stage_that_finished_before_the_watch_completes_at_once(tm
 
 def test_cli_status_and_wait_since(tmp_path) -> None:
     first = _finished_run(tmp_path)
-    path = first.write_stage(tmp_path / "s.yaml", exit_grace="100ms", settle=1)
+    path = first.write_stage(tmp_path / "s.yaml", exit_grace="100ms")  # settle 2
     out = _cli("status", str(path), "--json")
     assert out.returncode == 1 and json.loads(out.stdout.splitlines()[-1])["verdict"] == "unknown", out.stdout
     assert "--since" in out.stdout

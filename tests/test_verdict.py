@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import pytest
 
 from sensors import Reading, Says, State
-from sensors._config import PolicySpec
+from sensors._config import GpuSpec, PolicySpec
+from sensors._gpu import GpuDevice, GpuProcess, GpuSnapshot, gpu_reading
 from sensors._verdict import VerdictMemory, decide
 from sensors.testing import reading
 
@@ -19,11 +20,23 @@ POLICY = PolicySpec(stall_after=600, settle=2, stuck_in_d_after=120, exit_grace=
 
 
 def proc(
-    says: str = "working", cpu: float | None = 10.0, state: str = "R", pid: int = 4455, seen: bool = True
+    says: str = "working",
+    cpu: float | None = 10.0,
+    state: str = "R",
+    pid: int = 4455,
+    seen: bool = True,
+    launched: bool = False,
 ) -> Reading:
     if says == "done":
         return reading(
-            "process", "done", "no process found", pid=None, state=None, cpu_seconds=None, seen_alive=seen
+            "process",
+            "done",
+            "no process found",
+            pid=None,
+            state=None,
+            cpu_seconds=None,
+            seen_alive=seen,
+            launched=launched,
         )
     return reading("process", says, f"pid {pid} {state}", pid=pid, state=state, cpu_seconds=cpu)
 
@@ -34,10 +47,17 @@ def log(
     return reading("log", says, line, size=size, inode=7, last_line=line, age_seconds=5.0)
 
 
-def outputs(count: int | None, expected: int = 37312, says: str | None = None) -> Reading:
+def outputs(
+    count: int | None, expected: int = 37312, says: str | None = None, written: bool = False
+) -> Reading:
     if says is None:
         says = "working" if count is None or count < expected else "done"
-    return reading("outputs", says, f"{count}/{expected}", count=count, expected=expected)
+    return reading(
+        "outputs", says, f"{count}/{expected}", count=count, expected=expected, written_this_run=written
+    )
+
+
+EARLIER = "a completion line is in the log but it may be an earlier run's: give --since"
 
 
 def gpu(says: str = "done", job_pids: tuple[int, ...] = (), busy: bool = False) -> Reading:
@@ -49,6 +69,26 @@ def gpu(says: str = "done", job_pids: tuple[int, ...] = (), busy: bool = False) 
         job_gpu_busy=busy,
         job_memory_mib=92000.0 if job_pids else None,
     )
+
+
+def gpu_held_by(pid: int, *, job_pids: frozenset[int] | None, pct: float = 100.0) -> Reading:
+    """The real GPU reading (``gpu_reading``) of one GPU at ``pct`` % whose only compute
+    process is ``pid``, given the job's PIDs as the Checker passes them (None: no process
+    signal; empty: the job's identity is not known)."""
+    proc = GpuProcess(pid, 40000.0, "other")
+    dev = GpuDevice(0, "GPU-a", "H200", pct, 40000.0, 143771.0, (proc,))
+    snap = GpuSnapshot(True, None, "550.54.15", (dev,), read_at=1_700_000_000.0, source="nvidia-smi")
+    got, _ = gpu_reading(
+        snap,
+        GpuSpec(),
+        job_pids=job_pids,
+        visible_pids=frozenset({pid, *(job_pids or ())}),
+        nspid={},
+        state=None,
+        now=1_700_000_000.0,
+        host="gpu-box",
+    )
+    return got
 
 
 def host_down(*names: str) -> dict[str, Reading]:
@@ -293,6 +333,79 @@ ROWS = [
         State.RUNNING,
         "the job's GPU busy",
     ),
+    # Issue 9.3: "used only by others" discounts a GPU only when the job's identity is known.
+    Row(
+        "never seen alive, log and outputs done, a GPU at 100 % held by an unattributed PID:"
+        " running, never complete",
+        checks(
+            (
+                0,
+                r(
+                    process=proc("done", seen=False),
+                    log=log("done"),
+                    outputs=outputs(37312),
+                    gpu=gpu_held_by(31337, job_pids=frozenset()),
+                ),
+            ),
+            (
+                30,
+                r(
+                    process=proc("done", seen=False),
+                    log=log("done"),
+                    outputs=outputs(37312),
+                    gpu=gpu_held_by(31337, job_pids=frozenset()),
+                ),
+            ),
+        ),
+        State.RUNNING,  # this run's completion line ties the run; the busy GPU is not done
+        "gpu: GPU 0 reached 100%",
+    ),
+    Row(
+        "never seen alive, log still writing, a GPU busy by an unattributed PID: unknown",
+        checks(
+            (0, r(process=proc("done", seen=False), log=log(), gpu=gpu_held_by(31337, job_pids=frozenset()))),
+            (
+                30,
+                r(process=proc("done", seen=False), log=log(), gpu=gpu_held_by(31337, job_pids=frozenset())),
+            ),
+        ),
+        State.UNKNOWN,
+        "none seen alive",
+    ),
+    Row(
+        "gone after seen alive (its last PIDs known), a GPU busy only by another PID: discounted",
+        checks(
+            (
+                0,
+                r(
+                    process=proc("done"),
+                    log=log("done"),
+                    outputs=outputs(37312),
+                    gpu=gpu_held_by(31337, job_pids=frozenset({4455})),
+                ),
+            ),
+            (
+                30,
+                r(
+                    process=proc("done"),
+                    log=log("done"),
+                    outputs=outputs(37312),
+                    gpu=gpu_held_by(31337, job_pids=frozenset({4455})),
+                ),
+            ),
+        ),
+        State.COMPLETE,
+        "not the job's: PID 31337",
+    ),
+    Row(
+        "no process signal, log done, a GPU busy by some PID: device level, running",
+        checks(
+            (0, r(log=log("done"), gpu=gpu_held_by(31337, job_pids=None))),
+            (30, r(log=log("done"), gpu=gpu_held_by(31337, job_pids=None))),
+        ),
+        State.RUNNING,
+        "GPU 0 reached 100%",
+    ),
     Row(
         "GPU signal unknown (no driver) blocks complete",
         checks(
@@ -341,6 +454,87 @@ ROWS = [
         ),
         State.RUNNING,
         "confirming (1/2",
+    ),
+    # Issue 9.1: evidence belongs to a run.
+    Row(
+        "never seen alive, a completion line that may be an earlier run's, outputs all there: unknown",
+        checks(
+            (
+                0,
+                r(
+                    process=proc("done", seen=False),
+                    log=reading("log", "unknown", EARLIER),
+                    outputs=outputs(37312),
+                ),
+            ),
+            (
+                30,
+                r(
+                    process=proc("done", seen=False),
+                    log=reading("log", "unknown", EARLIER),
+                    outputs=outputs(37312),
+                ),
+            ),
+        ),
+        State.UNKNOWN,
+        "--since",
+    ),
+    Row(
+        "never seen alive, no completion line from this run, an earlier run's outputs: unknown, with the fix",
+        checks(
+            (0, r(process=proc("done", seen=False), log=log(), outputs=outputs(37312))),
+            (30, r(process=proc("done", seen=False), log=log(), outputs=outputs(37312))),
+        ),
+        State.UNKNOWN,
+        "--since",
+    ),
+    Row(
+        "never seen alive, but this run's completion line (--since) and outputs: complete",
+        checks(
+            (0, r(process=proc("done", seen=False), log=log("done"), outputs=outputs(37312))),
+            (30, r(process=proc("done", seen=False), log=log("done"), outputs=outputs(37312))),
+        ),
+        State.COMPLETE,
+        "every signal says done",
+    ),
+    Row(
+        "no log, the process never seen nor launched, outputs all there: unknown (they may predate the run)",
+        checks(
+            (0, r(process=proc("done", seen=False), outputs=outputs(37312))),
+            (30, r(process=proc("done", seen=False), outputs=outputs(37312))),
+        ),
+        State.UNKNOWN,
+        "none seen alive",
+    ),
+    Row(
+        "no log, the process launched by crosscheck and gone before the first check, outputs all there: complete",
+        checks(
+            (0, r(process=proc("done", seen=False, launched=True), outputs=outputs(37312))),
+            (30, r(process=proc("done", seen=False, launched=True), outputs=outputs(37312))),
+        ),
+        State.COMPLETE,
+    ),
+    Row(
+        "seen alive, gone, no completion line from this run (an earlier one's excluded), outputs all there:"
+        " contradiction",
+        checks(
+            (0, r(process=proc(cpu=10.0), log=log(), outputs=outputs(37000))),
+            (30, r(process=proc("done"), log=log(), outputs=outputs(37312))),
+            (100, r(process=proc("done"), log=log(), outputs=outputs(37312))),
+        ),
+        State.CONTRADICTION,
+        "no completion line",
+    ),
+    Row(
+        "outputs only, all there, none written during the run: unknown",
+        checks((0, r(outputs=outputs(37312))), (30, r(outputs=outputs(37312)))),
+        State.UNKNOWN,
+        "nothing ties it to this run",
+    ),
+    Row(
+        "outputs only, all there, one written during the run: complete",
+        checks((0, r(outputs=outputs(37312, written=True))), (30, r(outputs=outputs(37312, written=True)))),
+        State.COMPLETE,
     ),
 ]
 
