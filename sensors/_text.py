@@ -175,16 +175,21 @@ def slack_code(text: object, limit: int | None = None) -> str:
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("`", "'")
 
 
-# Every character CommonMark lets a backslash escape, i.e. all ASCII punctuation that could
-# start emphasis, a link, an image, code, HTML, a heading, a list or a table cell.
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~&\"'])")
+# The characters that can start markup inline in CommonMark/GFM: emphasis, code, links,
+# images, raw HTML, entities, table cells, strikethrough, headings; and the backslash itself.
+# (``-``, ``+`` and ``1.`` only matter at the start of a line, handled below.)
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#!|~&])")
+_MD_LINE_START = re.compile(r"^(\d{0,9})([-+=]|(?<=\d)[.)])")
 
 
 def markdown_escape(text: object, limit: int | None = None) -> str:
-    """Job text for a markdown document or table cell: every markdown character escaped.
+    """Job text for markdown (a list item, a table cell, a heading): one line, every
+    character that could start markup backslash-escaped.
 
     Example:
-        >>> markdown_escape("| x | [click](http://evil) <img src=x> *b*")
-        '\\\\| x \\\\| \\\\[click\\\\]\\\\(http://evil\\\\) \\\\<img src=x\\\\> \\\\*b\\\\*'
+        >>> print(markdown_escape("| x | [click](http://evil) <img src=x> *b*"))
+        \\| x \\| \\[click\\]\\(http://evil\\) \\<img src=x\\> \\*b\\*
+        >>> print(markdown_escape("extract-v2.1"))
+        extract-v2.1
     """
-    return _MD_SPECIAL.sub(r"\\\1", inert(text, limit))
+    return _MD_LINE_START.sub(r"\1\\\2", _MD_SPECIAL.sub(r"\\\1", inert(text, limit)))
