@@ -43,14 +43,15 @@ _SECRET_LAST = frozenset(
 )
 _KEY_QUALIFIERS = frozenset({"api", "access", "secret", "private", "signing", "encryption", "master"})
 
-# A flag (-x, --name) or an environment-style name, then its value: ``--name=v``,
-# ``--name v`` (not when the next word is itself a flag) or ``NAME=v``. Names are at most 64
+# A flag (-x, --name) or an environment-style name, and what separates it from its value:
+# ``--name=v``, ``--name v`` (not when the next word is itself a flag) or ``NAME=v``. Only
+# the name is matched: its value is consumed only when the name is a secret's, so the value
+# of an ordinary flag (``--verbose HF_TOKEN=x``) is still scanned. Names are at most 64
 # characters, quoted values at most 256: bounded work per position.
-_VALUE = r"(?:\"[^\"\n]{0,256}\"|'[^'\n]{0,256}'|[^\s\"']\S*)"
-_ASSIGNMENT = re.compile(
-    rf"(?<![\w.\-])(?P<name>--?[A-Za-z][\w.\-]{{0,63}}|[A-Za-z_]\w{{0,63}})"
-    rf"(?:(?P<eq>=){_VALUE}|(?P<sp>[ \t]+)(?!-){_VALUE})"
+_NAME = re.compile(
+    r"(?<![\w.\-])(?:(?P<flag>--?[A-Za-z][\w.\-]{0,63})(?P<fsep>=|[ \t]+(?!-))|(?P<env>[A-Za-z_]\w{0,63})=)"
 )
+_VALUE = re.compile(r"\"[^\"\n]{0,256}\"|'[^'\n]{0,256}'|\S+")
 # scheme://user:password@host → scheme://user:***@host
 _URL_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]{0,31}://[^\s:/@]{0,256}:)[^\s/@]{1,256}@")
 # Token shapes that are secrets wherever they appear; the prefix is kept.
@@ -73,13 +74,20 @@ def _is_secret_name(name: str) -> bool:
     return parts[-1] == "key" and len(parts) > 1 and parts[-2] in _KEY_QUALIFIERS
 
 
-def _assignment(m: re.Match[str]) -> str:
-    name = m.group("name")
-    if m.group("sp") is not None and not name.startswith("-"):
-        return m.group(0)  # ``word value``: only flags take a value after a space
-    if not _is_secret_name(name):
-        return m.group(0)
-    return f"{name}{m.group('eq') or m.group('sp')}{REDACTED}"
+def _assignments(text: str) -> str:
+    out: list[str] = []
+    pos = 0
+    while (m := _NAME.search(text, pos)) is not None:
+        # The name first: matching the value of every ``a=b`` would make ``=a=a=a…`` quadratic.
+        value = _VALUE.match(text, m.end()) if _is_secret_name(m.group("flag") or m.group("env")) else None
+        if value is None:
+            out.append(text[pos : m.end()])
+            pos = m.end()
+            continue
+        out.append(text[pos : m.end()] + REDACTED)
+        pos = value.end()
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def _token(m: re.Match[str]) -> str:
@@ -110,7 +118,7 @@ def redact(text: str) -> str:
     if not text:
         return text
     text = _URL_USERINFO.sub(lambda m: m.group("head") + REDACTED + "@", text)
-    text = _ASSIGNMENT.sub(_assignment, text)
+    text = _assignments(text)
     return _TOKEN_SHAPES.sub(_token, text)
 
 
