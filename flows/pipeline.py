@@ -26,10 +26,13 @@ from typing import Any, ClassVar
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from rich.markup import escape
+from rich.text import Text
 
 from sensors._config import Stage, stage_from_dict
 from sensors._errors import ConfigError, StageFailed
 from sensors._run import launch_mark_script, parse_launch_mark
+from sensors._text import inert
 from sensors.prefect import _check_observers, artifact_key, as_stage, wait_for_stage
 
 
@@ -219,7 +222,7 @@ def demo(workdir: str | None = None) -> int:
         "[bold]crosscheck demo[/]: extraction → gate → training on this machine.\n"
         "The extraction job logs [yellow]'ETA 0 minutes'[/] long before it is done and then "
         "spins on the CPU (incident 2).\nThe gate advances only when process, log and outputs "
-        f"agree. Job files: {work}\n"
+        f"agree. Job files: {escape(str(work))}\n"
         "Starting Prefect (ephemeral mode: a local API for this run; allow ~30 s)…"
     )
     try:
@@ -228,7 +231,7 @@ def demo(workdir: str | None = None) -> int:
             try:
                 result = pipeline(extraction, training)
             except StageFailed as exc:
-                console.print(f"[bold red]pipeline failed[/]: {exc}")
+                console.print(Text.assemble(("pipeline failed", "bold red"), ": ", str(exc)))
                 return 1
         launched = result["training"]["launched"]
         console.print(
@@ -298,15 +301,23 @@ class _VerdictPrinter(logging.Handler):
         doc = getattr(record, "crosscheck_verdict", None)
         if not isinstance(doc, dict):
             if record.levelno >= logging.WARNING:  # what propagation would have shown
-                self.console.print(f"[yellow]{record.levelname}[/] {record.getMessage()}")
+                self.console.print(
+                    Text.assemble((record.levelname, "yellow"), " ", inert(record.getMessage()))
+                )
             return
-        state = doc["verdict"]
+        # Details carry job text: rich Text, never markup ("[/data/out]" is a closing tag).
+        state = str(doc["verdict"])
         stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
         self.console.print(
-            f"{stamp}  [bold]{doc['stage']:<10}[/] [{self.STYLE.get(state, '')}]{state:<13}[/]"
+            Text.assemble(
+                f"{stamp}  ",
+                (f"{inert(doc['stage']):<10}", "bold"),
+                " ",
+                (f"{state:<13}", self.STYLE.get(state, "")),
+            )
         )
         for name, sig in doc["signals"].items():
-            self.console.print(f"            {name:<8} {sig['says']:<8} {sig['detail']}")
+            self.console.print(Text(f"            {name:<8} {sig['says']:<8} {inert(sig['detail'])}"))
 
     def check(self, verdict: Any) -> None:
         """Every check: during the stretch that fooled a person in incident 2 (the log says
@@ -322,10 +333,18 @@ class _VerdictPrinter(logging.Handler):
         count = f"{outputs.evidence.get('count')}/{outputs.evidence.get('expected')}" if outputs else "?"
         stamp = time.strftime("%H:%M:%S")
         self.console.print(
-            f"{stamp}  [bold]{verdict.stage:<10}[/] [cyan]{'running':<13}[/][yellow]log says "
-            f"'ETA 0 minutes'[/], outputs {count}, but pid {process.evidence.get('pid')} is in "
-            f"state {process.evidence.get('state')} with CPU time {cpu}s and rising: "
-            "still working, the gate waits"
+            Text.assemble(
+                f"{stamp}  ",
+                (f"{inert(verdict.stage):<10}", "bold"),
+                " ",
+                (f"{'running':<13}", "cyan"),
+                ("log says 'ETA 0 minutes'", "yellow"),
+                inert(
+                    f", outputs {count}, but pid {process.evidence.get('pid')} is in "
+                    f"state {process.evidence.get('state')} with CPU time {cpu}s and rising: "
+                    "still working, the gate waits"
+                ),
+            )
         )
 
 

@@ -19,6 +19,7 @@ from sensors._config import Stage, load_stage, parse_duration
 from sensors._errors import ConfigError, CrosscheckError, HostKeyError
 from sensors._model import Reading, Says, State, Verdict
 from sensors._run import Since, parse_since
+from sensors._text import inert
 
 EXIT_ADVANCE, EXIT_NOT_YET, EXIT_USAGE, EXIT_FAILED, EXIT_TIMEOUT = 0, 1, 2, 3, 4
 
@@ -131,13 +132,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _status(stages, as_json=args.json, since=args.since)
         return _wait(stages, as_json=args.json, timeout=args.timeout, since=args.since)
     except ConfigError as exc:
-        print(f"crosscheck: {exc}", file=sys.stderr)
+        print(f"crosscheck: {inert(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except HostKeyError as exc:
-        print(f"crosscheck: {exc}", file=sys.stderr)
+        print(f"crosscheck: {inert(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except CrosscheckError as exc:
-        print(f"crosscheck: {exc}", file=sys.stderr)
+        print(f"crosscheck: {inert(exc)}", file=sys.stderr)
         return EXIT_NOT_YET
     except KeyboardInterrupt:
         return 130
@@ -382,21 +383,37 @@ def _print_json(verdict: Verdict, out: TextIO | None = None) -> None:
 def _console():  # type: ignore[no-untyped-def]
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False)
+    # Job text reaches this console only as rich ``Text`` built by ``_text`` below, never
+    # as markup: a log line "[/data/out]" is a closing tag to rich and would crash the
+    # output — and the exit code of a wait that reached complete.
+    return Console(highlight=False, soft_wrap=False, emoji=False)
+
+
+def _text(value: object, style: str = "") -> Any:
+    """Inert rich text: job text shown as it is (no markup, no escapes, one line)."""
+    from rich.text import Text
+
+    return Text(inert(value), style=style)
 
 
 def _print_change(verdict: Verdict) -> None:
-    console = _console()
+    from rich.text import Text
+
     when = time.strftime("%H:%M:%S")
     first = verdict.reasons[0] if verdict.reasons else ""
-    console.print(
-        f"{when}  {verdict.stage}  [{_STYLE[verdict.state]}]{verdict.state.value.upper()}[/]  {first}",
-        markup=True,
+    line = Text.assemble(
+        f"{when}  ",
+        _text(verdict.stage),
+        "  ",
+        _text(verdict.state.value.upper(), _STYLE[verdict.state]),
+        "  ",
+        _text(first),
     )
+    _console().print(line)
 
 
 def key_values(signal: str, evidence: dict[str, Any] | Any) -> str:
-    """The few evidence values a person looks at first, per signal."""
+    """The few evidence values a person looks at first, per signal (one inert line)."""
     ev = dict(evidence)
 
     def fmt(key: str, label: str | None = None, unit: str = "") -> str | None:
@@ -430,7 +447,14 @@ def key_values(signal: str, evidence: dict[str, Any] | Any) -> str:
         ]
     else:
         parts = []
-    return "  ".join(p for p in parts if p)
+    return inert("  ".join(p for p in parts if p))
+
+
+def _says_cell(says: str, rest: str = "") -> Any:
+    from rich.text import Text
+
+    cell = _text(says, _SAYS_STYLE.get(says, ""))
+    return Text.assemble(cell, " ", _text(rest)) if rest else cell
 
 
 def _print_verdicts(verdicts: Sequence[Verdict]) -> None:
@@ -448,33 +472,35 @@ def _print_verdicts(verdicts: Sequence[Verdict]) -> None:
         cells = []
         for name in ("process", "log", "outputs", "gpu"):
             r = data.get(name)
-            cells.append(
-                "—"
-                if r is None
-                else f"[{_SAYS_STYLE.get(r['says'], '')}]{r['says']}[/] " + key_values(name, r["evidence"])
-            )
+            cells.append(_text("—") if r is None else _says_cell(r["says"], key_values(name, r["evidence"])))
         table.add_row(
-            v.stage,
-            v.host,
-            f"[{_STYLE[v.state]}]{v.state.value.upper()}[/]",
+            _text(v.stage),
+            _text(v.host),
+            _text(v.state.value.upper(), _STYLE[v.state]),
             *cells,
-            v.reasons[0] if v.reasons else "",
+            _text(v.reasons[0] if v.reasons else ""),
         )
     _console().print(table)
 
 
 def _print_table(verdict: Verdict) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     console = _console()
     data = verdict.to_json()
     console.print(
-        f"[bold]{verdict.stage}[/] on {verdict.host}: "
-        f"[{_STYLE[verdict.state]}] {verdict.state.value.upper()} [/]"
-        + ("  → advance" if verdict.advance else "")
+        Text.assemble(
+            _text(verdict.stage, "bold"),
+            " on ",
+            _text(verdict.host),
+            ": ",
+            _text(f" {verdict.state.value.upper()} ", _STYLE[verdict.state]),
+            "  → advance" if verdict.advance else "",
+        )
     )
     for reason in verdict.reasons:
-        console.print(f"  • {reason}", markup=False)
+        console.print(Text.assemble("  • ", _text(reason)))
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     table.add_column("signal")
     table.add_column("says")
@@ -482,13 +508,13 @@ def _print_table(verdict: Verdict) -> None:
     table.add_column("detail", overflow="fold")
     for name, r in data["signals"].items():
         table.add_row(
-            name,
-            f"[{_SAYS_STYLE.get(r['says'], '')}]{r['says']}[/]",
-            key_values(name, r["evidence"]),
-            r["detail"],
+            _text(name),
+            _says_cell(r["says"]),
+            _text(key_values(name, r["evidence"])),
+            _text(r["detail"]),
         )
     console.print(table)
-    console.print(f"  checked at {data['checked_at']} (host clock)", style="dim")
+    console.print(_text(f"  checked at {data['checked_at']} (host clock)", "dim"))
 
 
 class _LiveProgress:
@@ -504,10 +530,10 @@ class _LiveProgress:
         )
 
         self._progress = Progress(
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]}"),
+            TextColumn("{task.fields[rate]}", markup=False),
             TimeRemainingColumn(),
             transient=True,
         )

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from sensors._text import redact
+
 SIGNALS = ("process", "log", "outputs", "gpu")
 
 
@@ -34,7 +36,25 @@ class State(enum.StrEnum):
 
 
 def _freeze(evidence: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return MappingProxyType(dict(evidence or {}))
+    return MappingProxyType({k: _redacted(v) for k, v in (evidence or {}).items()})
+
+
+def _redacted(value: Any) -> Any:
+    """``value`` with every string in it redacted (:func:`sensors._text.redact`).
+
+    Evidence carries job text (command lines, log lines): redacting it here, where every
+    reading is made, covers every output built from readings — ``--json``, events,
+    artifacts, notifications — whatever signal or host produced it.
+    """
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {k: _redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_redacted(v) for v in value)
+    return value
 
 
 @dataclass(frozen=True)
@@ -60,6 +80,7 @@ class Reading:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "says", Says(self.says))
+        object.__setattr__(self, "detail", redact(self.detail))
         object.__setattr__(self, "evidence", _freeze(self.evidence))
 
     def to_json(self) -> dict[str, Any]:
@@ -91,7 +112,9 @@ class Verdict:
         object.__setattr__(self, "state", State(self.state))
         if self.run is not None:
             object.__setattr__(self, "run", _freeze(self.run))
-        object.__setattr__(self, "reasons", tuple(self.reasons))
+        # Reasons are built from details (already redacted) and host errors; redacting again
+        # is idempotent and covers a reason written from anything else.
+        object.__setattr__(self, "reasons", tuple(redact(r) for r in self.reasons))
         object.__setattr__(self, "readings", MappingProxyType(dict(self.readings)))
         if self.state is State.COMPLETE:
             # A complete verdict with a signal that is not done contradicts itself: refuse it

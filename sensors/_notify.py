@@ -45,6 +45,7 @@ import tenacity
 from sensors._config import NotifySpec
 from sensors._errors import NotificationError
 from sensors._model import State, Verdict
+from sensors._text import inert, slack_code
 
 __all__ = [
     "Delivery",
@@ -173,20 +174,22 @@ def build_message(
     glance += f"\n*Stage:* `{_code(verdict.stage)}`  ·  *Host:* `{_code(verdict.host)}`"
     glance += f"  ·  *Advance:* {'yes' if verdict.advance else 'no'}"
 
-    reasons = [_truncate(r, 300) for r in verdict.reasons]
+    reasons = [_truncate(_one_line(r), 300) for r in verdict.reasons]
     evidence = [evidence_line(reading) for reading in verdict.readings.values()]
 
     top: list[dict[str, Any]] = [
-        {"type": "header", "text": _plain(_truncate(title, _HEADER_MAX))},
+        {"type": "header", "text": _plain(_truncate(inert(title), _HEADER_MAX))},
         {"type": "section", "text": _mrkdwn(glance)},
     ]
     detail: list[dict[str, Any]] = []
+    # Reasons and evidence carry job text (log and command lines): inside code, escaped, it
+    # can neither mention (<!channel>), link, nor format; verbatim stops auto-linking.
     if reasons:
-        body = "*Why*\n" + "\n".join(f"• {_esc(r)}" for r in reasons)
-        detail.append({"type": "section", "text": _mrkdwn(_truncate(body, _SECTION_MAX))})
+        body = _fit("*Why*\n```", [f"• {slack_code(r)}" for r in reasons], "```")
+        detail.append({"type": "section", "text": _mrkdwn(body, verbatim=True)})
     if evidence:
-        body = "*Evidence*\n" + "\n".join(f"• {_mrkdwn_evidence(line)}" for line in evidence)
-        detail.append({"type": "section", "text": _mrkdwn(_truncate(body, _SECTION_MAX))})
+        body = _fit("*Evidence*\n", [_mrkdwn_evidence(line) for line in evidence], "")
+        detail.append({"type": "section", "text": _mrkdwn(body, verbatim=True)})
     context = []
     if verdict.checked_at is not None:
         context.append(f"checked {_clock_time(verdict.checked_at)}")
@@ -195,8 +198,8 @@ def build_message(
     if context:
         detail.append({"type": "context", "elements": [_mrkdwn("  ·  ".join(context))]})
 
-    lines = [title, f"Verdict: {state}" + (f" since {since}" if since else "")]
-    lines.append(f"Stage: {verdict.stage} · Host: {verdict.host}")
+    lines = [inert(title), f"Verdict: {state}" + (f" since {since}" if since else "")]
+    lines.append(f"Stage: {inert(verdict.stage)} · Host: {inert(verdict.host)}")
     if reasons:
         lines.append("Why:")
         lines.extend(f"- {r}" for r in reasons)
@@ -208,7 +211,10 @@ def build_message(
     text = "\n".join(lines)
 
     payload = {
-        "text": text,
+        # The fallback (notifications, old clients) is parsed as mrkdwn too: escaped, and
+        # formatting off, so a log line cannot mention or link there either.
+        "text": _esc(text),
+        "mrkdwn": False,
         "blocks": top,
         "attachments": [{"color": colour, "blocks": detail, "fallback": title}],
     }
@@ -403,7 +409,7 @@ def _num_str(value: Any) -> str:
 
 
 def _one_line(value: Any) -> str:
-    return " ".join(str(value).split())
+    return inert(" ".join(str(value).split()))
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -416,20 +422,34 @@ def _esc(text: str) -> str:
 
 
 def _code(text: str) -> str:
-    return _esc(text).replace("`", "'")
+    return slack_code(text)
 
 
 def _mrkdwn_evidence(line: str) -> str:
-    signal, _, rest = line.partition(":")
-    return f"*{_esc(signal)}*:{_esc(rest)}"
+    signal, _, rest = line.partition(": ")
+    return f"• *{slack_code(signal)}*: `{slack_code(rest)}`" if rest else f"• `{slack_code(line)}`"
+
+
+def _fit(head: str, lines: list[str], tail: str, limit: int = _SECTION_MAX) -> str:
+    """``head``, as many whole ``lines`` as fit in ``limit``, and ``tail``: a cut never
+    splits a code span (which would let the rest of the text format)."""
+    kept: list[str] = []
+    size = len(head) + len(tail)
+    for line in lines:
+        if size + len(line) + 1 > limit - 2:
+            kept.append("…")
+            break
+        kept.append(line)
+        size += len(line) + 1
+    return head + "\n".join(kept) + tail
 
 
 def _plain(text: str) -> dict[str, Any]:
     return {"type": "plain_text", "text": text, "emoji": True}
 
 
-def _mrkdwn(text: str) -> dict[str, Any]:
-    return {"type": "mrkdwn", "text": text}
+def _mrkdwn(text: str, *, verbatim: bool = False) -> dict[str, Any]:
+    return {"type": "mrkdwn", "text": text, **({"verbatim": True} if verbatim else {})}
 
 
 # --------------------------------------------------------------------------- delivery

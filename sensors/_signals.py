@@ -28,6 +28,7 @@ from sensors._probe import (
     parse_task_stats,
 )
 from sensors._run import FINGERPRINT_BYTES, Run
+from sensors._text import redact
 
 #: How far two elapsed-time sources may disagree before neither is believed (seconds).
 #: /proc/stat btime moves when NTP steps the wall clock; a few seconds is normal.
@@ -313,7 +314,8 @@ def _describe(
             "cpu_seconds": _ticks_to_s(st.utime + st.stime, meta),
             "elapsed_seconds": None if elapsed is None else round(elapsed, 1),
             "start_ticks": st.starttime,
-            "cmdline": table.cmdlines.get(pid, "")[:_CMD_EVIDENCE],
+            # Redacted whole, then cut: a secret cut in half would no longer look like one.
+            "cmdline": redact(table.cmdlines.get(pid, ""))[:_CMD_EVIDENCE],
             "started_at": None if elapsed is None or meta.now is None else round(meta.now - elapsed, 2),
         }
         if elapsed_why:

@@ -42,6 +42,7 @@ from prefect.exceptions import EventTooLarge, MissingContextError
 from sensors._config import Stage, load_stage, parse_duration
 from sensors._errors import ConfigError, NotificationError, StageFailed
 from sensors._model import State, Verdict
+from sensors._text import inert, markdown_escape
 
 __all__ = [
     "EVENT_PREFIX",
@@ -211,7 +212,7 @@ class _GateReport:
                 create_table_artifact,
                 key=artifact_key(self.name, "evidence"),
                 table=evidence_rows(verdict),
-                description=f"{self.name}: **{verdict.state}** — {_reasons(verdict)}",
+                description=f"{_md(self.name)}: **{verdict.state}** — {_md(_reasons(verdict))}",
             )
         # The heartbeat goes first: the proactive "no heartbeat" automation closes its window
         # on the complete/failed event that follows the last heartbeat.
@@ -240,7 +241,7 @@ class _GateReport:
             create_markdown_artifact,
             key=artifact_key(self.name, "verdict"),
             markdown=summary_markdown(verdict, checks=self.checks, timed_out=timed_out),
-            description=f"{self.name}: final verdict {verdict.state}",
+            description=f"{_md(self.name)}: final verdict {verdict.state}",
         )
         if verdict.state is State.COMPLETE and not timed_out:
             return verdict
@@ -252,7 +253,7 @@ class _GateReport:
 
     def _update_progress(self, verdict: Verdict, progress: float | None) -> None:
         value = progress if progress is not None else (100.0 if verdict.advance else 0.0)
-        description = f"{self.name}: {verdict.state} — {progress_detail(verdict)}"
+        description = f"{_md(self.name)}: {verdict.state} — {_md(progress_detail(verdict))}"
         if self._progress_id is None:
             self._progress_id = self._report(
                 create_progress_artifact,
@@ -318,12 +319,13 @@ def progress_detail(verdict: Verdict) -> str:
 
 
 def evidence_rows(verdict: Verdict) -> list[dict[str, str]]:
-    """One row per signal: signal, says, detail, and the evidence as ``key=value`` pairs."""
+    """One row per signal: signal, says, detail, and the evidence as ``key=value`` pairs
+    (each cell one line of inert text)."""
     return [
         {
-            "signal": name,
+            "signal": inert(name),
             "says": str(reading.says),
-            "detail": reading.detail,
+            "detail": inert(reading.detail),
             "evidence": _key_values(reading.evidence),
         }
         for name, reading in verdict.readings.items()
@@ -334,10 +336,10 @@ def summary_markdown(verdict: Verdict, *, checks: int, timed_out: bool = False) 
     """The final verdict as markdown: state, reasons, and one table row per signal."""
     doc = verdict.to_json()
     lines = [
-        f"# {verdict.stage}: {verdict.state}",
+        f"# {_md(verdict.stage)}: {verdict.state}",
         "",
         f"- advance: **{'yes' if verdict.advance else 'no'}**" + (" (timed out)" if timed_out else ""),
-        f"- host: `{verdict.host}`",
+        f"- host: {_md(verdict.host)}",
         f"- checked at: {doc['checked_at']} (monitored host's clock); since: {doc['since']}",
         f"- checks: {checks}",
         "",
@@ -358,9 +360,9 @@ def summary_markdown(verdict: Verdict, *, checks: int, timed_out: bool = False) 
 
 def failure_message(head: str, verdict: Verdict) -> str:
     """The head line, the reasons and each signal's reading: what a failed flow shows."""
-    parts = [f"{head}: {_reasons(verdict)}"]
+    parts = [inert(f"{head}: {_reasons(verdict)}")]
     for name, reading in verdict.readings.items():
-        parts.append(f"  {name}: {reading.says} — {reading.detail} [{_key_values(reading.evidence)}]")
+        parts.append(inert(f"  {name}: {reading.says} — {reading.detail} [{_key_values(reading.evidence)}]"))
     return "\n".join(parts)
 
 
@@ -429,7 +431,8 @@ def _says(verdict: Verdict | None) -> tuple[tuple[str, str], ...]:
 
 
 def _line(verdict: Verdict) -> str:
-    return f"{verdict.stage}: {verdict.state} — {_reasons(verdict)}"
+    # One line of inert text: a log record never carries the job's newlines or escapes.
+    return inert(f"{verdict.stage}: {verdict.state} — {_reasons(verdict)}")
 
 
 def _reasons(verdict: Verdict) -> str:
@@ -447,9 +450,10 @@ def _key_values(evidence: Mapping[str, Any], *, limit: int = 400) -> str:
 
 def _short(value: Any, limit: int = 80) -> str:
     text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-    text = text.replace("\n", " ")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return inert(" ".join(text.split()), limit)
 
 
 def _md(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """Job text inside markdown (a list item, a table cell): every markdown character
+    escaped, one line, so ``| x |``, ``[click](http://evil)`` or ``<img>`` stay text."""
+    return markdown_escape(text)

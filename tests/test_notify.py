@@ -695,3 +695,23 @@ def test_the_url_as_httpx_normalises_it_is_redacted_too(
     assert hook.requests, "nothing was sent"
     assert any("HTTP Request" in r.getMessage() for r in caplog.records)
     assert hook.token not in caplog.text
+
+
+def test_hostile_job_text_reaches_slack_as_inert_text(hook: WebhookServer) -> None:
+    # A log line and a detail that try every mrkdwn trick: a mention, a link, formatting,
+    # a code span break-out, a terminal escape; delivered to a real HTTP server.
+    line = "<!channel> <http://evil|click> *bold* ~s~ `x` &amp; \x1b[31mred\x1b]8;;http://evil\x1b\\"
+    r = Reading("log", Says.WORKING, f"no completion line yet; last: {line}", {"last_line": line})
+    v = Verdict("s", State.STALLED, (f"log: {r.detail}",), {"log": r}, T0, "h", T0)
+    assert sender(hook.url, FakeClock())(build_message(v)).ok
+    body = hook.requests[0].json()
+    raw = json.dumps(body, ensure_ascii=False)
+    assert "<!channel>" not in raw and "<http://evil" not in raw and "\x1b" not in raw
+    assert "&lt;!channel&gt;" in body["text"] and body["mrkdwn"] is False
+    for block in body["attachments"][0]["blocks"][:2]:  # Why and Evidence
+        text = block["text"]["text"]
+        assert block["text"]["verbatim"] is True and "&lt;http://evil|click&gt;" in text
+        # Job text sits inside code (no formatting there) and cannot close it early.
+        assert text.count("`") % 2 == 0 and "&amp;amp;" in text
+        outside_code = "".join(text.split("`")[0::2])
+        assert "channel" not in outside_code and "evil" not in outside_code and "bold" not in outside_code
