@@ -7,7 +7,6 @@ command or opens a file: the probe did the reading, so local and SSH hosts share
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -26,6 +25,7 @@ from sensors._probe import (
     parse_task_cmdlines,
     parse_task_stats,
 )
+from sensors._regex import compile_user_regex
 
 #: How far two elapsed-time sources may disagree before neither is believed (seconds).
 #: /proc/stat btime moves when NTP steps the wall clock; a few seconds is normal.
@@ -148,7 +148,7 @@ def read_process(
             reused = False
         how = f"pid {spec.pid}"
     else:
-        rx = re.compile(spec.match or "")
+        rx = compile_user_regex(spec.match or "")
         matched = {pid for pid, cmd in cmdlines.items() if pid not in excluded and cmd and rx.search(cmd)}
         # Once matched, a process stays the job while its identity (boot, pid, start ticks)
         # holds, even if its command line stops matching (setproctitle, or a zombie leader
@@ -334,9 +334,9 @@ def read_log(
         # The first line of the tail is partial unless the tail starts right after a newline.
         text = text.split("\n", 1)[1] if "\n" in text else ""
     complete, rest = _split_lines(text)
-    complete_rx = re.compile(spec.complete)
-    error_rx = re.compile(spec.error) if spec.error else None
-    progress_rx = re.compile(spec.progress) if spec.progress else None
+    complete_rx = compile_user_regex(spec.complete)
+    error_rx = compile_user_regex(spec.error) if spec.error else None
+    progress_rx = compile_user_regex(spec.progress) if spec.progress else None
     # One C-speed search over the whole tail (\r as line breaks, MULTILINE) tells whether any
     # line can match; only then are lines examined one by one. A per-line match implies a
     # whole-text match for every pattern but those anchored with \A or \Z.
@@ -347,7 +347,7 @@ def read_log(
             return False
         if "\\A" in pattern or "\\Z" in pattern:
             return True
-        return re.search(pattern, flat, re.MULTILINE) is not None
+        return compile_user_regex(pattern, multiline=True).search(flat) is not None
 
     complete_line = memory.complete_line
     error_line = memory.error_line
@@ -477,7 +477,7 @@ def read_outputs(
         if raw is None:
             return unknown("the probe's outputs section is missing")
         text = raw.decode("utf-8", "replace").strip()
-        if text in ("missing", "unreadable"):
+        if text in ("missing", "unreadable") or text.startswith("not a regular file"):
             return unknown(f"output file {text}: {spec.lines}")
         try:
             ino_s, size_s, _mtime, base_s, n_s, last = text.split()
