@@ -119,10 +119,14 @@ def build_script(
     if stage.log:
         log = q(stage.log.path)
         out += [
+            # Only a regular file (or a symlink to one) is read: tail on a FIFO blocks until
+            # a writer comes, on a device it may never end. Anything else is said by type
+            # ("not a regular file: fifo") and the log is unknown. Missing: stat says so.
             "sec log_stat",
-            f"stat -L -c '%i %s %Y' -- {log} 2>&1 | head -c 4096",
+            f"if [ -f {log} ] || [ ! -e {log} ]; then stat -L -c '%i %s %Y' -- {log} 2>&1 | head -c 4096;"
+            f" else stat -L -c 'not a regular file: %F' -- {log} 2>&1 | head -c 4096; fi",
             "sec log_tail",
-            f"tail -c {int(stage.log.tail_bytes)} -- {log} 2>/dev/null",
+            f"[ -f {log} ] && tail -c {int(stage.log.tail_bytes)} -- {log} 2>/dev/null",
         ]
     if stage.outputs and stage.outputs.files:
         d = q(stage.outputs.files)
@@ -164,7 +168,8 @@ def build_script(
             f"  n=$(tail -c +$((base + 1)) -- {f} 2>/dev/null | head -c $(($2 - base)) | wc -l)",
             f"  last=$(tail -c 1 -- {f} 2>/dev/null | od -An -tx1 | tr -d ' \\n')",
             '  echo "$1 $2 $3 $base $n ${last:-none}"',
-            f"elif [ -e {f} ]; then echo unreadable; else echo missing; fi",
+            f"elif [ -e {f} ]; then stat -L -c 'not a regular file: %F' -- {f} 2>/dev/null"
+            " || echo unreadable; else echo missing; fi",
         ]
     for name, snippet in (extra_sections or {}).items():
         out += [f"sec {q(name)}", snippet]
