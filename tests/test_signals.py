@@ -425,7 +425,9 @@ def test_a_long_log_line_costs_linear_time(tmp_path, host, error) -> None:
     assert reading.says is Says.DONE
     log.write_bytes(b"x" * (256 * 1024) + b" CUDA error: out of memory\n")
     reading = Checker(stage_from_dict(stage), host=host).check().readings["log"]
-    assert reading.says is Says.FAILED and reading.evidence["error_line"].endswith("CUDA error: out of memory")
+    assert reading.says is Says.FAILED and reading.evidence["error_line"].endswith(
+        "CUDA error: out of memory"
+    )
 
 
 # ----------------------------------------------------------------- outputs
