@@ -39,6 +39,7 @@ lint: $(STAMP)
 bench: $(STAMP) system-deps
 	$(BIN)/python bench/local_probe.py
 	$(BIN)/python bench/ssh_cycle.py
+	$(BIN)/python bench/regex.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -291,9 +291,7 @@ def _status(stages: list[Stage], *, as_json: bool, since: Since | None = None) -
 # --------------------------------------------------------------------------- wait
 
 
-def _wait(
-    stages: list[Stage], *, as_json: bool, timeout: float | None, since: Since | None = None
-) -> int:
+def _wait(stages: list[Stage], *, as_json: bool, timeout: float | None, since: Since | None = None) -> int:
     lock = threading.Lock()
     finals: dict[str, Verdict] = {}
     timed_out: dict[str, bool] = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -19,11 +20,13 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from sensors._errors import ConfigError
+from sensors._regex import FALLBACK_SCAN, BacktrackingRegexWarning, compile_user_regex
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -52,13 +55,30 @@ def parse_duration(value: Any) -> float:
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
-def _regex(value: Any) -> str:
+_REGEX_SECTION = {"match": "process", "complete": "log", "error": "log", "progress": "log"}
+
+
+def _regex(value: Any, info: ValidationInfo) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError("expected a non-empty regular expression")
     try:
-        re.compile(value)
+        rx = compile_user_regex(value)
     except re.error as exc:
         raise ValueError(f"invalid regular expression {value!r}: {exc}") from None
+    if not rx.linear:
+        name = info.field_name or "regex"
+        where = f"{_REGEX_SECTION.get(name, '?')}.{name}"
+        file = (info.context or {}).get("file")
+        # Located at the stage file (no source line: lineno 0), not at pydantic's frame;
+        # no registry, so each load says it again (a watch started later warns too).
+        warnings.warn_explicit(
+            f"{where}: {value!r} uses {rx.why}, which RE2 cannot run: it is matched with "
+            f"Python's backtracking re (only the last {FALLBACK_SCAN} characters of each "
+            "line), and its time per check depends on the pattern and the job's output",
+            BacktrackingRegexWarning,
+            filename=file or "<stage>",
+            lineno=0,
+        )
     return value
 
 
@@ -343,7 +363,7 @@ def load_stage(path: str | os.PathLike[str]) -> Stage:
 def stage_from_dict(data: dict[str, Any], *, file: str | None = None) -> Stage:
     """Validate a stage given as a dict (the same schema as the YAML file)."""
     try:
-        return Stage.model_validate(data)
+        return Stage.model_validate(data, context={"file": file} if file else None)
     except ValidationError as exc:
         raise _translate(exc, file) from None
 

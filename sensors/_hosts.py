@@ -7,8 +7,10 @@ readings by construction. SSH lives in ``sensors._ssh`` (the only module importi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import signal
 import subprocess
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
@@ -60,20 +62,29 @@ class LocalHost:
         self.name = name
 
     def run_script(self, script: bytes, *, timeout: float) -> bytes:
+        # Its own session, so its process group holds the probe and every child it starts:
+        # on a timeout the whole group is killed. subprocess.run(timeout=) kills only the
+        # shell, and its children (a `tail` blocked on a FIFO) would live on under init.
         try:
-            proc = subprocess.run(
+            proc = subprocess.Popen(
                 ["/bin/sh", "-s"],
-                input=script,
-                capture_output=True,
-                timeout=timeout,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 env=PROBE_ENV,
-                check=False,
+                start_new_session=True,
             )
-        except subprocess.TimeoutExpired as exc:
-            raise ProbeError(f"probe did not finish within {timeout:g}s", host=self.name) from exc
         except OSError as exc:
             raise ProbeError(f"cannot run /bin/sh: {exc}", host=self.name) from exc
-        return proc.stdout
+        try:
+            out, _ = proc.communicate(script, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            _kill_group(proc)
+            raise ProbeError(f"probe did not finish within {timeout:g}s", host=self.name) from exc
+        except BaseException:
+            _kill_group(proc)
+            raise
+        return out
 
     def spawn(self, argv: Sequence[str], *, log_path: str, cwd: str | None = None) -> int:
         with open(log_path, "ab") as log, open(os.devnull, "rb") as devnull:
@@ -92,6 +103,23 @@ class LocalHost:
 
     def __repr__(self) -> str:
         return f"LocalHost({self.name!r})"
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the probe's process group, reap the shell, close the pipes.
+
+    The shell is not reaped before the kill, so its PID (the group's ID) cannot have been
+    reused. The pipes are closed without reading them: a process that left the group
+    (setsid) could hold them open forever.
+    """
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
 
 
 def spawn_script(argv: Sequence[str], *, log_path: str, cwd: str | None) -> bytes:

@@ -26,6 +26,7 @@ contract: nothing under ``sensors/`` but ``sensors/prefect.py`` imports it at mo
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import datetime as _dt
 import email.utils
 import inspect
@@ -37,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import httpx
 import tenacity
@@ -61,6 +62,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("crosscheck.notify")
+
+_T = TypeVar("_T")
 
 MessageKind = Literal["transition", "reminder", "resolved"]
 
@@ -711,6 +714,44 @@ class _RetryableStatus(Exception):
         super().__init__(f"HTTP {status}")
 
 
+class _TotalTimeout(httpx.TimeoutException):
+    """The delivery's total deadline passed while an attempt was still running."""
+
+
+def _within(limit: float, call: Callable[[], _T], abandon: Callable[[], None] | None = None) -> _T:
+    """``call()`` in a worker thread, waited for at most ``limit`` seconds.
+
+    httpx's timeouts bound each socket operation, not a request: a server that sends one byte
+    a second never lets a read time out, and holds a plain ``client.post`` for as long as it
+    likes. The caller (a watch, a gate) waits here for the deadline at the most; then
+    ``abandon()`` closes what the attempt holds (the HTTP client and its sockets), so the
+    worker fails at its next read, and never later than its own per-read timeout. The worker
+    is a daemon and runs in a copy of the caller's context (Prefect's run context included).
+    """
+    box: dict[str, Any] = {}
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        try:
+            box["value"] = context.run(call)
+        except BaseException as exc:  # handed to the caller below, whatever it is
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="crosscheck-notify", daemon=True)
+    worker.start()
+    worker.join(max(0.0, limit))
+    if worker.is_alive():
+        if abandon is not None:
+            try:
+                abandon()
+            except Exception:  # closing a client mid-request may raise anything; it is abandoned
+                log.debug("error abandoning a notification attempt", exc_info=True)
+        raise _TotalTimeout("the total deadline passed during the request")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def _status_of(rs: tenacity.RetryCallState) -> tuple[int | None, str | None]:
     exc = rs.outcome.exception() if rs.outcome is not None and rs.outcome.failed else None
     if isinstance(exc, _RetryableStatus):
@@ -913,7 +954,11 @@ class SlackWebhookSender(_RetryingSender):
 
             def attempt(deadline: _Deadline) -> int:
                 timeout = max(0.05, min(self.request_timeout, deadline.remaining()))
-                response = client.post(url.get(), json=payload, timeout=timeout)
+                response = _within(
+                    deadline.remaining(),
+                    lambda: client.post(url.get(), json=payload, timeout=timeout),
+                    abandon=client.close,
+                )
                 if _retryable_status(response.status_code):
                     raise _RetryableStatus(response.status_code, response.headers.get("retry-after"))
                 return response.status_code
@@ -987,9 +1032,15 @@ class PrefectBlockSender(_RetryingSender):
             return block
 
         def attempt(deadline: _Deadline) -> None:
-            guard = getattr(block, "raise_on_failure", None)
-            with (guard if callable(guard) else contextlib.nullcontext)():
-                _sync(block.notify(message.text, message.title))
+            def notify() -> None:
+                guard = getattr(block, "raise_on_failure", None)
+                with (guard if callable(guard) else contextlib.nullcontext)():
+                    _sync(block.notify(message.text, message.title))
+
+            # The block's client (apprise, slack_sdk) is not ours to close: at the deadline
+            # the attempt is abandoned, and its thread ends when that client's own timeouts
+            # fire. The caller is free at the deadline either way.
+            _within(deadline.remaining(), notify)
 
         def transient(exc: BaseException) -> bool:
             if isinstance(exc, _RETRY_EXC):

@@ -7,7 +7,6 @@ command or opens a file: the probe did the reading, so local and SSH hosts share
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -27,6 +26,7 @@ from sensors._probe import (
     parse_task_cmdlines,
     parse_task_stats,
 )
+from sensors._regex import compile_user_regex
 from sensors._run import FINGERPRINT_BYTES, Run
 from sensors._text import redact
 
@@ -143,7 +143,7 @@ def read_process(
                 candidates, reused = [], True
         how = f"pid {spec.pid}"
     else:
-        rx = re.compile(spec.match or "")
+        rx = compile_user_regex(spec.match or "")
         matched = {
             pid
             for pid, cmd in table.cmdlines.items()
@@ -413,7 +413,7 @@ def _parse_log_stat(raw: bytes, path: str) -> _LogStat | str:
     kind = " ".join(parts[4:])
     if not kind.startswith("regular"):
         # A FIFO would block the reader, a device never ends: neither is read.
-        return f"log is not a regular file ({kind or 'unknown type'}): {path}"
+        return f"log is not a regular file: {kind or 'unknown type'} ({path})"
     return st
 
 
@@ -624,8 +624,8 @@ def _scan_log(spec: LogSpec, tail: bytes, st: _LogStat, memory: LogMemory) -> _L
         flat = flat.split("\n", 1)[1] if "\n" in flat else ""
     raw_lines = tail.split(b"\n")
     partial = bool(raw_lines[-1])
-    complete_rx = re.compile(spec.complete)
-    error_rx = re.compile(spec.error) if spec.error else None
+    complete_rx = compile_user_regex(spec.complete)
+    error_rx = compile_user_regex(spec.error) if spec.error else None
     complete_line, complete_end = memory.complete_line, memory.complete_end
     error_line = memory.error_line
     earlier, earlier_end = memory.earlier_complete, None
@@ -679,13 +679,13 @@ def _may_match(pattern: str | None, flat: str) -> bool:
         return False
     if "\\A" in pattern or "\\Z" in pattern:
         return True
-    return re.search(pattern, flat, re.MULTILINE) is not None
+    return compile_user_regex(pattern, multiline=True).search(flat) is not None
 
 
 def _progress_of(spec: LogSpec, flat: str) -> dict[str, object] | None:
     if not spec.progress or not _may_match(spec.progress, flat):
         return None
-    progress_rx = re.compile(spec.progress)
+    progress_rx = compile_user_regex(spec.progress)
     for seg in reversed(flat.split("\n")):
         m = progress_rx.search(seg)
         if m:
@@ -787,10 +787,10 @@ def read_outputs(
         if raw is None:
             return unknown("the probe's outputs section is missing")
         text = raw.decode("utf-8", "replace").strip()
-        if text in ("missing", "unreadable"):
+        if text in ("missing", "unreadable") or text.startswith("not a regular file"):
             return unknown(f"output file {text}: {spec.lines}")
         if text.startswith("notregular"):
-            return unknown(f"output file is not a regular file ({text[11:].strip()}): {spec.lines}")
+            return unknown(f"output file is not a regular file: {text[11:].strip()} ({spec.lines})")
         try:
             ino_s, size_s, mtime_s, base_s, n_s, tail_hex = text.split()
             inode, size, mtime, base, n = int(ino_s), int(size_s), int(mtime_s), int(base_s), int(n_s)

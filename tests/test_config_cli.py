@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -405,3 +406,41 @@ def test_yaml_on_key_is_a_string_not_a_boolean(tmp_path) -> None:
     )
     stage = load_stage(path)
     assert stage.notify is not None and stage.notify.on == ("stalled", "failed")
+
+
+def _log_stage_file(tmp_path: Path, log: Path, **log_keys: object) -> Path:
+    return _write(tmp_path, {"stage": "cli-log", "host": "local",
+                             "log": {"path": str(log), "complete": "^Extraction complete", **log_keys}})  # fmt: skip
+
+
+@pytest.mark.timeout(60)  # Python's re alone spends minutes on this line, every check
+def test_status_on_a_long_log_line_is_linear_time(tmp_path) -> None:
+    log = tmp_path / "long.log"
+    log.write_bytes(b"x" * (256 * 1024) + b" CUDA error: out of memory\n")
+    stage = _log_stage_file(tmp_path, log, error=r".*(Traceback|CUDA error)", tail_bytes=1024 * 1024)
+    out = _cli("status", str(stage), "--json", "--since", "1h", timeout=50)
+    assert out.returncode == 3, out.stderr
+    data = json.loads(out.stdout)
+    assert data["verdict"] == "failed"
+    assert data["signals"]["log"]["evidence"]["error_line"].endswith("CUDA error: out of memory")
+    assert "BacktrackingRegexWarning" not in out.stderr
+
+
+def test_a_backtracking_pattern_is_named_at_load(tmp_path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("Extraction complete\n")
+    stage = _log_stage_file(tmp_path, log, error=r"(?<!no )Traceback")
+    out = _cli("status", str(stage), "--json", "--since", "1h")
+    assert out.returncode == 0, out.stderr
+    assert "BacktrackingRegexWarning: log.error: '(?<!no )Traceback' uses lookbehind" in out.stderr
+    assert str(stage) in out.stderr
+
+
+@pytest.mark.timeout(40)  # before: two tails blocked on the FIFO until the 60 s deadline
+def test_status_on_a_fifo_log_is_unknown_at_once(tmp_path) -> None:
+    fifo = tmp_path / "pipe.log"
+    os.mkfifo(fifo)
+    out = _cli("status", str(_log_stage_file(tmp_path, fifo)), "--json", timeout=30)
+    assert out.returncode == 1, out.stderr
+    log = json.loads(out.stdout)["signals"]["log"]
+    assert log["says"] == "unknown" and "not a regular file: fifo" in log["detail"]

@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -466,6 +467,60 @@ def test_a_hung_server_cannot_hold_the_wait(hook: WebhookServer) -> None:
     assert hook.answered == 0
     hook.release()
     assert hook.wait_answered(len(hook.requests))
+
+
+def _notify_workers(limit: float) -> list[threading.Thread]:
+    """The delivery worker threads still alive after up to ``limit`` seconds."""
+    end = time.monotonic() + limit
+    while True:
+        alive = [t for t in threading.enumerate() if t.name == "crosscheck-notify"]
+        if not alive or time.monotonic() > end:
+            return alive
+        time.sleep(0.05)
+
+
+def test_a_trickling_server_cannot_hold_the_wait(hook: WebhookServer) -> None:
+    # One byte every 0.2 s: no read ever times out, and the whole answer would take ~15 s.
+    # The total deadline holds anyway: the sender returns a failure at 1 s (+ a margin for
+    # a loaded machine), and the abandoned attempt's thread ends soon after.
+    hook.respond(default=Reply(200, trickle=0.2))
+    send = SlackWebhookSender(lambda: hook.url, total_timeout=1.0, request_timeout=0.5)
+    start = time.monotonic()
+    result = send(build_message(verdict("stalled")))
+    elapsed = time.monotonic() - start
+    assert not result.ok and result.error == "timed out" and result.attempts == 1
+    assert elapsed < 1.0 + 1.5, elapsed
+    assert hook.requests and hook.answered == 0  # the server was still trickling
+    assert _notify_workers(5.0) == []
+
+
+def test_a_trickling_server_cannot_hold_a_watch_through_the_notifier(hook: WebhookServer) -> None:
+    hook.respond(default=Reply(200, trickle=0.2))
+    send = SlackWebhookSender(lambda: hook.url, total_timeout=0.8, request_timeout=0.5)
+    n = Notifier(NotifySpec(), stage="extract", send=send, clock=FakeClock())
+    start = time.monotonic()
+    (sent,) = n.observe(verdict("failed"))
+    assert time.monotonic() - start < 0.8 + 1.5
+    assert not sent.ok and sent.deliveries[0].error == "timed out"
+
+
+def test_a_prefect_block_that_hangs_is_bounded_too() -> None:
+    # The block's own client is out of reach (apprise, slack_sdk): the attempt is abandoned at
+    # the deadline and the caller goes on. A stand-in block; no Prefect server needed.
+    release = threading.Event()
+
+    class HangingBlock:
+        def notify(self, body: str, subject: str | None = None) -> None:
+            release.wait(30)
+
+    send = PrefectBlockSender("stuck", total_timeout=0.5)
+    send._block = HangingBlock()
+    start = time.monotonic()
+    result = send(build_message(verdict("stalled")))
+    assert time.monotonic() - start < 0.5 + 1.5
+    assert not result.ok and result.error == "timed out"
+    release.set()
+    assert _notify_workers(5.0) == []
 
 
 def test_env_secret(hook: WebhookServer, monkeypatch: pytest.MonkeyPatch) -> None:

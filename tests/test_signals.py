@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sensors import Checker, Says, State, stage_from_dict
+from sensors._errors import ProbeError
 from sensors._probe import Meta, parse_stat_line
 from sensors._signals import _effective_state, _elapsed
 from sensors.testing import SimulatedJob
@@ -331,6 +332,104 @@ def test_missing_log_is_unknown(tmp_path, host) -> None:
     reading = Checker(stage_from_dict(_log_stage(tmp_path / "nope.log")), host=host).check().readings["log"]
     assert reading.says is Says.UNKNOWN
     assert "No such file" in reading.detail or "unreadable" in reading.detail
+
+
+def _processes_mentioning(text: str, wait: float = 5.0) -> list[int]:
+    """PIDs whose command line holds ``text``, after waiting up to ``wait`` s for none."""
+    end = time.monotonic() + wait
+    while True:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and int(entry.name) != os.getpid():
+                try:
+                    if text.encode() in (entry / "cmdline").read_bytes():
+                        found.append(int(entry.name))
+                except OSError:
+                    pass  # exited meanwhile
+        if not found or time.monotonic() > end:
+            return found
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(40)  # before: a tail blocked on the FIFO until the 60 s probe deadline
+@pytest.mark.parametrize("kind", ["fifo", "directory", "character special file"])
+def test_a_log_that_is_not_a_regular_file_is_unknown_at_once(tmp_path, host, kind) -> None:
+    if kind == "fifo":
+        path = tmp_path / "pipe.log"
+        os.mkfifo(path)
+    elif kind == "directory":
+        path = tmp_path / "dir.log"
+        path.mkdir()
+    else:
+        path = Path("/dev/zero")  # tail -c on it would read forever
+    reading = Checker(stage_from_dict(_log_stage(path)), host=host).check().readings["log"]
+    assert reading.says is Says.UNKNOWN
+    assert f"not a regular file: {kind}" in reading.detail
+    if kind == "fifo":
+        assert _processes_mentioning(str(path)) == []
+
+
+def test_a_symlink_to_a_regular_log_is_read(tmp_path, host) -> None:
+    target = tmp_path / "real.log"
+    target.write_text("Extraction complete\n")
+    link = tmp_path / "link.log"
+    link.symlink_to(target)
+    assert Checker(stage_from_dict(_log_stage(link)), host=host, since="1h").check().readings["log"].says is Says.DONE
+
+
+@pytest.mark.timeout(60)
+def test_a_probe_that_times_out_leaves_no_process_behind(tmp_path, host) -> None:
+    # Children that block (on a FIFO nobody writes) are killed with the probe's whole
+    # process group, locally and on the SSH host, not re-parented to init.
+    fifo = tmp_path / "hang.fifo"
+    os.mkfifo(fifo)
+    script = f"tail -c 100 -- {fifo} | cat & tail -c 100 -- {fifo}\nwait\n".encode()
+    start = time.monotonic()
+    with pytest.raises(ProbeError, match="did not finish"):
+        host.run_script(script, timeout=2.5)
+    assert time.monotonic() - start < 2.5 + 5
+    assert _processes_mentioning(str(fifo)) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_probe_script_built_for_a_fifo_log_returns_at_once(tmp_path) -> None:
+    # The probe itself never waits on a FIFO (only regular files are read): the script that
+    # build_script makes for it ends well within a short deadline, and leaves nothing.
+    from sensors._hosts import LocalHost
+    from sensors._probe import build_script, new_nonce, split_sections
+
+    fifo = tmp_path / "pipe.log"
+    os.mkfifo(fifo)
+    nonce = new_nonce()
+    out = LocalHost().run_script(build_script(stage_from_dict(_log_stage(fifo)), nonce), timeout=5)
+    sections = split_sections(out, nonce)
+    assert sections["log_stat"].strip().endswith(b" fifo") and "log_tail" not in sections and "end" in sections
+    assert _processes_mentioning(str(fifo)) == []
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        pytest.param(r".*(Traceback|CUDA error)", id="re2"),
+        # RE2 cannot run a lookbehind: the fallback sees only each line's last 4 KiB.
+        pytest.param(r".*(?<!no )(Traceback|CUDA error)", id="fallback"),
+    ],
+)
+@pytest.mark.timeout(60)  # Python's re alone: ~10 minutes on this log
+@pytest.mark.filterwarnings("ignore::sensors._regex.BacktrackingRegexWarning")
+def test_a_long_log_line_costs_linear_time(tmp_path, host, error) -> None:
+    log = tmp_path / "long.log"
+    # One 256 KiB line without a match (a progress bar never ended by a newline, a dumped
+    # tensor), then the marker: re's `.*(a|b)` is quadratic in a line, RE2 linear.
+    log.write_bytes(b"x" * (256 * 1024) + b"\nExtraction complete\n")
+    stage = _log_stage(log, error=error, tail_bytes=1024 * 1024)
+    reading = Checker(stage_from_dict(stage), host=host, since="1h").check().readings["log"]
+    assert reading.says is Says.DONE
+    log.write_bytes(b"x" * (256 * 1024) + b" CUDA error: out of memory\n")
+    reading = Checker(stage_from_dict(stage), host=host, since="1h").check().readings["log"]
+    assert reading.says is Says.FAILED and reading.evidence["error_line"].endswith(
+        "CUDA error: out of memory"
+    )
 
 
 # ----------------------------------------------------------------- outputs

@@ -36,6 +36,8 @@ class Reply:
         headers: extra headers, e.g. ``{"Retry-After": "3"}``.
         delay: seconds to wait before answering (a slow server).
         hold: answer only after the test calls ``WebhookServer.release()`` (a hung server).
+        trickle: send the answer one byte at a time, this many seconds apart (a server that
+            never lets a read time out); stops when the client or the server goes.
     """
 
     status: int = 200
@@ -43,6 +45,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     hold: bool = False
+    trickle: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class WebhookServer:
         self._default = Reply()
         self._lock = threading.Lock()
         self._released = threading.Event()
+        self._closed = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="webhook-server", daemon=True)
@@ -109,6 +113,7 @@ class WebhookServer:
         return False
 
     def close(self) -> None:
+        self._closed.set()
         self.release()
         self._server.shutdown()
         self._server.server_close()
@@ -143,6 +148,9 @@ class WebhookServer:
                 if reply.delay:
                     time.sleep(reply.delay)
                 data = reply.body.encode()
+                if reply.trickle:
+                    self._trickle(reply, data)
+                    return
                 try:
                     self.send_response(reply.status)
                     for name, value in reply.headers.items():
@@ -154,6 +162,24 @@ class WebhookServer:
                 except OSError:
                     pass  # the client gave up (timeout) before we answered: that is the point
                 finally:
+                    with server._lock:
+                        server.answered += 1
+
+            def _trickle(self, reply: Reply, data: bytes) -> None:
+                head = (
+                    f"HTTP/1.1 {reply.status} OK\r\nContent-Type: text/plain\r\n"
+                    f"Content-Length: {len(data)}\r\n\r\n"
+                ).encode()
+                try:
+                    for i in range(len(head + data)):
+                        if server._closed.wait(reply.trickle):
+                            break
+                        self.wfile.write((head + data)[i : i + 1])
+                        self.wfile.flush()
+                except OSError:
+                    pass  # the client gave up: that is the point
+                finally:
+                    self.close_connection = True
                     with server._lock:
                         server.answered += 1
 

@@ -1,0 +1,246 @@
+"""User regexes in linear time: RE2 first, Python's ``re`` only where RE2 cannot say it.
+
+The stage file's regexes (``process.match``, ``log.complete``, ``log.error``,
+``log.progress``) run on text the job controls: command lines and log lines. Python's ``re``
+backtracks: ``.*(Traceback|CUDA error)`` over one 64 KB line without a match is quadratic
+(tens of seconds per check). RE2 (the ``google-re2`` package, module ``re2``) runs in time
+linear in the text whatever the pattern, so every pattern RE2 can express runs under it.
+
+The pattern language stays Python's: a pattern is first compiled with ``re`` (that is what
+the README documents and what a config error reports), then translated to RE2's syntax
+where the two spell the same thing differently, so a match means what ``re.search`` means:
+
+- ``\\Z`` (end of text) is RE2's ``\\z``; RE2 rejects ``\\Z``.
+- ``{,n}`` is ``{0,n}`` in ``re``; RE2 reads ``{,n}`` as literal text.
+- ``\\d``, ``\\w``, ``\\s`` are Unicode classes in ``re`` (str patterns) and ASCII in RE2:
+  they become ``\\p{Nd}``, ``[\\p{L}\\p{N}_]`` and ``[\\t\\n\\v\\f\\r\\x1c-\\x1f\\x85\\p{Z}]``,
+  checked equal to ``re``'s over every code point assigned in Python's Unicode tables.
+- ``\\uXXXX``, ``\\UXXXXXXXX``, ``\\N{NAME}`` become ``\\x{...}``; ``[\\b]`` (backspace) ``\\x08``.
+
+Differences left, by design: ``\\b``/``\\B`` are ASCII word boundaries under RE2 (RE2 has no
+Unicode ``\\b``), and ``$`` without multiline mode matches only at the very end (``re`` also
+matches before a final newline); crosscheck searches single lines, which hold no newline.
+
+What RE2 cannot express — lookaround, backreferences, possessive and atomic groups,
+conditionals, verbose mode, repetition counts over 1000, ``\\W``/``\\S`` inside a class,
+``(?a)``, nested sets — falls back to ``re``, with a warning when the stage file is loaded
+(:class:`BacktrackingRegexWarning`). A fallback pattern sees only the last
+:data:`FALLBACK_SCAN` characters of each line it is searched in, so a quadratic pattern
+costs at most ``FALLBACK_SCAN**2`` steps per line; only a pattern with nested repetition
+(``(a+)+$``) can still be exponential, which is what the warning is about.
+
+Lookaround and backreferences are allowed rather than a config error: they are how a user
+says "an error line, but not this harmless one" in one pattern, and rejecting them would push
+users to weaker patterns (missed failures) rather than to safer ones. The warning names the
+field and the construct, so the choice is made knowingly.
+
+Example:
+    >>> rx = compile_user_regex(r"step (?P<done>\\d+)/(?P<total>\\d+)")
+    >>> rx.engine, rx.search("step 3/10").groupdict()
+    ('re2', {'done': '3', 'total': '10'})
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import re2
+
+#: How much of each line (the last characters) a fallback (backtracking) pattern searches.
+#: A completion marker or an error is a short line, or ends a long one (the last ``\r``
+#: segment of a tqdm line); 4 KiB keeps a quadratic pattern at ~16M steps per line.
+FALLBACK_SCAN = 4096
+
+#: RE2's memory budget per compiled pattern (its default is 8 MiB). Big enough for any
+#: hand-written pattern; a pattern that needs more falls back (and warns) instead of failing.
+RE2_MAX_MEM = 64 << 20
+
+_WORD = r"\p{L}\p{N}_"
+_SPACE = r"\t\n\v\f\r\x1c-\x1f\x85\p{Z}"
+_DIGIT = r"\p{Nd}"
+_QUANT_NO_MIN = re.compile(r"\{,(\d*)\}")
+
+
+class BacktrackingRegexWarning(UserWarning):
+    """A stage regex RE2 cannot run: it is matched with Python's backtracking ``re``."""
+
+
+class Match(Protocol):
+    """What crosscheck uses of a match (``re.Match`` and RE2's match both have it)."""
+
+    def group(self, *args: Any) -> Any: ...
+
+    def groupdict(self) -> dict[str, Any]: ...
+
+
+class _Untranslatable(Exception):
+    pass
+
+
+def to_re2(pattern: str) -> str:
+    """``pattern`` (Python ``re`` syntax) in RE2's syntax, meaning the same.
+
+    Raises:
+        _Untranslatable: a construct with no RE2 spelling (the message names it).
+
+    Example:
+        >>> to_re2(r"done\\Z")
+        'done\\\\z'
+    """
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    in_class = False
+    class_start = False  # just after '[' or '[^': a ']' here is a literal
+    while i < n:
+        c = pattern[i]
+        if c == "\\" and i + 1 < n:
+            e = pattern[i + 1]
+            i += 2
+            if e in "uU":
+                width = 4 if e == "u" else 8
+                out.append(r"\x{" + pattern[i : i + width] + "}")
+                i += width
+            elif e == "N":
+                end = pattern.index("}", i)
+                code = ord(unicodedata.lookup(pattern[i + 1 : end]))
+                out.append(f"\\x{{{code:x}}}")
+                i = end + 1
+            elif e == "Z":
+                out.append(r"\z")
+            elif e == "d":
+                out.append(_DIGIT)
+            elif e == "D":
+                out.append(r"\P{Nd}")
+            elif e in "ws":
+                body = _WORD if e == "w" else _SPACE
+                out.append(body if in_class else f"[{body}]")
+            elif e in "WS":
+                if in_class:
+                    raise _Untranslatable(f"\\{e} inside a character class")
+                out.append(f"[^{_WORD if e == 'W' else _SPACE}]")
+            elif e == "b" and in_class:
+                out.append(r"\x08")
+            else:
+                out.append(c + e)
+            class_start = False
+            continue
+        if in_class:
+            if c == "]" and not class_start:
+                in_class = False
+            class_start = False
+            out.append(c)
+            i += 1
+            continue
+        if c == "[":
+            in_class = class_start = True
+            out.append(c)
+            i += 1
+            if pattern[i : i + 1] == "^":
+                out.append("^")
+                i += 1
+            continue
+        if c == "{" and (m := _QUANT_NO_MIN.match(pattern, i)):
+            out.append("{0," + m.group(1) + "}")
+            i = m.end()
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _re2_options() -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False  # RE2 would print every rejected pattern on stderr
+    options.max_mem = RE2_MAX_MEM
+    return options
+
+
+@dataclass(frozen=True)
+class UserRegex:
+    """A stage regex, compiled once: ``search`` has ``re.search`` semantics.
+
+    ``engine`` is ``"re2"`` (linear time) or ``"re"`` (the backtracking fallback, for a
+    pattern RE2 cannot express; ``why`` says what). ``multiline`` is ``re.MULTILINE``.
+    """
+
+    pattern: str
+    engine: Literal["re2", "re"]
+    multiline: bool = False
+    why: str | None = None
+    _compiled: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def linear(self) -> bool:
+        return self.engine == "re2"
+
+    def search(self, text: str) -> Match | None:
+        """The first match in ``text``, or None."""
+        if self.engine == "re2":
+            try:
+                return self._compiled.search(text)
+            except UnicodeEncodeError:
+                # RE2 reads UTF-8; a lone surrogate cannot be encoded (decoded log text
+                # never holds one, but this must never raise): match it as '?'.
+                return self._compiled.search(text.encode("utf-8", "replace").decode("utf-8"))
+        rx = self._compiled
+        if not self.multiline:
+            # pos, not a slice: '^' still means the real start of the line.
+            return rx.search(text, max(0, len(text) - FALLBACK_SCAN))
+        for line in text.split("\n"):
+            if m := rx.search(line, max(0, len(line) - FALLBACK_SCAN)):
+                return m
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def compile_user_regex(pattern: str, *, multiline: bool = False) -> UserRegex:
+    """Compile a stage regex (Python ``re`` syntax): RE2 if it can, else ``re``. Cached.
+
+    Raises:
+        re.error: ``pattern`` is not a valid Python regular expression.
+    """
+    flags = re.MULTILINE if multiline else 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fallback = re.compile(pattern, flags)
+    if any(issubclass(w.category, FutureWarning) for w in caught):
+        # A nested set or set operation ('[[:alpha:]]', '--', '&&'): re reads it one way
+        # today, RE2 (POSIX classes) another. Keep re's meaning.
+        return UserRegex(pattern, "re", multiline, "a nested set or set operation in [...]", fallback)
+    try:
+        translated = to_re2(pattern)
+        compiled = re2.compile(("(?m)" if multiline else "") + translated, _re2_options())
+    except _Untranslatable as exc:
+        return UserRegex(pattern, "re", multiline, str(exc), fallback)
+    except re2.error as exc:
+        return UserRegex(pattern, "re", multiline, _re2_reason(exc), fallback)
+    return UserRegex(pattern, "re2", multiline, None, compiled)
+
+
+def _re2_reason(exc: Exception) -> str:
+    """RE2's complaint in words a user can act on."""
+    text = exc.args[0] if exc.args else str(exc)
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    text = str(text)
+    for needle, words in (
+        ("(?=", "lookahead (?=...)"),
+        ("(?!", "negative lookahead (?!...)"),
+        ("(?<", "lookbehind (?<=...) / (?<!...)"),
+        ("(?P=", "a backreference (?P=name)"),
+        ("(?>", "an atomic group (?>...)"),
+        ("(?(", "a conditional (?(...)...)"),
+        ("(?x", "verbose mode (?x)"),
+        ("(?#", "a comment (?#...)"),
+        ("repetition size", "a repetition count over 1000"),
+        ("repetition operator", "a possessive quantifier (*+, ++, ?+)"),
+        ("escape sequence: \\", "a backreference or an escape RE2 lacks"),
+    ):
+        if needle in text:
+            return words
+    return text

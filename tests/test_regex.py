@@ -1,0 +1,114 @@
+"""Stage regexes: RE2 where it can, Python's re where it cannot, the same answers either way."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+import warnings
+
+import pytest
+
+from sensors import stage_from_dict
+from sensors._regex import FALLBACK_SCAN, BacktrackingRegexWarning, compile_user_regex, to_re2
+
+# (pattern, text): each row's RE2 answer must be re.search's, group for group.
+SAME_ANSWER = [
+    (r"^Extraction complete", "Extraction complete: 37312 files"),
+    (r"^Extraction complete", " Extraction complete"),
+    (r"done\Z", "all done"),
+    (r"done\Z", "done twice"),
+    (r"x{,3}y", "xxxxy"),
+    (r"a{,}b", "aaab"),
+    (r"(?P<done>\d+)/(?P<total>\d+)", "step ٣/10"),  # Arabic-Indic 3: \d is Unicode in re
+    (r"\d+", "½ ²"),  # not decimal digits: neither matches
+    (r"[\w.-]+@", "José.ü-x@host"),
+    (r"\W+", "ab  cd"),
+    (r"\s+\S", "a\u00a0\u2003b"),  # no-break and em spaces are \s in re
+    (r"\u00e9t\N{LATIN SMALL LETTER E WITH ACUTE}", "été"),
+    (r"[\b]", "a\bb"),
+    (r"(?i)cuda ERROR", "CUDA error: out of memory"),
+    (r"(?s)a.b", "a\nb"),
+    (r"Traceback|CUDA error", "RuntimeError: CUDA error"),
+    (r"\bloss\b", "val_loss loss=0.1"),
+]
+
+
+@pytest.mark.parametrize(("pattern", "text"), SAME_ANSWER)
+def test_re2_answers_as_re_search_does(pattern: str, text: str) -> None:
+    rx = compile_user_regex(pattern)
+    assert rx.engine == "re2" and rx.linear, rx.why
+    want, got = re.search(pattern, text), rx.search(text)
+    assert (want is None) == (got is None), to_re2(pattern)
+    if want:
+        assert got.group(0) == want.group(0) and got.groupdict() == want.groupdict()
+
+
+def test_unicode_classes_match_re_on_every_assigned_code_point() -> None:
+    # Python's tables (unicodedata) may be older than RE2's: compare where Python knows.
+    chars = "".join(
+        chr(c) for c in range(0x3000) if unicodedata.category(chr(c)) != "Cn" and not 0xD800 <= c <= 0xDFFF
+    )
+    for cls in (r"\d", r"\D", r"\w", r"\W", r"\s", r"\S"):
+        assert compile_user_regex(cls).engine == "re2"
+        mine = [bool(compile_user_regex(cls).search(c)) for c in chars]
+        theirs = [bool(re.search(cls, c)) for c in chars]
+        assert mine == theirs, cls
+
+
+def test_multiline_is_re_multiline() -> None:
+    rx = compile_user_regex(r"^done$", multiline=True)
+    assert rx.engine == "re2" and rx.search("x\ndone\ny") and not rx.search("x\nundone\n")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "why"),
+    [
+        (r"(?<!no )error", "lookbehind"),
+        (r"^(?!.*harmless).*Error", "negative lookahead"),
+        (r"(a)\1", "backreference"),
+        (r"(?x) a b", "verbose"),
+        (r"a{1001}", "over 1000"),
+        (r"[\W]", r"\W inside a character class"),
+        (r"[[:alpha:]]", "nested set"),
+    ],
+)
+def test_what_re2_cannot_say_falls_back_to_re(pattern: str, why: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        rx = compile_user_regex(pattern)
+    assert rx.engine == "re" and not rx.linear and why in (rx.why or "")
+
+
+def test_fallback_sees_only_the_last_part_of_a_long_line() -> None:
+    rx = compile_user_regex(r"(?<!no )error")
+    head = "error " + "x" * (2 * FALLBACK_SCAN)
+    assert rx.search(head) is None  # beyond the window: the price of a backtracking pattern
+    assert rx.search("x" * (2 * FALLBACK_SCAN) + " error").group(0) == "error"
+    assert compile_user_regex(r"^error").engine == "re2"  # RE2 has no window at all
+    assert compile_user_regex(r"^error").search(head)
+
+
+def test_compiled_once_per_pattern() -> None:
+    assert compile_user_regex(r"step (\d+)") is compile_user_regex(r"step (\d+)")
+
+
+def test_never_raises_on_text_that_is_not_utf8_encodable() -> None:
+    assert compile_user_regex("b").search("a\udcffb").group(0) == "b"
+
+
+def _stage(**log: str) -> dict:
+    return {"stage": "s", "log": {"path": "/x.log", "complete": "^done", **log}}
+
+
+def test_config_warns_naming_the_field_and_the_construct() -> None:
+    with pytest.warns(BacktrackingRegexWarning, match=r"log\.error: .*lookbehind.*backtracking") as rec:
+        stage_from_dict(_stage(error=r"(?<!no )error"), file="stages/a.yaml")
+    assert rec[0].filename == "stages/a.yaml"
+    with pytest.warns(BacktrackingRegexWarning, match=r"process\.match"):
+        stage_from_dict({"stage": "s", "process": {"match": r"train(?=\.py)"}})
+
+
+def test_config_is_silent_for_patterns_re2_runs() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stage_from_dict(_stage(error=r".*(Traceback|CUDA error)", progress=r"(?P<done>\d+)/(?P<total>\d+)"))
