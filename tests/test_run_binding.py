@@ -403,3 +403,21 @@ def test_a_jsonl_file_rewritten_in_place_past_its_old_size_is_counted_again(tmp_
     with open(f, "a") as fh:
         fh.write('{"b": 4}\n')
     assert checker.check().readings["outputs"].evidence["count"] == 4  # appends stay incremental
+
+
+def test_cli_status_finds_a_job_whose_flag_sits_after_4_kb_of_argv(tmp_path) -> None:
+    tag = f"long-cli-{time.time_ns()}"
+    shards = [f"/data/shards/shard-{i:05d}.parquet" for i in range(400)]
+    proc = subprocess.Popen([sys.executable, "-c", SLEEPER, "30", *shards, "--tag", tag])
+    try:
+        time.sleep(0.5)
+        path = tmp_path / "p.yaml"
+        path.write_text(json.dumps({"stage": "p", "process": {"match": f"--tag {tag}$"}}))
+        out = _cli("status", str(path), "--json")
+        doc = json.loads(out.stdout.splitlines()[-1])
+        assert doc["signals"]["process"]["says"] == "working", doc
+        assert doc["signals"]["process"]["evidence"]["pid"] == proc.pid
+        assert doc["verdict"] == "running" and out.returncode == 1
+    finally:
+        proc.kill()
+        proc.wait()
