@@ -24,11 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sensors import _signals
 from sensors._config import LogSpec
 from sensors._probe import Meta
 from sensors._regex import compile_user_regex
-from sensors._signals import read_log
+from sensors._signals import log as _signals
+from sensors._signals.log import read_log
 
 PATTERN = r".*(Traceback|CUDA error)"
 

@@ -1,4 +1,10 @@
-"""The Checker: one stage, one host, a memory of earlier checks, one verdict per check."""
+"""The Checker: one stage, one host, a memory of earlier checks, one verdict per check.
+
+A check is one probe round trip: the frame (``_probe``) plus each configured signal's
+snippet; then each signal reads its sections in registry order (``_signals.SIGNALS``),
+passing on what it learnt (the job's PIDs, where the run begins), and the verdict
+(``_verdict.decide``) turns the readings into one answer.
+"""
 
 from __future__ import annotations
 
@@ -7,29 +13,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from sensors._config import Stage
-from sensors._errors import HostError, HostKeyError
+from sensors._errors import ConfigError, HostError, HostKeyError
 from sensors._hosts import Host, LocalHost
 from sensors._model import Reading, Says, Verdict
-from sensors._probe import (
-    Meta,
-    ProbeState,
-    build_script,
-    new_nonce,
-    parse_meta,
-    split_sections,
-)
+from sensors._probe import Meta, Static, build_script, new_nonce, parse_meta, split_sections
 from sensors._run import Run, Since, parse_since
-from sensors._signals import (
-    LogMemory,
-    OutputsMemory,
-    ProcessMemory,
-    read_log,
-    read_outputs,
-    read_process,
-    seed_log_memory,
-)
+from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
+from sensors._signals.log import LogMemory, seed_log_memory
 from sensors._verdict import VerdictMemory, decide
 
 _LOCAL = LocalHost()
@@ -46,15 +39,52 @@ def host_for(stage: Stage) -> Host:
 
 @dataclass
 class _Memory:
-    process: ProcessMemory | None = None
-    log: LogMemory | None = None
-    outputs: OutputsMemory | None = None
-    gpu: object | None = None
+    """Everything a Checker remembers between checks: small values, one per signal."""
+
+    signals: dict[str, Any] = field(default_factory=dict)  # signal name → its memory
     verdict: VerdictMemory = field(default_factory=VerdictMemory)
-    job_pids: tuple[int, ...] = ()
-    static: Meta | None = None  # clock tick rate, hostname, lxcfs: read once per boot
+    static: Static | None = None  # clock tick rate, hostname, lxcfs: read once per boot
+    boot_id: str | None = None  # the boot the static facts belong to
     run: Run | None = None  # where the run being watched begins (launch, since, process)
     first_check_at: float | None = None  # the host's clock at this watch's first check
+
+
+def probe_script(
+    stage: Stage,
+    nonce: str,
+    memories: dict[str, Any] | None = None,
+    inputs: ProbeInputs | None = None,
+    static: Static | None = None,
+) -> bytes:
+    """The probe script of one check of ``stage`` (fresh memories unless given)."""
+    memories = memories or {}
+    inputs = inputs or ProbeInputs(nonce=nonce)
+    return build_script(
+        nonce,
+        static,
+        (
+            signal.snippet(spec, memories.get(signal.name) or signal.new_memory(), inputs)
+            for signal, spec in _configured(stage)
+        ),
+    )
+
+
+def _configured(stage: Stage) -> Iterator[tuple[Signal[Any, Any], Any]]:
+    for signal in SIGNALS:
+        spec = getattr(stage, signal.name)
+        if spec is not None:
+            yield signal, spec
+
+
+class Watch(Iterator[Verdict]):
+    """The verdicts of one :meth:`Checker.watch`; ``timed_out`` once it ended at its timeout."""
+
+    def __init__(self, verdicts: Iterator[Verdict]) -> None:
+        self._verdicts = verdicts
+        self.timed_out = False
+
+    def __next__(self) -> Verdict:
+        return next(self._verdicts)
 
 
 class Checker:
@@ -89,16 +119,13 @@ class Checker:
         """
         self.stage = stage
         self.host = host if host is not None else host_for(stage)
-        self.timed_out = False
         self.last: Verdict | None = None
         self._memory = _Memory(run=run)
         if run is not None and stage.log is not None:
-            self._memory.log = seed_log_memory(run)
+            self._memory.signals["log"] = seed_log_memory(run) or LogMemory()
         try:
             self._since = parse_since(since)
         except ValueError as exc:
-            from sensors._errors import ConfigError
-
             raise ConfigError(str(exc), field="since") from None
         self._lock = threading.Lock()
         # Never match ourselves: on the local host, crosscheck's own process (and its
@@ -121,35 +148,16 @@ class Checker:
         with self._lock:
             return self._check()
 
+    @property
+    def run(self) -> Run | None:
+        """Where the run being watched begins, once known (launch, ``since``, or the job's
+        process first seen alive)."""
+        return self._memory.run
+
     def _check(self) -> Verdict:
         stage, mem = self.stage, self._memory
         nonce = new_nonce()
-        extra = self._gpu_sections()
-        outputs_mem = mem.outputs or OutputsMemory()
-        log_mem = mem.log or LogMemory()
-        static = mem.static
-        probe_state = ProbeState(
-            pids=mem.job_pids,
-            lines_inode=outputs_mem.lines_inode,
-            lines_size=outputs_mem.lines_size,
-            # The in-place-write check stats every entry (O(n)): only worth it when outputs
-            # may decide completion — count at the expected number and the job not alive
-            # (while it runs the verdict is running anyway, e.g. a long CPU phase after
-            # the last output).
-            outputs_since=(
-                outputs_mem.checked_at
-                if stage.outputs and (outputs_mem.count or 0) >= stage.outputs.expected and not mem.job_pids
-                else None
-            ),
-            outputs_run_since=self._outputs_run_since(outputs_mem),
-            lines_fingerprint=outputs_mem.lines_fingerprint,
-            log_inode=log_mem.inode,
-            log_size=log_mem.size,
-            clk_tck=static.clk_tck if static else None,
-            hostname=static.hostname if static else None,
-            uptime_virtualised=static.uptime_virtualised if static else False,
-        )
-        script = build_script(stage, nonce, probe_state, extra)
+        script = probe_script(stage, nonce, mem.signals, self._probe_inputs(nonce), mem.static)
         timeout = stage.host.check_timeout if stage.host != "local" else 60.0
         try:
             output = self.host.run_script(script, timeout=timeout)
@@ -160,76 +168,58 @@ class Checker:
         except HostError as exc:
             return self._host_failed(exc)
         sections = split_sections(output, nonce)
-        meta = parse_meta(sections.get("meta"), probe_state)
+        meta = parse_meta(sections.get("meta"), mem.static)
         if "end" not in sections or meta.now is None:
             return self._host_failed(
                 HostError("the probe's answer was cut short or garbled", host=self.host.name)
             )
-        if static is not None and meta.boot_id != static.boot_id:
-            # Rebooted: what was static may not be any more (read again next check).
-            mem.static = None
-        elif meta.clk_tck:
-            mem.static = meta
+        self._remember_static(meta)
         if mem.first_check_at is None:
             mem.first_check_at = meta.now
         if mem.run is None and self._since is not None:
             mem.run = Run(source="since", started_at=self._since.resolve(meta.now))
+        facts = CheckFacts(
+            meta=meta,
+            nonce=nonce,
+            host=self.host.name,
+            nvml=self.host.nvml,
+            run=mem.run,
+            first_check_at=mem.first_check_at,
+            exclude_pids=self._exclude,
+            outputs_tie=not (stage.log or stage.process),
+        )
         readings: dict[str, Reading] = {}
-        job_pids: frozenset[int] | None = None
-        host = self.host.name
-        if stage.process:
-            r, mem.process, job_pids = read_process(
-                stage.process,
-                sections,
-                meta,
-                mem.process,
-                host=host,
-                nonce=nonce,
-                exclude_pids=self._exclude,
-                launched_pid=mem.run.pid if mem.run is not None else None,
-            )
-            readings["process"] = r
-            mem.job_pids = tuple(sorted(job_pids))[:64]
-            started = r.evidence.get("started_at")
-            if mem.run is None and r.says is Says.WORKING and isinstance(started, (int, float)):
-                # First seen alive: its start is where this run begins.
-                mem.run = Run(source="process", started_at=float(started))
-        if stage.log:
-            readings["log"], mem.log = read_log(stage.log, sections, meta, mem.log, host=host, run=mem.run)
-        if stage.outputs:
-            readings["outputs"], mem.outputs = read_outputs(
-                stage.outputs, sections, meta, mem.outputs, host=host, run_since=self._run_start()
-            )
-        if stage.gpu:
-            readings["gpu"] = self._read_gpu(sections, meta, job_pids)
+        for signal, spec in _configured(stage):
+            memory = mem.signals.get(signal.name) or signal.new_memory()
+            reading, mem.signals[signal.name], facts = signal.read(spec, sections, memory, facts)
+            readings[signal.name] = reading
+        mem.run = facts.run
         verdict, mem.verdict = decide(
-            stage.stage, host, readings, stage.policy, mem.verdict, meta.now, run=mem.run
+            stage.stage, self.host.name, readings, stage.policy, mem.verdict, meta.now, run=mem.run
         )
         self.last = verdict
         return verdict
 
-    @property
-    def run(self) -> Run | None:
-        """Where the run being watched begins, once known (launch, ``since``, or the job's
-        process first seen alive)."""
-        return self._memory.run
+    def _probe_inputs(self, nonce: str) -> ProbeInputs:
+        mem, stage = self._memory, self.stage
+        process = mem.signals.get("process")
+        run_start = mem.run.started_at if mem.run is not None and mem.run.started_at else mem.first_check_at
+        return ProbeInputs(
+            nonce=nonce,
+            nvml=self.host.nvml,
+            job_alive=bool(process is not None and process.job_pids),
+            run_start=run_start,
+            outputs_tie=not (stage.log or stage.process),
+        )
 
-    def _run_start(self) -> float | None:
-        """When this run began, or else this watch's first check (host clock)."""
+    def _remember_static(self, meta: Meta) -> None:
         mem = self._memory
-        if mem.run is not None and mem.run.started_at is not None:
-            return mem.run.started_at
-        return mem.first_check_at
-
-    def _outputs_run_since(self, outputs: OutputsMemory) -> float | None:
-        """Ask the probe for an output written during the run only when nothing else can tie
-        the outputs to it (no log, no process signal) and they could decide completion."""
-        stage = self.stage
-        if stage.log or stage.process or not stage.outputs or not stage.outputs.files:
-            return None
-        if outputs.written_this_run or (outputs.count or 0) < stage.outputs.expected:
-            return None
-        return self._run_start()
+        if mem.static is not None and meta.boot_id != mem.boot_id:
+            # Rebooted: what was static may not be any more (read again next check).
+            mem.static, mem.boot_id = None, None
+        elif meta.clk_tck:
+            mem.static = Static(meta.clk_tck, meta.hostname, meta.uptime_virtualised)
+            mem.boot_id = meta.boot_id
 
     def _host_failed(self, exc: HostError) -> Verdict:
         """Every reading unknown, the error as evidence: a dead link is not a dead process."""
@@ -265,25 +255,6 @@ class Checker:
         self.last = verdict
         return verdict
 
-    # ------------------------------------------------------------------ gpu seam
-
-    def _gpu_sections(self) -> dict[str, str]:
-        if not self.stage.gpu or self.host.nvml:
-            return {}
-        try:
-            from sensors import _gpu
-        except ImportError:
-            return {}
-        return dict(_gpu.remote_sections(self.stage.gpu))
-
-    def _read_gpu(self, sections: dict[str, bytes], meta: Meta, job_pids: frozenset[int] | None) -> Reading:
-        assert self.stage.gpu is not None
-        try:
-            from sensors import _gpu
-        except ImportError:
-            return Reading("gpu", Says.UNKNOWN, "GPU reading not available", {}, meta.now, self.host.name)
-        return _gpu.read_for_checker(self, sections, meta, job_pids)
-
     # ------------------------------------------------------------------ waiting
 
     def watch(
@@ -292,27 +263,38 @@ class Checker:
         timeout: float | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
-    ) -> Iterator[Verdict]:
+    ) -> Watch:
         """Check every ``policy.interval``; yield each verdict; stop after complete or failed.
 
-        Stops at ``timeout`` (default: the policy's) with ``self.timed_out`` set. Host errors
-        never end the wait: they are ``unknown`` verdicts, and the next check reconnects.
+        Stops at ``timeout`` (default: the policy's); the returned :class:`Watch` then says
+        ``timed_out``. Host errors never end the wait: they are ``unknown`` verdicts, and the
+        next check reconnects.
+
+        Example:
+            >>> watch = checker.watch(timeout=3600)  # doctest: +SKIP
+            >>> for verdict in watch: ...
+            >>> watch.timed_out
         """
         limit = self.stage.policy.timeout if timeout is None else timeout
-        deadline = clock() + limit
-        self.timed_out = False
-        while True:
-            started = clock()
-            verdict = self.check()
-            yield verdict
-            if verdict.state.value in ("complete", "failed"):
-                return
-            remaining = deadline - clock()
-            if remaining <= 0:
-                self.timed_out = True
-                return
-            pause = max(0.0, self.stage.policy.interval - (clock() - started))
-            sleep(min(pause, remaining))
+        watch: Watch
+
+        def verdicts() -> Iterator[Verdict]:
+            deadline = clock() + limit
+            while True:
+                started = clock()
+                verdict = self.check()
+                yield verdict
+                if verdict.state.value in ("complete", "failed"):
+                    return
+                remaining = deadline - clock()
+                if remaining <= 0:
+                    watch.timed_out = True
+                    return
+                pause = max(0.0, self.stage.policy.interval - (clock() - started))
+                sleep(min(pause, remaining))
+
+        watch = Watch(verdicts())
+        return watch
 
     def close(self) -> None:
         # Pooled SSH connections are shared between stages: the pool closes them.

@@ -304,7 +304,8 @@ def _wait(stages: list[Stage], *, as_json: bool, timeout: float | None, since: S
         checker = Checker(stage, since=since)
         notifier = _notifier(stage)
         previous: State | None = None
-        for verdict in checker.watch(timeout=timeout, sleep=stop.wait):
+        watch = checker.watch(timeout=timeout, sleep=stop.wait)
+        for verdict in watch:
             if stop.is_set():
                 return
             with lock:
@@ -322,7 +323,7 @@ def _wait(stages: list[Stage], *, as_json: bool, timeout: float | None, since: S
                 notifier(verdict)
             previous = verdict.state
             finals[stage.stage] = verdict
-        timed_out[stage.stage] = checker.timed_out
+        timed_out[stage.stage] = watch.timed_out
 
     try:
         if live:

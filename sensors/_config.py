@@ -9,193 +9,45 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from sensors._errors import ConfigError
-from sensors._regex import FALLBACK_SCAN, BacktrackingRegexWarning, compile_user_regex
+from sensors._schema import AbsPath, Duration, Regex, Section, parse_duration
+from sensors._signals.gpu import GpuSpec
+from sensors._signals.log import LogSpec
+from sensors._signals.outputs import DEFAULT_EXCLUDES, OutputsSpec
+from sensors._signals.process import ProcessSpec
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from ``500ms``, ``30s``, ``15m``, ``2h``, ``1d`` or a plain number of seconds.
-
-    Example:
-        >>> parse_duration("15m")
-        900.0
-    """
-    if isinstance(value, bool):
-        raise ValueError("expected a duration like 30s, 15m, 2h or a number of seconds")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION.match(value)):
-        seconds = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-    else:
-        raise ValueError(f"{value!r} is not a duration (use 500ms, 30s, 15m, 2h, or a number of seconds)")
-    if seconds <= 0:
-        raise ValueError("must be greater than 0")
-    return seconds
-
-
-Duration = Annotated[float, BeforeValidator(parse_duration)]
+__all__ = [
+    "DEFAULT_EXCLUDES",
+    "AbsPath",
+    "Duration",
+    "GpuSpec",
+    "LaunchSpec",
+    "LogSpec",
+    "NotifySpec",
+    "OutputsSpec",
+    "PolicySpec",
+    "ProcessSpec",
+    "Regex",
+    "SSHSpec",
+    "Stage",
+    "load_stage",
+    "parse_duration",
+    "stage_from_dict",
+]
 
 
-_REGEX_SECTION = {"match": "process", "complete": "log", "error": "log", "progress": "log"}
-
-
-def _regex(value: Any, info: ValidationInfo) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError("expected a non-empty regular expression")
-    try:
-        rx = compile_user_regex(value)
-    except re.error as exc:
-        raise ValueError(f"invalid regular expression {value!r}: {exc}") from None
-    if not rx.linear:
-        name = info.field_name or "regex"
-        where = f"{_REGEX_SECTION.get(name, '?')}.{name}"
-        file = (info.context or {}).get("file")
-        # Located at the stage file (no source line: lineno 0), not at pydantic's frame;
-        # no registry, so each load says it again (a watch started later warns too).
-        warnings.warn_explicit(
-            f"{where}: {value!r} uses {rx.why}, which RE2 cannot run: it is matched with "
-            f"Python's backtracking re (only the last {FALLBACK_SCAN} characters of each "
-            "line), and its time per check depends on the pattern and the job's output",
-            BacktrackingRegexWarning,
-            filename=file or "<stage>",
-            lineno=0,
-        )
-    return value
-
-
-Regex = Annotated[str, BeforeValidator(_regex)]
-
-
-def _absolute_path(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError("expected an absolute path")
-    if "\0" in value or "\n" in value:
-        raise ValueError("a path may not contain NUL or newline characters")
-    if not value.startswith("/"):
-        raise ValueError(f"{value!r} is a relative path; use an absolute path")
-    return value
-
-
-AbsPath = Annotated[str, BeforeValidator(_absolute_path)]
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ProcessSpec(_Section):
-    """Which process is the job: a regex over the full command line, or a PID."""
-
-    match: Regex | None = Field(
-        None, description="regex searched in the command line (argv joined by spaces)"
-    )
-    pid: int | None = Field(None, gt=0, description="the job's PID, instead of match")
-
-    @model_validator(mode="after")
-    def _one_of(self) -> ProcessSpec:
-        if (self.match is None) == (self.pid is None):
-            raise ValueError("give exactly one of match or pid")
-        return self
-
-
-class LogSpec(_Section):
-    path: AbsPath
-    complete: Regex = Field(description="regex that a whole line must match")
-    error: Regex | None = None
-    progress: Regex | None = Field(None, description="regex; named groups done and total are reported")
-    tail_bytes: int = Field(
-        256 * 1024, ge=4096, le=64 * 1024 * 1024, description="how much of the end is read"
-    )
-
-
-DEFAULT_EXCLUDES = (".*", "*.tmp", "*.part", "*.partial", "*.swp", "*~")
-MAX_EXCLUDES = 64
-
-
-def _name_glob(value: str) -> bool:
-    """A glob over one directory entry's name: non-empty, at most NAME_MAX bytes, and free of
-    '/', NUL, newline and carriage return."""
-    return (
-        bool(value)
-        and len(value.encode("utf-8", "surrogateescape")) <= 255
-        and not any(c in value for c in "/\0\n\r")
-    )
-
-
-class OutputsSpec(_Section):
-    files: AbsPath | None = Field(None, description="directory whose entries are counted")
-    pattern: str = "*"
-    exclude: tuple[str, ...] = DEFAULT_EXCLUDES
-    lines: AbsPath | None = Field(None, description="file whose newline-terminated records count")
-    expected: int = Field(gt=0)
-
-    @field_validator("pattern")
-    @classmethod
-    def _pattern(cls, value: str) -> str:
-        if not _name_glob(value):
-            raise ValueError("a file name pattern like '*.pt' (no '/')")
-        return value
-
-    @field_validator("exclude")
-    @classmethod
-    def _exclude(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        # Each glob reaches the probe's grep -E and find -name: a newline would split the
-        # grep pattern and an empty alternative excludes every name (the count silently 0).
-        if len(value) > MAX_EXCLUDES:
-            raise ValueError(f"at most {MAX_EXCLUDES} exclude patterns")
-        for glob in value:
-            if not _name_glob(glob):
-                raise ValueError(f"{glob!r} is not a file name pattern like '*.tmp' (no '/')")
-        return value
-
-    @model_validator(mode="after")
-    def _one_of(self) -> OutputsSpec:
-        if (self.files is None) == (self.lines is None):
-            raise ValueError("give exactly one of files or lines")
-        return self
-
-
-def _devices(value: Any) -> Any:
-    if value == "all":
-        return "all"
-    if isinstance(value, (int, str)):
-        value = [value]
-    if not isinstance(value, list) or not value:
-        raise ValueError("expected 'all', a GPU index, a UUID, or a list of them")
-    for item in value:
-        if isinstance(item, bool) or not isinstance(item, (int, str)):
-            raise ValueError(f"{item!r} is neither a GPU index nor a UUID")
-        if isinstance(item, int) and item < 0:
-            raise ValueError("a GPU index is 0 or more")
-    return tuple(value)
-
-
-class GpuSpec(_Section):
-    devices: Annotated[Literal["all"] | tuple[int | str, ...], BeforeValidator(_devices)] = "all"
-    idle_below: float = Field(5.0, ge=0, le=100, description="percent utilisation")
-    idle_for: Duration = Field(60.0, description="idle in every sample for this long")
-
-
-class PolicySpec(_Section):
+class PolicySpec(Section):
     interval: Duration = 30.0
     stall_after: Duration = 900.0
     settle: int = Field(2, ge=1)
@@ -210,7 +62,7 @@ class PolicySpec(_Section):
     )
 
 
-class SSHSpec(_Section):
+class SSHSpec(Section):
     ssh: str = Field(min_length=1, description="hostname or ~/.ssh/config alias")
     port: int | None = Field(None, gt=0, lt=65536)
     user: str | None = None
@@ -239,7 +91,7 @@ class SSHSpec(_Section):
         return value
 
 
-class NotifySpec(_Section):
+class NotifySpec(Section):
     slack_webhook: str | None = Field(None, description="env:NAME or block:NAME")
     prefect_block: str | None = Field(None, description="name of a Prefect notification block")
     on: tuple[Literal["complete", "running", "stalled", "failed", "contradiction", "unknown"], ...] = (
@@ -261,7 +113,7 @@ class NotifySpec(_Section):
         return value
 
 
-class LaunchSpec(_Section):
+class LaunchSpec(Section):
     """How the pipeline flow starts the stage's job (detached, on the stage's host)."""
 
     command: tuple[str, ...] = Field(min_length=1, description="argv of the job")
@@ -278,7 +130,7 @@ class LaunchSpec(_Section):
         return value
 
 
-class Stage(_Section):
+class Stage(Section):
     """A stage: what to watch, where, and the policy that turns readings into a verdict."""
 
     stage: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")

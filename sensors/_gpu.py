@@ -66,7 +66,7 @@ it still keeps, back to ``idle_for``) fill in between checks, so checks may be a
 ``idle_for`` apart.
 
 Example:
-    >>> from sensors._config import GpuSpec
+    >>> from sensors._signals.gpu import GpuSpec
     >>> spec = GpuSpec(idle_below=5, idle_for=60)
     >>> dev = GpuDevice(0, "GPU-a", "H200", 0.0, 92000.0, 143771.0, ())
     >>> snap = GpuSnapshot(True, None, "550.54", (dev,), read_at=100.0, source="nvml")
@@ -85,10 +85,12 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from sensors._config import GpuSpec
 from sensors._model import Reading, Says
+
+if TYPE_CHECKING:  # the spec lives with the signal, which imports this module
+    from sensors._signals.gpu import GpuSpec
 
 #: PIDs NVML reports when bindings and driver disagree on the process-info struct layout
 #: (or for processes in another PID namespace on some drivers): never a real process.
@@ -775,7 +777,7 @@ def gpu_reading(
         host: labels the reading.
 
     Example:
-        >>> from sensors._config import GpuSpec
+        >>> from sensors._signals.gpu import GpuSpec
         >>> snap = GpuSnapshot(False, "nvidia-smi not found on the host", None, source="nvidia-smi")
         >>> r, _ = gpu_reading(snap, GpuSpec(), job_pids=None, visible_pids=frozenset(),
         ...                    nspid={}, state=None, now=0.0, host="gpu-host")
@@ -914,7 +916,7 @@ def gpu_reading(
 
 @dataclass(frozen=True)
 class GpuMemory:
-    """What the checker keeps between checks for the GPU signal (``Checker._memory.gpu``).
+    """What the GPU signal keeps between checks.
 
     ``last_job_pids`` are the job's PIDs while they were last seen: once the process signal
     says gone, a GPU context still held by one of them is the "busy after exit" evidence.
@@ -924,20 +926,22 @@ class GpuMemory:
     last_job_pids: frozenset[int] = frozenset()
 
 
-def read_for_checker(
-    checker: Any, sections: Mapping[str, bytes], meta: Any, job_pids: frozenset[int] | None
-) -> Reading:
-    """The Checker's GPU seam: read (NVML here, or the probe's smi sections), decide, remember.
+def read_gpu(
+    spec: GpuSpec,
+    sections: Mapping[str, bytes],
+    memory: GpuMemory | None,
+    *,
+    nvml: bool,
+    now: float | None,
+    host: str,
+    job_pids: frozenset[int] | None,
+) -> tuple[Reading, GpuMemory]:
+    """Read (NVML here, or the probe's smi sections), decide, and return the new memory.
 
-    ``checker`` needs ``stage.gpu``, ``host.nvml``, ``host.name`` and ``_memory.gpu`` (a
-    :class:`GpuMemory` or None); ``meta.now`` is the monitored host's clock.
-
-    Example:
-        >>> reading = read_for_checker(checker, sections, meta, job_pids)  # doctest: +SKIP
+    ``now`` is the monitored host's clock; ``job_pids`` the process signal's (None: none).
     """
-    spec: GpuSpec = checker.stage.gpu
-    memory = checker._memory.gpu if isinstance(checker._memory.gpu, GpuMemory) else GpuMemory()
-    if checker.host.nvml:
+    memory = memory if isinstance(memory, GpuMemory) else GpuMemory()
+    if nvml:
         snapshot = read_local(spec)
         nspid: Mapping[int, int]
         nspid, visible = _local_nspid()
@@ -945,7 +949,7 @@ def read_for_checker(
     else:
         snapshot = parse_remote(sections)
         nspid, visible = remote_nspid_map(sections)
-        now = meta.now if meta.now is not None else (snapshot.read_at or time.time())
+        now = now if now is not None else (snapshot.read_at or time.time())
     pids = job_pids
     if job_pids is not None and not job_pids:
         # Gone: attribute to the PIDs it last had. Never seen alive: still empty, and
@@ -959,10 +963,9 @@ def read_for_checker(
         nspid=nspid,
         state=memory.window,
         now=now,
-        host=checker.host.name,
+        host=host,
     )
-    checker._memory.gpu = GpuMemory(window, job_pids or memory.last_job_pids)
-    return reading
+    return reading, GpuMemory(window, job_pids or memory.last_job_pids)
 
 
 def _unattributed_note(attr: _Attribution, by_uuid: Mapping[str, GpuDevice]) -> str:
@@ -1000,7 +1003,7 @@ __all__ = [
     "matches",
     "parse_nspid",
     "parse_remote",
-    "read_for_checker",
+    "read_gpu",
     "read_local",
     "remote_nspid_map",
     "remote_sections",

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sensors._config import parse_duration
+from sensors._schema import parse_duration
 
 #: Bytes compared at a remembered offset to tell "appended to" from "rewritten".
 FINGERPRINT_BYTES = 64

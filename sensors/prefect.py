@@ -161,9 +161,10 @@ def wait_for_stage(
     limit = spec.policy.timeout if timeout is None else parse_duration(timeout)
     gate = _GateReport(spec, notifier=_notifier(spec))
     with Checker(spec, since=since, run=run_from_record(run)) as checker:
-        for verdict in checker.watch(timeout=limit):
+        watch = checker.watch(timeout=limit)
+        for verdict in watch:
             gate.observe(verdict)
-        timed_out = checker.timed_out
+        timed_out = watch.timed_out
     return gate.finish(timed_out=timed_out, timeout=limit)
 
 

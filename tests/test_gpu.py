@@ -36,11 +36,25 @@ from sensors._gpu import (
     local_nspid_map,
     parse_nspid,
     parse_remote,
-    read_for_checker,
+    read_gpu,
     read_local,
     remote_nspid_map,
 )
 from sensors._model import Says
+
+
+def read_for_checker(checker, sections, meta, job_pids):
+    """The GPU signal as the Checker reads it, with the memory kept on a checker-like value."""
+    reading, checker._memory.gpu = read_gpu(
+        checker.stage.gpu,
+        sections,
+        checker._memory.gpu,
+        nvml=checker.host.nvml,
+        now=meta.now,
+        host=checker.host.name,
+        job_pids=job_pids,
+    )
+    return reading
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 
 from sensors import Checker, Says, State, stage_from_dict
-from sensors._probe import build_script, new_nonce, parse_cmdlines, parse_stats, split_sections
+from sensors._check import probe_script as build_script
+from sensors._probe import new_nonce, split_sections
 from sensors._run import launch_mark_script, parse_launch_mark, parse_since
+from sensors._signals.procfs import parse_cmdlines, parse_stats
 from sensors.testing import SimulatedJob
 
 CLI = [sys.executable, "-m", "sensors"]
@@ -339,8 +341,8 @@ def test_record_parsers_accept_only_headers_with_this_checks_prefix() -> None:
 
 
 def test_a_command_line_too_long_to_read_whole_is_unknown_not_no_match(monkeypatch, tmp_path, host) -> None:
-    import sensors._probe as probe
-    import sensors._signals as signals
+    import sensors._signals.process as signals
+    import sensors._signals.procfs as probe
 
     monkeypatch.setattr(probe, "CMDLINE_PER_PROCESS", 8192)
     monkeypatch.setattr(signals, "CMDLINE_PER_PROCESS", 8192)
@@ -375,7 +377,7 @@ def test_identities_of_short_lived_workers_are_not_kept(tmp_path, host) -> None:
         for _ in range(15):
             checker.check()
             time.sleep(0.1)
-        identities = checker._memory.process.identities
+        identities = checker._memory.signals["process"].identities
         assert proc.pid in identities
         assert len(identities) <= 3, identities  # the job, and a worker alive right now
     finally:

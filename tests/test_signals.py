@@ -17,8 +17,10 @@ import pytest
 
 from sensors import Checker, Says, State, stage_from_dict
 from sensors._errors import ProbeError
-from sensors._probe import Meta, parse_stat_line
-from sensors._signals import _effective_state, _elapsed
+from sensors._probe import Meta
+from sensors._signals.procfs import effective_state as _effective_state
+from sensors._signals.procfs import elapsed as _elapsed
+from sensors._signals.procfs import parse_stat_line
 from sensors.testing import SimulatedJob
 
 
@@ -181,8 +183,8 @@ def test_pid_reused_by_another_process_means_gone(host) -> None:
         checker = Checker(stage, host=host)
         assert checker.check().readings["process"].says is Says.WORKING
         # Pretend the PID was first seen with another start time: the identity differs.
-        mem = checker._memory.process
-        checker._memory.process = type(mem)(
+        mem = checker._memory.signals["process"]
+        checker._memory.signals["process"] = type(mem)(
             mem.boot_id, {proc.pid: mem.identities[proc.pid] - 5}, mem.first_pids
         )
         reading = checker.check().readings["process"]
@@ -395,8 +397,9 @@ def test_a_probe_that_times_out_leaves_no_process_behind(tmp_path, host) -> None
 def test_a_probe_script_built_for_a_fifo_log_returns_at_once(tmp_path) -> None:
     # The probe itself never waits on a FIFO (only regular files are read): the script that
     # build_script makes for it ends well within a short deadline, and leaves nothing.
+    from sensors._check import probe_script as build_script
     from sensors._hosts import LocalHost
-    from sensors._probe import build_script, new_nonce, split_sections
+    from sensors._probe import new_nonce, split_sections
 
     fifo = tmp_path / "pipe.log"
     os.mkfifo(fifo)
@@ -495,7 +498,8 @@ def test_glob_translation_matches_fnmatch(tmp_path, pattern) -> None:
 def test_plain_zombies_cost_the_probe_nothing(host) -> None:
     """Where PID 1 does not reap (containers), zombies pile up: only zombie leaders that
     still have threads get their threads read, so plain zombies add no work."""
-    from sensors._probe import build_script, new_nonce, split_sections
+    from sensors._check import probe_script as build_script
+    from sensors._probe import new_nonce, split_sections
 
     parent = subprocess.Popen(
         [

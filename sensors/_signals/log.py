@@ -1,0 +1,496 @@
+"""The log signal: this run's completion line, its errors, progress and staleness.
+
+Read by seeking: ``stat`` and the last ``tail_bytes`` (a 10 GB log costs what a 10 KB one
+does), bounded by the size ``stat`` saw so offsets are exact. tqdm's ``\\r`` rewrites are
+split; a completion marker is a whole line ending in ``\\n``. A completion line counts only
+when this run wrote it: the memory keeps where the run's bytes begin (``run_from``, see
+``sensors._run``) and the last bytes before the previous end, so a log replaced, truncated or
+rewritten in place (even regrown past its old size) is seen. Staleness is the monitored host's
+``now - mtime``, both read in one probe (clocks of two hosts differ).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TypedDict
+
+from pydantic import Field
+
+from sensors._model import Reading, Says
+from sensors._probe import Meta
+from sensors._regex import compile_user_regex
+from sensors._run import FINGERPRINT_BYTES, Run
+from sensors._schema import AbsPath, Regex, Section
+from sensors._signals.base import CheckFacts, ProbeInputs, Signal
+
+
+class LogSpec(Section):
+    path: AbsPath
+    complete: Regex = Field(description="regex that a whole line must match")
+    error: Regex | None = None
+    progress: Regex | None = Field(None, description="regex; named groups done and total are reported")
+    tail_bytes: int = Field(
+        256 * 1024, ge=4096, le=64 * 1024 * 1024, description="how much of the end is read"
+    )
+
+
+@dataclass(frozen=True)
+class LogMemory:
+    """The log as the last check left it, and where this run's bytes begin in it.
+
+    ``run_from`` is the offset in ``inode`` where the run's bytes begin (None: not bound
+    yet). Bytes before it are an earlier run's, or, when ``before_uncertain``, of a run
+    that cannot be told (the log was written both before and after the run began, or no
+    run start is known at all).
+    """
+
+    inode: int | None = None
+    size: int = 0
+    fingerprint: str | None = None  # hex of the bytes just before `size`
+    absent: bool = False  # no log at an earlier check: a file that appears is this run's
+    run_from: int | None = None
+    before_uncertain: bool = False
+    bound_by: str | None = None
+    bound_at: float | None = None
+    complete_line: str | None = None  # this run's completion line
+    complete_end: int | None = None  # the offset just after it
+    error_line: str | None = None
+    earlier_complete: str | None = None  # a completion line before run_from
+
+
+class LogEvidence(TypedDict, total=False):
+    """The log reading's evidence (the JSON the CLI prints, key for key)."""
+
+    path: str
+    last_line: str
+    age_seconds: float
+    size: int
+    inode: int
+    mtime: int
+    complete_line: str | None
+    error_line: str | None
+    progress: dict[str, object] | None
+    partial_last_line: bool
+    run_from_offset: int | None  # where this run's bytes begin in the file
+    run_bound_by: str | None  # what told it: launch, since, process or watch
+    earlier_complete_line: str  # a completion line before the run's first byte
+    replaced: bool
+    rotated: bool
+    truncated: bool
+    rewritten: bool
+
+
+# --------------------------------------------------------------------------- probe snippet
+
+
+def snippet(spec: LogSpec, memory: LogMemory, probe: ProbeInputs) -> list[str]:
+    """stat, the tail (bounded by the size stat saw), and the bytes before the last check's end.
+
+    Only a regular file is read: a FIFO would block ``tail`` and a device never ends. The
+    bytes before the previous end show a file rewritten in place even when it regrew past
+    its old size.
+    """
+    log = shlex.quote(spec.path)
+    t = int(spec.tail_bytes)
+    lines = [
+        "sec log_stat",
+        f"st=$(stat -L -c '%i %s %Y %W %F' -- {log} 2>&1 | head -c 4096); printf '%s\\n' \"$st\"",
+        "set -f; set -- $st; set +f",
+        'if [ "$5" = regular ] && isnum "$1" && isnum "$2"; then',
+        "  sec log_tail",
+        f"  tail -c +$(($2 > {t} ? $2 - {t} + 1 : 1)) -- {log} 2>/dev/null"
+        f" | head -c $(($2 > {t} ? {t} : $2))",
+    ]
+    if memory.inode is not None and memory.size > 0:
+        n = min(memory.size, FINGERPRINT_BYTES)
+        start = memory.size - n + 1
+        lines += [
+            f'  if [ "$1" = {int(memory.inode)} ] && [ "$2" -ge {int(memory.size)} ]; then',
+            "    sec log_prev",
+            f"    tail -c +{start} -- {log} 2>/dev/null | head -c {n}",
+            "  fi",
+        ]
+    return [*lines, "fi"]
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def seed_log_memory(run: Run) -> LogMemory | None:
+    """The log memory a launch leaves: the file as it was just before the job started."""
+    if run.source != "launch" or run.started_at is None:
+        return None
+    if run.log_inode is None:
+        return LogMemory(absent=True, bound_by="launch", bound_at=run.started_at)
+    return LogMemory(
+        inode=run.log_inode,
+        size=run.log_offset or 0,
+        fingerprint=run.log_fingerprint,
+        run_from=run.log_offset or 0,
+        bound_by="launch",
+        bound_at=run.started_at,
+    )
+
+
+@dataclass(frozen=True)
+class _LogStat:
+    inode: int
+    size: int
+    mtime: int
+    birth: int  # 0: unknown (the filesystem or stat keeps none)
+
+
+def _parse_log_stat(raw: bytes, path: str) -> _LogStat | str:
+    """The log's stat, or why it cannot be read (not there, not a regular file)."""
+    text = raw.decode("utf-8", "replace").strip()
+    parts = text.split()
+    try:
+        st = _LogStat(int(parts[0]), int(parts[1]), int(parts[2]), _int_or_zero(parts[3]))
+    except (ValueError, IndexError):
+        why = text.splitlines()[-1:] or ["no answer"]
+        return f"log unreadable: {why[0][:200]}"
+    kind = " ".join(parts[4:])
+    if not kind.startswith("regular"):
+        # A FIFO would block the reader, a device never ends: neither is read.
+        return f"log is not a regular file: {kind or 'unknown type'} ({path})"
+    return st
+
+
+def _int_or_zero(value: str) -> int:
+    try:
+        return max(int(value), 0)
+    except ValueError:
+        return 0
+
+
+def _bind(memory: LogMemory, st: _LogStat, run: Run | None, now: float) -> LogMemory:
+    """Where this run's bytes begin, decided at the first check that sees the file."""
+    base = replace(memory, inode=st.inode, bound_at=memory.bound_at or now)
+    if memory.absent:
+        return replace(base, run_from=0, bound_by=memory.bound_by or "watch")
+    started = run.started_at if run is not None and run.source in ("since", "process") else None
+    if started is None:
+        # No run start: only what is written while this watch looks is this run's.
+        return replace(base, run_from=st.size, before_uncertain=True, bound_by="watch")
+    if st.birth and st.birth >= started + 1:
+        return replace(base, run_from=0, bound_by=run.source if run else None)
+    # mtime is whole seconds (rounded down). A job first seen alive may have started a
+    # moment after an earlier run's last write: only a log written clearly after its start
+    # (2 s) may hold its lines.
+    last_write_before = st.mtime + 1 <= started if run and run.source == "since" else st.mtime <= started + 2
+    return replace(
+        base,
+        run_from=st.size,
+        before_uncertain=not last_write_before,
+        bound_by=run.source if run else None,
+    )
+
+
+def _continuity(memory: LogMemory, st: _LogStat, prev: bytes | None) -> str | None:
+    """How the file changed other than by appending since the last check, if it did."""
+    if memory.inode is None:
+        return None
+    if st.inode != memory.inode:
+        return "replaced"
+    if st.size < memory.size:
+        return "truncated"
+    if memory.size > 0 and (prev is None or prev.hex() != (memory.fingerprint or "")):
+        return "rewritten"
+    return None
+
+
+def _bound(
+    memory: LogMemory, st: _LogStat, prev: bytes | None, run: Run | None, now: float
+) -> tuple[LogMemory, str | None]:
+    """The memory with this run's first byte known, and how the file changed, if it did."""
+    change = _continuity(memory, st, prev)
+    if change is not None:
+        # Rewritten after a check this watch made: everything in it now is this run's
+        # (when bound), and nothing remembered of the old content holds.
+        was_bound = memory.run_from is not None
+        memory = LogMemory(
+            absent=True, bound_by=memory.bound_by if was_bound else None, bound_at=memory.bound_at
+        )
+    if memory.run_from is None:
+        memory = _bind(memory, st, run, now)
+    elif (
+        memory.before_uncertain
+        and run is not None
+        and run.started_at
+        and memory.bound_at
+        and run.started_at >= memory.bound_at
+    ):
+        # The run began after this watch first read the log: what was there is older.
+        memory = replace(memory, before_uncertain=False)
+    return memory, change
+
+
+def _completion(
+    scan: _LogScan, memory: LogMemory, st: _LogStat, run: Run | None
+) -> tuple[str | None, int | None, bool]:
+    """This run's completion line and where it ends; True when it is the earlier-looking
+    line accepted as the last line of a log written since the run began."""
+    if (
+        scan.complete_line is None
+        and scan.earlier_complete is not None
+        and memory.before_uncertain
+        and scan.earlier_is_last
+        and st.size == memory.run_from
+        and run is not None
+        and run.started_at is not None
+    ):
+        # Written before this watch saw the file, when it was already written both before and
+        # after the run began: it counts only as the last line of a log nothing has been
+        # appended to since.
+        return scan.earlier_complete, st.size, True
+    return scan.complete_line, scan.complete_end, False
+
+
+def read_log(
+    spec: LogSpec,
+    sections: Mapping[str, bytes],
+    meta: Meta,
+    memory: LogMemory | None,
+    *,
+    host: str,
+    run: Run | None = None,
+) -> tuple[Reading, LogMemory]:
+    """Read the log signal: this run's completion and error lines, progress, staleness.
+
+    A completion line counts only when this run wrote it (``run`` and the memory say where
+    its bytes begin: see ``sensors._run``).
+    """
+    memory = memory or LogMemory()
+
+    def unknown(why: str, kept: LogMemory = memory) -> tuple[Reading, LogMemory]:
+        evidence = {"path": spec.path} if why != _MISSING else {}
+        return Reading("log", Says.UNKNOWN, why, evidence, meta.now, host), kept
+
+    stat_raw = sections.get("log_stat")
+    if stat_raw is None or meta.now is None:
+        return unknown(_MISSING)
+    st = _parse_log_stat(stat_raw, spec.path)
+    if isinstance(st, str):
+        # A log that is not there yet: the file that appears later is this run's.
+        absent = "No such file" in st and memory.inode is None
+        return unknown(st, replace(memory, absent=True) if absent else memory)
+    tail = sections.get("log_tail")
+    if tail is None or len(tail) != min(st.size, spec.tail_bytes):
+        return unknown(_MISSING if tail is None else "the log changed while it was read")
+    memory, change = _bound(memory, st, sections.get("log_prev"), run, meta.now)
+    scan = _scan_log(spec, tail, st, memory)
+    complete_line, complete_end, accepted = _completion(scan, memory, st, run)
+    still_writing = (
+        complete_end is not None
+        and change is None
+        and memory.inode is not None
+        and memory.size > 0
+        and st.size > memory.size
+        and st.size > complete_end
+    )
+    age = round(meta.now - st.mtime, 1)
+    evidence = _evidence(spec, scan, st, memory, complete_line, age, change, accepted)
+    new_memory = replace(
+        memory,
+        inode=st.inode,
+        size=st.size,
+        fingerprint=tail[-FINGERPRINT_BYTES:].hex(),
+        absent=False,
+        complete_line=complete_line,
+        complete_end=complete_end,
+        error_line=scan.error_line,
+        earlier_complete=scan.earlier_complete,
+    )
+    says, detail = _log_says(scan, complete_line, still_writing, memory, age)
+    if change:
+        detail += f" (log {change} since the last check)"
+    return Reading("log", says, detail, evidence, meta.now, host), new_memory
+
+
+_MISSING = "the probe's log section is missing"
+
+
+def _evidence(
+    spec: LogSpec,
+    scan: _LogScan,
+    st: _LogStat,
+    memory: LogMemory,
+    complete_line: str | None,
+    age: float,
+    change: str | None,
+    accepted: bool,
+) -> LogEvidence:
+    evidence = LogEvidence(
+        path=spec.path,
+        last_line=scan.last_line,
+        age_seconds=age,
+        size=st.size,
+        inode=st.inode,
+        mtime=st.mtime,
+        complete_line=complete_line,
+        error_line=scan.error_line,
+        progress=scan.progress,
+        partial_last_line=scan.partial,
+        run_from_offset=memory.run_from,
+        run_bound_by=memory.bound_by,
+    )
+    if scan.earlier_complete is not None and not accepted:
+        evidence["earlier_complete_line"] = scan.earlier_complete
+    if change:
+        evidence[change] = True  # type: ignore[literal-required]
+        if change in ("replaced", "truncated"):
+            evidence["rotated" if change == "replaced" else "truncated"] = True  # type: ignore[literal-required]
+    return evidence
+
+
+def _log_says(
+    scan: _LogScan, complete_line: str | None, still_writing: bool, memory: LogMemory, age: float
+) -> tuple[Says, str]:
+    if scan.error_line is not None:
+        return Says.FAILED, f"error line: {scan.error_line.strip()[:200]}"
+    if complete_line is not None and still_writing:
+        return (
+            Says.WORKING,
+            f"completion line seen ({complete_line.strip()[:120]}), but the log is still being"
+            " written after it",
+        )
+    if complete_line is not None:
+        return Says.DONE, f"completion line: {complete_line.strip()[:200]}"
+    if scan.earlier_complete is not None and memory.before_uncertain:
+        why = (
+            "no run start is known"
+            if memory.bound_by == "watch"
+            else "the log was written both before and after the run began, and more since"
+        )
+        return (
+            Says.UNKNOWN,
+            f"a completion line is in the log ({scan.earlier_complete.strip()[:120]}) but it may be an"
+            f" earlier run's: {why}. Give the run's start (--since TIME|DURATION), watch from"
+            " before the job ends, or launch the job through crosscheck (a launch section)",
+        )
+    earlier = " (the completion line in it is an earlier run's)" if scan.earlier_complete else ""
+    return (
+        Says.WORKING,
+        f"no completion line from this run yet{earlier}; last: {scan.last_line[:160]!r}, {age:.0f}s ago",
+    )
+
+
+@dataclass(frozen=True)
+class _LogScan:
+    complete_line: str | None
+    complete_end: int | None
+    error_line: str | None
+    earlier_complete: str | None
+    earlier_is_last: bool
+    progress: dict[str, object] | None
+    last_line: str
+    partial: bool
+
+
+def _scan_log(spec: LogSpec, tail: bytes, st: _LogStat, memory: LogMemory) -> _LogScan:
+    """The tail's lines, split at ``memory.run_from`` into this run's and those before."""
+    tail_start = st.size - len(tail)
+    run_from = memory.run_from or 0
+    flat = tail.decode("utf-8", "replace").replace("\r", "\n")
+    if tail_start > 0:
+        flat = flat.split("\n", 1)[1] if "\n" in flat else ""
+    raw_lines = tail.split(b"\n")
+    partial = bool(raw_lines[-1])
+    complete_rx = compile_user_regex(spec.complete)
+    error_rx = compile_user_regex(spec.error) if spec.error else None
+    complete_line, complete_end = memory.complete_line, memory.complete_end
+    error_line = memory.error_line
+    earlier, earlier_end = memory.earlier_complete, None
+    offset = tail_start
+    last_content_end = None
+    # One C-speed search over the whole tail (\r as line breaks, MULTILINE) tells whether any
+    # line can match; only then are lines examined one by one. A per-line match implies a
+    # whole-text match for every pattern but those anchored with \A or \Z.
+    if not (_may_match(spec.complete, flat) or _may_match(spec.error, flat)):
+        raw_lines = raw_lines[-1:]
+    for i, raw in enumerate(raw_lines[:-1]):
+        end = offset + len(raw) + 1
+        offset = end
+        if i == 0 and tail_start > 0:
+            continue  # the first line of a tail that starts mid-file is partial
+        if raw.strip():
+            last_content_end = end
+        line = raw.decode("utf-8", "replace")
+        clean = line.rstrip("\r")
+        # The marker is the last \r-segment of a line: "...\rExtraction complete\n".
+        segment = clean.rsplit("\r", 1)[-1]
+        if end <= run_from:
+            # Ended before this run's first byte: a completion line is noted, never counted.
+            if complete_rx.search(segment):
+                earlier, earlier_end = segment, end
+            continue
+        if complete_rx.search(segment):
+            complete_line, complete_end = segment, end
+            error_line = None  # errors before the completion line were survived
+        elif error_rx and error_rx.search(clean):
+            error_line = clean
+    if raw_lines[-1].strip():
+        last_content_end = st.size
+    earlier_is_last = earlier_end is not None and earlier_end == last_content_end
+    trimmed = flat.rstrip()
+    last_line = trimmed[trimmed.rfind("\n") + 1 :].strip()[:300]
+    return _LogScan(
+        complete_line,
+        complete_end,
+        error_line,
+        earlier,
+        earlier_is_last,
+        _progress_of(spec, flat),
+        last_line,
+        partial,
+    )
+
+
+def _may_match(pattern: str | None, flat: str) -> bool:
+    if pattern is None:
+        return False
+    if "\\A" in pattern or "\\Z" in pattern:
+        return True
+    return compile_user_regex(pattern, multiline=True).search(flat) is not None
+
+
+def _progress_of(spec: LogSpec, flat: str) -> dict[str, object] | None:
+    if not spec.progress or not _may_match(spec.progress, flat):
+        return None
+    progress_rx = compile_user_regex(spec.progress)
+    for seg in reversed(flat.split("\n")):
+        m = progress_rx.search(seg)
+        if m:
+            progress: dict[str, object] = {
+                "line": seg.strip()[:200],
+                **{k: _num(v) for k, v in m.groupdict().items() if v is not None},
+            }
+            if not m.groupdict():
+                progress["match"] = m.group(0)[:200]
+            return progress
+    return None
+
+
+def _num(value: str) -> object:
+    try:
+        return int(value)
+    except ValueError:
+        try:
+            return float(value)
+        except ValueError:
+            return value
+
+
+# --------------------------------------------------------------------------- the signal
+
+
+def _read(
+    spec: LogSpec, sections: Mapping[str, bytes], memory: LogMemory, facts: CheckFacts
+) -> tuple[Reading, LogMemory, CheckFacts]:
+    reading, new_memory = read_log(spec, sections, facts.meta, memory, host=facts.host, run=facts.run)
+    return reading, new_memory, facts
+
+
+SIGNAL: Signal[LogSpec, LogMemory] = Signal("log", LogMemory, snippet, _read)

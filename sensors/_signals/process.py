@@ -1,0 +1,497 @@
+"""The process signal: is the job alive, in which state, is its CPU time moving, how old is it.
+
+Everything the signal knows lives here: its schema fragment (:class:`ProcessSpec`), its probe
+snippet (``/proc/*/stat`` and every command line, framed per record: see ``procfs``), its
+parser, its memory (the identities it has seen) and its evidence. Rules it keeps:
+
+- ``ps`` is never run. procps-ng 4.0.1 to 4.0.4 wraps elapsed time in unsigned arithmetic when
+  /proc/uptime is virtualised (lxcfs), printing e.g. ``441077231-01:14:40`` (2^64/100/86400
+  days; fixed upstream in procps-ng commit a5fad53b): start ticks are read from
+  /proc/PID/stat and set against two boot clocks instead.
+- The regex never leaves this process: command lines come back raw and are matched here, so
+  the pattern is on no command line of the monitored host (``pgrep -f`` over SSH matches the
+  remote shell whose own command line holds the pattern), and the probe and its ancestors
+  are never matched.
+- Identity is (boot_id, pid, start ticks): a reused PID is another process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import TypedDict
+
+from pydantic import Field, model_validator
+
+from sensors._model import Reading, Says
+from sensors._probe import Meta, nonce_path
+from sensors._regex import compile_user_regex
+from sensors._run import Run
+from sensors._schema import Regex, Section
+from sensors._signals.base import CheckFacts, ProbeInputs, Signal
+from sensors._signals.procfs import (
+    ALIVE_STATES,
+    CMDLINE_CAP,
+    CMDLINE_PER_PROCESS,
+    STAT_CAP,
+    TASKS_CAP,
+    ProcStat,
+    ancestors,
+    descendants,
+    effective_state,
+    elapsed,
+    parse_cmdlines,
+    parse_io,
+    parse_stats,
+    parse_task_cmdlines,
+    parse_task_stats,
+)
+from sensors._text import redact
+
+_CMD_EVIDENCE = 512
+
+
+class ProcessSpec(Section):
+    """Which process is the job: a regex over the full command line, or a PID."""
+
+    match: Regex | None = Field(
+        None, description="regex searched in the command line (argv joined by spaces)"
+    )
+    pid: int | None = Field(None, gt=0, description="the job's PID, instead of match")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ProcessSpec:
+        if (self.match is None) == (self.pid is None):
+            raise ValueError("give exactly one of match or pid")
+        return self
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    """What the process signal remembers: identities seen ((boot_id, pid) → start ticks),
+    the job as last seen alive, and its PIDs at the last check (their /proc/PID/io is read)."""
+
+    boot_id: str | None = None
+    identities: Mapping[int, int] = field(default_factory=dict)
+    first_pids: tuple[int, ...] = ()
+    last_seen: Mapping[str, object] | None = None  # the job as last seen alive
+    job_pids: tuple[int, ...] = ()
+
+
+class ProcessEvidence(TypedDict, total=False):
+    """The process reading's evidence (the JSON the CLI prints, key for key)."""
+
+    how: str
+    pid: int | None
+    state: str | None
+    cpu_seconds: float | None
+    elapsed_seconds: float | None
+    io_bytes: int | None
+    alive: int
+    matched: int
+    descendants: int
+    processes: list[dict[str, object]]
+    boot_id: str | None
+    started_at: float | None  # the earliest live job process's start (host clock)
+    last_seen_alive: dict[str, object]
+    seen_alive: bool  # this watch saw the job alive
+    launched: bool  # the PID crosscheck launched for this run
+    elapsed_unknown: str
+    cut_pids: list[int]
+
+
+# --------------------------------------------------------------------------- probe snippet
+
+
+def snippet(spec: ProcessSpec, memory: ProcessMemory, probe: ProbeInputs) -> list[str]:
+    """Every /proc/PID/stat and command line, framed per record; the job's /proc/PID/io."""
+    # Every per-process record is framed by head's "==> NAME <==" header, and NAME starts
+    # with a path prefix drawn from this check's nonce (see nonce_path): no byte a
+    # process controls (argv, or a comm holding a newline) can start or end a record.
+    pre = nonce_path(probe.nonce)
+    lines = [
+        "sec stat",
+        # A thread-group leader that called pthread_exit shows Z while its threads run:
+        # awk passes every line through and, for zombie leaders (rare), dumps their
+        # threads' stat into the next section. It only chooses what to read: the records
+        # are parsed here by their headers. $1 must be digits: a comm may hold a newline,
+        # and nothing a process wrote may reach system().
+        f"head -c 4096 /dev/null {pre}/proc/[0-9]*/stat 2>/dev/null | head -c {STAT_CAP}"
+        ' | awk -v N="$N" \''
+        "{ print } "
+        # Only zombie leaders that still count threads (field 20 > 1): plain zombies are
+        # common where PID 1 does not reap (containers) and must cost nothing.
+        '/[)] Z / && $1 ~ /^[0-9]+$/ { r = $0; sub(/.*[)] /, "", r); split(r, f, " "); '
+        'if (f[1] == "Z" && f[18] > 1) z = z " " $1 } '
+        'END { n = split(z, a, " "); s = ""; c = ""; '
+        f'for (i = 1; i <= n; i++) {{ s = s " {pre}/proc/" a[i] "/task/*/stat"; '
+        f'c = c " {pre}/proc/" a[i] "/task/*/cmdline" }} '
+        'printf "\\n@@crosscheck %s tasks\\n", N; '
+        f'if (n) system("head -c 4096 /dev/null" s " 2>/dev/null | head -c {TASKS_CAP}"); '
+        # A zombie leader's own cmdline reads empty; its live threads still show it.
+        'printf "\\n@@crosscheck %s taskcmd\\n", N; '
+        f'if (n) system("head -c {CMDLINE_PER_PROCESS + 1} /dev/null" c " 2>/dev/null'
+        f" | head -c {TASKS_CAP}\") }}'",
+        "sec cmdline",
+        # The whole command line (up to CMDLINE_PER_PROCESS; one byte more tells a longer
+        # one, which is then unknown, never "no match"). /dev/null first makes head print
+        # a header even when one process exists.
+        f"head -c {CMDLINE_PER_PROCESS + 1} /dev/null {pre}/proc/[0-9]*/cmdline 2>/dev/null"
+        f" | head -c {CMDLINE_CAP}",
+    ]
+    if memory.job_pids:
+        pids = " ".join(str(int(p)) for p in memory.job_pids[:64])
+        lines += [
+            "sec io",
+            f"for p in {pids}; do",
+            '  echo "== $p"',
+            "  while IFS=': ' read -r k v; do case $k in rchar|wchar) echo \"$k: $v\";; esac;"
+            " done </proc/$p/io 2>/dev/null",
+            "done",
+        ]
+    return lines
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class _ProcessTable:
+    """The process sections of one probe, parsed."""
+
+    stats: Mapping[int, ProcStat]
+    cmdlines: Mapping[int, str]
+    cut: frozenset[int]
+    tasks: Mapping[int, list[ProcStat]]
+
+    @classmethod
+    def parse(cls, sections: Mapping[str, bytes], nonce: str) -> _ProcessTable | str:
+        """The table, or why it cannot be read."""
+        stat_body, cmd_body = sections.get("stat"), sections.get("cmdline")
+        if stat_body is None or cmd_body is None:
+            return "the probe's process section is missing (output cut short)"
+        if len(stat_body) >= STAT_CAP or len(cmd_body) >= CMDLINE_CAP:
+            return "the process table was too large to read in full"
+        stats = parse_stats(stat_body, nonce)
+        if not stats:
+            return "no process could be read from /proc"
+        cmds = parse_cmdlines(cmd_body, nonce)
+        text, cut = dict(cmds.text), set(cmds.cut)
+        threads = parse_task_cmdlines(sections.get("taskcmd"), nonce)
+        for leader, line in threads.text.items():
+            if not text.get(leader):
+                text[leader] = line
+                if leader in threads.cut:
+                    cut.add(leader)
+        return cls(stats, text, frozenset(cut), parse_task_stats(sections.get("tasks"), nonce))
+
+
+def _describe(
+    candidates: list[int], table: _ProcessTable, meta: Meta
+) -> tuple[list[dict[str, object]], list[int], list[int]]:
+    """Evidence per candidate process, the live ones, and those listed without a stat."""
+    processes: list[dict[str, object]] = []
+    alive_pids: list[int] = []
+    missing_stat: list[int] = []
+    for pid in candidates:
+        st = table.stats.get(pid)
+        if st is None:
+            # Listed in cmdline but its stat line could not be parsed (or it just exited):
+            # don't guess.
+            if table.cmdlines.get(pid):
+                missing_stat.append(pid)
+            continue
+        state, note = effective_state(st, table.tasks)
+        age, elapsed_why = elapsed(st, meta)
+        entry: dict[str, object] = {
+            "pid": pid,
+            "state": state,
+            "threads": st.num_threads,
+            "cpu_seconds": _ticks_to_s(st.utime + st.stime, meta),
+            "elapsed_seconds": None if age is None else round(age, 1),
+            "start_ticks": st.starttime,
+            # Redacted whole, then cut: a secret cut in half would no longer look like one.
+            "cmdline": redact(table.cmdlines.get(pid, ""))[:_CMD_EVIDENCE],
+            "started_at": None if age is None or meta.now is None else round(meta.now - age, 2),
+        }
+        if elapsed_why:
+            entry["elapsed_unknown"] = elapsed_why
+        if note:
+            entry["note"] = note
+        processes.append(entry)
+        if state in ALIVE_STATES:
+            alive_pids.append(pid)
+    return processes, alive_pids, missing_stat
+
+
+def _alive_detail(
+    main: Mapping[str, object] | None,
+    processes: list[dict[str, object]],
+    alive_pids: list[int],
+    evidence: Mapping[str, object],
+) -> str:
+    assert main is not None
+    states = "".join(sorted({str(p["state"]) for p in processes if p["pid"] in alive_pids}))
+    detail = (
+        f"pid {main['pid']} alive in state {main['state']}"
+        + (f" ({len(alive_pids)} processes)" if len(alive_pids) > 1 else "")
+        + f", cpu {evidence['cpu_seconds']:.1f}s"
+    )
+    if states == "D" or main["state"] == "D":
+        detail += " — uninterruptible I/O wait (D)"
+    return detail
+
+
+def _ticks_to_s(ticks: int, meta: Meta) -> float:
+    return round(ticks / (meta.clk_tck or 100), 2)
+
+
+@dataclass(frozen=True)
+class _Found:
+    """Which processes are the job, how they were found, and whether a known PID was reused."""
+
+    candidates: list[int]
+    how: str
+    reused: bool = False
+
+
+def _find(
+    spec: ProcessSpec, table: _ProcessTable, memory: ProcessMemory, excluded: set[int], boot_changed: bool
+) -> _Found:
+    stats = table.stats
+    if spec.pid is not None:
+        candidates = [spec.pid] if spec.pid in stats or spec.pid in table.cmdlines else []
+        # Identity is (boot_id, pid, start ticks): a reused PID is another process.
+        if candidates and spec.pid in memory.identities:
+            st = stats.get(spec.pid)
+            if boot_changed or (st and st.starttime != memory.identities[spec.pid]):
+                return _Found([], f"pid {spec.pid}", reused=True)
+        return _Found(candidates, f"pid {spec.pid}")
+    rx = compile_user_regex(spec.match or "")
+    matched = {
+        pid
+        for pid, cmd in table.cmdlines.items()
+        if pid not in excluded and pid not in table.cut and cmd and rx.search(cmd)
+    }
+    # Once matched, a process stays the job while its identity (boot, pid, start ticks)
+    # holds, even if its command line stops matching (setproctitle, or a zombie leader
+    # whose cmdline reads empty while its threads still run).
+    if not boot_changed:
+        matched |= {
+            pid
+            for pid, start in memory.identities.items()
+            if pid in stats and stats[pid].starttime == start and pid not in excluded
+        }
+    return _Found(sorted(matched), f"match {spec.match!r}")
+
+
+def _excluded(meta: Meta, stats: Mapping[int, ProcStat], exclude_pids: frozenset[int]) -> set[int]:
+    """Never the probe itself, crosscheck, or their ancestors."""
+    excluded = set(exclude_pids)
+    if meta.script_pid is not None:
+        excluded |= ancestors(meta.script_pid, stats)
+        excluded |= descendants([meta.script_pid], stats)
+    return excluded
+
+
+def read_process(
+    spec: ProcessSpec,
+    sections: Mapping[str, bytes],
+    meta: Meta,
+    memory: ProcessMemory | None,
+    *,
+    host: str,
+    nonce: str,
+    exclude_pids: frozenset[int] = frozenset(),
+    launched_pid: int | None = None,
+) -> tuple[Reading, ProcessMemory, frozenset[int]]:
+    """Read the process signal. Returns the reading, the memory, and the job's PIDs
+    (matched processes and their live descendants) for the GPU attribution.
+
+    ``launched_pid``: the PID crosscheck started for this run (its exit is this run's).
+    """
+    memory = memory or ProcessMemory()
+
+    def unknown(why: str, **evidence: object) -> tuple[Reading, ProcessMemory, frozenset[int]]:
+        return Reading("process", Says.UNKNOWN, why, evidence, meta.now, host), memory, frozenset()
+
+    table = _ProcessTable.parse(sections, nonce)
+    if isinstance(table, str) or meta.now is None:
+        return unknown(table if isinstance(table, str) else "the host's clock could not be read")
+    excluded = _excluded(meta, table.stats, exclude_pids)
+    boot_changed = memory.boot_id is not None and meta.boot_id != memory.boot_id
+    found = _find(spec, table, memory, excluded, boot_changed)
+    processes, alive_pids, missing_stat = _describe(found.candidates, table, meta)
+    if missing_stat:
+        return unknown(
+            f"process(es) {missing_stat} listed but their /proc stat was unreadable",
+            matched=missing_stat,
+        )
+    cut = sorted(p for p in table.cut if p not in excluded and p not in found.candidates)
+    if cut and not alive_pids:
+        # A command line longer than the probe reads may be the job's: "no match" is not known.
+        return unknown(
+            f"the command line of pid {cut[0]} is longer than {CMDLINE_PER_PROCESS} bytes:"
+            " whether it is the job cannot be told",
+            cut_pids=cut[:16],
+        )
+    job = _Job.of(processes, alive_pids, table, sections, meta)
+    evidence = _evidence(spec, found, job, memory, meta, launched_pid)
+    new_memory = _remember(spec, memory, job, table, meta)
+    if alive_pids:
+        detail = _alive_detail(job.main, processes, alive_pids, evidence)
+        return Reading("process", Says.WORKING, detail, evidence, meta.now, host), new_memory, job.pids
+    detail = _gone_detail(spec, found, boot_changed, processes, memory, meta)
+    return Reading("process", Says.DONE, detail, evidence, meta.now, host), new_memory, frozenset()
+
+
+@dataclass(frozen=True)
+class _Job:
+    """The matched processes of one check, summed: the job as this check sees it."""
+
+    processes: list[dict[str, object]]
+    alive: list[int]
+    descendants: set[int]
+    cpu_seconds: float | None
+    io_bytes: int | None
+    main: dict[str, object] | None
+
+    @property
+    def pids(self) -> frozenset[int]:
+        return frozenset(self.alive) | frozenset(self.descendants)
+
+    @classmethod
+    def of(
+        cls,
+        processes: list[dict[str, object]],
+        alive: list[int],
+        table: _ProcessTable,
+        sections: Mapping[str, bytes],
+        meta: Meta,
+    ) -> _Job:
+        stats = table.stats
+        live_desc = descendants(alive, stats)
+        cpu_ticks = sum(stats[p].utime + stats[p].stime for p in alive) + sum(
+            stats[p].utime + stats[p].stime for p in live_desc if stats[p].state in ALIVE_STATES
+        )
+        io = parse_io(sections.get("io"))
+        io_bytes = sum(io[p] for p in alive if p in io) if io else None
+        main = next((p for p in processes if p["pid"] in alive), processes[0] if processes else None)
+        cpu = _ticks_to_s(cpu_ticks, meta) if alive else None
+        return cls(processes, alive, live_desc, cpu, io_bytes, main)
+
+
+def _evidence(
+    spec: ProcessSpec,
+    found: _Found,
+    job: _Job,
+    memory: ProcessMemory,
+    meta: Meta,
+    launched_pid: int | None,
+) -> ProcessEvidence:
+    main = job.main
+    started = [
+        p["started_at"] for p in job.processes if p["pid"] in job.alive and p["started_at"] is not None
+    ]
+    evidence = ProcessEvidence(
+        how=found.how,
+        pid=main["pid"] if main else None,  # type: ignore[typeddict-item]
+        state=main["state"] if main else None,  # type: ignore[typeddict-item]
+        cpu_seconds=job.cpu_seconds,
+        elapsed_seconds=main["elapsed_seconds"] if main else None,  # type: ignore[typeddict-item]
+        io_bytes=job.io_bytes,
+        alive=len(job.alive),
+        matched=len(job.processes),
+        descendants=len(job.descendants),
+        processes=[{k: v for k, v in p.items() if k != "started_at"} for p in job.processes[:16]],
+        boot_id=meta.boot_id,
+        started_at=min(started) if started else None,  # type: ignore[type-var]
+    )
+    if not job.alive and memory.last_seen:
+        evidence["last_seen_alive"] = dict(memory.last_seen)
+    # Whether this watch ever saw the job alive: "gone" and "not started yet (or a wrong
+    # match)" look the same in one snapshot, and only the first is evidence of an exit.
+    evidence["seen_alive"] = bool(job.alive) or memory.last_seen is not None
+    # The PID crosscheck launched for this run is this run's process, seen or not.
+    evidence["launched"] = launched_pid is not None and (
+        spec.pid == launched_pid or launched_pid in found.candidates
+    )
+    if main and "elapsed_unknown" in main:
+        evidence["elapsed_unknown"] = str(main["elapsed_unknown"])
+    return evidence
+
+
+def _remember(
+    spec: ProcessSpec, memory: ProcessMemory, job: _Job, table: _ProcessTable, meta: Meta
+) -> ProcessMemory:
+    stats = table.stats
+    # Remember only identities that can still matter: live processes (a dead PID, reused,
+    # has other start ticks and is no longer the job), and the configured PID's.
+    remembered = {
+        pid: start
+        for pid, start in {**memory.identities, **{p["pid"]: p["start_ticks"] for p in job.processes}}.items()
+        if (pid in stats and stats[pid].starttime == start) or pid == spec.pid
+    }
+    main = job.main
+    return ProcessMemory(
+        boot_id=meta.boot_id,
+        identities=remembered,  # type: ignore[arg-type]
+        first_pids=memory.first_pids or tuple(job.alive),
+        last_seen=(
+            {"pid": main["pid"], "cpu_seconds": job.cpu_seconds, "at": meta.now}
+            if job.alive and main
+            else memory.last_seen
+        ),
+        job_pids=tuple(sorted(job.pids))[:64],
+    )
+
+
+def _gone_detail(
+    spec: ProcessSpec,
+    found: _Found,
+    boot_changed: bool,
+    processes: list[dict[str, object]],
+    memory: ProcessMemory,
+    meta: Meta,
+) -> str:
+    if found.reused:
+        return f"pid {spec.pid} now belongs to another process: the job is gone"
+    if boot_changed:
+        return "the host rebooted since the last check: the job is gone"
+    if processes:
+        return f"pid {processes[0]['pid']} exited (zombie)"
+    if memory.last_seen:
+        last = memory.last_seen
+        at = last.get("at")
+        ago = meta.now - float(at) if isinstance(at, (int, float)) and meta.now is not None else None
+        return f"pid {last['pid']} exited" + (
+            f" (last seen alive {ago:.0f}s ago, {last['cpu_seconds']}s CPU)" if ago is not None else ""
+        )
+    return f"no process found ({found.how})"
+
+
+# --------------------------------------------------------------------------- the signal
+
+
+def _read(
+    spec: ProcessSpec, sections: Mapping[str, bytes], memory: ProcessMemory, facts: CheckFacts
+) -> tuple[Reading, ProcessMemory, CheckFacts]:
+    run = facts.run
+    reading, new_memory, job_pids = read_process(
+        spec,
+        sections,
+        facts.meta,
+        memory,
+        host=facts.host,
+        nonce=facts.nonce,
+        exclude_pids=facts.exclude_pids,
+        launched_pid=run.pid if run is not None else None,
+    )
+    started = reading.evidence.get("started_at")
+    if run is None and reading.says is Says.WORKING and isinstance(started, (int, float)):
+        # First seen alive: its start is where this run begins.
+        run = Run(source="process", started_at=float(started))
+    return reading, new_memory, replace(facts, job_pids=job_pids, run=run)
+
+
+SIGNAL: Signal[ProcessSpec, ProcessMemory] = Signal("process", ProcessMemory, snippet, _read)

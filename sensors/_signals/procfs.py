@@ -1,0 +1,237 @@
+"""The /proc records the process signal reads, and their framing.
+
+``head`` names each file it prints (``==> NAME <==``) and every NAME carries this check's
+:func:`~sensors._probe.nonce_path`, so no byte a process controls (argv, or a comm holding a
+newline) can start or end a record. Parsers here are pure functions of the probe's output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from sensors._probe import Meta, nonce_path
+
+#: Caps on what one section may carry back (bytes). Sized for hosts with ~20k processes.
+STAT_CAP = 16 * 1024 * 1024
+#: A command line is read whole up to this (Linux's default limit on argv + environment is
+#: a quarter of the 8 MiB stack limit); a longer one is "cut", and its match unknown.
+CMDLINE_PER_PROCESS = 2 * 1024 * 1024
+CMDLINE_CAP = 64 * 1024 * 1024
+TASKS_CAP = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """The fields of /proc/PID/stat that crosscheck uses (parsed after the last ')')."""
+
+    pid: int
+    comm: str
+    state: str
+    ppid: int
+    utime: int
+    stime: int
+    num_threads: int
+    starttime: int
+
+
+def parse_stat_line(line: str) -> ProcStat | None:
+    # The command name may hold spaces and parentheses: split after the *last* ')'
+    # (psutil _pslinux.py does the same).
+    head, sep, rest = line.rpartition(")")
+    if not sep:
+        return None
+    pid_s, _, comm = head.partition(" (")
+    fields = rest.split()
+    try:
+        return ProcStat(
+            pid=int(pid_s),
+            comm=comm,
+            state=fields[0],
+            ppid=int(fields[1]),
+            utime=int(fields[11]),
+            stime=int(fields[12]),
+            num_threads=int(fields[17]),
+            starttime=int(fields[19]),
+        )
+    except (ValueError, IndexError):
+        return None
+
+
+def _records(body: bytes | None, nonce: str, name: str) -> Iterator[tuple[int, bytes]]:
+    """(PID, raw bytes) for each ``/proc/PID/NAME`` (or ``/proc/PID/task/TID/NAME``) file in
+    ``head`` output whose header carries this check's :func:`nonce_path`.
+
+    head writes ``\\n==> FILE <==\\n`` before every file but the first (``/dev/null``), so a
+    record is exactly the bytes between two such headers. Headers without the prefix are
+    content: a process cannot end its record early or start another one.
+    """
+    data = b"\n" + (body or b"")
+    header = re.compile(
+        rb"\n==> "
+        + re.escape(nonce_path(nonce).encode())
+        + rb"/proc/(\d+)(?:/task/\d+)?/"
+        + re.escape(name.encode())
+        + rb" <==\n"
+    )
+    matches = list(header.finditer(data))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(data)
+        yield int(m.group(1)), data[m.end() : end]
+
+
+def parse_stats(body: bytes | None, nonce: str) -> dict[int, ProcStat]:
+    stats: dict[int, ProcStat] = {}
+    for pid, raw in _records(body, nonce, "stat"):
+        st = parse_stat_line(raw.decode("utf-8", "replace").rstrip("\n"))
+        if st is not None and st.pid == pid:
+            stats[pid] = st
+    return stats
+
+
+def parse_task_stats(body: bytes | None, nonce: str) -> dict[int, list[ProcStat]]:
+    """Leader PID → its threads' stat (read for zombie leaders that still have threads)."""
+    tasks: dict[int, list[ProcStat]] = {}
+    for leader, raw in _records(body, nonce, "stat"):
+        st = parse_stat_line(raw.decode("utf-8", "replace").rstrip("\n"))
+        if st is not None:
+            tasks.setdefault(leader, []).append(st)
+    return tasks
+
+
+def _argv_text(raw: bytes) -> str:
+    return raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class Cmdlines:
+    """PID → argv joined by spaces (as ``ps -o args`` and ``pgrep -f`` show it), whole.
+
+    ``cut``: PIDs whose command line is longer than the probe reads (CMDLINE_PER_PROCESS):
+    for those, "does not match" cannot be known.
+    """
+
+    text: Mapping[int, str]
+    cut: frozenset[int]
+
+
+def parse_cmdlines(body: bytes | None, nonce: str) -> Cmdlines:
+    text: dict[int, str] = {}
+    cut: set[int] = set()
+    for pid, raw in _records(body, nonce, "cmdline"):
+        if len(raw) > CMDLINE_PER_PROCESS:
+            cut.add(pid)
+            raw = raw[:CMDLINE_PER_PROCESS]
+        text[pid] = _argv_text(raw)
+    return Cmdlines(text, frozenset(cut))
+
+
+def parse_task_cmdlines(body: bytes | None, nonce: str) -> Cmdlines:
+    """Leader PID → the command line its threads show (for zombie leaders with live threads)."""
+    text: dict[int, str] = {}
+    cut: set[int] = set()
+    for leader, raw in _records(body, nonce, "cmdline"):
+        if len(raw) > CMDLINE_PER_PROCESS:
+            cut.add(leader)
+            raw = raw[:CMDLINE_PER_PROCESS]
+        if raw and leader not in text:
+            text[leader] = _argv_text(raw)
+    return Cmdlines(text, frozenset(cut))
+
+
+def parse_io(body: bytes | None) -> dict[int, int]:
+    """PID → rchar + wchar (bytes read and written, all I/O incl. pipes and page cache)."""
+    result: dict[int, int] = {}
+    pid: int | None = None
+    for line in (body or b"").decode("ascii", "replace").splitlines():
+        if line.startswith("== "):
+            try:
+                pid = int(line[3:])
+            except ValueError:
+                pid = None
+            continue
+        key, _, value = line.partition(":")
+        if pid is not None and key in ("rchar", "wchar"):
+            with contextlib.suppress(ValueError):
+                result[pid] = result.get(pid, 0) + int(value)
+    return result
+
+
+def descendants(roots: Iterable[int], stats: Mapping[int, ProcStat]) -> set[int]:
+    """Live descendants of ``roots`` (not including the roots)."""
+    children: dict[int, list[int]] = {}
+    for st in stats.values():
+        children.setdefault(st.ppid, []).append(st.pid)
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in seen:
+                seen.add(child)
+                stack.append(child)
+    return seen - set(roots)
+
+
+def ancestors(pid: int, stats: Mapping[int, ProcStat]) -> set[int]:
+    """``pid`` and its ancestors as far as the stats reach."""
+    chain: set[int] = set()
+    while pid in stats and pid not in chain and pid > 0:
+        chain.add(pid)
+        pid = stats[pid].ppid
+    chain.add(pid)
+    return chain
+
+
+#: How far two elapsed-time sources may disagree before neither is believed (seconds).
+#: /proc/stat btime moves when NTP steps the wall clock; a few seconds is normal.
+ELAPSED_TOLERANCE = 30.0
+
+
+ALIVE_STATES = frozenset("RSDIWTtPK")  # everything but Z (zombie) and X/x (dead)
+
+
+def elapsed(st: ProcStat, meta: Meta) -> tuple[float | None, str | None]:
+    """Elapsed seconds from /proc start ticks against the host's boot clock, checked.
+
+    ``ps -o etime`` is never used: procps-ng 4.0.1 to 4.0.4 wraps in unsigned arithmetic when
+    /proc/uptime is virtualised (lxcfs), printing e.g. ``441077231-01:14:40``
+    (2^64/100/86400 days; fixed upstream in procps-ng commit a5fad53b). Two primary
+    sources are compared instead: /proc/uptime (CLOCK_BOOTTIME) and now - /proc/stat btime.
+    """
+    if not meta.clk_tck or meta.clk_tck <= 0:
+        return None, "clock tick rate (getconf CLK_TCK) unreadable"
+    started = st.starttime / meta.clk_tck
+    candidates: dict[str, float] = {}
+    if meta.uptime is not None and not meta.uptime_virtualised:
+        candidates["uptime"] = meta.uptime - started
+    if meta.now is not None and meta.btime is not None:
+        candidates["btime"] = meta.now - meta.btime - started
+    if not candidates:
+        return None, "no trustworthy boot clock (/proc/uptime virtualised, btime unreadable)"
+    values = list(candidates.values())
+    if max(values) - min(values) > ELAPSED_TOLERANCE:
+        return (
+            None,
+            f"boot clocks disagree: {', '.join(f'{k}={v:.0f}s' for k, v in candidates.items())}",
+        )
+    value = values[0]
+    limit = meta.uptime if (meta.uptime and not meta.uptime_virtualised) else None
+    if value < -1 or (limit is not None and value > limit + ELAPSED_TOLERANCE):
+        return None, f"implausible elapsed time {value:.0f}s"
+    return max(value, 0.0), None
+
+
+def effective_state(st: ProcStat, tasks: Mapping[int, list[ProcStat]]) -> tuple[str, str | None]:
+    """The process state, looking past a zombie thread-group leader to its live threads."""
+    if st.state != "Z":
+        return st.state, None
+    live = [t.state for t in tasks.get(st.pid, []) if t.state in ALIVE_STATES and t.pid != st.pid]
+    if live:
+        # Prefer the most telling thread state: R (working) over D (stuck) over S.
+        for letter in "RDS":
+            if letter in live:
+                return letter, f"leader is Z but {len(live)} thread(s) still run"
+        return live[0], f"leader is Z but {len(live)} thread(s) still run"
+    return "Z", None

@@ -1,0 +1,154 @@
+"""The verdict: a pure function of this check's readings and what earlier checks saw.
+
+The rules, first that applies wins (numbered as in the README's table; each is labelled
+with its number where it is written):
+
+1. The host could not be asked → ``unknown`` (a failed SSH connection is not a dead process).
+2. Process signal unknown → ``unknown``.
+3-5. Process alive (``alive``): no progress for ``stall_after`` with the log already complete
+   → ``contradiction``; no progress → ``stalled``; otherwise ``running``, also with "ETA 0",
+   every output present, a completion line or an idle GPU (incident 2).
+6-15. Process gone (``gone``): an error line → ``failed``; its PIDs still on a GPU →
+   ``contradiction``; never seen alive nor launched, and no completion line of this run →
+   ``unknown``; lagging within ``exit_grace`` → ``unknown``; outputs short → ``failed``;
+   outputs complete but no completion line → ``contradiction``; no completion line and no
+   outputs → ``failed``; any signal unknown → ``unknown``; a signal not done yet →
+   ``running``; every signal done → ``complete`` after ``settle`` consecutive checks.
+16. No process signal (``no_process``): failed > complete (settled; without a log only when
+   an output was written during the run) > unknown > stalled > running.
+
+``complete`` requires every configured signal to say done; the :class:`Verdict` constructor
+refuses anything else, so no rule can advance on a partial picture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sensors._config import PolicySpec
+from sensors._model import Reading, Says, State, Verdict
+from sensors._run import Run
+from sensors._verdict.alive import alive
+from sensors._verdict.gone import HOW_TO_TIE, gone
+from sensors._verdict.no_process import no_process
+from sensors._verdict.progress import Clocks, clocks
+
+__all__ = ["HOW_TO_TIE", "VerdictMemory", "decide"]
+
+
+@dataclass(frozen=True)
+class VerdictMemory:
+    """What the verdict remembers between checks (all times on the monitored host's clock)."""
+
+    previous: Mapping[str, Reading] = field(default_factory=dict)
+    last_progress_at: float | None = None
+    d_since: float | None = None
+    gone_since: float | None = None
+    done_streak: int = 0
+    state: State | None = None
+    state_since: float | None = None
+
+
+def decide(
+    stage: str,
+    host: str,
+    readings: Mapping[str, Reading],
+    policy: PolicySpec,
+    memory: VerdictMemory,
+    now: float | None,
+    *,
+    run: Run | None = None,
+) -> tuple[Verdict, VerdictMemory]:
+    """One verdict from this check's readings and the memory of earlier checks.
+
+    ``run`` (where the watched run begins) is carried into the verdict for the record; the
+    readings already hold what ties their evidence to it.
+    """
+    state, reasons, kept = _rules(readings, policy, memory, now)
+    done_all = bool(readings) and all(r.says is Says.DONE for r in readings.values())
+    streak = memory.done_streak + 1 if done_all and state is None else 0
+    if state is None:
+        state, reasons = _settle(readings, policy, streak)
+    since = memory.state_since if memory.state is state and memory.state_since else now
+    verdict = Verdict(
+        stage=stage,
+        state=state,
+        reasons=tuple(reasons),
+        readings=readings,
+        checked_at=now,
+        host=host,
+        since=since,
+        run=run.to_json() if run is not None else None,
+    )
+    new_memory = VerdictMemory(
+        previous=dict(readings),
+        last_progress_at=kept.last_progress_at,
+        d_since=kept.d_since,
+        gone_since=kept.gone_since,
+        done_streak=streak,
+        state=state,
+        state_since=since,
+    )
+    return verdict, new_memory
+
+
+def _settle(readings: Mapping[str, Reading], policy: PolicySpec, streak: int) -> tuple[State, list[str]]:
+    """Every signal says done: ``complete`` once they agreed for ``settle`` checks."""
+    if not all(r.says is Says.DONE for r in readings.values()):  # pragma: no cover - a rule applies
+        return State.UNKNOWN, ["no rule applied"]
+    if streak >= policy.settle:
+        reasons = ["every signal says done", *(r.detail for r in readings.values())]
+        if policy.settle > 1:
+            reasons.insert(1, f"agreed for {streak} consecutive checks")
+        return State.COMPLETE, reasons
+    return State.RUNNING, [
+        f"every signal says done; confirming ({streak}/{policy.settle} checks)",
+        *(r.detail for r in readings.values()),
+    ]
+
+
+def _rules(
+    readings: Mapping[str, Reading],
+    policy: PolicySpec,
+    memory: VerdictMemory,
+    now: float | None,
+) -> tuple[State | None, list[str], VerdictMemory]:
+    """The state (None: every signal says done, let the settle count decide), its reasons,
+    and the memory with this check's clocks."""
+    # Rule 1: the host could not be asked.
+    host_errors = [str(r.evidence["host_error"]) for r in readings.values() if "host_error" in r.evidence]
+    if host_errors or now is None:
+        why = host_errors[0] if host_errors else "the monitored host's clock could not be read"
+        return State.UNKNOWN, [f"could not read the host: {why}", "nothing is assumed meanwhile"], memory
+    c = clocks(
+        readings, memory.previous, policy, memory.last_progress_at, memory.d_since, memory.gone_since, now
+    )
+    kept = VerdictMemory(
+        previous=memory.previous,
+        last_progress_at=c.last_progress_at,
+        d_since=c.d_since,
+        gone_since=c.gone_since,
+        done_streak=memory.done_streak,
+        state=memory.state,
+        state_since=memory.state_since,
+    )
+    state, reasons = _by_process(readings, policy, c)
+    return state, reasons, kept
+
+
+def _by_process(
+    readings: Mapping[str, Reading], policy: PolicySpec, c: Clocks
+) -> tuple[State | None, list[str]]:
+    p, lg = readings.get("process"), readings.get("log")
+    if p is None:
+        return no_process(readings, policy, c)
+    if p.says is Says.UNKNOWN:
+        # Rule 2: whether the job still runs is unknown.
+        reasons = [f"process unknown: {p.detail}"]
+        if lg is not None and lg.says is Says.FAILED:
+            reasons.append(f"the log shows an error, but whether the job still runs is unknown: {lg.detail}")
+        return State.UNKNOWN, reasons
+    if p.says is Says.WORKING:
+        return alive(readings, policy, c)
+    return gone(readings, policy, c)

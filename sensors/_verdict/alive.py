@@ -1,0 +1,68 @@
+"""Rules 3-5: the process is alive — running, stalled, or a completion that never let go."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sensors._config import PolicySpec
+from sensors._model import Reading, Says, State
+from sensors._verdict.progress import Clocks, ev
+
+
+def alive(readings: Mapping[str, Reading], policy: PolicySpec, clocks: Clocks) -> tuple[State, list[str]]:
+    p, lg, o, g = (readings.get(n) for n in ("process", "log", "outputs", "gpu"))
+    assert p is not None
+    reasons = [f"process alive: {p.detail}"]
+    if clocks.stuck_d:
+        reasons.append(
+            f"in state D (uninterruptible I/O) for over {policy.stuck_in_d_after:.0f}s:"
+            " not counted as progress"
+        )
+        gpu_job_pids = list(ev(g, "job_pids_on_gpu") or []) if g else []  # type: ignore[call-overload]
+        if gpu_job_pids:
+            reasons.append(f"while its PIDs {gpu_job_pids} hold GPU memory: {g.detail if g else ''}")
+    idle_for = clocks.idle_for
+    if idle_for >= policy.stall_after:
+        # Rule 3: no progress for stall_after, the log already complete: complete long ago
+        # but never exited.
+        if lg is not None and lg.says is Says.DONE:
+            return State.CONTRADICTION, [
+                *reasons,
+                f"the log says complete ({lg.detail}) but the process has made no progress"
+                f" for {idle_for:.0f}s and has not exited",
+            ]
+        # Rule 4: no progress for stall_after.
+        return State.STALLED, [
+            *reasons,
+            f"no progress for {idle_for:.0f}s (CPU time, I/O, log size, output count unchanged;"
+            f" stall_after {policy.stall_after:.0f}s)",
+            *(f"{r.signal}: {r.detail}" for r in (lg, o, g) if r is not None),
+        ]
+    # Rule 5: running — also with "ETA 0", every output present, a completion line, or an
+    # idle GPU (incident 2: a CPU phase after the GPU work).
+    if clocks.moved:
+        reasons.append("progress: " + ", ".join(clocks.moved))
+    elif not clocks.stuck_d:
+        reasons.append(f"no progress seen for {idle_for:.0f}s (stall after {policy.stall_after:.0f}s)")
+    return State.RUNNING, [*reasons, *_tempting_wrong_answers(lg, o, g)]
+
+
+def _tempting_wrong_answers(lg: Reading | None, o: Reading | None, g: Reading | None) -> list[str]:
+    """Incident 2's wrong answers, each named so the reader sees why not."""
+    reasons = []
+    if lg is not None and lg.says is Says.DONE:
+        reasons.append(f"the log says complete, but the process is still at work: {lg.detail}")
+    elif lg is not None and lg.says is Says.FAILED:
+        reasons.append(f"the log shows an error while the process still runs: {lg.detail}")
+    elif lg is not None:
+        reasons.append(f"log: {lg.detail}")
+    if o is not None:
+        reasons.append(
+            f"outputs: {o.detail}" + (" — but the process has not exited" if o.says is Says.DONE else "")
+        )
+    if g is not None:
+        if g.says is Says.DONE:
+            reasons.append(f"GPU idle while the process works (a CPU phase): {g.detail}")
+        else:
+            reasons.append(f"gpu: {g.detail}")
+    return reasons

@@ -1,0 +1,88 @@
+"""Rules 6-15: the process is gone (exited, a zombie, a reused PID, a reboot)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sensors._config import PolicySpec
+from sensors._model import Reading, Says, State
+from sensors._verdict.progress import Clocks, ev, short
+
+#: What a person can do when evidence cannot be tied to the run being watched.
+HOW_TO_TIE = (
+    "give the run's start with --since TIME|DURATION, watch from before the job ends,"
+    " or launch the job through crosscheck (a launch section)"
+)
+
+Outcome = tuple[State | None, list[str]]
+
+
+def gone(readings: Mapping[str, Reading], policy: PolicySpec, clocks: Clocks) -> Outcome:
+    """The state (None: every signal done, the settle count decides) and its reasons."""
+    p, lg, g = readings["process"], readings.get("log"), readings.get("gpu")
+    # Rule 6: an error line of this run.
+    if lg is not None and lg.says is Says.FAILED:
+        return State.FAILED, [f"process gone: {p.detail}", f"log: {lg.detail}"]
+    # Rule 7: gone (or a zombie) yet its PIDs still hold a GPU context: the process table and
+    # the driver disagree. Busy or merely holding memory, it is not a clean exit.
+    gpu_job_pids = list(ev(g, "job_pids_on_gpu") or []) if g else []  # type: ignore[call-overload]
+    if gpu_job_pids:
+        held = "busy on" if ev(g, "job_gpu_busy") else "holding memory on"
+        return State.CONTRADICTION, [
+            f"process says gone: {p.detail}",
+            f"but the job's PIDs {gpu_job_pids} are still {held} the GPU: {g.detail if g else ''}",
+        ]
+    # Rule 8: never seen alive in this watch, nor launched by it: not started yet, or a match
+    # that matches nothing. Neither is evidence that the job ran and exited, and without this
+    # run's completion line, outputs may be an earlier run's.
+    if not (ev(p, "seen_alive") or ev(p, "launched")) and not (lg is not None and lg.says is Says.DONE):
+        return State.UNKNOWN, [
+            f"no process found and none seen alive during this watch: {p.detail}",
+            "not started yet, or process.match/pid is wrong; nothing else ties the"
+            f" evidence to this run ({HOW_TO_TIE})",
+            *(f"{r.signal}: {r.detail}" for r in readings.values() if r is not p),
+        ]
+    return _after_the_exit(readings, policy, clocks)
+
+
+def _after_the_exit(readings: Mapping[str, Reading], policy: PolicySpec, clocks: Clocks) -> Outcome:
+    p, lg, o = readings["process"], readings.get("log"), readings.get("outputs")
+    # Rule 9: lagging — no completion line yet, or outputs short — within exit_grace (buffered
+    # writes, NFS attribute caching). Outputs all there but being confirmed stable is not
+    # lagging: the settle count handles it.
+    lagging = [r for r in (lg, o) if r is not None and r.says is Says.WORKING and (r is lg or short(r))]
+    grace = policy.exit_grace
+    if lagging and clocks.gone_for < grace:
+        return State.UNKNOWN, [
+            f"process gone: {p.detail}",
+            *(f"{r.signal}: {r.detail}" for r in lagging),
+            f"waiting up to {grace:.0f}s after the exit for writes to land ({clocks.gone_for:.0f}s so far)",
+        ]
+    # Rule 10: outputs short.
+    if o is not None and o.says is Says.WORKING and short(o):
+        return State.FAILED, [f"process gone: {p.detail}", f"outputs short: {o.detail}"]
+    if lg is not None and lg.says is Says.WORKING:
+        # Rule 11: outputs complete, no completion line.
+        if o is not None and o.says is Says.DONE:
+            return State.CONTRADICTION, [
+                f"process gone: {p.detail}",
+                f"outputs complete: {o.detail}",
+                f"but the log has no completion line: {lg.detail}",
+            ]
+        # Rule 12: no completion line, no outputs configured.
+        if o is None:
+            return State.FAILED, [
+                f"process gone: {p.detail}",
+                f"and the log has no completion line: {lg.detail}",
+            ]
+    # Rule 13: any configured signal unknown.
+    unknowns = [r for r in readings.values() if r.says is Says.UNKNOWN]
+    if unknowns:
+        return State.UNKNOWN, [f"{r.signal} unknown: {r.detail}" for r in unknowns]
+    # Rule 14: a signal not done yet (outputs confirming they stopped changing, a GPU window
+    # not yet covered, a log still written after its completion line).
+    not_done = [r for r in readings.values() if r.says is not Says.DONE]
+    if not_done:
+        return State.RUNNING, [f"process gone: {p.detail}", *(f"{r.signal}: {r.detail}" for r in not_done)]
+    # Rule 15: every signal done; `decide` completes it after `settle` checks.
+    return None, []

@@ -1,0 +1,101 @@
+"""What moved between two checks, and the clocks the rules read (idle, D, gone since)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sensors._config import PolicySpec
+from sensors._model import Reading, Says
+
+
+def ev(r: Reading | None, key: str) -> object:
+    return None if r is None else r.evidence.get(key)
+
+
+def short(o: Reading) -> bool:
+    count, expected = ev(o, "count"), ev(o, "expected")
+    return isinstance(count, int) and isinstance(expected, int) and count < expected
+
+
+def details(readings: Mapping[str, Reading]) -> list[str]:
+    return [f"{r.signal}: {r.detail}" for r in readings.values()]
+
+
+def progress(readings: Mapping[str, Reading], previous: Mapping[str, Reading]) -> list[str]:
+    """What moved since the previous check (empty list: nothing did, or no previous)."""
+    moved: list[str] = []
+    p, pp = readings.get("process"), previous.get("process")
+    if p and pp and p.says is Says.WORKING and pp.says is Says.WORKING:
+        same_pid = ev(p, "pid") == ev(pp, "pid")
+        cpu, pcpu = ev(p, "cpu_seconds"), ev(pp, "cpu_seconds")
+        if same_pid and isinstance(cpu, (int, float)) and isinstance(pcpu, (int, float)) and cpu > pcpu:
+            moved.append(f"CPU time +{cpu - pcpu:.2f}s")
+        io, pio = ev(p, "io_bytes"), ev(pp, "io_bytes")
+        if same_pid and isinstance(io, int) and isinstance(pio, int) and io > pio:
+            moved.append(f"I/O +{io - pio} bytes")
+    lg, plg = readings.get("log"), previous.get("log")
+    if (
+        lg
+        and plg
+        and ev(lg, "size") is not None
+        and ev(plg, "size") is not None
+        and (ev(lg, "size") != ev(plg, "size") or ev(lg, "inode") != ev(plg, "inode"))
+    ):
+        moved.append("log grew")
+    o, po = readings.get("outputs"), previous.get("outputs")
+    if (
+        o
+        and po
+        and ev(o, "count") is not None
+        and ev(po, "count") is not None
+        and ev(o, "count") != ev(po, "count")
+    ):
+        moved.append(f"outputs {ev(po, 'count')} → {ev(o, 'count')}")
+    g = readings.get("gpu")
+    if g and g.says is Says.WORKING and ev(g, "job_gpu_busy") is True:
+        # A long kernel with the host thread blocked moves no counter: the job's own GPU
+        # work is progress too (only when attributed to its PIDs, not any busy device).
+        moved.append("the job's GPU busy")
+    return moved
+
+
+@dataclass(frozen=True)
+class Clocks:
+    """The times the rules judge by, updated for this check (monitored host's clock)."""
+
+    moved: list[str]  # what progressed since the previous check
+    last_progress_at: float
+    idle_for: float  # seconds without progress
+    d_since: float | None  # in state D since
+    stuck_d: bool  # in D beyond stuck_in_d_after: no progress, whatever moved
+    gone_since: float | None  # the process signal says gone since
+    gone_for: float
+
+
+def clocks(
+    readings: Mapping[str, Reading],
+    previous: Mapping[str, Reading],
+    policy: PolicySpec,
+    last_progress_at: float | None,
+    d_since: float | None,
+    gone_since: float | None,
+    now: float,
+) -> Clocks:
+    p = readings.get("process")
+    moved = progress(readings, previous)
+    first = not previous
+    last_progress = now if (moved or first or last_progress_at is None) else last_progress_at
+    in_d = p is not None and p.says is Says.WORKING and ev(p, "state") == "D"
+    d_since = (d_since or now) if in_d else None
+    stuck_d = in_d and d_since is not None and now - d_since >= policy.stuck_in_d_after
+    if stuck_d:
+        # Uninterruptible sleep this long is the kernel's hung-task territory: it does not
+        # count as progress, whatever counters moved (the Ceph hang in incident 2).
+        last_progress = last_progress_at if last_progress_at is not None else now
+    if p is not None and p.says is Says.DONE:
+        gone_since = gone_since or now
+    elif p is not None and p.says is Says.WORKING:
+        gone_since = None
+    gone_for = now - (gone_since or now)
+    return Clocks(moved, last_progress, now - last_progress, d_since, stuck_d, gone_since, gone_for)
