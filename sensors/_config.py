@@ -27,6 +27,7 @@ from pydantic import (
 
 from sensors._errors import ConfigError
 from sensors._regex import FALLBACK_SCAN, BacktrackingRegexWarning, compile_user_regex
+from sensors._secrets import check_secret_ref
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -227,9 +228,7 @@ class SSHSpec(_Section):
     @field_validator("password", "passphrase")
     @classmethod
     def _secret_ref(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^(env|block):[A-Za-z0-9_.\-]+$", value):
-            raise ValueError("secrets are referenced, never written: use env:NAME or block:NAME")
-        return value
+        return check_secret_ref(value, "secrets are referenced, never written: use env:NAME or block:NAME")
 
     @field_validator("ssh", "user")
     @classmethod
@@ -255,10 +254,8 @@ class NotifySpec(_Section):
     @field_validator("slack_webhook")
     @classmethod
     def _secret_ref(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^(env|block):[A-Za-z0-9_.\-]+$", value):
-            # Do not echo the value: it may be the webhook URL itself.
-            raise ValueError("the Slack webhook is a secret: use env:NAME or block:NAME")
-        return value
+        # Do not echo the value: it may be the webhook URL itself.
+        return check_secret_ref(value, "the Slack webhook is a secret: use env:NAME or block:NAME")
 
 
 class LaunchSpec(_Section):

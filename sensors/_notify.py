@@ -29,10 +29,8 @@ import contextlib
 import contextvars
 import datetime as _dt
 import email.utils
-import inspect
 import logging
 import math
-import os
 import sys
 import threading
 import time
@@ -46,6 +44,10 @@ import tenacity
 from sensors._config import NotifySpec
 from sensors._errors import NotificationError
 from sensors._model import State, Verdict
+from sensors._secrets import SlackWebhookURL as _Secret
+from sensors._secrets import register_secret as _register_secret
+from sensors._secrets import resolve_slack_webhook
+from sensors._secrets import run_sync as _sync
 from sensors._text import inert, slack_code
 
 __all__ = [
@@ -490,147 +492,6 @@ class Sent:
 
 
 Sender = Callable[[Message], "Delivery | Sequence[Delivery] | None"]
-
-
-class _Secret:
-    """A string that does not show itself: ``repr``/``str``/f-strings give a placeholder."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-        _register_secret(value)
-
-    def get(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "<the Slack webhook>"
-
-    __str__ = __repr__
-
-    def __reduce__(self) -> Any:
-        raise TypeError("a secret is not pickled")
-
-
-class _Redact(logging.Filter):
-    """Redacts registered secrets from records that httpx and slack_sdk log about requests.
-
-    httpx logs ``HTTP Request: POST <url> "HTTP/1.1 200 OK"`` at INFO: with a Slack webhook the
-    URL *is* the credential. A logger-level filter sees exactly the records of that logger.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.secrets: set[str] = set()
-        self.lock = threading.Lock()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        with self.lock:
-            secrets = list(self.secrets)
-        if not secrets:
-            return True
-        try:
-            text = record.getMessage()
-        except Exception:
-            return True
-        hidden = text
-        for secret in secrets:
-            hidden = hidden.replace(secret, "<the Slack webhook>")
-        if hidden != text:
-            record.msg, record.args = hidden, ()
-        return True
-
-
-_REDACT = _Redact()
-# apprise (behind Prefect's notification blocks) logs the URL it posts to at DEBUG.
-_REDACTED_LOGGERS = (
-    "httpx",
-    "httpcore",
-    "slack_sdk.webhook.client",
-    "slack_sdk.webhook.async_client",
-    "apprise",
-)
-
-
-def _register_secret(value: str) -> None:
-    if not value:
-        return
-    forms = {value}
-    # httpx logs the URL as it normalised it (lowercase scheme and host, default port
-    # dropped, spaces escaped), not as given: hide that form too, and the path alone — for a
-    # Slack webhook the path is the credential.
-    with contextlib.suppress(Exception):
-        url = httpx.URL(value)
-        forms.add(str(url))
-        path = url.raw_path.decode("ascii", "replace")
-        if len(path) >= 8:
-            forms.add(path)
-    with _REDACT.lock:
-        _REDACT.secrets.update(forms)
-    for name in _REDACTED_LOGGERS:
-        logger = logging.getLogger(name)
-        if _REDACT not in logger.filters:
-            logger.addFilter(_REDACT)
-
-
-def resolve_slack_webhook(ref: str) -> _Secret:
-    """Resolve ``env:NAME`` or ``block:NAME`` to the Slack webhook URL, kept secret.
-
-    ``block:NAME`` tries a prefect-slack ``SlackWebhook`` block, then a Prefect ``Secret`` block.
-
-    Raises:
-        NotificationError: naming the variable or block, never the URL.
-
-    Example:
-        >>> url = resolve_slack_webhook("env:SLACK_WEBHOOK_URL")  # doctest: +SKIP
-        >>> url
-        <the Slack webhook>
-    """
-    kind, _, name = ref.partition(":")
-    if kind == "env":
-        value = os.environ.get(name, "").strip()
-        if not value:
-            raise NotificationError(f"the Slack webhook: environment variable {name} is not set")
-        return _Secret(value)
-    if kind == "block":
-        return _Secret(_webhook_from_block(name))
-    raise NotificationError("the Slack webhook must be given as env:NAME or block:NAME")
-
-
-def _webhook_from_block(name: str) -> str:
-    errors: list[str] = []
-    try:
-        from prefect_slack import SlackWebhook
-
-        block = _sync(SlackWebhook.load(name))
-        return block.url.get_secret_value()
-    except ImportError:
-        errors.append("prefect-slack is not installed")
-    except Exception as exc:  # not found, wrong type, server down: try the next kind
-        errors.append(f"SlackWebhook: {type(exc).__name__}")
-    try:
-        from prefect.blocks.system import Secret
-
-        value = _sync(Secret.load(name)).get()
-    except Exception as exc:
-        errors.append(f"Secret: {type(exc).__name__}")
-        raise NotificationError(
-            f"the Slack webhook: no Prefect SlackWebhook or Secret block named {name!r} "
-            f"could be loaded ({'; '.join(errors)})"
-        ) from None
-    if not isinstance(value, str) or not value.strip():
-        raise NotificationError(f"the Slack webhook: Secret block {name!r} does not hold a URL")
-    return value.strip()
-
-
-def _sync(result: Any) -> Any:
-    """Prefect's dual sync/async methods return a coroutine inside async contexts: run it."""
-    if inspect.iscoroutine(result):
-        from prefect.utilities.asyncutils import run_coro_as_sync
-
-        return run_coro_as_sync(result)
-    return result
 
 
 # Transient failures worth another try; anything else (a bad URL, 4xx) will not get better.
