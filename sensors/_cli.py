@@ -18,6 +18,7 @@ from sensors._check import Checker
 from sensors._config import Stage, load_stage, parse_duration
 from sensors._errors import ConfigError, CrosscheckError, HostKeyError
 from sensors._model import Reading, Says, State, Verdict
+from sensors._present import SAYS_STYLE, STATE_STYLE, key_values
 from sensors._run import Since, parse_since
 from sensors._text import inert
 
@@ -35,16 +36,6 @@ exit codes:
   0  complete: advance        1  not yet (running, stalled, contradiction, unknown)
   2  usage or config error    3  failed        4  wait timed out
 """
-
-_STYLE = {
-    State.COMPLETE: "bold green",
-    State.RUNNING: "bold cyan",
-    State.STALLED: "bold yellow",
-    State.FAILED: "bold red",
-    State.CONTRADICTION: "bold magenta",
-    State.UNKNOWN: "bold white on red",
-}
-_SAYS_STYLE = {"done": "green", "working": "cyan", "failed": "red", "unknown": "yellow"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -404,55 +395,22 @@ def _print_change(verdict: Verdict) -> None:
         f"{when}  ",
         _text(verdict.stage),
         "  ",
-        _text(verdict.state.value.upper(), _STYLE[verdict.state]),
+        _text(verdict.state.value.upper(), STATE_STYLE[verdict.state].terminal),
         "  ",
         _text(first),
     )
     _console().print(line)
 
 
-def key_values(signal: str, evidence: dict[str, Any] | Any) -> str:
-    """The few evidence values a person looks at first, per signal (one inert line)."""
-    ev = dict(evidence)
-
-    def fmt(key: str, label: str | None = None, unit: str = "") -> str | None:
-        value = ev.get(key)
-        if value is None:
-            return None
-        if isinstance(value, float):
-            value = f"{value:.1f}"
-        return f"{label or key}={value}{unit}"
-
-    parts: list[str | None]
-    if signal == "process":
-        parts = [
-            fmt("pid"),
-            fmt("state"),
-            fmt("cpu_seconds", "cpu", "s"),
-            fmt("elapsed_seconds", "elapsed", "s"),
-        ]
-    elif signal == "log":
-        parts = [fmt("age_seconds", "age", "s"), fmt("size", "bytes")]
-    elif signal == "outputs":
-        count, expected = ev.get("count"), ev.get("expected")
-        parts = [f"{count if count is not None else '?'}/{expected}"]
-    elif signal == "gpu":
-        devices = ev.get("devices") or []
-        utils = [d.get("utilization_pct") for d in devices if isinstance(d, dict)]
-        parts = [
-            f"util={','.join('?' if u is None else f'{u:.0f}%' for u in utils)}" if utils else None,
-            fmt("job_memory_mib", "job_mem", "MiB"),
-            fmt("samples"),
-        ]
-    else:
-        parts = []
-    return inert("  ".join(p for p in parts if p))
+def _says_style(says: str) -> str:
+    style = SAYS_STYLE.get(says)
+    return style.terminal if style else ""
 
 
 def _says_cell(says: str, rest: str = "") -> Any:
     from rich.text import Text
 
-    cell = _text(says, _SAYS_STYLE.get(says, ""))
+    cell = _text(says, _says_style(says))
     return Text.assemble(cell, " ", _text(rest)) if rest else cell
 
 
@@ -475,7 +433,7 @@ def _print_verdicts(verdicts: Sequence[Verdict]) -> None:
         table.add_row(
             _text(v.stage),
             _text(v.host),
-            _text(v.state.value.upper(), _STYLE[v.state]),
+            _text(v.state.value.upper(), STATE_STYLE[v.state].terminal),
             *cells,
             _text(v.reasons[0] if v.reasons else ""),
         )
@@ -494,7 +452,7 @@ def _print_table(verdict: Verdict) -> None:
             " on ",
             _text(verdict.host),
             ": ",
-            _text(f" {verdict.state.value.upper()} ", _STYLE[verdict.state]),
+            _text(f" {verdict.state.value.upper()} ", STATE_STYLE[verdict.state].terminal),
             "  → advance" if verdict.advance else "",
         )
     )

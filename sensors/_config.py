@@ -22,6 +22,7 @@ from pydantic import (
 
 from sensors._errors import ConfigError
 from sensors._schema import AbsPath, Duration, Regex, Section, parse_duration
+from sensors._secrets import check_secret_ref
 from sensors._signals.gpu import GpuSpec
 from sensors._signals.log import LogSpec
 from sensors._signals.outputs import DEFAULT_EXCLUDES, OutputsSpec
@@ -79,9 +80,7 @@ class SSHSpec(Section):
     @field_validator("password", "passphrase")
     @classmethod
     def _secret_ref(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^(env|block):[A-Za-z0-9_.\-]+$", value):
-            raise ValueError("secrets are referenced, never written: use env:NAME or block:NAME")
-        return value
+        return check_secret_ref(value, "secrets are referenced, never written: use env:NAME or block:NAME")
 
     @field_validator("ssh", "user")
     @classmethod
@@ -107,10 +106,8 @@ class NotifySpec(Section):
     @field_validator("slack_webhook")
     @classmethod
     def _secret_ref(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^(env|block):[A-Za-z0-9_.\-]+$", value):
-            # Do not echo the value: it may be the webhook URL itself.
-            raise ValueError("the Slack webhook is a secret: use env:NAME or block:NAME")
-        return value
+        # Do not echo the value: it may be the webhook URL itself.
+        return check_secret_ref(value, "the Slack webhook is a secret: use env:NAME or block:NAME")
 
 
 class LaunchSpec(Section):

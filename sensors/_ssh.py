@@ -52,6 +52,7 @@ from tenacity import (
 from sensors._config import SSHSpec
 from sensors._errors import ConfigError, ConnectError, HostKeyError, ProbeError
 from sensors._hosts import spawn_script
+from sensors._secrets import resolve_secret
 
 __all__ = ["SSHHost", "close_all", "get_host", "resolve_secret"]
 
@@ -77,40 +78,6 @@ MAX_CHANNELS = 8
 
 SecretResolver = Callable[[str], str]
 _T = TypeVar("_T")
-
-
-def resolve_secret(ref: str) -> str:
-    """Resolve an ``env:NAME`` or ``block:NAME`` (a Prefect Secret block) reference.
-
-    The value is never logged and never put into an error message.
-
-    Raises:
-        ConfigError: the variable is unset or the block cannot be loaded.
-
-    Example:
-        >>> os.environ["GPU_BOX_PASSPHRASE"] = "s3cret"
-        >>> resolve_secret("env:GPU_BOX_PASSPHRASE")
-        's3cret'
-    """
-    kind, _, name = ref.partition(":")
-    if kind == "env":
-        value = os.environ.get(name)
-        if value is None:
-            raise ConfigError(f"environment variable {name} is not set", field="host")
-        return value
-    if kind == "block":
-        try:
-            # Imported lazily: sensors/ must not import Prefect at module level.
-            from prefect.blocks.system import Secret
-
-            value = Secret.load(name).get()
-        except Exception as exc:
-            # The exception text of a failed load names the block, never its value.
-            raise ConfigError(
-                f"cannot load Prefect Secret block {name!r}: {type(exc).__name__}", field="host"
-            ) from None
-        return str(value)
-    raise ConfigError("secrets are referenced as env:NAME or block:NAME", field="host")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ This is the only module under ``sensors/`` that imports prefect at module level.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
 from collections.abc import Mapping
@@ -42,6 +41,7 @@ from prefect.exceptions import EventTooLarge, MissingContextError
 from sensors._config import Stage, load_stage, parse_duration
 from sensors._errors import ConfigError, NotificationError, StageFailed
 from sensors._model import State, Verdict
+from sensors._present import evidence_pairs, evidence_rows, progress_detail, progress_percent, reasons_text
 from sensors._text import inert, markdown_escape
 
 __all__ = [
@@ -213,7 +213,7 @@ class _GateReport:
                 create_table_artifact,
                 key=artifact_key(self.name, "evidence"),
                 table=evidence_rows(verdict),
-                description=f"{_md(self.name)}: **{verdict.state}** — {_md(_reasons(verdict))}",
+                description=f"{_md(self.name)}: **{verdict.state}** — {_md(reasons_text(verdict))}",
             )
         # The heartbeat goes first: the proactive "no heartbeat" automation closes its window
         # on the complete/failed event that follows the last heartbeat.
@@ -297,42 +297,6 @@ def artifact_key(stage_name: str, what: str) -> str:
     return f"crosscheck-{slug}-{what}"
 
 
-def progress_percent(verdict: Verdict) -> float | None:
-    """Outputs written / expected in percent (else the log's progress done/total), or None."""
-    facts: list[Mapping[str, Any]] = []
-    if (outputs := verdict.readings.get("outputs")) is not None:
-        facts.append({"done": outputs.evidence.get("count"), "total": outputs.evidence.get("expected")})
-    if (log := verdict.readings.get("log")) is not None and isinstance(log.evidence.get("progress"), Mapping):
-        facts.append(log.evidence["progress"])
-    for fact in facts:
-        done, total = fact.get("done"), fact.get("total")
-        if _number(done) and _number(total) and total > 0:
-            # Rounded down: one output short must not show as 100 %.
-            return max(0.0, min(100.0, math.floor(10000.0 * done / total) / 100))
-    return None
-
-
-def progress_detail(verdict: Verdict) -> str:
-    reading = verdict.readings.get("outputs")
-    if reading is not None and "count" in reading.evidence:
-        return f"{reading.evidence.get('count')}/{reading.evidence.get('expected')} outputs"
-    return _reasons(verdict)
-
-
-def evidence_rows(verdict: Verdict) -> list[dict[str, str]]:
-    """One row per signal: signal, says, detail, and the evidence as ``key=value`` pairs
-    (each cell one line of inert text)."""
-    return [
-        {
-            "signal": inert(name),
-            "says": str(reading.says),
-            "detail": inert(reading.detail),
-            "evidence": _key_values(reading.evidence),
-        }
-        for name, reading in verdict.readings.items()
-    ]
-
-
 def summary_markdown(verdict: Verdict, *, checks: int, timed_out: bool = False) -> str:
     """The final verdict as markdown: state, reasons, and one table row per signal."""
     doc = verdict.to_json()
@@ -361,9 +325,11 @@ def summary_markdown(verdict: Verdict, *, checks: int, timed_out: bool = False) 
 
 def failure_message(head: str, verdict: Verdict) -> str:
     """The head line, the reasons and each signal's reading: what a failed flow shows."""
-    parts = [inert(f"{head}: {_reasons(verdict)}")]
+    parts = [inert(f"{head}: {reasons_text(verdict)}")]
     for name, reading in verdict.readings.items():
-        parts.append(inert(f"  {name}: {reading.says} — {reading.detail} [{_key_values(reading.evidence)}]"))
+        parts.append(
+            inert(f"  {name}: {reading.says} — {reading.detail} [{evidence_pairs(reading.evidence)}]")
+        )
     return "\n".join(parts)
 
 
@@ -433,25 +399,7 @@ def _says(verdict: Verdict | None) -> tuple[tuple[str, str], ...]:
 
 def _line(verdict: Verdict) -> str:
     # One line of inert text: a log record never carries the job's newlines or escapes.
-    return inert(f"{verdict.stage}: {verdict.state} — {_reasons(verdict)}")
-
-
-def _reasons(verdict: Verdict) -> str:
-    return "; ".join(verdict.reasons) or "(no reasons given)"
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _key_values(evidence: Mapping[str, Any], *, limit: int = 400) -> str:
-    text = ", ".join(f"{k}={_short(v)}" for k, v in evidence.items())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-    return inert(" ".join(text.split()), limit)
+    return inert(f"{verdict.stage}: {verdict.state} — {reasons_text(verdict)}")
 
 
 def _md(text: str) -> str:

@@ -1,0 +1,372 @@
+"""Evidence in words: one home for how the terminal, Slack and Prefect show a verdict.
+
+Three readers, three shapes of the same facts, built from the same pieces here:
+
+- the terminal (``crosscheck status``/``wait``): :data:`STATE_STYLE`/:data:`SAYS_STYLE` colours
+  and :func:`key_values`, the few values a person looks at first (``pid=4455  cpu=2761.0s``);
+- Slack and plain-text notifications: the emoji and colours of the same tables, and
+  :func:`evidence_line`, one sentence per signal (``pid 4455, cpu 46m 1s``);
+- Prefect artifacts: :func:`progress_percent`, :func:`progress_detail`, :func:`evidence_rows`
+  (every evidence value as ``key=value``).
+
+Everything returned is one line of inert text (job text can neither format nor escape), and
+a percentage is rounded *down*: 37311 of 37312 must not read "100 %" in a tool about false
+"done".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sensors._model import State, Verdict
+from sensors._text import inert
+
+__all__ = [
+    "COLOUR",
+    "EMOJI",
+    "SAYS_STYLE",
+    "STATE_STYLE",
+    "evidence_line",
+    "evidence_pairs",
+    "evidence_rows",
+    "floor_percent",
+    "fmt_duration",
+    "key_values",
+    "number",
+    "one_line",
+    "outputs_values",
+    "progress_detail",
+    "progress_percent",
+    "reasons_text",
+    "truncate",
+]
+
+
+@dataclass(frozen=True)
+class Style:
+    """How one verdict state (or one signal's ``says``) looks on each output."""
+
+    terminal: str  # a rich style
+    emoji: str
+    colour: str = ""  # Slack's attachment bar (states only)
+
+
+# Slack's own palette for the colours, so the bar reads like Slack's native alerts.
+STATE_STYLE: Mapping[State, Style] = {
+    State.COMPLETE: Style("bold green", "✅", "#2EB67D"),
+    State.RUNNING: Style("bold cyan", "▶️", "#36C5F0"),
+    State.STALLED: Style("bold yellow", "⏸️", "#ECB22E"),
+    State.FAILED: Style("bold red", "❌", "#E01E5A"),
+    State.CONTRADICTION: Style("bold magenta", "🔀", "#E8912D"),
+    State.UNKNOWN: Style("bold white on red", "❔", "#9E9E9E"),
+}
+SAYS_STYLE: Mapping[str, Style] = {
+    "done": Style("green", "✅"),
+    "working": Style("cyan", "⚙️"),
+    "failed": Style("red", "❌"),
+    "unknown": Style("yellow", "❔"),
+}
+EMOJI: Mapping[State, str] = {state: style.emoji for state, style in STATE_STYLE.items()}
+COLOUR: Mapping[State, str] = {state: style.colour for state, style in STATE_STYLE.items()}
+
+
+# --------------------------------------------------------------------------- small pieces
+
+
+def number(value: Any) -> float | None:
+    """``value`` as a finite float, or ``None`` (a bool is not a number here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def one_line(value: Any, limit: int | None = None) -> str:
+    """Any value as one line of inert text, whitespace runs collapsed; cut with ``…`` at ``limit``."""
+    return inert(" ".join(str(value).split()), limit)
+
+
+def truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def floor_percent(done: float, total: float) -> float:
+    """``done / total`` in percent with two decimals, rounded down (99.99, never 100.00 too soon)."""
+    return math.floor(10000.0 * done / total) / 100
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """A short human duration: ``42s``, ``46m 1s``, ``2h 29m``, ``3d 4h``.
+
+    Example:
+        >>> fmt_duration(2761)
+        '46m 1s'
+    """
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    s = int(max(0.0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60}s" if s % 60 else f"{s // 60}m"
+    if s < 86400:
+        h, m = divmod(s // 60, 60)
+        return f"{h}h {m}m" if m else f"{h}h"
+    d, h = divmod(s // 3600, 24)
+    return f"{d}d {h}h" if h else f"{d}d"
+
+
+def reasons_text(verdict: Verdict) -> str:
+    return "; ".join(verdict.reasons) or "(no reasons given)"
+
+
+# --------------------------------------------------------------------------- terminal
+
+
+def key_values(signal: str, evidence: dict[str, Any] | Any) -> str:
+    """The few evidence values a person looks at first, per signal (one inert line).
+
+    Example:
+        >>> key_values("process", {"pid": 4455, "state": "R", "cpu_seconds": 2761.0})
+        'pid=4455  state=R  cpu=2761.0s'
+    """
+    ev = dict(evidence)
+
+    def fmt(key: str, label: str | None = None, unit: str = "") -> str | None:
+        value = ev.get(key)
+        if value is None:
+            return None
+        if isinstance(value, float):
+            value = f"{value:.1f}"
+        return f"{label or key}={value}{unit}"
+
+    parts: list[str | None]
+    if signal == "process":
+        parts = [
+            fmt("pid"),
+            fmt("state"),
+            fmt("cpu_seconds", "cpu", "s"),
+            fmt("elapsed_seconds", "elapsed", "s"),
+        ]
+    elif signal == "log":
+        parts = [fmt("age_seconds", "age", "s"), fmt("size", "bytes")]
+    elif signal == "outputs":
+        count, expected = ev.get("count"), ev.get("expected")
+        parts = [f"{count if count is not None else '?'}/{expected}"]
+    elif signal == "gpu":
+        devices = ev.get("devices") or []
+        utils = [d.get("utilization_pct") for d in devices if isinstance(d, dict)]
+        parts = [
+            f"util={','.join('?' if u is None else f'{u:.0f}%' for u in utils)}" if utils else None,
+            fmt("job_memory_mib", "job_mem", "MiB"),
+            fmt("samples"),
+        ]
+    else:
+        parts = []
+    return inert("  ".join(p for p in parts if p))
+
+
+# --------------------------------------------------------------------------- notifications
+
+
+def evidence_line(reading: Any) -> str:
+    """One line for one signal: what it says, then its key values.
+
+    Example:
+        >>> evidence_line(Reading("outputs", "working", "37300 of 37312",
+        ...                       {"count": 37300, "expected": 37312}))
+        'outputs: working — 37300 of 37312 (count 37300/37312, 99.97%)'
+    """
+    ev = reading.evidence if isinstance(reading.evidence, Mapping) else {}
+    values = _VALUES.get(reading.signal, _generic_values)(ev)
+    if ev.get("error") not in (None, ""):
+        values.append(f"error: {one_line(ev['error'], 120)}")
+    line = f"{reading.signal}: {reading.says}"
+    if reading.detail:
+        line += f" — {one_line(reading.detail, 120)}"
+    if values:
+        line += f" ({', '.join(values)})"
+    return truncate(line, 400)
+
+
+def _process_values(ev: Mapping[str, Any]) -> list[str]:
+    out = []
+    if _has(ev, "pid"):
+        out.append(f"pid {ev['pid']}")
+    if _has(ev, "state"):
+        out.append(f"state {one_line(ev['state'])}")
+    if (cpu := number(ev.get("cpu_seconds"))) is not None:
+        out.append(f"cpu {fmt_duration(cpu)}")
+    if (elapsed := number(ev.get("elapsed_seconds"))) is not None:
+        out.append(f"elapsed {fmt_duration(elapsed)}")
+    for key in ("exit_code", "returncode"):
+        if _has(ev, key):
+            out.append(f"exit {ev[key]}")
+            break
+    return out
+
+
+def _log_values(ev: Mapping[str, Any]) -> list[str]:
+    out = []
+    if _has(ev, "last_line"):
+        out.append(f'last "{one_line(ev["last_line"], 100)}"')
+    if (age := number(ev.get("age_seconds"))) is not None:
+        out.append(f"age {fmt_duration(age)}")
+    progress = ev.get("progress")
+    if isinstance(progress, Mapping) and _has(progress, "done"):
+        total = progress.get("total")
+        out.append(f"progress {progress['done']}/{total if total is not None else '?'}")
+    return out
+
+
+def outputs_values(ev: Mapping[str, Any]) -> list[str]:
+    """``count 37311/37312``, then the percentage rounded down (``99.99%``) when both are numbers."""
+    count, expected = ev.get("count"), ev.get("expected")
+    if count is None and expected is None:
+        return []
+    out = [f"count {count if count is not None else '?'}/{expected if expected else '?'}"]
+    c, e = number(count), number(expected)
+    if c is not None and e:
+        out.append(f"{floor_percent(c, e):.2f}%")
+    return out
+
+
+def _gpu_values(ev: Mapping[str, Any]) -> list[str]:
+    out = []
+    devices = ev.get("devices")
+    rows = [d for d in devices if isinstance(d, Mapping)] if isinstance(devices, list) else []
+    if rows:
+        # The probe's shape: one dict per GPU (sensors/_gpu.py).
+        utils = [d.get("utilization_pct") for d in rows]
+        mems = [d.get("memory_used_mib") for d in rows]
+        if any(u is not None for u in utils):
+            out.append(f"util {_per_device(utils, '%')}")
+        if any(m is not None for m in mems):
+            out.append(f"mem {_per_device([_mib(m) for m in mems], '')}")
+    else:
+        # Flat keys, as a hand-built or older reading may carry them.
+        util = _first(ev, "utilisation", "utilization", "utilization_pct", "util")
+        if util is not None:
+            out.append(f"util {_per_device(util, '%')}")
+        mem = _first(ev, "memory_used_mib", "memory_mib", "memory")
+        if mem is not None:
+            mib = _has(ev, "memory_used_mib") or _has(ev, "memory_mib")
+            out.append(f"mem {_per_device(mem, ' MiB' if mib else '')}")
+    if (job_mem := number(ev.get("job_memory_mib"))) is not None:
+        out.append(f"job holds {_mib(job_mem)}")
+    idle = ev.get("idle")
+    if isinstance(idle, bool):
+        out.append("idle" if idle else "busy")
+    elif (idle_s := number(idle)) is not None:
+        out.append(f"idle {fmt_duration(idle_s)}")
+    return out
+
+
+def _generic_values(ev: Mapping[str, Any]) -> list[str]:
+    # An unknown signal name: show a few scalar facts rather than nothing.
+    out = []
+    for key, value in ev.items():
+        if key == "error" or not isinstance(value, (str, int, float, bool)):
+            continue
+        out.append(f"{key} {one_line(value, 40)}")
+        if len(out) == 4:
+            break
+    return out
+
+
+_VALUES: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
+    "process": _process_values,
+    "log": _log_values,
+    "outputs": outputs_values,
+    "gpu": _gpu_values,
+}
+
+
+def _mib(value: Any) -> str:
+    n = number(value)
+    if n is None:
+        return "?"
+    return f"{n / 1024:.0f} GiB" if n >= 1024 else f"{n:.0f} MiB"
+
+
+def _has(ev: Mapping[str, Any], key: str) -> bool:
+    return ev.get(key) not in (None, "")
+
+
+def _first(ev: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if _has(ev, key):
+            return ev[key]
+    return None
+
+
+def _per_device(value: Any, unit: str) -> str:
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        shown = "/".join(_num_str(v) for v in value[:8]) + ("/…" if len(value) > 8 else "")
+        return shown + unit
+    return _num_str(value) + unit
+
+
+def _num_str(value: Any) -> str:
+    n = number(value)
+    if n is None:
+        return one_line(value, 20)
+    return str(int(n)) if n == int(n) else f"{n:.1f}"
+
+
+# --------------------------------------------------------------------------- Prefect
+
+
+def progress_percent(verdict: Verdict) -> float | None:
+    """Outputs written / expected in percent (else the log's progress done/total), or None."""
+    facts: list[Mapping[str, Any]] = []
+    if (outputs := verdict.readings.get("outputs")) is not None:
+        facts.append({"done": outputs.evidence.get("count"), "total": outputs.evidence.get("expected")})
+    if (log := verdict.readings.get("log")) is not None and isinstance(log.evidence.get("progress"), Mapping):
+        facts.append(log.evidence["progress"])
+    for fact in facts:
+        done, total = number(fact.get("done")), number(fact.get("total"))
+        if done is not None and total is not None and total > 0:
+            return max(0.0, min(100.0, floor_percent(done, total)))
+    return None
+
+
+def progress_detail(verdict: Verdict) -> str:
+    reading = verdict.readings.get("outputs")
+    if reading is not None and "count" in reading.evidence:
+        return f"{reading.evidence.get('count')}/{reading.evidence.get('expected')} outputs"
+    return reasons_text(verdict)
+
+
+def evidence_rows(verdict: Verdict) -> list[dict[str, str]]:
+    """One row per signal: signal, says, detail, and the evidence as ``key=value`` pairs
+    (each cell one line of inert text)."""
+    return [
+        {
+            "signal": inert(name),
+            "says": str(reading.says),
+            "detail": inert(reading.detail),
+            "evidence": evidence_pairs(reading.evidence),
+        }
+        for name, reading in verdict.readings.items()
+    ]
+
+
+def evidence_pairs(evidence: Mapping[str, Any], *, limit: int = 400) -> str:
+    """Every evidence value as ``key=value``, comma-separated, each value cut at 80 characters.
+
+    Example:
+        >>> evidence_pairs({"count": 37311, "expected": 37312})
+        'count=37311, expected=37312'
+    """
+    text = ", ".join(f"{k}={_short(v)}" for k, v in evidence.items())
+    return truncate(text, limit)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    return one_line(text, limit)
