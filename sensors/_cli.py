@@ -143,8 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        if "sensors._ssh" in sys.modules:
-            sys.modules["sensors._ssh"].close_all()
+        if "sensors._hosts.ssh" in sys.modules:
+            sys.modules["sensors._hosts.ssh"].close_all()
 
 
 def _exit_code(verdicts: Sequence[Verdict]) -> int:
