@@ -270,18 +270,14 @@ class Checker:
     def _gpu_sections(self) -> dict[str, str]:
         if not self.stage.gpu or self.host.nvml:
             return {}
-        try:
-            from sensors import _gpu
-        except ImportError:
-            return {}
+        from sensors import _gpu
+
         return dict(_gpu.remote_sections(self.stage.gpu))
 
     def _read_gpu(self, sections: dict[str, bytes], meta: Meta, job_pids: frozenset[int] | None) -> Reading:
         assert self.stage.gpu is not None
-        try:
-            from sensors import _gpu
-        except ImportError:
-            return Reading("gpu", Says.UNKNOWN, "GPU reading not available", {}, meta.now, self.host.name)
+        from sensors import _gpu
+
         return _gpu.read_for_checker(self, sections, meta, job_pids)
 
     # ------------------------------------------------------------------ waiting

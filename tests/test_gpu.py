@@ -31,7 +31,6 @@ from sensors._gpu import (
     GpuProcess,
     GpuSnapshot,
     GpuWindow,
-    _local_nspid,
     gpu_reading,
     local_nspid_map,
     parse_nspid,
@@ -40,6 +39,7 @@ from sensors._gpu import (
     read_local,
     remote_nspid_map,
 )
+from sensors._gpu.attribution import local_nspid
 from sensors._model import Says
 
 REPO = Path(__file__).resolve().parents[1]
@@ -634,10 +634,10 @@ def test_local_nspid_map_sees_a_real_nested_pid_namespace(tmp_path: Path) -> Non
 
 
 def test_local_nspid_lists_proc_once_for_map_and_visible_pids() -> None:
-    mapping, seen = _local_nspid()
+    mapping, seen = local_nspid()
     assert os.getpid() in seen and os.getppid() in seen
     assert mapping == local_nspid_map()
-    assert _local_nspid("/nonexistent") == ({}, frozenset())
+    assert local_nspid("/nonexistent") == ({}, frozenset())
 
 
 def _all_nspid() -> str:
