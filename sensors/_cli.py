@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "demo":
-            from flows.pipeline import demo
+            from sensors._demo import demo
 
             return demo(workdir=args.workdir)
         stages = [load_stage(path) for path in args.stages]
