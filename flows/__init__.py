@@ -1,5 +1,6 @@
 """Prefect flows built on :mod:`sensors.prefect`: the gate, and an example pipeline.
 
 ``flows.gate.gate`` waits for one stage; ``flows.pipeline`` launches stages and gates them
-(``pipeline``, ``start_stage``), raises the stall alert, and runs ``crosscheck demo``.
+(``pipeline``, ``start_stage``) and raises the stall alert. Both re-export the flows defined in
+:mod:`sensors.flows`, under the names ``deployments/prefect.yaml`` uses as entrypoints.
 """

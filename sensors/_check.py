@@ -32,9 +32,9 @@ def host_for(stage: Stage) -> Host:
     """The host a stage lives on; SSH hosts are pooled, one connection per (user, host, port)."""
     if stage.host == "local":
         return _LOCAL
-    from sensors import _ssh  # paramiko only when a stage needs it
+    from sensors._hosts import ssh  # paramiko only when a stage needs it
 
-    return _ssh.get_host(stage.host)
+    return ssh.get_host(stage.host)
 
 
 @dataclass

@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "demo":
-            from flows.pipeline import demo
+            from sensors._demo import demo
 
             return demo(workdir=args.workdir)
         stages = [load_stage(path) for path in args.stages]
@@ -134,8 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        if "sensors._ssh" in sys.modules:
-            sys.modules["sensors._ssh"].close_all()
+        if "sensors._hosts.ssh" in sys.modules:
+            sys.modules["sensors._hosts.ssh"].close_all()
 
 
 def _exit_code(verdicts: Sequence[Verdict]) -> int:

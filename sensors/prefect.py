@@ -15,15 +15,17 @@ While it waits it leaves what a person or an automation needs to follow along:
   event every check, for reactive and proactive automations;
 - one log line per verdict change (never one per check).
 
-This is the only module under ``sensors/`` that imports prefect at module level.
+This module and the Prefect layer built on it (:mod:`sensors.flows`, the demo) are the only
+ones under ``sensors/`` that import prefect at module level.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -48,6 +50,7 @@ __all__ = [
     "EVENT_PREFIX",
     "HEARTBEAT_EVENT",
     "check_stage",
+    "observe_checks",
     "resource_id",
     "wait_for_stage",
 ]
@@ -171,9 +174,29 @@ def wait_for_stage(
 # --- what the wait leaves behind -------------------------------------------------------------
 
 
-#: Callables given every verdict of every check (the demo prints the incident-2 stretch with
-#: them). In-process only; a deployment's runs report through events and artifacts.
-_check_observers: list[Any] = []
+#: Callables given every verdict of every check; added and removed by :func:`observe_checks`.
+_check_observers: list[Callable[[Verdict], None]] = []
+
+
+@contextlib.contextmanager
+def observe_checks(callback: Callable[[Verdict], None]) -> Iterator[None]:
+    """Call ``callback`` with the verdict of every check :func:`wait_for_stage` makes in this
+    process while the block runs (every check, not only changes; the demo uses it to show why
+    the gate keeps waiting). In-process only: a deployment's runs report through events and
+    artifacts. An exception in ``callback`` fails the wait, so keep it simple.
+
+    Example:
+        >>> seen = []
+        >>> with observe_checks(seen.append):
+        ...     wait_for_stage("stages/extract.yaml")  # doctest: +SKIP
+        >>> [v.state for v in seen]  # doctest: +SKIP
+        [<State.RUNNING: 'running'>, ..., <State.COMPLETE: 'complete'>]
+    """
+    _check_observers.append(callback)
+    try:
+        yield
+    finally:
+        _check_observers.remove(callback)
 
 
 class _GateReport:

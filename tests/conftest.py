@@ -23,7 +23,7 @@ def host(request):
         yield LocalHost()
         return
     from sensors._config import SSHSpec
-    from sensors._ssh import SSHHost
+    from sensors._hosts.ssh import SSHHost
 
     spec = request.getfixturevalue("ssh_spec")
     ssh = SSHHost(SSHSpec(**spec))

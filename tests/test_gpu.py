@@ -24,14 +24,14 @@ from typing import Any
 import pytest
 
 from sensors._config import GpuSpec
-from sensors._gpu import (
+from sensors._model import Says
+from sensors._signals.gpu import (
     REMOTE_SECTIONS,
     GpuDevice,
     GpuMemory,
     GpuProcess,
     GpuSnapshot,
     GpuWindow,
-    _local_nspid,
     gpu_reading,
     local_nspid_map,
     parse_nspid,
@@ -40,7 +40,7 @@ from sensors._gpu import (
     read_local,
     remote_nspid_map,
 )
-from sensors._model import Says
+from sensors._signals.gpu.attribution import local_nspid
 
 
 def read_for_checker(checker, sections, meta, job_pids):
@@ -55,6 +55,7 @@ def read_for_checker(checker, sections, meta, job_pids):
         job_pids=job_pids,
     )
     return reading
+
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -128,7 +129,7 @@ _READER = textwrap.dedent(
     """
     import dataclasses, json, sys, threading
     from sensors._config import GpuSpec
-    from sensors._gpu import read_local
+    from sensors._signals.gpu import read_local
     spec = GpuSpec(**json.loads(sys.argv[1]))
     reads, threads = int(sys.argv[2]), int(sys.argv[3])
     snaps = []
@@ -648,10 +649,10 @@ def test_local_nspid_map_sees_a_real_nested_pid_namespace(tmp_path: Path) -> Non
 
 
 def test_local_nspid_lists_proc_once_for_map_and_visible_pids() -> None:
-    mapping, seen = _local_nspid()
+    mapping, seen = local_nspid()
     assert os.getpid() in seen and os.getppid() in seen
     assert mapping == local_nspid_map()
-    assert _local_nspid("/nonexistent") == ({}, frozenset())
+    assert local_nspid("/nonexistent") == ({}, frozenset())
 
 
 def _all_nspid() -> str:

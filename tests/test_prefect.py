@@ -43,10 +43,11 @@ from flows.gate import gate
 from flows.pipeline import pipeline, with_pid
 from sensors._config import Stage, stage_from_dict
 from sensors._errors import StageFailed
-from sensors._model import State
+from sensors._model import State, Verdict
 from sensors.prefect import (
     artifact_key,
     check_stage,
+    observe_checks,
     progress_percent,
     resource_id,
     wait_for_stage,
@@ -293,6 +294,22 @@ def test_gate_flow_takes_a_stage_file_path(jobs, tmp_path: Path) -> None:
     doc = gate(str(path), timeout=60)
     assert doc["verdict"] == "complete" and doc["advance"] is True
     assert doc["stage"] == job.tag
+
+
+def test_observe_checks_sees_every_check_only_inside_the_block(jobs, tmp_path: Path) -> None:
+    job = jobs("complete", total=5, step=0.02)
+    job.start()
+    path = job.write_stage(tmp_path / "stage.yaml")
+    seen: list[Verdict] = []
+    with observe_checks(seen.append):
+        doc = gate(str(path), timeout=60, since="1h")  # the job may be done before the first check
+    assert doc["verdict"] == "complete"
+    assert seen and seen[-1].state is State.COMPLETE and seen[-1].stage == doc["stage"]
+    checks = len(seen)
+    with pytest.raises(RuntimeError, match="inside"), observe_checks(seen.append):
+        raise RuntimeError("inside")
+    gate(str(path), timeout=60, since="1h")  # no observer any more, also after a raise
+    assert len(seen) == checks
 
 
 def test_pipeline_launches_training_only_after_complete(jobs, tmp_path: Path) -> None:

@@ -376,7 +376,10 @@ def test_a_symlink_to_a_regular_log_is_read(tmp_path, host) -> None:
     target.write_text("Extraction complete\n")
     link = tmp_path / "link.log"
     link.symlink_to(target)
-    assert Checker(stage_from_dict(_log_stage(link)), host=host, since="1h").check().readings["log"].says is Says.DONE
+    assert (
+        Checker(stage_from_dict(_log_stage(link)), host=host, since="1h").check().readings["log"].says
+        is Says.DONE
+    )
 
 
 @pytest.mark.timeout(60)
@@ -406,7 +409,9 @@ def test_a_probe_script_built_for_a_fifo_log_returns_at_once(tmp_path) -> None:
     nonce = new_nonce()
     out = LocalHost().run_script(build_script(stage_from_dict(_log_stage(fifo)), nonce), timeout=5)
     sections = split_sections(out, nonce)
-    assert sections["log_stat"].strip().endswith(b" fifo") and "log_tail" not in sections and "end" in sections
+    assert (
+        sections["log_stat"].strip().endswith(b" fifo") and "log_tail" not in sections and "end" in sections
+    )
     assert _processes_mentioning(str(fifo)) == []
 
 

@@ -14,7 +14,7 @@ import pytest
 from sensors._config import SSHSpec
 from sensors._errors import ConfigError, ConnectError, HostKeyError, ProbeError
 from sensors._hosts import Host
-from sensors._ssh import SSHHost, close_all, get_host
+from sensors._hosts.ssh import SSHHost, close_all, get_host
 from tests.sshd import (
     SSHD,
     TCSH_USER,

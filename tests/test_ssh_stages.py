@@ -14,7 +14,7 @@ import yaml
 
 from sensors import Checker, ConfigError, Says, stage_from_dict
 from sensors._config import SSHSpec
-from sensors._ssh import SSHHost
+from sensors._hosts.ssh import SSHHost
 from sensors.testing import SimulatedJob
 from tests.test_ssh import PAYLOADS as SSH_PAYLOADS
 

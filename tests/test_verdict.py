@@ -12,7 +12,7 @@ import pytest
 
 from sensors import Reading, Says, State
 from sensors._config import GpuSpec, PolicySpec
-from sensors._gpu import GpuDevice, GpuProcess, GpuSnapshot, gpu_reading
+from sensors._signals.gpu import GpuDevice, GpuProcess, GpuSnapshot, gpu_reading
 from sensors._verdict import VerdictMemory, decide
 from sensors.testing import reading
 

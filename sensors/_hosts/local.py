@@ -1,19 +1,12 @@
-"""The host seam: where a probe script runs. Probes receive a host, never a hostname.
-
-A host runs one POSIX ``sh`` script per check (``/bin/sh -s``, script on stdin) and returns
-its stdout; the same script runs locally and over SSH, so both hosts produce the same
-readings by construction. SSH lives in ``sensors._ssh`` (the only module importing paramiko).
-"""
+"""The local host: probes run as ``/bin/sh -s`` children of this process, in their own session."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import signal
 import subprocess
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
 
 from sensors._errors import ProbeError
 
@@ -24,33 +17,6 @@ PROBE_ENV = {
     "LANG": "C",
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 }
-
-
-@runtime_checkable
-class Host(Protocol):
-    """What a probe needs from a host.
-
-    ``name`` labels evidence; ``nvml`` says whether GPUs are read in this Python process
-    through NVML (local) rather than by ``nvidia-smi`` inside the script (remote).
-    """
-
-    name: str
-    nvml: bool
-
-    def run_script(self, script: bytes, *, timeout: float) -> bytes:
-        """Run ``script`` with ``/bin/sh -s`` and return its stdout.
-
-        Raises:
-            HostError: the host could not be asked (its subclasses say why). Never returns
-                partial output silently: a timeout is an error.
-        """
-        ...
-
-    def spawn(self, argv: Sequence[str], *, log_path: str, cwd: str | None = None) -> int:
-        """Start ``argv`` detached (nohup, own session), output to ``log_path``; return its PID."""
-        ...
-
-    def close(self) -> None: ...
 
 
 class LocalHost:
@@ -120,17 +86,3 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         if pipe is not None:
             with contextlib.suppress(OSError):
                 pipe.close()
-
-
-def spawn_script(argv: Sequence[str], *, log_path: str, cwd: str | None) -> bytes:
-    """A sh script that starts ``argv`` detached and prints its PID (for remote hosts).
-
-    Every value is quoted with :func:`shlex.quote`; the script runs under ``/bin/sh -s``,
-    never under the user's login shell.
-    """
-    # Diagnostics go to stdout: the caller reads only stdout and the exit status.
-    cd = f"cd {shlex.quote(cwd)} 2>&1 || exit 97\n" if cwd else ""
-    cmd = " ".join(shlex.quote(a) for a in argv)
-    return (
-        f'set -u\n{cd}nohup setsid {cmd} </dev/null >>{shlex.quote(log_path)} 2>&1 &\necho "pid $!"\n'
-    ).encode()

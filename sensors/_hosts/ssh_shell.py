@@ -1,0 +1,144 @@
+"""Kept remote shells: one ``exec /bin/sh -s`` per SSH channel, one script after another.
+
+:class:`Session` is how :class:`~sensors._hosts.ssh.SSHHost` runs every probe and spawn: the
+remote side needs only POSIX sh, and the remote *login* shell (bash, tcsh, fish) parses
+nothing but :data:`REMOTE_COMMAND`. Every exchange has a wall-clock deadline of its own
+(:func:`with_watchdog`): paramiko's keepalive never notices a dead server, ``is_active()``
+can stay True, and ``exec_command()`` waits for a reply with no timeout at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import select
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import paramiko
+
+__all__ = ["REMOTE_COMMAND", "Deadline", "Session", "with_watchdog"]
+
+log = logging.getLogger("crosscheck.ssh")
+
+#: The whole remote command line. Every login shell in use parses it the same way
+#: (no redirections, quotes or variables: tcsh and fish differ from sh on all of those).
+REMOTE_COMMAND = "exec /bin/sh -s"
+
+_T = TypeVar("_T")
+
+
+class Deadline(Exception):
+    """The exchange ran past its deadline (or the watchdog closed the channel at it)."""
+
+
+class Session:
+    """A long-lived ``exec /bin/sh -s`` on one channel that runs one script after another.
+
+    sshd starts every command through the user's login shell, and a login shell's rc files
+    (``conda init``, ``pyenv init`` in ~/.bashrc) can cost 100-300 ms of the monitored
+    host's CPU per exec. Keeping the ``sh`` started by one exec and feeding it a script per
+    check pays that once per connection instead of once per check, and still costs one
+    round trip per check. Each script runs in a brace group with stdin from /dev/null (no
+    command can eat the next script) and is followed by a marker with a fresh nonce that
+    ends the answer. A shell that timed out or misbehaved is closed, never reused. The shell
+    keeps variables between scripts: every probe sets all it uses.
+    """
+
+    def __init__(self, chan: paramiko.Channel, release: Callable[[], None]) -> None:
+        self.chan = chan
+        self.started = False
+        self._release = release  # gives the connection's channel slot back, once
+
+    def run(self, script: bytes, deadline: float) -> tuple[bytes, int | None]:
+        """Run ``script``; return its stdout and exit status (137: stopped on the host)."""
+        marker = secrets.token_hex(12).encode()
+        end = b"\n@@crosscheck-done " + marker + b" "
+        # The host enforces the deadline too, a second early: a probe stuck on the host (a
+        # stat on a hung NFS mount) is killed there with its process group, the shell answers,
+        # and sshd's channel slot (MaxSessions) is not held by a command nobody waits for.
+        limit = max(1, int(deadline - time.monotonic()) - 1)
+        wrapped = (
+            b"s=$(cat <<'@@crosscheck-script-" + marker + b"'\n"
+            + script
+            + b"\n@@crosscheck-script-" + marker + b"\n)\n"
+            b"if command -v timeout >/dev/null 2>&1; then timeout -s KILL "
+            + str(limit).encode()
+            + b' /bin/sh -c "$s" </dev/null 2>/dev/null; else /bin/sh -c "$s" </dev/null 2>/dev/null; fi\n'
+            b"printf '\\n@@crosscheck-done %s %s\\n' " + marker + b' "$?"\n'
+        )  # fmt: skip
+        return with_watchdog(self.chan, deadline, lambda: self._converse(wrapped, end, deadline))
+
+    def _converse(self, wrapped: bytes, end: bytes, deadline: float) -> tuple[bytes, int | None]:
+        chan = self.chan
+
+        def remaining() -> float:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Deadline
+            return left
+
+        chan.settimeout(remaining())
+        if not self.started:
+            chan.exec_command(REMOTE_COMMAND)
+            self.started = True
+        try:
+            chan.sendall(wrapped)
+        except TimeoutError:
+            raise Deadline from None
+        buf = bytearray()
+        fd = chan.fileno()
+        while True:
+            while chan.recv_ready():
+                buf += chan.recv(1 << 20)
+            while chan.recv_stderr_ready():
+                chan.recv_stderr(1 << 20)  # the login shell's noise; the scripts' is discarded
+            # The marker is searched only in what arrived since the last look (and its tail).
+            at = buf.find(end, max(0, len(buf) - (1 << 20) - len(end)))
+            if at >= 0 and buf.endswith(b"\n") and buf.find(b"\n", at + len(end)) == len(buf) - 1:
+                status = buf[at + len(end) : -1].decode("ascii", "replace").strip()
+                return bytes(buf[:at]), int(status) if status.isdigit() else None
+            if chan.eof_received or chan.closed:
+                if chan.recv_ready() or chan.recv_stderr_ready():
+                    continue
+                raise EOFError("the remote shell ended before the script finished")
+            select.select([fd], [], [], remaining())
+
+    def close(self) -> None:
+        try:
+            self.chan.close()
+        except Exception:  # closing a broken channel may raise anything; it is gone
+            log.debug("error closing a channel", exc_info=True)
+        finally:
+            self._release()
+
+
+def with_watchdog(chan: paramiko.Channel, deadline: float, body: Callable[[], _T]) -> _T:
+    """Run ``body`` with a watchdog that closes ``chan`` at the deadline.
+
+    paramiko's exec_command() waits for the server's reply with no timeout at all, and a
+    dead server never replies: closing the channel wakes every wait on it
+    (Channel._set_closed sets its events). A close by the watchdog reads as ``Deadline``.
+    """
+    fired = threading.Event()
+
+    def expire() -> None:
+        fired.set()
+        chan.close()
+
+    watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
+    watchdog.daemon = True  # it may block sending CLOSE on a wedged transport
+    watchdog.start()
+    try:
+        result = body()
+    except (paramiko.SSHException, EOFError, OSError):
+        if fired.is_set():
+            raise Deadline from None
+        raise
+    finally:
+        watchdog.cancel()
+    if fired.is_set():
+        raise Deadline
+    return result

@@ -1,0 +1,210 @@
+"""The deployable flows: the gate, the example pipeline, starting a stage, the stall alert.
+
+The Prefect layer's flows, built on the tasks in :mod:`sensors.prefect`. ``flows/gate.py``
+and ``flows/pipeline.py`` at the repository root re-export them under the names the
+deployments use (``entrypoint: flows.gate.gate``, ``flows.pipeline.start_stage``,
+``flows.pipeline.stall_alert`` in ``deployments/prefect.yaml``); the library itself never
+imports ``flows``.
+
+- :func:`gate` waits until a stage is really finished; its ``crosscheck.stage.complete``
+  event is what starts the next stage's deployment, so no worker is held between stages.
+- :func:`pipeline`: extraction → gate → training. Each stage is launched as a command (its
+  stage file's ``launch:`` section), detached on the stage's host (locally, or over SSH with
+  nohup), with its PID and log path recorded. The gate waits until process, log and outputs
+  agree; only a ``complete`` verdict launches the next stage. ``failed`` fails the flow with
+  the evidence in its message; ``stalled`` and ``contradiction`` notify and the wait goes on
+  until the policy's timeout.
+- :func:`start_stage` launches (and gates) one stage: what the completion trigger runs.
+- :func:`stall_alert` fails loudly when a gate stops sending heartbeats.
+
+Example:
+    >>> pipeline("stages/extract.yaml", "stages/train.yaml")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from sensors._check import host_for
+from sensors._config import Stage, stage_from_dict
+from sensors._errors import ConfigError
+from sensors._run import launch_mark_script, parse_launch_mark
+from sensors.prefect import artifact_key, as_stage, wait_for_stage
+
+__all__ = ["gate", "launch_stage", "pipeline", "stall_alert", "start_stage", "with_pid"]
+
+
+def _run_name() -> str:
+    from prefect.runtime import flow_run
+
+    stage = flow_run.parameters.get("stage")
+    if isinstance(stage, Stage):
+        return f"gate-{stage.stage}"
+    if isinstance(stage, dict) and "stage" in stage:
+        return f"gate-{stage['stage']}"
+    # A path: the file's stem is what people call the stage; loading it here would turn a
+    # bad file into a naming error instead of a flow failure with the real message.
+    return f"gate-{str(stage).rsplit('/', 1)[-1].rsplit('.', 1)[0]}"
+
+
+@flow(name="crosscheck-gate", flow_run_name=_run_name, log_prints=False)
+def gate(
+    stage: Stage | str, timeout: float | str | None = None, since: str | float | None = None
+) -> dict[str, Any]:
+    """Wait until every signal of ``stage`` agrees it is complete; fail with the evidence.
+
+    Args:
+        stage: path to a YAML stage file (as a deployment parameter), or a ``Stage``.
+        timeout: seconds or a duration (``"12h"``); default: the stage's ``policy.timeout``.
+        since: when the run began (``"2h"``, an ISO time): evidence from before it is an
+            earlier run's. Without it, the run is the job first seen alive by this gate.
+
+    Returns:
+        The complete verdict as the CLI's JSON document.
+
+    Raises:
+        StageFailed: the stage failed or the timeout passed; the message holds the evidence.
+
+    Example:
+        >>> gate("/etc/crosscheck/extract.yaml", timeout="12h")  # doctest: +SKIP
+        {'stage': 'extract', 'verdict': 'complete', 'advance': True, ...}
+    """
+    return wait_for_stage(as_stage(stage), timeout=timeout, since=since).to_json()
+
+
+@task(cache_policy=NO_CACHE, task_run_name="launch-stage")
+def launch_stage(stage: Stage) -> dict[str, Any]:
+    """Start the stage's ``launch`` command detached on its host; record PID and log path.
+
+    Returns:
+        ``{"stage", "host", "pid", "log", "command", "cwd"}``.
+    """
+    if stage.launch is None:
+        raise ConfigError("no launch section: nothing to start", field=f"{stage.stage}.launch")
+    log_path = stage.launch.log or (stage.log.path if stage.log else None)
+    if log_path is None:
+        raise ConfigError(
+            "give launch.log (or a log section): the job's output must go somewhere",
+            field=f"{stage.stage}.launch.log",
+        )
+    host = host_for(stage)
+    # Mark where this run begins (the host's clock, the log's inode, size and last bytes)
+    # before the job starts: its log lines are exactly those written after the mark.
+    mark = parse_launch_mark(host.run_script(launch_mark_script(log_path), timeout=30))
+    pid = host.spawn(stage.launch.command, log_path=log_path, cwd=stage.launch.cwd)
+    record = {
+        "stage": stage.stage,
+        "host": stage.host_name,
+        "pid": pid,
+        "log": log_path,
+        "command": " ".join(stage.launch.command),
+        "cwd": stage.launch.cwd or "",
+        "run": {
+            "started_at": mark.started_at,
+            "log_inode": mark.log_inode,
+            "log_offset": mark.log_offset,
+            "log_fingerprint": mark.log_fingerprint,
+        },
+    }
+    get_run_logger().info("%s: launched on %s as PID %d, log %s", stage.stage, stage.host_name, pid, log_path)
+    create_table_artifact(
+        key=artifact_key(stage.stage, "launch"),
+        table=[{k: str(v) for k, v in record.items() if k != "run"}],
+        description=f"{stage.stage}: launched as PID {pid} on {stage.host_name}",
+    )
+    return record
+
+
+def with_pid(stage: Stage, pid: int) -> Stage:
+    """The stage watching ``pid`` when it names no process of its own.
+
+    A stage that has a ``process`` section keeps it: a ``match`` regex also verifies the
+    command line (paths, flags), which a bare PID cannot.
+
+    Example:
+        >>> with_pid(stage, 4455).process.pid  # doctest: +SKIP
+        4455
+    """
+    if stage.process is not None:
+        return stage
+    return stage_from_dict({**stage.model_dump(exclude_none=True), "process": {"pid": pid}})
+
+
+def _launch_and_wait(stage: Stage, *, wait: bool, timeout: float | str | None) -> dict[str, Any]:
+    launched = launch_stage(stage) if stage.launch is not None else None
+    result: dict[str, Any] = {"stage": stage.stage, "launched": launched, "verdict": None}
+    if wait:
+        gated = with_pid(stage, launched["pid"]) if launched else stage
+        result["verdict"] = wait_for_stage(gated, timeout=timeout, run=launched).to_json()
+    return result
+
+
+@flow(name="crosscheck-pipeline", log_prints=False)
+def pipeline(
+    extraction: Stage | str,
+    training: Stage | str,
+    timeout: float | str | None = None,
+    wait_for_training: bool = True,
+) -> dict[str, Any]:
+    """extraction → gate → training: training starts only after a ``complete`` verdict.
+
+    Args:
+        extraction: the first stage (file path or Stage). With a ``launch`` section it is
+            started here; without one the gate watches a job that is already running.
+        training: the stage started once extraction is complete (needs ``launch``).
+        timeout: the gate's timeout (default: the stage's ``policy.timeout``).
+        wait_for_training: also gate training (the flow ends when training is complete).
+
+    Raises:
+        StageFailed: a stage failed or its gate timed out; the message holds the evidence.
+    """
+    first = as_stage(extraction)
+    second = as_stage(training)
+    if second.launch is None:
+        raise ConfigError("the training stage needs a launch section", field="training.launch")
+    upstream = _launch_and_wait(first, wait=True, timeout=timeout)
+    downstream = _launch_and_wait(second, wait=wait_for_training, timeout=timeout)
+    return {"extraction": upstream, "training": downstream}
+
+
+@flow(name="crosscheck-start-stage", log_prints=False)
+def start_stage(
+    stage: Stage | str,
+    after: str | None = None,
+    wait: bool = True,
+    timeout: float | str | None = None,
+) -> dict[str, Any]:
+    """Launch one stage (and gate it): what the ``crosscheck.stage.complete`` trigger runs.
+
+    Args:
+        stage: the stage to start (file path or Stage); needs a ``launch`` section.
+        after: the upstream stage whose completion started this run (for the record).
+        wait: gate the launched stage too.
+        timeout: the gate's timeout (default: the stage's ``policy.timeout``).
+    """
+    spec = as_stage(stage)
+    if spec.launch is None:
+        raise ConfigError("no launch section: nothing to start", field=f"{spec.stage}.launch")
+    if after:
+        get_run_logger().info("%s: starting because %s is complete", spec.stage, after)
+    return _launch_and_wait(spec, wait=wait, timeout=timeout)
+
+
+@flow(name="crosscheck-stall-alert", log_prints=False)
+def stall_alert(stage_name: str, last_verdict: str | None = None) -> None:
+    """Run by the proactive automation when a stage's gate stops sending heartbeats.
+
+    The gate itself is gone or hung (its worker died, the flow was cancelled): nobody is
+    watching the stage any more. This flow fails so that the alert is visible in the UI and
+    reaches whatever notifications are set on failed flow runs.
+    """
+    message = (
+        f"{stage_name}: no crosscheck heartbeat within the expected window "
+        f"(last verdict: {last_verdict or 'unknown'}); is its gate still running?"
+    )
+    get_run_logger().error(message)
+    raise RuntimeError(message)

@@ -1,0 +1,121 @@
+"""The layout keeps its dependency direction: core ← Prefect layer ← flows and the demo.
+
+The core (every module under ``sensors/`` but the Prefect layer) imports neither Prefect nor
+anything from ``flows/``, and paramiko only in the SSH host modules, which nothing imports
+until a stage names an SSH host. Checked twice: in a fresh interpreter (what an import really
+pulls in) and statically (an import inside a function the first check would not reach).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SENSORS = REPO / "sensors"
+
+#: The Prefect layer: it may import Prefect (and the demo the flows); the core may not.
+PREFECT_LAYER = {"sensors.prefect", "sensors.flows", "sensors._demo"}
+#: Not imported here: ``testing`` is the public test-helper module (simulated jobs, run as a
+#: script too), ``__main__`` runs the CLI when imported.
+NOT_IMPORTED = {"sensors.testing", "sensors.__main__"}
+#: The only modules that import paramiko.
+SSH_MODULES = {
+    "sensors._hosts.ssh",
+    "sensors._hosts.ssh_config",
+    "sensors._hosts.ssh_connect",
+    "sensors._hosts.ssh_shell",
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(SENSORS.rglob("*.py"))}
+
+
+def _core() -> list[str]:
+    return sorted(set(_modules()) - PREFECT_LAYER - NOT_IMPORTED)
+
+
+def _imports(path: Path, *, top_level_only: bool = False) -> set[str]:
+    """Absolute module names ``path`` imports (``from a import b`` gives ``a`` and ``a.b``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _roots(names: set[str]) -> set[str]:
+    return {name.split(".")[0] for name in names}
+
+
+def test_the_layout_lists_real_modules() -> None:
+    modules = set(_modules())
+    assert {"sensors", "sensors._check", "sensors._cli", "sensors._hosts", "sensors._signals.gpu"} <= modules
+    assert modules.issuperset(PREFECT_LAYER | NOT_IMPORTED | SSH_MODULES)
+
+
+def test_importing_the_core_loads_neither_prefect_nor_paramiko_nor_flows() -> None:
+    """Every core module imported in one fresh interpreter: no Prefect, no ``flows``, and no
+    paramiko until the SSH modules themselves are imported."""
+    plain = [m for m in _core() if m not in SSH_MODULES]
+    code = f"""
+import importlib, json, sys
+def loaded():
+    return sorted({{m.split(".")[0] for m in sys.modules}} & {{"prefect", "paramiko", "flows"}})
+for name in {plain!r}:
+    importlib.import_module(name)
+before = loaded()
+for name in {sorted(SSH_MODULES)!r}:
+    importlib.import_module(name)
+print(json.dumps({{"core": before, "with_ssh": loaded()}}))
+"""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"core": [], "with_ssh": ["paramiko"]}
+
+
+@pytest.mark.parametrize("name", sorted(_modules()))
+def test_no_module_under_sensors_imports_flows(name: str) -> None:
+    # sensors.flows is the library's own Prefect layer; the repository's flows/ package is not.
+    assert "flows" not in _roots(_imports(_modules()[name]))
+
+
+@pytest.mark.parametrize("name", _core())
+def test_the_core_imports_prefect_only_lazily(name: str) -> None:
+    # A lazy import inside a function (resolve_secret's Prefect Secret block) is allowed.
+    assert "prefect" not in _roots(_imports(_modules()[name], top_level_only=True))
+
+
+def test_only_the_ssh_modules_import_paramiko() -> None:
+    importers = {name for name, path in _modules().items() if "paramiko" in _roots(_imports(path))}
+    assert importers == SSH_MODULES
+
+
+def test_module_names_in_strings_exist() -> None:
+    """A module named in a string (``sys.modules["sensors._hosts.ssh"]``) survives a move."""
+    modules = set(_modules())
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text = node.value
+                if text.startswith("sensors.") and text.replace(".", "").replace("_", "").isalnum():
+                    assert text in modules, f"{name} names {text!r}, which is not a module"
