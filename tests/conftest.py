@@ -40,3 +40,6 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=90):
         yield
+
+
+from tests.postgres import postgres_server, postgres_url  # noqa: E402, F401  (shared fixtures)

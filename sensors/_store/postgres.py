@@ -125,7 +125,7 @@ def adopt(engine: sa.Engine) -> str | None:
         if ours:
             try:
                 with conn.begin_nested():
-                    rows = dict(conn.execute(sa.select(meta.c.key, meta.c.value)).tuples().all())
+                    rows = {k: v for k, v in conn.execute(sa.select(meta.c.key, meta.c.value))}
                 version = int(rows.get("schema_version", ""))
             except (sa.exc.ProgrammingError, ValueError, TypeError):
                 return "has a crosscheck_meta table that crosscheck did not write"
