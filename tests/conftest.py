@@ -42,6 +42,9 @@ def prefect_harness():
         yield
 
 
+from tests.postgres import postgres_server, postgres_url  # noqa: E402, F401  (shared fixtures)
+
+
 @pytest.fixture(autouse=True)
 def _state_store_per_test(tmp_path_factory, monkeypatch):
     """Each test its own state store (the CLI and Prefect tasks keep one by default): no
