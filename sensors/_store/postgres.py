@@ -103,8 +103,17 @@ announce_t = sa.Table(
     sa.Column("seal", sa.Text, nullable=False),
 )
 
+# Built once, with bound parameters: constructing a statement costs about as much as the
+# round trip that runs it.
+_LOAD = sa.select(
+    *(memory_t.c[n] for n in ("memory", "fingerprint", "verdict", "saved_at", "version", "seal"))
+).where(memory_t.c.stage == sa.bindparam("stage"), memory_t.c.host == sa.bindparam("host"))
+_up = pg_insert(memory_t).values({c.name: sa.bindparam(c.name) for c in memory_t.c})
+_UPSERT = _up.on_conflict_do_update(
+    index_elements=["stage", "host"],
+    set_={c.name: _up.excluded[c.name] for c in memory_t.c if c.name not in ("stage", "host")},
+)
 _SERVER_NOW = sa.cast(sa.func.extract("epoch", sa.func.clock_timestamp()), sa.Double)
-_MEMORY_COLS = (memory_t.c.memory, memory_t.c.fingerprint, memory_t.c.verdict, memory_t.c.saved_at)
 _ANNOUNCE_COLS = (
     announce_t.c.run,
     announce_t.c.state,
@@ -186,11 +195,9 @@ class PostgresStore:
         raise AssertionError("unreachable")
 
     def load(self, key: StageKey) -> Stored | None:
-        query = sa.select(*_MEMORY_COLS, memory_t.c.version, memory_t.c.seal).where(
-            memory_t.c.stage == key.stage, memory_t.c.host == key.host
-        )
+        params = {"stage": key.stage, "host": key.host}
         try:
-            row = self._call(lambda c: c.execute(query).first(), single=True)
+            row = self._call(lambda c: c.execute(_LOAD, params).first(), single=True)
         except StoreError as exc:
             warn(f"{exc}: the memory of {key.stage}@{key.host} could not be read; starting fresh")
             return None
@@ -208,17 +215,20 @@ class PostgresStore:
     ) -> None:
         check_save_args(memory, fingerprint, verdict, version)
         fp, vd, now, state = dumps(dict(fingerprint)), dumps(dict(verdict)), time.time(), state_of(verdict)
-        values = {"memory": memory, "fingerprint": fp, "verdict": vd, "saved_at": now, "version": version}
-        upsert = pg_insert(memory_t).values(
-            stage=key.stage, host=key.host, seal=memory_seal(key, memory, fp, vd, now, version), **values
-        )
-        upsert = upsert.on_conflict_do_update(
-            index_elements=["stage", "host"], set_={c: upsert.excluded[c] for c in [*values, "seal"]}
-        )
+        params = {
+            "stage": key.stage,
+            "host": key.host,
+            "memory": memory,
+            "fingerprint": fp,
+            "verdict": vd,
+            "saved_at": now,
+            "version": version,
+            "seal": memory_seal(key, memory, fp, vd, now, version),
+        }
         this = (history_t.c.stage == key.stage, history_t.c.host == key.host)
 
         def write(c: sa.Connection) -> None:
-            c.execute(upsert)
+            c.execute(_UPSERT, params)
             if not changed:
                 return
             seq = c.execute(
