@@ -103,8 +103,17 @@ announce_t = sa.Table(
     sa.Column("seal", sa.Text, nullable=False),
 )
 
+# Built once, with bound parameters: constructing a statement costs about as much as the
+# round trip that runs it.
+_LOAD = sa.select(
+    *(memory_t.c[n] for n in ("memory", "fingerprint", "verdict", "saved_at", "version", "seal"))
+).where(memory_t.c.stage == sa.bindparam("stage"), memory_t.c.host == sa.bindparam("host"))
+_up = pg_insert(memory_t).values({c.name: sa.bindparam(c.name) for c in memory_t.c})
+_UPSERT = _up.on_conflict_do_update(
+    index_elements=["stage", "host"],
+    set_={c.name: _up.excluded[c.name] for c in memory_t.c if c.name not in ("stage", "host")},
+)
 _SERVER_NOW = sa.cast(sa.func.extract("epoch", sa.func.clock_timestamp()), sa.Double)
-_MEMORY_COLS = (memory_t.c.memory, memory_t.c.fingerprint, memory_t.c.verdict, memory_t.c.saved_at)
 _ANNOUNCE_COLS = (
     announce_t.c.run,
     announce_t.c.state,
@@ -151,10 +160,15 @@ class PostgresStore:
     def __init__(self, url: sa.URL, *, retention: int) -> None:
         self.location = url.render_as_string(hide_password=True)
         self._retention = retention
-        # pre_ping: a watch outlives server restarts; one round trip per checkout is cheap
-        # beside a check (bench/store.py).
+        # Round trips are the cost (bench/store.py): no pre-ping (a connection the server
+        # dropped is retried once instead, SQLAlchemy's "optimistic" disconnect handling), and
+        # synchronous_commit off for the session: memory and leases are re-derived by the next
+        # check, so a server crash may lose the last writes (never corrupt them) and no fsync
+        # is waited for. announce() turns it back on: exactly-once must survive a crash.
         self.engine = sa.create_engine(
-            url, pool_pre_ping=True, pool_size=2, connect_args={"connect_timeout": 10}
+            url,
+            pool_size=2,
+            connect_args={"connect_timeout": 10, "options": "-c synchronous_commit=off"},
         )
         try:
             self.problem = adopt(self.engine)
@@ -162,19 +176,28 @@ class PostgresStore:
             self.engine.dispose()
             raise StoreError(_why(exc), location=self.location) from exc
 
-    def _call(self, fn: Callable[[sa.Connection], T]) -> T:
-        try:
-            with self.engine.begin() as conn:
-                return fn(conn)
-        except sa.exc.SQLAlchemyError as exc:
-            raise StoreError(_why(exc), location=self.location) from exc
+    def _call(self, fn: Callable[[sa.Connection], T], *, single: bool = False) -> T:
+        """Run ``fn`` in one transaction, or, for ``single`` statements (atomic by
+        themselves), in autocommit: one round trip instead of three."""
+        for attempt in (1, 2):
+            try:
+                with self.engine.connect() as conn:
+                    if single:
+                        return fn(conn.execution_options(isolation_level="AUTOCOMMIT"))
+                    with conn.begin():
+                        return fn(conn)
+            except sa.exc.DBAPIError as exc:
+                if attempt == 1 and exc.connection_invalidated:
+                    continue  # the server dropped a pooled connection (restart): once more
+                raise StoreError(_why(exc), location=self.location) from exc
+            except sa.exc.SQLAlchemyError as exc:
+                raise StoreError(_why(exc), location=self.location) from exc
+        raise AssertionError("unreachable")
 
     def load(self, key: StageKey) -> Stored | None:
-        query = sa.select(*_MEMORY_COLS, memory_t.c.version, memory_t.c.seal).where(
-            memory_t.c.stage == key.stage, memory_t.c.host == key.host
-        )
+        params = {"stage": key.stage, "host": key.host}
         try:
-            row = self._call(lambda c: c.execute(query).first())
+            row = self._call(lambda c: c.execute(_LOAD, params).first(), single=True)
         except StoreError as exc:
             warn(f"{exc}: the memory of {key.stage}@{key.host} could not be read; starting fresh")
             return None
@@ -192,17 +215,20 @@ class PostgresStore:
     ) -> None:
         check_save_args(memory, fingerprint, verdict, version)
         fp, vd, now, state = dumps(dict(fingerprint)), dumps(dict(verdict)), time.time(), state_of(verdict)
-        values = {"memory": memory, "fingerprint": fp, "verdict": vd, "saved_at": now, "version": version}
-        upsert = pg_insert(memory_t).values(
-            stage=key.stage, host=key.host, seal=memory_seal(key, memory, fp, vd, now, version), **values
-        )
-        upsert = upsert.on_conflict_do_update(
-            index_elements=["stage", "host"], set_={c: upsert.excluded[c] for c in [*values, "seal"]}
-        )
+        params = {
+            "stage": key.stage,
+            "host": key.host,
+            "memory": memory,
+            "fingerprint": fp,
+            "verdict": vd,
+            "saved_at": now,
+            "version": version,
+            "seal": memory_seal(key, memory, fp, vd, now, version),
+        }
         this = (history_t.c.stage == key.stage, history_t.c.host == key.host)
 
         def write(c: sa.Connection) -> None:
-            c.execute(upsert)
+            c.execute(_UPSERT, params)
             if not changed:
                 return
             seq = c.execute(
@@ -222,7 +248,7 @@ class PostgresStore:
             c.execute(history_t.delete().where(*this, history_t.c.seq <= seq - self._retention))
 
         try:
-            self._call(write)
+            self._call(write, single=not changed)  # unchanged: the upsert alone
         except StoreError as exc:
             warn(f"{exc}: the memory of {key.stage}@{key.host} was not saved")
 
@@ -242,19 +268,22 @@ class PostgresStore:
         )
 
         def go(c: sa.Connection) -> Lease:
-            row = c.execute(stmt).first()
-            if row is not None:
-                return Lease(held=True, holder=row.holder, expires_at=row.expires_at)
-            row = c.execute(held_by).one()  # the row exists: the conflict that refused us
-            return Lease(held=row.holder == holder, holder=row.holder, expires_at=row.expires_at)
+            for _ in range(3):
+                row = c.execute(stmt).first()
+                if row is not None:
+                    return Lease(held=True, holder=row.holder, expires_at=row.expires_at)
+                row = c.execute(held_by).first()  # who refused us, unless released since
+                if row is not None:
+                    return Lease(held=row.holder == holder, holder=row.holder, expires_at=row.expires_at)
+            return Lease(held=False, holder="", expires_at=0.0)  # contended beyond reason
 
-        return self._call(go)
+        return self._call(go, single=True)  # the upsert decides; the read only says who won
 
     def release(self, key: StageKey, holder: str) -> None:
         stmt = lease_t.delete().where(
             lease_t.c.stage == key.stage, lease_t.c.host == key.host, lease_t.c.holder == holder
         )
-        self._call(lambda c: c.execute(stmt))
+        self._call(lambda c: c.execute(stmt), single=True)
 
     def announce(self, key: StageKey, run: str, state: str, verdict: Mapping[str, Any]) -> Announcement:
         vd, now = dumps(dict(verdict)), time.time()
@@ -275,12 +304,16 @@ class PostgresStore:
         )
 
         def go(c: sa.Connection) -> tuple[bool, tuple[Any, ...]]:
+            c.execute(sa.text("SET LOCAL synchronous_commit = on"))
             row = c.execute(stmt).first()
             if row is not None:
                 return True, tuple(row)
             return False, tuple(c.execute(stored).one())
 
         first, row = self._call(go)
+        # Retried after a dropped connection whose commit had in fact gone through: the row
+        # is ours (same seal, same time), so we were first.
+        first = first or row[-1] == digest
         return decode_announcement(key, row, first, self.location)
 
     def announced(self, key: StageKey, run: str) -> Announcement | None:
@@ -290,7 +323,7 @@ class PostgresStore:
             .order_by(announce_t.c.decided_at, announce_t.c.state)
             .limit(1)
         )
-        row = self._call(lambda c: c.execute(query).first())
+        row = self._call(lambda c: c.execute(query).first(), single=True)
         return None if row is None else decode_announcement(key, tuple(row), False, self.location)
 
     def history(self, stage: str, host: str | None = None, *, limit: int | None = None) -> list[HistoryEntry]:
@@ -303,7 +336,7 @@ class PostgresStore:
         if limit is not None:
             query = query.limit(limit)
         try:
-            rows = [tuple(r) for r in self._call(lambda c: c.execute(query).all())]
+            rows = [tuple(r) for r in self._call(lambda c: c.execute(query).all(), single=True)]
         except StoreError as exc:
             warn(f"{exc}: the history of {stage} could not be read")
             return []

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import random
 import sqlite3
 import threading
 import time
@@ -125,6 +126,18 @@ class SQLiteStore:
         if self._path is None:
             self._in_memory()
             return
+        # Two processes opening a new file at once: switching to WAL needs an exclusive lock,
+        # and SQLite answers SQLITE_BUSY at once (no busy handler) when waiting could
+        # deadlock. That is contention, not a broken file: try again.
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while not self._try_open(retried=retried) and time.monotonic() < deadline:
+            time.sleep(0.005 + random.random() * 0.02)
+        if self._conn is None:
+            self._fall_back(f"stayed locked for {BUSY_TIMEOUT_S:g} s")
+
+    def _try_open(self, *, retried: bool) -> bool:
+        """Open and adopt the file; False when it was busy (the caller retries)."""
+        assert self._path is not None
         conn = None
         ino = None
         try:
@@ -136,19 +149,22 @@ class SQLiteStore:
         except sqlite3.DatabaseError as exc:
             if conn is not None:
                 conn.close()
+            if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+                return False
             if _corrupt(exc) and not retried and ino is not None and self._set_aside(ino, exc):
                 self._open(retried=True)
             else:
                 self._fall_back(f"cannot be used ({exc})")
-            return
+            return True
         except OSError as exc:
             self._fall_back(f"cannot be opened ({exc.strerror or exc})")
-            return
+            return True
         if problem:
             conn.close()
             self._fall_back(problem)
-            return
+            return True
         self._conn, self._ino = conn, ino
+        return True
 
     def _adopt(self, conn: sqlite3.Connection) -> str | None:
         """Create our schema in an empty file; say what is wrong with a file that is not ours."""
