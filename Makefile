@@ -12,13 +12,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# What the tests need from the system: OpenSSH's sshd (a real server on 127.0.0.1) and a
-# login shell that is not sh. Installed only when missing and only as root.
+# What the tests need from the system: OpenSSH's sshd (a real server on 127.0.0.1), a
+# login shell that is not sh, and PostgreSQL's server binaries (the store tests start their
+# own cluster; the package's default one is never used). Installed only when missing and
+# only as root.
 system-deps:
 	@missing=""; \
 	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
 	command -v tcsh >/dev/null 2>&1 || missing="$$missing tcsh"; \
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
+	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing:$$missing"; \
@@ -40,6 +43,7 @@ bench: $(STAMP) system-deps
 	$(BIN)/python bench/local_probe.py
 	$(BIN)/python bench/ssh_cycle.py
 	$(BIN)/python bench/regex.py
+	$(BIN)/python bench/store.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

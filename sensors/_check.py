@@ -8,6 +8,7 @@ passing on what it learnt (the job's PIDs, where the run begins), and the verdic
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -19,11 +20,14 @@ from sensors._config import Stage
 from sensors._errors import ConfigError, HostError, HostKeyError
 from sensors._hosts import Host, LocalHost
 from sensors._model import Reading, Says, Verdict
+from sensors._persist import Persistence
 from sensors._probe import Meta, Static, build_script, new_nonce, parse_meta, split_sections
 from sensors._run import Run, Since, parse_since
 from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
 from sensors._signals.log import LogMemory, seed_log_memory
 from sensors._verdict import VerdictMemory, decide
+
+log = logging.getLogger("crosscheck")
 
 _LOCAL = LocalHost()
 
@@ -107,6 +111,7 @@ class Checker:
         exclude_pids: frozenset[int] | None = None,
         since: str | float | Since | None = None,
         run: Run | None = None,
+        state: Any = None,
     ) -> None:
         """
         Args:
@@ -116,6 +121,9 @@ class Checker:
             since: when the run began (``2h``, an ISO time, epoch seconds): evidence from
                 before it is an earlier run's. See the README, "What ties evidence to a run".
             run: the run as crosscheck launched it (``launch_stage`` records one).
+            state: the durable store (a path, a ``postgresql://`` URL, or an open store) that
+                keeps this stage's memory across restarts: restored now, saved after each
+                check. None: memory lives with this Checker only.
         """
         self.stage = stage
         self.host = host if host is not None else host_for(stage)
@@ -128,6 +136,10 @@ class Checker:
         except ValueError as exc:
             raise ConfigError(str(exc), field="since") from None
         self._lock = threading.Lock()
+        self._persist: Persistence | None = None
+        if state is not None:
+            self._persist = Persistence(state, stage, self.host.name)
+            self._restore(run)
         # Never match ourselves: on the local host, crosscheck's own process (and its
         # ancestors, found by the probe) are excluded from process matching.
         self._exclude = (
@@ -146,7 +158,68 @@ class Checker:
         raised: an unverifiable host key needs a person, not a retry.
         """
         with self._lock:
-            return self._check()
+            persist = self._persist
+            elsewhere = persist.hold() if persist is not None else None
+            if persist is not None and elsewhere is not None:
+                followed = persist.followed(elsewhere)
+                if followed is not None:
+                    self.last = followed
+                    return followed
+            verdict = self._check()
+            if persist is not None:
+                persist.save(self._saved(), verdict)
+            return verdict
+
+    def announced(self) -> Verdict | None:
+        """This run's complete or failed verdict, when the state store says it was announced
+        already (a gate started again on a finished run): announce it no second time."""
+        if self._persist is None:
+            return None
+        return self._persist.announced(self._memory.run, self.last)
+
+    def announce(self, verdict: Verdict) -> bool:
+        """Record ``verdict`` as this run's final one; False when it was announced before."""
+        if self._persist is None:
+            return True
+        return self._persist.announce(self._memory.run, verdict)
+
+    def _saved(self) -> dict[str, Any]:
+        mem = self._memory
+        return {
+            "signals": mem.signals,
+            "verdict": mem.verdict,
+            "static": mem.static,
+            "boot_id": mem.boot_id,
+            "run": mem.run,
+            "first_check_at": mem.first_check_at,
+            "last": self.last,
+        }
+
+    def _restore(self, run: Run | None) -> None:
+        """Go on from the stored memory of this stage (a launch or an explicit time is a new run)."""
+        assert self._persist is not None
+        restored = self._persist.restore()
+        for note in restored.notes:
+            log.warning("%s: %s", self.stage.stage, note)
+        memory = restored.memory
+        if not memory:
+            return
+        stored_run = memory.get("run")
+        new_run = run is not None or (
+            self._since is not None
+            and self._since.at is not None
+            and (stored_run is None or abs((stored_run.started_at or 0) - self._since.at) > 1)
+        )
+        if new_run and stored_run != run:
+            log.info("%s: a new run: the stored memory of the last one is not used", self.stage.stage)
+            return
+        mem = self._memory
+        mem.signals = dict(memory.get("signals") or {})
+        mem.verdict = memory.get("verdict") or VerdictMemory()
+        mem.static, mem.boot_id = memory.get("static"), memory.get("boot_id")
+        mem.run, mem.first_check_at = stored_run, memory.get("first_check_at")
+        self.last = memory.get("last")
+        log.info("%s: memory restored from the state store", self.stage.stage)
 
     @property
     def run(self) -> Run | None:
@@ -298,7 +371,8 @@ class Checker:
 
     def close(self) -> None:
         # Pooled SSH connections are shared between stages: the pool closes them.
-        pass
+        if self._persist is not None:
+            self._persist.release()
 
     def __enter__(self) -> Checker:
         return self

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -12,14 +13,23 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, TextIO
+from typing import Any
 
 from sensors._check import Checker
 from sensors._config import Stage, load_stage, parse_duration
 from sensors._errors import ConfigError, CrosscheckError, HostKeyError
-from sensors._model import Reading, Says, State, Verdict
-from sensors._present import SAYS_STYLE, STATE_STYLE, key_values
+from sensors._model import State, Verdict
+from sensors._present import STATE_STYLE
 from sensors._run import Since, parse_since
+from sensors._sampling import StatusSampling, sample_status
+from sensors._terminal import (
+    LiveProgress,
+    new_console,
+    print_change,
+    print_json,
+    print_verdicts,
+    text,
+)
 from sensors._text import inert
 
 EXIT_ADVANCE, EXIT_NOT_YET, EXIT_USAGE, EXIT_FAILED, EXIT_TIMEOUT = 0, 1, 2, 3, 4
@@ -30,6 +40,7 @@ examples:
   crosscheck status extract.yaml --json       one JSON object for a script
   crosscheck wait extract.yaml && train.sh    block until every signal agrees it is done
   crosscheck wait a.yaml b.yaml --json        several stages at once, JSON lines
+  crosscheck history extract                  the verdict changes a stage went through
   crosscheck demo                             the example pipeline on this machine
 
 exit codes:
@@ -71,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("stages", nargs="+", metavar="STAGE.yaml")
     status.add_argument("--json", action="store_true", help="one JSON object per stage")
     status.add_argument("--since", type=_since_arg, metavar="TIME|DURATION", help=SINCE_HELP)
+    status.add_argument("--state", metavar="PATH|URL", help=STATE_HELP)
     wait = sub.add_parser(
         "wait",
         help="check every policy.interval until complete, failed or the timeout",
@@ -81,6 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
     wait.add_argument("--json", action="store_true", help="one JSON object per stage per check")
     wait.add_argument("--timeout", type=_duration_arg, help="e.g. 2h (default: policy.timeout)")
     wait.add_argument("--since", type=_since_arg, metavar="TIME|DURATION", help=SINCE_HELP)
+    wait.add_argument("--state", metavar="PATH|URL", help=STATE_HELP)
+    history = sub.add_parser(
+        "history", help="the verdict changes a stage went through (from the state store)"
+    )
+    history.add_argument("stage", metavar="STAGE", help="the stage name (or a stage file)")
+    history.add_argument("--host", help="only this host (default: every host the stage ran on)")
+    history.add_argument("--json", action="store_true", help="one JSON object per verdict change")
+    history.add_argument("--limit", type=int, help="the last N changes only")
+    history.add_argument("--state", metavar="PATH|URL", help=STATE_HELP)
     demo = sub.add_parser("demo", help="run the example pipeline on this machine")
     demo.add_argument("--workdir", help="where the simulated job writes (default: a temp dir)")
     return parser
@@ -90,6 +111,33 @@ SINCE_HELP = (
     "when the run being watched began: a duration before now (2h) or a time"
     " (2026-12-01T06:00:00Z); evidence from before it is an earlier run's"
 )
+
+
+STATE_HELP = (
+    "the state store that keeps each stage's memory across restarts: a SQLite file or a"
+    " postgresql:// URL (default: $CROSSCHECK_STATE, else $XDG_STATE_HOME/crosscheck/state.db);"
+    " 'none' keeps memory in this process only"
+)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """What every watch of this command shares: the run start and the state store."""
+
+    since: Since | None = None
+    store: Any = None
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> _Options:
+        location = args.state or os.environ.get("CROSSCHECK_STATE")
+        if location is not None and location.strip().lower() == "none":
+            return cls(args.since, None)
+        from sensors._store import open_store
+
+        return cls(args.since, open_store(location))
+
+    def checker(self, stage: Stage) -> Checker:
+        return Checker(stage, since=self.since, state=self.store)
 
 
 def _since_arg(value: str) -> Since:
@@ -115,13 +163,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sensors._demo import demo
 
             return demo(workdir=args.workdir)
+        if args.command == "history":
+            return _history(args)
         stages = [load_stage(path) for path in args.stages]
         names = [s.stage for s in stages]
         if len(set(names)) != len(names):
             raise ConfigError("two stage files use the same stage name", field="stage")
+        options = _Options.of(args)
         if args.command == "status":
-            return _status(stages, as_json=args.json, since=args.since)
-        return _wait(stages, as_json=args.json, timeout=args.timeout, since=args.since)
+            return _status(stages, as_json=args.json, options=options)
+        return _wait(stages, as_json=args.json, timeout=args.timeout, options=options)
     except ConfigError as exc:
         print(f"crosscheck: {inert(exc)}", file=sys.stderr)
         return EXIT_USAGE
@@ -149,121 +200,14 @@ def _exit_code(verdicts: Sequence[Verdict]) -> int:
 # --------------------------------------------------------------------------- status
 
 
-#: ``status`` stops sampling after this many seconds (and after ``settle + 2`` checks).
-STATUS_MAX_SECONDS = 10.0
+def _status_one(stage: Stage, options: _Options) -> StatusSampling:
+    with options.checker(stage) as checker:
+        return sample_status(checker)
 
 
-@dataclass(frozen=True)
-class StatusSampling:
-    """What ``status`` saw: the last verdict, how many checks over how long, and why it stopped."""
-
-    verdict: Verdict
-    checks: int
-    seconds: float
-    stopped: str
-
-    def summary(self) -> str:
-        plural = "s" if self.checks != 1 else ""
-        return f"took {self.checks} sample{plural} over {self.seconds:.1f}s ({self.stopped})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"checks": self.checks, "seconds": round(self.seconds, 3), "stopped": self.stopped}
-
-
-def _settling(r: Reading, remaining: float) -> bool:
-    """Whether more quick checks could turn this reading into done (nothing else is waited for).
-
-    Outputs at the expected count say done only once the count is unchanged since the
-    previous check (and nothing was written in place): their first reading is "confirming".
-    A GPU not yet shown idle (nothing busy) may be within ``remaining`` seconds.
-    """
-    if r.says is Says.DONE:
-        return True
-    if r.says is not Says.WORKING:
-        return False
-    ev = r.evidence
-    if r.signal == "outputs":
-        count, expected = ev.get("count"), ev.get("expected")
-        return isinstance(count, int) and isinstance(expected, int) and count >= expected
-    if r.signal == "gpu":
-        idle_for, span = ev.get("idle_for_seconds"), ev.get("window_seconds")
-        return (
-            ev.get("idle") is None
-            and isinstance(idle_for, (int, float))
-            and isinstance(span, (int, float))
-            and idle_for - span <= remaining
-        )
-    return False
-
-
-def _why_stop(verdict: Verdict, remaining: float) -> str | None:
-    """Why more checks would not change the verdict now (None: they might: keep sampling)."""
-    if verdict.state in (State.COMPLETE, State.FAILED):
-        return f"{verdict.state.value}: final"
-    readings = verdict.readings
-    stuck = [r for r in readings.values() if not _settling(r, remaining)]
-    if stuck:
-        r = stuck[0]
-        return f"{r.signal} {r.says.value}: more samples cannot make it complete now"
-    if all(r.says is Says.DONE for r in readings.values()) and verdict.state is not State.RUNNING:
-        # Every signal done, yet a rule decides otherwise: not a matter of settling.
-        return f"every signal done, verdict {verdict.state.value}: more samples would not change it"
-    return None
-
-
-def sample_status(
-    checker: Checker,
-    *,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-    max_seconds: float = STATUS_MAX_SECONDS,
-) -> StatusSampling:
-    """The checks ``status`` takes: as many as the verdict needs, within a bound.
-
-    At least two (CPU progress and a stable output count are seen between two samples);
-    then more while every signal is done or only settling -- outputs at the expected count
-    confirming they stopped changing, a GPU not yet shown idle for ``idle_for`` -- so that a
-    finished stage can reach ``complete`` at its ``settle`` (outputs need ``settle + 1``
-    checks: their first has no previous count). It stops as soon as more samples cannot
-    change the verdict (complete, failed, the process alive, a signal not settling), and at
-    ``settle + 2`` checks or ``max_seconds``. Checks are ``min(policy.interval, 0.5 s)`` apart.
-
-    Example:
-        >>> sampling = sample_status(Checker(stage), sleep=lambda s: None)  # doctest: +SKIP
-        >>> sampling.summary()  # doctest: +SKIP
-        'took 3 samples over 1.0s (complete: final)'
-    """
-    policy = checker.stage.policy
-    most = policy.settle + 2
-    pause = min(policy.interval, 0.5)
-    start = clock()
-    verdict = checker.check()
-    took = clock() - start  # the next check is expected to take as long as the last
-    checks = 1
-    while True:
-        elapsed = clock() - start
-        left = max_seconds - elapsed - pause - took  # after the next check
-        why = _why_stop(verdict, left) if checks >= 2 else None
-        if why is None and checks >= most:
-            why = f"at the bound of {most} samples (settle {policy.settle} + 2)"
-        if why is None and left < 0:
-            why = f"at the bound of {max_seconds:g}s"
-        if why is not None:
-            return StatusSampling(verdict, checks, clock() - start, why)
-        sleep(pause)
-        began = clock()
-        verdict = checker.check()
-        took = clock() - began
-        checks += 1
-
-
-def _status_one(stage: Stage, since: Since | None = None) -> StatusSampling:
-    return sample_status(Checker(stage, since=since))
-
-
-def _status(stages: list[Stage], *, as_json: bool, since: Since | None = None) -> int:
+def _status(stages: list[Stage], *, as_json: bool, options: _Options = _Options()) -> int:
     with ThreadPoolExecutor(max_workers=min(32, len(stages))) as pool:
-        samplings = list(pool.map(lambda s: _status_one(s, since), stages))
+        samplings = list(pool.map(lambda s: _status_one(s, options), stages))
     verdicts = [s.verdict for s in samplings]
     if as_json:
         for sampling in samplings:
@@ -272,76 +216,62 @@ def _status(stages: list[Stage], *, as_json: bool, since: Since | None = None) -
             sys.stdout.write(json.dumps(data, sort_keys=False) + "\n")
         sys.stdout.flush()
     else:
-        _print_verdicts(verdicts)
+        print_verdicts(verdicts)
         for sampling in samplings:
             prefix = f"{sampling.verdict.stage}: " if len(samplings) > 1 else ""
-            _console().print(f"  {prefix}{sampling.summary()}", style="dim", markup=False)
+            new_console().print(f"  {prefix}{sampling.summary()}", style="dim", markup=False)
     return _exit_code(verdicts)
 
 
 # --------------------------------------------------------------------------- wait
 
 
-def _wait(stages: list[Stage], *, as_json: bool, timeout: float | None, since: Since | None = None) -> int:
+def _wait(
+    stages: list[Stage], *, as_json: bool, timeout: float | None, options: _Options = _Options()
+) -> int:
     lock = threading.Lock()
     finals: dict[str, Verdict] = {}
     timed_out: dict[str, bool] = {}
-    live = _LiveProgress(stages) if (not as_json and sys.stdout.isatty()) else None
+    live = LiveProgress(stages) if (not as_json and sys.stdout.isatty()) else None
     # Ctrl-C must end the wait now, not after the watchers' next interval (or their timeout):
     # they sleep on this event.
     stop = threading.Event()
 
     def run(stage: Stage) -> None:
-        checker = Checker(stage, since=since)
-        notifier = _notifier(stage)
-        previous: State | None = None
-        watch = checker.watch(timeout=timeout, sleep=stop.wait)
-        for verdict in watch:
-            if stop.is_set():
-                return
-            with lock:
-                if as_json:
-                    _print_json(verdict)
-                elif verdict.state is not previous:
+        with options.checker(stage) as checker:
+            notifier = _notifier(stage)
+            previous: State | None = None
+            watch = checker.watch(timeout=timeout, sleep=stop.wait)
+            for verdict in watch:
+                if stop.is_set():
+                    return
+                with lock:
+                    if as_json:
+                        print_json(verdict)
+                    elif verdict.state is not previous:
+                        if live:
+                            live.pause()
+                        print_change(verdict)
+                        if live:
+                            live.resume()
                     if live:
-                        live.pause()
-                    _print_change(verdict)
-                    if live:
-                        live.resume()
-                if live:
-                    live.update(verdict)
-            if notifier is not None:
-                notifier(verdict)
-            previous = verdict.state
-            finals[stage.stage] = verdict
-        timed_out[stage.stage] = watch.timed_out
+                        live.update(verdict)
+                if notifier is not None:
+                    notifier(verdict)
+                previous = verdict.state
+                finals[stage.stage] = verdict
+            timed_out[stage.stage] = watch.timed_out
 
     try:
         if live:
             live.start()
-        pool = ThreadPoolExecutor(max_workers=min(32, len(stages)))
-        try:
-            futures = [pool.submit(run, s) for s in stages]
-            # The first error (a host key, a secret) ends every wait now, not after the
-            # stages listed before it finish.
-            wait_futures(futures, return_when=FIRST_EXCEPTION)
-            for fut in futures:
-                if fut.done() and fut.exception() is not None:
-                    stop.set()
-                    fut.result()
-            for fut in futures:
-                fut.result()
-        except BaseException:
-            stop.set()
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        _run_all(run, stages, stop)
     finally:
         if live:
             live.stop()
     verdicts = [finals[s.stage] for s in stages if s.stage in finals]
     if not as_json:
-        _print_verdicts(verdicts)
+        print_verdicts(verdicts)
     if any(v.state is State.FAILED for v in verdicts):
         return EXIT_FAILED
     if any(timed_out.values()):
@@ -350,6 +280,27 @@ def _wait(stages: list[Stage], *, as_json: bool, timeout: float | None, since: S
             print(f"crosscheck: timed out waiting for {late}", file=sys.stderr)
         return EXIT_TIMEOUT
     return _exit_code(verdicts)
+
+
+def _run_all(run: Callable[[Stage], None], stages: list[Stage], stop: threading.Event) -> None:
+    """``run`` for every stage in its own thread; the first error ends every wait now."""
+    pool = ThreadPoolExecutor(max_workers=min(32, len(stages)))
+    try:
+        futures = [pool.submit(run, s) for s in stages]
+        # The first error (a host key, a secret) ends every wait now, not after the stages
+        # listed before it finish.
+        wait_futures(futures, return_when=FIRST_EXCEPTION)
+        for fut in futures:
+            if fut.done() and fut.exception() is not None:
+                stop.set()
+                fut.result()
+        for fut in futures:
+            fut.result()
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _notifier(stage: Stage) -> Callable[[Verdict], Any] | None:
@@ -361,165 +312,42 @@ def _notifier(stage: Stage) -> Callable[[Verdict], Any] | None:
     return notifier.observe
 
 
-# --------------------------------------------------------------------------- output
+# --------------------------------------------------------------------------- history
 
 
-def _print_json(verdict: Verdict, out: TextIO | None = None) -> None:
-    out = out or sys.stdout
-    out.write(json.dumps(verdict.to_json(), sort_keys=False) + "\n")
-    out.flush()
+def _history(args: argparse.Namespace) -> int:
+    """The verdict changes of a stage, oldest first, from the state store."""
+    from sensors._store import open_store
 
-
-def _console():  # type: ignore[no-untyped-def]
-    from rich.console import Console
-
-    # Job text reaches this console only as rich ``Text`` built by ``_text`` below, never
-    # as markup: a log line "[/data/out]" is a closing tag to rich and would crash the
-    # output — and the exit code of a wait that reached complete.
-    return Console(highlight=False, soft_wrap=False, emoji=False)
-
-
-def _text(value: object, style: str = "") -> Any:
-    """Inert rich text: job text shown as it is (no markup, no escapes, one line)."""
+    name = args.stage
+    if name.endswith((".yaml", ".yml")) and os.path.exists(name):
+        name = load_stage(name).stage
+    location = args.state or os.environ.get("CROSSCHECK_STATE")
+    store = open_store(location)
+    try:
+        entries = store.history(name, args.host, limit=args.limit)
+    finally:
+        store.close()
+    if args.json:
+        for entry in entries:
+            sys.stdout.write(json.dumps(entry.verdict, sort_keys=False) + "\n")
+        return EXIT_ADVANCE
+    if not entries:
+        print(f"crosscheck: no history for stage {inert(name)} in the state store", file=sys.stderr)
+        return EXIT_NOT_YET
     from rich.text import Text
 
-    return Text(inert(value), style=style)
-
-
-def _print_change(verdict: Verdict) -> None:
-    from rich.text import Text
-
-    when = time.strftime("%H:%M:%S")
-    first = verdict.reasons[0] if verdict.reasons else ""
-    line = Text.assemble(
-        f"{when}  ",
-        _text(verdict.stage),
-        "  ",
-        _text(verdict.state.value.upper(), STATE_STYLE[verdict.state].terminal),
-        "  ",
-        _text(first),
-    )
-    _console().print(line)
-
-
-def _says_style(says: str) -> str:
-    style = SAYS_STYLE.get(says)
-    return style.terminal if style else ""
-
-
-def _says_cell(says: str, rest: str = "") -> Any:
-    from rich.text import Text
-
-    cell = _text(says, _says_style(says))
-    return Text.assemble(cell, " ", _text(rest)) if rest else cell
-
-
-def _print_verdicts(verdicts: Sequence[Verdict]) -> None:
-    """One stage: the detailed table. Several: one table, a row per stage."""
-    if len(verdicts) == 1:
-        _print_table(verdicts[0])
-        return
-    from rich.table import Table
-
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for column in ("stage", "host", "verdict", "process", "log", "outputs", "gpu", "why"):
-        table.add_column(column, overflow="fold")
-    for v in verdicts:
-        data = v.to_json()["signals"]
-        cells = []
-        for name in ("process", "log", "outputs", "gpu"):
-            r = data.get(name)
-            cells.append(_text("—") if r is None else _says_cell(r["says"], key_values(name, r["evidence"])))
-        table.add_row(
-            _text(v.stage),
-            _text(v.host),
-            _text(v.state.value.upper(), STATE_STYLE[v.state].terminal),
-            *cells,
-            _text(v.reasons[0] if v.reasons else ""),
+    console = new_console()
+    for entry in entries:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.at))
+        reasons = entry.verdict.get("reasons") or [""]
+        known = str(entry.state) in {s.value for s in State}
+        style = STATE_STYLE[State(entry.state)].terminal if known else ""
+        console.print(
+            Text.assemble(
+                text(f"{when}  {entry.host}  "),
+                text(str(entry.state).upper(), style),
+                text(f"  {reasons[0]}"),
+            )
         )
-    _console().print(table)
-
-
-def _print_table(verdict: Verdict) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    console = _console()
-    data = verdict.to_json()
-    console.print(
-        Text.assemble(
-            _text(verdict.stage, "bold"),
-            " on ",
-            _text(verdict.host),
-            ": ",
-            _text(f" {verdict.state.value.upper()} ", STATE_STYLE[verdict.state].terminal),
-            "  → advance" if verdict.advance else "",
-        )
-    )
-    for reason in verdict.reasons:
-        console.print(Text.assemble("  • ", _text(reason)))
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    table.add_column("signal")
-    table.add_column("says")
-    table.add_column("key evidence")
-    table.add_column("detail", overflow="fold")
-    for name, r in data["signals"].items():
-        table.add_row(
-            _text(name),
-            _says_cell(r["says"]),
-            _text(key_values(name, r["evidence"])),
-            _text(r["detail"]),
-        )
-    console.print(table)
-    console.print(_text(f"  checked at {data['checked_at']} (host clock)", "dim"))
-
-
-class _LiveProgress:
-    """A progress bar per stage with outputs: count/expected, rate and ETA (terminals only)."""
-
-    def __init__(self, stages: list[Stage]) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
-
-        self._progress = Progress(
-            TextColumn("{task.description}", markup=False),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]}", markup=False),
-            TimeRemainingColumn(),
-            transient=True,
-        )
-        self._tasks = {
-            s.stage: self._progress.add_task(s.stage, total=s.outputs.expected, rate="")
-            for s in stages
-            if s.outputs
-        }
-        self._first: dict[str, tuple[float, int]] = {}
-
-    def start(self) -> None:
-        self._progress.start()
-
-    def stop(self) -> None:
-        self._progress.stop()
-
-    def pause(self) -> None:
-        self._progress.stop()
-
-    def resume(self) -> None:
-        self._progress.start()
-
-    def update(self, verdict: Verdict) -> None:
-        task = self._tasks.get(verdict.stage)
-        outputs = verdict.readings.get("outputs")
-        if task is None or outputs is None or outputs.evidence.get("count") is None:
-            return
-        count = int(outputs.evidence["count"])
-        now = time.monotonic()
-        first = self._first.setdefault(verdict.stage, (now, count))
-        rate = (count - first[1]) / (now - first[0]) if now > first[0] else 0.0
-        self._progress.update(task, completed=count, rate=f"{rate:.1f}/s" if rate else "")
+    return EXIT_ADVANCE

@@ -99,34 +99,8 @@ def to_re2(pattern: str) -> str:
     while i < n:
         c = pattern[i]
         if c == "\\" and i + 1 < n:
-            e = pattern[i + 1]
-            i += 2
-            if e in "uU":
-                width = 4 if e == "u" else 8
-                out.append(r"\x{" + pattern[i : i + width] + "}")
-                i += width
-            elif e == "N":
-                end = pattern.index("}", i)
-                code = ord(unicodedata.lookup(pattern[i + 1 : end]))
-                out.append(f"\\x{{{code:x}}}")
-                i = end + 1
-            elif e == "Z":
-                out.append(r"\z")
-            elif e == "d":
-                out.append(_DIGIT)
-            elif e == "D":
-                out.append(r"\P{Nd}")
-            elif e in "ws":
-                body = _WORD if e == "w" else _SPACE
-                out.append(body if in_class else f"[{body}]")
-            elif e in "WS":
-                if in_class:
-                    raise _Untranslatable(f"\\{e} inside a character class")
-                out.append(f"[^{_WORD if e == 'W' else _SPACE}]")
-            elif e == "b" and in_class:
-                out.append(r"\x08")
-            else:
-                out.append(c + e)
+            text, i = _escape(pattern, i + 2, pattern[i + 1], in_class)
+            out.append(text)
             class_start = False
             continue
         if in_class:
@@ -151,6 +125,33 @@ def to_re2(pattern: str) -> str:
         out.append(c)
         i += 1
     return "".join(out)
+
+
+def _escape(pattern: str, i: int, e: str, in_class: bool) -> tuple[str, int]:
+    """RE2's spelling of the escape ``\\e`` (its argument starts at ``i``), and where it ends."""
+    if e in "uU":
+        width = 4 if e == "u" else 8
+        return r"\x{" + pattern[i : i + width] + "}", i + width
+    if e == "N":
+        end = pattern.index("}", i)
+        code = ord(unicodedata.lookup(pattern[i + 1 : end]))
+        return f"\\x{{{code:x}}}", end + 1
+    if e == "Z":
+        return r"\z", i
+    if e == "d":
+        return _DIGIT, i
+    if e == "D":
+        return r"\P{Nd}", i
+    if e in "ws":
+        body = _WORD if e == "w" else _SPACE
+        return (body if in_class else f"[{body}]"), i
+    if e in "WS":
+        if in_class:
+            raise _Untranslatable(f"\\{e} inside a character class")
+        return f"[^{_WORD if e == 'W' else _SPACE}]", i
+    if e == "b" and in_class:
+        return r"\x08", i
+    return "\\" + e, i
 
 
 def _re2_options() -> re2.Options:

@@ -53,7 +53,10 @@ def _run_name() -> str:
 
 @flow(name="crosscheck-gate", flow_run_name=_run_name, log_prints=False)
 def gate(
-    stage: Stage | str, timeout: float | str | None = None, since: str | float | None = None
+    stage: Stage | str,
+    timeout: float | str | None = None,
+    since: str | float | None = None,
+    state: str | None = None,
 ) -> dict[str, Any]:
     """Wait until every signal of ``stage`` agrees it is complete; fail with the evidence.
 
@@ -62,6 +65,9 @@ def gate(
         timeout: seconds or a duration (``"12h"``); default: the stage's ``policy.timeout``.
         since: when the run began (``"2h"``, an ISO time): evidence from before it is an
             earlier run's. Without it, the run is the job first seen alive by this gate.
+        state: the state store (a SQLite path or a ``postgresql://`` URL; default
+            ``$CROSSCHECK_STATE``, else ``$XDG_STATE_HOME/crosscheck/state.db``). A gate run
+            again on a run the store knows as complete returns at once, announcing nothing.
 
     Returns:
         The complete verdict as the CLI's JSON document.
@@ -73,7 +79,7 @@ def gate(
         >>> gate("/etc/crosscheck/extract.yaml", timeout="12h")  # doctest: +SKIP
         {'stage': 'extract', 'verdict': 'complete', 'advance': True, ...}
     """
-    return wait_for_stage(as_stage(stage), timeout=timeout, since=since).to_json()
+    return wait_for_stage(as_stage(stage), timeout=timeout, since=since, state=state).to_json()
 
 
 @task(cache_policy=NO_CACHE, task_run_name="launch-stage")

@@ -90,7 +90,10 @@ def as_stage(stage: StageLike | Mapping[str, Any]) -> Stage:
 
 @task(cache_policy=NO_CACHE, task_run_name="check-stage")
 def check_stage(
-    stage: StageLike, since: str | float | None = None, run: Mapping[str, Any] | None = None
+    stage: StageLike,
+    since: str | float | None = None,
+    run: Mapping[str, Any] | None = None,
+    state: str | None = None,
 ) -> Verdict:
     """Check a stage once and return the verdict (the same value the CLI prints).
 
@@ -99,6 +102,8 @@ def check_stage(
         since: when the run began (``"2h"``, an ISO time, epoch seconds): evidence from
             before it is an earlier run's (the CLI's ``--since``).
         run: the launch record ``launch_stage`` returned, when crosscheck started the job.
+        state: the state store (a SQLite path or a ``postgresql://`` URL; default
+            ``$CROSSCHECK_STATE``, else ``$XDG_STATE_HOME/crosscheck/state.db``; ``"none"``: off).
 
     Returns:
         The :class:`~sensors.Verdict`; ``verdict.advance`` is true only for ``complete``,
@@ -115,7 +120,7 @@ def check_stage(
     from sensors._check import Checker
     from sensors._run import run_from_record
 
-    with Checker(as_stage(stage), since=since, run=run_from_record(run)) as checker:
+    with Checker(as_stage(stage), since=since, run=run_from_record(run), state=state_store(state)) as checker:
         verdict = checker.check()
     _logger().info("%s", _line(verdict), extra={"crosscheck_verdict": verdict.to_json()})
     return verdict
@@ -127,6 +132,7 @@ def wait_for_stage(
     timeout: float | str | None = None,
     since: str | float | None = None,
     run: Mapping[str, Any] | None = None,
+    state: str | None = None,
 ) -> Verdict:
     """Wait in one task run until every signal agrees the stage is complete.
 
@@ -142,6 +148,10 @@ def wait_for_stage(
             before it is an earlier run's (the CLI's ``--since``).
         run: the launch record ``launch_stage`` returned, when crosscheck started the job:
             the run's log lines are exactly those written after the launch.
+        state: the state store that keeps the stage's memory across restarts (a SQLite path
+            or a ``postgresql://`` URL; default ``$CROSSCHECK_STATE``, else
+            ``$XDG_STATE_HOME/crosscheck/state.db``; ``"none"``: off). A gate started again on
+            a run the store knows as complete returns that verdict at once, announced once.
 
     Returns:
         The ``complete`` verdict.
@@ -163,7 +173,11 @@ def wait_for_stage(
     spec = as_stage(stage)
     limit = spec.policy.timeout if timeout is None else parse_duration(timeout)
     gate = _GateReport(spec, notifier=_notifier(spec))
-    with Checker(spec, since=since, run=run_from_record(run)) as checker:
+    with Checker(spec, since=since, run=run_from_record(run), state=state_store(state)) as checker:
+        known = checker.announced()
+        if known is not None:
+            return gate.already(known)
+        gate.announce = checker.announce
         watch = checker.watch(timeout=limit)
         for verdict in watch:
             gate.observe(verdict)
@@ -214,6 +228,8 @@ class _GateReport:
         self.checks = 0
         self._progress_id: UUID | None = None
         self._progress: tuple[float, State] | None = None
+        # Records a run's final verdict in the state store: False when announced before.
+        self.announce: Callable[[Verdict], bool] = lambda verdict: True
 
     def observe(self, verdict: Verdict) -> None:
         self.checks += 1
@@ -251,10 +267,26 @@ class _GateReport:
                 "progress": progress,
             },
         )
-        if state_changed:
-            # Events are named after the verdict, so they fire on verdict changes only.
+        final = verdict.state in (State.COMPLETE, State.FAILED)
+        if state_changed and (not final or self.announce(verdict)):
+            # Events are named after the verdict, so they fire on verdict changes only, and a
+            # run's complete or failed once, whoever watched it.
             _emit(EVENT_PREFIX + str(verdict.state), verdict, payload, follows=heartbeat)
         self._notify(verdict)
+
+    def already(self, verdict: Verdict) -> Verdict:
+        """A run the state store knows as complete (or failed): its verdict, no new event."""
+        decided = payload_time(verdict)
+        self.log.info(
+            "%s: already %s at %s (this run's verdict, announced then): not announced again",
+            self.name,
+            verdict.state,
+            decided,
+        )
+        self.last = verdict
+        if verdict.state is State.COMPLETE:
+            return verdict
+        raise StageFailed(failure_message(f"stage {self.name}: {verdict.state}", verdict), verdict=verdict)
 
     def finish(self, *, timed_out: bool, timeout: float) -> Verdict:
         verdict = self.last
@@ -429,3 +461,18 @@ def _md(text: str) -> str:
     """Job text inside markdown (a list item, a table cell): every markdown character
     escaped, one line, so ``| x |``, ``[click](http://evil)`` or ``<img>`` stay text."""
     return markdown_escape(text)
+
+
+def state_store(location: str | None) -> Any:
+    """The state store a task uses: ``location``, else ``$CROSSCHECK_STATE``, else the default
+    file; ``"none"``: no store (memory lives with the task run)."""
+    location = location or os.environ.get("CROSSCHECK_STATE")
+    if location is not None and location.strip().lower() == "none":
+        return None
+    from sensors._store import open_store
+
+    return open_store(location)
+
+
+def payload_time(verdict: Verdict) -> str:
+    return str(verdict.to_json().get("checked_at"))

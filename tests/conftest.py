@@ -40,3 +40,13 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=90):
         yield
+
+
+from tests.postgres import postgres_server, postgres_url  # noqa: E402, F401  (shared fixtures)
+
+
+@pytest.fixture(autouse=True)
+def _state_store_per_test(tmp_path_factory, monkeypatch):
+    """Each test its own state store (the CLI and Prefect tasks keep one by default): no
+    test restores another's memory, and nothing is written to ~/.local/state."""
+    monkeypatch.setenv("CROSSCHECK_STATE", str(tmp_path_factory.mktemp("state") / "state.db"))

@@ -374,10 +374,13 @@ def test_status_cli_on_a_finished_stage_takes_the_samples_it_needs(tmp_path, req
     assert data["verdict"] == "complete", data["reasons"]
     assert out.returncode == 0 and sampling["checks"] == 3, sampling
     assert sampling["stopped"] == "complete: final"
-    # Without a run start it cannot be complete, and status says why it stopped sampling.
-    unbound = json.loads(_cli("status", str(stage), "--json").stdout)
+    # The state store remembers the run: a later status needs no --since.
+    remembered = json.loads(_cli("status", str(stage), "--json").stdout)
+    assert remembered["verdict"] == "complete" and remembered["run"] == data["run"]
+    # Without a run start (and no store) it cannot be complete, and status says why it stopped.
+    unbound = json.loads(_cli("status", str(stage), "--json", "--state", "none").stdout)
     assert unbound["verdict"] == "unknown" and unbound["sampling"]["stopped"]
-    human = _cli("status", str(stage), "--since", "10m")
+    human = _cli("status", str(stage), "--since", "10m", "--state", "none")
     assert f"took {sampling['checks']} samples over " in human.stdout, human.stdout
 
 

@@ -1,0 +1,148 @@
+"""A Checker's memory as JSON text, and back: what the durable store keeps for a stage.
+
+Every memory is a small frozen dataclass of plain values (one per signal, the verdict's, the
+run's). JSON keeps what the dataclasses say: tuples, frozensets, mappings with int keys and
+enums are tagged, and only the types listed here are ever built from stored text — a store
+is data, never code. Anything else (a foreign, corrupt or newer document) is a
+:class:`MemoryFormatError`, and the watch starts with fresh memory.
+
+What is restored is never trusted more than a fresh check: ``restore`` resets the settle
+streak, so ``complete`` is always earned again by checks made after the restore.
+
+Example:
+    >>> from sensors._signals.log import LogMemory
+    >>> loads(dumps({"log": LogMemory(inode=7, size=10)}))["log"].size
+    10
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from sensors._model import Reading, Says, State, Verdict
+from sensors._probe import Static
+from sensors._run import Run
+from sensors._signals.gpu import GpuMemory, GpuWindow
+from sensors._signals.log import LogMemory
+from sensors._signals.outputs import OutputsMemory
+from sensors._signals.process import ProcessMemory
+from sensors._verdict import VerdictMemory
+
+#: Bumped when a memory's shape changes incompatibly: an older document is then fresh memory.
+VERSION = 1
+
+_TYPES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (
+        ProcessMemory,
+        LogMemory,
+        OutputsMemory,
+        GpuMemory,
+        GpuWindow,
+        VerdictMemory,
+        Reading,
+        Verdict,
+        Run,
+        Static,
+    )
+}
+_ENUMS: dict[str, type[enum.Enum]] = {"Says": Says, "State": State}
+
+
+class MemoryFormatError(ValueError):
+    """Stored memory that this version cannot read (corrupt, foreign, or newer)."""
+
+
+def dumps(value: Any) -> str:
+    """JSON text for a memory (a dataclass, or a mapping of them)."""
+    return json.dumps({"version": VERSION, "memory": _enc(value)}, separators=(",", ":"))
+
+
+def loads(text: str) -> Any:
+    """The memory :func:`dumps` wrote.
+
+    Raises:
+        MemoryFormatError: the text is not such a document, or of another version.
+    """
+    try:
+        doc = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise MemoryFormatError(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("version") != VERSION or "memory" not in doc:
+        raise MemoryFormatError(f"not a crosscheck memory of version {VERSION}")
+    try:
+        return _dec(doc["memory"])
+    except MemoryFormatError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise MemoryFormatError(f"unreadable memory: {exc}") from None
+
+
+def _enc(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return {"@e": type(value).__name__, "v": value.value}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        name = type(value).__name__
+        if name not in _TYPES:
+            raise TypeError(f"{name} is not a memory type")
+        return {"@dc": name, "f": {f.name: _enc(getattr(value, f.name)) for f in dataclasses.fields(value)}}
+    if isinstance(value, (Mapping, MappingProxyType)):
+        return {"@m": [[_enc(k), _enc(v)] for k, v in value.items()]}
+    if isinstance(value, tuple):
+        return {"@t": [_enc(v) for v in value]}
+    if isinstance(value, (frozenset, set)):
+        return {"@fs": sorted((_enc(v) for v in value), key=repr)}
+    if isinstance(value, list):
+        return [_enc(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    raise TypeError(f"{type(value).__name__} cannot be stored")
+
+
+def _dec(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_dec(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "@dc" in value:
+        cls = _TYPES.get(value["@dc"])
+        if cls is None:
+            raise MemoryFormatError(f"unknown memory type {value['@dc']!r}")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        given = {k: _dec(v) for k, v in dict(value["f"]).items()}
+        if not set(given) <= fields:
+            raise MemoryFormatError(f"{cls.__name__}: unknown fields {sorted(set(given) - fields)}")
+        return cls(**given)
+    if "@e" in value:
+        kind = _ENUMS.get(value["@e"])
+        if kind is None:
+            raise MemoryFormatError(f"unknown enum {value['@e']!r}")
+        return kind(value["v"])
+    if "@m" in value:
+        return {_dec(k): _dec(v) for k, v in value["@m"]}
+    if "@t" in value:
+        return tuple(_dec(v) for v in value["@t"])
+    if "@fs" in value:
+        return frozenset(_dec(v) for v in value["@fs"])
+    raise MemoryFormatError("an untagged object in stored memory")
+
+
+def fingerprint(parts: Mapping[str, Any]) -> dict[str, str]:
+    """A short digest per part of a stage definition (each signal's spec, the policy...).
+
+    A changed part resets only the memory that depends on it.
+
+    Example:
+        >>> fingerprint({"log": {"path": "/x.log"}})
+        {'log': '6d0f1e55c8e1c5d0'}
+    """
+    return {
+        name: hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        for name, part in parts.items()
+    }

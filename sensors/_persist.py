@@ -1,0 +1,220 @@
+"""A Checker's memory in the durable store: restored when a watch starts, saved after each check.
+
+What a watch learns (the job seen alive and as which identity, where its run began, how long
+it has made no progress, the settle streak, the GPU window) outlives the process watching:
+restart the CLI, the worker or the machine, and the next watch goes on from there.
+
+Rules it keeps:
+
+- Key: stage name + host. A fingerprint per part of the stage definition (each signal's
+  section, the policy): a changed part resets only the memory that depends on it, and says so.
+- Restored memory never replaces a fresh check: the settle streak starts again at 0, so
+  ``complete`` is always earned by checks made after the restore. An unreadable document
+  (corrupt, foreign, newer) is fresh memory, with a warning — never a crash.
+- One watch holds a stage at a time (a lease with expiry, renewed each check); another watch
+  of the same stage follows the stored verdicts instead of probing, and says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+import warnings
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sensors._config import Stage
+from sensors._memory import VERSION, MemoryFormatError, dumps, fingerprint, loads
+from sensors._model import State, Verdict
+from sensors._run import Run
+from sensors._store import StageKey, Store, StoreWarning, open_store
+
+log = logging.getLogger("crosscheck")
+
+
+def holder_id() -> str:
+    """Who holds a lease: this machine and process (readable in "watched elsewhere by ...")."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def stage_parts(stage: Stage) -> dict[str, Any]:
+    """The parts of a stage definition the memory depends on, for :func:`fingerprint`."""
+    parts: dict[str, Any] = {
+        name: (spec.model_dump(mode="json") if spec is not None else None)
+        for name in ("process", "log", "outputs", "gpu")
+        for spec in (getattr(stage, name),)
+    }
+    parts["host"] = stage.host if stage.host == "local" else stage.host.model_dump(mode="json")
+    return parts
+
+
+@dataclass
+class Restored:
+    """What a restore gave back, and what it had to leave behind (for the log)."""
+
+    memory: dict[str, Any] | None
+    notes: list[str]
+
+
+class Persistence:
+    """The store seen from one Checker: load once, save after each check, hold the lease."""
+
+    def __init__(self, store: Store | str | os.PathLike[str] | None, stage: Stage, host: str) -> None:
+        self.store = store if _is_store(store) else open_store(store)  # type: ignore[arg-type]
+        self.key = StageKey(stage.stage, host)
+        self.holder = holder_id()
+        self.ttl = max(3 * stage.policy.interval, 30.0)
+        self._parts = fingerprint(stage_parts(stage))
+        self._last_state: str | None = None
+
+    # ------------------------------------------------------------------ restore
+
+    def restore(self) -> Restored:
+        """The stored memory of this stage, minus what a changed definition invalidates."""
+        try:
+            stored = self.store.load(self.key)
+        except Exception as exc:  # a store that cannot be read is fresh memory, never a crash
+            warnings.warn(f"state store: cannot load {self.key.stage}: {exc}", StoreWarning, stacklevel=2)
+            return Restored(None, [])
+        if stored is None:
+            return Restored(None, [])
+        if stored.version != VERSION:
+            return Restored(
+                None, [f"stored memory is of format {stored.version}, not {VERSION}: fresh memory"]
+            )
+        try:
+            memory = loads(stored.memory)
+        except MemoryFormatError as exc:
+            warnings.warn(f"state store: {self.key.stage}: {exc}; fresh memory", StoreWarning, stacklevel=2)
+            return Restored(None, [])
+        self._last_state = (stored.verdict or {}).get("verdict")
+        changed = [p for p, digest in self._parts.items() if stored.fingerprint.get(p) != digest]
+        return Restored(_without(memory, changed), _notes(changed))
+
+    # ------------------------------------------------------------------ save
+
+    def save(self, memory: dict[str, Any], verdict: Verdict) -> None:
+        """Save after a check; a verdict change also goes into the history."""
+        doc = verdict.to_json()
+        changed = doc["verdict"] != self._last_state
+        try:
+            self.store.save(
+                self.key,
+                memory=dumps(memory),
+                fingerprint=self._parts,
+                verdict=doc,
+                version=VERSION,
+                changed=changed,
+            )
+        except Exception as exc:  # the store is a memory aid: a failed save never fails a check
+            warnings.warn(f"state store: cannot save {self.key.stage}: {exc}", StoreWarning, stacklevel=2)
+            return
+        self._last_state = doc["verdict"]
+
+    # ------------------------------------------------------------------ lease
+
+    def hold(self) -> str | None:
+        """Take or renew this stage's lease; the other holder's name when it is watched elsewhere."""
+        try:
+            lease = self.store.acquire(self.key, self.holder, self.ttl)
+            if not lease.held and _dead_here(lease.holder):
+                # Held by a watch of this machine that died (SIGKILL, OOM): no need to wait
+                # for the lease to expire.
+                self.store.release(self.key, lease.holder)
+                lease = self.store.acquire(self.key, self.holder, self.ttl)
+        except Exception as exc:
+            warnings.warn(f"state store: lease for {self.key.stage}: {exc}", StoreWarning, stacklevel=2)
+            return None
+        return None if lease.held else lease.holder
+
+    def followed(self, elsewhere: str) -> Verdict | None:
+        """The verdict the watch holding this stage saved last, marked as followed."""
+        restored = self.restore()
+        last = (restored.memory or {}).get("last")
+        if not isinstance(last, Verdict):
+            return None
+        note = f"watched elsewhere by {elsewhere}: its verdict, not a check of this watch"
+        return replace(last, reasons=(note, *last.reasons))
+
+    # ------------------------------------------------------------------ announcements
+
+    def announced(self, run: Run | None, last: Verdict | None) -> Verdict | None:
+        """``last`` when it is this run's complete or failed verdict and was announced."""
+        if run is None or last is None or last.state not in (State.COMPLETE, State.FAILED):
+            return None
+        try:
+            known = self.store.announced(self.key, run_key(run))
+        except Exception as exc:
+            warnings.warn(
+                f"state store: announcements of {self.key.stage}: {exc}", StoreWarning, stacklevel=2
+            )
+            return None
+        return last if known is not None and known.state == last.state.value else None
+
+    def announce(self, run: Run | None, verdict: Verdict) -> bool:
+        """Record this run's final verdict; True only the first time (across processes)."""
+        if run is None:
+            return True
+        try:
+            return self.store.announce(self.key, run_key(run), verdict.state.value, verdict.to_json()).first
+        except Exception as exc:  # unrecorded: announce rather than stay silent
+            warnings.warn(f"state store: announce {self.key.stage}: {exc}", StoreWarning, stacklevel=2)
+            return True
+
+    def release(self) -> None:
+        try:
+            self.store.release(self.key, self.holder)
+        except Exception:  # expiry releases it anyway
+            log.debug("state store: release failed", exc_info=True)
+
+
+def _dead_here(holder: str) -> bool:
+    """Whether ``holder`` (from :func:`holder_id`) is a process of this machine that is gone."""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
+
+
+def run_key(run: Run) -> str:
+    """The identity of a run, for "announced once per run"."""
+    started = "?" if run.started_at is None else f"{run.started_at:.0f}"
+    return f"{run.source}:{started}" + (f":{run.pid}" if run.pid is not None else "")
+
+
+def _is_store(value: object) -> bool:
+    return all(hasattr(value, name) for name in ("load", "save", "acquire"))
+
+
+def _without(memory: Any, changed: list[str]) -> dict[str, Any] | None:
+    """The memory without what depends on the changed parts of the definition."""
+    if not isinstance(memory, dict):
+        return None
+    if "host" in changed:
+        return None  # another host: nothing known of this one
+    signals = {k: v for k, v in dict(memory.get("signals") or {}).items() if k not in changed}
+    verdict = memory.get("verdict")
+    if verdict is not None:
+        # Restored memory never replaces fresh checks: the settle streak is earned again.
+        previous = {k: v for k, v in dict(verdict.previous).items() if k not in changed}
+        verdict = replace(verdict, previous=previous, done_streak=0)
+    kept = {**memory, "signals": signals, "verdict": verdict}
+    if "process" in changed:
+        # Another process is the job: where its run began is not known any more.
+        kept.update(run=None, first_check_at=None, last=None)
+    return kept
+
+
+def _notes(changed: list[str]) -> list[str]:
+    if not changed:
+        return []
+    return [f"the stage definition changed ({', '.join(changed)}): that memory starts afresh"]

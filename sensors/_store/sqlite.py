@@ -1,0 +1,437 @@
+"""The SQLite store: the standard library's ``sqlite3``, one connection per Store.
+
+- ``journal_mode=WAL`` (readers beside one writer), ``synchronous=NORMAL`` (in WAL mode a
+  commit survives the process being killed; only a power cut can lose the last commits, and
+  never corrupts — the price of FULL is an fsync per check), a busy timeout, and every write
+  in ``BEGIN IMMEDIATE … COMMIT``: the write lock is taken before the first read, so a
+  read-then-write (lease, history sequence) cannot interleave with another process's.
+- The file is checked when opened: empty → our schema is created; tables but no
+  ``crosscheck_meta`` saying ``app=crosscheck`` → *foreign*; a newer ``schema_version`` →
+  *newer*. Neither is touched: a warning, and this Store keeps memory in this process only.
+- Not a database at all, or SQLite reports it corrupt (``SQLITE_NOTADB``/``SQLITE_CORRUPT``,
+  at open or later): the file (with its ``-wal``/``-shm``) is renamed aside to
+  ``NAME.corrupt-TIME.PID`` under a lock file, and a fresh store starts at the path. Renaming
+  rather than an in-memory fallback because gates wait for days: every later watch would
+  otherwise start from nothing again, and the bad bytes stay for whoever wants to look.
+  Other processes notice the new inode on their next call and reopen.
+- A file that cannot be opened at all (permissions, a directory): warning, in-process memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sensors._store.base import (
+    APP,
+    SCHEMA_VERSION,
+    Announcement,
+    HistoryEntry,
+    Lease,
+    StageKey,
+    Stored,
+    StoreError,
+    announce_seal,
+    check_save_args,
+    decode_announcement,
+    decode_history,
+    decode_stored,
+    dumps,
+    history_seal,
+    memory_seal,
+    state_of,
+    warn,
+)
+
+T = TypeVar("T")
+BUSY_TIMEOUT_S = 10.0
+
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS crosscheck_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS crosscheck_memory (stage TEXT NOT NULL, host TEXT NOT NULL,"
+    " memory TEXT NOT NULL, fingerprint TEXT NOT NULL, verdict TEXT NOT NULL, saved_at REAL NOT NULL,"
+    " version INTEGER NOT NULL, seal TEXT NOT NULL, PRIMARY KEY (stage, host))",
+    "CREATE TABLE IF NOT EXISTS crosscheck_history (id INTEGER PRIMARY KEY, stage TEXT NOT NULL,"
+    " host TEXT NOT NULL, seq INTEGER NOT NULL, at REAL NOT NULL, state TEXT NOT NULL,"
+    " verdict TEXT NOT NULL, seal TEXT NOT NULL)",
+    # seq: 1, 2, 3… per (stage, host). The next one is max(seq)+1 and pruning is a range
+    # delete below seq - retention: both index lookups, whatever the history's length.
+    "CREATE INDEX IF NOT EXISTS crosscheck_history_key ON crosscheck_history (stage, host, seq)",
+    "CREATE INDEX IF NOT EXISTS crosscheck_history_stage ON crosscheck_history (stage, id)",
+    "CREATE TABLE IF NOT EXISTS crosscheck_lease (stage TEXT NOT NULL, host TEXT NOT NULL,"
+    " holder TEXT NOT NULL, expires_at REAL NOT NULL, PRIMARY KEY (stage, host))",
+    "CREATE TABLE IF NOT EXISTS crosscheck_announce (stage TEXT NOT NULL, host TEXT NOT NULL,"
+    " run TEXT NOT NULL, state TEXT NOT NULL, verdict TEXT NOT NULL, decided_at REAL NOT NULL,"
+    " seal TEXT NOT NULL, PRIMARY KEY (stage, host, run, state))",
+    f"INSERT OR IGNORE INTO crosscheck_meta VALUES ('app', '{APP}'), ('schema_version', '{SCHEMA_VERSION}')",
+)
+
+
+def _corrupt(exc: sqlite3.Error) -> bool:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0  # an unreadable expiry is an expired one
+
+
+@contextlib.contextmanager
+def _write(conn: sqlite3.Connection) -> Iterator[None]:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+class SQLiteStore:
+    """A store in one SQLite file (``path``), or in this process only (``path=None``)."""
+
+    def __init__(self, path: Path | None, *, retention: int) -> None:
+        self.location = str(path) if path is not None else ":memory:"
+        self._path = path
+        self._retention = retention
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._ino: int | None = None
+        self._fallback = False
+        self._open()
+
+    # -- opening, adopting, setting aside ---------------------------------------------------
+
+    def _connect(self, target: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(target, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        # Garbage in a text cell must read as a damaged row (its seal fails), not as an
+        # exception from the driver's UTF-8 decoding.
+        conn.text_factory = lambda b: b.decode("utf-8", "surrogateescape")
+        return conn
+
+    def _open(self, *, retried: bool = False) -> None:
+        if self._path is None:
+            self._in_memory()
+            return
+        # Two processes opening a new file at once: switching to WAL needs an exclusive lock,
+        # and SQLite answers SQLITE_BUSY at once (no busy handler) when waiting could
+        # deadlock. That is contention, not a broken file: try again.
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while not self._try_open(retried=retried) and time.monotonic() < deadline:
+            time.sleep(0.005 + random.random() * 0.02)
+        if self._conn is None:
+            self._fall_back(f"stayed locked for {BUSY_TIMEOUT_S:g} s")
+
+    def _try_open(self, *, retried: bool) -> bool:
+        """Open and adopt the file; False when it was busy (the caller retries)."""
+        assert self._path is not None
+        conn = None
+        ino = None
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.close(os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600))  # memory may quote logs
+            ino = os.stat(self._path).st_ino
+            conn = self._connect(str(self._path))
+            problem = self._adopt(conn)
+        except sqlite3.DatabaseError as exc:
+            if conn is not None:
+                conn.close()
+            if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+                return False
+            if _corrupt(exc) and not retried and ino is not None and self._set_aside(ino, exc):
+                self._open(retried=True)
+            else:
+                self._fall_back(f"cannot be used ({exc})")
+            return True
+        except OSError as exc:
+            self._fall_back(f"cannot be opened ({exc.strerror or exc})")
+            return True
+        if problem:
+            conn.close()
+            self._fall_back(problem)
+            return True
+        self._conn, self._ino = conn, ino
+        return True
+
+    def _adopt(self, conn: sqlite3.Connection) -> str | None:
+        """Create our schema in an empty file; say what is wrong with a file that is not ours."""
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables and "crosscheck_meta" not in tables:
+            return f"is a SQLite database of something else (tables: {', '.join(sorted(tables)[:5])})"
+        if tables:
+            try:
+                meta = dict(conn.execute("SELECT key, value FROM crosscheck_meta"))
+                version = int(meta.get("schema_version", ""))
+            except (sqlite3.OperationalError, ValueError, TypeError):
+                return "has a crosscheck_meta table that crosscheck did not write"
+            if meta.get("app") != APP:
+                return "has a crosscheck_meta table that crosscheck did not write"
+            if version > SCHEMA_VERSION:
+                return (
+                    f"was written by a newer crosscheck (schema version {version}; this one reads "
+                    f"{SCHEMA_VERSION}); it is left untouched"
+                )
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        if not tables or not {"crosscheck_memory", "crosscheck_history"} <= tables:
+            with _write(conn):
+                for statement in SCHEMA:
+                    conn.execute(statement)
+        return None
+
+    def _in_memory(self) -> None:
+        conn = self._connect(":memory:")
+        for statement in SCHEMA:
+            conn.execute(statement)
+        self._conn, self._ino = conn, None
+
+    def _fall_back(self, why: str) -> None:
+        warn(
+            f"{self.location} {why}: memory, leases and announcements are kept in this process only "
+            "(set CROSSCHECK_STATE to another path to keep them)"
+        )
+        self._fallback = True
+        self._in_memory()
+
+    def _set_aside(self, ino: int, exc: sqlite3.Error) -> bool:
+        """Rename the corrupt file (and its -wal/-shm) aside, unless another process already
+        did. False when it cannot be done (the caller falls back to memory)."""
+        assert self._path is not None
+        path = self._path
+        aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}.{os.getpid()}")
+        try:
+            with open(path.with_name(path.name + ".lock"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # one renamer; the others see the new inode
+                try:
+                    if os.stat(path).st_ino != ino:
+                        return True
+                except FileNotFoundError:
+                    return True
+                for suffix in ("", "-wal", "-shm"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.replace(f"{path}{suffix}", f"{aside}{suffix}")
+        except OSError:
+            return False
+        warn(f"{path} is not a usable SQLite database ({exc}): set aside as {aside.name}, starting fresh")
+        return True
+
+    def _follow(self) -> None:
+        """Reopen when the file at the path is no longer the one we have open (another process
+        set it aside, or someone removed it)."""
+        if self._fallback or self._path is None:
+            return
+        try:
+            ino = os.stat(self._path).st_ino
+        except OSError:
+            ino = None
+        if ino != self._ino:
+            self._close_conn()
+            self._open()
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            if self._conn is None:
+                raise StoreError("the store is closed", location=self.location)
+            self._follow()
+            assert self._conn is not None
+            try:
+                return fn(self._conn)
+            except sqlite3.DatabaseError as exc:
+                if not _corrupt(exc) or self._fallback or self._ino is None:
+                    raise StoreError(str(exc), location=self.location) from exc
+                ino = self._ino
+                self._close_conn()
+                if not self._set_aside(ino, exc):
+                    self._fall_back(f"is corrupt ({exc}) and cannot be set aside")
+                else:
+                    self._open(retried=True)
+            assert self._conn is not None
+            try:
+                return fn(self._conn)  # once more, on the fresh store
+            except sqlite3.DatabaseError as exc:
+                raise StoreError(str(exc), location=self.location) from exc
+
+    def _close_conn(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
+
+    # -- the Store protocol ---------------------------------------------------------------
+
+    def load(self, key: StageKey) -> Stored | None:
+        try:
+            row = self._call(
+                lambda c: c.execute(
+                    "SELECT memory, fingerprint, verdict, saved_at, version, seal FROM crosscheck_memory"
+                    " WHERE stage = ? AND host = ?",
+                    (key.stage, key.host),
+                ).fetchone()
+            )
+        except StoreError as exc:
+            warn(f"{exc}: the memory of {key.stage}@{key.host} could not be read; starting fresh")
+            return None
+        return None if row is None else decode_stored(key, row, self.location)
+
+    def save(
+        self,
+        key: StageKey,
+        *,
+        memory: str,
+        fingerprint: Mapping[str, str],
+        verdict: Mapping[str, Any],
+        version: int,
+        changed: bool,
+    ) -> None:
+        check_save_args(memory, fingerprint, verdict, version)
+        fp, vd, now, state = dumps(dict(fingerprint)), dumps(dict(verdict)), time.time(), state_of(verdict)
+        digest = memory_seal(key, memory, fp, vd, now, version)
+
+        def write(c: sqlite3.Connection) -> None:
+            with _write(c):
+                c.execute(
+                    "INSERT INTO crosscheck_memory VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stage, host)"
+                    " DO UPDATE SET memory = excluded.memory, fingerprint = excluded.fingerprint,"
+                    " verdict = excluded.verdict, saved_at = excluded.saved_at, version = excluded.version,"
+                    " seal = excluded.seal",
+                    (key.stage, key.host, memory, fp, vd, now, version, digest),
+                )
+                if not changed:
+                    return
+                (seq,) = c.execute(
+                    "SELECT coalesce(max(seq), 0) + 1 FROM crosscheck_history WHERE stage = ? AND host = ?",
+                    (key.stage, key.host),
+                ).fetchone()
+                c.execute(
+                    "INSERT INTO crosscheck_history (stage, host, seq, at, state, verdict, seal)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        key.stage,
+                        key.host,
+                        seq,
+                        now,
+                        state,
+                        vd,
+                        history_seal(key.stage, key.host, seq, now, state, vd),
+                    ),
+                )
+                c.execute(
+                    "DELETE FROM crosscheck_history WHERE stage = ? AND host = ? AND seq <= ?",
+                    (key.stage, key.host, seq - self._retention),
+                )
+
+        try:
+            self._call(write)
+        except StoreError as exc:
+            warn(f"{exc}: the memory of {key.stage}@{key.host} was not saved")
+
+    def acquire(self, key: StageKey, holder: str, ttl: float) -> Lease:
+        if not ttl > 0:
+            raise ValueError(f"ttl must be positive, not {ttl!r}")
+
+        def go(c: sqlite3.Connection) -> Lease:
+            with _write(c):
+                now = time.time()
+                row = c.execute(
+                    "SELECT holder, expires_at FROM crosscheck_lease WHERE stage = ? AND host = ?",
+                    (key.stage, key.host),
+                ).fetchone()
+                if row is not None and row[0] != holder and _float(row[1]) > now:
+                    return Lease(held=False, holder=str(row[0]), expires_at=_float(row[1]))
+                c.execute(
+                    "INSERT INTO crosscheck_lease VALUES (?, ?, ?, ?) ON CONFLICT (stage, host)"
+                    " DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at",
+                    (key.stage, key.host, holder, now + ttl),
+                )
+                return Lease(held=True, holder=holder, expires_at=now + ttl)
+
+        return self._call(go)
+
+    def release(self, key: StageKey, holder: str) -> None:
+        def go(c: sqlite3.Connection) -> None:
+            with _write(c):
+                c.execute(
+                    "DELETE FROM crosscheck_lease WHERE stage = ? AND host = ? AND holder = ?",
+                    (key.stage, key.host, holder),
+                )
+
+        self._call(go)
+
+    def announce(self, key: StageKey, run: str, state: str, verdict: Mapping[str, Any]) -> Announcement:
+        vd, now = dumps(dict(verdict)), time.time()
+
+        def go(c: sqlite3.Connection) -> Announcement:
+            with _write(c):
+                cur = c.execute(
+                    "INSERT INTO crosscheck_announce VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    (key.stage, key.host, run, state, vd, now, announce_seal(key, run, state, vd, now)),
+                )
+                if cur.rowcount == 1:
+                    return decode_announcement(
+                        key,
+                        (run, state, vd, now, announce_seal(key, run, state, vd, now)),
+                        True,
+                        self.location,
+                    )
+                row = c.execute(
+                    "SELECT run, state, verdict, decided_at, seal FROM crosscheck_announce"
+                    " WHERE stage = ? AND host = ? AND run = ? AND state = ?",
+                    (key.stage, key.host, run, state),
+                ).fetchone()
+            return decode_announcement(key, row, False, self.location)
+
+        return self._call(go)
+
+    def announced(self, key: StageKey, run: str) -> Announcement | None:
+        row = self._call(
+            lambda c: c.execute(
+                "SELECT run, state, verdict, decided_at, seal FROM crosscheck_announce"
+                " WHERE stage = ? AND host = ? AND run = ? ORDER BY decided_at, state LIMIT 1",
+                (key.stage, key.host, run),
+            ).fetchone()
+        )
+        return None if row is None else decode_announcement(key, row, False, self.location)
+
+    def history(self, stage: str, host: str | None = None, *, limit: int | None = None) -> list[HistoryEntry]:
+        cols = "SELECT stage, host, seq, at, state, verdict, seal FROM crosscheck_history"
+        if host is None:
+            sql, args = (
+                f"{cols} WHERE stage = ? ORDER BY id DESC LIMIT ?",
+                (stage, -1 if limit is None else limit),
+            )
+        else:
+            sql = f"{cols} WHERE stage = ? AND host = ? ORDER BY seq DESC LIMIT ?"
+            args = (stage, host, -1 if limit is None else limit)
+        try:
+            rows = self._call(lambda c: c.execute(sql, args).fetchall())
+        except StoreError as exc:
+            warn(f"{exc}: the history of {stage} could not be read")
+            return []
+        rows.reverse()
+        return decode_history(rows, self.location)
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_conn()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.location!r}{', in-process fallback' if self._fallback else ''})"

@@ -1,0 +1,188 @@
+"""Gates that survive restarts: a stage's memory in the state store (real SQLite, the real CLI).
+
+A watch SIGKILLed and started again goes on from what the first one saw: the same run, a
+stall dated from its real start, a job that died while nothing watched is failed, not
+unknown. A corrupt store never crashes a watch and never completes a stage by itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from sensors import Checker, Says, State, stage_from_dict
+from sensors._memory import dumps, loads
+from sensors._store import open_store
+from sensors.testing import SimulatedJob
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _env(state: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), "CROSSCHECK_STATE": str(state)}
+
+
+def _cli(state: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sensors", *args], capture_output=True, text=True, timeout=timeout, env=_env(state)
+    )
+
+
+def _json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def _killed_mid_watch(state: Path, stage_file: Path, seconds: float) -> list[dict]:
+    """`crosscheck wait --json` for a while, then SIGKILL: the verdicts it printed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sensors", "wait", str(stage_file), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(state),
+    )
+    time.sleep(seconds)
+    proc.send_signal(signal.SIGKILL)
+    out, _ = proc.communicate(timeout=10)
+    return _json_lines(out)
+
+
+def test_a_wait_killed_and_started_again_keeps_the_run_and_the_stalls_real_start(tmp_path) -> None:
+    state = tmp_path / "state.db"
+    job = SimulatedJob(tmp_path, scenario="stall", total=6, step=0.02)
+    job.start()
+    try:
+        stage_file = job.write_stage(tmp_path / "s.yaml", interval="300ms", stall_after="6s", timeout="40s")
+        before = _killed_mid_watch(state, stage_file, 4.0)
+        assert before and before[-1]["verdict"] == "running", before[-1:]
+        run = before[-1]["run"]
+        assert run["source"] == "process"
+        # Started again ~4 s after the stall began: stalled ~2 s later, not stall_after (6 s).
+        out = _cli(state, "wait", str(stage_file), "--json", "--timeout", "5s")
+        after = _json_lines(out.stdout)
+        assert after[0]["run"] == run  # the same run: restored, not found anew
+        stalled = [v for v in after if v["verdict"] == "stalled"]
+        assert stalled, [v["verdict"] for v in after]
+        first, stall = (datetime.fromisoformat(v["checked_at"]) for v in (after[0], stalled[0]))
+        assert (stall - first).total_seconds() < 4.0, [v["verdict"] for v in after]
+    finally:
+        job.stop()
+
+
+def test_a_job_killed_while_no_watch_ran_is_failed_not_unknown(tmp_path) -> None:
+    state = tmp_path / "state.db"
+    job = SimulatedJob(tmp_path, scenario="stall", total=8, step=0.02)
+    job.start()
+    stage_file = job.write_stage(tmp_path / "s.yaml", interval="300ms", exit_grace="300ms", timeout="30s")
+    before = _killed_mid_watch(state, stage_file, 3.0)
+    assert before and before[-1]["signals"]["process"]["says"] == "working"
+    job.stop()  # killed while nothing watched: outputs short
+    out = _cli(state, "wait", str(stage_file), "--json", "--timeout", "20s")
+    final = _json_lines(out.stdout)[-1]
+    assert final["verdict"] == "failed", final["reasons"]
+    assert out.returncode == 3
+    # Without the store the same watch could not tell an exit from a job never started.
+    fresh = _cli(tmp_path / "other.db", "status", str(stage_file), "--json")
+    assert _json_lines(fresh.stdout)[-1]["verdict"] == "unknown"
+
+
+def test_history_lists_each_verdict_change_once(tmp_path) -> None:
+    state = tmp_path / "state.db"
+    job = SimulatedJob(tmp_path, scenario="complete", total=6, step=0.1)
+    job.start()
+    try:
+        stage_file = job.write_stage(tmp_path / "s.yaml", interval="200ms", timeout="30s")
+        out = _cli(state, "wait", str(stage_file), "--json")
+        assert out.returncode == 0, out.stderr
+        checks = _json_lines(out.stdout)
+    finally:
+        job.stop()
+    history = _cli(state, "history", job.tag, "--json")
+    changes = _json_lines(history.stdout)
+    states = [c["verdict"] for c in changes]
+    assert states[-1] == "complete"
+    assert all(a != b for a, b in itertools.pairwise(states))  # changes, not checks
+    assert len(changes) < len(checks)
+    human = _cli(state, "history", job.tag)
+    assert "COMPLETE" in human.stdout and human.returncode == 0
+
+
+def test_a_corrupt_store_never_crashes_a_watch_nor_completes_by_itself(tmp_path) -> None:
+    state = tmp_path / "state.db"
+    job = SimulatedJob(tmp_path, scenario="complete", total=4, step=0.02)
+    job.start()
+    assert job.wait(30) == 0
+    stage_file = job.write_stage(tmp_path / "s.yaml", interval="200ms", exit_grace="200ms")
+    state.write_bytes(os.urandom(4096))  # garbage where the database should be
+    out = _cli(state, "status", str(stage_file), "--json")
+    assert out.returncode in (0, 1), out.stderr
+    assert "Traceback" not in out.stderr
+    # Finished before this watch, no run start: not complete, store or no store.
+    assert _json_lines(out.stdout)[-1]["verdict"] == "unknown"
+
+
+def test_restored_memory_earns_its_settle_again_and_a_second_watch_follows(tmp_path) -> None:
+    job = SimulatedJob(tmp_path, scenario="complete", total=4, step=0.02)
+    job.start()
+    assert job.wait(30) == 0
+    stage = stage_from_dict(job.stage_dict(interval="100ms", exit_grace="100ms", settle=3))
+    store = open_store(tmp_path / "state.db")
+    first = Checker(stage, since="10m", state=store)
+    states = [first.check().state for _ in range(5)]
+    assert states[-1] is State.COMPLETE
+    # A second watch of the same stage while the first holds it: it follows, it does not probe.
+    second = Checker(stage, since="10m", state=store)
+    followed = second.check()
+    assert followed.state is State.COMPLETE and "watched elsewhere" in followed.reasons[0]
+    first.close()  # releases the stage
+    third = Checker(stage, since="10m", state=store)
+    again = third.check()
+    assert "watched elsewhere" not in again.reasons[0]
+    # Restored, but the settle streak starts again: one fresh check is not enough for 3.
+    assert again.state is State.RUNNING and "confirming (1/3" in again.reasons[0], again.reasons
+    third.close()
+    store.close()
+
+
+def test_a_changed_stage_definition_resets_only_what_it_changes(tmp_path, caplog) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("Extraction complete\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.pt").write_bytes(b"x")
+    spec = {
+        "stage": "defs",
+        "log": {"path": str(log), "complete": "^Extraction complete"},
+        "outputs": {"files": str(out), "pattern": "*.pt", "expected": 1},
+    }
+    store = open_store(tmp_path / "state.db")
+    with Checker(stage_from_dict(spec), since="1h", state=store) as checker:
+        checker.check()
+        checker.check()
+    changed = {**spec, "outputs": {"files": str(out), "pattern": "*.pt", "expected": 2}}
+    with caplog.at_level("WARNING", logger="crosscheck"), Checker(stage_from_dict(changed), state=store) as again:
+        assert "outputs" not in again._memory.signals and "log" in again._memory.signals
+        assert again.run is not None and again.run.source == "since"
+        assert again.check().readings["log"].says is Says.DONE
+    assert any("definition changed (outputs)" in r.getMessage() for r in caplog.records)
+    store.close()
+
+
+def test_memory_round_trips_and_refuses_foreign_documents() -> None:
+    from sensors._memory import MemoryFormatError
+    from sensors._signals.process import ProcessMemory
+
+    memory = {"signals": {"process": ProcessMemory("boot", {12: 34}, (1,), {"pid": 1}, (12,))}}
+    assert loads(dumps(memory)) == memory
+    for text in ("", "[]", '{"version": 999, "memory": {}}', '{"version": 1, "memory": {"@dc": "os.system"}}'):
+        with pytest.raises(MemoryFormatError):
+            loads(text)
