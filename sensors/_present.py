@@ -406,7 +406,7 @@ def clock(epoch: float | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def facts(reading: Any, *, limit: int = 160) -> str:
+def facts(reading: Any, *, limit: int = 100) -> str:
     """The key facts of one reading in words and units, joined by `` · `` (one inert line,
     no ``None``, no reprs, no epochs).
 
@@ -444,15 +444,16 @@ def _process_facts(ev: Mapping[str, Any]) -> list[str]:
 def _log_facts(ev: Mapping[str, Any]) -> list[str]:
     out = []
     if _has(ev, "error_line"):
-        out.append(f'error "{one_line(ev["error_line"], 70)}"')
+        out.append(f'error "{one_line(ev["error_line"], 60)}"')
     elif _has(ev, "complete_line"):
-        out.append(f'done "{one_line(ev["complete_line"], 70)}"')
+        out.append(f'done "{one_line(ev["complete_line"], 60)}"')
     elif _has(ev, "last_line"):
-        out.append(f'last "{one_line(ev["last_line"], 70)}"')
+        out.append(f'last "{one_line(ev["last_line"], 60)}"')
     if (seconds := number(ev.get("age_seconds"))) is not None:
         out.append(f"written {age(seconds)} ago")
     progress = ev.get("progress")
-    if isinstance(progress, Mapping) and number(progress.get("done")) is not None:
+    shown = any(_has(ev, k) for k in ("error_line", "complete_line", "last_line"))
+    if not shown and isinstance(progress, Mapping) and number(progress.get("done")) is not None:
         total = number(progress.get("total"))
         out.append(f"progress {thousands(progress['done'])}/{thousands(total) if total is not None else '?'}")
     return out

@@ -374,8 +374,10 @@ class _GateReport:
         else:
             head = f"stage {self.name}: {verdict.state}"
         message = failure_message(head, verdict)
-        # One line at ERROR says why; Prefect's own failure lines repeat only this message.
-        self.log.error("%s (evidence: artifact %s)", message, self.keys.get("evidence", "?"))
+        if timed_out:
+            # `failed` was already said at ERROR when the verdict changed; a timeout was not.
+            # Prefect's own failure lines repeat only this short message.
+            self.log.error("%s (evidence: artifact %s)", message, self.keys.get("evidence", "?"))
         raise StageFailed(message, verdict=verdict, timed_out=timed_out)
 
     # --- the pieces -----------------------------------------------------------------------
@@ -465,11 +467,19 @@ class _GateReport:
         if artifact_id is None:
             return  # creating it failed (logged): the wait goes on without it
         from prefect.client.orchestration import get_client
-        from prefect.client.schemas.actions import ArtifactUpdate
 
         def update_artifact() -> None:
+            # The PATCH itself, not ``client.update_artifact``: that one also emits a
+            # ``prefect.artifact.updated`` event per call, which would bury the verdict
+            # events in the feed again (one per refresh and artifact).
             with get_client(sync_client=True) as client:
-                client.update_artifact(artifact_id, ArtifactUpdate(data=data, description=description))
+                response = client.request(
+                    "PATCH",
+                    "/artifacts/{id}",
+                    path_params={"id": artifact_id},
+                    json={"data": data, "description": description},
+                )
+                response.raise_for_status()
 
         self._report(update_artifact)
 
@@ -557,10 +567,11 @@ def evidence_markdown(verdict: Verdict, *, checks: int, final: bool = False, tim
         "",
         "## Signals",
         "",
-        "| signal | says | what it says | facts |",
-        "|---|---|---|---|",
+        # Three narrow columns: what each signal says in words is already under Reasons.
+        "| signal | says | facts |",
+        "|---|---|---|",
         *[
-            f"| {_md(r['signal'])} | {_says_cell(r['says'])} | {_md(r['detail'])} | {_md(r['facts'])} |"
+            f"| {_md(r['signal'])} | {_says_cell(r['says'])} | {_md(r['facts'])} |"
             for r in evidence_rows(verdict)
         ],
         "",
@@ -601,12 +612,18 @@ def _emit(
     }
     # The event card and its Details tab show related resources by name: the verdict and
     # its first reason are read there, not only in the raw JSON.
+    # The UI shows an unknown related resource by its id: the reason is written into it.
     related = [
         {
             "prefect.resource.id": f"crosscheck.verdict.{verdict.state}",
             "prefect.resource.role": "verdict",
             "prefect.resource.name": f"{verdict.state}: {reason}",
-        }
+        },
+        {
+            "prefect.resource.id": f"crosscheck.reason: {reason}",
+            "prefect.resource.role": "reason",
+            "prefect.resource.name": reason,
+        },
     ]
     try:
         return emit_event(event=event, resource=resource, related=related, payload=payload, follows=follows)
