@@ -127,13 +127,15 @@ def _start_gate(work: Path, env: dict[str, str], situation: str) -> tuple[subpro
     from sensors.testing import SimulatedJob
 
     scenario, name, policy, timeout = GATES[situation]
-    job = SimulatedJob(work, scenario=scenario, total=8, step=0.3, spin=4.0)
+    job = SimulatedJob(work, scenario=scenario, total=8, step=0.3, spin=12.0)
     job.start()
     stage = job.write_stage(work / f"{name}.yaml", name=name, **policy)
     log = open(work / f"gate-{situation}.log", "wb")  # noqa: SIM115 - lives as long as the gate
     proc = subprocess.Popen(
         [sys.executable, "-c", _GATE_SCRIPT, str(stage), str(timeout)],
-        env=env,
+        # Prefect's default level: the run log shows the INFO lines (running, complete,
+        # incident 2's "still working") as a default install would.
+        env={**env, "PREFECT_LOGGING_LEVEL": "INFO"},
         cwd=REPO,
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -112,12 +112,20 @@ def wait_svg(samples: Sequence[Sample], *, title: str) -> str:
         return _LEFT + (t - t0) / span * plot_w if t1 > t0 else _LEFT + plot_w / 2
 
     bottom = _TOP + len(panels) * (_PANEL + _GAP) - _GAP
-    # Verdict bands behind every panel: one rectangle per run of equal verdicts.
+
+    # Verdict bands behind every panel: one rectangle per run of equal verdicts, each sample
+    # owning the time halfway to its neighbours (so a last `complete` check shows too).
+    def edge(i: int) -> float:
+        if i <= 0:
+            return _LEFT
+        if i >= len(samples):
+            return _LEFT + plot_w
+        return (x(samples[i - 1].at) + x(samples[i].at)) / 2
+
     start = 0
     for i in range(1, len(samples) + 1):
         if i == len(samples) or samples[i].state is not samples[start].state:
-            left = x(samples[start].at)
-            right = x(samples[i].at) if i < len(samples) else _LEFT + plot_w
+            left, right = edge(start), edge(i)
             colour = COLOUR.get(samples[start].state, "#9E9E9E")
             out.append(
                 f'<rect x="{left:.1f}" y="{_TOP}" width="{max(right - left, 1.5):.1f}" '

@@ -438,6 +438,8 @@ def _process_facts(ev: Mapping[str, Any]) -> list[str]:
             break
     if (more := number(ev.get("descendants"))) and more > 0:
         out.append(f"{int(more)} child process{'es' if more > 1 else ''}")
+    if not out and ev.get("alive") in (0, False):
+        out.append("no process running")
     return out
 
 

@@ -551,10 +551,11 @@ def evidence_markdown(verdict: Verdict, *, checks: int, final: bool = False, tim
         f"{age(checked - since)} in this state" if checked is not None and since is not None else "",
         f"advance: **{'yes' if verdict.advance else 'no'}**",
         f"host {_md(verdict.host)}",
-        f"{checks} checks",
+        f"{checks} check{'s' if checks != 1 else ''}",
     ]
     if verdict.run:
-        facts.append(f"run: {_md(verdict.run.get('source', '?'))} from {_md(_run_start(verdict.run))}")
+        source = _md(verdict.run.get("source", "?"))
+        facts.append(f"this run began {_md(_run_start(verdict.run))} (from the {source})")
     lines = [
         f"# {_md(verdict.stage)}: {verdict.state}" + (" (timed out)" if timed_out else ""),
         "",
