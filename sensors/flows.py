@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -32,26 +33,26 @@ from prefect.cache_policies import NO_CACHE
 from sensors._check import host_for
 from sensors._config import Stage, stage_from_dict
 from sensors._errors import ConfigError
-from sensors._run import launch_mark_script, parse_launch_mark
-from sensors.prefect import artifact_key, as_stage, wait_for_stage
+from sensors._run import Run, launch_mark_script, parse_launch_mark
+from sensors.prefect import _task_run_name, artifact_key, as_stage, run_slug, stage_label, wait_for_stage
 
 __all__ = ["gate", "launch_stage", "pipeline", "stall_alert", "start_stage", "with_pid"]
 
 
-def _run_name() -> str:
-    from prefect.runtime import flow_run
+def _named(template: str, *params: str) -> Callable[[], str]:
+    """A flow-run name from the run's stage parameters, e.g. ``gate-extract``: the runs list
+    reads as the pipeline, not as random adjectives."""
 
-    stage = flow_run.parameters.get("stage")
-    if isinstance(stage, Stage):
-        return f"gate-{stage.stage}"
-    if isinstance(stage, dict) and "stage" in stage:
-        return f"gate-{stage['stage']}"
-    # A path: the file's stem is what people call the stage; loading it here would turn a
-    # bad file into a naming error instead of a flow failure with the real message.
-    return f"gate-{str(stage).rsplit('/', 1)[-1].rsplit('.', 1)[0]}"
+    def name() -> str:
+        from prefect.runtime import flow_run
+
+        values = flow_run.parameters
+        return template.format(*(stage_label(values.get(p)) for p in params))
+
+    return name
 
 
-@flow(name="crosscheck-gate", flow_run_name=_run_name, log_prints=False)
+@flow(name="crosscheck-gate", flow_run_name=_named("gate-{}", "stage"), log_prints=False)
 def gate(
     stage: Stage | str,
     timeout: float | str | None = None,
@@ -82,7 +83,7 @@ def gate(
     return wait_for_stage(as_stage(stage), timeout=timeout, since=since, state=state).to_json()
 
 
-@task(cache_policy=NO_CACHE, task_run_name="launch-stage")
+@task(cache_policy=NO_CACHE, task_run_name=_task_run_name("launch"))
 def launch_stage(stage: Stage) -> dict[str, Any]:
     """Start the stage's ``launch`` command detached on its host; record PID and log path.
 
@@ -117,12 +118,18 @@ def launch_stage(stage: Stage) -> dict[str, Any]:
         },
     }
     get_run_logger().info("%s: launched on %s as PID %d, log %s", stage.stage, stage.host_name, pid, log_path)
+    slug = run_slug({"source": "launch", "started_at": _iso(mark.started_at)})
     create_table_artifact(
-        key=artifact_key(stage.stage, "launch"),
+        key=artifact_key(stage.stage, "launch", run=slug),
         table=[{k: str(v) for k, v in record.items() if k != "run"}],
         description=f"{stage.stage}: launched as PID {pid} on {stage.host_name}",
     )
     return record
+
+
+def _iso(epoch: float | None) -> str | None:
+    # The run's start as the verdict's JSON writes it, so both key the same run.
+    return Run(source="launch", started_at=epoch).to_json()["started_at"] if epoch is not None else None
 
 
 def with_pid(stage: Stage, pid: int) -> Stage:
@@ -149,7 +156,11 @@ def _launch_and_wait(stage: Stage, *, wait: bool, timeout: float | str | None) -
     return result
 
 
-@flow(name="crosscheck-pipeline", log_prints=False)
+@flow(
+    name="crosscheck-pipeline",
+    flow_run_name=_named("pipeline-{}-then-{}", "extraction", "training"),
+    log_prints=False,
+)
 def pipeline(
     extraction: Stage | str,
     training: Stage | str,
@@ -177,7 +188,7 @@ def pipeline(
     return {"extraction": upstream, "training": downstream}
 
 
-@flow(name="crosscheck-start-stage", log_prints=False)
+@flow(name="crosscheck-start-stage", flow_run_name=_named("start-{}", "stage"), log_prints=False)
 def start_stage(
     stage: Stage | str,
     after: str | None = None,
@@ -200,7 +211,7 @@ def start_stage(
     return _launch_and_wait(spec, wait=wait, timeout=timeout)
 
 
-@flow(name="crosscheck-stall-alert", log_prints=False)
+@flow(name="crosscheck-stall-alert", flow_run_name=_named("no-heartbeat-{}", "stage_name"), log_prints=False)
 def stall_alert(stage_name: str, last_verdict: str | None = None) -> None:
     """Run by the proactive automation when a stage's gate stops sending heartbeats.
 

@@ -22,19 +22,21 @@ ones under ``sensors/`` that import prefect at module level.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import os
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from prefect import get_run_logger, task
 from prefect.artifacts import (
+    create_image_artifact,
     create_markdown_artifact,
     create_progress_artifact,
-    create_table_artifact,
-    update_progress_artifact,
 )
 from prefect.cache_policies import NO_CACHE
 from prefect.events import Event, emit_event
@@ -43,21 +45,38 @@ from prefect.exceptions import EventTooLarge, MissingContextError
 from sensors._config import Stage, load_stage, parse_duration
 from sensors._errors import ConfigError, NotificationError, StageFailed
 from sensors._model import State, Verdict
-from sensors._present import evidence_pairs, evidence_rows, progress_detail, progress_percent, reasons_text
+from sensors._picture import WaitHistory, data_url, wait_svg
+from sensors._present import (
+    age,
+    clock,
+    evidence_rows,
+    number,
+    one_line,
+    progress_detail,
+    progress_percent,
+    reasons_text,
+    still_working,
+)
 from sensors._text import inert, markdown_escape
 
 __all__ = [
+    "DEFAULT_CADENCE",
     "EVENT_PREFIX",
     "HEARTBEAT_EVENT",
+    "TIMEOUT_EVENT",
+    "Cadence",
     "check_stage",
     "observe_checks",
     "resource_id",
+    "stage_label",
     "wait_for_stage",
 ]
 
 #: Every crosscheck event name starts with this; the verdict (or ``heartbeat``) follows.
 EVENT_PREFIX = "crosscheck.stage."
 HEARTBEAT_EVENT = EVENT_PREFIX + "heartbeat"
+#: The last event of a gate that timed out (complete and failed are verdict events).
+TIMEOUT_EVENT = EVENT_PREFIX + "timeout"
 
 #: Verdicts that deserve a person's attention while the wait goes on.
 _ATTENTION = (State.STALLED, State.CONTRADICTION)
@@ -88,7 +107,30 @@ def as_stage(stage: StageLike | Mapping[str, Any]) -> Stage:
     raise ConfigError(f"expected a Stage or a path to a stage file, got {type(stage).__name__}")
 
 
-@task(cache_policy=NO_CACHE, task_run_name="check-stage")
+def stage_label(stage: Any) -> str:
+    """What people call a stage, from a Stage, a stage dict or a path (the file's stem),
+    without loading the file: a bad file must fail the run with its own message, not
+    fail the naming of the run.
+
+    Example:
+        >>> stage_label("/etc/crosscheck/extract.yaml")
+        'extract'
+    """
+    if isinstance(stage, Stage):
+        return stage.stage
+    if isinstance(stage, Mapping) and "stage" in stage:
+        return str(stage["stage"])
+    return str(stage).rsplit("/", 1)[-1].rsplit(".", 1)[0] or "stage"
+
+
+def _task_run_name(verb: str) -> Callable[..., str]:
+    def name(parameters: dict[str, Any]) -> str:
+        return f"{verb}-{stage_label(parameters.get('stage'))}"
+
+    return name
+
+
+@task(cache_policy=NO_CACHE, task_run_name=_task_run_name("check"))
 def check_stage(
     stage: StageLike,
     since: str | float | None = None,
@@ -122,23 +164,52 @@ def check_stage(
 
     with Checker(as_stage(stage), since=since, run=run_from_record(run), state=state_store(state)) as checker:
         verdict = checker.check()
-    _logger().info("%s", _line(verdict), extra={"crosscheck_verdict": verdict.to_json()})
+    _logger().log(_level(verdict), "%s", _line(verdict), extra={"crosscheck_verdict": verdict.to_json()})
     return verdict
 
 
-@task(cache_policy=NO_CACHE, task_run_name="wait-for-stage")
+@dataclass(frozen=True)
+class Cadence:
+    """How often a long wait speaks when nothing changes (every change is reported at once).
+
+    Attributes:
+        heartbeat: at most one ``crosscheck.stage.heartbeat`` event per this many seconds
+            (the proactive stall automation waits 15 minutes for one).
+        still: a "still <verdict> after …" log line after this many seconds without a line.
+        refresh: the evidence, progress and picture artifacts are rewritten at most this
+            often (and at every change, and at the end).
+    """
+
+    heartbeat: float = 60.0
+    still: float = 600.0
+    refresh: float = 10.0
+
+
+#: What :func:`wait_for_stage` uses; its ``heartbeat`` argument overrides the first field.
+DEFAULT_CADENCE = Cadence()
+
+#: The report's clock (seconds, monotonic); a test may run it faster to see hours pass.
+_clock: Callable[[], float] = time.monotonic
+
+
+@task(cache_policy=NO_CACHE, task_run_name=_task_run_name("wait-for"))
 def wait_for_stage(
     stage: StageLike,
     timeout: float | str | None = None,
     since: str | float | None = None,
     run: Mapping[str, Any] | None = None,
     state: str | None = None,
+    heartbeat: float | str | None = None,
 ) -> Verdict:
     """Wait in one task run until every signal agrees the stage is complete.
 
     Checks every ``policy.interval``. ``stalled`` and ``contradiction`` notify (through the
     stage's ``notify`` section, else a warning in the run log) and the wait goes on: they
     are news for a person, not a reason to give up.
+
+    While it waits, the flow run's state is named after the verdict (``Stalled``,
+    ``Contradiction``; still of type RUNNING), one evidence artifact per run is kept current,
+    a log line is written at each change and a "still …" line every 10 minutes without one.
 
     Args:
         stage: a :class:`~sensors.Stage` or a path to a YAML stage file.
@@ -152,13 +223,15 @@ def wait_for_stage(
             or a ``postgresql://`` URL; default ``$CROSSCHECK_STATE``, else
             ``$XDG_STATE_HOME/crosscheck/state.db``; ``"none"``: off). A gate started again on
             a run the store knows as complete returns that verdict at once, announced once.
+        heartbeat: at most one heartbeat event per this many seconds (default 60).
 
     Returns:
         The ``complete`` verdict.
 
     Raises:
         StageFailed: the stage failed, or the timeout passed first. ``exc.verdict`` is the
-            last verdict with all its evidence; ``exc.timed_out`` says which.
+            last verdict with all its evidence; ``exc.timed_out`` says which. The message is
+            one line: the verdict and its reasons in words.
 
     Example:
         >>> from prefect import flow
@@ -172,7 +245,10 @@ def wait_for_stage(
 
     spec = as_stage(stage)
     limit = spec.policy.timeout if timeout is None else parse_duration(timeout)
-    gate = _GateReport(spec, notifier=_notifier(spec))
+    cadence = DEFAULT_CADENCE
+    if heartbeat is not None:
+        cadence = replace(cadence, heartbeat=parse_duration(heartbeat))
+    gate = _GateReport(spec, notifier=_notifier(spec), cadence=cadence)
     with Checker(spec, since=since, run=run_from_record(run), state=state_store(state)) as checker:
         known = checker.announced()
         if known is not None:
@@ -214,65 +290,84 @@ def observe_checks(callback: Callable[[Verdict], None]) -> Iterator[None]:
 
 
 class _GateReport:
-    """Turns the stream of verdicts into artifacts, events, log lines and notifications.
+    """Turns the stream of verdicts into what a person on call sees in Prefect.
 
-    Kept apart from the task so the rules ("per change, not per check") live in one place.
+    Kept apart from the task so the rules live in one place:
+
+    - every change (of the verdict, or of what a signal says) at once: a log line (ERROR for
+      ``failed``, WARNING for ``stalled``/``contradiction``/``unknown``), the flow run's state
+      name, the evidence artifact, a verdict event;
+    - between changes, bounded by :class:`Cadence`: heartbeats, "still …" lines, artifact
+      refreshes — never one of each per check;
+    - one artifact of each kind per run (keyed by the run's identity), updated in place.
+
+    ``observe`` then ``finish``; :func:`observe_checks` callbacks run after each check's
+    report, so they see what the check left.
     """
 
-    def __init__(self, stage: Stage, *, notifier: Any | None) -> None:
+    def __init__(self, stage: Stage, *, notifier: Any | None, cadence: Cadence = DEFAULT_CADENCE) -> None:
         self.stage = stage
         self.name = stage.stage
         self.notifier = notifier
+        self.cadence = cadence
         self.log = _logger()
         self.last: Verdict | None = None
         self.checks = 0
-        self._progress_id: UUID | None = None
-        self._progress: tuple[float, State] | None = None
+        self.history = WaitHistory()
+        self.keys: dict[str, str] = {}
+        self._ids: dict[str, UUID | None] = {}
+        self._state_name: str | None = None
+        self._explained = False
+        self._heartbeat_at: float | None = None
+        self._line_at = _clock()
+        self._refresh_at: float | None = None
+        self._started = _clock()
+        self._state_since = self._started
         # Records a run's final verdict in the state store: False when announced before.
         self.announce: Callable[[Verdict], bool] = lambda verdict: True
 
     def observe(self, verdict: Verdict) -> None:
+        now = _clock()
         self.checks += 1
-        for observer in list(_check_observers):
-            observer(verdict)
         previous, self.last = self.last, verdict
+        self.history.add(verdict, at=time.time())
+        if not self.keys:
+            self._key_run(verdict)
         state_changed = previous is None or verdict.state is not previous.state
+        if state_changed:
+            self._state_since = now
         # A signal changing its mind (the log says done while the process still works) is
         # news even when the verdict stays `running`: it is the evidence trail of incident 2.
         changed = state_changed or _says(verdict) != _says(previous)
         payload = verdict.to_json()
-        progress = progress_percent(verdict)
-        self._update_progress(verdict, progress)
         if changed:
-            # stalled/contradiction are warnings: with no notify section the run log is
-            # the only notification a person gets.
-            level = logging.WARNING if verdict.state in _ATTENTION else logging.INFO
-            self.log.log(level, "%s", _line(verdict), extra={"crosscheck_verdict": payload})
-            self._report(
-                create_table_artifact,
-                key=artifact_key(self.name, "evidence"),
-                table=evidence_rows(verdict),
-                description=f"{_md(self.name)}: **{verdict.state}** — {_md(reasons_text(verdict))}",
-            )
-        # The heartbeat goes first: the proactive "no heartbeat" automation closes its window
-        # on the complete/failed event that follows the last heartbeat.
-        heartbeat = _emit(
-            HEARTBEAT_EVENT,
-            verdict,
-            {
-                "verdict": str(verdict.state),
-                "reasons": list(verdict.reasons),
-                "checked_at": payload["checked_at"],
-                "check": self.checks,
-                "progress": progress,
-            },
-        )
+            self.log.log(_level(verdict), "%s", _line(verdict), extra={"crosscheck_verdict": payload})
+            self._line_at = now
+        why = still_working(verdict, previous)
+        if why and not self._explained:
+            # Incident 2's stretch, in words, once as it begins (and in each "still" line).
+            self.log.info("%s: %s", self.name, why)
+            self._line_at = now
+        self._explained = why is not None
+        if not changed and now - self._line_at >= self.cadence.still:
+            self._still(verdict, now, why)
+        if state_changed:
+            self._name_run_state(verdict)
+        if changed or self._refresh_at is None or now - self._refresh_at >= self.cadence.refresh:
+            self._write_artifacts(verdict)
+            self._refresh_at = now
+        heartbeat = None
+        if self._heartbeat_at is None or now - self._heartbeat_at >= self.cadence.heartbeat:
+            heartbeat = _emit(HEARTBEAT_EVENT, verdict, self._heartbeat_payload(verdict))
+            self._heartbeat_at = now
         final = verdict.state in (State.COMPLETE, State.FAILED)
         if state_changed and (not final or self.announce(verdict)):
             # Events are named after the verdict, so they fire on verdict changes only, and a
             # run's complete or failed once, whoever watched it.
             _emit(EVENT_PREFIX + str(verdict.state), verdict, payload, follows=heartbeat)
         self._notify(verdict)
+        for observer in list(_check_observers):
+            observer(verdict)
 
     def already(self, verdict: Verdict) -> Verdict:
         """A run the state store knows as complete (or failed): its verdict, no new event."""
@@ -293,42 +388,140 @@ class _GateReport:
         if verdict is None:
             # watch() yields at least once unless the timeout is already over.
             raise StageFailed(f"stage {self.name}: no check ran within {timeout:g}s", timed_out=True)
-        self._report(
-            create_markdown_artifact,
-            key=artifact_key(self.name, "verdict"),
-            markdown=summary_markdown(verdict, checks=self.checks, timed_out=timed_out),
-            description=f"{_md(self.name)}: final verdict {verdict.state}",
-        )
+        self._write_artifacts(verdict, final=True, timed_out=timed_out)
+        if self._state_name not in (None, "Running"):
+            # The run goes on after the gate (the next stage, or a Failed state): not "Stalled".
+            self._set_state_name("Running")
         if verdict.state is State.COMPLETE and not timed_out:
             return verdict
         if timed_out and verdict.state is not State.FAILED:
             head = f"stage {self.name}: not complete after {timeout:g}s (last verdict {verdict.state})"
+            # The last word of this gate for automations: without it, the last event is
+            # `stalled` while the flow run has already failed.
+            _emit(
+                TIMEOUT_EVENT,
+                verdict,
+                {**verdict.to_json(), "timeout_seconds": timeout, "reason": head},
+            )
         else:
             head = f"stage {self.name}: {verdict.state}"
-        raise StageFailed(failure_message(head, verdict), verdict=verdict, timed_out=timed_out)
+        message = failure_message(head, verdict)
+        if timed_out:
+            # `failed` was already said at ERROR when the verdict changed; a timeout was not.
+            # Prefect's own failure lines repeat only this short message.
+            self.log.error("%s (evidence: artifact %s)", message, self.keys.get("evidence", "?"))
+        raise StageFailed(message, verdict=verdict, timed_out=timed_out)
 
-    def _update_progress(self, verdict: Verdict, progress: float | None) -> None:
+    # --- the pieces -----------------------------------------------------------------------
+
+    def _key_run(self, verdict: Verdict) -> None:
+        slug = run_slug(verdict.run) or _flow_run_slug()
+        self.keys = {
+            what: artifact_key(self.name, what, run=slug) for what in ("evidence", "progress", "picture")
+        }
+
+    def _still(self, verdict: Verdict, now: float, why: str | None) -> None:
+        level = logging.INFO if verdict.state in (State.RUNNING, State.COMPLETE) else logging.WARNING
+        for_how_long = age(now - self._state_since)
+        text = f"{self.name}: still {verdict.state} after {for_how_long}: {reasons_text(verdict)}"
+        if why:
+            text += f" — {why}"
+        self.log.log(level, "%s", inert(text, 600))
+        self._line_at = now
+
+    def _heartbeat_payload(self, verdict: Verdict) -> dict[str, Any]:
+        return {
+            "verdict": str(verdict.state),
+            "reasons": list(verdict.reasons),
+            "checked_at": verdict.to_json()["checked_at"],
+            "check": self.checks,
+            "progress": progress_percent(verdict),
+        }
+
+    def _name_run_state(self, verdict: Verdict) -> None:
+        name = _RUN_STATE_NAMES.get(verdict.state)
+        if name is not None and name != (self._state_name or "Running"):
+            self._set_state_name(name)
+
+    def _set_state_name(self, name: str) -> None:
+        """Name the flow run's RUNNING state (``Stalled``, ``Contradiction``): what the runs list
+        shows. Forced, because it is a rename, not a transition Prefect should arbitrate; the
+        engine's own final state replaces it when the flow ends."""
+        flow_run_id = _flow_run_id()
+        if flow_run_id is None:
+            return
+        from prefect.client.orchestration import get_client
+        from prefect.states import Running
+
+        def rename() -> None:
+            with get_client(sync_client=True) as client:
+                client.set_flow_run_state(flow_run_id, Running(name=name), force=True)
+
+        rename.__name__ = "set_flow_run_state"
+        self._report(rename)
+        self._state_name = name
+
+    def _write_artifacts(self, verdict: Verdict, *, final: bool = False, timed_out: bool = False) -> None:
+        when = clock(verdict.checked_at)
+        title = f"{self.name}: {verdict.state} at {when}" + (" (final)" if final else "")
+        progress = progress_percent(verdict)
         value = progress if progress is not None else (100.0 if verdict.advance else 0.0)
-        description = f"{_md(self.name)}: {verdict.state} — {_md(progress_detail(verdict))}"
-        if self._progress_id is None:
-            self._progress_id = self._report(
-                create_progress_artifact,
-                progress=value,
-                key=artifact_key(self.name, "progress"),
-                description=description,
-            )
-        elif (value, verdict.state) != self._progress:
-            # Same value and state as last check: skip the API call, nothing to show.
-            self._report(update_progress_artifact, self._progress_id, value, description=description)
-        self._progress = (value, verdict.state)
+        self._upsert(
+            "progress",
+            value,
+            description=f"{_md(title)} — {_md(progress_detail(verdict))}; last checked {when}",
+            create=lambda **kw: create_progress_artifact(progress=value, **kw),
+        )
+        markdown = evidence_markdown(verdict, checks=self.checks, final=final, timed_out=timed_out)
+        self._upsert(
+            "evidence",
+            markdown,
+            description=_md(title),
+            create=lambda **kw: create_markdown_artifact(markdown=markdown, **kw),
+        )
+        svg = wait_svg(self.history.samples, title=f"{self.name}: the wait, {verdict.state} at {when}")
+        picture = data_url(svg)
+        self._upsert(
+            "picture",
+            picture,
+            description=f"{_md(self.name)}: signals over time, verdicts as bands ({self.checks} checks)",
+            create=lambda **kw: create_image_artifact(image_url=picture, **kw),
+        )
+
+    def _upsert(self, what: str, data: Any, *, description: str, create: Callable[..., UUID]) -> None:
+        """Create the run's ``what`` artifact once (``create(key=, description=)``), then
+        update it in place: one artifact per run, not one per change."""
+        if what not in self._ids:
+            create.__name__ = f"create_{what}_artifact"
+            self._ids[what] = self._report(create, key=self.keys[what], description=description)
+            return
+        artifact_id = self._ids[what]
+        if artifact_id is None:
+            return  # creating it failed (logged): the wait goes on without it
+        from prefect.client.orchestration import get_client
+
+        def update_artifact() -> None:
+            # The PATCH itself, not ``client.update_artifact``: that one also emits a
+            # ``prefect.artifact.updated`` event per call, which would bury the verdict
+            # events in the feed again (one per refresh and artifact).
+            with get_client(sync_client=True) as client:
+                response = client.request(
+                    "PATCH",
+                    "/artifacts/{id}",
+                    path_params={"id": artifact_id},
+                    json={"data": data, "description": description},
+                )
+                response.raise_for_status()
+
+        self._report(update_artifact)
 
     def _report(self, call: Any, *args: Any, **kwargs: Any) -> Any:
-        """An artifact call that cannot end the wait: one API error (a 5xx, a timeout) must
-        not fail a gate that has waited for hours; it is logged, and the wait goes on."""
+        """An API call that cannot end the wait: one error (a 5xx, a timeout) must not fail
+        a gate that has waited for hours; it is logged, and the wait goes on."""
         try:
             return call(*args, **kwargs)
         except Exception as exc:
-            self.log.warning("%s: could not write an artifact (%s): %s", self.name, call.__name__, exc)
+            self.log.warning("%s: could not write to Prefect (%s): %s", self.name, call.__name__, exc)
             return None
 
     def _notify(self, verdict: Verdict) -> None:
@@ -341,51 +534,99 @@ class _GateReport:
             self.log.warning("%s: notification not delivered: %s", self.name, exc)
 
 
-def artifact_key(stage_name: str, what: str) -> str:
-    """An artifact key Prefect accepts (lowercase letters, digits, dashes).
+#: The flow run's state name while the gate waits (the state stays of type RUNNING).
+_RUN_STATE_NAMES = {
+    State.RUNNING: "Running",
+    State.STALLED: "Stalled",
+    State.CONTRADICTION: "Contradiction",
+    State.UNKNOWN: "Unknown",
+}
+
+
+def run_slug(run: Mapping[str, Any] | None) -> str | None:
+    """The run's identity as an artifact-key fragment: its source and start time.
+
+    Example:
+        >>> run_slug({"source": "launch", "started_at": "2026-12-01T06:00:00.120+00:00"})
+        'launch-20261201t060000-120'
+    """
+    if not run or not run.get("started_at"):
+        return None
+    stamp = re.sub(r"[-:]", "", str(run["started_at"]).lower()).split("+", 1)[0]
+    return re.sub(r"[^a-z0-9]+", "-", f"{run.get('source') or 'run'}-{stamp}").strip("-")
+
+
+def artifact_key(stage_name: str, what: str, *, run: str | None = None) -> str:
+    """An artifact key Prefect accepts (lowercase letters, digits, dashes), per run when
+    ``run`` (a :func:`run_slug`) is given, so that reruns do not mix into one history.
 
     Example:
         >>> artifact_key("Extract_v2.1", "progress")
         'crosscheck-extract-v2-1-progress'
+        >>> artifact_key("extract", "evidence", run="launch-20261201t060000-120")
+        'crosscheck-extract-launch-20261201t060000-120-evidence'
     """
     slug = re.sub(r"[^a-z0-9]+", "-", stage_name.lower()).strip("-") or "stage"
-    return f"crosscheck-{slug}-{what}"
+    middle = f"{slug}-{run}" if run else slug
+    return f"crosscheck-{middle}-{what}"
 
 
-def summary_markdown(verdict: Verdict, *, checks: int, timed_out: bool = False) -> str:
-    """The final verdict as markdown: state, reasons, and one table row per signal."""
+def evidence_markdown(verdict: Verdict, *, checks: int, final: bool = False, timed_out: bool = False) -> str:
+    """The current evidence for a person: verdict and time, the reasons, one short row per
+    signal (says, what it says, the key facts in words). The raw evidence is the verdict
+    JSON (events, ``crosscheck status --json``), not repeated here."""
     doc = verdict.to_json()
+    when = clock(verdict.checked_at)
+    checked, since = number(verdict.checked_at), number(verdict.since)
+    facts = [
+        f"{'final' if final else 'current'} verdict at **{when}** (local time of the check)",
+        f"{age(checked - since)} in this state" if checked is not None and since is not None else "",
+        f"advance: **{'yes' if verdict.advance else 'no'}**",
+        f"host {_md(verdict.host)}",
+        f"{checks} check{'s' if checks != 1 else ''}",
+    ]
+    if verdict.run:
+        source = _md(verdict.run.get("source", "?"))
+        facts.append(f"this run began {_md(_run_start(verdict.run))} (from the {source})")
     lines = [
-        f"# {_md(verdict.stage)}: {verdict.state}",
+        f"# {_md(verdict.stage)}: {verdict.state}" + (" (timed out)" if timed_out else ""),
         "",
-        f"- advance: **{'yes' if verdict.advance else 'no'}**" + (" (timed out)" if timed_out else ""),
-        f"- host: {_md(verdict.host)}",
-        f"- checked at: {doc['checked_at']} (monitored host's clock); since: {doc['since']}",
-        f"- checks: {checks}",
+        " · ".join(f for f in facts if f),
+    ]
+    lines += [
         "",
         "## Reasons",
         *[f"- {_md(r)}" for r in verdict.reasons or ("(none)",)],
         "",
         "## Signals",
         "",
-        "| signal | says | detail | evidence |",
-        "|---|---|---|---|",
+        # Three narrow columns: what each signal says in words is already under Reasons.
+        "| signal | says | facts |",
+        "|---|---|---|",
         *[
-            f"| {_md(row['signal'])} | {_md(row['says'])} | {_md(row['detail'])} | {_md(row['evidence'])} |"
-            for row in evidence_rows(verdict)
+            f"| {_md(r['signal'])} | {_says_cell(r['says'])} | {_md(r['facts'])} |"
+            for r in evidence_rows(verdict)
         ],
+        "",
+        f"Raw evidence: the `{EVENT_PREFIX}{doc['verdict']}` event's payload, or `crosscheck status --json`.",
     ]
     return "\n".join(lines) + "\n"
 
 
+def summary_markdown(verdict: Verdict, *, checks: int, timed_out: bool = False) -> str:
+    """The final verdict as markdown (:func:`evidence_markdown` at the end of a wait)."""
+    return evidence_markdown(verdict, checks=checks, final=True, timed_out=timed_out)
+
+
 def failure_message(head: str, verdict: Verdict) -> str:
-    """The head line, the reasons and each signal's reading: what a failed flow shows."""
-    parts = [inert(f"{head}: {reasons_text(verdict)}")]
-    for name, reading in verdict.readings.items():
-        parts.append(
-            inert(f"  {name}: {reading.says} — {reading.detail} [{evidence_pairs(reading.evidence)}]")
-        )
-    return "\n".join(parts)
+    """One line: the head, then the verdict's reasons in words. The evidence is in the
+    run's evidence artifact (and ``StageFailed.verdict``), never a repr in the message.
+
+    Example:
+        >>> failure_message("stage extract: failed", verdict)  # doctest: +SKIP
+        'stage extract: failed — log: error line: RuntimeError: CUDA error; process: pid 4455 exited'
+    """
+    return inert(f"{head} — {reasons_text(verdict)}", 1000)
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -394,14 +635,31 @@ def failure_message(head: str, verdict: Verdict) -> str:
 def _emit(
     event: str, verdict: Verdict, payload: dict[str, Any], *, follows: Event | None = None
 ) -> Event | None:
+    reason = inert(verdict.reasons[0] if verdict.reasons else "(no reasons given)", 200)
     resource = {
         "prefect.resource.id": resource_id(verdict.stage),
         "prefect.resource.name": verdict.stage,
         "crosscheck.verdict": str(verdict.state),
+        "crosscheck.reason": reason,
         "crosscheck.host": str(verdict.host),
     }
+    # The event card and its Details tab show related resources by name: the verdict and
+    # its first reason are read there, not only in the raw JSON.
+    # The UI shows an unknown related resource by its id: the reason is written into it.
+    related = [
+        {
+            "prefect.resource.id": f"crosscheck.verdict.{verdict.state}",
+            "prefect.resource.role": "verdict",
+            "prefect.resource.name": f"{verdict.state}: {reason}",
+        },
+        {
+            "prefect.resource.id": f"crosscheck.reason: {reason}",
+            "prefect.resource.role": "reason",
+            "prefect.resource.name": reason,
+        },
+    ]
     try:
-        return emit_event(event=event, resource=resource, payload=payload, follows=follows)
+        return emit_event(event=event, resource=resource, related=related, payload=payload, follows=follows)
     except EventTooLarge:
         # Evidence can carry long log lines; the verdict and reasons must still get through.
         slim = {k: v for k, v in payload.items() if k != "signals"}
@@ -409,7 +667,7 @@ def _emit(
             name: {"says": s.get("says"), "detail": s.get("detail")}
             for name, s in payload.get("signals", {}).items()
         }
-        return emit_event(event=event, resource=resource, payload=slim, follows=follows)
+        return emit_event(event=event, resource=resource, related=related, payload=slim, follows=follows)
 
 
 def _notifier(stage: Stage) -> Any | None:
@@ -444,6 +702,44 @@ def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
     except MissingContextError:
         # task.fn(...) called outside any run: log like a plain library.
         return logging.getLogger("crosscheck.prefect")
+
+
+def _level(verdict: Verdict) -> int:
+    """``failed`` is an error; what needs a person while the wait goes on, a warning."""
+    if verdict.state is State.FAILED:
+        return logging.ERROR
+    if verdict.state in _ATTENTION or verdict.state is State.UNKNOWN:
+        return logging.WARNING
+    return logging.INFO
+
+
+def _flow_run_id() -> str | None:
+    try:
+        from prefect.runtime import flow_run
+
+        return flow_run.id
+    except Exception:
+        return None
+
+
+def _flow_run_slug() -> str:
+    # No run identity in the verdict (nothing bound it yet): this flow run is the run.
+    flow_run_id = _flow_run_id()
+    return f"flow-{str(flow_run_id)[:8]}" if flow_run_id else f"wait-{uuid4().hex[:8]}"
+
+
+def _run_start(run: Mapping[str, Any]) -> str:
+    started = run.get("started_at")
+    if not started:
+        return "?"
+    try:
+        return clock(dt.datetime.fromisoformat(str(started)).timestamp())
+    except ValueError:
+        return one_line(started, 40)
+
+
+def _says_cell(says: str) -> str:
+    return f"**{says}**" if says in ("failed", "unknown") else says
 
 
 def _says(verdict: Verdict | None) -> tuple[tuple[str, str], ...]:

@@ -198,7 +198,14 @@ def test_gate_deployment_and_the_trigger_that_starts_the_next_stage(
     assert by_name["crosscheck-next-after-complete"]["trigger"]["match"] == {
         "prefect.resource.id": f"crosscheck.stage.{upstream}"
     }
-    assert by_name["crosscheck-no-heartbeat"]["trigger"]["posture"] == "Proactive"
+    stall = by_name["crosscheck-no-heartbeat"]["trigger"]
+    assert stall["posture"] == "Proactive"
+    # A gate's last event closes the window: complete, failed, or timeout (issue 14).
+    assert set(stall["expect"]) >= {
+        "crosscheck.stage.complete",
+        "crosscheck.stage.failed",
+        "crosscheck.stage.timeout",
+    }
 
     worker_log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - closed below
     worker = subprocess.Popen(

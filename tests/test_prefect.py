@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 # The harness reads these when it starts its server subprocess; set before prefect loads.
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -25,12 +24,15 @@ os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 
 import itertools
+import re
 
 from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
     ArtifactFilterKey,
+    LogFilter,
+    LogFilterFlowRunId,
 )
 from prefect.events.filters import (
     EventFilter,
@@ -39,12 +41,15 @@ from prefect.events.filters import (
     EventResourceFilter,
 )
 
+import sensors.prefect
 from flows.gate import gate
 from flows.pipeline import pipeline, with_pid
 from sensors._config import Stage, stage_from_dict
 from sensors._errors import StageFailed
 from sensors._model import State, Verdict
 from sensors.prefect import (
+    TIMEOUT_EVENT,
+    Cadence,
     artifact_key,
     check_stage,
     observe_checks,
@@ -111,6 +116,31 @@ def _read_artifacts(key: str) -> list[Any]:
         return client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
 
 
+def _run_artifacts(name: str, what: str) -> list[Any]:
+    """The artifacts of kind ``what`` of every run of stage ``name`` (keys are per run)."""
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_=f"crosscheck-{name}-%"))
+        )
+    return [a for a in found if a.key.endswith(f"-{what}")]
+
+
+def _read_logs(flow_run_id: Any, *, want: Callable[[list[Any]], bool], wait: float = 20.0) -> list[Any]:
+    """The flow run's log records (messages and levels), polled: they arrive in batches."""
+    deadline = time.monotonic() + wait
+    while True:
+        with get_client(sync_client=True) as client:
+            logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+        if want(logs) or time.monotonic() > deadline:
+            return logs
+        time.sleep(0.5)
+
+
+#: What a reader must never meet in a Prefect log, message or artifact: a Python dict or
+#: list repr, an escaped newline, an epoch timestamp, a ``None`` field.
+_UNREADABLE = re.compile(r"\{'|\['|\\n|\b1[6-9]\d{8}(\.\d+)?\b|\bNone\b")
+
+
 def _names(events: list[Any]) -> list[str]:
     return [e.event for e in events]
 
@@ -152,27 +182,28 @@ def test_wait_for_stage_returns_complete_with_artifacts_and_events(jobs) -> None
     assert verdict.state is State.COMPLETE and verdict.advance
     assert progress_percent(verdict) == 100.0
 
-    progress = _read_artifacts(artifact_key(name, "progress"))
-    assert len(progress) == 1  # created once, then updated in place
+    # One artifact of each kind for this run, updated in place, keyed by the run.
+    progress = _run_artifacts(name, "progress")
+    assert len(progress) == 1
     assert progress[0].type == "progress" and float(progress[0].data) == 100.0
+    assert "last checked" in progress[0].description
 
-    tables = _read_artifacts(artifact_key(name, "evidence"))
-    assert tables, "a table artifact per verdict change"
-    latest = max(tables, key=lambda a: a.created)
-    rows = latest.data if isinstance(latest.data, list) else yaml.safe_load(latest.data)
-    assert {row["signal"] for row in rows} == {"process", "log", "outputs"}
-    assert all(row["says"] == "done" for row in rows)
-    assert any("count=8" in row["evidence"] for row in rows)
+    (evidence,) = _run_artifacts(name, "evidence")
+    assert evidence.key == artifact_key(name, "evidence", run=sensors.prefect.run_slug(verdict.run))
+    assert evidence.type == "markdown" and f"# {name}: complete" in evidence.data
+    assert "final verdict at" in evidence.data and f"{name}: complete at" in evidence.description
+    assert r"8 of 8 \(100.00 %\)" in evidence.data
+    assert not _UNREADABLE.search(evidence.data), evidence.data
 
-    summary = _read_artifacts(artifact_key(name, "verdict"))
-    assert len(summary) == 1 and summary[0].type == "markdown"
-    assert f"# {name}: complete" in summary[0].data
+    (picture,) = _run_artifacts(name, "picture")
+    assert picture.type == "image" and picture.data.startswith("data:image/svg+xml;base64,")
 
     events = _read_events(name, want=lambda ev: "crosscheck.stage.complete" in _names(ev))
     names = _names(events)
     assert "crosscheck.stage.running" in names
     assert names.count("crosscheck.stage.complete") == 1
-    assert names.count("crosscheck.stage.heartbeat") >= 2
+    # The first check's heartbeat, then at most one a minute: none more in a short wait.
+    assert names.count("crosscheck.stage.heartbeat") == 1
     complete = next(e for e in events if e.event == "crosscheck.stage.complete")
     assert complete.resource.id == resource_id(name)
     assert complete.resource["prefect.resource.name"] == name
@@ -180,19 +211,25 @@ def test_wait_for_stage_returns_complete_with_artifacts_and_events(jobs) -> None
     assert complete.payload["signals"]["outputs"]["evidence"]["count"] == 8
     # One event per verdict change, not per check.
     changes = [n for n in names if n != "crosscheck.stage.heartbeat"]
-    assert len(changes) < names.count("crosscheck.stage.heartbeat")
     # Per change, not per check: no verdict event repeats the one before it.
     assert all(a != b for a, b in itertools.pairwise(changes)), changes
 
 
-def test_wait_for_stage_raises_stage_failed_with_evidence_on_crash(jobs) -> None:
+def test_a_failed_gate_fails_with_one_readable_message_and_the_evidence_artifact(jobs) -> None:
+    """What the failed flow run shows: one line with the verdict and the reasons in words (no
+    reprs, no epochs, no escaped newlines), the verdict line at ERROR, the evidence in the
+    run's artifact."""
+    from prefect.runtime import flow_run
+
     name = _unique("crash")
     job = jobs("crash", total=10, step=0.02)
     job.start()
     stage = _stage(job, name)
+    run_ids: list[Any] = []
 
     @flow
     def waits() -> Any:
+        run_ids.append(flow_run.id)
         return wait_for_stage(stage, timeout=60)
 
     with pytest.raises(StageFailed) as info:
@@ -200,17 +237,34 @@ def test_wait_for_stage_raises_stage_failed_with_evidence_on_crash(jobs) -> None
     assert info.value.verdict is not None
     assert info.value.verdict.state is State.FAILED
     assert info.value.timed_out is False
-    assert "CUDA error" in str(info.value)  # the evidence, not just "failed"
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"stage {name}: failed — ")
+    assert "CUDA error" in message  # the reason, in words
+    assert not _UNREADABLE.search(message), message
+    assert len(message) < 1000
 
     events = _read_events(name, want=lambda ev: "crosscheck.stage.failed" in _names(ev))
     failed = [e for e in events if e.event == "crosscheck.stage.failed"]
     assert len(failed) == 1
     assert failed[0].payload["verdict"] == "failed"
-    summary = _read_artifacts(artifact_key(name, "verdict"))
-    assert summary and f"# {name}: failed" in summary[0].data
+    assert failed[0].resource["crosscheck.reason"]  # shown on the event's card
+    (verdict_resource,) = [r for r in failed[0].related if r.role == "verdict"]
+    assert verdict_resource.name.startswith("failed: ")
+
+    (evidence,) = _run_artifacts(name, "evidence")
+    assert f"# {name}: failed" in evidence.data and "CUDA error" in evidence.data
+    assert "| process |" in evidence.data and "| log |" in evidence.data
+    assert not _UNREADABLE.search(evidence.data), evidence.data
+
+    logs = _read_logs(run_ids[0], want=lambda ls: any(message in log.message for log in ls))
+    ours = [log for log in logs if message in log.message or f"{name}: failed" in log.message]
+    assert any(log.level >= logging.ERROR and log.message.startswith(f"{name}: failed") for log in ours)
+    for log in logs:
+        first_line = log.message.split("\n", 1)[0]  # Prefect appends its traceback below
+        assert not _UNREADABLE.search(first_line), first_line
 
 
-def test_wait_for_stage_times_out_with_the_last_verdict(jobs) -> None:
+def test_wait_for_stage_times_out_with_the_last_verdict_and_a_final_event(jobs) -> None:
     name = _unique("stuck")
     job = jobs("stall", total=10, step=0.02)
     job.start()
@@ -226,23 +280,77 @@ def test_wait_for_stage_times_out_with_the_last_verdict(jobs) -> None:
     assert info.value.verdict is not None
     assert info.value.verdict.state is State.RUNNING
     assert "not complete after 1.5s" in str(info.value)
+    events = _read_events(name, want=lambda ev: TIMEOUT_EVENT in _names(ev))
+    names = _names(events)
+    assert names[-1] == TIMEOUT_EVENT, names  # the gate's last word for automations
+    assert events[-1].payload["verdict"] == "running"
+    assert "not complete after 1.5s" in events[-1].payload["reason"]
 
 
-def test_stalled_without_notify_keeps_waiting_until_the_timeout(jobs) -> None:
+def test_a_stalled_gate_shows_its_state_evidence_and_bounded_heartbeats(jobs, monkeypatch) -> None:
+    """A stall read back through the API as the UI shows it, over four minutes of the gate's
+    clock (run 30 times faster than the wall clock, so the test takes seconds): the flow run's
+    state is named ``Stalled`` while it waits, the evidence artifact changes between checks,
+    heartbeats stay at about one a minute, "still stalled" lines keep the log from going
+    silent, and the timeout ends with a final event."""
+    from prefect.runtime import flow_run
+
+    real = time.monotonic
+    origin = real()
+    monkeypatch.setattr(sensors.prefect, "_clock", lambda: origin + 30 * (real() - origin))
+    monkeypatch.setattr(sensors.prefect, "DEFAULT_CADENCE", Cadence(heartbeat=60, still=120, refresh=10))
     name = _unique("stall")
     job = jobs("stall", total=10, step=0.02)
     job.start()
-    stage = _stage(job, name, stall_after="1s")
+    stage = _stage(job, name, stall_after="1s", interval="200ms")
+    run_ids: list[Any] = []
+    seen: list[tuple[State, str | None, str | None]] = []  # verdict, run state name, evidence
+
+    def look(verdict: Verdict) -> None:
+        # What the UI would show right after this check (observers run after the report).
+        with get_client(sync_client=True) as client:
+            run = client.read_flow_run(flow_run.id)
+        evidence = _run_artifacts(name, "evidence")
+        seen.append(
+            (verdict.state, run.state.name if run.state else None, evidence[0].data if evidence else None)
+        )
 
     @flow
     def waits_through_stall() -> Any:
-        return wait_for_stage(stage, timeout=6)
+        run_ids.append(flow_run.id)
+        return wait_for_stage(stage, timeout=8)
 
-    with pytest.raises(StageFailed) as info:
+    with observe_checks(look), pytest.raises(StageFailed) as info:
         waits_through_stall()
     assert info.value.timed_out is True  # stalled did not end the wait
-    events = _read_events(name, want=lambda ev: "crosscheck.stage.stalled" in _names(ev))
-    assert "crosscheck.stage.stalled" in _names(events)
+    stalled = [s for s in seen if s[0] is State.STALLED]
+    assert len(stalled) >= 5, seen
+    assert {s[1] for s in stalled[1:]} == {"Stalled"}, seen  # the runs list says "Stalled"
+    documents = [s[2] for s in stalled]
+    assert len(set(documents)) >= 2, "the evidence artifact is updated in place between checks"
+    assert all(f"# {name}: stalled" in d for d in documents if d)
+    assert len(_run_artifacts(name, "evidence")) == 1  # one per run, not one per change
+
+    events = _read_events(name, want=lambda ev: TIMEOUT_EVENT in _names(ev))
+    names = _names(events)
+    heartbeats = names.count("crosscheck.stage.heartbeat")
+    # 8 s of wall clock is 240 s of the gate's: at most one heartbeat a minute (and the first).
+    assert 2 <= heartbeats <= 6, names
+    assert heartbeats * 4 < len(seen), (heartbeats, len(seen))
+    assert names[-1] == TIMEOUT_EVENT
+    stall_event = next(e for e in events if e.event == "crosscheck.stage.stalled")
+    assert stall_event.resource["crosscheck.verdict"] == "stalled"
+    assert any(r.role == "verdict" and r.name.startswith("stalled: ") for r in stall_event.related)
+
+    logs = _read_logs(run_ids[0], want=lambda ls: any("still stalled after" in log.message for log in ls))
+    mine = [log for log in logs if log.message.startswith(f"{name}:")]
+    assert any(log.level == logging.WARNING and "still stalled after" in log.message for log in mine), [
+        log.message for log in mine
+    ]
+    # Per change and per "still" period, never one line per check.
+    assert len(mine) < len(seen) / 3, [log.message for log in mine]
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(run_ids[0]).state.type.value == "FAILED"
 
 
 def test_stall_notifies_slack_with_the_evidence_and_the_url_stays_secret(
@@ -277,8 +385,8 @@ def test_stall_notifies_slack_with_the_evidence_and_the_url_stays_secret(
     out = capsys.readouterr()
     assert token not in out.out + out.err
     assert token not in caplog.text
-    for what in ("evidence", "progress", "verdict"):
-        for artifact in _read_artifacts(artifact_key(name, what)):
+    for what in ("evidence", "progress", "picture"):
+        for artifact in _run_artifacts(name, what):
             assert token not in json.dumps(artifact.model_dump(mode="json"))
     events = _read_events(name, want=lambda ev: "crosscheck.stage.stalled" in _names(ev))
     assert events and all(token not in json.dumps(e.model_dump(mode="json")) for e in events)
@@ -334,7 +442,7 @@ def test_pipeline_launches_training_only_after_complete(jobs, tmp_path: Path) ->
     first_training_output = min(p.stat().st_mtime for p in training_job.outputs_dir.iterdir())
     extraction_done = _parse_iso(ext["verdict"]["checked_at"])
     assert first_training_output >= extraction_done
-    launch = _read_artifacts(artifact_key(specs[0]["stage"], "launch"))
+    launch = _run_artifacts(specs[0]["stage"], "launch")
     assert launch and str(ext["launched"]["pid"]) in str(launch[0].data)
 
 

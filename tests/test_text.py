@@ -246,8 +246,8 @@ def test_prefect_markdown_and_rows_are_inert() -> None:
     assert len(reasons) == 2 and all(not _unescaped_markdown(r.removeprefix("- ")) for r in reasons), reasons
     (row,) = [line for line in md.splitlines() if line.startswith("| log |")]
     cells = re.split(r"(?<!\\)\|", row)
-    assert len(cells) == 6, cells  # signal, says, detail, evidence: no injected cell
-    assert not _unescaped_markdown(cells[3] + cells[4]), cells
+    assert len(cells) == 5, cells  # signal, says, facts: no injected cell
+    assert not _unescaped_markdown(cells[3]), cells
     assert "\\[click\\]\\(http://evil\\)" in md and "completion line: \\[/data/out\\]" in md
     for row in evidence_rows(v):
         assert all(cell.isprintable() for cell in row.values())

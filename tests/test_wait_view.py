@@ -1,0 +1,110 @@
+"""What the Prefect layer shows a person, without Prefect: facts in words, the incident-2
+line, the picture of a wait. Table-driven, on hand-built readings."""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from sensors._model import Reading, Says, State, Verdict
+from sensors._picture import WaitHistory, data_url, wait_svg
+from sensors._present import age, facts, still_working
+
+NOW = time.time()
+
+
+@pytest.mark.parametrize(
+    ("signal", "evidence", "expected"),
+    [
+        (
+            "process",
+            {"pid": 4455, "state": "R", "cpu_seconds": 2761.0, "elapsed_seconds": 9120, "io_bytes": None},
+            "pid 4455 · R · CPU 2,761 s · 2 h 32 m old",
+        ),
+        ("process", {"alive": 0, "matched": 0, "pid": None}, "no process running"),
+        (
+            "log",
+            {
+                "last_line": "[5/6] ETA 0 minutes",
+                "age_seconds": 12.4,
+                "mtime": 1796112373,
+                "error_line": None,
+            },
+            'last "[5/6] ETA 0 minutes" · written 12 s ago',
+        ),
+        (
+            "outputs",
+            {"count": 37311, "expected": 37312, "pattern": "*.pt"},
+            "37,311 of 37,312 (99.99 %) · *.pt",
+        ),
+        (
+            "gpu",
+            {
+                "devices": [{"utilization_pct": 97.0}, {"utilization_pct": None}],
+                "job_memory_mib": 12288,
+                "samples": 3,
+            },
+            "util 97/? % · job holds 12 GiB · 3 samples",
+        ),
+    ],
+)
+def test_facts_are_words_and_units(signal: str, evidence: dict, expected: str) -> None:
+    text = facts(Reading(signal, Says.WORKING, "", evidence))
+    assert text == expected
+    assert "None" not in text and "{" not in text and not re.search(r"\b1[6-9]\d{8}\b", text)
+
+
+def test_age_reads_in_units() -> None:
+    assert [age(s) for s in (12, 2761, 9120, 3 * 86400 + 4 * 3600)] == [
+        "12 s",
+        "46 m 1 s",
+        "2 h 32 m",
+        "3 d 4 h",
+    ]
+
+
+def _verdict(
+    state: State, cpu: float, line: str = "[5/6] ETA 0 minutes", count: int = 5, at: float = NOW
+) -> Verdict:
+    readings = {
+        "process": Reading("process", Says.WORKING, "", {"pid": 4455, "state": "R", "cpu_seconds": cpu}),
+        "log": Reading("log", Says.WORKING, "", {"last_line": line, "age_seconds": 30.0}),
+        "outputs": Reading("outputs", Says.WORKING, "", {"count": count, "expected": 6}),
+    }
+    return Verdict("extract", state, ("r",), readings, at, "local")
+
+
+def test_still_working_says_incident_2_only_while_it_happens() -> None:
+    first, later = _verdict(State.RUNNING, 10.0), _verdict(State.RUNNING, 12.0)
+    line = still_working(later, first)
+    assert line == (
+        "log says '[5/6] ETA 0 minutes', outputs 5/6, but pid 4455 is in state R with CPU 12 s "
+        "and rising: still working, the gate waits"
+    )
+    assert still_working(_verdict(State.RUNNING, 10.0), later) is None  # CPU did not rise
+    assert still_working(_verdict(State.STALLED, 13.0), later) is None
+    assert still_working(_verdict(State.RUNNING, 13.0, line="[2/6] ETA 9 minutes", count=2), later) is None
+
+
+def test_the_picture_is_one_small_svg_with_a_band_per_verdict() -> None:
+    history = WaitHistory(limit=16)
+    states = [State.RUNNING] * 10 + [State.STALLED] * 30 + [State.COMPLETE]
+    for i, state in enumerate(states):
+        if state is State.COMPLETE:
+            done = {n: Reading(n, Says.DONE, "", {}) for n in ("process", "log", "outputs")}
+            history.add(Verdict("extract", state, ("every signal says done",), done, NOW + i, "local"))
+        else:
+            history.add(_verdict(state, float(i), at=NOW + i))
+    assert len(history.samples) <= 16  # bounded: old samples thinned
+    svg = wait_svg(history.samples, title='extract <&> "x"')
+    root = ET.fromstring(svg)  # well-formed XML, the title escaped
+    texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert {"running", "stalled", "complete"} <= set(texts)
+    assert "CPU time (s)" in texts and "outputs written" in texts and "log age (s)" in texts
+    assert "GPU utilisation (%)" not in texts  # no GPU readings: no empty panel
+    assert len(svg) < 20_000
+    assert base64.b64decode(data_url(svg).split(",", 1)[1]).decode() == svg
