@@ -93,6 +93,17 @@ class Persistence:
         changed = [p for p, digest in self._parts.items() if stored.fingerprint.get(p) != digest]
         return Restored(_without(memory, changed), _notes(changed))
 
+    def stored_run(self) -> Run | None:
+        """The run the stored memory belongs to, whatever the definition says now (a launched
+        stage is saved with its PID filled in)."""
+        try:
+            stored = self.store.load(self.key)
+            memory = loads(stored.memory) if stored is not None and stored.version == VERSION else None
+        except Exception:  # unreadable: no run on record
+            return None
+        run = memory.get("run") if isinstance(memory, dict) else None
+        return run if isinstance(run, Run) else None
+
     # ------------------------------------------------------------------ save
 
     def save(self, memory: dict[str, Any], verdict: Verdict) -> None:

@@ -30,11 +30,21 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from sensors._check import host_for
+from sensors._check import Checker, host_for
 from sensors._config import Stage, stage_from_dict
 from sensors._errors import ConfigError
-from sensors._run import Run, launch_mark_script, parse_launch_mark
-from sensors.prefect import _task_run_name, artifact_key, as_stage, run_slug, stage_label, wait_for_stage
+from sensors._model import Says
+from sensors._persist import Persistence
+from sensors._run import Run, launch_mark_script, parse_launch_mark, run_from_record
+from sensors.prefect import (
+    _task_run_name,
+    artifact_key,
+    as_stage,
+    run_slug,
+    stage_label,
+    state_store,
+    wait_for_stage,
+)
 
 __all__ = ["gate", "launch_stage", "pipeline", "stall_alert", "start_stage", "with_pid"]
 
@@ -84,11 +94,20 @@ def gate(
 
 
 @task(cache_policy=NO_CACHE, task_run_name=_task_run_name("launch"))
-def launch_stage(stage: Stage) -> dict[str, Any]:
+def launch_stage(stage: Stage, force: bool = False, state: str | None = None) -> dict[str, Any]:
     """Start the stage's ``launch`` command detached on its host; record PID and log path.
 
+    A run of this stage that crosscheck launched and that still runs (the state store keeps
+    its record) is not started a second time: its record is returned, with
+    ``"existing": True``, unless ``force``.
+
+    Args:
+        stage: the stage; needs a ``launch`` section.
+        force: start a new copy even when the recorded one still runs.
+        state: the state store (default ``$CROSSCHECK_STATE``, else the default file).
+
     Returns:
-        ``{"stage", "host", "pid", "log", "command", "cwd"}``.
+        ``{"stage", "host", "pid", "log", "command", "cwd", "run"}``.
     """
     if stage.launch is None:
         raise ConfigError("no launch section: nothing to start", field=f"{stage.stage}.launch")
@@ -99,6 +118,15 @@ def launch_stage(stage: Stage) -> dict[str, Any]:
             field=f"{stage.stage}.launch.log",
         )
     host = host_for(stage)
+    existing = None if force else _live_launch(stage, host, state)
+    if existing is not None:
+        get_run_logger().info(
+            "%s: already running as PID %d on %s (launched earlier): not started again",
+            stage.stage,
+            existing["pid"],
+            stage.host_name,
+        )
+        return existing
     # Mark where this run begins (the host's clock, the log's inode, size and last bytes)
     # before the job starts: its log lines are exactly those written after the mark.
     mark = parse_launch_mark(host.run_script(launch_mark_script(log_path), timeout=30))
@@ -118,6 +146,7 @@ def launch_stage(stage: Stage) -> dict[str, Any]:
         },
     }
     get_run_logger().info("%s: launched on %s as PID %d, log %s", stage.stage, stage.host_name, pid, log_path)
+    _remember_launch(stage, host, run_from_record(record), state)
     slug = run_slug({"source": "launch", "started_at": _iso(mark.started_at)})
     create_table_artifact(
         key=artifact_key(stage.stage, "launch", run=slug),
@@ -125,6 +154,50 @@ def launch_stage(stage: Stage) -> dict[str, Any]:
         description=f"{stage.stage}: launched as PID {pid} on {stage.host_name}",
     )
     return record
+
+
+def _remember_launch(stage: Stage, host: Any, run: Run | None, state: str | None) -> None:
+    """One check of the launched job, saved in the state store: the run is on record before
+    any gate looks (a second launch of this stage finds it)."""
+    store = state_store(state)
+    if store is None or run is None or run.pid is None:
+        return
+    with Checker(with_pid(stage, run.pid), host=host, run=run, state=store) as checker:
+        checker.check()
+    store.close()
+
+
+def _live_launch(stage: Stage, host: Any, state: str | None) -> dict[str, Any] | None:
+    """The record of this stage's last launched run, if the state store has one and it runs."""
+    store = state_store(state)
+    if store is None:
+        return None
+    try:
+        run = Persistence(store, stage, host.name).stored_run()
+    finally:
+        store.close()
+    if run is None or run.source != "launch" or run.pid is None:
+        return None
+    with Checker(with_pid(stage, run.pid), host=host, run=run) as checker:
+        process = checker.check().readings.get("process")
+    if process is None or process.says is not Says.WORKING or not process.evidence.get("launched"):
+        return None
+    assert stage.launch is not None
+    return {
+        "stage": stage.stage,
+        "host": stage.host_name,
+        "pid": run.pid,
+        "log": stage.launch.log or (stage.log.path if stage.log else None),
+        "command": " ".join(stage.launch.command),
+        "cwd": stage.launch.cwd or "",
+        "run": {
+            "started_at": run.started_at,
+            "log_inode": run.log_inode,
+            "log_offset": run.log_offset,
+            "log_fingerprint": run.log_fingerprint,
+        },
+        "existing": True,
+    }
 
 
 def _iso(epoch: float | None) -> str | None:

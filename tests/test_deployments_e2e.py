@@ -190,6 +190,8 @@ def test_gate_deployment_and_the_trigger_that_starts_the_next_stage(
         CROSSCHECK_POOL=POOL,
         CROSSCHECK_UPSTREAM=upstream,
         CROSSCHECK_NEXT_STAGE=str(training_file),
+        # One state store for every gate this worker runs: a run is announced once.
+        CROSSCHECK_STATE=str(tmp_path / "state.db"),
     )
     _cli(env, "deploy", "--all", "--no-prompt", cwd=project)
 
@@ -249,6 +251,17 @@ def test_gate_deployment_and_the_trigger_that_starts_the_next_stage(
         )
         assert len(list(training.outputs_dir.glob("*.pt"))) == 3
         assert "Extraction complete" in training.log_path.read_text()
+
+        # The gate run again on the same, completed run: the store knows it was announced,
+        # the gate completes at once, and the next stage is not started a second time.
+        again = _post(
+            api,
+            f"/deployments/{gate['id']}/create_flow_run",
+            {"parameters": {"stage": str(extraction_file), "since": started}},
+        )
+        _wait_for("the second gate flow run", lambda: _finished(api, again["id"]), timeout=240, every=2)
+        time.sleep(10)  # a second crosscheck.stage.complete would have started `next` by now
+        assert len(_flow_runs(api, nxt["id"])) == 1, "the next stage was started twice"
     except AssertionError as exc:
         tail = (tmp_path / "worker.log").read_text(errors="replace")[-4000:]
         raise AssertionError(f"{exc}\n--- worker log ---\n{tail}") from None

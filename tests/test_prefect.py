@@ -6,10 +6,12 @@ Events are written by the server asynchronously, so reading them back polls with
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
 import os
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -470,3 +472,30 @@ def test_with_pid_fills_only_a_missing_process_section(jobs) -> None:
 
 def _parse_iso(text: str) -> float:
     return dt.datetime.fromisoformat(text).timestamp()
+
+
+def test_launch_stage_does_not_start_a_recorded_live_run_twice(jobs, tmp_path: Path) -> None:
+    """A second launch of a stage whose launched run still runs returns that run's record
+    (the state store keeps it), unless forced."""
+    from sensors.flows import launch_stage
+
+    stuck = jobs("stall", total=4, step=0.01)
+    spec = stuck.stage_dict(name=_unique("launch"))
+    spec.pop("process")
+    spec["launch"] = {"command": stuck.command, "log": str(stuck.log_path)}
+    stage = stage_from_dict(spec)
+
+    @flow
+    def twice() -> tuple[dict, dict, dict]:
+        return launch_stage(stage), launch_stage(stage), launch_stage(stage, force=True)
+
+    first, second, forced = twice()
+    pids = [first["pid"], forced["pid"]]
+    try:
+        assert second["existing"] is True and second["pid"] == first["pid"]
+        assert second["run"]["log_offset"] == first["run"]["log_offset"]
+        assert "existing" not in forced and forced["pid"] != first["pid"]
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)

@@ -33,7 +33,11 @@ def _env(state: Path) -> dict[str, str]:
 
 def _cli(state: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sensors", *args], capture_output=True, text=True, timeout=timeout, env=_env(state)
+        [sys.executable, "-m", "sensors", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(state),
     )
 
 
@@ -169,7 +173,10 @@ def test_a_changed_stage_definition_resets_only_what_it_changes(tmp_path, caplog
         checker.check()
         checker.check()
     changed = {**spec, "outputs": {"files": str(out), "pattern": "*.pt", "expected": 2}}
-    with caplog.at_level("WARNING", logger="crosscheck"), Checker(stage_from_dict(changed), state=store) as again:
+    with (
+        caplog.at_level("WARNING", logger="crosscheck"),
+        Checker(stage_from_dict(changed), state=store) as again,
+    ):
         assert "outputs" not in again._memory.signals and "log" in again._memory.signals
         assert again.run is not None and again.run.source == "since"
         assert again.check().readings["log"].says is Says.DONE
@@ -183,6 +190,64 @@ def test_memory_round_trips_and_refuses_foreign_documents() -> None:
 
     memory = {"signals": {"process": ProcessMemory("boot", {12: 34}, (1,), {"pid": 1}, (12,))}}
     assert loads(dumps(memory)) == memory
-    for text in ("", "[]", '{"version": 999, "memory": {}}', '{"version": 1, "memory": {"@dc": "os.system"}}'):
+    for text in (
+        "",
+        "[]",
+        '{"version": 999, "memory": {}}',
+        '{"version": 1, "memory": {"@dc": "os.system"}}',
+    ):
         with pytest.raises(MemoryFormatError):
             loads(text)
+
+
+def test_two_watchers_on_postgresql_exactly_one_checks_and_the_other_takes_over(
+    tmp_path, postgres_url
+) -> None:
+    job = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01)
+    job.start()
+    stage_file = job.write_stage(tmp_path / "s.yaml", interval="300ms", stall_after="1h", timeout="1m")
+    env = _env(tmp_path / "unused.db")
+    outs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    watchers = []
+    try:
+        for out in outs:
+            with open(out, "w") as fh:
+                watchers.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "sensors",
+                            "wait",
+                            str(stage_file),
+                            "--json",
+                            "--state",
+                            postgres_url,
+                        ],
+                        stdout=fh,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                    )
+                )
+            time.sleep(4.0)
+
+        def lines(path: Path) -> list[dict]:
+            return _json_lines(path.read_text())
+
+        a, b = lines(outs[0]), lines(outs[1])
+        assert a and b
+        assert not any("watched elsewhere" in v["reasons"][0] for v in a)  # it holds the stage
+        assert all("watched elsewhere" in v["reasons"][0] for v in b[1:])  # it follows
+        watchers[0].send_signal(signal.SIGKILL)
+        watchers[0].wait(10)
+        seen = len(b)
+        time.sleep(4.0)  # a dead holder on this machine is taken over at once; else at expiry
+        after = lines(outs[1])[seen:]
+        assert after, "the follower stopped"
+        assert "watched elsewhere" not in after[-1]["reasons"][0], after[-1]["reasons"]
+        assert after[-1]["signals"]["process"]["says"] == "working"
+    finally:
+        for w in watchers:
+            w.kill()
+            w.wait(10)
+        job.stop()
