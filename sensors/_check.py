@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sensors._config import Stage
@@ -172,10 +172,22 @@ class Checker:
 
     def announced(self) -> Verdict | None:
         """This run's complete or failed verdict, when the state store says it was announced
-        already (a gate started again on a finished run): announce it no second time."""
+        already (a gate started again on a finished run): announce it no second time.
+
+        One fresh check first: a job run again since (a newer process) is a new run, and a
+        job alive is no finished run, whatever the store remembers.
+        """
         if self._persist is None:
             return None
-        return self._persist.announced(self._memory.run, self.last)
+        run, last = self._memory.run, self.last
+        known = self._persist.announced(run, last)
+        if known is None:
+            return None
+        fresh = self.check()
+        process = fresh.readings.get("process")
+        if self._memory.run != run or (process is not None and process.says is Says.WORKING):
+            return None
+        return known
 
     def announce(self, verdict: Verdict) -> bool:
         """Record ``verdict`` as this run's final one; False when it was announced before."""
@@ -264,8 +276,17 @@ class Checker:
         readings: dict[str, Reading] = {}
         for signal, spec in _configured(stage):
             memory = mem.signals.get(signal.name) or signal.new_memory()
+            known = facts.run
             reading, mem.signals[signal.name], facts = signal.read(spec, sections, memory, facts)
             readings[signal.name] = reading
+            if known is not None and facts.run is not known:
+                # A new run of the job (see the process signal): nothing remembered of the
+                # last one (its log offsets, its outputs, its settle streak) holds for it.
+                log.info("%s: a new run of the job began; the last run's memory is set aside", stage.stage)
+                mem.signals = {signal.name: mem.signals[signal.name]}
+                mem.verdict, self.last = VerdictMemory(), None
+                facts = replace(facts, first_check_at=meta.now)
+                mem.first_check_at = meta.now
         mem.run = facts.run
         verdict, mem.verdict = decide(
             stage.stage, self.host.name, readings, stage.policy, mem.verdict, meta.now, run=mem.run

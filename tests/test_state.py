@@ -251,3 +251,30 @@ def test_two_watchers_on_postgresql_exactly_one_checks_and_the_other_takes_over(
             w.kill()
             w.wait(10)
         job.stop()
+
+
+def test_a_job_run_again_after_a_remembered_complete_run_is_a_new_run(tmp_path) -> None:
+    """The store remembers run A complete; the job is run again (B, same paths): a watch of
+    the stage must see B running, not return A's complete."""
+    store = open_store(tmp_path / "state.db")
+    first = SimulatedJob(tmp_path, scenario="complete", total=4, step=0.3, tag="again")
+    first.start()
+    stage = stage_from_dict(first.stage_dict(interval="200ms", exit_grace="200ms"))
+    with Checker(stage, state=store) as checker:
+        final = list(checker.watch(timeout=30))[-1]
+    assert final.state is State.COMPLETE
+    assert checker.announce(final) is True  # A's complete, announced
+    time.sleep(2.5)  # B starts clearly after A
+    second = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01, tag="again")
+    second.start()
+    try:
+        time.sleep(0.5)
+        with Checker(stage, state=store) as again:
+            assert again.announced() is None  # B is not A: nothing to return at once
+            verdict = again.check()
+        assert verdict.state is not State.COMPLETE
+        assert verdict.readings["process"].says is Says.WORKING
+        assert verdict.run["started_at"] != final.run["started_at"]
+    finally:
+        second.stop()
+        store.close()

@@ -488,9 +488,14 @@ def _read(
         launched_pid=run.pid if run is not None else None,
     )
     started = reading.evidence.get("started_at")
-    if run is None and reading.says is Says.WORKING and isinstance(started, (int, float)):
-        # First seen alive: its start is where this run begins.
-        run = Run(source="process", started_at=float(started))
+    if reading.says is Says.WORKING and isinstance(started, (int, float)):
+        if run is None:
+            # First seen alive: its start is where this run begins.
+            run = Run(source="process", started_at=float(started))
+        elif run.source == "process" and run.started_at is not None and started > run.started_at + 2:
+            # Every job process alive now started after the run this watch knew (restored
+            # from the state store): the job was run again. A new run, announced anew.
+            run = Run(source="process", started_at=float(started))
     return reading, new_memory, replace(facts, job_pids=job_pids, run=run)
 
 
