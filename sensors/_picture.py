@@ -104,61 +104,88 @@ def wait_svg(samples: Sequence[Sample], *, title: str) -> str:
     if not samples:
         out.append(f'<text x="{_LEFT}" y="{_TOP + 20}">no checks yet</text></svg>')
         return "".join(out)
-    t0, t1 = samples[0].at, samples[-1].at
-    span = max(t1 - t0, 1e-9)
-    plot_w = _WIDTH - _LEFT - _RIGHT
+    frame = _Frame(samples[0].at, samples[-1].at, _TOP + len(panels) * (_PANEL + _GAP) - _GAP)
+    out += _bands(samples, frame)
+    for n, panel in enumerate(panels):
+        out += _panel(samples, frame, _TOP + n * (_PANEL + _GAP), *panel)
+    out += _axis_and_legend(samples, frame)
+    out.append("</svg>")
+    return "".join(out)
 
-    def x(t: float) -> float:
-        return _LEFT + (t - t0) / span * plot_w if t1 > t0 else _LEFT + plot_w / 2
 
-    bottom = _TOP + len(panels) * (_PANEL + _GAP) - _GAP
+@dataclass(frozen=True)
+class _Frame:
+    """The time axis shared by every panel: first and last check, and the plots' bottom."""
 
-    # Verdict bands behind every panel: one rectangle per run of equal verdicts, each sample
-    # owning the time halfway to its neighbours (so a last `complete` check shows too).
+    t0: float
+    t1: float
+    bottom: float
+    width: float = _WIDTH - _LEFT - _RIGHT
+
+    def x(self, t: float) -> float:
+        if self.t1 <= self.t0:
+            return _LEFT + self.width / 2
+        return _LEFT + (t - self.t0) / (self.t1 - self.t0) * self.width
+
+
+def _bands(samples: Sequence[Sample], frame: _Frame) -> list[str]:
+    """Verdict bands behind every panel: one rectangle per run of equal verdicts, each sample
+    owning the time halfway to its neighbours (so a last ``complete`` check shows too)."""
+
     def edge(i: int) -> float:
         if i <= 0:
             return _LEFT
         if i >= len(samples):
-            return _LEFT + plot_w
-        return (x(samples[i - 1].at) + x(samples[i].at)) / 2
+            return _LEFT + frame.width
+        return (frame.x(samples[i - 1].at) + frame.x(samples[i].at)) / 2
 
-    start = 0
+    out, start = [], 0
     for i in range(1, len(samples) + 1):
         if i == len(samples) or samples[i].state is not samples[start].state:
             left, right = edge(start), edge(i)
             colour = COLOUR.get(samples[start].state, "#9E9E9E")
             out.append(
                 f'<rect x="{left:.1f}" y="{_TOP}" width="{max(right - left, 1.5):.1f}" '
-                f'height="{bottom - _TOP}" fill="{colour}" fill-opacity="0.18"/>'
+                f'height="{frame.bottom - _TOP}" fill="{colour}" fill-opacity="0.18"/>'
             )
             start = i
-    for n, (attr, label, colour) in enumerate(panels):
-        top = _TOP + n * (_PANEL + _GAP)
-        values = [(s.at, getattr(s, attr)) for s in samples if getattr(s, attr) is not None]
-        high = max(v for _, v in values) if values else 0.0
-        high = 100.0 if attr == "gpu_util" else (high if high > 0 else 1.0)
+    return out
 
-        def y(v: float, top: int = top, high: float = high) -> float:
-            return top + _PANEL - (v / high) * _PANEL
 
-        out.append(
-            f'<rect x="{_LEFT}" y="{top}" width="{plot_w}" height="{_PANEL}" fill="none" stroke="#d0d7de"/>'
-            f'<text x="{_LEFT - 8}" y="{top + _PANEL / 2 + 4:.0f}" text-anchor="end">{escape(label)}</text>'
-            f'<text x="{_LEFT - 8}" y="{top + 10}" text-anchor="end" fill="#57606a">{_num(high)}</text>'
-        )
-        if len(values) == 1:
-            t, v = values[0]
-            out.append(f'<circle cx="{x(t):.1f}" cy="{y(v):.1f}" r="2.5" fill="{colour}"/>')
-        elif values:
-            points = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in values)
-            out.append(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="1.8"/>')
-    # Time axis (local clock times) and the legend of the verdicts that occurred.
-    axis = bottom + 16
+def _panel(
+    samples: Sequence[Sample], frame: _Frame, top: int, attr: str, label: str, colour: str
+) -> list[str]:
+    """One signal over time: a framed panel, its label and scale, the line of its values."""
+    values = [(s.at, getattr(s, attr)) for s in samples if getattr(s, attr) is not None]
+    high = max(v for _, v in values) if values else 0.0
+    high = 100.0 if attr == "gpu_util" else (high if high > 0 else 1.0)
+
+    def y(v: float) -> float:
+        return top + _PANEL - (v / high) * _PANEL
+
+    out = [
+        f'<rect x="{_LEFT}" y="{top}" width="{frame.width}" height="{_PANEL}" fill="none" stroke="#d0d7de"/>'
+        f'<text x="{_LEFT - 8}" y="{top + _PANEL / 2 + 4:.0f}" text-anchor="end">{escape(label)}</text>'
+        f'<text x="{_LEFT - 8}" y="{top + 10}" text-anchor="end" fill="#57606a">{_num(high)}</text>'
+    ]
+    if len(values) == 1:
+        t, v = values[0]
+        out.append(f'<circle cx="{frame.x(t):.1f}" cy="{y(v):.1f}" r="2.5" fill="{colour}"/>')
+    elif values:
+        points = " ".join(f"{frame.x(t):.1f},{y(v):.1f}" for t, v in values)
+        out.append(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="1.8"/>')
+    return out
+
+
+def _axis_and_legend(samples: Sequence[Sample], frame: _Frame) -> list[str]:
+    """The time axis (local clock times) and the legend of the verdicts that occurred."""
+    axis = frame.bottom + 16
+    out = []
     for frac in (0.0, 0.5, 1.0):
-        t = t0 + frac * (t1 - t0)
+        t = frame.t0 + frac * (frame.t1 - frame.t0)
         anchor = ("start", "middle", "end")[int(frac * 2)]
         out.append(
-            f'<text x="{_LEFT + frac * plot_w:.1f}" y="{axis}" text-anchor="{anchor}">{_clock(t)}</text>'
+            f'<text x="{_LEFT + frac * frame.width:.1f}" y="{axis}" text-anchor="{anchor}">{_clock(t)}</text>'
         )
     seen: list[State] = []
     for s in samples:
@@ -171,8 +198,7 @@ def wait_svg(samples: Sequence[Sample], *, title: str) -> str:
             f'fill-opacity="0.5"/><text x="{lx + 16}" y="{axis + 19}">{escape(str(state))}</text>'
         )
         lx += 30 + 7 * len(str(state))
-    out.append("</svg>")
-    return "".join(out)
+    return out
 
 
 def data_url(svg: str) -> str:

@@ -299,7 +299,7 @@ def test_a_stalled_gate_shows_its_state_evidence_and_bounded_heartbeats(jobs, mo
 
     real = time.monotonic
     origin = real()
-    monkeypatch.setattr(sensors.prefect, "_clock", lambda: origin + 30 * (real() - origin))
+    monkeypatch.setattr(sensors._gate, "_clock", lambda: origin + 30 * (real() - origin))
     monkeypatch.setattr(sensors.prefect, "DEFAULT_CADENCE", Cadence(heartbeat=60, still=120, refresh=10))
     name = _unique("stall")
     job = jobs("stall", total=10, step=0.02)

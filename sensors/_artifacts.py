@@ -1,0 +1,159 @@
+"""What a gate writes for a person to read: artifact keys per run, the evidence markdown, the
+one-line failure message, the verdict line of the log."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from sensors._model import State, Verdict
+from sensors._present import (
+    age,
+    clock,
+    evidence_rows,
+    number,
+    one_line,
+    reasons_text,
+)
+from sensors._text import inert, markdown_escape
+
+#: The flow run's state name while the gate waits (the state stays of type RUNNING).
+#: Every crosscheck event name starts with this; the verdict (or ``heartbeat``) follows.
+EVENT_PREFIX = "crosscheck.stage."
+
+
+HEARTBEAT_EVENT = EVENT_PREFIX + "heartbeat"
+
+
+#: The last event of a gate that timed out (complete and failed are verdict events).
+TIMEOUT_EVENT = EVENT_PREFIX + "timeout"
+
+_RUN_STATE_NAMES = {
+    State.RUNNING: "Running",
+    State.STALLED: "Stalled",
+    State.CONTRADICTION: "Contradiction",
+    State.UNKNOWN: "Unknown",
+}
+
+
+def run_slug(run: Mapping[str, Any] | None) -> str | None:
+    """The run's identity as an artifact-key fragment: its source and start time.
+
+    Example:
+        >>> run_slug({"source": "launch", "started_at": "2026-12-01T06:00:00.120+00:00"})
+        'launch-20261201t060000-120'
+    """
+    if not run or not run.get("started_at"):
+        return None
+    stamp = re.sub(r"[-:]", "", str(run["started_at"]).lower()).split("+", 1)[0]
+    return re.sub(r"[^a-z0-9]+", "-", f"{run.get('source') or 'run'}-{stamp}").strip("-")
+
+
+def artifact_key(stage_name: str, what: str, *, run: str | None = None) -> str:
+    """An artifact key Prefect accepts (lowercase letters, digits, dashes), per run when
+    ``run`` (a :func:`run_slug`) is given, so that reruns do not mix into one history.
+
+    Example:
+        >>> artifact_key("Extract_v2.1", "progress")
+        'crosscheck-extract-v2-1-progress'
+        >>> artifact_key("extract", "evidence", run="launch-20261201t060000-120")
+        'crosscheck-extract-launch-20261201t060000-120-evidence'
+    """
+    slug = re.sub(r"[^a-z0-9]+", "-", stage_name.lower()).strip("-") or "stage"
+    middle = f"{slug}-{run}" if run else slug
+    return f"crosscheck-{middle}-{what}"
+
+
+def evidence_markdown(verdict: Verdict, *, checks: int, final: bool = False, timed_out: bool = False) -> str:
+    """The current evidence for a person: verdict and time, the reasons, one short row per
+    signal (says, what it says, the key facts in words). The raw evidence is the verdict
+    JSON (events, ``crosscheck status --json``), not repeated here."""
+    doc = verdict.to_json()
+    when = clock(verdict.checked_at)
+    checked, since = number(verdict.checked_at), number(verdict.since)
+    facts = [
+        f"{'final' if final else 'current'} verdict at **{when}** (local time of the check)",
+        f"{age(checked - since)} in this state" if checked is not None and since is not None else "",
+        f"advance: **{'yes' if verdict.advance else 'no'}**",
+        f"host {_md(verdict.host)}",
+        f"{checks} check{'s' if checks != 1 else ''}",
+    ]
+    if verdict.run:
+        source = _md(verdict.run.get("source", "?"))
+        facts.append(f"this run began {_md(_run_start(verdict.run))} (from the {source})")
+    lines = [
+        f"# {_md(verdict.stage)}: {verdict.state}" + (" (timed out)" if timed_out else ""),
+        "",
+        " · ".join(f for f in facts if f),
+    ]
+    lines += [
+        "",
+        "## Reasons",
+        *[f"- {_md(r)}" for r in verdict.reasons or ("(none)",)],
+        "",
+        "## Signals",
+        "",
+        # Three narrow columns: what each signal says in words is already under Reasons.
+        "| signal | says | facts |",
+        "|---|---|---|",
+        *[
+            f"| {_md(r['signal'])} | {_says_cell(r['says'])} | {_md(r['facts'])} |"
+            for r in evidence_rows(verdict)
+        ],
+        "",
+        f"Raw evidence: the `{EVENT_PREFIX}{doc['verdict']}` event's payload, or `crosscheck status --json`.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def summary_markdown(verdict: Verdict, *, checks: int, timed_out: bool = False) -> str:
+    """The final verdict as markdown (:func:`evidence_markdown` at the end of a wait)."""
+    return evidence_markdown(verdict, checks=checks, final=True, timed_out=timed_out)
+
+
+def failure_message(head: str, verdict: Verdict) -> str:
+    """One line: the head, then the verdict's reasons in words. The evidence is in the
+    run's evidence artifact (and ``StageFailed.verdict``), never a repr in the message.
+
+    Example:
+        >>> failure_message("stage extract: failed", verdict)  # doctest: +SKIP
+        'stage extract: failed — log: error line: RuntimeError: CUDA error; process: pid 4455 exited'
+    """
+    return inert(f"{head} — {reasons_text(verdict)}", 1000)
+
+
+def _says_cell(says: str) -> str:
+    return f"**{says}**" if says in ("failed", "unknown") else says
+
+
+def _says(verdict: Verdict | None) -> tuple[tuple[str, str], ...]:
+    if verdict is None:
+        return ()
+    return tuple((name, str(r.says)) for name, r in verdict.readings.items())
+
+
+def _line(verdict: Verdict) -> str:
+    # One line of inert text: a log record never carries the job's newlines or escapes.
+    return inert(f"{verdict.stage}: {verdict.state} — {reasons_text(verdict)}")
+
+
+def _md(text: str) -> str:
+    """Job text inside markdown (a list item, a table cell): every markdown character
+    escaped, one line, so ``| x |``, ``[click](http://evil)`` or ``<img>`` stay text."""
+    return markdown_escape(text)
+
+
+def _run_start(run: Mapping[str, Any]) -> str:
+    started = run.get("started_at")
+    if not started:
+        return "?"
+    try:
+        return clock(dt.datetime.fromisoformat(str(started)).timestamp())
+    except ValueError:
+        return one_line(started, 40)
+
+
+def payload_time(verdict: Verdict) -> str:
+    return str(verdict.to_json().get("checked_at"))
