@@ -185,9 +185,10 @@ def evidence_line(reading: Any) -> str:
     """One line for one signal: what it says, then its key values.
 
     Example:
+        >>> from sensors import Reading
         >>> evidence_line(Reading("outputs", "working", "37300 of 37312",
         ...                       {"count": 37300, "expected": 37312}))
-        'outputs: working — 37300 of 37312 (count 37300/37312, 99.97%)'
+        'outputs: working — 37300 of 37312 (count 37300/37312, 99.96%)'
     """
     ev = reading.evidence if isinstance(reading.evidence, Mapping) else {}
     values = _VALUES.get(reading.signal, _generic_values)(ev)
@@ -411,6 +412,7 @@ def facts(reading: Any, *, limit: int = 100) -> str:
     no ``None``, no reprs, no epochs).
 
     Example:
+        >>> from sensors import Reading
         >>> facts(Reading("process", "working", "", {"pid": 4455, "state": "R",
         ...                                           "cpu_seconds": 2761.0, "elapsed_seconds": 9120}))
         'pid 4455 · R · CPU 2,761 s · 2 h 32 m old'
