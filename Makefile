@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench system-deps clean
+.PHONY: demo test test-compat lint bench system-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,20 @@ system-deps:
 	  else echo "note: missing$$missing (tests that need them are skipped)"; fi; \
 	fi
 
+# The newest Prefect the range allows (what `pip install -e '.[dev]'` resolves to).
 test: $(STAMP) system-deps
 	$(BIN)/pytest -q
+
+# The oldest Prefect supported (constraints/oldest.txt), in its own virtualenv. Not in CI.
+COMPAT := .venv-compat
+$(COMPAT)/.installed: pyproject.toml constraints/oldest.txt
+	$(PYTHON) -m venv $(COMPAT)
+	$(COMPAT)/bin/pip install -q --upgrade pip
+	$(COMPAT)/bin/pip install -q -e '.[dev]' -c constraints/oldest.txt
+	touch $@
+
+test-compat: $(COMPAT)/.installed system-deps
+	$(COMPAT)/bin/pytest -q
 
 demo: $(STAMP)
 	$(BIN)/crosscheck demo
@@ -46,4 +58,4 @@ bench: $(STAMP) system-deps
 	$(BIN)/python bench/store.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(COMPAT) .pytest_cache .ruff_cache *.egg-info

@@ -366,8 +366,8 @@ class Checker:
 
         Example:
             >>> watch = checker.watch(timeout=3600)  # doctest: +SKIP
-            >>> for verdict in watch: ...
-            >>> watch.timed_out
+            >>> for verdict in watch: ...  # doctest: +SKIP
+            >>> watch.timed_out  # doctest: +SKIP
         """
         limit = self.stage.policy.timeout if timeout is None else timeout
         watch: Watch

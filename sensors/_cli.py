@@ -58,9 +58,21 @@ class _Parser(argparse.ArgumentParser):
 
 def _version() -> str:
     try:
-        return metadata.version("crosscheck")
+        return metadata.version("prefect-crosscheck")
     except metadata.PackageNotFoundError:  # pragma: no cover - running from a checkout
         return "0+unknown"
+
+
+STAGE_HELP = "a stage file, or block:NAME (a CrosscheckStage block on the Prefect server)"
+
+
+def _load_stage(ref: str) -> Stage:
+    """A stage file, or ``block:NAME``: a CrosscheckStage block on the Prefect server."""
+    if ref.startswith("block:"):
+        from sensors.blocks import load_stage_block  # the Prefect layer, only when asked
+
+        return load_stage_block(ref)
+    return load_stage(ref)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    status.add_argument("stages", nargs="+", metavar="STAGE.yaml")
+    status.add_argument("stages", nargs="+", metavar="STAGE.yaml", help=STAGE_HELP)
     status.add_argument("--json", action="store_true", help="one JSON object per stage")
     status.add_argument("--since", type=_since_arg, metavar="TIME|DURATION", help=SINCE_HELP)
     status.add_argument("--state", metavar="PATH|URL", help=STATE_HELP)
@@ -89,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    wait.add_argument("stages", nargs="+", metavar="STAGE.yaml")
+    wait.add_argument("stages", nargs="+", metavar="STAGE.yaml", help=STAGE_HELP)
     wait.add_argument("--json", action="store_true", help="one JSON object per stage per check")
     wait.add_argument("--timeout", type=_duration_arg, help="e.g. 2h (default: policy.timeout)")
     wait.add_argument("--since", type=_since_arg, metavar="TIME|DURATION", help=SINCE_HELP)
@@ -165,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return demo(workdir=args.workdir)
         if args.command == "history":
             return _history(args)
-        stages = [load_stage(path) for path in args.stages]
+        stages = [_load_stage(path) for path in args.stages]
         names = [s.stage for s in stages]
         if len(set(names)) != len(names):
             raise ConfigError("two stage files use the same stage name", field="stage")

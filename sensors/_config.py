@@ -15,7 +15,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import (
     Field,
+    SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -40,6 +42,7 @@ __all__ = [
     "PolicySpec",
     "ProcessSpec",
     "Regex",
+    "SSHMaterial",
     "SSHSpec",
     "Stage",
     "load_stage",
@@ -63,6 +66,20 @@ class PolicySpec(Section):
     )
 
 
+class SSHMaterial(Section):
+    """A private key and known_hosts held in memory: what a ``CrosscheckSSHHost`` block gives
+    (:mod:`sensors.blocks`), so a worker needs no key or known_hosts file on its disk.
+
+    Never part of a stage file (a stage file references secrets, it never holds them).
+    ``source`` names the holder in messages, e.g. ``block crosscheck-ssh-host/gpu-box``.
+    """
+
+    source: str
+    known_hosts: str = Field(description="known_hosts content, the host keys to trust")
+    private_key: SecretStr | None = Field(None, description="the private key (OpenSSH or PEM text)")
+    passphrase: SecretStr | None = Field(None, description="the private key's passphrase")
+
+
 class SSHSpec(Section):
     ssh: str = Field(min_length=1, description="hostname or ~/.ssh/config alias")
     port: int | None = Field(None, gt=0, lt=65536)
@@ -76,13 +93,26 @@ class SSHSpec(Section):
         None, description="env:NAME or block:NAME (a Prefect Secret); never a literal"
     )
     passphrase: str | None = Field(None, description="env:NAME or block:NAME for the key")
+    proxy_jump: str | None = Field(
+        None, description="ProxyJump hops, [user@]host[:port],... (default: the ssh config's)"
+    )
+    material: SSHMaterial | None = Field(
+        None, description="key and known_hosts in memory, from a CrosscheckSSHHost block; never in a file"
+    )
+
+    @field_validator("material")
+    @classmethod
+    def _not_in_a_file(cls, value: SSHMaterial | None, info: ValidationInfo) -> SSHMaterial | None:
+        if value is not None and (info.context or {}).get("file"):
+            raise ValueError("key material belongs in a CrosscheckSSHHost block, never in a stage file")
+        return value
 
     @field_validator("password", "passphrase")
     @classmethod
     def _secret_ref(cls, value: str | None) -> str | None:
         return check_secret_ref(value, "secrets are referenced, never written: use env:NAME or block:NAME")
 
-    @field_validator("ssh", "user")
+    @field_validator("ssh", "user", "proxy_jump")
     @classmethod
     def _no_control(cls, value: str | None) -> str | None:
         if value is not None and any(c in value for c in "\0\n\r"):
@@ -186,9 +216,12 @@ def load_stage(path: str | os.PathLike[str]) -> Stage:
         ConfigError: one line naming the file, the field and what is wrong.
 
     Example:
-        >>> stage = load_stage("stages/extract.yaml")  # doctest: +SKIP
-        >>> stage.policy.interval
-        30.0
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "extract.yaml"
+        >>> _ = path.write_text("stage: extract\\nhost: local\\nprocess: {match: extract.py}\\n")
+        >>> stage = load_stage(path)
+        >>> stage.stage, stage.policy.interval
+        ('extract', 30.0)
     """
     name = str(path)
     try:

@@ -153,6 +153,7 @@ def facts(reading: Any, *, limit: int = 100) -> str:
     no ``None``, no reprs, no epochs).
 
     Example:
+        >>> from sensors import Reading
         >>> facts(Reading("process", "working", "", {"pid": 4455, "state": "R",
         ...                                           "cpu_seconds": 2761.0, "elapsed_seconds": 9120}))
         'pid 4455 · R · CPU 2,761 s · 2 h 32 m old'

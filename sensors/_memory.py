@@ -140,7 +140,7 @@ def fingerprint(parts: Mapping[str, Any]) -> dict[str, str]:
 
     Example:
         >>> fingerprint({"log": {"path": "/x.log"}})
-        {'log': '6d0f1e55c8e1c5d0'}
+        {'log': '06a2a3df3af6bab2'}
     """
     return {
         name: hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -152,9 +152,10 @@ def evidence_line(reading: Any) -> str:
     """One line for one signal: what it says, then its key values.
 
     Example:
+        >>> from sensors import Reading
         >>> evidence_line(Reading("outputs", "working", "37300 of 37312",
         ...                       {"count": 37300, "expected": 37312}))
-        'outputs: working — 37300 of 37312 (count 37300/37312, 99.97%)'
+        'outputs: working — 37300 of 37312 (count 37300/37312, 99.96%)'
     """
     ev = reading.evidence if isinstance(reading.evidence, Mapping) else {}
     values = _VALUES.get(reading.signal, _generic_values)(ev)

@@ -156,7 +156,7 @@ def resolve_slack_webhook(ref: str) -> SlackWebhookURL:
 
     Example:
         >>> url = resolve_slack_webhook("env:SLACK_WEBHOOK_URL")  # doctest: +SKIP
-        >>> url
+        >>> url  # doctest: +SKIP
         <the Slack webhook>
     """
     kind, _, name = ref.partition(":")

@@ -81,13 +81,18 @@ StageLike = Stage | str | os.PathLike[str]
 
 
 def as_stage(stage: StageLike | Mapping[str, Any]) -> Stage:
-    """A :class:`Stage` from a stage, a path to a stage file, or a stage dict."""
+    """A :class:`Stage` from a stage, a path to a stage file, ``block:NAME`` (a saved
+    ``CrosscheckStage`` block, :mod:`sensors.blocks`), or a stage dict."""
     if isinstance(stage, Stage):
         return stage
     if isinstance(stage, Mapping):
         from sensors._config import stage_from_dict
 
         return stage_from_dict(dict(stage))
+    if isinstance(stage, str) and stage.startswith("block:"):
+        from sensors.blocks import load_stage_block
+
+        return load_stage_block(stage)
     if isinstance(stage, (str, os.PathLike)):
         return load_stage(stage)
     raise ConfigError(f"expected a Stage or a path to a stage file, got {type(stage).__name__}")
@@ -106,6 +111,8 @@ def stage_label(stage: Any) -> str:
         return stage.stage
     if isinstance(stage, Mapping) and "stage" in stage:
         return str(stage["stage"])
+    if isinstance(stage, str) and stage.startswith("block:"):
+        return stage.removeprefix("block:") or "stage"
     return str(stage).rsplit("/", 1)[-1].rsplit(".", 1)[0] or "stage"
 
 

@@ -18,8 +18,8 @@ no_marker       writes everything and exits 0 without a completion line
 
 Example:
     >>> job = SimulatedJob(tmp_path, scenario="eta0_spin", total=20)  # doctest: +SKIP
-    >>> job.start()
-    >>> stage = stage_from_dict(job.stage_dict(interval="200ms"))
+    >>> job.start()  # doctest: +SKIP
+    >>> stage = stage_from_dict(job.stage_dict(interval="200ms"))  # doctest: +SKIP
 """
 
 from __future__ import annotations

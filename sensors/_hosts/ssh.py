@@ -357,6 +357,7 @@ def get_host(spec: SSHSpec, **kwargs: object) -> SSHHost:
         os.path.expanduser(spec.known_hosts),
         spec.password,
         spec.passphrase,
+        spec.material,
     )
     with _pool_lock:
         host = _pool.get(key)

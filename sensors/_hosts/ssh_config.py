@@ -116,6 +116,7 @@ def route_for(spec: SSHSpec) -> Route:
     """Resolve the stage's host section (and ssh config) into endpoints; no network."""
     cfg = load_ssh_config(spec.config)
     target, jump_value = endpoint(cfg, spec.ssh, port=spec.port, user=spec.user, key=spec.key)
+    jump_value = spec.proxy_jump or jump_value
     jumps: list[Endpoint] = []
     # ProxyJump lists hops in order, comma-separated; each hop's own ssh config applies
     # (but not its own ProxyJump, unlike OpenSSH: keep the chain what the user wrote).

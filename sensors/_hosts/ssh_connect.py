@@ -7,7 +7,9 @@ tenacity backoff on :class:`Transient` failures). How paramiko's defaults are co
   ACK), so the socket is created here and the option set before paramiko sees it.
 - Host keys: known_hosts is loaded explicitly (a missing file is an error, not "trust
   everything"), unknown or changed keys are refused with the offered key's fingerprint and
-  the command that would trust it, and the file is never written.
+  the command that would trust it, and the file is never written. A stage from a
+  ``CrosscheckSSHHost`` block (``SSHSpec.material``) brings the key and known_hosts as text:
+  they reach paramiko from memory, never through a file, and are verified the same way.
 - Every paramiko timeout (banner, auth, channel) is the stage's ``connect_timeout``;
   paramiko's own channel timeout default is an hour.
 - A failed authentication is permanent (retrying the same credentials only fills the
@@ -17,6 +19,7 @@ tenacity backoff on :class:`Transient` failures). How paramiko's defaults are co
 
 from __future__ import annotations
 
+import io
 import os
 import shlex
 import socket
@@ -24,11 +27,19 @@ from collections.abc import Callable
 
 import paramiko
 
-from sensors._config import SSHSpec
+from sensors._config import SSHMaterial, SSHSpec
 from sensors._errors import ConnectError, HostError, HostKeyError
 from sensors._hosts.ssh_config import Endpoint, Route
 
-__all__ = ["SecretResolver", "Transient", "authenticate", "known_hosts_file", "open_route", "open_socket"]
+__all__ = [
+    "SecretResolver",
+    "Transient",
+    "authenticate",
+    "known_hosts_file",
+    "open_route",
+    "open_socket",
+    "private_key",
+]
 
 SecretResolver = Callable[[str], str]
 
@@ -62,7 +73,10 @@ def _key_text(key: paramiko.PKey) -> str:
 
 
 def known_hosts_file(spec: SSHSpec, route: Route, name: str) -> str:
-    """The stage's known_hosts path; raises HostKeyError when the file does not exist."""
+    """The stage's known_hosts path (or, with key material in memory, what holds its
+    known_hosts); raises HostKeyError when the file does not exist."""
+    if spec.material is not None:
+        return f"the known_hosts of {spec.material.source}"
     path = os.path.expanduser(spec.known_hosts)
     if not os.path.isfile(path):
         # paramiko's load_system_host_keys() ignores a missing file; then every key
@@ -104,7 +118,10 @@ def authenticate(
     # get_host_keys().load() instead of load_host_keys(): the latter remembers the file
     # name, and save_host_keys() or any auto-add policy could then write to it.
     try:
-        client.get_host_keys().load(known_hosts)
+        if spec.material is not None:
+            _add_host_keys(client.get_host_keys(), spec.material.known_hosts)
+        else:
+            client.get_host_keys().load(known_hosts)
     except (OSError, paramiko.SSHException) as exc:
         raise HostKeyError(f"cannot read known_hosts {known_hosts}: {exc}", host=name) from exc
     client.set_missing_host_key_policy(_RefuseUnknown())
@@ -113,6 +130,11 @@ def authenticate(
         password = resolve(spec.password)
     if is_target and spec.passphrase:
         passphrase = resolve(spec.passphrase)
+    pkey = None
+    if spec.material is not None and spec.material.private_key is not None:
+        # Public-key authentication sends a jump host a signature, never the key: the same
+        # key serves every hop (a worker has no other key to offer).
+        pkey = private_key(spec.material, name=name)
     try:
         client.connect(
             ep.hostname,
@@ -120,9 +142,10 @@ def authenticate(
             username=ep.user,
             password=password,
             passphrase=passphrase,
-            key_filename=list(ep.key_files) or None,
-            look_for_keys=not ep.key_files,
-            allow_agent=not ep.identities_only,
+            pkey=pkey,
+            key_filename=(list(ep.key_files) or None) if spec.material is None else None,
+            look_for_keys=not ep.key_files and spec.material is None,
+            allow_agent=not ep.identities_only and spec.material is None,
             sock=sock,
             timeout=timeout,
             banner_timeout=timeout,
@@ -137,6 +160,41 @@ def authenticate(
         # A transient failure keeps its cause; the others say all there is (no secrets).
         raise error from (exc if isinstance(error, Transient) else None)
     return client
+
+
+def _add_host_keys(keys: paramiko.HostKeys, text: str) -> None:
+    """known_hosts content into ``keys``, as ``HostKeys.load`` reads a file (hashed names
+    and markers included; lines it cannot parse are skipped, as OpenSSH does)."""
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
+        if entry is not None and entry.key is not None:
+            for hostname in entry.hostnames:
+                keys.add(hostname, entry.key.get_name(), entry.key)
+
+
+def private_key(material: SSHMaterial, *, name: str) -> paramiko.PKey:
+    """The private key held in ``material`` (OpenSSH or PEM text), decrypted in memory."""
+    assert material.private_key is not None
+    text = material.private_key.get_secret_value()
+    password = material.passphrase.get_secret_value() if material.passphrase else None
+    for kind in (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey):
+        try:
+            return kind.from_private_key(io.StringIO(text), password=password)
+        except paramiko.PasswordRequiredException:
+            raise ConnectError(
+                f"the private key of {material.source} is encrypted: give its passphrase", host=name
+            ) from None
+        except (paramiko.SSHException, ValueError, TypeError):
+            continue  # not this kind of key (or a wrong passphrase): try the next
+    # The key's text is never part of the message.
+    raise ConnectError(
+        f"the private key of {material.source} cannot be read (not an Ed25519, ECDSA or RSA key "
+        "in OpenSSH or PEM form, or a wrong passphrase)",
+        host=name,
+    )
 
 
 def _connect_failure(

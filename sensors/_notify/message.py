@@ -75,7 +75,7 @@ def build_message(
 
     Example:
         >>> msg = build_message(verdict, flow_run_url="http://prefect/runs/flow-run/1")  # doctest: +SKIP
-        >>> msg.title
+        >>> msg.title  # doctest: +SKIP
         '⏸️ extract on gpu-host: stalled'
     """
     state = verdict.state

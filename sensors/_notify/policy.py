@@ -53,7 +53,7 @@ class Notifier:
 
     Example:
         >>> notifier = Notifier(stage.notify, stage=stage.stage)  # doctest: +SKIP
-        >>> for verdict in checker.watch():
+        >>> for verdict in checker.watch():  # doctest: +SKIP
         ...     notifier.observe(verdict, flow_run_url=url)
     """
 
