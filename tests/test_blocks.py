@@ -1,8 +1,8 @@
 """sensors.blocks: stages and SSH hosts as Prefect blocks, the SSH host's key from memory.
 
 Against the real sshd of tests/sshd.py, with HOME pointing at an empty directory: the key and
-known_hosts the connection uses exist only in the block. Saving and loading blocks on a server
-is not exercised here (see the report of issue 13).
+known_hosts the connection uses exist only in the block. Saving and loading blocks on a real
+Prefect API, and a gate from block references only: tests/test_blocks_server.py.
 """
 
 from __future__ import annotations
