@@ -264,8 +264,10 @@ def test_message_from_a_real_check(tmp_path) -> None:
         with Checker(stage_from_dict(job.stage_dict(name="extract"))) as checker:
             for _ in range(300):  # readiness, not timing: until the job has written something
                 v = checker.check()
-                if v.readings["outputs"].evidence.get("count") and "last_line" in str(
-                    v.readings["log"].evidence
+                if (
+                    v.readings["outputs"].evidence.get("count")
+                    and v.readings["log"].evidence.get("last_line")
+                    and v.readings["process"].evidence.get("pid") == pid
                 ):
                     break
                 time.sleep(0.05)
