@@ -21,8 +21,9 @@ ones under ``sensors/`` that import prefect at module level.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -155,7 +156,10 @@ def check_stage(
     from sensors._check import Checker
     from sensors._run import run_from_record
 
-    with Checker(as_stage(stage), since=since, run=run_from_record(run), state=state_store(state)) as checker:
+    with (
+        opened_store(state) as store,
+        Checker(as_stage(stage), since=since, run=run_from_record(run), state=store) as checker,
+    ):
         verdict = checker.check()
     _logger().log(_level(verdict), "%s", _line(verdict), extra={"crosscheck_verdict": verdict.to_json()})
     return verdict
@@ -218,7 +222,10 @@ def wait_for_stage(
     if heartbeat is not None:
         cadence = replace(cadence, heartbeat=parse_duration(heartbeat))
     gate = GateReport(spec, notifier=_notifier(spec), cadence=cadence)
-    with Checker(spec, since=since, run=run_from_record(run), state=state_store(state)) as checker:
+    with (
+        opened_store(state) as store,
+        Checker(spec, since=since, run=run_from_record(run), state=store) as checker,
+    ):
         known = checker.announced()
         if known is not None:
             return gate.already(known)
@@ -228,6 +235,17 @@ def wait_for_stage(
             gate.observe(verdict)
         timed_out = watch.timed_out
     return gate.finish(timed_out=timed_out, timeout=limit)
+
+
+@contextlib.contextmanager
+def opened_store(location: str | None) -> Iterator[Any]:
+    """:func:`state_store`, closed when the task is done with it."""
+    store = state_store(location)
+    try:
+        yield store
+    finally:
+        if store is not None:
+            store.close()
 
 
 def state_store(location: str | None) -> Any:
