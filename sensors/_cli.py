@@ -9,8 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -22,6 +21,7 @@ from sensors._model import State, Verdict
 from sensors._present import STATE_STYLE
 from sensors._run import Since, parse_since
 from sensors._sampling import StatusSampling, sample_status
+from sensors._schedule import watch_all
 from sensors._terminal import (
     LiveProgress,
     new_console,
@@ -242,77 +242,50 @@ def _wait(
     stages: list[Stage], *, as_json: bool, timeout: float | None, options: _Options = _Options()
 ) -> int:
     lock = threading.Lock()
-    finals: dict[str, Verdict] = {}
-    timed_out: dict[str, bool] = {}
     live = LiveProgress(stages) if (not as_json and sys.stdout.isatty()) else None
-    # Ctrl-C must end the wait now, not after the watchers' next interval (or their timeout):
-    # they sleep on this event.
-    stop = threading.Event()
+    notifiers = [_notifier(stage) for stage in stages]
+    previous: dict[int, State] = {}
 
-    def run(stage: Stage) -> None:
-        with options.checker(stage) as checker:
-            notifier = _notifier(stage)
-            previous: State | None = None
-            watch = checker.watch(timeout=timeout, sleep=stop.wait)
-            for verdict in watch:
-                if stop.is_set():
-                    return
-                with lock:
-                    if as_json:
-                        print_json(verdict)
-                    elif verdict.state is not previous:
-                        if live:
-                            live.pause()
-                        print_change(verdict)
-                        if live:
-                            live.resume()
-                    if live:
-                        live.update(verdict)
-                if notifier is not None:
-                    notifier(verdict)
-                previous = verdict.state
-                finals[stage.stage] = verdict
-            timed_out[stage.stage] = watch.timed_out
+    def report(index: int, verdict: Verdict) -> None:
+        with lock:
+            if as_json:
+                print_json(verdict)
+            elif verdict.state is not previous.get(index):
+                if live:
+                    live.pause()
+                print_change(verdict)
+                if live:
+                    live.resume()
+            if live:
+                live.update(verdict)
+            previous[index] = verdict.state
+        notifier = notifiers[index]
+        if notifier is not None:
+            notifier(verdict)
 
+    checkers = [options.checker(stage) for stage in stages]
     try:
         if live:
             live.start()
-        _run_all(run, stages, stop)
+        # One scheduler for every stage (each at its own interval, a bounded pool, at most a
+        # few checks at once per host): no thread per stage, no cap on how many are watched.
+        results = watch_all(checkers, on_verdict=report, timeout=timeout)
     finally:
         if live:
             live.stop()
-    verdicts = [finals[s.stage] for s in stages if s.stage in finals]
+        for checker in checkers:
+            checker.close()
+    verdicts = [r.last for r in results if r.last is not None]
     if not as_json:
         print_verdicts(verdicts)
     if any(v.state is State.FAILED for v in verdicts):
         return EXIT_FAILED
-    if any(timed_out.values()):
+    late = [s.stage for s, r in zip(stages, results, strict=True) if r.timed_out]
+    if late:
         if not as_json:
-            late = ", ".join(name for name, t in timed_out.items() if t)
-            print(f"crosscheck: timed out waiting for {late}", file=sys.stderr)
+            print(f"crosscheck: timed out waiting for {', '.join(late)}", file=sys.stderr)
         return EXIT_TIMEOUT
     return _exit_code(verdicts)
-
-
-def _run_all(run: Callable[[Stage], None], stages: list[Stage], stop: threading.Event) -> None:
-    """``run`` for every stage in its own thread; the first error ends every wait now."""
-    pool = ThreadPoolExecutor(max_workers=min(32, len(stages)))
-    try:
-        futures = [pool.submit(run, s) for s in stages]
-        # The first error (a host key, a secret) ends every wait now, not after the stages
-        # listed before it finish.
-        wait_futures(futures, return_when=FIRST_EXCEPTION)
-        for fut in futures:
-            if fut.done() and fut.exception() is not None:
-                stop.set()
-                fut.result()
-        for fut in futures:
-            fut.result()
-    except BaseException:
-        stop.set()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _notifier(stage: Stage) -> Callable[[Verdict], Any] | None:

@@ -1,0 +1,131 @@
+"""The scheduler behind `crosscheck wait a.yaml b.yaml ...`: every stage checked at its own
+interval, however many (there was a cap of 32 threads: the 33rd stage was never checked), and a
+slow host delays no stage on another host. Real processes and the real local probe."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+
+from sensors import Checker, LocalHost, State, stage_from_dict
+from sensors._schedule import watch_all
+from sensors.testing import SimulatedJob
+
+
+class SlowHost(LocalHost):
+    """The local host, answering each probe 1.5 s late (a host on a slow link)."""
+
+    def __init__(self) -> None:
+        super().__init__("slow-host")
+        self._lock = threading.Lock()
+        self.in_flight = self.most_at_once = 0
+
+    def run_script(self, script: bytes, *, timeout: float) -> bytes:
+        with self._lock:
+            self.in_flight += 1
+            self.most_at_once = max(self.most_at_once, self.in_flight)
+        try:
+            time.sleep(1.5)
+            return super().run_script(script, timeout=timeout)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+
+def _stage(job: SimulatedJob, name: str, interval: str = "200ms") -> dict:
+    return job.stage_dict(name=name, interval=interval, stall_after="1h", timeout="10m")
+
+
+def test_forty_stages_are_all_checked_at_their_interval(tmp_path: Path) -> None:
+    job = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01)
+    job.start()
+    try:
+        checkers = [Checker(stage_from_dict(_stage(job, f"s{i:02d}"))) for i in range(40)]
+        checks: Counter[int] = Counter()
+        results = watch_all(checkers, on_verdict=lambda i, v: checks.update([i]), timeout=3.0)
+    finally:
+        job.stop()
+    assert len(checks) == 40  # every stage, the 33rd to the 40th too
+    assert min(checks.values()) >= 3, checks  # each at its interval, not one after the other
+    assert all(r.timed_out and r.last is not None for r in results)
+    assert {r.last.state for r in results} == {State.RUNNING}
+
+
+def test_a_slow_host_delays_no_stage_on_another_host(tmp_path: Path) -> None:
+    job = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01)
+    job.start()
+    slow = SlowHost()
+    try:
+        checkers = [Checker(stage_from_dict(_stage(job, f"slow{i}")), host=slow) for i in range(8)]
+        checkers += [Checker(stage_from_dict(_stage(job, f"fast{i}"))) for i in range(4)]
+        seen: list[tuple[int, float]] = []
+        started = time.monotonic()
+        watch_all(
+            checkers,
+            on_verdict=lambda i, v: seen.append((i, time.monotonic() - started)),
+            timeout=3.0,
+            workers=8,
+            per_host=2,
+        )
+    finally:
+        job.stop()
+    fast = Counter(i for i, _ in seen if i >= 8)
+    # The slow host gets at most 2 probes at a time (1.5 s each) and every stage there is
+    # checked (its first check may come after its timeout: a watch checks at least once);
+    # the local stages go on at their 200 ms interval meanwhile.
+    assert slow.most_at_once == 2
+    assert {i for i, _ in seen if i < 8} == set(range(8))
+    assert all(fast[i] >= 6 for i in range(8, 12)), fast
+
+
+def test_a_stage_that_completes_stops_being_checked(tmp_path: Path) -> None:
+    done = SimulatedJob(tmp_path, scenario="complete", total=4, step=0.05, tag="sched-done")
+    stuck = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01, tag="sched-stuck")
+    for job in (done, stuck):
+        job.start()
+    try:
+        checkers = [
+            Checker(stage_from_dict(done.stage_dict(interval="200ms", exit_grace="200ms"))),
+            Checker(stage_from_dict(_stage(stuck, "stuck"))),
+        ]
+        checks: Counter[int] = Counter()
+        results = watch_all(checkers, on_verdict=lambda i, v: checks.update([i]), timeout=6.0)
+    finally:
+        for job in (done, stuck):
+            job.stop()
+    assert results[0].last is not None and results[0].last.state is State.COMPLETE
+    assert results[0].done and not results[0].timed_out
+    assert results[1].timed_out and checks[1] > checks[0]
+
+
+def test_cli_wait_checks_every_one_of_forty_stages(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    job = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01)
+    job.start()
+    try:
+        files = [str(job.write_stage(tmp_path / f"s{i:02d}.yaml", name=f"s{i:02d}", interval="300ms",
+                                     stall_after="1h")) for i in range(40)]  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-m", "sensors", "wait", *files, "--json", "--timeout", "3s"],
+            capture_output=True, text=True, timeout=120,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+        )  # fmt: skip
+    finally:
+        job.stop()
+    assert out.returncode == 4, out.stderr  # timed out: they all still run
+    docs = [json.loads(line) for line in out.stdout.splitlines()]
+    seen = Counter(d["stage"] for d in docs)
+    assert len(seen) == 40 and min(seen.values()) >= 2, seen
+    # All forty from the start, not the last eight only once the first 32 ended.
+    first: dict[str, datetime] = {}
+    for d in docs:
+        first.setdefault(d["stage"], datetime.fromisoformat(d["checked_at"]))
+    spread = (max(first.values()) - min(first.values())).total_seconds()
+    assert spread < 1.5, spread
