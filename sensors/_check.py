@@ -158,17 +158,27 @@ class Checker:
         raised: an unverifiable host key needs a person, not a retry.
         """
         with self._lock:
-            persist = self._persist
-            elsewhere = persist.hold() if persist is not None else None
-            if persist is not None and elsewhere is not None:
-                followed = persist.followed(elsewhere)
-                if followed is not None:
-                    self.last = followed
-                    return followed
-            verdict = self._check()
-            if persist is not None:
-                persist.save(self._saved(), verdict)
-            return verdict
+            followed = self.followed()
+            if followed is not None:
+                return followed
+            return self.saved(self._check())
+
+    def followed(self) -> Verdict | None:
+        """The stored verdict, when another watch holds this stage (this one then only follows)."""
+        persist = self._persist
+        elsewhere = persist.hold() if persist is not None else None
+        if persist is None or elsewhere is None:
+            return None
+        followed = persist.followed(elsewhere)
+        if followed is not None:
+            self.last = followed
+        return followed
+
+    def saved(self, verdict: Verdict) -> Verdict:
+        """``verdict``, after saving this stage's memory (when a state store keeps it)."""
+        if self._persist is not None:
+            self._persist.save(self._saved(), verdict)
+        return verdict
 
     def announced(self) -> Verdict | None:
         """This run's complete or failed verdict, when the state store says it was announced
@@ -240,10 +250,9 @@ class Checker:
         return self._memory.run
 
     def _check(self) -> Verdict:
-        stage, mem = self.stage, self._memory
         nonce = new_nonce()
-        script = probe_script(stage, nonce, mem.signals, self._probe_inputs(nonce), mem.static)
-        timeout = stage.host.check_timeout if stage.host != "local" else 60.0
+        script = build_script(nonce, self._memory.static, self.snippets(nonce))
+        timeout = self.stage.host.check_timeout if self.stage.host != "local" else 60.0
         try:
             output = self.host.run_script(script, timeout=timeout)
         except HostKeyError:
@@ -252,7 +261,19 @@ class Checker:
             raise
         except HostError as exc:
             return self._host_failed(exc)
-        sections = split_sections(output, nonce)
+        return self.absorb(split_sections(output, nonce), nonce)
+
+    def snippets(self, nonce: str) -> list[list[str]]:
+        """This check's probe snippets, one per configured signal (see ``sensors._batch``)."""
+        mem, inputs = self._memory, self._probe_inputs(nonce)
+        return [
+            signal.snippet(spec, mem.signals.get(signal.name) or signal.new_memory(), inputs)
+            for signal, spec in _configured(self.stage)
+        ]
+
+    def absorb(self, sections: dict[str, bytes], nonce: str) -> Verdict:
+        """The verdict from this check's probe sections: read every signal, decide, remember."""
+        stage, mem = self.stage, self._memory
         meta = parse_meta(sections.get("meta"), mem.static)
         if "end" not in sections or meta.now is None:
             return self._host_failed(

@@ -41,7 +41,8 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
         "export LC_ALL=C LANG=C",
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; export PATH",
         f"N={shlex.quote(nonce)}",
-        'sec() { printf \'\\n@@crosscheck %s %s\\n\' "$N" "$1"; }',
+        # P prefixes a section with its stage when one probe reads several stages of a host.
+        'P=; sec() { printf \'\\n@@crosscheck %s %s%s\\n\' "$N" "$P" "$1"; }',
         "isnum() { case $1 in '' | *[!0-9]*) return 1 ;; esac; }",
         # meta: the monitored host's clocks, read together in this one script. Shell
         # builtins (read) instead of a process per file: forks are most of a probe's cost.

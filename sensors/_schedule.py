@@ -1,9 +1,11 @@
 """Many stages, one scheduler: each stage checked at its own interval by a bounded pool.
 
 Not a thread per stage: one loop keeps every stage's next due time in a heap and hands due
-checks to at most ``workers`` threads, at most ``per_host`` at once on one host, so a host
-that is down or slow (its checks run until their deadline) delays no stage on another host,
-and a thousand stages cost a heap, not a thousand threads.
+checks to at most ``workers`` threads, at most ``per_host`` probes at once on one host, so a
+host that is down or slow (its checks run until their deadline) delays no stage on another
+host, and a thousand stages cost a heap, not a thousand threads. Every stage due on a host at
+the same tick is read by one probe (``sensors._batch``): one round trip per host per tick,
+``/proc`` scanned once for all of them.
 
 Example:
     >>> results = watch_all(checkers, on_verdict=print, timeout=3600)  # doctest: +SKIP
@@ -18,6 +20,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
+from sensors._batch import check_batch
 from sensors._check import Checker
 from sensors._model import State, Verdict
 
@@ -57,7 +60,7 @@ def watch_all(
     due: list[tuple[float, int]] = [(start, i) for i in range(len(checkers))]
     heapq.heapify(due)
     busy: dict[str, int] = {}
-    running: dict[Future[Verdict], tuple[int, float]] = {}
+    running: dict[Future[list[Verdict]], tuple[list[int], float]] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(checkers)))) as pool:
         try:
             while (due or running) and not stop.is_set():
@@ -69,11 +72,12 @@ def watch_all(
                     list(running), timeout=max(0.0, min(waiting, 1.0)), return_when=FIRST_COMPLETED
                 )
                 for fut in finished:
-                    index, began = running.pop(fut)
-                    busy[checkers[index].host.name] -= 1
-                    verdict = fut.result()  # a host key error ends every watch, now
-                    _record(index, verdict, results[index], deadlines[index], checkers, due, began, clock)
-                    on_verdict(index, verdict)
+                    indexes, began = running.pop(fut)
+                    busy[checkers[indexes[0]].host.name] -= 1
+                    verdicts = fut.result()  # a host key error ends every watch, now
+                    for index, verdict in zip(indexes, verdicts, strict=True):
+                        _record(index, verdict, results[index], deadlines[index], checkers, due, began, clock)
+                        on_verdict(index, verdict)
         except BaseException:
             stop.set()
             raise
@@ -84,22 +88,25 @@ def _submit_due(
     checkers: Sequence[Checker],
     due: list[tuple[float, int]],
     busy: dict[str, int],
-    running: dict[Future[Verdict], tuple[int, float]],
+    running: dict[Future[list[Verdict]], tuple[list[int], float]],
     pool: ThreadPoolExecutor,
     per_host: int,
     clock: Callable[[], float],
 ) -> float:
-    """Submit the checks that are due and whose host has room; seconds until the next one."""
+    """Submit one probe per host for the stages due there; seconds until the next is due."""
     now = clock()
+    batches: dict[str, list[int]] = {}
     held: list[tuple[float, int]] = []
     while due and due[0][0] <= now:
         at, index = heapq.heappop(due)
         host = checkers[index].host.name
-        if busy.get(host, 0) >= per_host:
-            held.append((at, index))  # its host is full: it goes when a check there ends
+        if host not in batches and busy.get(host, 0) >= per_host:
+            held.append((at, index))  # its host is full: it goes when a probe there ends
             continue
+        batches.setdefault(host, []).append(index)
+    for host, indexes in batches.items():
         busy[host] = busy.get(host, 0) + 1
-        running[pool.submit(checkers[index].check)] = (index, now)
+        running[pool.submit(check_batch, [checkers[i] for i in indexes])] = (indexes, now)
     for item in held:
         heapq.heappush(due, item)
     if held:

@@ -1,0 +1,88 @@
+"""One probe for several stages of one host: one round trip, /proc scanned once.
+
+The process signal's table (every ``/proc/PID/stat`` and command line) does not depend on the
+stage — each stage's regex is matched here — so it is read once and shared; every other
+section (a stage's log, outputs, GPU, its job's /proc/PID/io) is written under the stage's
+prefix (``P=k3.`` before its snippet; the frame's ``sec`` adds it), and each Checker reads its
+own view: the shared sections plus its own, unprefixed.
+
+Example:
+    >>> verdicts = check_batch([checker_a, checker_b])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sensors._check import Checker
+from sensors._errors import HostError, HostKeyError
+from sensors._model import Verdict
+from sensors._probe import build_script, new_nonce, split_sections
+
+#: Sections every stage of the batch reads as they are (not prefixed).
+SHARED = ("meta", "stat", "tasks", "taskcmd", "cmdline", "end")
+
+
+def check_batch(checkers: Sequence[Checker]) -> list[Verdict]:
+    """One check of each checker, all on one host, in one probe round trip.
+
+    A checker whose stage another watch holds follows the stored verdict (not probed). Host
+    failures make every probed stage ``unknown``; an unverifiable host key is raised.
+    """
+    verdicts: dict[int, Verdict] = {}
+    locks = [c._lock for c in checkers]
+    for lock in locks:
+        lock.acquire()
+    try:
+        probed = []
+        for k, checker in enumerate(checkers):
+            followed = checker.followed()
+            if followed is not None:
+                verdicts[k] = followed
+            else:
+                probed.append(k)
+        if probed:
+            for k, verdict in zip(probed, _probe([checkers[k] for k in probed]), strict=True):
+                verdicts[k] = checkers[k].saved(verdict)
+    finally:
+        for lock in locks:
+            lock.release()
+    return [verdicts[k] for k in range(len(checkers))]
+
+
+def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
+    host = checkers[0].host
+    nonce = new_nonce()
+    static = None if any(c._memory.static is None for c in checkers) else checkers[0]._memory.static
+    parts: list[list[str]] = []
+    table = False
+    for k, checker in enumerate(checkers):
+        lines = [f"P=k{k}."]
+        for snippet in checker.snippets(nonce):
+            if snippet[:1] == ["sec stat"]:
+                # The process table: once for the whole batch, unprefixed.
+                split = snippet.index("sec io") if "sec io" in snippet else len(snippet)
+                if not table:
+                    parts.append(["P=", *snippet[:split]])
+                    table = True
+                snippet = snippet[split:]
+            lines += snippet
+        parts.append(lines)
+    parts.append(["P="])
+    timeout = max(c.stage.host.check_timeout if c.stage.host != "local" else 60.0 for c in checkers)
+    try:
+        output = host.run_script(build_script(nonce, static, parts), timeout=timeout)
+    except HostKeyError:
+        raise
+    except HostError as exc:
+        return [c._host_failed(exc) for c in checkers]
+    sections = split_sections(output, nonce)
+    return [checker.absorb(_view(sections, k), nonce) for k, checker in enumerate(checkers)]
+
+
+def _view(sections: dict[str, bytes], k: int) -> dict[str, bytes]:
+    """Stage ``k``'s sections: the shared ones, and its own without the prefix."""
+    prefix = f"k{k}."
+    view = {name: body for name, body in sections.items() if name in SHARED}
+    view.update({name[len(prefix) :]: body for name, body in sections.items() if name.startswith(prefix)})
+    return view
