@@ -41,6 +41,7 @@ examples:
   crosscheck wait extract.yaml && train.sh    block until every signal agrees it is done
   crosscheck wait a.yaml b.yaml --json        several stages at once, JSON lines
   crosscheck history extract                  the verdict changes a stage went through
+  crosscheck serve /etc/crosscheck/stages     watch every stage file there until SIGTERM
   crosscheck demo                             the example pipeline on this machine
 
 exit codes:
@@ -106,6 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
     wait.add_argument("--timeout", type=_duration_arg, help="e.g. 2h (default: policy.timeout)")
     wait.add_argument("--since", type=_since_arg, metavar="TIME|DURATION", help=SINCE_HELP)
     wait.add_argument("--state", metavar="PATH|URL", help=STATE_HELP)
+    serve = sub.add_parser(
+        "serve", help="watch every stage file of a directory, until SIGTERM (a long-lived watcher)"
+    )
+    serve.add_argument("directory", metavar="DIR", help="stage files (*.yaml), picked up as they change")
+    serve.add_argument("--json", action="store_true", help="one JSON object per stage per check")
+    serve.add_argument("--state", metavar="PATH|URL", help=STATE_HELP)
+    serve.add_argument("--metrics-port", type=int, metavar="PORT", help="serve /metrics and /healthz")
+    serve.add_argument("--rescan", type=_duration_arg, default=5.0, help="how often DIR is scanned (5s)")
     history = sub.add_parser(
         "history", help="the verdict changes a stage went through (from the state store)"
     )
@@ -177,6 +186,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return demo(workdir=args.workdir)
         if args.command == "history":
             return _history(args)
+        if args.command == "serve":
+            from sensors._serve import serve
+
+            args.since = None
+            return serve(
+                args.directory,
+                store=_Options.of(args).store,
+                as_json=args.json,
+                metrics_port=args.metrics_port,
+                rescan_every=args.rescan,
+            )
         stages = [_load_stage(path) for path in args.stages]
         names = [s.stage for s in stages]
         if len(set(names)) != len(names):
