@@ -53,24 +53,9 @@ class _Memory:
     first_check_at: float | None = None  # the host's clock at this watch's first check
 
 
-def probe_script(
-    stage: Stage,
-    nonce: str,
-    memories: dict[str, Any] | None = None,
-    inputs: ProbeInputs | None = None,
-    static: Static | None = None,
-) -> bytes:
-    """The probe script of one check of ``stage`` (fresh memories unless given)."""
-    memories = memories or {}
-    inputs = inputs or ProbeInputs(nonce=nonce)
-    return build_script(
-        nonce,
-        static,
-        (
-            signal.snippet(spec, memories.get(signal.name) or signal.new_memory(), inputs)
-            for signal, spec in _configured(stage)
-        ),
-    )
+def probe_script(stage: Stage, nonce: str) -> bytes:
+    """The probe script of a first check of ``stage`` on this machine (for tests and tools)."""
+    return build_script(nonce, None, Checker(stage, host=_LOCAL).snippets(nonce))
 
 
 def _configured(stage: Stage) -> Iterator[tuple[Signal[Any, Any], Any]]:

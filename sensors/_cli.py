@@ -309,12 +309,9 @@ def _wait(
 
 
 def _notifier(stage: Stage) -> Callable[[Verdict], Any] | None:
-    if stage.notify is None:
-        return None
-    from sensors._notify import Notifier
+    from sensors._notify import notifier_for  # imported only for stages that notify
 
-    notifier = Notifier(stage.notify, stage=stage.stage)
-    return notifier.observe
+    return notifier_for(stage) if stage.notify is not None else None
 
 
 # --------------------------------------------------------------------------- history

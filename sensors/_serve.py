@@ -177,11 +177,9 @@ class Watcher:
 
 
 def _notifier(stage: Stage) -> Callable[[Verdict], Any] | None:
-    if stage.notify is None:
-        return None
-    from sensors._notify import Notifier
+    from sensors._notify import notifier_for  # imported only for stages that notify
 
-    return Notifier(stage.notify, stage=stage.stage).observe
+    return notifier_for(stage) if stage.notify is not None else None
 
 
 # --------------------------------------------------------------------------- metrics

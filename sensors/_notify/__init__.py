@@ -26,9 +26,19 @@ Prefect is imported lazily, only where a ``block:`` secret or a ``prefect_block`
 contract: nothing under ``sensors/`` but ``sensors/prefect.py`` imports it at module level).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from sensors._notify.delivery import Delivery, Sender, Sent, retry_after_seconds
 from sensors._notify.message import Message, MessageKind, build_message
 from sensors._notify.policy import Notifier
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sensors._config import Stage
+    from sensors._model import Verdict
 from sensors._notify.senders import PrefectBlockSender, SlackWebhookSender, senders_from_spec
 from sensors._present import COLOUR, EMOJI, evidence_line, fmt_duration
 from sensors._present import outputs_values as _outputs_values  # noqa: F401 (tests read the Slack percentage)
@@ -48,7 +58,15 @@ __all__ = [
     "build_message",
     "evidence_line",
     "fmt_duration",
+    "notifier_for",
     "resolve_slack_webhook",
     "retry_after_seconds",
     "senders_from_spec",
 ]
+
+
+def notifier_for(stage: Stage) -> Callable[[Verdict], list[Sent]] | None:
+    """``Notifier(...).observe`` for a stage with a ``notify`` section, else None."""
+    if stage.notify is None:
+        return None
+    return Notifier(stage.notify, stage=stage.stage).observe
