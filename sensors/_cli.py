@@ -115,6 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--state", metavar="PATH|URL", help=STATE_HELP)
     serve.add_argument("--metrics-port", type=int, metavar="PORT", help="serve /metrics and /healthz")
     serve.add_argument("--rescan", type=_duration_arg, default=5.0, help="how often DIR is scanned (5s)")
+    serve.add_argument(
+        "--prefect",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="send events and resume the gates that handed stages over (default: if PREFECT_API_URL is set)",
+    )
     history = sub.add_parser(
         "history", help="the verdict changes a stage went through (from the state store)"
     )
@@ -196,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 as_json=args.json,
                 metrics_port=args.metrics_port,
                 rescan_every=args.rescan,
+                prefect=args.prefect,
             )
         stages = [_load_stage(path) for path in args.stages]
         names = [s.stage for s in stages]

@@ -364,7 +364,12 @@ class GateReport:
 
 
 def _emit(
-    event: str, verdict: Verdict, payload: dict[str, Any], *, follows: Event | None = None
+    event: str,
+    verdict: Verdict,
+    payload: dict[str, Any],
+    *,
+    follows: Event | None = None,
+    related: list[dict[str, str]] | None = None,
 ) -> Event | None:
     reason = inert(verdict.reasons[0] if verdict.reasons else "(no reasons given)", 200)
     resource = {
@@ -378,6 +383,7 @@ def _emit(
     # its first reason are read there, not only in the raw JSON.
     # The UI shows an unknown related resource by its id: the reason is written into it.
     related = [
+        *(related or ()),
         {
             "prefect.resource.id": f"crosscheck.verdict.{verdict.state}",
             "prefect.resource.role": "verdict",

@@ -33,7 +33,10 @@ from sensors._batch import check_batch
 from sensors._check import Checker
 from sensors._config import Stage, load_stage
 from sensors._errors import CrosscheckError
+from sensors._handoff import Desk
 from sensors._model import State, Verdict
+from sensors._run import run_from_record
+from sensors._store import Handoff
 
 log = logging.getLogger("crosscheck.serve")
 
@@ -52,6 +55,7 @@ class _Entry:
     running: bool = False
     last: Verdict | None = None
     checked_at: float | None = None
+    handoff: Handoff | None = None  # a stage a gate handed over (not a file)
 
 
 @dataclass
@@ -65,6 +69,10 @@ class Watcher:
     per_host: int = 4
     emit: Callable[[Verdict], None] = field(default=lambda verdict: None)
     metrics: Any = None
+    #: Stages handed over by gates (read from the store), and the Prefect side (events,
+    #: resuming gates): both None for a watcher of files only.
+    desk: Desk | None = None
+    bridge: Any = None
     entries: dict[Path, _Entry] = field(default_factory=dict)
     _bad: dict[Path, float] = field(default_factory=dict)
 
@@ -95,7 +103,8 @@ class Watcher:
     def rescan(self) -> None:
         """Add new and changed stage files, drop removed ones; a bad file is logged, skipped."""
         files = {p for p in self.directory.glob("*.y*ml") if p.suffix in (".yaml", ".yml") and p.is_file()}
-        for path in set(self.entries) - files:
+        self._rescan_handoffs()
+        for path in {p for p, e in self.entries.items() if e.handoff is None} - files:
             log.info("%s: stage file removed: no longer watched", path.name)
             self.entries.pop(path).checker.close()
         for path in sorted(files):
@@ -117,6 +126,48 @@ class Watcher:
             checker = Checker(stage, state=self.store)
             self.entries[path] = _Entry(path, mtime, stage, checker, _notifier(stage))
             log.info("%s: watching stage %s on %s", path.name, stage.stage, stage.host_name)
+
+    def _rescan_handoffs(self) -> None:
+        """Watch the stages gates handed over (until settled); forget the ones dropped."""
+        if self.desk is None:
+            return
+        handed = self.desk.scan()
+        for key, entry in list(self.entries.items()):
+            if entry.handoff is not None and entry.handoff.ticket not in handed and not entry.running:
+                self._drop(key)
+        known = {e.handoff.ticket for e in self.entries.values() if e.handoff is not None}
+        for ticket, handoff in handed.items():
+            if ticket in known:
+                continue
+            try:
+                stage = self.desk.stage(handoff)
+                checker = Checker(
+                    stage,
+                    since=handoff.request.get("since"),
+                    run=run_from_record(handoff.request.get("run")),
+                    state=self.store,
+                )
+            except CrosscheckError as exc:
+                if self._bad.get(_handoff_key(ticket)) is None:
+                    log.error("handoff %s (stage %s): skipped: %s", ticket, handoff.stage, exc)
+                    self._bad[_handoff_key(ticket)] = 0.0
+                continue
+            self.entries[_handoff_key(ticket)] = _Entry(
+                _handoff_key(ticket), 0.0, stage, checker, _notifier(stage), handoff=handoff
+            )
+            log.info(
+                "watching stage %s on %s for flow run %s (handed over)",
+                stage.stage,
+                stage.host_name,
+                handoff.request.get("flow_run_id"),
+            )
+
+    def _drop(self, key: Path) -> None:
+        entry = self.entries.pop(key)
+        entry.checker.close()
+        if self.bridge is not None:
+            flow_run_id = entry.handoff.request.get("flow_run_id") if entry.handoff else None
+            self.bridge.forget(entry.stage.stage, entry.checker.host.name, flow_run_id)
 
     # ------------------------------------------------------------------ checks
 
@@ -174,6 +225,31 @@ class Watcher:
                 entry.notifier(verdict)
             if self.metrics is not None:
                 self.metrics.observe(entry, verdict, took)
+            handoff = entry.handoff
+            if self.bridge is not None and not _followed(verdict):
+                self.bridge.observe(
+                    verdict,
+                    flow_run_id=handoff.request.get("flow_run_id") if handoff else None,
+                    announce=entry.checker.announce,
+                    waiting_for=f"stage {entry.stage.stage} on {entry.stage.host_name}",
+                )
+            if (
+                handoff is not None
+                and self.desk is not None
+                and not _followed(verdict)
+                and self.desk.after(handoff, verdict, entry.checker.run)
+            ):
+                self._drop(entry.path)
+
+
+def _handoff_key(ticket: str) -> Path:
+    # Entries are keyed by path; a handoff has none: a name no stage file can have.
+    return Path("\0handoff") / ticket
+
+
+def _followed(verdict: Verdict) -> bool:
+    """A verdict another watcher made (this one only follows the stage)."""
+    return bool(verdict.reasons) and verdict.reasons[0].startswith("watched elsewhere by ")
 
 
 def _notifier(stage: Stage) -> Callable[[Verdict], Any] | None:
@@ -270,9 +346,21 @@ class Metrics:
 # --------------------------------------------------------------------------- entry point
 
 
-def serve(directory: str, *, store: Any, as_json: bool, metrics_port: int | None, rescan_every: float) -> int:
-    """Run the watcher until SIGTERM or SIGINT; exit 0."""
+def serve(
+    directory: str,
+    *,
+    store: Any,
+    as_json: bool,
+    metrics_port: int | None,
+    rescan_every: float,
+    prefect: bool | None = None,
+) -> int:
+    """Run the watcher until SIGTERM or SIGINT; exit 0.
+
+    ``prefect``: send events and resume gates through the Prefect API (default: when
+    ``PREFECT_API_URL`` is set)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per Prefect API call otherwise
     path = Path(directory)
     if not path.is_dir():
         print(f"crosscheck: {directory}: not a directory", file=sys.stderr)
@@ -284,6 +372,23 @@ def serve(directory: str, *, store: Any, as_json: bool, metrics_port: int | None
         else (lambda v: None)
     )
     watcher = Watcher(path, store=store, rescan_every=rescan_every, emit=emit)
+    if prefect is None:
+        prefect = bool(os.environ.get("PREFECT_API_URL"))
+    if prefect:
+        from sensors._serve_prefect import PrefectBridge  # the Prefect layer, only when asked
+
+        watcher.bridge = PrefectBridge()
+    if store is not None and hasattr(store, "handoffs"):
+        from sensors._persist import holder_id
+
+        bridge = watcher.bridge
+        watcher.desk = Desk(
+            store,
+            by=holder_id(),
+            resume=bridge.resume if bridge else None,
+            over=bridge.over if bridge else None,
+            resolve_block=bridge.resolve_block if bridge else None,
+        )
     server = None
     if metrics_port is not None:
         watcher.metrics = Metrics(watcher)

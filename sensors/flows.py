@@ -31,8 +31,9 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from sensors._check import Checker, host_for
-from sensors._config import Stage, stage_from_dict
+from sensors._config import Stage, parse_duration, stage_from_dict
 from sensors._errors import ConfigError
+from sensors._handover import can_hand_off, handed_over_launch, reference_of, wait_handed_over
 from sensors._model import Says
 from sensors._persist import Persistence
 from sensors._run import Run, launch_mark_script, parse_launch_mark, run_from_record
@@ -40,6 +41,7 @@ from sensors.prefect import (
     _task_run_name,
     artifact_key,
     as_stage,
+    opened_store,
     run_slug,
     stage_label,
     state_store,
@@ -68,6 +70,7 @@ def gate(
     timeout: float | str | None = None,
     since: str | float | None = None,
     state: str | None = None,
+    hand_off: bool | None = None,
 ) -> dict[str, Any]:
     """Wait until every signal of ``stage`` agrees it is complete; fail with the evidence.
 
@@ -79,6 +82,10 @@ def gate(
         state: the state store (a SQLite path or a ``postgresql://`` URL; default
             ``$CROSSCHECK_STATE``, else ``$XDG_STATE_HOME/crosscheck/state.db``). A gate run
             again on a run the store knows as complete returns at once, announcing nothing.
+        hand_off: hand the stage to ``crosscheck serve`` and suspend, so that no worker is
+            held while it runs (see :mod:`sensors._handover`). Default (None): when the flow
+            run has a deployment and a watcher serves the state store; False: wait in the
+            worker; True: hand over even if no watcher is alive yet.
 
     Returns:
         The complete verdict as the CLI's JSON document.
@@ -90,7 +97,34 @@ def gate(
         >>> gate("/etc/crosscheck/extract.yaml", timeout="12h")  # doctest: +SKIP
         {'stage': 'extract', 'verdict': 'complete', 'advance': True, ...}
     """
-    return wait_for_stage(as_stage(stage), timeout=timeout, since=since, state=state).to_json()
+    return _wait(
+        as_stage(stage),
+        reference=reference_of(stage),
+        timeout=timeout,
+        since=since,
+        state=state,
+        run=None,
+        hand_off=hand_off,
+    )
+
+
+def _wait(
+    stage: Stage,
+    *,
+    reference: str | None,
+    timeout: float | str | None,
+    since: str | float | None,
+    state: str | None,
+    run: dict[str, Any] | None,
+    hand_off: bool | None,
+) -> dict[str, Any]:
+    """Gate ``stage``: handed to the watcher (the flow run suspends), or waiting here."""
+    limit = stage.policy.timeout if timeout is None else parse_duration(timeout)
+    with opened_store(state) as store:
+        handing = can_hand_off(hand_off, stage, reference, store, get_run_logger())
+    if handing:
+        return wait_handed_over(stage, reference=reference, timeout=limit, since=since, run=run, state=state)
+    return wait_for_stage(stage, timeout=limit, since=since, run=run, state=state).to_json()
 
 
 @task(cache_policy=NO_CACHE, task_run_name=_task_run_name("launch"))
@@ -220,12 +254,26 @@ def with_pid(stage: Stage, pid: int) -> Stage:
     return stage_from_dict({**stage.model_dump(exclude_none=True), "process": {"pid": pid}})
 
 
-def _launch_and_wait(stage: Stage, *, wait: bool, timeout: float | str | None) -> dict[str, Any]:
-    launched = launch_stage(stage) if stage.launch is not None else None
+def _launch_and_wait(
+    stage: Stage, *, wait: bool, timeout: float | str | None, hand_off: bool | None = None
+) -> dict[str, Any]:
+    # A flow run resumed after handing this stage over runs its body again: the job it
+    # launched then is the one to wait for, not a second copy.
+    launched = handed_over_launch(stage, None) if hand_off is not False else None
+    if launched is None and stage.launch is not None:
+        launched = launch_stage(stage)
     result: dict[str, Any] = {"stage": stage.stage, "launched": launched, "verdict": None}
     if wait:
-        gated = with_pid(stage, launched["pid"]) if launched else stage
-        result["verdict"] = wait_for_stage(gated, timeout=timeout, run=launched).to_json()
+        gated = with_pid(stage, launched["pid"]) if launched and launched.get("pid") else stage
+        result["verdict"] = _wait(
+            gated,
+            reference=None,
+            timeout=timeout,
+            since=None,
+            state=None,
+            run=launched or None,
+            hand_off=hand_off,
+        )
     return result
 
 
@@ -239,6 +287,7 @@ def pipeline(
     training: Stage | str,
     timeout: float | str | None = None,
     wait_for_training: bool = True,
+    hand_off: bool | None = None,
 ) -> dict[str, Any]:
     """extraction → gate → training: training starts only after a ``complete`` verdict.
 
@@ -248,6 +297,7 @@ def pipeline(
         training: the stage started once extraction is complete (needs ``launch``).
         timeout: the gate's timeout (default: the stage's ``policy.timeout``).
         wait_for_training: also gate training (the flow ends when training is complete).
+        hand_off: as for :func:`gate`: each wait hands its stage to ``crosscheck serve``.
 
     Raises:
         StageFailed: a stage failed or its gate timed out; the message holds the evidence.
@@ -256,8 +306,8 @@ def pipeline(
     second = as_stage(training)
     if second.launch is None:
         raise ConfigError("the training stage needs a launch section", field="training.launch")
-    upstream = _launch_and_wait(first, wait=True, timeout=timeout)
-    downstream = _launch_and_wait(second, wait=wait_for_training, timeout=timeout)
+    upstream = _launch_and_wait(first, wait=True, timeout=timeout, hand_off=hand_off)
+    downstream = _launch_and_wait(second, wait=wait_for_training, timeout=timeout, hand_off=hand_off)
     return {"extraction": upstream, "training": downstream}
 
 
@@ -267,6 +317,7 @@ def start_stage(
     after: str | None = None,
     wait: bool = True,
     timeout: float | str | None = None,
+    hand_off: bool | None = None,
 ) -> dict[str, Any]:
     """Launch one stage (and gate it): what the ``crosscheck.stage.complete`` trigger runs.
 
@@ -275,13 +326,14 @@ def start_stage(
         after: the upstream stage whose completion started this run (for the record).
         wait: gate the launched stage too.
         timeout: the gate's timeout (default: the stage's ``policy.timeout``).
+        hand_off: as for :func:`gate`.
     """
     spec = as_stage(stage)
     if spec.launch is None:
         raise ConfigError("no launch section: nothing to start", field=f"{spec.stage}.launch")
     if after:
         get_run_logger().info("%s: starting because %s is complete", spec.stage, after)
-    return _launch_and_wait(spec, wait=wait, timeout=timeout)
+    return _launch_and_wait(spec, wait=wait, timeout=timeout, hand_off=hand_off)
 
 
 @flow(name="crosscheck-stall-alert", flow_run_name=_named("no-heartbeat-{}", "stage_name"), log_prints=False)

@@ -119,6 +119,11 @@ class SimulatedJob:
         path.write_text(yaml.safe_dump(self.stage_dict(**policy), sort_keys=False))
         return path
 
+    @property
+    def running(self) -> bool:
+        """Whether the job started here (not on a host) still runs."""
+        return self._proc is not None and self._proc.poll() is None
+
     def wait(self, timeout: float = 30.0) -> int | None:
         if self._proc is None:
             return None

@@ -275,3 +275,155 @@ def _yaml(data: dict[str, Any]) -> str:
     import yaml
 
     return yaml.safe_dump(data, sort_keys=False)
+
+
+def _environ_has(pid: str, needle: bytes) -> bool:
+    try:
+        return needle in Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:  # gone, or another user's
+        return False
+
+
+def _processes_of_flow_run(flow_run_id: str) -> list[int]:
+    """Every process on this machine whose environment names the flow run: the process
+    worker starts a flow run's process with PREFECT__FLOW_RUN_ID=<id>."""
+    needle = f"PREFECT__FLOW_RUN_ID={flow_run_id}".encode()
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and _environ_has(p, needle)]
+
+
+def _cmdlines(pids: list[int]) -> list[str]:
+    out = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            out.append(
+                Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            )
+    return out
+
+
+def _state(api: str, flow_run_id: str) -> dict[str, Any]:
+    return _request("GET", f"{api}/flow_runs/{flow_run_id}")["state"] or {}
+
+
+def test_a_gate_handed_to_the_watcher_holds_no_worker_while_its_stage_runs(
+    server: dict[str, Any], tmp_path: Path
+) -> None:
+    """The gate hands its stage to `crosscheck serve` and suspends: for the minutes the stage
+    runs, no process of that flow run exists on the worker machine; the watcher resumes it
+    when every signal agrees, the gate ends Completed with the verdict, and its
+    crosscheck.stage.complete event starts the next stage once."""
+    api, env = server["api"], dict(server["env"])
+    upstream = f"handed-{uuid.uuid4().hex[:6]}"
+    pool = f"{POOL}-handoff"
+    # About 100 s of work: long enough to see the gate gone from the worker for a while.
+    extraction = SimulatedJob(tmp_path, scenario="complete", total=50, step=2.0)
+    training = SimulatedJob(tmp_path / "training", scenario="complete", total=3, step=0.05)
+    training.workdir.mkdir()
+    extraction_file = tmp_path / "extraction.yaml"
+    extraction_file.write_text(
+        _yaml(extraction.stage_dict(name=upstream, interval="1s", stall_after="30s", timeout="10m"))
+    )
+    training_file = tmp_path / "training.yaml"
+    training_spec = training.stage_dict(name=f"train-{upstream}", interval="500ms")
+    training_spec["launch"] = {"command": training.command, "log": str(training.log_path)}
+    training_file.write_text(_yaml(training_spec))
+    state = tmp_path / "state.db"
+    env.update(
+        CROSSCHECK_POOL=pool,
+        CROSSCHECK_UPSTREAM=upstream,
+        CROSSCHECK_NEXT_STAGE=str(training_file),
+        CROSSCHECK_STATE=str(state),
+    )
+    _cli(env, "work-pool", "create", pool, "--type", "process")
+    project = tmp_path / "deployments"
+    shutil.copytree(REPO / "deployments", project)
+    _cli(env, "deploy", "--all", "--no-prompt", cwd=project)
+
+    stages_dir = tmp_path / "watched"  # the watcher's own stage files: none, only handoffs
+    stages_dir.mkdir()
+    logs = {name: open(tmp_path / f"{name}.log", "wb") for name in ("worker", "watcher")}  # noqa: SIM115
+    crosscheck = str(Path(sys.executable).with_name("crosscheck"))
+    watcher = subprocess.Popen(
+        [crosscheck, "serve", str(stages_dir), "--state", str(state), "--rescan", "1s", "--prefect"],
+        env=env,
+        stdout=logs["watcher"],
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    worker = subprocess.Popen(
+        [PREFECT, "worker", "start", "--pool", pool, "--type", "process"],
+        env=env,
+        cwd=tmp_path,
+        stdout=logs["worker"],
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        started = datetime.datetime.now(datetime.UTC).isoformat()
+        extraction.start()
+        gate = _deployment(api, "crosscheck-gate/gate")
+        run = _post(
+            api,
+            f"/deployments/{gate['id']}/create_flow_run",
+            {"parameters": {"stage": str(extraction_file), "since": started, "hand_off": True}},
+        )
+        _wait_for(
+            "the gate to suspend",
+            lambda: _state(api, run["id"]).get("type") == "PAUSED" or _finished(api, run["id"]),
+            timeout=120,
+            every=1,
+        )
+        assert extraction.running, "the stage ended before the gate let go: too short a test"
+        suspended = _state(api, run["id"])
+        assert suspended["name"] == "Suspended", suspended
+        # The flow run's process exits just after proposing the Suspended state.
+        _wait_for(
+            "the suspended gate's process to exit",
+            lambda: not _processes_of_flow_run(run["id"]),
+            timeout=60,
+            every=0.5,
+        )
+        # While the stage runs: the flow run stays suspended and has no process anywhere here.
+        looked, artifact = 0, None
+        while extraction.running and looked < 30:
+            pids = _processes_of_flow_run(run["id"])
+            assert not pids, f"a process of the suspended gate exists: {_cmdlines(pids)}"
+            state_now = _state(api, run["id"])
+            if state_now.get("type") != "PAUSED":
+                break  # resumed: the stage is done
+            artifacts = _post(api, "/artifacts/filter", {"flow_runs": {"id": {"any_": [run["id"]]}}})
+            artifact = next((a for a in artifacts if (a.get("key") or "").endswith("-waiting")), artifact)
+            looked += 1
+            time.sleep(2)
+        assert looked >= 10, f"the gate was suspended for only {looked} looks"
+        assert artifact is not None, "the watcher wrote no waiting artifact on the suspended run"
+        assert "no worker is held" in artifact["data"]
+        assert "Latest verdict: **running**" in artifact["data"]
+
+        done = _wait_for("the gate flow run", lambda: _finished(api, run["id"]), timeout=240, every=2)
+        assert len(list(extraction.outputs_dir.glob("*.pt"))) == 50
+        names = [s["name"] for s in _request("GET", f"{api}/flow_run_states/?flow_run_id={run['id']}")]
+        assert "Suspended" in names and names[-1] == "Completed", names
+        assert done["state"]["type"] == "COMPLETED"
+
+        nxt = _deployment(api, "crosscheck-start-stage/next")
+        triggered = _wait_for(
+            "the next stage's flow run", lambda: _flow_runs(api, nxt["id"]), timeout=120, every=2
+        )
+        assert len(triggered) == 1 and triggered[0]["parameters"]["after"] == upstream
+        _wait_for("the next stage", lambda: _finished(api, triggered[0]["id"]), timeout=240, every=2)
+        time.sleep(5)
+        assert len(_flow_runs(api, nxt["id"])) == 1, "the next stage was started twice"
+    except AssertionError as exc:
+        tails = {n: (tmp_path / f"{n}.log").read_text(errors="replace")[-3000:] for n in logs}
+        raise AssertionError(
+            f"{exc}\n--- worker log ---\n{tails['worker']}\n--- watcher log ---\n{tails['watcher']}"
+        ) from None
+    finally:
+        _stop(worker, signal.SIGINT, grace=30)
+        _stop(watcher, signal.SIGTERM, grace=30)
+        for f in logs.values():
+            f.close()
+        extraction.stop()

@@ -20,7 +20,15 @@ REPO = Path(__file__).resolve().parent.parent
 SENSORS = REPO / "sensors"
 
 #: The Prefect layer: it may import Prefect (and the demo the flows); the core may not.
-PREFECT_LAYER = {"sensors.prefect", "sensors.flows", "sensors.blocks", "sensors._demo", "sensors._gate"}
+PREFECT_LAYER = {
+    "sensors.prefect",
+    "sensors.flows",
+    "sensors.blocks",
+    "sensors._demo",
+    "sensors._gate",
+    "sensors._handover",
+    "sensors._serve_prefect",
+}
 #: Not imported here: ``testing`` is the public test-helper module (simulated jobs, run as a
 #: script too), ``__main__`` runs the CLI when imported.
 NOT_IMPORTED = {"sensors.testing", "sensors.__main__"}

@@ -15,12 +15,21 @@ import subprocess
 import sys
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from sensors import ConfigError
-from sensors._store import SCHEMA_VERSION, StageKey, Stored, StoreWarning, default_location, open_store
+from sensors._store import (
+    SCHEMA_VERSION,
+    Handoff,
+    StageKey,
+    Stored,
+    StoreWarning,
+    default_location,
+    open_store,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = StageKey("extract", "local")
@@ -136,6 +145,27 @@ def test_announce_once(location):
         assert store.announced(KEY, "r1").state == "complete"  # the earliest for the run
         assert other.announced(KEY, "r2").verdict == {"verdict": "complete"}
         assert store.announced(StageKey("extract", "other"), "r1") is None
+
+
+def test_handoffs(location):
+    """A gate's handoff: stored once per ticket, listed, settled once, dropped."""
+    request = {"stage": {"stage": "extract"}, "since": 12.5}
+    first = Handoff("run-1", "extract", "local", request, deadline=time.time() + 60, created_at=time.time())
+    with open_store(location) as store, open_store(location) as other:
+        assert store.handoffs() == [] and store.handoff("run-1") is None
+        stored = store.hand_over(first)
+        assert stored == first
+        # The same ticket again (a gate's flow run started again): the first request stands.
+        again = other.hand_over(replace(first, request={"other": True}, deadline=1.0))
+        assert again == first
+        store.hand_over(Handoff("run-2", "train", "gpu-1", {}, deadline=2.0, created_at=first.created_at + 1))
+        assert [h.ticket for h in other.handoffs()] == ["run-1", "run-2"]
+        assert store.settle("run-1", {"verdict": "complete"}) is True
+        assert other.settle("run-1", {"verdict": "failed"}) is False  # written once
+        assert other.handoff("run-1").outcome == {"verdict": "complete"}
+        assert other.handoff("run-2").outcome is None
+        store.drop_handoff("run-1")
+        assert [h.ticket for h in other.handoffs()] == ["run-2"]
 
 
 def test_announce_race_across_processes(location):

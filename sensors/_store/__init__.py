@@ -9,6 +9,8 @@ Interface (the records are frozen dataclasses, in :mod:`sensors._store.base`)::
     Lease(held: bool, holder: str, expires_at: float)
     Announcement(first: bool, run: str, state: str, verdict: Mapping | None, decided_at: float)
     HistoryEntry(at: float, stage: str, host: str, state: str, verdict: Mapping)
+    Handoff(ticket: str, stage: str, host: str, request: Mapping, deadline: float,
+            created_at: float, outcome: Mapping | None)
 
     open_store(location=None, *, retention=None) -> Store
     store.load(key) -> Stored | None              # None: nothing stored, or unusable (warned)
@@ -19,6 +21,12 @@ Interface (the records are frozen dataclasses, in :mod:`sensors._store.base`)::
     store.announce(key, run, state, verdict) -> Announcement   # first=True exactly once
     store.announced(key, run) -> Announcement | None           # the earliest for this run
     store.history(stage, host=None, *, limit=None) -> list[HistoryEntry]   # oldest first
+    store.hand_over(handoff) -> Handoff            # a gate hands its stage to the watcher;
+                                                   # the stored one if the ticket is known
+    store.handoffs() -> list[Handoff]              # every handoff, oldest first
+    store.handoff(ticket) -> Handoff | None
+    store.settle(ticket, outcome) -> bool          # the watcher's final word, written once
+    store.drop_handoff(ticket) -> None
     store.close()                                  # stores are also context managers
 
 ``memory`` and the fingerprint's values are opaque to the store (the codec owns them); the
@@ -76,6 +84,7 @@ from sensors._store.base import (
     DEFAULT_RETENTION,
     SCHEMA_VERSION,
     Announcement,
+    Handoff,
     HistoryEntry,
     Lease,
     StageKey,
@@ -91,6 +100,7 @@ __all__ = [
     "DEFAULT_RETENTION",
     "SCHEMA_VERSION",
     "Announcement",
+    "Handoff",
     "HistoryEntry",
     "Lease",
     "StageKey",
@@ -148,7 +158,8 @@ def _open_postgres(where: str, retention: int) -> Store:
         from sensors._store.postgres import PostgresStore
     except ImportError as exc:
         raise ConfigError(
-            f"a PostgreSQL store needs SQLAlchemy and psycopg: pip install 'crosscheck[postgres]' ({exc})"
+            "a PostgreSQL store needs SQLAlchemy and psycopg: "
+            f"pip install 'prefect-crosscheck[postgres]' ({exc})"
         ) from None
     try:
         url = sa.make_url(where)

@@ -102,6 +102,26 @@ class HistoryEntry:
     verdict: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class Handoff:
+    """A stage a gate handed to the watcher service (``crosscheck serve``) so that it holds no
+    worker while it waits.
+
+    ``ticket`` is the gate's flow run id; ``request`` is what the gate asks for (the stage
+    definition, ``since``, the launch record: JSON); at ``deadline`` (epoch seconds) the
+    watcher settles it as timed out. ``outcome`` is written once, by the watcher, when the
+    stage is complete or failed or the deadline passed; the gate reads it when it resumes.
+    """
+
+    ticket: str
+    stage: str
+    host: str
+    request: Mapping[str, Any]
+    deadline: float
+    created_at: float
+    outcome: Mapping[str, Any] | None = None
+
+
 class Store(Protocol):
     """The durable memory of gates; see :mod:`sensors._store`."""
 
@@ -131,6 +151,16 @@ class Store(Protocol):
     def history(
         self, stage: str, host: str | None = None, *, limit: int | None = None
     ) -> list[HistoryEntry]: ...
+
+    def hand_over(self, handoff: Handoff) -> Handoff: ...
+
+    def handoffs(self) -> list[Handoff]: ...
+
+    def handoff(self, ticket: str) -> Handoff | None: ...
+
+    def settle(self, ticket: str, outcome: Mapping[str, Any]) -> bool: ...
+
+    def drop_handoff(self, ticket: str) -> None: ...
 
     def close(self) -> None: ...
 
@@ -256,3 +286,64 @@ def decode_announcement(key: StageKey, row: tuple[Any, ...], first: bool, where:
     except (TypeError, ValueError):
         at = 0.0
     return Announcement(first=first, run=str(run), state=str(state), verdict=doc, decided_at=at)
+
+
+def handoff_seal(ticket: str, stage: str, host: str, request: str, deadline: float, created_at: float) -> str:
+    return seal("handoff", ticket, stage, host, request, float(deadline), float(created_at))
+
+
+def outcome_seal(ticket: str, outcome: str) -> str:
+    return seal("outcome", ticket, outcome)
+
+
+def handoff_row(handoff: Handoff) -> tuple[Any, ...]:
+    """(ticket, stage, host, request, deadline, created_at, seal) of a new handoff."""
+    request = dumps(dict(handoff.request))
+    digest = handoff_seal(
+        handoff.ticket, handoff.stage, handoff.host, request, handoff.deadline, handoff.created_at
+    )
+    return (
+        handoff.ticket,
+        handoff.stage,
+        handoff.host,
+        request,
+        float(handoff.deadline),
+        float(handoff.created_at),
+        digest,
+    )
+
+
+def decode_handoffs(rows: list[tuple[Any, ...]], where: str) -> list[Handoff]:
+    """``rows`` of (ticket, stage, host, request, deadline, created_at, seal, outcome,
+    outcome_seal); damaged ones are skipped with one warning (a damaged outcome alone reads as
+    no outcome yet: the watcher decides again)."""
+    out, bad = [], 0
+    for row in rows:
+        try:
+            ticket, stage, host, request, deadline, created_at, digest, outcome, o_digest = row
+            if digest != handoff_seal(ticket, stage, host, request, float(deadline), float(created_at)):
+                raise ValueError
+            doc = json.loads(request)
+            if not isinstance(doc, dict):
+                raise ValueError
+            result: Any = None
+            if outcome is not None and o_digest == outcome_seal(ticket, outcome):
+                result = json.loads(outcome)
+                if not isinstance(result, dict):
+                    result = None
+            out.append(
+                Handoff(
+                    ticket=str(ticket),
+                    stage=str(stage),
+                    host=str(host),
+                    request=doc,
+                    deadline=float(deadline),
+                    created_at=float(created_at),
+                    outcome=result,
+                )
+            )
+        except (ValueError, TypeError):
+            bad += 1
+    if bad:
+        warn(f"{where}: skipped {bad} unusable handoff{'' if bad == 1 else 's'}")
+    return out

@@ -29,6 +29,7 @@ from sensors._store.base import (
     APP,
     SCHEMA_VERSION,
     Announcement,
+    Handoff,
     HistoryEntry,
     Lease,
     StageKey,
@@ -37,11 +38,14 @@ from sensors._store.base import (
     announce_seal,
     check_save_args,
     decode_announcement,
+    decode_handoffs,
     decode_history,
     decode_stored,
     dumps,
+    handoff_row,
     history_seal,
     memory_seal,
+    outcome_seal,
     state_of,
     warn,
 )
@@ -101,6 +105,37 @@ announce_t = sa.Table(
     sa.Column("verdict", sa.Text, nullable=False),
     sa.Column("decided_at", sa.Double, nullable=False),
     sa.Column("seal", sa.Text, nullable=False),
+)
+# Stages handed over by gates: a table more in schema 1 (create_all adds it to older stores;
+# older code never looks at it).
+handoff_t = sa.Table(
+    "crosscheck_handoff",
+    md,
+    sa.Column("ticket", sa.Text, primary_key=True),
+    sa.Column("stage", sa.Text, nullable=False),
+    sa.Column("host", sa.Text, nullable=False),
+    sa.Column("request", sa.Text, nullable=False),
+    sa.Column("deadline", sa.Double, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("seal", sa.Text, nullable=False),
+    sa.Column("outcome", sa.Text, nullable=True),
+    sa.Column("outcome_seal", sa.Text, nullable=True),
+)
+_HANDOFF = sa.select(
+    *(
+        handoff_t.c[n]
+        for n in (
+            "ticket",
+            "stage",
+            "host",
+            "request",
+            "deadline",
+            "created_at",
+            "seal",
+            "outcome",
+            "outcome_seal",
+        )
+    )
 )
 
 # Built once, with bound parameters: constructing a statement costs about as much as the
@@ -342,6 +377,54 @@ class PostgresStore:
             return []
         rows.reverse()
         return decode_history(rows, self.location)
+
+    def hand_over(self, handoff: Handoff) -> Handoff:
+        names = ("ticket", "stage", "host", "request", "deadline", "created_at", "seal")
+        stmt = (
+            pg_insert(handoff_t)
+            .values(dict(zip(names, handoff_row(handoff), strict=True)))
+            .on_conflict_do_nothing(index_elements=["ticket"])
+        )
+        query = _HANDOFF.where(handoff_t.c.ticket == handoff.ticket)
+
+        def go(c: sa.Connection) -> list[tuple[Any, ...]]:
+            c.execute(sa.text("SET LOCAL synchronous_commit = on"))  # a gate suspends on it
+            c.execute(stmt)
+            return [tuple(r) for r in c.execute(query).all()]
+
+        stored = decode_handoffs(self._call(go), self.location)
+        if not stored:
+            raise StoreError(f"the handoff {handoff.ticket} is unusable", location=self.location)
+        return stored[0]
+
+    def handoffs(self) -> list[Handoff]:
+        query = _HANDOFF.order_by(handoff_t.c.created_at)
+        rows = [tuple(r) for r in self._call(lambda c: c.execute(query).all(), single=True)]
+        return decode_handoffs(rows, self.location)
+
+    def handoff(self, ticket: str) -> Handoff | None:
+        query = _HANDOFF.where(handoff_t.c.ticket == ticket)
+        rows = [tuple(r) for r in self._call(lambda c: c.execute(query).all(), single=True)]
+        found = decode_handoffs(rows, self.location)
+        return found[0] if found else None
+
+    def settle(self, ticket: str, outcome: Mapping[str, Any]) -> bool:
+        doc = dumps(dict(outcome))
+        stmt = (
+            handoff_t.update()
+            .where(handoff_t.c.ticket == ticket, handoff_t.c.outcome.is_(None))
+            .values(outcome=doc, outcome_seal=outcome_seal(ticket, doc))
+        )
+
+        def go(c: sa.Connection) -> bool:
+            c.execute(sa.text("SET LOCAL synchronous_commit = on"))
+            return c.execute(stmt).rowcount == 1
+
+        return self._call(go)
+
+    def drop_handoff(self, ticket: str) -> None:
+        stmt = handoff_t.delete().where(handoff_t.c.ticket == ticket)
+        self._call(lambda c: c.execute(stmt), single=True)
 
     def close(self) -> None:
         self.engine.dispose()

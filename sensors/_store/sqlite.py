@@ -34,6 +34,7 @@ from sensors._store.base import (
     APP,
     SCHEMA_VERSION,
     Announcement,
+    Handoff,
     HistoryEntry,
     Lease,
     StageKey,
@@ -42,11 +43,14 @@ from sensors._store.base import (
     announce_seal,
     check_save_args,
     decode_announcement,
+    decode_handoffs,
     decode_history,
     decode_stored,
     dumps,
+    handoff_row,
     history_seal,
     memory_seal,
+    outcome_seal,
     state_of,
     warn,
 )
@@ -71,6 +75,11 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS crosscheck_announce (stage TEXT NOT NULL, host TEXT NOT NULL,"
     " run TEXT NOT NULL, state TEXT NOT NULL, verdict TEXT NOT NULL, decided_at REAL NOT NULL,"
     " seal TEXT NOT NULL, PRIMARY KEY (stage, host, run, state))",
+    # Stages handed over by gates (added in schema 1 without a version bump: a table more is
+    # invisible to older code, and CREATE TABLE IF NOT EXISTS gives it to older stores).
+    "CREATE TABLE IF NOT EXISTS crosscheck_handoff (ticket TEXT PRIMARY KEY, stage TEXT NOT NULL,"
+    " host TEXT NOT NULL, request TEXT NOT NULL, deadline REAL NOT NULL, created_at REAL NOT NULL,"
+    " seal TEXT NOT NULL, outcome TEXT, outcome_seal TEXT)",
     f"INSERT OR IGNORE INTO crosscheck_meta VALUES ('app', '{APP}'), ('schema_version', '{SCHEMA_VERSION}')",
 )
 
@@ -422,6 +431,58 @@ class SQLiteStore:
             return []
         rows.reverse()
         return decode_history(rows, self.location)
+
+    _HANDOFF_COLS = (
+        "SELECT ticket, stage, host, request, deadline, created_at, seal, outcome, outcome_seal"
+        " FROM crosscheck_handoff"
+    )
+
+    def hand_over(self, handoff: Handoff) -> Handoff:
+        row = handoff_row(handoff)
+
+        def go(c: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            with _write(c):
+                c.execute(
+                    "INSERT INTO crosscheck_handoff VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL)"
+                    " ON CONFLICT (ticket) DO NOTHING",
+                    row,
+                )
+                return c.execute(f"{self._HANDOFF_COLS} WHERE ticket = ?", (handoff.ticket,)).fetchall()
+
+        stored = decode_handoffs(self._call(go), self.location)
+        if not stored:
+            raise StoreError(f"the handoff {handoff.ticket} is unusable", location=self.location)
+        return stored[0]
+
+    def handoffs(self) -> list[Handoff]:
+        rows = self._call(lambda c: c.execute(f"{self._HANDOFF_COLS} ORDER BY created_at").fetchall())
+        return decode_handoffs(rows, self.location)
+
+    def handoff(self, ticket: str) -> Handoff | None:
+        rows = self._call(lambda c: c.execute(f"{self._HANDOFF_COLS} WHERE ticket = ?", (ticket,)).fetchall())
+        found = decode_handoffs(rows, self.location)
+        return found[0] if found else None
+
+    def settle(self, ticket: str, outcome: Mapping[str, Any]) -> bool:
+        doc = dumps(dict(outcome))
+
+        def go(c: sqlite3.Connection) -> bool:
+            with _write(c):
+                cur = c.execute(
+                    "UPDATE crosscheck_handoff SET outcome = ?, outcome_seal = ?"
+                    " WHERE ticket = ? AND outcome IS NULL",
+                    (doc, outcome_seal(ticket, doc), ticket),
+                )
+                return cur.rowcount == 1
+
+        return self._call(go)
+
+    def drop_handoff(self, ticket: str) -> None:
+        def go(c: sqlite3.Connection) -> None:
+            with _write(c):
+                c.execute("DELETE FROM crosscheck_handoff WHERE ticket = ?", (ticket,))
+
+        self._call(go)
 
     def close(self) -> None:
         with self._lock:
