@@ -38,9 +38,10 @@ FINAL = (State.COMPLETE, State.FAILED)
 
 
 def has_inline_secret(stage: Stage) -> bool:
-    """Whether the stage carries a secret itself (not a reference to one)."""
+    """Whether the stage carries key material itself (from a ``CrosscheckSSHHost`` block),
+    not a reference to a key file or a secret."""
     host = stage.host
-    return host != "local" and (host.private_key is not None or host.passphrase is not None)
+    return host != "local" and host.material is not None
 
 
 def request_for(
@@ -56,8 +57,8 @@ def request_for(
         return {"block": reference, "since": since, "run": run}
     if has_inline_secret(stage):
         raise ConfigError(
-            f"stage {stage.stage}: its host has a private key or passphrase inline; it is not "
-            "written to the state store (save the stage as a block, or use a key file)"
+            f"stage {stage.stage}: its host holds key material (from a block); it is not "
+            "written to the state store (hand over the block's name, or use a key file)"
         )
     return {"stage": stage.model_dump(mode="json"), "since": since, "run": run}
 

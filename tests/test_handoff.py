@@ -1,0 +1,107 @@
+"""Handoffs without Prefect: a stage written into the store by a gate is watched by the real
+watcher (``sensors._serve.Watcher``) on a real SQLite store, settled once when final or past
+its deadline, with the outcome a resumed gate reads; requests that cannot be honoured are
+skipped with a reason, and a secret never reaches the store."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sensors import ConfigError, stage_from_dict
+from sensors._handoff import Desk, new_handoff, read_outcome, request_for
+from sensors._model import State
+from sensors._serve import Watcher
+from sensors._store import Handoff, open_store
+from sensors.testing import SimulatedJob
+
+
+def _run(watcher: Watcher, until, timeout: float = 30.0) -> None:
+    stop = threading.Event()
+    thread = threading.Thread(target=watcher.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        end = time.monotonic() + timeout
+        while not until():
+            assert time.monotonic() < end, "timed out"
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+def _watcher(tmp_path: Path, store, resumed: list) -> Watcher:
+    empty = tmp_path / "stages"
+    empty.mkdir(exist_ok=True)
+    watcher = Watcher(empty, store=store, rescan_every=0.2)
+    watcher.desk = Desk(
+        store, by="test-watcher", resume=lambda run, stage: resumed.append((run, stage)) or "resumed"
+    )
+    return watcher
+
+
+def test_a_handed_over_stage_is_watched_settled_once_and_its_gate_resumed(tmp_path: Path) -> None:
+    job = SimulatedJob(tmp_path, scenario="complete", total=4, step=0.1)
+    stage = stage_from_dict(job.stage_dict(name="extract", interval="200ms", exit_grace="300ms"))
+    resumed: list = []
+    with open_store(tmp_path / "state.db") as store:
+        request = {**request_for(stage, reference=None, since=None, run=None), "flow_run_id": "run-1"}
+        store.hand_over(new_handoff("run-1:extract", stage, "local", request, timeout=60))
+        job.start()
+        try:
+            _run(_watcher(tmp_path, store, resumed), lambda: bool(resumed))
+        finally:
+            job.stop()
+        handoff = store.handoff("run-1:extract")
+        outcome = read_outcome(handoff)
+        assert outcome is not None and outcome.verdict.state is State.COMPLETE
+        assert not outcome.timed_out and outcome.by == "test-watcher"
+        assert outcome.run is not None  # the run it belongs to, for "announced once"
+        assert {r.signal for r in outcome.verdict.readings.values()} >= {"process", "log", "outputs"}
+        assert resumed[0] == ("run-1", "extract")
+        # Settled once: a second watcher (or a restart) does not write another outcome.
+        assert store.settle("run-1:extract", {"verdict": "failed"}) is False
+
+
+def test_a_deadline_that_passes_settles_as_timed_out(tmp_path: Path) -> None:
+    job = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.05)
+    stage = stage_from_dict(job.stage_dict(name="stuck", interval="200ms", stall_after="1h"))
+    resumed: list = []
+    with open_store(tmp_path / "state.db") as store:
+        request = {**request_for(stage, reference=None, since=None, run=None), "flow_run_id": "run-2"}
+        store.hand_over(new_handoff("run-2:stuck", stage, "local", request, timeout=1.5))
+        job.start()
+        try:
+            _run(_watcher(tmp_path, store, resumed), lambda: bool(resumed))
+        finally:
+            job.stop()
+        outcome = read_outcome(store.handoff("run-2:stuck"))
+        assert outcome is not None and outcome.timed_out
+        assert outcome.verdict.state not in (State.COMPLETE, State.FAILED)
+
+
+def test_requests_that_cannot_be_honoured(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    material = {"source": "block crosscheck-ssh-host/gpu", "known_hosts": "", "private_key": "KEY"}
+    secret = stage_from_dict(
+        {
+            "stage": "remote",
+            "host": {"ssh": "127.0.0.1", "material": material},
+            "log": {"path": "/tmp/x.log", "complete": "done"},
+        }
+    )
+    with pytest.raises(ConfigError, match="not written to the state store"):
+        request_for(secret, reference=None, since=None, run=None)
+    assert "block" in request_for(secret, reference="block:remote", since=None, run=None)
+    with open_store(tmp_path / "state.db") as store:
+        # A block needs the Prefect API to be resolved: without it, skipped with the reason.
+        store.hand_over(
+            Handoff("run-3:remote", "remote", "127.0.0.1", {"block": "block:remote", "flow_run_id": "run-3"},
+                    deadline=time.time() + 60, created_at=time.time())
+        )  # fmt: skip
+        watcher = _watcher(tmp_path, store, [])
+        with caplog.at_level("ERROR", logger="crosscheck.serve"):
+            _run(watcher, lambda: "needs the Prefect API" in caplog.text)
+        assert store.handoff("run-3:remote").outcome is None  # nothing guessed
