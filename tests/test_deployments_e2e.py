@@ -291,6 +291,15 @@ def _processes_of_flow_run(flow_run_id: str) -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit() and _environ_has(p, needle)]
 
 
+def _events(api: str, resource: str) -> list[dict[str, Any]]:
+    found = _post(
+        api,
+        "/events/filter",
+        {"filter": {"resource": {"id": [resource]}, "order": "ASC"}, "limit": 50},
+    )
+    return found["events"]
+
+
 def _cmdlines(pids: list[int]) -> list[str]:
     out = []
     for pid in pids:
@@ -407,6 +416,19 @@ def test_a_gate_handed_to_the_watcher_holds_no_worker_while_its_stage_runs(
         names = [s["name"] for s in _request("GET", f"{api}/flow_run_states/?flow_run_id={run['id']}")]
         assert "Suspended" in names and names[-1] == "Completed", names
         assert done["state"]["type"] == "COMPLETED"
+
+        # The stage's events while it was handed over: the watcher's heartbeats (at most one
+        # a minute), and one complete, the resumed gate's.
+        events = _events(api, f"crosscheck.stage.{upstream}")
+        beats = [
+            e
+            for e in events
+            if e["event"] == "crosscheck.stage.heartbeat" and e["payload"].get("by") == "crosscheck serve"
+        ]
+        assert beats, events
+        assert len(beats) <= 3, [e["occurred"] for e in beats]  # ~100 s at most one a minute
+        assert any(r["prefect.resource.id"] == f"prefect.flow-run.{run['id']}" for r in beats[0]["related"])
+        assert [e["event"] for e in events].count("crosscheck.stage.complete") == 1
 
         nxt = _deployment(api, "crosscheck-start-stage/next")
         triggered = _wait_for(
