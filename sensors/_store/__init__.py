@@ -13,7 +13,7 @@ Interface (the records are frozen dataclasses, in :mod:`sensors._store.base`)::
     open_store(location=None, *, retention=None) -> Store
     store.load(key) -> Stored | None              # None: nothing stored, or unusable (warned)
     store.save(key, *, memory, fingerprint, verdict, version, changed) -> None
-        # one transaction; when changed, the verdict is also appended to the history
+        # atomic; when changed, the verdict is also appended to the history
     store.acquire(key, holder, ttl) -> Lease      # held, or who holds it and until when
     store.release(key, holder) -> None
     store.announce(key, run, state, verdict) -> Announcement   # first=True exactly once
