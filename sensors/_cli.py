@@ -115,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--state", metavar="PATH|URL", help=STATE_HELP)
     serve.add_argument("--metrics-port", type=int, metavar="PORT", help="serve /metrics and /healthz")
     serve.add_argument("--rescan", type=_duration_arg, default=5.0, help="how often DIR is scanned (5s)")
+    serve.add_argument(
+        "--lease",
+        type=_duration_arg,
+        default=None,
+        help="how long this watcher's heartbeat and stage leases last unrenewed: how soon another"
+        " serve process on the store takes over its stages when it dies (default 30s)",
+    )
     history = sub.add_parser(
         "history", help="the verdict changes a stage went through (from the state store)"
     )
@@ -196,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 as_json=args.json,
                 metrics_port=args.metrics_port,
                 rescan_every=args.rescan,
+                lease=args.lease,
             )
         stages = [_load_stage(path) for path in args.stages]
         names = [s.stage for s in stages]

@@ -100,6 +100,16 @@ lease_t = sa.Table(
     sa.Column("holder", sa.Text, nullable=False),
     sa.Column("expires_at", sa.Double, nullable=False),
 )
+# The watchers serving this store (crosscheck serve), each until its heartbeat expires on the
+# server's clock. Added after version 1 without a version change: create_all adds a missing
+# table, and older crosscheck never reads it.
+watcher_t = sa.Table(
+    "crosscheck_watcher",
+    md,
+    sa.Column("holder", sa.Text, primary_key=True),
+    sa.Column("about", sa.Text, nullable=False, server_default=""),
+    sa.Column("expires_at", sa.Double, nullable=False),
+)
 announce_t = sa.Table(
     "crosscheck_announce",
     md,
@@ -217,11 +227,22 @@ _ACQUIRE = _take.on_conflict_do_update(
 ).returning(lease_t.c.holder, lease_t.c.expires_at)
 _HELD_BY = sa.select(lease_t.c.holder, lease_t.c.expires_at).where(*_lease_key)
 _RELEASE = lease_t.delete().where(*_lease_key, lease_t.c.holder == sa.bindparam("holder"))
+_beat = pg_insert(watcher_t).values(
+    holder=sa.bindparam("holder"),
+    about=sa.bindparam("about"),
+    expires_at=_SERVER_NOW + sa.bindparam("ttl", type_=sa.Double),
+)
+_HEARTBEAT = _beat.on_conflict_do_update(
+    index_elements=["holder"], set_={"about": _beat.excluded.about, "expires_at": _beat.excluded.expires_at}
+)
+_LIVE = sa.select(watcher_t.c.holder).where(watcher_t.c.expires_at > _SERVER_NOW).order_by(watcher_t.c.holder)
+_DROP = watcher_t.delete().where(watcher_t.c.holder == sa.bindparam("holder"))
 # What every check runs (load, save, lease), compiled once: executed on the pooled psycopg
 # connection itself, without SQLAlchemy's per-execution work (~0.08 ms a statement here, as
 # much as the server's share of an upsert).
 _LOAD_SQL, _UPSERT_SQL, _CHANGED_SQL = _Sql.of(_LOAD), _Sql.of(_UPSERT), _Sql.of(_CHANGED)
 _ACQUIRE_SQL, _HELD_BY_SQL, _RELEASE_SQL = _Sql.of(_ACQUIRE), _Sql.of(_HELD_BY), _Sql.of(_RELEASE)
+_HEARTBEAT_SQL, _LIVE_SQL, _DROP_SQL = _Sql.of(_HEARTBEAT), _Sql.of(_LIVE), _Sql.of(_DROP)
 _ANNOUNCE_COLS = (
     announce_t.c.run,
     announce_t.c.state,
@@ -486,6 +507,18 @@ class PostgresStore:
             return []
         rows.reverse()
         return decode_history(rows, self.location)
+
+    def heartbeat_watcher(self, holder: str, ttl: float, about: str = "") -> None:
+        if not ttl > 0:
+            raise ValueError(f"ttl must be positive, not {ttl!r}")
+        params = {"holder": holder, "about": about, "ttl": float(ttl)}
+        self._run(lambda execute: execute(_HEARTBEAT_SQL, params))
+
+    def live_watchers(self) -> list[str]:
+        return [str(r[0]) for r in self._run(lambda execute: execute(_LIVE_SQL, {}))]
+
+    def drop_watcher(self, holder: str) -> None:
+        self._run(lambda execute: execute(_DROP_SQL, {"holder": holder}))
 
     def close(self) -> None:
         self.engine.dispose()

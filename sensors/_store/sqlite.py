@@ -71,6 +71,9 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS crosscheck_announce (stage TEXT NOT NULL, host TEXT NOT NULL,"
     " run TEXT NOT NULL, state TEXT NOT NULL, verdict TEXT NOT NULL, decided_at REAL NOT NULL,"
     " seal TEXT NOT NULL, PRIMARY KEY (stage, host, run, state))",
+    # The watchers serving this store (crosscheck serve), each until its heartbeat expires.
+    "CREATE TABLE IF NOT EXISTS crosscheck_watcher (holder TEXT PRIMARY KEY, about TEXT NOT NULL,"
+    " expires_at REAL NOT NULL)",
     f"INSERT OR IGNORE INTO crosscheck_meta VALUES ('app', '{APP}'), ('schema_version', '{SCHEMA_VERSION}')",
 )
 
@@ -186,7 +189,8 @@ class SQLiteStore:
                 )
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
-        if not tables or not {"crosscheck_memory", "crosscheck_history"} <= tables:
+        # Every statement is IF NOT EXISTS: a version-1 file gains the tables added since.
+        if not tables or not {"crosscheck_memory", "crosscheck_history", "crosscheck_watcher"} <= tables:
             with _write(conn):
                 for statement in SCHEMA:
                     conn.execute(statement)
@@ -422,6 +426,35 @@ class SQLiteStore:
             return []
         rows.reverse()
         return decode_history(rows, self.location)
+
+    def heartbeat_watcher(self, holder: str, ttl: float, about: str = "") -> None:
+        if not ttl > 0:
+            raise ValueError(f"ttl must be positive, not {ttl!r}")
+
+        def go(c: sqlite3.Connection) -> None:
+            with _write(c):
+                c.execute(
+                    "INSERT INTO crosscheck_watcher VALUES (?, ?, ?) ON CONFLICT (holder)"
+                    " DO UPDATE SET about = excluded.about, expires_at = excluded.expires_at",
+                    (holder, about, time.time() + ttl),
+                )
+
+        self._call(go)
+
+    def live_watchers(self) -> list[str]:
+        rows = self._call(
+            lambda c: c.execute(
+                "SELECT holder FROM crosscheck_watcher WHERE expires_at > ? ORDER BY holder", (time.time(),)
+            ).fetchall()
+        )
+        return [str(r[0]) for r in rows]
+
+    def drop_watcher(self, holder: str) -> None:
+        def go(c: sqlite3.Connection) -> None:
+            with _write(c):
+                c.execute("DELETE FROM crosscheck_watcher WHERE holder = ?", (holder,))
+
+        self._call(go)
 
     def close(self) -> None:
         with self._lock:
