@@ -4,13 +4,21 @@ Stage files are picked up as they are added, changed or removed (the directory i
 every few seconds); a file that does not load is logged once and skipped, the others go on.
 Every stage is checked at its own interval by the scheduler of ``sensors._schedule`` (a
 bounded pool; the stages due on one host share one probe), its memory kept in the state store,
-so a restart loses nothing, and several watchers on one PostgreSQL store share the stages
-(whoever holds a stage's lease checks it; the others follow). A stage that reached complete
-or failed is looked at ten times less often, so a new run of its job is still noticed.
+so a restart loses nothing. A stage that reached complete or failed is looked at ten times
+less often, so a new run of its job is still noticed.
+
+Several watchers on one store split the stages (:meth:`Watcher.balance`): each heartbeats in
+the store's watcher registry every cycle and holds at most ``ceil(stages / live watchers)``
+leases — renewing its share, releasing the excess, claiming stages nobody holds (or whose
+lease expired, or whose holder died on this machine) up to its share. The store's lease upsert
+decides a contested claim (a row lock on PostgreSQL). A stage held elsewhere is never probed
+here: its stored verdict is followed ("watched elsewhere by ..."). Stages come from sources
+(:class:`StageSource`, keyed by a string id; the directory is one).
 SIGTERM (or SIGINT) ends it cleanly: the checks in flight finish, leases are released.
 
 ``--metrics-port`` serves ``/metrics`` (Prometheus: per-stage verdict, seconds since the last
-check, check duration, host errors, stages held) and ``/healthz``.
+check, check duration, host errors, stages held, notifications sent and failed) and
+``/healthz``.
 """
 
 from __future__ import annotations

@@ -123,6 +123,22 @@ def test_lease_in_one_process(location):
             store.acquire(KEY, "w1", ttl=0)
 
 
+def test_watcher_registry(location):
+    with open_store(location) as store, open_store(location) as other:
+        assert store.live_watchers() == []
+        store.heartbeat_watcher("w1", ttl=0.5, about="box-1 /stages")
+        other.heartbeat_watcher("w2", ttl=30)
+        assert store.live_watchers() == other.live_watchers() == ["w1", "w2"]
+        time.sleep(0.6)
+        assert store.live_watchers() == ["w2"]  # w1's heartbeat expired
+        store.heartbeat_watcher("w1", ttl=30)  # and it came back
+        assert other.live_watchers() == ["w1", "w2"]
+        other.drop_watcher("w2")
+        assert store.live_watchers() == ["w1"]
+        with pytest.raises(ValueError):
+            store.heartbeat_watcher("w1", ttl=0)
+
+
 def test_announce_once(location):
     with open_store(location) as store, open_store(location) as other:
         assert store.announced(KEY, "r1") is None

@@ -12,6 +12,8 @@ not race on ``CREATE TABLE``). Time for leases is the *server's* clock
 - announce: ``INSERT … ON CONFLICT DO NOTHING RETURNING`` on the primary key
   (stage, host, run, state): a concurrent insert waits for the other to commit, so exactly one
   caller gets a row back.
+- watchers (``crosscheck serve``): a heartbeat upsert with the server clock's expiry; live =
+  not expired on that clock.
 - save: one statement in autocommit, one round trip, changed or not (a changed save was a
   transaction of five round trips: 13 % of a local check; bench/store.py). See
   :func:`_changed_save` for why a changed save is sound in one statement.
