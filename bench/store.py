@@ -64,7 +64,8 @@ def _prefill(store, n: int, verdict: dict) -> None:
     if hasattr(store, "engine"):
         from sensors._store.postgres import history_t
 
-        with store.engine.begin() as conn:
+        # One transaction (the store's engine autocommits by default).
+        with store.engine.connect().execution_options(isolation_level="READ COMMITTED") as conn, conn.begin():
             conn.execute(history_t.insert(), [dict(zip(cols, r, strict=True)) for r in rows])
     else:
         conn = store._conn

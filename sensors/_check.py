@@ -148,6 +148,11 @@ class Checker:
                 return followed
             return self.saved(self._check())
 
+    @property
+    def persistence(self) -> Persistence | None:
+        """This stage's view of the state store (None: memory lives with this Checker only)."""
+        return self._persist
+
     def followed(self) -> Verdict | None:
         """The stored verdict, when another watch holds this stage (this one then only follows)."""
         persist = self._persist

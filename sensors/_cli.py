@@ -121,6 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="send events and resume the gates that handed stages over (default: if PREFECT_API_URL is set)",
     )
+    serve.add_argument(
+        "--lease",
+        type=_duration_arg,
+        default=None,
+        help="how long this watcher's heartbeat and stage leases last unrenewed: how soon another"
+        " serve process on the store takes over its stages when it dies (default 30s)",
+    )
     history = sub.add_parser(
         "history", help="the verdict changes a stage went through (from the state store)"
     )
@@ -203,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 metrics_port=args.metrics_port,
                 rescan_every=args.rescan,
                 prefect=args.prefect,
+                lease=args.lease,
             )
         stages = [_load_stage(path) for path in args.stages]
         names = [s.stage for s in stages]

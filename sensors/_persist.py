@@ -68,6 +68,11 @@ class Persistence:
         self.ttl = max(3 * stage.policy.interval, 30.0)
         self._parts = fingerprint(stage_parts(stage))
         self._last_state: str | None = None
+        #: Whether :meth:`hold` may take a lease nobody holds (False: only :meth:`claim` does).
+        self.take = True
+        #: The lease as the last acquire left it: ours, or whose.
+        self.held = False
+        self.elsewhere: str | None = None
 
     # ------------------------------------------------------------------ restore
 
@@ -127,10 +132,22 @@ class Persistence:
     # ------------------------------------------------------------------ lease
 
     def hold(self) -> str | None:
-        """Take or renew this stage's lease; the other holder's name when it is watched elsewhere."""
+        """Take or renew this stage's lease; the other holder's name when it is watched elsewhere.
+
+        With ``take`` False (a watcher that splits the stages with others: ``crosscheck
+        serve``), a lease not held is never taken here: only :meth:`claim`, called by the
+        split, takes one; the stage is followed meanwhile.
+        """
+        if not self.take and not self.held:
+            return self.elsewhere or "another watcher"
+        return self.claim()
+
+    def claim(self) -> str | None:
+        """Take or renew the lease, whatever ``take`` says; the holder's name when refused.
+        The store's conditional upsert decides (a row lock for PostgreSQL): never two holders."""
         try:
             lease = self.store.acquire(self.key, self.holder, self.ttl)
-            if not lease.held and _dead_here(lease.holder):
+            if not lease.held and dead_here(lease.holder):
                 # Held by a watch of this machine that died (SIGKILL, OOM): no need to wait
                 # for the lease to expire.
                 self.store.release(self.key, lease.holder)
@@ -138,7 +155,8 @@ class Persistence:
         except Exception as exc:
             warnings.warn(f"state store: lease for {self.key.stage}: {exc}", StoreWarning, stacklevel=2)
             return None
-        return None if lease.held else lease.holder
+        self.held, self.elsewhere = lease.held, (None if lease.held else lease.holder)
+        return self.elsewhere
 
     def followed(self, elsewhere: str) -> Verdict | None:
         """The verdict the watch holding this stage saved last, marked as followed."""
@@ -175,13 +193,14 @@ class Persistence:
             return True
 
     def release(self) -> None:
+        self.held = False
         try:
             self.store.release(self.key, self.holder)
         except Exception:  # expiry releases it anyway
             log.debug("state store: release failed", exc_info=True)
 
 
-def _dead_here(holder: str) -> bool:
+def dead_here(holder: str) -> bool:
     """Whether ``holder`` (from :func:`holder_id`) is a process of this machine that is gone."""
     host, _, rest = holder.partition(":")
     pid = rest.partition(":")[0]

@@ -7,6 +7,11 @@ host, and a thousand stages cost a heap, not a thousand threads. Every stage due
 the same tick is read by one probe (``sensors._batch``): one round trip per host per tick,
 ``/proc`` scanned once for all of them.
 
+:class:`Scheduler` is the loop, shared by ``crosscheck wait`` (:func:`watch_all`: a fixed list
+of stages, each until final or its timeout) and ``crosscheck serve`` (``sensors._serve``:
+stages added and removed while it runs). Stages are keyed by a string the caller chooses (an
+index, a file name, a store row), so where stages come from is the caller's business.
+
 Example:
     >>> results = watch_all(checkers, on_verdict=print, timeout=3600)  # doctest: +SKIP
 """
@@ -14,10 +19,11 @@ Example:
 from __future__ import annotations
 
 import heapq
+import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from sensors._batch import check_batch
@@ -26,6 +32,199 @@ from sensors._model import State, Verdict
 
 #: The verdicts that end a stage's watch.
 FINAL = (State.COMPLETE, State.FAILED)
+
+#: One probe for the stages due on one host: a verdict per checker, or None for a stage this
+#: round did not look at (``crosscheck serve``: a stage another watcher holds, nothing stored).
+Batch = Callable[[list[Checker]], Sequence[Verdict | None]]
+#: After a check: ``(key, verdict, began)`` → when the stage is due next (the scheduler's
+#: clock), or None to stop watching it.
+OnVerdict = Callable[[str, Verdict, float], float | None]
+#: A batch that raised: ``(keys, error)`` → when those stages are due next, or raise to end
+#: the run (the error propagates out of :meth:`Scheduler.run`).
+OnError = Callable[[list[str], Exception], float | None]
+
+
+@dataclass
+class _Slot:
+    checker: Checker
+    due: float
+    interval: float
+    running: bool = False
+    turn: int = 0  # bumped on every reschedule: older heap items for the slot are stale
+
+
+class Scheduler:
+    """Stages keyed by string, each due at its own time; due stages of a host share a probe.
+
+    :meth:`add` and :meth:`remove` may be called from any thread, also while :meth:`run`
+    runs; the callbacks are called in the thread that runs :meth:`run`.
+    """
+
+    def __init__(
+        self,
+        *,
+        workers: int = 16,
+        per_host: int = 4,
+        batch: Batch = check_batch,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.workers = max(1, workers)
+        self.per_host = max(1, per_host)
+        self.clock = clock
+        self._batch = batch
+        self._slots: dict[str, _Slot] = {}
+        self._heap: list[tuple[float, int, str, int]] = []
+        self._order = itertools.count()
+        self._busy: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+
+    # ------------------------------------------------------------------ stages
+
+    def add(
+        self, key: str, checker: Checker, *, due: float | None = None, interval: float | None = None
+    ) -> None:
+        """Watch ``checker`` under ``key`` (replacing what was there), first due at ``due``
+        (now by default), then every ``interval`` (its policy's by default)."""
+        with self._lock:
+            slot = _Slot(
+                checker, self.clock() if due is None else due, interval or checker.stage.policy.interval
+            )
+            self._slots[key] = slot
+            self._push(key, slot)
+        self._wake.set()
+
+    def remove(self, key: str) -> Checker | None:
+        """Stop watching ``key``; its checker (the caller closes it). A check of it in flight
+        finishes, and its verdict is dropped."""
+        with self._lock:
+            slot = self._slots.pop(key, None)
+        return None if slot is None else slot.checker
+
+    def running(self, key: str) -> bool:
+        with self._lock:
+            slot = self._slots.get(key)
+            return slot is not None and slot.running
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            return list(self._slots)
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def _push(self, key: str, slot: _Slot) -> None:
+        slot.turn += 1
+        heapq.heappush(self._heap, (slot.due, next(self._order), key, slot.turn))
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(
+        self,
+        stop: threading.Event,
+        *,
+        on_verdict: OnVerdict,
+        on_error: OnError | None = None,
+        tick: Callable[[], float] | None = None,
+        until_empty: bool = False,
+    ) -> None:
+        """Check due stages until ``stop`` is set (or, with ``until_empty``, no stage is left).
+
+        ``tick()`` is called every turn of the loop, before due stages are handed out (the
+        place to add and remove stages); it returns how many seconds it may wait. Checks in
+        flight when it ends are waited for and their verdicts delivered.
+        """
+        running: dict[Future[Sequence[Verdict | None]], tuple[list[tuple[str, _Slot]], float]] = {}
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            try:
+                while not stop.is_set():
+                    wait_for = tick() if tick is not None else 1.0
+                    if until_empty and not self._slots and not running:
+                        break
+                    wait_for = min(wait_for, self._submit(pool, running))
+                    self._wake.clear()
+                    for fut in [f for f in running if f.done()]:
+                        self._finished(*running.pop(fut), fut, on_verdict, on_error)
+                        wait_for = 0.0
+                    if wait_for > 0:
+                        self._wake.wait(max(0.0, min(wait_for, 1.0)))
+            except BaseException:
+                stop.set()
+                for fut in running:
+                    fut.cancel()
+                raise
+            for fut in list(running):
+                fut.exception()  # wait for it
+                self._finished(*running.pop(fut), fut, on_verdict, on_error)
+
+    def _submit(self, pool: ThreadPoolExecutor, running: dict) -> float:
+        """Hand out one probe per host for the stages due there; seconds until the next is due."""
+        now = self.clock()
+        batches: dict[str, list[tuple[str, _Slot]]] = {}
+        held: list[tuple[float, int, str, int]] = []
+        with self._lock:
+            while self._heap and self._heap[0][0] <= now:
+                item = heapq.heappop(self._heap)
+                _, _, key, turn = item
+                slot = self._slots.get(key)
+                if slot is None or slot.turn != turn or slot.running:
+                    continue  # removed, rescheduled since, or in flight: a stale item
+                host = slot.checker.host.name
+                if host not in batches and self._busy.get(host, 0) >= self.per_host:
+                    held.append(item)  # its host is full: it goes when a probe there ends
+                    continue
+                slot.running = True
+                batches.setdefault(host, []).append((key, slot))
+            for item in held:
+                heapq.heappush(self._heap, item)
+            for host, members in batches.items():
+                self._busy[host] = self._busy.get(host, 0) + 1
+                fut = pool.submit(self._batch, [slot.checker for _, slot in members])
+                fut.add_done_callback(lambda _: self._wake.set())
+                running[fut] = (members, now)
+            if held:
+                return 0.05
+            return max(0.0, self._heap[0][0] - now) if self._heap else 1.0
+
+    def _finished(
+        self,
+        members: list[tuple[str, _Slot]],
+        began: float,
+        fut: Future[Sequence[Verdict | None]],
+        on_verdict: OnVerdict,
+        on_error: OnError | None,
+    ) -> None:
+        host = members[0][1].checker.host.name
+        with self._lock:
+            self._busy[host] -= 1
+            for _, slot in members:
+                slot.running = False
+        error = fut.exception()
+        if error is not None:
+            if on_error is None or not isinstance(error, Exception):
+                raise error  # a host key error ends every watch, now
+            due = on_error([key for key, _ in members], error)
+            for key, slot in members:
+                self._reschedule(key, slot, due)
+            return
+        for (key, slot), verdict in zip(members, fut.result(), strict=True):
+            if self._slots.get(key) is not slot:
+                continue  # removed or replaced while it was checked
+            due = began + slot.interval if verdict is None else on_verdict(key, verdict, began)
+            self._reschedule(key, slot, due)
+
+    def _reschedule(self, key: str, slot: _Slot, due: float | None) -> None:
+        with self._lock:
+            if self._slots.get(key) is not slot:
+                return
+            if due is None:
+                del self._slots[key]
+                return
+            slot.due = max(due, self.clock())
+            self._push(key, slot)
+
+
+# --------------------------------------------------------------------------- crosscheck wait
 
 
 @dataclass
@@ -49,89 +248,30 @@ def watch_all(
 ) -> list[Watched]:
     """Check every stage every ``policy.interval`` until complete, failed or its timeout.
 
-    ``on_verdict(index, verdict)`` is called (in a worker thread) after each check. The first
-    error a check raises (an unverifiable host key) stops every watch and is raised here.
-    ``timeout`` overrides each stage's ``policy.timeout``.
+    ``on_verdict(index, verdict)`` is called (in the scheduling thread) after each check. The
+    first error a check raises (an unverifiable host key) stops every watch and is raised
+    here. ``timeout`` overrides each stage's ``policy.timeout``.
     """
     stop = stop or threading.Event()
     start = clock()
     results = [Watched() for _ in checkers]
     deadlines = [start + (c.stage.policy.timeout if timeout is None else timeout) for c in checkers]
-    due: list[tuple[float, int]] = [(start, i) for i in range(len(checkers))]
-    heapq.heapify(due)
-    busy: dict[str, int] = {}
-    running: dict[Future[list[Verdict]], tuple[list[int], float]] = {}
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(checkers)))) as pool:
-        try:
-            while (due or running) and not stop.is_set():
-                waiting = _submit_due(checkers, due, busy, running, pool, per_host, clock)
-                if not running:
-                    stop.wait(max(0.0, min(waiting, 1.0)))
-                    continue
-                finished, _ = wait(
-                    list(running), timeout=max(0.0, min(waiting, 1.0)), return_when=FIRST_COMPLETED
-                )
-                for fut in finished:
-                    indexes, began = running.pop(fut)
-                    busy[checkers[indexes[0]].host.name] -= 1
-                    verdicts = fut.result()  # a host key error ends every watch, now
-                    for index, verdict in zip(indexes, verdicts, strict=True):
-                        _record(index, verdict, results[index], deadlines[index], checkers, due, began, clock)
-                        on_verdict(index, verdict)
-        except BaseException:
-            stop.set()
-            raise
+    scheduler = Scheduler(workers=min(workers, max(1, len(checkers))), per_host=per_host, clock=clock)
+    for index, checker in enumerate(checkers):
+        scheduler.add(str(index), checker, due=start)
+
+    def record(key: str, verdict: Verdict, began: float) -> float | None:
+        index = int(key)
+        result = results[index]
+        result.last = verdict
+        on_verdict(index, verdict)
+        if verdict.state in FINAL:
+            result.done = True
+            return None
+        if clock() >= deadlines[index]:
+            result.done = result.timed_out = True
+            return None
+        return min(began + checkers[index].stage.policy.interval, deadlines[index])
+
+    scheduler.run(stop, on_verdict=record, until_empty=True)
     return results
-
-
-def _submit_due(
-    checkers: Sequence[Checker],
-    due: list[tuple[float, int]],
-    busy: dict[str, int],
-    running: dict[Future[list[Verdict]], tuple[list[int], float]],
-    pool: ThreadPoolExecutor,
-    per_host: int,
-    clock: Callable[[], float],
-) -> float:
-    """Submit one probe per host for the stages due there; seconds until the next is due."""
-    now = clock()
-    batches: dict[str, list[int]] = {}
-    held: list[tuple[float, int]] = []
-    while due and due[0][0] <= now:
-        at, index = heapq.heappop(due)
-        host = checkers[index].host.name
-        if host not in batches and busy.get(host, 0) >= per_host:
-            held.append((at, index))  # its host is full: it goes when a probe there ends
-            continue
-        batches.setdefault(host, []).append(index)
-    for host, indexes in batches.items():
-        busy[host] = busy.get(host, 0) + 1
-        running[pool.submit(check_batch, [checkers[i] for i in indexes])] = (indexes, now)
-    for item in held:
-        heapq.heappush(due, item)
-    if held:
-        return 0.05
-    return max(0.0, due[0][0] - now) if due else 1.0
-
-
-def _record(
-    index: int,
-    verdict: Verdict,
-    result: Watched,
-    deadline: float,
-    checkers: Sequence[Checker],
-    due: list[tuple[float, int]],
-    began: float,
-    clock: Callable[[], float],
-) -> None:
-    """Keep the verdict; schedule the stage's next check, or end its watch."""
-    result.last = verdict
-    if verdict.state in FINAL:
-        result.done = True
-        return
-    now = clock()
-    if now >= deadline:
-        result.done = result.timed_out = True
-        return
-    interval = checkers[index].stage.policy.interval
-    heapq.heappush(due, (min(max(began + interval, now), deadline), index))

@@ -4,30 +4,40 @@ Stage files are picked up as they are added, changed or removed (the directory i
 every few seconds); a file that does not load is logged once and skipped, the others go on.
 Every stage is checked at its own interval by the scheduler of ``sensors._schedule`` (a
 bounded pool; the stages due on one host share one probe), its memory kept in the state store,
-so a restart loses nothing, and several watchers on one PostgreSQL store share the stages
-(whoever holds a stage's lease checks it; the others follow). A stage that reached complete
-or failed is looked at ten times less often, so a new run of its job is still noticed.
+so a restart loses nothing. A stage that reached complete or failed is looked at ten times
+less often, so a new run of its job is still noticed.
+
+Several watchers on one store split the stages (:meth:`Watcher.balance`): each heartbeats in
+the store's watcher registry every cycle and holds at most ``ceil(stages / live watchers)``
+leases — renewing its share, releasing the excess, claiming stages nobody holds (or whose
+lease expired, or whose holder died on this machine) up to its share. The store's lease upsert
+decides a contested claim (a row lock on PostgreSQL). A stage held elsewhere is never probed
+here: its stored verdict is followed ("watched elsewhere by ..."). Stages come from sources
+(:class:`StageSource`, keyed by a string id; the directory is one).
 SIGTERM (or SIGINT) ends it cleanly: the checks in flight finish, leases are released.
 
 ``--metrics-port`` serves ``/metrics`` (Prometheus: per-stage verdict, seconds since the last
-check, check duration, host errors, stages held) and ``/healthz``.
+check, check duration, host errors, stages held, notifications sent and failed) and
+``/healthz``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import math
 import os
 import signal
+import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sensors._batch import check_batch
 from sensors._check import Checker
@@ -35,8 +45,13 @@ from sensors._config import Stage, load_stage
 from sensors._errors import CrosscheckError
 from sensors._handoff import Desk
 from sensors._model import State, Verdict
+from sensors._persist import _is_store, dead_here, holder_id
 from sensors._run import run_from_record
+from sensors._schedule import Scheduler
 from sensors._store import Handoff
+
+if TYPE_CHECKING:  # _notify is imported only for stages that notify
+    from sensors._notify.delivery import Sent
 
 log = logging.getLogger("crosscheck.serve")
 
@@ -44,23 +59,112 @@ log = logging.getLogger("crosscheck.serve")
 FINISHED_SLOWDOWN = 10.0
 
 
+@dataclass(frozen=True)
+class Found:
+    """A stage a source offers: the stage, a token that changes when its definition does, and
+    a name for the log."""
+
+    stage: Stage
+    version: object
+    name: str
+    since: str | float | None = None
+    run: Any = None  # a launch record (a handed-over stage that crosscheck launched)
+    handoff: Handoff | None = None
+
+
+class StageSource(Protocol):
+    """Where a watcher's stages come from: every call, the stages there now, by an id unique
+    across the watcher's sources. One that cannot load a stage logs it and leaves it out."""
+
+    def scan(self) -> dict[str, Found]: ...
+
+
+@dataclass
+class DirectorySource:
+    """Every ``*.yaml``/``*.yml`` stage file of a directory; a file is loaded again when its
+    mtime changes, and a bad one is logged once per mtime."""
+
+    directory: Path
+    _known: dict[Path, tuple[float, Found | None]] = field(default_factory=dict)
+
+    def scan(self) -> dict[str, Found]:
+        files = {p for p in self.directory.glob("*.y*ml") if p.suffix in (".yaml", ".yml") and p.is_file()}
+        for path in set(self._known) - files:
+            del self._known[path]
+        out: dict[str, Found] = {}
+        for path in sorted(files):
+            try:
+                mtime = path.stat().st_mtime
+            except OSError:
+                continue  # removed since the glob
+            known = self._known.get(path)
+            if known is None or known[0] != mtime:
+                try:
+                    known = (mtime, Found(load_stage(path), mtime, path.name))
+                except CrosscheckError as exc:
+                    log.error("%s: skipped: %s", path.name, exc)
+                    known = (mtime, None)
+                self._known[path] = known
+            if known[1] is not None:
+                out[f"file:{path}"] = known[1]
+        return out
+
+
+@dataclass
+class HandoffSource:
+    """The stages gates handed over (:mod:`sensors._handoff`), until each is settled."""
+
+    desk: Desk
+    _bad: set[str] = field(default_factory=set)
+
+    def scan(self) -> dict[str, Found]:
+        out: dict[str, Found] = {}
+        for ticket, handoff in self.desk.scan().items():
+            try:
+                stage = self.desk.stage(handoff)
+            except CrosscheckError as exc:
+                if ticket not in self._bad:
+                    log.error("handoff %s (stage %s): skipped: %s", ticket, handoff.stage, exc)
+                    self._bad.add(ticket)
+                continue
+            out[f"handoff:{ticket}"] = Found(
+                stage,
+                ticket,
+                f"stage {stage.stage} of flow run {handoff.request.get('flow_run_id')}",
+                since=handoff.request.get("since"),
+                run=handoff.request.get("run"),
+                handoff=handoff,
+            )
+        return out
+
+
 @dataclass
 class _Entry:
-    path: Path
-    mtime: float
+    key: str
+    name: str
+    version: object
     stage: Stage
     checker: Checker
     notifier: Callable[[Verdict], Any] | None
-    due: float = 0.0
-    running: bool = False
     last: Verdict | None = None
     checked_at: float | None = None
     handoff: Handoff | None = None  # a stage a gate handed over (not a file)
 
+    @property
+    def path(self) -> Path:  # the stage file, for a directory's entries
+        return Path(self.key.removeprefix("file:"))
+
 
 @dataclass
 class Watcher:
-    """Watches every ``*.yaml``/``*.yml`` stage file in ``directory`` until ``stop`` is set."""
+    """Watches every ``*.yaml``/``*.yml`` stage file in ``directory`` (and the stages of any
+    other ``sources``) until ``stop`` is set.
+
+    With a state store that has a watcher registry, the stages are split with the other
+    watchers of that store: see :meth:`balance`. ``lease`` is how long this watcher's
+    heartbeat and its stages' leases last unrenewed (how soon a dead watcher's stages are
+    taken over); None: 30 s, and each stage's own lease rule.
+    """
 
     directory: Path
     store: Any = None
@@ -69,182 +173,215 @@ class Watcher:
     per_host: int = 4
     emit: Callable[[Verdict], None] = field(default=lambda verdict: None)
     metrics: Any = None
+    lease: float | None = None
     #: Stages handed over by gates (read from the store), and the Prefect side (events,
     #: resuming gates): both None for a watcher of files only.
     desk: Desk | None = None
     bridge: Any = None
-    entries: dict[Path, _Entry] = field(default_factory=dict)
-    _bad: dict[Path, float] = field(default_factory=dict)
+    sources: list[StageSource] = field(default_factory=list)
+    entries: dict[str, _Entry] = field(default_factory=dict)
+    holder: str = field(default_factory=holder_id)
+
+    def __post_init__(self) -> None:
+        self.scheduler = Scheduler(workers=self.workers, per_host=self.per_host, batch=self._batch)
+        self._sources: list[StageSource] = [DirectorySource(Path(self.directory)), *self.sources]
+        if self.desk is not None:
+            self._sources.append(HandoffSource(self.desk))
+        self._next_scan = self._next_balance = 0.0
+        self._store = self.store if _is_store(self.store) else None
+        # The split needs the registry; a store without one (in-process) watches everything.
+        self._split = self._store is not None and hasattr(self._store, "live_watchers")
+
+    @property
+    def heartbeat_ttl(self) -> float:
+        return self.lease if self.lease is not None else 30.0
 
     def run(self, stop: threading.Event) -> None:
-        running: dict[Future[list[Verdict]], tuple[list[_Entry], float]] = {}
-        next_scan = 0.0
-        with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            while not stop.is_set():
-                now = time.monotonic()
-                if now >= next_scan:
-                    self.rescan()
-                    next_scan = now + self.rescan_every
-                self._submit(pool, running, now)
-                timeout = max(0.05, min(self._next_due(now), next_scan - now, 1.0))
-                if not running:
-                    stop.wait(timeout)
-                    continue
-                finished, _ = wait(list(running), timeout=timeout, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    self._finished(*running.pop(fut), fut)
-            for fut in wait(list(running)).done:
-                self._finished(*running.pop(fut), fut)
-        for entry in self.entries.values():
-            entry.checker.close()
+        try:
+            self.scheduler.run(stop, on_verdict=self._finished, on_error=self._failed, tick=self._tick)
+        finally:
+            for key in list(self.entries):
+                self._drop(key)
+            if self._split:
+                try:
+                    self._store.drop_watcher(self.holder)
+                except Exception:  # its heartbeat expires anyway
+                    log.debug("state store: drop_watcher failed", exc_info=True)
 
-    # ------------------------------------------------------------------ stage files
+    def _tick(self) -> float:
+        now = time.monotonic()
+        if now >= self._next_scan:
+            self.rescan()
+            self._next_scan = now + self.rescan_every
+        if self._split and now >= self._next_balance:
+            self.balance()
+            self._next_balance = now + min(self.rescan_every, self.heartbeat_ttl / 3)
+        return max(0.05, min(self._next_scan, self._next_balance if self._split else self._next_scan) - now)
+
+    # ------------------------------------------------------------------ stages
 
     def rescan(self) -> None:
-        """Add new and changed stage files, drop removed ones; a bad file is logged, skipped."""
-        files = {p for p in self.directory.glob("*.y*ml") if p.suffix in (".yaml", ".yml") and p.is_file()}
-        self._rescan_handoffs()
-        for path in {p for p, e in self.entries.items() if e.handoff is None} - files:
-            log.info("%s: stage file removed: no longer watched", path.name)
-            self.entries.pop(path).checker.close()
-        for path in sorted(files):
-            mtime = path.stat().st_mtime
-            known = self.entries.get(path)
-            if (known and known.mtime == mtime) or self._bad.get(path) == mtime:
-                continue
-            try:
-                stage = load_stage(path)
-            except CrosscheckError as exc:
-                log.error("%s: skipped: %s", path.name, exc)
-                self._bad[path] = mtime
-                continue
-            self._bad.pop(path, None)
-            if known is not None:
-                if known.running:
-                    continue  # taken at the next scan, once its check is back
-                known.checker.close()
-            checker = Checker(stage, state=self.store)
-            self.entries[path] = _Entry(path, mtime, stage, checker, _notifier(stage))
-            log.info("%s: watching stage %s on %s", path.name, stage.stage, stage.host_name)
-
-    def _rescan_handoffs(self) -> None:
-        """Watch the stages gates handed over (until settled); forget the ones dropped."""
-        if self.desk is None:
-            return
-        handed = self.desk.scan()
-        for key, entry in list(self.entries.items()):
-            if entry.handoff is not None and entry.handoff.ticket not in handed and not entry.running:
-                self._drop(key)
-        known = {e.handoff.ticket for e in self.entries.values() if e.handoff is not None}
-        for ticket, handoff in handed.items():
-            if ticket in known:
-                continue
-            try:
-                stage = self.desk.stage(handoff)
-                checker = Checker(
-                    stage,
-                    since=handoff.request.get("since"),
-                    run=run_from_record(handoff.request.get("run")),
-                    state=self.store,
-                )
-            except CrosscheckError as exc:
-                if self._bad.get(_handoff_key(ticket)) is None:
-                    log.error("handoff %s (stage %s): skipped: %s", ticket, handoff.stage, exc)
-                    self._bad[_handoff_key(ticket)] = 0.0
-                continue
-            self.entries[_handoff_key(ticket)] = _Entry(
-                _handoff_key(ticket), 0.0, stage, checker, _notifier(stage), handoff=handoff
-            )
+        """Add new and changed stages, drop removed ones; a bad stage file is logged, skipped."""
+        found: dict[str, Found] = {}
+        for source in self._sources:
+            found.update(source.scan())
+        for key in set(self.entries) - set(found):
+            if self.scheduler.running(key):
+                continue  # dropped at the next scan, once its check is back
+            entry = self.entries[key]
             log.info(
-                "watching stage %s on %s for flow run %s (handed over)",
-                stage.stage,
-                stage.host_name,
-                handoff.request.get("flow_run_id"),
+                "%s: %s",
+                entry.name,
+                "settled or gone" if entry.handoff else "stage file removed: no longer watched",
             )
+            self._drop(key)
+        for key, item in found.items():
+            known = self.entries.get(key)
+            if known is not None and known.version == item.version:
+                continue
+            if known is not None:
+                if self.scheduler.running(key):
+                    continue  # taken at the next scan, once its check is back
+                self._drop(key)
+            try:
+                checker = Checker(
+                    item.stage, state=self.store, since=item.since, run=run_from_record(item.run)
+                )
+            except CrosscheckError as exc:  # a handed-over `since` that does not parse
+                log.error("%s: skipped: %s", item.name, exc)
+                continue
+            persist = checker.persistence
+            if persist is not None:
+                persist.holder = self.holder  # one holder: leases are read against the registry
+                if self.lease is not None:
+                    persist.ttl = self.lease
+                persist.take = not self._split
+            self.entries[key] = _Entry(
+                key, item.name, item.version, item.stage, checker, _notifier(item.stage), handoff=item.handoff
+            )
+            self.scheduler.add(key, checker)
+            self._next_balance = 0.0  # its share is decided at once, not at the next balance
+            log.info("%s: watching stage %s on %s", item.name, item.stage.stage, item.stage.host_name)
 
-    def _drop(self, key: Path) -> None:
-        entry = self.entries.pop(key)
-        entry.checker.close()
-        if self.bridge is not None:
-            flow_run_id = entry.handoff.request.get("flow_run_id") if entry.handoff else None
-            self.bridge.forget(entry.stage.stage, entry.checker.host.name, flow_run_id)
+    def _drop(self, key: str) -> None:
+        entry = self.entries.pop(key, None)
+        self.scheduler.remove(key)
+        if entry is not None:
+            entry.checker.close()  # releases its lease
+            if self.bridge is not None:
+                flow_run_id = entry.handoff.request.get("flow_run_id") if entry.handoff else None
+                self.bridge.forget(entry.stage.stage, entry.checker.host.name, flow_run_id)
+
+    # ------------------------------------------------------------------ the split
+
+    def balance(self) -> None:
+        """Heartbeat, then hold this watcher's share of the stages: ``ceil(stages / live
+        watchers)``. The excess is released (not a stage whose check is in flight: next time);
+        stages nobody holds, or whose lease expired, are claimed up to the share. Who gets a
+        contested stage is the store's conditional upsert (a row lock on PostgreSQL)."""
+        store = self._store
+        try:
+            store.heartbeat_watcher(
+                self.holder, self.heartbeat_ttl, f"{socket.gethostname()} {self.directory}"
+            )
+            live = set(store.live_watchers())
+            for other in live - {self.holder}:
+                if dead_here(other):  # a watcher of this machine that died: no wait for expiry
+                    store.drop_watcher(other)
+                    live.discard(other)
+        except Exception as exc:
+            log.warning("state store: watcher registry: %s", exc)
+            return
+        leased = [e for e in self.entries.values() if e.checker.persistence is not None]
+        share = math.ceil(len(leased) / max(1, len(live | {self.holder})))
+        mine = sorted((e for e in leased if e.checker.persistence.held), key=lambda e: e.key)
+        for entry in mine[share:]:
+            if not self.scheduler.running(entry.key):
+                entry.checker.persistence.release()
+                log.info("%s: released to another watcher (share %d)", entry.stage.stage, share)
+        kept = 0
+        for entry in mine[:share]:
+            kept += entry.checker.persistence.claim() is None  # renewed, unless lost meanwhile
+        # The others in an order of this watcher's own, so watchers that start together try
+        # different stages first.
+        others = sorted(
+            (e for e in leased if not e.checker.persistence.held),
+            key=lambda e: hashlib.blake2b(f"{self.holder}{e.key}".encode(), digest_size=8).digest(),
+        )
+        for entry in others:
+            if kept >= share:
+                break
+            if entry.checker.persistence.claim() is None:
+                kept += 1
+                log.info("%s: now checked by this watcher", entry.stage.stage)
 
     # ------------------------------------------------------------------ checks
 
-    def _next_due(self, now: float) -> float:
-        waiting = [e.due - now for e in self.entries.values() if not e.running]
-        return min(waiting, default=1.0)
+    def _batch(self, checkers: list[Checker]) -> list[Verdict | None]:
+        """One probe for the stages this watcher holds; the others follow the stored verdict
+        (None when nothing is stored yet: nothing to say, and no probe of someone else's)."""
+        out: list[Verdict | None] = [None] * len(checkers)
+        probed = []
+        for k, checker in enumerate(checkers):
+            persist = checker.persistence
+            if persist is None or persist.take or persist.held:
+                probed.append(k)
+            else:
+                out[k] = persist.followed(persist.elsewhere or "another watcher")
+        if probed:
+            for k, verdict in zip(probed, check_batch([checkers[k] for k in probed]), strict=True):
+                out[k] = verdict
+        return out
 
-    def _submit(self, pool: ThreadPoolExecutor, running: dict, now: float) -> None:
-        busy: dict[str, int] = {}
-        for entries, _ in running.values():
-            host = entries[0].checker.host.name
-            busy[host] = busy.get(host, 0) + 1
-        batches: dict[str, list[_Entry]] = {}
-        for entry in self.entries.values():
-            host = entry.checker.host.name
-            if (
-                entry.running
-                or entry.due > now
-                or (host not in batches and busy.get(host, 0) >= self.per_host)
-            ):
-                continue
-            batches.setdefault(host, []).append(entry)
-        for entries in batches.values():
-            for entry in entries:
-                entry.running = True
-            running[pool.submit(check_batch, [e.checker for e in entries])] = (entries, now)
+    def _failed(self, keys: list[str], exc: Exception) -> float:
+        if not isinstance(exc, CrosscheckError):
+            raise exc
+        # An unverifiable host key: those stages wait for a person.
+        log.error("%s: %s", self.entries[keys[0]].checker.host.name if keys[0] in self.entries else "?", exc)
+        return time.monotonic() + 60.0
 
-    def _finished(self, entries: list[_Entry], began: float, fut: Future[list[Verdict]]) -> None:
+    def _finished(self, key: str, verdict: Verdict, began: float) -> float | None:
+        entry = self.entries.get(key)
+        if entry is None:
+            return None
         took = time.monotonic() - began
-        try:
-            verdicts = fut.result()
-        except CrosscheckError as exc:  # an unverifiable host key: those stages wait for a person
-            log.error("%s: %s", entries[0].checker.host.name, exc)
-            for entry in entries:
-                entry.running, entry.due = False, time.monotonic() + 60.0
-            return
-        for entry, verdict in zip(entries, verdicts, strict=True):
-            entry.running = False
-            interval = entry.stage.policy.interval
-            slow = FINISHED_SLOWDOWN if verdict.state in (State.COMPLETE, State.FAILED) else 1.0
-            entry.due = began + interval * slow
-            if entry.last is None or verdict.state is not entry.last.state:
-                log.log(
-                    logging.WARNING
-                    if verdict.state in (State.STALLED, State.CONTRADICTION)
-                    else logging.INFO,
-                    "%s: %s — %s",
-                    verdict.stage,
-                    verdict.state.value,
-                    verdict.reasons[0] if verdict.reasons else "",
+        interval = entry.stage.policy.interval
+        slow = FINISHED_SLOWDOWN if verdict.state in (State.COMPLETE, State.FAILED) else 1.0
+        if entry.last is None or verdict.state is not entry.last.state:
+            log.log(
+                logging.WARNING if verdict.state in (State.STALLED, State.CONTRADICTION) else logging.INFO,
+                "%s: %s — %s",
+                verdict.stage,
+                verdict.state.value,
+                verdict.reasons[0] if verdict.reasons else "",
+            )
+        entry.last, entry.checked_at = verdict, time.time()
+        self.emit(verdict)
+        sent = entry.notifier(verdict) if entry.notifier is not None else None
+        if self.metrics is not None:
+            self.metrics.observe(entry, verdict, took, sent or [])
+        handoff = entry.handoff
+        if self.bridge is not None and not _followed(verdict):
+            self.bridge.observe(
+                verdict,
+                flow_run_id=handoff.request.get("flow_run_id") if handoff else None,
+                announce=entry.checker.announce,
+                waiting_for=f"stage {entry.stage.stage} on {entry.stage.host_name}",
+            )
+        if (
+            handoff is not None
+            and self.desk is not None
+            and not _followed(verdict)
+            and self.desk.after(handoff, verdict, entry.checker.run)
+        ):
+            self.entries.pop(key, None)
+            entry.checker.close()
+            if self.bridge is not None:
+                self.bridge.forget(
+                    entry.stage.stage, entry.checker.host.name, handoff.request.get("flow_run_id")
                 )
-            entry.last, entry.checked_at = verdict, time.time()
-            self.emit(verdict)
-            if entry.notifier is not None:
-                entry.notifier(verdict)
-            if self.metrics is not None:
-                self.metrics.observe(entry, verdict, took)
-            handoff = entry.handoff
-            if self.bridge is not None and not _followed(verdict):
-                self.bridge.observe(
-                    verdict,
-                    flow_run_id=handoff.request.get("flow_run_id") if handoff else None,
-                    announce=entry.checker.announce,
-                    waiting_for=f"stage {entry.stage.stage} on {entry.stage.host_name}",
-                )
-            if (
-                handoff is not None
-                and self.desk is not None
-                and not _followed(verdict)
-                and self.desk.after(handoff, verdict, entry.checker.run)
-            ):
-                self._drop(entry.path)
-
-
-def _handoff_key(ticket: str) -> Path:
-    # Entries are keyed by path; a handoff has none: a name no stage file can have.
-    return Path("\0handoff") / ticket
+            return None  # settled: the scheduler lets it go
+        return began + interval * slow
 
 
 def _followed(verdict: Verdict) -> bool:
@@ -298,8 +435,20 @@ class Metrics:
         self.held = Gauge(
             "crosscheck_stages_held", "stages this watcher checks (the others follow)", registry=self.registry
         )
+        self.sent = Counter(
+            "crosscheck_notifications_sent_total",
+            "notifications delivered, per stage and channel",
+            ("stage", "channel"),
+            registry=self.registry,
+        )
+        self.failed = Counter(
+            "crosscheck_notifications_failed_total",
+            "notifications a channel did not take (after its retries), per stage and channel",
+            ("stage", "channel"),
+            registry=self.registry,
+        )
 
-    def observe(self, entry: _Entry, verdict: Verdict, took: float) -> None:
+    def observe(self, entry: _Entry, verdict: Verdict, took: float, sent: Sequence[Sent] = ()) -> None:
         for state in State:
             self.verdict.labels(verdict.stage, verdict.host, state.value).set(
                 1 if state is verdict.state else 0
@@ -308,11 +457,12 @@ class Metrics:
         self.duration.labels(verdict.host).observe(took)
         if any("host_error" in r.evidence for r in verdict.readings.values()):
             self.host_errors.labels(verdict.host).inc()
+        for message in sent:
+            for delivery in message.deliveries:
+                (self.sent if delivery.ok else self.failed).labels(verdict.stage, delivery.channel).inc()
         entries = list(self.watcher.entries.values())
         self.stages.set(len(entries))
-        self.held.set(
-            sum(1 for e in entries if e.last and "watched elsewhere" not in (e.last.reasons or ("",))[0])
-        )
+        self.held.set(sum(1 for e in entries if e.checker.persistence is None or e.checker.persistence.held))
 
     def serve(self, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -353,6 +503,7 @@ def serve(
     as_json: bool,
     metrics_port: int | None,
     rescan_every: float,
+    lease: float | None = None,
     prefect: bool | None = None,
 ) -> int:
     """Run the watcher until SIGTERM or SIGINT; exit 0.
@@ -371,31 +522,40 @@ def serve(
         if as_json
         else (lambda v: None)
     )
-    watcher = Watcher(path, store=store, rescan_every=rescan_every, emit=emit)
+    bridge = None
     if prefect is None:
         prefect = bool(os.environ.get("PREFECT_API_URL"))
     if prefect:
         from sensors._serve_prefect import PrefectBridge  # the Prefect layer, only when asked
 
-        watcher.bridge = PrefectBridge()
+        bridge = PrefectBridge()
+    desk = None
+    holder = holder_id()
     if store is not None and hasattr(store, "handoffs"):
-        from sensors._persist import holder_id
-
-        bridge = watcher.bridge
-        watcher.desk = Desk(
+        desk = Desk(
             store,
-            by=holder_id(),
+            by=holder,
             resume=bridge.resume if bridge else None,
             over=bridge.over if bridge else None,
             resolve_block=bridge.resolve_block if bridge else None,
         )
+    watcher = Watcher(
+        path,
+        store=store,
+        rescan_every=rescan_every,
+        emit=emit,
+        lease=lease,
+        desk=desk,
+        bridge=bridge,
+        holder=holder,
+    )
     server = None
     if metrics_port is not None:
         watcher.metrics = Metrics(watcher)
         server = watcher.metrics.serve(metrics_port)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    log.info("watching %s (pid %d)", path, os.getpid())
+    log.info("watching %s (pid %d, as %s)", path, os.getpid(), watcher.holder)
     try:
         watcher.run(stop)
     finally:

@@ -36,11 +36,8 @@ def _run(watcher: Watcher, until, timeout: float = 30.0) -> None:
 def _watcher(tmp_path: Path, store, resumed: list) -> Watcher:
     empty = tmp_path / "stages"
     empty.mkdir(exist_ok=True)
-    watcher = Watcher(empty, store=store, rescan_every=0.2)
-    watcher.desk = Desk(
-        store, by="test-watcher", resume=lambda run, stage: resumed.append((run, stage)) or "resumed"
-    )
-    return watcher
+    desk = Desk(store, by="test-watcher", resume=lambda run, stage: resumed.append((run, stage)) or "resumed")
+    return Watcher(empty, store=store, rescan_every=0.2, desk=desk)
 
 
 def test_a_handed_over_stage_is_watched_settled_once_and_its_gate_resumed(tmp_path: Path) -> None:

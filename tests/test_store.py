@@ -132,6 +132,22 @@ def test_lease_in_one_process(location):
             store.acquire(KEY, "w1", ttl=0)
 
 
+def test_watcher_registry(location):
+    with open_store(location) as store, open_store(location) as other:
+        assert store.live_watchers() == []
+        store.heartbeat_watcher("w1", ttl=0.5, about="box-1 /stages")
+        other.heartbeat_watcher("w2", ttl=30)
+        assert store.live_watchers() == other.live_watchers() == ["w1", "w2"]
+        time.sleep(0.6)
+        assert store.live_watchers() == ["w2"]  # w1's heartbeat expired
+        store.heartbeat_watcher("w1", ttl=30)  # and it came back
+        assert other.live_watchers() == ["w1", "w2"]
+        other.drop_watcher("w2")
+        assert store.live_watchers() == ["w1"]
+        with pytest.raises(ValueError):
+            store.heartbeat_watcher("w1", ttl=0)
+
+
 def test_announce_once(location):
     with open_store(location) as store, open_store(location) as other:
         assert store.announced(KEY, "r1") is None
@@ -451,6 +467,65 @@ def test_postgres_damaged_row(postgres_url):
         with pytest.warns(StoreWarning, match="unusable"):
             assert store.load(KEY) is None
         assert store.load(StageKey("other", "local")).memory == '{"i": 2}'
+
+
+def _history_seqs(url: str, stage: str) -> list[int]:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        query = sa.text("SELECT seq FROM crosscheck_history WHERE stage = :stage ORDER BY id")
+        seqs = [r[0] for r in conn.execute(query, {"stage": stage})]
+    engine.dispose()
+    return seqs
+
+
+def test_postgres_changed_saves_racing_in_two_processes_never_share_a_seq(postgres_url):
+    """A changed save is one statement that guesses its seq; two writers of one stage (what
+    the lease prevents) make guesses fail, never two history rows with one seq."""
+    from tests.store_worker import KEY as RACED
+
+    with open_store(postgres_url) as store:
+        _save(store, RACED, i=0)  # the stage's row exists: both writers race on its counter
+    procs = [_worker("save-loop", postgres_url) for _ in range(2)]
+    time.sleep(4.0)
+    for proc in procs:
+        proc.kill()
+    counts = [len(_lines(proc)) for proc in procs]
+    assert min(counts) > 30, counts  # both wrote, interleaved
+    seqs = _history_seqs(postgres_url, RACED.stage)
+    assert len(seqs) > 20
+    assert sorted(seqs) == list(range(1, len(seqs) + 1))  # unique, no gaps, in id order too
+    assert seqs == sorted(seqs)
+    with open_store(postgres_url) as store:
+        assert len(store.history(RACED.stage, RACED.host)) == len(seqs)
+
+
+def test_postgres_version_1_store_without_the_counter_gains_it_and_goes_on(postgres_url):
+    """A store written before the seq counter (schema version 1, history rows by max + 1):
+    opening adds the column; the next changed save carries on after the history's last seq."""
+    import sqlalchemy as sa
+
+    with open_store(postgres_url, retention=5) as store:
+        for i in range(3):
+            _save(store, i=i)
+    engine = sa.create_engine(postgres_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE crosscheck_memory DROP COLUMN seq"))
+    with open_store(postgres_url, retention=5) as store:
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT seq FROM crosscheck_memory")).scalar_one() == 0
+        for i in range(3, 8):
+            _save(store, i=i)
+        assert [e.verdict["i"] for e in store.history("extract", "local")] == [3, 4, 5, 6, 7]
+    assert _history_seqs(postgres_url, "extract") == [4, 5, 6, 7, 8]  # after 3, pruned to 5 by seq
+    # The counter deleted with its row (by hand): caught from the history, not reused.
+    with engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM crosscheck_memory"))
+    with open_store(postgres_url, retention=5) as store:
+        _save(store, i=8)
+    assert _history_seqs(postgres_url, "extract") == [5, 6, 7, 8, 9]
+    engine.dispose()
 
 
 def test_postgres_unreachable_is_a_store_error():

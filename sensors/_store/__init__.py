@@ -15,7 +15,7 @@ Interface (the records are frozen dataclasses, in :mod:`sensors._store.base`)::
     open_store(location=None, *, retention=None) -> Store
     store.load(key) -> Stored | None              # None: nothing stored, or unusable (warned)
     store.save(key, *, memory, fingerprint, verdict, version, changed) -> None
-        # one transaction; when changed, the verdict is also appended to the history
+        # atomic; when changed, the verdict is also appended to the history
     store.acquire(key, holder, ttl) -> Lease      # held, or who holds it and until when
     store.release(key, holder) -> None
     store.announce(key, run, state, verdict) -> Announcement   # first=True exactly once
@@ -27,6 +27,9 @@ Interface (the records are frozen dataclasses, in :mod:`sensors._store.base`)::
     store.handoff(ticket) -> Handoff | None
     store.settle(ticket, outcome) -> bool          # the watcher's final word, written once
     store.drop_handoff(ticket) -> None
+    store.heartbeat_watcher(holder, ttl, about="") -> None   # crosscheck serve: I am alive
+    store.live_watchers() -> list[str]            # holders whose heartbeat has not expired
+    store.drop_watcher(holder) -> None
     store.close()                                  # stores are also context managers
 
 ``memory`` and the fingerprint's values are opaque to the store (the codec owns them); the
@@ -57,7 +60,10 @@ pysqlite layer hides behind its own transaction handling. PostgreSQL is SQLAlche
 with psycopg 3 (the ``postgres`` extra), imported only when such a URL is opened: upserts
 (``ON CONFLICT … DO UPDATE … WHERE``, ``DO NOTHING … RETURNING``) come from SQLAlchemy's
 PostgreSQL dialect, so there is no dialect switching of ours. Both keep one schema, version 1,
-in ``crosscheck_*`` tables (``crosscheck_meta`` holds ``app`` and ``schema_version``).
+in ``crosscheck_*`` tables (``crosscheck_meta`` holds ``app`` and ``schema_version``). Additions
+since (the ``crosscheck_watcher`` registry; PostgreSQL's ``crosscheck_memory.seq`` counter) are
+made when a store is opened, additively (``IF NOT EXISTS``): older crosscheck reads and writes
+such a store as before, so the version stays 1.
 
 Example:
     >>> store = open_store(":memory:")

@@ -12,18 +12,25 @@ not race on ``CREATE TABLE``). Time for leases is the *server's* clock
 - announce: ``INSERT … ON CONFLICT DO NOTHING RETURNING`` on the primary key
   (stage, host, run, state): a concurrent insert waits for the other to commit, so exactly one
   caller gets a row back.
-- save: the memory upsert takes the row lock of (stage, host) first, so two saves of one
-  stage serialise and the history sequence (max + 1, index lookup) cannot collide.
+- watchers (``crosscheck serve``): a heartbeat upsert with the server clock's expiry; live =
+  not expired on that clock.
+- save: one statement in autocommit, one round trip, changed or not (a changed save was a
+  transaction of five round trips: 13 % of a local check; bench/store.py). See
+  :func:`_changed_save` for why a changed save is sound in one statement.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 
 from sensors._store.base import (
     APP,
@@ -72,6 +79,10 @@ memory_t = sa.Table(
     sa.Column("saved_at", sa.Double, nullable=False),
     sa.Column("version", sa.Integer, nullable=False),
     sa.Column("seal", sa.Text, nullable=False),
+    # The last history seq written for (stage, host): the counter a changed save bumps under
+    # the row lock (see _changed_save). Added to version-1 stores by adopt(); not sealed (a
+    # wrong value costs a retry, never a collision: the statement checks the history too).
+    sa.Column("seq", sa.BigInteger, nullable=False, server_default="0"),
 )
 history_t = sa.Table(
     "crosscheck_history",
@@ -93,6 +104,16 @@ lease_t = sa.Table(
     sa.Column("stage", sa.Text, primary_key=True),
     sa.Column("host", sa.Text, primary_key=True),
     sa.Column("holder", sa.Text, nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=False),
+)
+# The watchers serving this store (crosscheck serve), each until its heartbeat expires on the
+# server's clock. Added after version 1 without a version change: create_all adds a missing
+# table, and older crosscheck never reads it.
+watcher_t = sa.Table(
+    "crosscheck_watcher",
+    md,
+    sa.Column("holder", sa.Text, primary_key=True),
+    sa.Column("about", sa.Text, nullable=False, server_default=""),
     sa.Column("expires_at", sa.Double, nullable=False),
 )
 announce_t = sa.Table(
@@ -140,15 +161,125 @@ _HANDOFF = sa.select(
 
 # Built once, with bound parameters: constructing a statement costs about as much as the
 # round trip that runs it.
-_LOAD = sa.select(
-    *(memory_t.c[n] for n in ("memory", "fingerprint", "verdict", "saved_at", "version", "seal"))
-).where(memory_t.c.stage == sa.bindparam("stage"), memory_t.c.host == sa.bindparam("host"))
-_up = pg_insert(memory_t).values({c.name: sa.bindparam(c.name) for c in memory_t.c})
-_UPSERT = _up.on_conflict_do_update(
-    index_elements=["stage", "host"],
-    set_={c.name: _up.excluded[c.name] for c in memory_t.c if c.name not in ("stage", "host")},
+_FIELDS = ("memory", "fingerprint", "verdict", "saved_at", "version", "seal")
+_LOAD = sa.select(*(memory_t.c[n] for n in (*_FIELDS, "seq"))).where(
+    memory_t.c.stage == sa.bindparam("stage"), memory_t.c.host == sa.bindparam("host")
 )
+_up = pg_insert(memory_t).values({n: sa.bindparam(n) for n in ("stage", "host", *_FIELDS)})
+# Unchanged: the memory alone; the counter is left as it is and read back (the next changed
+# save's guess).
+_UPSERT = _up.on_conflict_do_update(
+    index_elements=["stage", "host"], set_={n: _up.excluded[n] for n in _FIELDS}
+).returning(memory_t.c.seq)
+
+
+def _changed_save() -> sa.Select[Any]:
+    """A changed save as one statement: memory upserted, history row appended, history pruned.
+
+    Why not "max(seq) + 1 from the history" in a CTE behind the row lock: every part of one
+    statement reads the snapshot taken when it began, so a save that waited for another's
+    row lock would still compute the old max and collide. Only the row the upsert locked is
+    read at its newest version (ON CONFLICT DO UPDATE re-reads it after the wait). So the
+    sequence is a counter in the memory row itself (``crosscheck_memory.seq``), and the seal
+    (computed here, in Python, over the same fields as ever, seq included) needs seq before
+    the statement runs: the caller *guesses* it (the counter it last read or wrote, + 1; under
+    a lease only one watch saves a stage, so the guess is right but for the first save of a
+    process) and the statement writes only when the guess holds:
+
+    - the upsert's ``DO UPDATE … WHERE seq <= :prev`` is evaluated on the locked, newest row:
+      two saves of one stage serialise on it, the counter only grows (``next`` is above it),
+      so once one save moved it to ``next`` another with the same guess writes nothing;
+    - it inserts nothing (no new row either) while the history holds a seq ≥ :next — a counter
+      behind its history (an older crosscheck's saves, a memory row deleted by hand) is
+      caught, not reused;
+    - the history insert and the prune read the upsert's ``RETURNING`` (the CTE ``m``): no row
+      back, nothing appended or pruned.
+
+    It returns ``written`` (the seq appended, NULL when the guess was wrong) and ``current``
+    (the counter or the history's max, whichever is higher: the next guess). A wrong guess
+    costs one more round trip, not a wrong row.
+    """
+    b, h, mc = sa.bindparam, history_t.c, memory_t.c
+    this_h = (h.stage == b("stage"), h.host == b("host"))
+    values = sa.select(
+        *(b(n, type_=memory_t.c[n].type) for n in ("stage", "host", *_FIELDS)), b("next")
+    ).where(~sa.exists().where(*this_h, h.seq >= b("next")))
+    ins = pg_insert(memory_t).from_select(["stage", "host", *_FIELDS, "seq"], values)
+    m = (
+        ins.on_conflict_do_update(
+            index_elements=["stage", "host"],
+            set_={**{n: ins.excluded[n] for n in _FIELDS}, "seq": ins.excluded.seq},
+            where=mc.seq <= b("prev"),
+        )
+        .returning(mc.seq)
+        .cte("m")
+    )
+    written = sa.select(m.c.seq).scalar_subquery()
+    append = (
+        history_t.insert()
+        .from_select(
+            ["stage", "host", "seq", "at", "state", "verdict", "seal"],
+            sa.select(b("stage"), b("host"), m.c.seq, b("saved_at"), b("state"), b("verdict"), b("row_seal")),
+        )
+        .returning(h.id)
+        .cte("h")
+    )
+    prune = history_t.delete().where(*this_h, h.seq <= written - b("retention")).returning(h.id).cte("d")
+    counter = sa.select(mc.seq).where(mc.stage == b("stage"), mc.host == b("host")).scalar_subquery()
+    highest = sa.select(sa.func.max(h.seq)).where(*this_h).scalar_subquery()
+    return sa.select(written.label("written"), sa.func.greatest(counter, highest).label("current")).add_cte(
+        append, prune
+    )
+
+
+@dataclass(frozen=True)
+class _Sql:
+    """A statement compiled once for psycopg: its text, and the values of its literals."""
+
+    text: str
+    defaults: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, stmt: sa.ClauseElement) -> _Sql:
+        compiled = stmt.compile(dialect=psycopg_dialect())
+        return cls(str(compiled), {k: v for k, v in compiled.params.items() if v is not None})
+
+
+_CHANGED = _changed_save()
+#: A wrong guess is retried with the seq the statement saw; only two savers of one stage
+#: racing (which the lease prevents) can make a second guess wrong too.
+_SAVE_ATTEMPTS = 5
 _SERVER_NOW = sa.cast(sa.func.extract("epoch", sa.func.clock_timestamp()), sa.Double)
+_lease_key = (lease_t.c.stage == sa.bindparam("stage"), lease_t.c.host == sa.bindparam("host"))
+_take = pg_insert(lease_t).values(
+    stage=sa.bindparam("stage"),
+    host=sa.bindparam("host"),
+    holder=sa.bindparam("holder"),
+    expires_at=_SERVER_NOW + sa.bindparam("ttl", type_=sa.Double),
+)
+_ACQUIRE = _take.on_conflict_do_update(
+    index_elements=["stage", "host"],
+    set_={"holder": _take.excluded.holder, "expires_at": _take.excluded.expires_at},
+    where=(lease_t.c.holder == sa.bindparam("holder")) | (lease_t.c.expires_at <= _SERVER_NOW),
+).returning(lease_t.c.holder, lease_t.c.expires_at)
+_HELD_BY = sa.select(lease_t.c.holder, lease_t.c.expires_at).where(*_lease_key)
+_RELEASE = lease_t.delete().where(*_lease_key, lease_t.c.holder == sa.bindparam("holder"))
+_beat = pg_insert(watcher_t).values(
+    holder=sa.bindparam("holder"),
+    about=sa.bindparam("about"),
+    expires_at=_SERVER_NOW + sa.bindparam("ttl", type_=sa.Double),
+)
+_HEARTBEAT = _beat.on_conflict_do_update(
+    index_elements=["holder"], set_={"about": _beat.excluded.about, "expires_at": _beat.excluded.expires_at}
+)
+_LIVE = sa.select(watcher_t.c.holder).where(watcher_t.c.expires_at > _SERVER_NOW).order_by(watcher_t.c.holder)
+_DROP = watcher_t.delete().where(watcher_t.c.holder == sa.bindparam("holder"))
+# What every check runs (load, save, lease), compiled once: executed on the pooled psycopg
+# connection itself, without SQLAlchemy's per-execution work (~0.08 ms a statement here, as
+# much as the server's share of an upsert).
+_LOAD_SQL, _UPSERT_SQL, _CHANGED_SQL = _Sql.of(_LOAD), _Sql.of(_UPSERT), _Sql.of(_CHANGED)
+_ACQUIRE_SQL, _HELD_BY_SQL, _RELEASE_SQL = _Sql.of(_ACQUIRE), _Sql.of(_HELD_BY), _Sql.of(_RELEASE)
+_HEARTBEAT_SQL, _LIVE_SQL, _DROP_SQL = _Sql.of(_HEARTBEAT), _Sql.of(_LIVE), _Sql.of(_DROP)
 _ANNOUNCE_COLS = (
     announce_t.c.run,
     announce_t.c.state,
@@ -161,7 +292,7 @@ _ANNOUNCE_COLS = (
 def adopt(engine: sa.Engine) -> str | None:
     """Create our tables if missing; say what is wrong with a database whose
     ``crosscheck_meta`` is not ours or is newer. Raises SQLAlchemy's errors for the rest."""
-    with engine.begin() as conn:
+    with engine.connect().execution_options(isolation_level="READ COMMITTED") as conn, conn.begin():
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(SCHEMA_LOCK)))
         ours = {t for t in sa.inspect(conn).get_table_names() if t in md.tables}
         if ours and "crosscheck_meta" not in ours:
@@ -180,7 +311,18 @@ def adopt(engine: sa.Engine) -> str | None:
                     f"was written by a newer crosscheck (schema version {version}; this one reads "
                     f"{SCHEMA_VERSION}); it is left untouched"
                 )
-        md.create_all(conn, checkfirst=True)
+        md.create_all(conn, checkfirst=True)  # additive: a version-1 store gains new tables
+        if "crosscheck_memory" in ours and "seq" not in {
+            c["name"] for c in sa.inspect(conn).get_columns("crosscheck_memory")
+        }:
+            # A version-1 store from before the counter: added as 0 (no table rewrite), and a
+            # counter behind its history heals at its stage's next changed save (_changed_save).
+            # Still version 1: older crosscheck reads and writes it as before.
+            conn.execute(
+                sa.text(
+                    "ALTER TABLE crosscheck_memory ADD COLUMN IF NOT EXISTS seq BIGINT NOT NULL DEFAULT 0"
+                )
+            )
         conn.execute(
             pg_insert(meta)
             .values([{"key": "app", "value": APP}, {"key": "schema_version", "value": str(SCHEMA_VERSION)}])
@@ -195,14 +337,19 @@ class PostgresStore:
     def __init__(self, url: sa.URL, *, retention: int) -> None:
         self.location = url.render_as_string(hide_password=True)
         self._retention = retention
+        # The history seq last read or written per stage: the next changed save's guess.
+        self._seq: dict[StageKey, int] = {}
         # Round trips are the cost (bench/store.py): no pre-ping (a connection the server
         # dropped is retried once instead, SQLAlchemy's "optimistic" disconnect handling), and
         # synchronous_commit off for the session: memory and leases are re-derived by the next
         # check, so a server crash may lose the last writes (never corrupt them) and no fsync
         # is waited for. announce() turns it back on: exactly-once must survive a crash.
+        # Autocommit is the engine's default: most calls are one statement, atomic by itself
+        # (BEGIN and COMMIT would be two more round trips); a transaction asks for one.
         self.engine = sa.create_engine(
             url,
             pool_size=2,
+            isolation_level="AUTOCOMMIT",
             connect_args={"connect_timeout": 10, "options": "-c synchronous_commit=off"},
         )
         try:
@@ -218,8 +365,8 @@ class PostgresStore:
             try:
                 with self.engine.connect() as conn:
                     if single:
-                        return fn(conn.execution_options(isolation_level="AUTOCOMMIT"))
-                    with conn.begin():
+                        return fn(conn)
+                    with conn.execution_options(isolation_level="READ COMMITTED").begin():
                         return fn(conn)
             except sa.exc.DBAPIError as exc:
                 if attempt == 1 and exc.connection_invalidated:
@@ -229,14 +376,41 @@ class PostgresStore:
                 raise StoreError(_why(exc), location=self.location) from exc
         raise AssertionError("unreachable")
 
+    def _run(self, fn: Callable[[Callable[[_Sql, Mapping[str, Any]], list[tuple[Any, ...]]]], T]) -> T:
+        """Run ``fn(execute)`` on one pooled connection, in autocommit; ``execute(sql,
+        params)`` runs one compiled statement and returns its rows. A connection the server
+        dropped (a restart) is thrown away and ``fn`` tried once more, as in :meth:`_call`."""
+        for attempt in (1, 2):
+            try:
+                pooled = self.engine.raw_connection()
+            except sa.exc.SQLAlchemyError as exc:
+                raise StoreError(_why(exc), location=self.location) from exc
+            conn = pooled.driver_connection
+            assert isinstance(conn, psycopg.Connection)
+            try:
+                return fn(functools.partial(_execute, conn))
+            except psycopg.Error as exc:
+                if conn.broken:
+                    pooled.invalidate(exc)
+                    if attempt == 1:
+                        continue
+                raise StoreError(_why(exc), location=self.location) from exc
+            finally:
+                pooled.close()
+        raise AssertionError("unreachable")
+
     def load(self, key: StageKey) -> Stored | None:
         params = {"stage": key.stage, "host": key.host}
         try:
-            row = self._call(lambda c: c.execute(_LOAD, params).first(), single=True)
+            rows = self._run(lambda execute: execute(_LOAD_SQL, params))
         except StoreError as exc:
             warn(f"{exc}: the memory of {key.stage}@{key.host} could not be read; starting fresh")
             return None
-        return None if row is None else decode_stored(key, tuple(row), self.location)
+        if not rows:
+            return None
+        *fields, seq = rows[0]
+        self._seq[key] = int(seq)
+        return decode_stored(key, tuple(fields), self.location)
 
     def save(
         self,
@@ -250,7 +424,7 @@ class PostgresStore:
     ) -> None:
         check_save_args(memory, fingerprint, verdict, version)
         fp, vd, now, state = dumps(dict(fingerprint)), dumps(dict(verdict)), time.time(), state_of(verdict)
-        params = {
+        params: dict[str, Any] = {
             "stage": key.stage,
             "host": key.host,
             "memory": memory,
@@ -260,65 +434,58 @@ class PostgresStore:
             "version": version,
             "seal": memory_seal(key, memory, fp, vd, now, version),
         }
-        this = (history_t.c.stage == key.stage, history_t.c.host == key.host)
 
-        def write(c: sa.Connection) -> None:
-            c.execute(_UPSERT, params)
-            if not changed:
-                return
-            seq = c.execute(
-                sa.select(sa.func.coalesce(sa.func.max(history_t.c.seq), 0) + 1).where(*this)
-            ).scalar_one()
-            c.execute(
-                history_t.insert().values(
-                    stage=key.stage,
-                    host=key.host,
-                    seq=seq,
-                    at=now,
-                    state=state,
-                    verdict=vd,
-                    seal=history_seal(key.stage, key.host, seq, now, state, vd),
+        def unchanged(execute: Callable[..., list[tuple[Any, ...]]]) -> None:
+            ((self._seq[key],),) = execute(_UPSERT_SQL, params)
+
+        def changed_save(execute: Callable[..., list[tuple[Any, ...]]]) -> None:
+            prev = self._seq.get(key, 0)
+            for _ in range(_SAVE_ATTEMPTS):
+                ((written, current),) = execute(
+                    _CHANGED_SQL,
+                    {
+                        **params,
+                        "prev": prev,
+                        "next": prev + 1,
+                        "state": state,
+                        "retention": self._retention,
+                        "row_seal": history_seal(key.stage, key.host, prev + 1, now, state, vd),
+                    },
                 )
+                if written is not None:
+                    self._seq[key] = int(written)
+                    return
+                prev = int(current or 0)  # the guess was wrong: nothing was written
+            raise StoreError(
+                f"{_SAVE_ATTEMPTS} saves of this stage raced with others'", location=self.location
             )
-            c.execute(history_t.delete().where(*this, history_t.c.seq <= seq - self._retention))
 
         try:
-            self._call(write, single=not changed)  # unchanged: the upsert alone
+            self._run(changed_save if changed else unchanged)
         except StoreError as exc:
             warn(f"{exc}: the memory of {key.stage}@{key.host} was not saved")
 
     def acquire(self, key: StageKey, holder: str, ttl: float) -> Lease:
         if not ttl > 0:
             raise ValueError(f"ttl must be positive, not {ttl!r}")
-        stmt = pg_insert(lease_t).values(
-            stage=key.stage, host=key.host, holder=holder, expires_at=_SERVER_NOW + ttl
-        )
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["stage", "host"],
-            set_={"holder": stmt.excluded.holder, "expires_at": stmt.excluded.expires_at},
-            where=(lease_t.c.holder == holder) | (lease_t.c.expires_at <= _SERVER_NOW),
-        ).returning(lease_t.c.holder, lease_t.c.expires_at)
-        held_by = sa.select(lease_t.c.holder, lease_t.c.expires_at).where(
-            lease_t.c.stage == key.stage, lease_t.c.host == key.host
-        )
+        params = {"stage": key.stage, "host": key.host, "holder": holder, "ttl": float(ttl)}
 
-        def go(c: sa.Connection) -> Lease:
+        def go(execute: Callable[..., list[tuple[Any, ...]]]) -> Lease:
             for _ in range(3):
-                row = c.execute(stmt).first()
-                if row is not None:
-                    return Lease(held=True, holder=row.holder, expires_at=row.expires_at)
-                row = c.execute(held_by).first()  # who refused us, unless released since
-                if row is not None:
-                    return Lease(held=row.holder == holder, holder=row.holder, expires_at=row.expires_at)
+                rows = execute(_ACQUIRE_SQL, params)
+                if rows:
+                    return Lease(held=True, holder=rows[0][0], expires_at=rows[0][1])
+                rows = execute(_HELD_BY_SQL, params)  # who refused us, unless released since
+                if rows:
+                    return Lease(held=rows[0][0] == holder, holder=rows[0][0], expires_at=rows[0][1])
             return Lease(held=False, holder="", expires_at=0.0)  # contended beyond reason
 
-        return self._call(go, single=True)  # the upsert decides; the read only says who won
+        return self._run(go)  # the upsert decides; the read only says who won
 
     def release(self, key: StageKey, holder: str) -> None:
-        stmt = lease_t.delete().where(
-            lease_t.c.stage == key.stage, lease_t.c.host == key.host, lease_t.c.holder == holder
+        self._run(
+            lambda execute: execute(_RELEASE_SQL, {"stage": key.stage, "host": key.host, "holder": holder})
         )
-        self._call(lambda c: c.execute(stmt), single=True)
 
     def announce(self, key: StageKey, run: str, state: str, verdict: Mapping[str, Any]) -> Announcement:
         vd, now = dumps(dict(verdict)), time.time()
@@ -426,6 +593,18 @@ class PostgresStore:
         stmt = handoff_t.delete().where(handoff_t.c.ticket == ticket)
         self._call(lambda c: c.execute(stmt), single=True)
 
+    def heartbeat_watcher(self, holder: str, ttl: float, about: str = "") -> None:
+        if not ttl > 0:
+            raise ValueError(f"ttl must be positive, not {ttl!r}")
+        params = {"holder": holder, "about": about, "ttl": float(ttl)}
+        self._run(lambda execute: execute(_HEARTBEAT_SQL, params))
+
+    def live_watchers(self) -> list[str]:
+        return [str(r[0]) for r in self._run(lambda execute: execute(_LIVE_SQL, {}))]
+
+    def drop_watcher(self, holder: str) -> None:
+        self._run(lambda execute: execute(_DROP_SQL, {"holder": holder}))
+
     def close(self) -> None:
         self.engine.dispose()
 
@@ -439,7 +618,12 @@ class PostgresStore:
         return f"PostgresStore({self.location!r})"
 
 
-def _why(exc: sa.exc.SQLAlchemyError) -> str:
+def _execute(conn: psycopg.Connection[Any], sql: _Sql, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    cur = conn.execute(sql.text, {**sql.defaults, **params})  # type: ignore[call-overload]
+    return cur.fetchall() if cur.description is not None else []
+
+
+def _why(exc: Exception) -> str:
     """The driver's first line, without SQLAlchemy's statement dump and background link."""
     orig = getattr(exc, "orig", None)
     text = str(orig if orig is not None else exc).strip()

@@ -80,8 +80,27 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS crosscheck_handoff (ticket TEXT PRIMARY KEY, stage TEXT NOT NULL,"
     " host TEXT NOT NULL, request TEXT NOT NULL, deadline REAL NOT NULL, created_at REAL NOT NULL,"
     " seal TEXT NOT NULL, outcome TEXT, outcome_seal TEXT)",
+    # The watchers serving this store (crosscheck serve), each until its heartbeat expires.
+    "CREATE TABLE IF NOT EXISTS crosscheck_watcher (holder TEXT PRIMARY KEY, about TEXT NOT NULL,"
+    " expires_at REAL NOT NULL)",
     f"INSERT OR IGNORE INTO crosscheck_meta VALUES ('app', '{APP}'), ('schema_version', '{SCHEMA_VERSION}')",
 )
+
+
+class _Garbled(sqlite3.DatabaseError):
+    """Bytes that are not UTF-8 where SQLite keeps text of its own (the schema in
+    ``sqlite_master``): the driver raises UnicodeDecodeError decoding SQLite's message about
+    it, not a DatabaseError. A file damaged there is as corrupt as one SQLite calls so."""
+
+    sqlite_errorname = "SQLITE_CORRUPT"
+
+
+@contextlib.contextmanager
+def _garbled_is_corrupt() -> Iterator[None]:
+    try:
+        yield
+    except UnicodeDecodeError as exc:
+        raise _Garbled(f"file is not a database (undecodable schema text: {exc})") from exc
 
 
 def _corrupt(exc: sqlite3.Error) -> bool:
@@ -154,7 +173,8 @@ class SQLiteStore:
             os.close(os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600))  # memory may quote logs
             ino = os.stat(self._path).st_ino
             conn = self._connect(str(self._path))
-            problem = self._adopt(conn)
+            with _garbled_is_corrupt():
+                problem = self._adopt(conn)
         except sqlite3.DatabaseError as exc:
             if conn is not None:
                 conn.close()
@@ -195,7 +215,12 @@ class SQLiteStore:
                 )
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
-        if not tables or not {"crosscheck_memory", "crosscheck_history"} <= tables:
+        # Every statement is IF NOT EXISTS: a version-1 file gains the tables added since.
+        if (
+            not tables
+            or not {"crosscheck_memory", "crosscheck_history", "crosscheck_watcher", "crosscheck_handoff"}
+            <= tables
+        ):
             with _write(conn):
                 for statement in SCHEMA:
                     conn.execute(statement)
@@ -257,7 +282,8 @@ class SQLiteStore:
             self._follow()
             assert self._conn is not None
             try:
-                return fn(self._conn)
+                with _garbled_is_corrupt():
+                    return fn(self._conn)
             except sqlite3.DatabaseError as exc:
                 if not _corrupt(exc) or self._fallback or self._ino is None:
                     raise StoreError(str(exc), location=self.location) from exc
@@ -481,6 +507,35 @@ class SQLiteStore:
         def go(c: sqlite3.Connection) -> None:
             with _write(c):
                 c.execute("DELETE FROM crosscheck_handoff WHERE ticket = ?", (ticket,))
+
+        self._call(go)
+
+    def heartbeat_watcher(self, holder: str, ttl: float, about: str = "") -> None:
+        if not ttl > 0:
+            raise ValueError(f"ttl must be positive, not {ttl!r}")
+
+        def go(c: sqlite3.Connection) -> None:
+            with _write(c):
+                c.execute(
+                    "INSERT INTO crosscheck_watcher VALUES (?, ?, ?) ON CONFLICT (holder)"
+                    " DO UPDATE SET about = excluded.about, expires_at = excluded.expires_at",
+                    (holder, about, time.time() + ttl),
+                )
+
+        self._call(go)
+
+    def live_watchers(self) -> list[str]:
+        rows = self._call(
+            lambda c: c.execute(
+                "SELECT holder FROM crosscheck_watcher WHERE expires_at > ? ORDER BY holder", (time.time(),)
+            ).fetchall()
+        )
+        return [str(r[0]) for r in rows]
+
+    def drop_watcher(self, holder: str) -> None:
+        def go(c: sqlite3.Connection) -> None:
+            with _write(c):
+                c.execute("DELETE FROM crosscheck_watcher WHERE holder = ?", (holder,))
 
         self._call(go)
 
