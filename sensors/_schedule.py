@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from sensors._batch import check_batch
 from sensors._check import Checker
+from sensors._hosts import Host
 from sensors._model import State, Verdict
 
 #: The verdicts that end a stage's watch.
@@ -59,7 +60,7 @@ def watch_all(
     deadlines = [start + (c.stage.policy.timeout if timeout is None else timeout) for c in checkers]
     due: list[tuple[float, int]] = [(start, i) for i in range(len(checkers))]
     heapq.heapify(due)
-    busy: dict[str, int] = {}
+    busy: dict[Host, int] = {}  # probes running per host object (not name: see _submit_due)
     running: dict[Future[list[Verdict]], tuple[list[int], float]] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(checkers)))) as pool:
         try:
@@ -73,7 +74,7 @@ def watch_all(
                 )
                 for fut in finished:
                     indexes, began = running.pop(fut)
-                    busy[checkers[indexes[0]].host.name] -= 1
+                    busy[checkers[indexes[0]].host] -= 1
                     verdicts = fut.result()  # a host key error ends every watch, now
                     for index, verdict in zip(indexes, verdicts, strict=True):
                         _record(index, verdict, results[index], deadlines[index], checkers, due, began, clock)
@@ -87,7 +88,7 @@ def watch_all(
 def _submit_due(
     checkers: Sequence[Checker],
     due: list[tuple[float, int]],
-    busy: dict[str, int],
+    busy: dict[Host, int],
     running: dict[Future[list[Verdict]], tuple[list[int], float]],
     pool: ThreadPoolExecutor,
     per_host: int,
@@ -95,11 +96,13 @@ def _submit_due(
 ) -> float:
     """Submit one probe per host for the stages due there; seconds until the next is due."""
     now = clock()
-    batches: dict[str, list[int]] = {}
+    # Keyed by the host object, never its name: two SSH hosts may share a name (one address,
+    # two ports) and must not share a probe.
+    batches: dict[Host, list[int]] = {}
     held: list[tuple[float, int]] = []
     while due and due[0][0] <= now:
         at, index = heapq.heappop(due)
-        host = checkers[index].host.name
+        host = checkers[index].host
         if host not in batches and busy.get(host, 0) >= per_host:
             held.append((at, index))  # its host is full: it goes when a probe there ends
             continue

@@ -33,6 +33,7 @@ from sensors._batch import check_batch
 from sensors._check import Checker
 from sensors._config import Stage, load_stage
 from sensors._errors import CrosscheckError
+from sensors._hosts import Host
 from sensors._model import State, Verdict
 
 log = logging.getLogger("crosscheck.serve")
@@ -125,13 +126,15 @@ class Watcher:
         return min(waiting, default=1.0)
 
     def _submit(self, pool: ThreadPoolExecutor, running: dict, now: float) -> None:
-        busy: dict[str, int] = {}
+        # Keyed by the host object, never its name: two SSH hosts may share a name (one
+        # address, two ports) and must not share a probe.
+        busy: dict[Host, int] = {}
         for entries, _ in running.values():
-            host = entries[0].checker.host.name
+            host = entries[0].checker.host
             busy[host] = busy.get(host, 0) + 1
-        batches: dict[str, list[_Entry]] = {}
+        batches: dict[Host, list[_Entry]] = {}
         for entry in self.entries.values():
-            host = entry.checker.host.name
+            host = entry.checker.host
             if (
                 entry.running
                 or entry.due > now
