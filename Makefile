@@ -56,6 +56,7 @@ bench: $(STAMP) system-deps
 	$(BIN)/python bench/ssh_cycle.py
 	$(BIN)/python bench/regex.py
 	$(BIN)/python bench/store.py
+	$(BIN)/python bench/fleet.py
 
 clean:
 	rm -rf $(VENV) $(COMPAT) .pytest_cache .ruff_cache *.egg-info

@@ -18,6 +18,7 @@ from sensors._check import Checker
 from sensors._errors import HostError, HostKeyError
 from sensors._model import Verdict
 from sensors._probe import build_script, new_nonce, split_sections
+from sensors._signals.process import parse_table_once
 
 #: Sections every stage of the batch reads as they are (not prefixed).
 SHARED = ("meta", "stat", "tasks", "taskcmd", "cmdline", "end")
@@ -76,13 +77,19 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
         raise
     except HostError as exc:
         return [c._host_failed(exc) for c in checkers]
-    sections = split_sections(output, nonce)
-    return [checker.absorb(_view(sections, k), nonce) for k, checker in enumerate(checkers)]
+    views = _views(split_sections(output, nonce), len(checkers))
+    with parse_table_once():  # the shared process table: parsed once, not once per stage
+        return [checker.absorb(views[k], nonce) for k, checker in enumerate(checkers)]
 
 
-def _view(sections: dict[str, bytes], k: int) -> dict[str, bytes]:
-    """Stage ``k``'s sections: the shared ones, and its own without the prefix."""
-    prefix = f"k{k}."
-    view = {name: body for name, body in sections.items() if name in SHARED}
-    view.update({name[len(prefix) :]: body for name, body in sections.items() if name.startswith(prefix)})
-    return view
+def _views(sections: dict[str, bytes], n: int) -> list[dict[str, bytes]]:
+    """Each stage's sections: the shared ones, and its own without the ``k<index>.`` prefix
+    (one pass over the sections, whatever the number of stages)."""
+    shared = {name: body for name, body in sections.items() if name in SHARED}
+    views = [dict(shared) for _ in range(n)]
+    for name, body in sections.items():
+        if name[:1] == "k" and "." in name:
+            index, _, own = name[1:].partition(".")
+            if index.isdigit() and int(index) < n and index == str(int(index)):
+                views[int(index)][own] = body
+    return views

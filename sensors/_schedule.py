@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from sensors._batch import check_batch
 from sensors._check import Checker
+from sensors._hosts import Host
 from sensors._model import State, Verdict
 
 #: The verdicts that end a stage's watch.
@@ -75,7 +76,9 @@ class Scheduler:
         self._slots: dict[str, _Slot] = {}
         self._heap: list[tuple[float, int, str, int]] = []
         self._order = itertools.count()
-        self._busy: dict[str, int] = {}
+        # Probes running per host *object*, never per name: two SSH hosts may share a name
+        # (one address, two ports) and must not share a probe.
+        self._busy: dict[Host, int] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
 
@@ -160,7 +163,7 @@ class Scheduler:
     def _submit(self, pool: ThreadPoolExecutor, running: dict) -> float:
         """Hand out one probe per host for the stages due there; seconds until the next is due."""
         now = self.clock()
-        batches: dict[str, list[tuple[str, _Slot]]] = {}
+        batches: dict[Host, list[tuple[str, _Slot]]] = {}
         held: list[tuple[float, int, str, int]] = []
         with self._lock:
             while self._heap and self._heap[0][0] <= now:
@@ -169,7 +172,7 @@ class Scheduler:
                 slot = self._slots.get(key)
                 if slot is None or slot.turn != turn or slot.running:
                     continue  # removed, rescheduled since, or in flight: a stale item
-                host = slot.checker.host.name
+                host = slot.checker.host
                 if host not in batches and self._busy.get(host, 0) >= self.per_host:
                     held.append(item)  # its host is full: it goes when a probe there ends
                     continue
@@ -194,7 +197,7 @@ class Scheduler:
         on_verdict: OnVerdict,
         on_error: OnError | None,
     ) -> None:
-        host = members[0][1].checker.host.name
+        host = members[0][1].checker.host
         with self._lock:
             self._busy[host] -= 1
             for _, slot in members:

@@ -163,3 +163,31 @@ def test_many_stages_on_one_ssh_host_cost_one_round_trip_per_tick(tmp_path: Path
     assert probes["process tables"] == probes["round trips"]
     assert {v.readings["process"].says.value for v in verdicts} == {"working"}
     assert {v.readings["process"].evidence["pid"] for v in verdicts} == {job.pid}
+
+
+class NamedHost(LocalHost):
+    """A local host under a name another host also has (one address, two SSH ports)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.probes = 0
+
+    def run_script(self, script: bytes, *, timeout: float) -> bytes:
+        self.probes += 1
+        return super().run_script(script, timeout=timeout)
+
+
+def test_two_hosts_of_one_name_are_probed_apart(tmp_path: Path) -> None:
+    job = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01)
+    job.start()
+    a, b = NamedHost("127.0.0.1"), NamedHost("127.0.0.1")
+    try:
+        checkers = [Checker(stage_from_dict(_stage(job, f"a{i}")), host=a) for i in range(3)]
+        checkers += [Checker(stage_from_dict(_stage(job, f"b{i}")), host=b) for i in range(3)]
+        checks: Counter[int] = Counter()
+        watch_all(checkers, on_verdict=lambda i, v: checks.update([i]), timeout=1.0)
+    finally:
+        job.stop()
+    # Each stage's probe ran on its own host object: stages are batched per host, not per name.
+    assert len(checks) == 6
+    assert a.probes >= 2 and b.probes >= 2, (a.probes, b.probes)

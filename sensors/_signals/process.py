@@ -17,7 +17,9 @@ parser, its memory (the identities it has seen) and its evidence. Rules it keeps
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
@@ -155,9 +157,30 @@ def snippet(spec: ProcessSpec, memory: ProcessMemory, probe: ProbeInputs) -> lis
 # --------------------------------------------------------------------------- reading
 
 
+#: Per thread: while a batch's stages read one probe (``sensors._batch``), the tables parsed
+#: from it, keyed by the identity of the section bytes they came from; None outside a batch.
+_batch_tables = threading.local()
+
+
+@contextmanager
+def parse_table_once() -> Iterator[None]:
+    """Within this block (one probe's answer read by several stages, in this thread), the
+    process table is parsed once and shared: it does not depend on the stage.
+
+    The cache holds the section bytes it was keyed on, so no key can be reused by other
+    bytes while the block lasts; it is dropped at the end.
+    """
+    outer = getattr(_batch_tables, "cache", None)
+    _batch_tables.cache = {}
+    try:
+        yield
+    finally:
+        _batch_tables.cache = outer
+
+
 @dataclass(frozen=True)
 class _ProcessTable:
-    """The process sections of one probe, parsed."""
+    """The process sections of one probe, parsed (read-only: stages of a batch share it)."""
 
     stats: Mapping[int, ProcStat]
     cmdlines: Mapping[int, str]
@@ -166,7 +189,18 @@ class _ProcessTable:
 
     @classmethod
     def parse(cls, sections: Mapping[str, bytes], nonce: str) -> _ProcessTable | str:
-        """The table, or why it cannot be read."""
+        """The table, or why it cannot be read (parsed once per probe inside a batch)."""
+        cache = getattr(_batch_tables, "cache", None)
+        if cache is None:
+            return cls._parse(sections, nonce)
+        bodies = tuple(sections.get(name) for name in ("stat", "cmdline", "tasks", "taskcmd"))
+        key = (nonce, *(id(b) for b in bodies))
+        if key not in cache:
+            cache[key] = (bodies, cls._parse(sections, nonce))
+        return cache[key][1]
+
+    @classmethod
+    def _parse(cls, sections: Mapping[str, bytes], nonce: str) -> _ProcessTable | str:
         stat_body, cmd_body = sections.get("stat"), sections.get("cmdline")
         if stat_body is None or cmd_body is None:
             return "the probe's process section is missing (output cut short)"

@@ -1,0 +1,494 @@
+"""A large fleet in one watcher: 2,000 stages over 50 loopback SSH hosts plus 500 local ones.
+
+Run: ``python bench/fleet.py [--interval 30] [--ticks 3] [--sizes 100,500,1000,2500]``
+(``--quick``: smaller sizes, a 3 s interval, for a smoke run). Issue 12's benchmark.
+
+The hosts: real OpenSSH sshd processes (tests/sshd.py) on 50 ports of 127.0.0.1 (at most 16
+each, OpenSSH's MAX_LISTEN_SOCKS: 4 processes); each port is a host of its own (an alias
+``fleet-hNN`` in an ssh config file, HostName 127.0.0.1 and its port), so 50 hosts are 50
+connections. Each host carries 40 stages, and 500 more are local. A stage is small but real:
+a log of a few progress lines, an outputs directory (3 of 100 files), a process pattern:
+every tenth stage matches one of 8 live ``sleep`` processes (distinct command lines), the
+others a pattern no process has (a job not started yet: ``unknown``). Every stage is a stage
+file in one directory, watched by ``sensors._serve.Watcher`` (the machinery of ``crosscheck
+serve``) with a SQLite state store in a temporary file.
+
+Each size (a proportional mix: 40 stages per host, hosts and local stages scaled) runs for
+``ticks + 1`` intervals; the first tick (loading the files, connecting) is left out. Measured:
+
+- round trips per host per tick: ``run_script`` calls per host object per tick (counted at
+  the host seam: every probe of a host passes there), with the real processes beside it:
+  sshd's connections and the kept remote shells (``sh`` under sshd) after the run;
+- checking-side CPU: this process's own CPU time (``time.process_time``, every thread: the
+  watcher, paramiko's transports, parsing, the store; not sshd, not the probes' shells)
+  over the measured ticks, per tick and per stage-check;
+- check lag: when a stage's check started (its probe was built) minus when it was due (the
+  watcher's start plus a whole number of intervals: every stage is due at the start), p50
+  and p99 over the measured ticks;
+- RSS: peak (``ru_maxrss``) and current (``VmRSS``) after each size;
+- side by side, for 40 stages sharing one SSH host (and 40 local ones): the CPU per
+  stage-check of the batched path (``check_batch``: one probe for all of them) against
+  today's per-stage path (each ``Checker.check()`` its own probe), in alternating rounds.
+
+Targets (issue 12): one round trip per host per tick; batched CPU per stage-check at most
+1/10 of the per-stage path; lag p99 <= 2 s; RSS <= 400 MB; CPU per tick growing no faster
+than the number of stages (each step within 1.25x of linear) and lag p99 within target at
+every size. Exits 1 when one is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sensors._batch import check_batch  # noqa: E402 - after the sys.path line above
+from sensors._check import Checker  # noqa: E402
+from sensors._config import load_stage  # noqa: E402
+from sensors._hosts import ssh  # noqa: E402
+from sensors._hosts.local import LocalHost  # noqa: E402
+from sensors._serve import Watcher  # noqa: E402
+from sensors._store import open_store  # noqa: E402
+from tests.sshd import SSHD, _children, free_port  # noqa: E402
+
+PER_HOST = 40
+FULL_HOSTS, FULL_LOCAL = 50, 500
+SLEEPS = 8  # live processes, one command line each
+PORTS_PER_SSHD = 16  # OpenSSH's MAX_LISTEN_SOCKS
+OUTPUT_FILES, EXPECTED = 3, 100
+
+
+# --------------------------------------------------------------------------- the fleet
+
+
+class Fleet:
+    """The sshd processes on 50 ports, the ssh config naming them, the stages' data, live jobs.
+
+    OpenSSH listens on at most 16 sockets per server (MAX_LISTEN_SOCKS), so 50 ports are
+    served by ceil(50 / 16) = 4 sshd processes of tests/sshd.py, each on up to 16 ports.
+    """
+
+    def __init__(self, root: Path, hosts: int, local: int) -> None:
+        self.root = root
+        self.hosts, self.local = hosts, local
+        self.servers: list[SSHD] = []
+        self.host_server: list[SSHD] = []  # host index -> the sshd serving its port
+        self.ports: list[int] = []
+        for first in range(0, hosts, PORTS_PER_SSHD):
+            server = SSHD(root / f"sshd-{len(self.servers)}")
+            ports = [server.port]
+            while len(ports) < min(PORTS_PER_SSHD, hosts - first):
+                port = free_port()
+                if port not in ports and port not in self.ports:
+                    ports.append(port)
+            config = server.config.read_text()
+            line = f"Port {server.port}\n"
+            server.config.write_text(config.replace(line, "".join(f"Port {p}\n" for p in ports)))
+            self.servers.append(server)
+            self.host_server += [server] * len(ports)
+            self.ports += ports
+        self.known_hosts = root / "known_hosts"
+        self.known_hosts.write_text(
+            "".join(
+                f"[127.0.0.1]:{p} {s.host_pub}" for p, s in zip(self.ports, self.host_server, strict=True)
+            )
+        )
+        self.ssh_config = root / "ssh_config"
+        self.ssh_config.write_text(
+            "".join(
+                f"Host fleet-h{h:02d}\n  HostName 127.0.0.1\n  Port {p}\n" for h, p in enumerate(self.ports)
+            )
+        )
+        self.data = root / "data"
+        self.jobs: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        for server in self.servers:
+            server.start()
+        for j in range(1, SLEEPS + 1):
+            self.jobs.append(subprocess.Popen(["sleep", f"100000.{j}"], start_new_session=True))
+
+    def stop(self) -> None:
+        for job in self.jobs:
+            job.kill()
+            job.wait()
+        for server in self.servers:
+            server.cleanup()
+
+    def stage_yaml(self, name: str, n: int, host: int | None, interval: float) -> str:
+        """One stage file; its log and outputs directory are written on first use."""
+        work = self.data / name
+        if not work.exists():
+            (work / "out").mkdir(parents=True)
+            (work / "job.log").write_text(
+                "".join(f"[{k}/{EXPECTED}] step {k} loss 0.{k * 3}\n" for k in range(1, OUTPUT_FILES + 1))
+            )
+            for k in range(OUTPUT_FILES):
+                (work / "out" / f"part-{k:03d}.pt").write_bytes(b"x")
+        match = rf"^sleep 100000[.]{n // 10 % SLEEPS + 1}$" if n % 10 == 0 else rf"fleet-job-{name}[.]py"
+        if host is None:
+            where = "host: local\n"
+        else:
+            s = self.host_server[host]
+            where = (
+                f"host:\n  ssh: fleet-h{host:02d}\n  user: {s.user}\n  key: {s.key}\n"
+                f"  known_hosts: {self.known_hosts}\n  config: {self.ssh_config}\n"
+                "  connect_timeout: 10s\n  check_timeout: 60s\n"
+            )
+        return (
+            f"stage: {name}\n{where}"
+            f"process:\n  match: '{match}'\n"
+            f"log:\n  path: {work / 'job.log'}\n  complete: '^done$'\n"
+            f"  progress: '\\[(?P<done>\\d+)/(?P<total>\\d+)\\]'\n"
+            f"outputs:\n  files: {work / 'out'}\n  pattern: '*.pt'\n  expected: {EXPECTED}\n"
+            f"policy:\n  interval: {interval}s\n  stall_after: 1h\n  timeout: 48h\n"
+        )
+
+    def write(self, directory: Path, size: int, interval: float) -> tuple[int, int]:
+        """Stage files for ``size`` stages in the full run's proportions; (hosts, local)."""
+        hosts = max(1, round(FULL_HOSTS * size / (FULL_HOSTS * PER_HOST + FULL_LOCAL)))
+        hosts = min(hosts, self.hosts)
+        local = max(0, size - hosts * PER_HOST)
+        directory.mkdir(parents=True)
+        n = 0
+        for h in range(hosts):
+            for k in range(PER_HOST):
+                name = f"fleet-h{h:02d}-s{k:02d}"
+                (directory / f"{name}.yaml").write_text(self.stage_yaml(name, n, h, interval))
+                n += 1
+        for k in range(local):
+            name = f"fleet-local-s{k:03d}"
+            (directory / f"{name}.yaml").write_text(self.stage_yaml(name, n, None, interval))
+            n += 1
+        return hosts, local
+
+    def remote_shells(self) -> tuple[int, int]:
+        """sshd's connections and the kept remote shells (``sh``) under it, from /proc."""
+        connections = shells = 0
+        for server in self.servers:
+            if server.proc is None:
+                continue
+            connections += server.connections()
+            for pid in _children(server.proc.pid):
+                try:
+                    shells += Path(f"/proc/{pid}/comm").read_text().strip() == "sh"
+                except OSError:
+                    continue
+        return connections, shells
+
+
+# --------------------------------------------------------------------------- probes seen
+
+
+class Seen:
+    """Every probe (host seam) and every check start (its probe being built), timestamped."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.on = False
+        self.probes: list[tuple[int, str, float]] = []  # id(host), name, when
+        self.starts: dict[str, list[float]] = defaultdict(list)
+
+    def install(self) -> None:
+        seen = self
+
+        def wrap_run(cls: type) -> None:
+            original = cls.run_script
+
+            def run_script(self, script: bytes, *, timeout: float) -> bytes:
+                if seen.on:
+                    with seen.lock:
+                        seen.probes.append((id(self), self.name, time.monotonic()))
+                return original(self, script, timeout=timeout)
+
+            cls.run_script = run_script
+
+        wrap_run(ssh.SSHHost)
+        wrap_run(LocalHost)
+        snippets = Checker.snippets
+
+        def timed_snippets(self: Checker, nonce: str) -> list[list[str]]:
+            if seen.on:
+                at = time.monotonic()
+                with seen.lock:
+                    seen.starts[self.stage.stage].append(at)
+            return snippets(self, nonce)
+
+        Checker.snippets = timed_snippets  # type: ignore[method-assign]
+
+    def reset(self) -> None:
+        with self.lock:
+            self.probes.clear()
+            self.starts.clear()
+
+
+# --------------------------------------------------------------------------- one size
+
+
+def rss_mb() -> tuple[float, float]:
+    """(peak, current) resident set of this process, MB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    current = 0.0
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            current = int(line.split()[1]) / 1024
+    return peak, current
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+
+
+def run_size(fleet: Fleet, seen: Seen, size: int, interval: float, ticks: int, work: Path) -> dict:
+    directory = work / f"stages-{size}"
+    hosts, local = fleet.write(directory, size, interval)
+    ssh.close_all()  # each size connects afresh (its first tick, not measured, pays it)
+    store = open_store(work / f"state-{size}.db")
+    verdicts: Counter[str] = Counter()
+    watcher = Watcher(
+        directory, store=store, rescan_every=5.0, emit=lambda v: verdicts.update([v.state.value])
+    )
+    stop = threading.Event()
+    seen.reset()
+    seen.on = True
+    t0 = time.monotonic()
+    thread = threading.Thread(target=watcher.run, args=(stop,), name="fleet-watcher")
+    thread.start()
+    # The window of the measured ticks: from just before the second tick is due to just
+    # before the tick after the last measured one (checks of tick k start at their first
+    # check's time + k intervals, and every first check starts within the first interval).
+    edge = min(0.5, interval / 10)
+    time.sleep(max(0.0, t0 + interval - edge - time.monotonic()))
+    cpu_a, wall_a = time.process_time(), time.monotonic()
+    time.sleep(max(0.0, t0 + (ticks + 1) * interval - edge - time.monotonic()))
+    cpu_b, wall_b = time.process_time(), time.monotonic()
+    connections, shells = fleet.remote_shells()
+    stop.set()
+    thread.join()
+    seen.on = False
+    store.close()
+    peak, current = rss_mb()
+
+    starts = {stage: list(times) for stage, times in seen.starts.items()}
+    first_tick = max(times[0] for times in starts.values()) - t0 if starts else float("nan")
+    lags: list[float] = []
+    checks_in_window = 0
+    checked_each_tick = 0
+    for times in starts.values():
+        # Every stage is due when the watcher starts (t0), then every interval after that.
+        due = [t0 + k * interval for k in range(1, ticks + 1)]
+        later = [t for t in times[1:] if t < wall_b]
+        checks_in_window += sum(1 for t in times if wall_a <= t < wall_b)
+        checked_each_tick += len(later) >= ticks
+        for d, t in zip(due, later, strict=False):
+            lags.append(t - d)
+    # Round trips per host per tick: each host's probes, by tick since its first one.
+    per_host: dict[int, list[float]] = defaultdict(list)
+    names: dict[int, str] = {}
+    for key, name, at in seen.probes:
+        per_host[key].append(at)
+        names[key] = name
+    trips: list[int] = []
+    for times in per_host.values():
+        counts = Counter(round((t - times[0]) / interval) for t in times if t < wall_b)
+        trips += [counts.get(k, 0) for k in range(1, ticks + 1)]
+    cpu = cpu_b - cpu_a
+    return {
+        "size": size,
+        "hosts": hosts,
+        "local": local,
+        "stages_seen": len(starts),
+        "checked_each_tick": checked_each_tick,
+        "first_tick_s": first_tick,
+        "cpu_per_tick_s": cpu / ticks,
+        "cpu_per_check_ms": cpu / max(1, checks_in_window) * 1000,
+        "checks_in_window": checks_in_window,
+        "cpu_share": cpu / (wall_b - wall_a),
+        "lag_p50": pct(lags, 50),
+        "lag_p99": pct(lags, 99),
+        "lag_max": max(lags, default=float("nan")),
+        "trips_min": min(trips, default=0),
+        "trips_max": max(trips, default=0),
+        "host_objects": len(per_host),
+        "host_names": len(set(names.values())),
+        "connections": connections,
+        "shells": shells,
+        "peak_mb": peak,
+        "rss_mb": current,
+        "verdicts": dict(verdicts),
+    }
+
+
+# --------------------------------------------------------------------------- side by side
+
+
+def side_by_side(fleet: Fleet, work: Path, rounds: int) -> dict[str, tuple[float, float]]:
+    """CPU ms per stage-check: (batched, per-stage), for 40 stages on one SSH host and 40 local."""
+    directory = work / "side-by-side"
+    directory.mkdir()
+    groups: dict[str, list] = {"ssh": [], "local": []}
+    for k in range(PER_HOST):
+        for group, host in (("ssh", 0), ("local", None)):
+            name = f"side-{group}-s{k:02d}"
+            path = directory / f"{name}.yaml"
+            path.write_text(fleet.stage_yaml(name, k, host, 30.0))
+            groups[group].append(load_stage(path))
+    result = {}
+    for group, stages in groups.items():
+        batched = [Checker(s) for s in stages]
+        single = [Checker(s) for s in stages]
+        for _ in range(2):  # warm: connect, the static facts, the memories' first values
+            check_batch(batched)
+            for c in single:
+                c.check()
+        cpu = {"batched": 0.0, "single": 0.0}
+        for _ in range(rounds):
+            a = time.process_time()
+            check_batch(batched)
+            b = time.process_time()
+            for c in single:
+                c.check()
+            cpu["batched"] += b - a
+            cpu["single"] += time.process_time() - b
+        n = rounds * len(stages)
+        result[group] = (cpu["batched"] / n * 1000, cpu["single"] / n * 1000)
+    return result
+
+
+# --------------------------------------------------------------------------- report
+
+
+def machine() -> str:
+    model = platform.processor() or "?"
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        for line in lscpu.splitlines():
+            if line.startswith("Model name:"):
+                model = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    mem = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem = int(line.split()[1]) // 1024 // 1024
+    return f"{os.cpu_count()} CPUs ({model}), {mem} GiB"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--interval", type=float, help="each stage's policy.interval, seconds (30)")
+    ap.add_argument("--ticks", type=int, help="measured ticks per size, after the first (3)")
+    ap.add_argument("--sizes", help="stage counts, comma-separated (100,500,1000,2500)")
+    ap.add_argument("--rounds", type=int, help="side-by-side rounds (5)")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 100,250 stages, 3 s, 2 ticks")
+    args = ap.parse_args(argv)
+    quick = {"interval": 3.0, "ticks": 2, "sizes": "100,250", "rounds": 2}
+    full = {"interval": 30.0, "ticks": 3, "sizes": "100,500,1000,2500", "rounds": 5}
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    sizes = [int(x) for x in args.sizes.split(",")]
+    need_hosts = min(FULL_HOSTS, max(max(1, round(FULL_HOSTS * s / 2500)) for s in sizes))
+
+    work = Path(tempfile.mkdtemp(prefix="crosscheck-fleet-"))
+    work.chmod(0o755)
+    fleet = Fleet(work, need_hosts, FULL_LOCAL)
+    seen = Seen()
+    seen.install()
+    fleet.start()
+    try:
+        print(f"machine: {machine()}; interval {args.interval:g} s, {args.ticks} measured ticks per size")
+        print(
+            f"{len(fleet.servers)} sshd on {need_hosts} ports of 127.0.0.1 (a host each), {SLEEPS} live jobs"
+        )
+        side = side_by_side(fleet, work, args.rounds)
+        rows = []
+        for size in sizes:
+            row = run_size(fleet, seen, size, args.interval, args.ticks, work)
+            rows.append(row)
+            print(
+                f"  {size:>5} stages ({row['hosts']} hosts, {row['local']} local): "
+                f"cpu/tick {row['cpu_per_tick_s']:.2f} s, lag p99 {row['lag_p99']:.3f} s, "
+                f"round trips/host/tick {row['trips_min']}..{row['trips_max']}, "
+                f"peak RSS {row['peak_mb']:.0f} MB",
+                flush=True,
+            )
+    finally:
+        ssh.close_all()
+        fleet.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    print()
+    head = (
+        f"{'stages':>6} {'hosts':>5} {'local':>5} {'1st tick s':>10} {'cpu/tick s':>10} {'cpu %':>6}"
+        f" {'ms/check':>8} {'lag p50':>8} {'lag p99':>8} {'lag max':>8} {'trips/host/tick':>15}"
+        f" {'conns':>5} {'shells':>6} {'RSS MB':>7} {'peak MB':>7}"
+    )
+    print(head)
+    for r in rows:
+        print(
+            f"{r['size']:>6} {r['hosts']:>5} {r['local']:>5} {r['first_tick_s']:>10.1f}"
+            f" {r['cpu_per_tick_s']:>10.2f} {r['cpu_share'] * 100:>5.1f}% {r['cpu_per_check_ms']:>8.2f}"
+            f" {r['lag_p50']:>8.3f} {r['lag_p99']:>8.3f} {r['lag_max']:>8.3f}"
+            f" {str(r['trips_min']) + '..' + str(r['trips_max']):>15} {r['connections']:>5} {r['shells']:>6}"
+            f" {r['rss_mb']:>7.0f} {r['peak_mb']:>7.0f}"
+        )
+    for r in rows:
+        every = f"{r['checked_each_tick']}/{r['size']}"
+        print(f"  {r['size']}: verdicts {r['verdicts']}; stages checked every measured tick {every}")
+
+    print("\nCPU per stage-check, 40 stages on one host, side by side (ms):")
+    print(f"{'host':>6} {'batched':>8} {'per-stage':>10} {'ratio':>6}")
+    for group, (b, s) in side.items():
+        print(f"{group:>6} {b:>8.2f} {s:>10.2f} {b / s:>6.3f}")
+
+    big, small = rows[-1], rows[0]
+    growth_ok = all(
+        (b["cpu_per_tick_s"] / a["cpu_per_tick_s"]) <= 1.25 * (b["size"] / a["size"])
+        for a, b in itertools.pairwise(rows)
+    )
+    checks = [
+        (
+            "round trips per host per tick = 1 (every size, host and measured tick)",
+            all(r["trips_min"] == r["trips_max"] == 1 for r in rows)
+            and all(r["host_objects"] == r["host_names"] == r["hosts"] + (r["local"] > 0) for r in rows),
+        ),
+        ("every stage checked every measured tick", all(r["checked_each_tick"] == r["size"] for r in rows)),
+        (
+            "batched CPU per stage-check <= 1/10 of the per-stage path (SSH host)",
+            side["ssh"][0] <= side["ssh"][1] / 10,
+        ),
+        ("check lag p99 <= 2 s (every size)", all(r["lag_p99"] <= 2.0 for r in rows)),
+        ("RSS <= 400 MB (peak)", big["peak_mb"] <= 400),
+        ("CPU per tick grows at most linearly (each step within 1.25x of linear)", growth_ok),
+    ]
+    print()
+    for label, ok in checks:
+        print(f"{'ok  ' if ok else 'MISS'} {label}")
+    print(
+        f"\ngrowth {small['size']} -> {big['size']} stages ({big['size'] / small['size']:.1f}x): "
+        f"CPU per tick {big['cpu_per_tick_s'] / small['cpu_per_tick_s']:.1f}x, "
+        f"lag p99 {small['lag_p99']:.3f} -> {big['lag_p99']:.3f} s"
+    )
+    print("client, sshd and every 'remote' probe share this machine's CPUs")
+    return 0 if all(ok for _, ok in checks) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
