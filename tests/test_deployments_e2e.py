@@ -376,7 +376,7 @@ def test_a_gate_handed_to_the_watcher_holds_no_worker_while_its_stage_runs(
         run = _post(
             api,
             f"/deployments/{gate['id']}/create_flow_run",
-            {"parameters": {"stage": str(extraction_file), "since": started, "hand_off": True}},
+            {"parameters": {"stage": str(extraction_file), "since": started}},
         )
         _wait_for(
             "the gate to suspend",
@@ -436,6 +436,14 @@ def test_a_gate_handed_to_the_watcher_holds_no_worker_while_its_stage_runs(
         )
         assert len(triggered) == 1 and triggered[0]["parameters"]["after"] == upstream
         _wait_for("the next stage", lambda: _finished(api, triggered[0]["id"]), timeout=240, every=2)
+        # The next stage's gate handed over too (a watcher is alive): launched once, though
+        # its flow run ran its body twice (before suspending and after resuming).
+        assert len(list(training.outputs_dir.glob("*.pt"))) == 3
+        assert training.log_path.read_text().count("Extraction complete") == 1
+        next_states = [
+            s["name"] for s in _request("GET", f"{api}/flow_run_states/?flow_run_id={triggered[0]['id']}")
+        ]
+        assert "Suspended" in next_states, next_states
         time.sleep(5)
         assert len(_flow_runs(api, nxt["id"])) == 1, "the next stage was started twice"
     except AssertionError as exc:
