@@ -1,13 +1,16 @@
-"""What the durable memory adds to a check: one save + load cycle, beside a local check.
+"""What the durable memory adds to a check, beside a local check.
 
 Measured in this one process: ``Checker.check()`` on a small local log stage (``since="1h"``),
-then ``store.save(...)`` + ``store.load(...)`` of a memory the size of a real one, for SQLite
-and (when Debian's postgresql package is installed) a throwaway PostgreSQL cluster with its
-durable defaults (fsync on). Each with 1 and with 100,000 history entries for the stage
-(retention 100,000, so every changed save also prunes one: the steady state). Two cycles:
-``unchanged`` (most checks) and ``changed`` (a verdict change: history append + prune).
+then what a check adds to it when a store keeps the stage's memory: one ``store.save(...)``
+of a memory the size of a real one, which also renews the watch's lease in the same round
+trip (``renew=``; the check after it then skips its own renewal: ``Persistence.hold``). For
+SQLite and (when Debian's postgresql package is installed) a throwaway PostgreSQL cluster with
+its durable defaults (fsync on). Each with 1 and with 100,000 history entries for the stage
+(retention 100,000, so every changed save also prunes one: the steady state). Two kinds:
+``unchanged`` (most checks) and ``changed`` (a verdict change: history append + prune). The
+load a watch does once, when it starts, is shown beside them but is not a per-check cost.
 
-Target (issue 11): a cycle costs under 5 % of a local check.
+Target (issue 11): what a check adds costs under 5 % of a local check (p50).
 Run: ``python bench/store.py [--repeat 300] [--history 100000]``.
 """
 
@@ -83,15 +86,26 @@ def _cycles(location: str, history: int, memory: str, verdict: dict, repeat: int
             _prefill(store, history - 1, verdict)
         store.save(KEY, memory=memory, fingerprint={"log": "f"}, verdict=verdict, version=1, changed=True)
         assert len(store.history(KEY.stage, KEY.host, limit=3)) == min(3, history)
+        store.acquire(KEY, "bench", 60.0)
         for changed in (False, True):
 
             def cycle(changed=changed):
-                store.save(
-                    KEY, memory=memory, fingerprint={"log": "f"}, verdict=verdict, version=1, changed=changed
+                # What every check adds: its save, which also renews the watch's lease in the
+                # same round trip (Persistence.save; the check after it then skips a renewal).
+                lease = store.save(
+                    KEY,
+                    memory=memory,
+                    fingerprint={"log": "f"},
+                    verdict=verdict,
+                    version=1,
+                    changed=changed,
+                    renew=("bench", 60.0),
                 )
-                assert store.load(KEY) is not None
+                assert lease is not None and lease.held
 
             out["changed" if changed else "unchanged"] = _timed(cycle, repeat)
+        # Once per watch (its start), not per check: shown, not in the target.
+        out["load (once per watch)"] = _timed(lambda: store.load(KEY), repeat)
     return out
 
 
@@ -144,15 +158,16 @@ def main() -> int:
                 pg.__exit__(None, None, None)
 
     print(
-        f"{'backend':9} {'history':>8} {'cycle':10} {'p50 ms':>8} {'p99 ms':>8}"
+        f"{'backend':9} {'history':>8} {'per check':22} {'p50 ms':>8} {'p99 ms':>8}"
         f" {'p50/check':>10} {'p99/check':>10}"
     )
     worst = 0.0
     for name, history, kind, p50, p99 in rows:
         ratio = p50 / check_p50
-        worst = max(worst, ratio)
+        if not kind.startswith("load"):
+            worst = max(worst, ratio)
         print(
-            f"{name:9} {history:8,} {kind:10} {p50:8.3f} {p99:8.3f}"
+            f"{name:9} {history:8,} {kind:22} {p50:8.3f} {p99:8.3f}"
             f" {100 * ratio:9.2f}% {100 * p99 / check_p50:9.2f}%"
         )
     print(f"\nworst p50 ratio store/check: {100 * worst:.2f} %  (target < 5 %)")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
 import warnings
 from dataclasses import dataclass, replace
@@ -29,7 +30,7 @@ from sensors._config import Stage
 from sensors._memory import VERSION, MemoryFormatError, dumps, fingerprint, loads
 from sensors._model import State, Verdict
 from sensors._run import Run
-from sensors._store import StageKey, Store, StoreWarning, open_store
+from sensors._store import Lease, StageKey, Store, StoreWarning, open_store
 
 log = logging.getLogger("crosscheck")
 
@@ -73,6 +74,9 @@ class Persistence:
         #: The lease as the last acquire left it: ours, or whose.
         self.held = False
         self.elsewhere: str | None = None
+        # When the lease was last renewed (monotonic): a save renews it in its own round trip,
+        # so the check after it need not (see :meth:`hold`).
+        self._renewed_at: float | None = None
 
     # ------------------------------------------------------------------ restore
 
@@ -115,19 +119,23 @@ class Persistence:
         """Save after a check; a verdict change also goes into the history."""
         doc = verdict.to_json()
         changed = doc["verdict"] != self._last_state
+        renew = (self.holder, self.ttl) if self.held else None
         try:
-            self.store.save(
+            lease = self.store.save(
                 self.key,
                 memory=dumps(memory),
                 fingerprint=self._parts,
                 verdict=doc,
                 version=VERSION,
                 changed=changed,
+                renew=renew,
             )
         except Exception as exc:  # the store is a memory aid: a failed save never fails a check
             warnings.warn(f"state store: cannot save {self.key.stage}: {exc}", StoreWarning, stacklevel=2)
             return
         self._last_state = doc["verdict"]
+        if renew is not None:
+            self._lease_is(lease)
 
     # ------------------------------------------------------------------ lease
 
@@ -140,6 +148,10 @@ class Persistence:
         """
         if not self.take and not self.held:
             return self.elsewhere or "another watcher"
+        if self.held and self._renewed_at is not None and time.monotonic() - self._renewed_at < self.ttl / 4:
+            # Renewed by the last save a moment ago, with three quarters of its time left: no
+            # round trip to renew it again. Nobody else can take a lease before it expires.
+            return None
         return self.claim()
 
     def claim(self) -> str | None:
@@ -155,8 +167,15 @@ class Persistence:
         except Exception as exc:
             warnings.warn(f"state store: lease for {self.key.stage}: {exc}", StoreWarning, stacklevel=2)
             return None
-        self.held, self.elsewhere = lease.held, (None if lease.held else lease.holder)
+        self._lease_is(lease)
         return self.elsewhere
+
+    def _lease_is(self, lease: Lease | None) -> None:
+        if lease is None:  # the store could not answer: ask again at the next check
+            self._renewed_at = None
+            return
+        self.held, self.elsewhere = lease.held, (None if lease.held else (lease.holder or None))
+        self._renewed_at = time.monotonic() if lease.held else None
 
     def followed(self, elsewhere: str) -> Verdict | None:
         """The verdict the watch holding this stage saved last, marked as followed."""
@@ -193,7 +212,7 @@ class Persistence:
             return True
 
     def release(self) -> None:
-        self.held = False
+        self.held, self._renewed_at = False, None
         try:
             self.store.release(self.key, self.holder)
         except Exception:  # expiry releases it anyway

@@ -278,3 +278,42 @@ def test_a_job_run_again_after_a_remembered_complete_run_is_a_new_run(tmp_path) 
     finally:
         second.stop()
         store.close()
+
+
+class _Counting:
+    """A real store, with its calls counted (what a check costs in round trips)."""
+
+    def __init__(self, store):
+        self._store, self.calls = store, []
+
+    def __getattr__(self, name):
+        attr = getattr(self._store, name)
+        if not callable(attr):
+            return attr
+
+        def counted(*args, **kwargs):
+            self.calls.append(name)
+            return attr(*args, **kwargs)
+
+        return counted
+
+
+def test_a_check_costs_one_store_call_once_the_lease_is_held(tmp_path: Path) -> None:
+    """The save renews the lease (one round trip); the next check skips its own renewal."""
+    job = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01)
+    job.start()
+    try:
+        with open_store(tmp_path / "state.db") as real:
+            store = _Counting(real)
+            stage = stage_from_dict(job.stage_dict(name="counted", interval="1s"))
+            with Checker(stage, state=store) as checker:
+                checker.check()
+                store.calls.clear()
+                for _ in range(5):
+                    checker.check()
+                calls = list(store.calls)
+                with Checker(stage, state=real) as other:  # another watch meanwhile: it follows
+                    assert "watched elsewhere" in other.check().reasons[0]
+    finally:
+        job.stop()
+    assert calls == ["save"] * 5, calls

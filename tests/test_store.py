@@ -184,6 +184,29 @@ def test_handoffs(location):
         assert [h.ticket for h in other.handoffs()] == ["run-2"]
 
 
+def test_a_save_renews_the_lease_in_its_round_trip(location):
+    """``save(renew=(holder, ttl))``: the lease is renewed with the save (one round trip per
+    check), and a save by anyone else never takes it."""
+    with open_store(location) as store, open_store(location) as other:
+        first = store.acquire(KEY, "w1", ttl=2)
+        lease = store.save(
+            KEY, memory="{}", fingerprint={}, verdict={"verdict": "running"}, version=1, changed=True,
+            renew=("w1", 60),
+        )  # fmt: skip
+        assert lease is not None and lease.held and lease.expires_at > first.expires_at + 50
+        refused = other.save(
+            KEY, memory='{"x": 1}', fingerprint={}, verdict={"verdict": "running"}, version=1, changed=False,
+            renew=("w2", 60),
+        )  # fmt: skip
+        assert refused is not None and not refused.held
+        assert other.acquire(KEY, "w2", ttl=60).holder == "w1"  # still w1's, 60 s more
+        assert store.load(KEY).memory == '{"x": 1}'  # the save itself went through
+        plain = store.save(
+            KEY, memory="{}", fingerprint={}, verdict={"verdict": "running"}, version=1, changed=False
+        )
+        assert plain is None  # no renew asked, no lease answer
+
+
 def test_announce_race_across_processes(location):
     start_at = time.time() + 1.5  # both processes are imported and connected by then
     procs = [_worker("announce", location, "40", str(start_at)) for _ in range(2)]

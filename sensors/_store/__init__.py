@@ -14,7 +14,8 @@ Interface (the records are frozen dataclasses, in :mod:`sensors._store.base`)::
 
     open_store(location=None, *, retention=None) -> Store
     store.load(key) -> Stored | None              # None: nothing stored, or unusable (warned)
-    store.save(key, *, memory, fingerprint, verdict, version, changed) -> None
+    store.save(key, *, memory, fingerprint, verdict, version, changed, renew=None) -> Lease | None
+        # renew=(holder, ttl): the lease is renewed in the same round trip, and returned
         # atomic; when changed, the verdict is also appended to the history
     store.acquire(key, holder, ttl) -> Lease      # held, or who holds it and until when
     store.release(key, holder) -> None

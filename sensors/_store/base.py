@@ -138,7 +138,8 @@ class Store(Protocol):
         verdict: Mapping[str, Any],
         version: int,
         changed: bool,
-    ) -> None: ...
+        renew: tuple[str, float] | None = None,
+    ) -> Lease | None: ...
 
     def acquire(self, key: StageKey, holder: str, ttl: float) -> Lease: ...
 

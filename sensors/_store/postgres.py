@@ -376,10 +376,11 @@ class PostgresStore:
                 raise StoreError(_why(exc), location=self.location) from exc
         raise AssertionError("unreachable")
 
-    def _run(self, fn: Callable[[Callable[[_Sql, Mapping[str, Any]], list[tuple[Any, ...]]]], T]) -> T:
+    def _run(self, fn: Callable[[Any], T], *, raw: bool = False) -> T:
         """Run ``fn(execute)`` on one pooled connection, in autocommit; ``execute(sql,
-        params)`` runs one compiled statement and returns its rows. A connection the server
-        dropped (a restart) is thrown away and ``fn`` tried once more, as in :meth:`_call`."""
+        params)`` runs one compiled statement and returns its rows (``raw``: ``fn(conn)``, the
+        psycopg connection itself). A connection the server dropped (a restart) is thrown
+        away and ``fn`` tried once more, as in :meth:`_call`."""
         for attempt in (1, 2):
             try:
                 pooled = self.engine.raw_connection()
@@ -388,7 +389,7 @@ class PostgresStore:
             conn = pooled.driver_connection
             assert isinstance(conn, psycopg.Connection)
             try:
-                return fn(functools.partial(_execute, conn))
+                return fn(conn if raw else functools.partial(_execute, conn))
             except psycopg.Error as exc:
                 if conn.broken:
                     pooled.invalidate(exc)
@@ -421,7 +422,8 @@ class PostgresStore:
         verdict: Mapping[str, Any],
         version: int,
         changed: bool,
-    ) -> None:
+        renew: tuple[str, float] | None = None,
+    ) -> Lease | None:
         check_save_args(memory, fingerprint, verdict, version)
         fp, vd, now, state = dumps(dict(fingerprint)), dumps(dict(verdict)), time.time(), state_of(verdict)
         params: dict[str, Any] = {
@@ -435,16 +437,41 @@ class PostgresStore:
             "seal": memory_seal(key, memory, fp, vd, now, version),
         }
 
-        def unchanged(execute: Callable[..., list[tuple[Any, ...]]]) -> None:
-            ((self._seq[key],),) = execute(_UPSERT_SQL, params)
+        lease_params = None
+        if renew is not None:
+            lease_params = {"stage": key.stage, "host": key.host, "holder": renew[0], "ttl": float(renew[1])}
 
-        def changed_save(execute: Callable[..., list[tuple[Any, ...]]]) -> None:
+        def with_lease(
+            conn: psycopg.Connection[Any], sql: _Sql, more: Mapping[str, Any]
+        ) -> tuple[Any, Lease | None]:
+            """The save, and the lease renewal beside it in one round trip (pipeline mode:
+            both statements are sent before either answer is read)."""
+            if lease_params is None:
+                return _execute(conn, sql, {**params, **more}), None
+            with conn.pipeline():
+                saved = conn.execute(sql.text, {**sql.defaults, **params, **more})  # type: ignore[call-overload]
+                took = conn.execute(_ACQUIRE_SQL.text, {**_ACQUIRE_SQL.defaults, **lease_params})  # type: ignore[call-overload]
+            rows = took.fetchall()
+            lease = (
+                Lease(held=True, holder=rows[0][0], expires_at=rows[0][1])
+                if rows
+                else Lease(held=False, holder="", expires_at=0.0)  # refused: who holds it is read later
+            )
+            return saved.fetchall(), lease
+
+        def unchanged(conn: psycopg.Connection[Any]) -> Lease | None:
+            ((self._seq[key],),), lease = with_lease(conn, _UPSERT_SQL, {})
+            return lease
+
+        def changed_save(conn: psycopg.Connection[Any]) -> Lease | None:
+            nonlocal lease_params
             prev = self._seq.get(key, 0)
+            lease = None
             for _ in range(_SAVE_ATTEMPTS):
-                ((written, current),) = execute(
+                ((written, current),), renewed = with_lease(
+                    conn,
                     _CHANGED_SQL,
                     {
-                        **params,
                         "prev": prev,
                         "next": prev + 1,
                         "state": state,
@@ -452,18 +479,21 @@ class PostgresStore:
                         "row_seal": history_seal(key.stage, key.host, prev + 1, now, state, vd),
                     },
                 )
+                if renewed is not None:
+                    lease, lease_params = renewed, None  # renewed once, whatever the save does
                 if written is not None:
                     self._seq[key] = int(written)
-                    return
+                    return lease
                 prev = int(current or 0)  # the guess was wrong: nothing was written
             raise StoreError(
                 f"{_SAVE_ATTEMPTS} saves of this stage raced with others'", location=self.location
             )
 
         try:
-            self._run(changed_save if changed else unchanged)
+            return self._run(changed_save if changed else unchanged, raw=True)
         except StoreError as exc:
             warn(f"{exc}: the memory of {key.stage}@{key.host} was not saved")
+            return None
 
     def acquire(self, key: StageKey, holder: str, ttl: float) -> Lease:
         if not ttl > 0:

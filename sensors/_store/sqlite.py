@@ -103,6 +103,23 @@ def _garbled_is_corrupt() -> Iterator[None]:
         raise _Garbled(f"file is not a database (undecodable schema text: {exc})") from exc
 
 
+def _acquire_in(c: sqlite3.Connection, key: StageKey, holder: str, ttl: float) -> Lease:
+    """Take or renew the lease, inside the caller's write transaction."""
+    now = time.time()
+    row = c.execute(
+        "SELECT holder, expires_at FROM crosscheck_lease WHERE stage = ? AND host = ?",
+        (key.stage, key.host),
+    ).fetchone()
+    if row is not None and row[0] != holder and _float(row[1]) > now:
+        return Lease(held=False, holder=str(row[0]), expires_at=_float(row[1]))
+    c.execute(
+        "INSERT INTO crosscheck_lease VALUES (?, ?, ?, ?) ON CONFLICT (stage, host)"
+        " DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at",
+        (key.stage, key.host, holder, now + ttl),
+    )
+    return Lease(held=True, holder=holder, expires_at=now + ttl)
+
+
 def _corrupt(exc: sqlite3.Error) -> bool:
     name = getattr(exc, "sqlite_errorname", "") or ""
     return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
@@ -330,13 +347,15 @@ class SQLiteStore:
         verdict: Mapping[str, Any],
         version: int,
         changed: bool,
-    ) -> None:
+        renew: tuple[str, float] | None = None,
+    ) -> Lease | None:
         check_save_args(memory, fingerprint, verdict, version)
         fp, vd, now, state = dumps(dict(fingerprint)), dumps(dict(verdict)), time.time(), state_of(verdict)
         digest = memory_seal(key, memory, fp, vd, now, version)
 
-        def write(c: sqlite3.Connection) -> None:
+        def write(c: sqlite3.Connection) -> Lease | None:
             with _write(c):
+                lease = _acquire_in(c, key, *renew) if renew is not None else None
                 c.execute(
                     "INSERT INTO crosscheck_memory VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stage, host)"
                     " DO UPDATE SET memory = excluded.memory, fingerprint = excluded.fingerprint,"
@@ -345,7 +364,7 @@ class SQLiteStore:
                     (key.stage, key.host, memory, fp, vd, now, version, digest),
                 )
                 if not changed:
-                    return
+                    return lease
                 (seq,) = c.execute(
                     "SELECT coalesce(max(seq), 0) + 1 FROM crosscheck_history WHERE stage = ? AND host = ?",
                     (key.stage, key.host),
@@ -367,11 +386,13 @@ class SQLiteStore:
                     "DELETE FROM crosscheck_history WHERE stage = ? AND host = ? AND seq <= ?",
                     (key.stage, key.host, seq - self._retention),
                 )
+                return lease
 
         try:
-            self._call(write)
+            return self._call(write)
         except StoreError as exc:
             warn(f"{exc}: the memory of {key.stage}@{key.host} was not saved")
+            return None
 
     def acquire(self, key: StageKey, holder: str, ttl: float) -> Lease:
         if not ttl > 0:
@@ -379,19 +400,7 @@ class SQLiteStore:
 
         def go(c: sqlite3.Connection) -> Lease:
             with _write(c):
-                now = time.time()
-                row = c.execute(
-                    "SELECT holder, expires_at FROM crosscheck_lease WHERE stage = ? AND host = ?",
-                    (key.stage, key.host),
-                ).fetchone()
-                if row is not None and row[0] != holder and _float(row[1]) > now:
-                    return Lease(held=False, holder=str(row[0]), expires_at=_float(row[1]))
-                c.execute(
-                    "INSERT INTO crosscheck_lease VALUES (?, ?, ?, ?) ON CONFLICT (stage, host)"
-                    " DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at",
-                    (key.stage, key.host, holder, now + ttl),
-                )
-                return Lease(held=True, holder=holder, expires_at=now + ttl)
+                return _acquire_in(c, key, holder, ttl)
 
         return self._call(go)
 
