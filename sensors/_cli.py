@@ -122,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="send events and resume the gates that handed stages over (default: if PREFECT_API_URL is set)",
     )
     serve.add_argument(
+        "--heartbeat",
+        type=_duration_arg,
+        default=None,
+        help="at most one heartbeat event per stage per this long (default 1m; with --prefect)",
+    )
+    serve.add_argument(
         "--lease",
         type=_duration_arg,
         default=None,
@@ -211,6 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rescan_every=args.rescan,
                 prefect=args.prefect,
                 lease=args.lease,
+                heartbeat=args.heartbeat,
             )
         stages = [_load_stage(path) for path in args.stages]
         names = [s.stage for s in stages]

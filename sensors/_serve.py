@@ -505,11 +505,13 @@ def serve(
     rescan_every: float,
     lease: float | None = None,
     prefect: bool | None = None,
+    heartbeat: float | None = None,
 ) -> int:
     """Run the watcher until SIGTERM or SIGINT; exit 0.
 
     ``prefect``: send events and resume gates through the Prefect API (default: when
-    ``PREFECT_API_URL`` is set)."""
+    ``PREFECT_API_URL`` is set); ``heartbeat``: at most one heartbeat event per stage per
+    this many seconds (default 60)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per Prefect API call otherwise
     path = Path(directory)
@@ -528,7 +530,7 @@ def serve(
     if prefect:
         from sensors._serve_prefect import PrefectBridge  # the Prefect layer, only when asked
 
-        bridge = PrefectBridge()
+        bridge = PrefectBridge() if heartbeat is None else PrefectBridge.every(heartbeat)
     desk = None
     holder = holder_id()
     if store is not None and hasattr(store, "handoffs"):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from uuid import UUID
 
@@ -48,6 +48,11 @@ class PrefectBridge:
     cadence: Cadence = DEFAULT_CADENCE
     clock: Callable[[], float] = time.monotonic
     _seen: dict[tuple[str, str, str], _Seen] = field(default_factory=dict)
+
+    @classmethod
+    def every(cls, heartbeat: float) -> PrefectBridge:
+        """A bridge sending at most one heartbeat per stage per ``heartbeat`` seconds."""
+        return cls(cadence=replace(DEFAULT_CADENCE, heartbeat=heartbeat))
 
     # ------------------------------------------------------------------ stages from blocks
 
