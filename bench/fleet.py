@@ -22,9 +22,10 @@ Each size (a proportional mix: 40 stages per host, hosts and local stages scaled
 - checking-side CPU: this process's own CPU time (``time.process_time``, every thread: the
   watcher, paramiko's transports, parsing, the store; not sshd, not the probes' shells)
   over the measured ticks, per tick and per stage-check;
-- check lag: when a stage's check started (its probe was built) minus when it was due (the
-  watcher's start plus a whole number of intervals: every stage is due at the start), p50
-  and p99 over the measured ticks;
+- check lag: when a stage's check started (its probe was built) minus when the scheduler
+  had it due (``Scheduler.due``: the time it was handed out for; each host has a phase in
+  the interval, so the hosts' ticks are spread over it), p50 and p99 over the checks due in
+  the measured window;
 - RSS: peak (``ru_maxrss``) and current (``VmRSS``) after each size;
 - side by side, for 40 stages sharing one SSH host (and 40 local ones): the CPU per
   stage-check of the batched path (``check_batch``: one probe for all of them) against
@@ -60,6 +61,7 @@ from sensors._check import Checker  # noqa: E402
 from sensors._config import load_stage  # noqa: E402
 from sensors._hosts import ssh  # noqa: E402
 from sensors._hosts.local import LocalHost  # noqa: E402
+from sensors._schedule import Scheduler  # noqa: E402
 from sensors._serve import Watcher  # noqa: E402
 from sensors._store import open_store  # noqa: E402
 from tests.sshd import SSHD, _children, free_port  # noqa: E402
@@ -176,7 +178,8 @@ class Fleet:
         return hosts, local
 
     def remote_shells(self) -> tuple[int, int]:
-        """sshd's connections and the kept remote shells (``sh``) under it, from /proc."""
+        """sshd's connections and the kept remote shells under it (``/bin/sh -s``; not a
+        probe in flight, ``/bin/sh -c`` and its subshells), from /proc."""
         connections = shells = 0
         for server in self.servers:
             if server.proc is None:
@@ -184,7 +187,7 @@ class Fleet:
             connections += server.connections()
             for pid in _children(server.proc.pid):
                 try:
-                    shells += Path(f"/proc/{pid}/comm").read_text().strip() == "sh"
+                    shells += Path(f"/proc/{pid}/cmdline").read_bytes() == b"/bin/sh\0-s\0"
                 except OSError:
                     continue
         return connections, shells
@@ -194,13 +197,17 @@ class Fleet:
 
 
 class Seen:
-    """Every probe (host seam) and every check start (its probe being built), timestamped."""
+    """Every probe (host seam) and every check start (its probe being built), timestamped,
+    each with the time the scheduler had it due."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.on = False
-        self.probes: list[tuple[int, str, float]] = []  # id(host), name, when
-        self.starts: dict[str, list[float]] = defaultdict(list)
+        self.probes: list[tuple[int, str, float, float | None]] = []  # id(host), name, when, due
+        self.starts: dict[str, list[tuple[float, float | None]]] = defaultdict(list)  # (when, due)
+        # id(checker) -> (its scheduler, its key): where the scheduler's due time is read.
+        self.keys: dict[int, tuple[Scheduler, str]] = {}
+        self.due_here = threading.local()  # the due of the batch this thread is building
 
     def install(self) -> None:
         seen = self
@@ -210,8 +217,9 @@ class Seen:
 
             def run_script(self, script: bytes, *, timeout: float) -> bytes:
                 if seen.on:
+                    due = getattr(seen.due_here, "due", None)
                     with seen.lock:
-                        seen.probes.append((id(self), self.name, time.monotonic()))
+                        seen.probes.append((id(self), self.name, time.monotonic(), due))
                 return original(self, script, timeout=timeout)
 
             cls.run_script = run_script
@@ -223,16 +231,27 @@ class Seen:
         def timed_snippets(self: Checker, nonce: str) -> list[list[str]]:
             if seen.on:
                 at = time.monotonic()
+                where = seen.keys.get(id(self))
+                due = where[0].due(where[1]) if where is not None else None
+                seen.due_here.due = due
                 with seen.lock:
-                    seen.starts[self.stage.stage].append(at)
+                    seen.starts[self.stage.stage].append((at, due))
             return snippets(self, nonce)
 
         Checker.snippets = timed_snippets  # type: ignore[method-assign]
+        add = Scheduler.add
+
+        def keyed_add(self: Scheduler, key: str, checker: Checker, **kw: object) -> None:
+            seen.keys[id(checker)] = (self, key)
+            add(self, key, checker, **kw)  # type: ignore[arg-type]
+
+        Scheduler.add = keyed_add  # type: ignore[method-assign]
 
     def reset(self) -> None:
         with self.lock:
             self.probes.clear()
             self.starts.clear()
+            self.keys.clear()
 
 
 # --------------------------------------------------------------------------- one size
@@ -270,44 +289,50 @@ def run_size(fleet: Fleet, seen: Seen, size: int, interval: float, ticks: int, w
     t0 = time.monotonic()
     thread = threading.Thread(target=watcher.run, args=(stop,), name="fleet-watcher")
     thread.start()
-    # The window of the measured ticks: from just before the second tick is due to just
-    # before the tick after the last measured one (checks of tick k start at their first
-    # check's time + k intervals, and every first check starts within the first interval).
+    # The window of the measured ticks: ``ticks`` intervals after the first (every stage's
+    # first check is due within the first interval, at its host's phase point; then one due
+    # per interval). Checks due in the window are measured; the watcher runs on a little
+    # (``grace``) so that a check due just before the window's end has started.
     edge = min(0.5, interval / 10)
     time.sleep(max(0.0, t0 + interval - edge - time.monotonic()))
     cpu_a, wall_a = time.process_time(), time.monotonic()
     time.sleep(max(0.0, t0 + (ticks + 1) * interval - edge - time.monotonic()))
     cpu_b, wall_b = time.process_time(), time.monotonic()
     connections, shells = fleet.remote_shells()
+    time.sleep(min(10.0, interval / 2))  # grace: no measure taken from here on
     stop.set()
     thread.join()
     seen.on = False
     store.close()
     peak, current = rss_mb()
 
-    starts = {stage: list(times) for stage, times in seen.starts.items()}
-    first_tick = max(times[0] for times in starts.values()) - t0 if starts else float("nan")
+    starts = {stage: list(checks) for stage, checks in seen.starts.items()}
+    first_tick = max(checks[0][0] for checks in starts.values()) - t0 if starts else float("nan")
+
+    def tick_of(due: float | None) -> int | None:
+        """Which measured tick a check due then belongs to (None: outside the window)."""
+        if due is None or not wall_a <= due < wall_b:
+            return None
+        return min(ticks - 1, int((due - wall_a) // interval))
+
     lags: list[float] = []
     checks_in_window = 0
     checked_each_tick = 0
-    for times in starts.values():
-        # Every stage is due when the watcher starts (t0), then every interval after that.
-        due = [t0 + k * interval for k in range(1, ticks + 1)]
-        later = [t for t in times[1:] if t < wall_b]
-        checks_in_window += sum(1 for t in times if wall_a <= t < wall_b)
-        checked_each_tick += len(later) >= ticks
-        for d, t in zip(due, later, strict=False):
-            lags.append(t - d)
-    # Round trips per host per tick: each host's probes, by tick since its first one.
-    per_host: dict[int, list[float]] = defaultdict(list)
+    for checks in starts.values():
+        checks_in_window += sum(1 for t, _ in checks if wall_a <= t < wall_b)
+        measured = [(t, due) for t, due in checks if tick_of(due) is not None]
+        checked_each_tick += len({tick_of(due) for _, due in measured}) == ticks
+        lags += [t - due for t, due in measured if due is not None]
+    # Round trips per host per tick: each host's probes, by the measured tick they were due in.
+    per_host: dict[int, Counter[int]] = defaultdict(Counter)
     names: dict[int, str] = {}
-    for key, name, at in seen.probes:
-        per_host[key].append(at)
+    for key, name, _, due in seen.probes:
         names[key] = name
+        k = tick_of(due)
+        per_host[key].update([] if k is None else [k])
     trips: list[int] = []
-    for times in per_host.values():
-        counts = Counter(round((t - times[0]) / interval) for t in times if t < wall_b)
-        trips += [counts.get(k, 0) for k in range(1, ticks + 1)]
+    for counts in per_host.values():
+        trips += [counts.get(k, 0) for k in range(ticks)]
     cpu = cpu_b - cpu_a
     return {
         "size": size,

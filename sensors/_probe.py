@@ -41,6 +41,12 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
         "export LC_ALL=C LANG=C",
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; export PATH",
         f"N={shlex.quote(nonce)}",
+        # The body is a function whose output goes through dd when there is one: dd with
+        # ibs != obs keeps its input's many small writes (a printf, a head, a cat per file)
+        # until 1 MiB or the end, so the answer reaches the pipe (sshd: the channel) in a few
+        # large writes, not hundreds of packets. Nothing is written on the host: dd's buffer
+        # is memory. The frame around it (the kept shell's marker and status) is unchanged.
+        "__cc_probe() {",
         # P prefixes a section with its stage when one probe reads several stages of a host.
         'P=; sec() { printf \'\\n@@crosscheck %s %s%s\\n\' "$N" "$P" "$1"; }',
         "isnum() { case $1 in '' | *[!0-9]*) return 1 ;; esac; }",
@@ -64,7 +70,12 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
         ]
     for lines in snippets:
         out += lines
-    out.append("sec end")
+    out += [
+        "sec end",
+        "}",
+        "if command -v dd >/dev/null 2>&1; then __cc_probe | dd ibs=65536 obs=1048576 2>/dev/null;"
+        " else __cc_probe; fi",
+    ]
     return ("\n".join(out) + "\n").encode()
 
 

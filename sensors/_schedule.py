@@ -7,6 +7,15 @@ host, and a thousand stages cost a heap, not a thousand threads. Every stage due
 the same tick is read by one probe (``sensors._batch``): one round trip per host per tick,
 ``/proc`` scanned once for all of them.
 
+With ``phased=True`` (``crosscheck serve``) each *host* has a phase: a stable hash of its
+identity picks where in the interval its stages are due (``t ≡ H (mod interval)`` on the
+scheduler's clock), so the stages of one host stay due together — one probe per host per
+tick — while the hosts are spread over the interval instead of all being due at one instant
+(a thousand stages added at once are no spike of probes queueing for the workers). A stage
+added later is first due at its host's next phase point, and every due a callback asks for
+is moved to its host's nearest phase point (never into the past). :meth:`Scheduler.due` says
+when a stage was due: while its check runs, the time it was handed out for.
+
 :class:`Scheduler` is the loop, shared by ``crosscheck wait`` (:func:`watch_all`: a fixed list
 of stages, each until final or its timeout) and ``crosscheck serve`` (``sensors._serve``:
 stages added and removed while it runs). Stages are keyed by a string the caller chooses (an
@@ -18,8 +27,10 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -68,10 +79,13 @@ class Scheduler:
         per_host: int = 4,
         batch: Batch = check_batch,
         clock: Callable[[], float] = time.monotonic,
+        phased: bool = False,
     ) -> None:
         self.workers = max(1, workers)
         self.per_host = max(1, per_host)
         self.clock = clock
+        self.phased = phased
+        self._phases: dict[Host, float] = {}
         self._batch = batch
         self._slots: dict[str, _Slot] = {}
         self._heap: list[tuple[float, int, str, int]] = []
@@ -88,11 +102,14 @@ class Scheduler:
         self, key: str, checker: Checker, *, due: float | None = None, interval: float | None = None
     ) -> None:
         """Watch ``checker`` under ``key`` (replacing what was there), first due at ``due``
-        (now by default), then every ``interval`` (its policy's by default)."""
+        (by default now, or when phased its host's next phase point), then every
+        ``interval`` (its policy's by default)."""
         with self._lock:
-            slot = _Slot(
-                checker, self.clock() if due is None else due, interval or checker.stage.policy.interval
-            )
+            interval = interval or checker.stage.policy.interval
+            if due is None:
+                now = self.clock()
+                due = self._next_phase(checker.host, interval, now) if self.phased else now
+            slot = _Slot(checker, due, interval)
             self._slots[key] = slot
             self._push(key, slot)
         self._wake.set()
@@ -115,6 +132,33 @@ class Scheduler:
 
     def __len__(self) -> int:
         return len(self._slots)
+
+    def due(self, key: str) -> float | None:
+        """When ``key`` is due (while its check runs: the due time it was handed out for)."""
+        with self._lock:
+            slot = self._slots.get(key)
+            return None if slot is None else slot.due
+
+    # ------------------------------------------------------------------ phases
+
+    def _phase(self, host: Host) -> float:
+        """The host's offset on the clock, in [0, 1 day): a stable hash of its identity (the
+        repr names user, address and port), the same in every process and run."""
+        phase = self._phases.get(host)
+        if phase is None:
+            digest = hashlib.blake2b(repr(host).encode(), digest_size=8).digest()
+            phase = self._phases[host] = int.from_bytes(digest, "big") % 86_400_000 / 1000
+        return phase
+
+    def _next_phase(self, host: Host, interval: float, at: float) -> float:
+        """The host's first phase point at or after ``at``: ``H + k * interval``."""
+        phase = self._phase(host)
+        return phase + math.ceil((at - phase) / interval) * interval
+
+    def _nearest_phase(self, host: Host, interval: float, at: float) -> float:
+        """The host's phase point nearest to ``at`` (a due a callback asked for)."""
+        phase = self._phase(host)
+        return phase + round((at - phase) / interval) * interval
 
     def _push(self, key: str, slot: _Slot) -> None:
         slot.turn += 1
@@ -223,7 +267,12 @@ class Scheduler:
             if due is None:
                 del self._slots[key]
                 return
-            slot.due = max(due, self.clock())
+            now = self.clock()
+            if self.phased:
+                due = self._nearest_phase(slot.checker.host, slot.interval, due)
+                if due < now:
+                    due = self._next_phase(slot.checker.host, slot.interval, now)
+            slot.due = max(due, now)
             self._push(key, slot)
 
 

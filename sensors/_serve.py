@@ -183,7 +183,9 @@ class Watcher:
     holder: str = field(default_factory=holder_id)
 
     def __post_init__(self) -> None:
-        self.scheduler = Scheduler(workers=self.workers, per_host=self.per_host, batch=self._batch)
+        self.scheduler = Scheduler(
+            workers=self.workers, per_host=self.per_host, batch=self._batch, phased=True
+        )
         self._sources: list[StageSource] = [DirectorySource(Path(self.directory)), *self.sources]
         if self.desk is not None:
             self._sources.append(HandoffSource(self.desk))

@@ -4,6 +4,7 @@ slow host delays no stage on another host. Real processes and the real local pro
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import Counter
@@ -191,3 +192,53 @@ def test_two_hosts_of_one_name_are_probed_apart(tmp_path: Path) -> None:
     # Each stage's probe ran on its own host object: stages are batched per host, not per name.
     assert len(checks) == 6
     assert a.probes >= 2 and b.probes >= 2, (a.probes, b.probes)
+
+
+def test_phased_hosts_are_spread_over_the_interval_and_each_probed_once_a_tick(tmp_path: Path) -> None:
+    """`crosscheck serve`'s scheduler: each host has a phase in the interval (a stable hash of
+    its identity); its stages are due together there (one probe a tick), a stage added later
+    joins its host's phase, and the due time the scheduler used is what the check ran for."""
+    from sensors._schedule import Scheduler
+
+    job = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01)
+    hosts = [NamedHost(f"host-{h}") for h in range(6)]
+    probes: list[tuple[str, float, set[float | None]]] = []
+    scheduler: Scheduler
+
+    def batch(checkers: list[Checker]) -> list[None]:
+        dues = {scheduler.due(f"{c.host.name}/{c.stage.stage}") for c in checkers}
+        probes.append((checkers[0].host.name, time.monotonic(), dues))
+        return [None] * len(checkers)  # nothing to say: due again an interval on
+
+    scheduler = Scheduler(batch=batch, phased=True)
+    for host in hosts:
+        for i in range(3):
+            stage = stage_from_dict(_stage(job, f"s{i}", interval="1s"))
+            scheduler.add(f"{host.name}/s{i}", Checker(stage, host=host))
+    keys = scheduler.keys()
+    first = {key: scheduler.due(key) for key in keys}
+    now = time.monotonic()
+    for host in hosts:
+        dues = {first[f"{host.name}/s{i}"] for i in range(3)}
+        assert len(dues) == 1, dues  # a host's stages: due at one instant
+        assert now - 1.0 < dues.pop() <= now + 1.0  # its next phase point
+    assert len(set(first.values())) > 1  # hosts: spread, not all due at once
+    # A stage added later joins its host's phase.
+    late = stage_from_dict(_stage(job, "s9", interval="1s"))
+    scheduler.add("host-0/s9", Checker(late, host=hosts[0]))
+    assert scheduler.due("host-0/s9") == first["host-0/s0"]
+
+    stop = threading.Event()
+    timer = threading.Timer(3.6, stop.set)
+    timer.start()
+    scheduler.run(stop, on_verdict=lambda key, verdict, began: began + 1.0)
+    timer.cancel()
+    for host in hosts:
+        mine = [(at, dues) for name, at, dues in probes if name == host.name]
+        assert len(mine) >= 3, (host.name, mine)
+        starts = [due for _, dues in mine for due in dues]
+        assert len(starts) == len(mine)  # every probe: its stages were due at one instant
+        for (at, dues), later in itertools.pairwise(mine):
+            (due,) = dues
+            assert 0 <= at - due < 0.5  # the check ran for the due the scheduler says
+            assert abs(next(iter(later[1])) - due - 1.0) < 1e-6  # then every interval, no drift

@@ -9,6 +9,7 @@ the count stays a count: what ties them to the run is said by ``written_this_run
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from collections.abc import Mapping
@@ -70,6 +71,7 @@ class OutputsSpec(Section):
         return self
 
 
+@functools.lru_cache(maxsize=1024)  # the same few patterns at every check of every stage
 def glob_to_ere(pattern: str) -> str:
     """An anchored POSIX ERE matching the names that ``fnmatch``-style ``pattern`` matches.
 

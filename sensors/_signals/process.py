@@ -290,7 +290,11 @@ class _Found:
 
 
 def _find(
-    spec: ProcessSpec, table: _ProcessTable, memory: ProcessMemory, excluded: set[int], boot_changed: bool
+    spec: ProcessSpec,
+    table: _ProcessTable,
+    memory: ProcessMemory,
+    excluded: frozenset[int],
+    boot_changed: bool,
 ) -> _Found:
     stats = table.stats
     if spec.pid is not None:
@@ -328,6 +332,18 @@ def _excluded(meta: Meta, stats: Mapping[int, ProcStat], exclude_pids: frozenset
     return excluded
 
 
+def _excluded_once(meta: Meta, table: _ProcessTable, exclude_pids: frozenset[int]) -> frozenset[int]:
+    """:func:`_excluded`, once per batch: the probe's ancestry is the same for its stages."""
+    cache = getattr(_batch_tables, "cache", None)
+    if cache is None:
+        return frozenset(_excluded(meta, table.stats, exclude_pids))
+    # The table is held by the cache entry, so its id is not reused while the block lasts.
+    key = ("excluded", id(table), meta.script_pid, exclude_pids)
+    if key not in cache:
+        cache[key] = (table, frozenset(_excluded(meta, table.stats, exclude_pids)))
+    return cache[key][1]
+
+
 def read_process(
     spec: ProcessSpec,
     sections: Mapping[str, bytes],
@@ -352,7 +368,7 @@ def read_process(
     table = _ProcessTable.parse(sections, nonce)
     if isinstance(table, str) or meta.now is None:
         return unknown(table if isinstance(table, str) else "the host's clock could not be read")
-    excluded = _excluded(meta, table.stats, exclude_pids)
+    excluded = _excluded_once(meta, table, exclude_pids)
     boot_changed = memory.boot_id is not None and meta.boot_id != memory.boot_id
     found = _find(spec, table, memory, excluded, boot_changed)
     processes, alive_pids, missing_stat = _describe(found.candidates, table, meta)
