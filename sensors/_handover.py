@@ -47,6 +47,7 @@ from sensors._gate import DEFAULT_CADENCE, GateReport
 from sensors._handoff import has_inline_secret, new_handoff, read_outcome, request_for
 from sensors._memory import dumps, loads
 from sensors._persist import Persistence
+from sensors._serve import RESUMES_GATES
 from sensors._store import Store
 from sensors.prefect import _task_run_name, opened_store
 
@@ -75,13 +76,14 @@ def can_hand_off(
         why_not = "no shared state store (the watcher reads handoffs from it)"
     elif hand_off is None:
         try:
-            watchers = store.live_watchers()
+            watchers = [w for w in store.live_watchers() if w.endswith(RESUMES_GATES)]
         except Exception as exc:  # an older store or one that cannot answer: wait here
             watchers, detail = [], f" ({exc})"
         else:
             detail = ""
         if not watchers:
-            why_not = f"no crosscheck serve is watching {store.location}{detail}"
+            # One without the Prefect API would settle the stage but never resume the gate.
+            why_not = f"no crosscheck serve with the Prefect API is watching {store.location}{detail}"
     if why_not is None:
         return True
     level = logging.WARNING if hand_off else logging.INFO

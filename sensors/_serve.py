@@ -55,6 +55,10 @@ if TYPE_CHECKING:  # _notify is imported only for stages that notify
 
 log = logging.getLogger("crosscheck.serve")
 
+#: The end of the registry name of a watcher that resumes gates (``--prefect``): a gate
+#: hands its stage over only when such a watcher is alive (see ``sensors._handover``).
+RESUMES_GATES = "+gates"
+
 #: A finished stage is looked at this many times less often (a new run is still noticed).
 FINISHED_SLOWDOWN = 10.0
 
@@ -534,7 +538,8 @@ def serve(
 
         bridge = PrefectBridge() if heartbeat is None else PrefectBridge.every(heartbeat)
     desk = None
-    holder = holder_id()
+    # A watcher that can resume gates says so in its name: only then do gates hand over to it.
+    holder = holder_id() + (RESUMES_GATES if bridge is not None else "")
     if store is not None and hasattr(store, "handoffs"):
         desk = Desk(
             store,
