@@ -19,6 +19,7 @@ from sensors._errors import HostError, HostKeyError
 from sensors._model import Verdict
 from sensors._probe import build_script, new_nonce, split_sections
 from sensors._signals.process import parse_table_once
+from sensors._text import redaction_shared
 
 #: Sections every stage of the batch reads as they are (not prefixed).
 SHARED = ("meta", "stat", "tasks", "taskcmd", "cmdline", "end")
@@ -78,7 +79,9 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
     except HostError as exc:
         return [c._host_failed(exc) for c in checkers]
     views = _views(split_sections(output, nonce), len(checkers))
-    with parse_table_once():  # the shared process table: parsed once, not once per stage
+    # The shared process table: parsed once, not once per stage; the evidence the stages
+    # repeat (the host's boot id, the table's command lines, common lines): redacted once.
+    with parse_table_once(), redaction_shared():
         return [checker.absorb(views[k], nonce) for k, checker in enumerate(checkers)]
 
 

@@ -39,6 +39,9 @@ def _freeze(evidence: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType({k: _redacted(v) for k, v in (evidence or {}).items()})
 
 
+_SCALARS = frozenset({int, float, bool})
+
+
 def _redacted(value: Any) -> Any:
     """``value`` with every string in it redacted (:func:`sensors._text.redact`).
 
@@ -48,6 +51,8 @@ def _redacted(value: Any) -> Any:
     """
     if isinstance(value, str):
         return redact(value)
+    if value is None or type(value) in _SCALARS:
+        return value  # most evidence values: no text, and no ABC check (Mapping) to pay for
     if isinstance(value, Mapping):
         return {k: _redacted(v) for k, v in value.items()}
     if isinstance(value, list):

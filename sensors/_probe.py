@@ -17,6 +17,7 @@ snippet (``sensors._signals``). Rules every snippet keeps:
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 import shlex
@@ -84,6 +85,8 @@ def regular_file_type(path: str) -> str:
     return f"stat -L -c 'notregular %F' -- {path} 2>&1 | head -c 200"
 
 
+# A batch builds one snippet per stage with the same nonce: the prefix is computed once.
+@functools.lru_cache(maxsize=16)
 def nonce_path(nonce: str) -> str:
     """A path prefix equal to ``/`` that spells this check's nonce in ``/.`` and ``/`` steps.
 

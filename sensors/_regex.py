@@ -197,6 +197,37 @@ class UserRegex:
                 return m
         return None
 
+    def found(self, text: str, utf8: bytes | None = None) -> bool:
+        """Whether :meth:`search` finds a match in ``text``, without building the match.
+
+        ``utf8``: ``text`` as :func:`utf8` encodes it, for text many patterns are searched
+        in (a process table's command lines): encoded once, not once per pattern. Under RE2
+        this is the search the binding's ``search`` runs (unanchored, the whole text), less
+        its per-call Python work.
+        """
+        raw = getattr(self._compiled, "_regexp", None) if self.engine == "re2" and _RAW_MATCH else None
+        if raw is None:
+            return self.search(text) is not None
+        data = utf8 if utf8 is not None else to_utf8(text)
+        return raw.Match(_UNANCHORED, data, 0, len(data))[0] != _NULL_SPAN
+
+
+def to_utf8(text: str) -> bytes:
+    """``text`` as RE2 reads it in :meth:`UserRegex.search` (a lone surrogate as ``?``)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace")
+
+
+# The binding's own search (re2._Regexp.search) is a generator, an encode and a match object
+# per call; :meth:`UserRegex.found` calls the compiled RE2 the same way, directly, when this
+# binding exposes it (else it uses search).
+_re2_ext = getattr(re2, "_re2", None)
+_UNANCHORED = getattr(getattr(getattr(_re2_ext, "RE2", None), "Anchor", None), "UNANCHORED", None)
+_NULL_SPAN = (-1, -1)
+_RAW_MATCH = _UNANCHORED is not None
+
 
 # Room for a fleet: thousands of stages, each with its own patterns (256 thrashed at 2,500
 # stages: every check compiled its process regex again, ~0.16 ms). ~9 KB an entry.

@@ -19,8 +19,11 @@ quantifiers: the work is linear in the text's length (a 256 KiB log tail include
 from __future__ import annotations
 
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-__all__ = ["REDACTED", "inert", "markdown_escape", "redact", "slack_code"]
+__all__ = ["REDACTED", "inert", "markdown_escape", "redact", "redaction_shared", "slack_code"]
 
 REDACTED = "***"
 
@@ -115,11 +118,51 @@ def redact(text: str) -> str:
         >>> redact("login with hf_abcdefghijklmnopqrstuvwx")
         'login with hf_***'
     """
-    if not text:
+    if not text or _inert_to_redaction(text):
         return text
+    cache = getattr(_shared, "cache", None)
+    if cache is None:
+        return _redact(text)
+    if text not in cache:
+        cache[text] = _redact(text)
+    return cache[text]
+
+
+def _inert_to_redaction(text: str) -> bool:
+    """True when no pattern of :func:`redact` can match ``text`` (so it is returned as is).
+
+    Every secret shape needs one of these: ``://`` (a URL's password, a Slack webhook) has
+    ``:``; a secret flag starts with ``-`` and an assignment has ``=``; the token prefixes
+    hold ``_`` or ``-``; the AWS key ids start with ``AKIA`` or ``ASIA``.
+    """
+    return not ("-" in text or "=" in text or "_" in text or ":" in text or "AKIA" in text or "ASIA" in text)
+
+
+def _redact(text: str) -> str:
     text = _URL_USERINFO.sub(lambda m: m.group("head") + REDACTED + "@", text)
     text = _assignments(text)
     return _TOKEN_SHAPES.sub(_token, text)
+
+
+#: Per thread: while a batch's stages are read (``sensors._batch``), each distinct string
+#: redacted once (stages of a host repeat the same evidence); None outside a batch.
+_shared = threading.local()
+
+
+@contextmanager
+def redaction_shared() -> Iterator[None]:
+    """Within this block (in this thread), :func:`redact` computes each distinct string once.
+
+    ``redact`` is a function of the string alone, so a cached answer is the answer; the
+    cache holds only what the block redacted and is dropped at its end (never kept across
+    batches).
+    """
+    outer = getattr(_shared, "cache", None)
+    _shared.cache = {}
+    try:
+        yield
+    finally:
+        _shared.cache = outer
 
 
 # C0 and C1 controls, DEL, lone surrogates, line/paragraph separators, and the bidi

@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from sensors import stage_from_dict
-from sensors._regex import FALLBACK_SCAN, BacktrackingRegexWarning, compile_user_regex, to_re2
+from sensors._regex import FALLBACK_SCAN, BacktrackingRegexWarning, compile_user_regex, to_re2, to_utf8
 
 # (pattern, text): each row's RE2 answer must be re.search's, group for group.
 SAME_ANSWER = [
@@ -112,3 +112,24 @@ def test_config_is_silent_for_patterns_re2_runs() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         stage_from_dict(_stage(error=r".*(Traceback|CUDA error)", progress=r"(?P<done>\d+)/(?P<total>\d+)"))
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text"),
+    [
+        ("a.c", "xxabc"),
+        ("^b", "ab"),
+        (r"\d+$", "x12"),
+        (r"\d+\Z", "x\u0663"),
+        ("(?=a)a", "ba"),
+        ("é", "café"),
+        ("x", "lone \udcff x"),
+        ("^$", ""),
+        (r"\bsleep 1\b", "/bin/sleep 1"),
+        ("nope", "sleep 100000.1"),
+    ],
+)
+def test_found_is_whether_search_matches(pattern: str, text: str) -> None:
+    rx = compile_user_regex(pattern)
+    assert rx.found(text) is (rx.search(text) is not None)
+    assert rx.found(text, to_utf8(text)) is (rx.search(text) is not None)

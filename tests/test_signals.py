@@ -594,3 +594,50 @@ def test_a_jsonl_file_still_growing_is_not_done(tmp_path, host) -> None:
         fh.write('{"extra": ')  # a third record on its way: the writer is not done
     reading = checker.check().readings["outputs"]
     assert reading.says is Says.WORKING and "being written" in reading.detail
+
+
+def test_a_batch_reads_each_stage_as_its_own_check(tmp_path: Path) -> None:
+    """Stages of one batch share the process table, its pattern passes and its redaction:
+    each still says what its own check says (two stages watching one job, one another)."""
+    from sensors._batch import check_batch
+
+    tag = f"crosscheck-batch-{os.getpid()}-{time.monotonic_ns()}"
+    argv = [
+        sys.executable,
+        "-c",
+        "import time; time.sleep(60)",
+        tag,
+        "--hf-token",
+        "hf_abcdefghijklmnopqrstuvwx",
+    ]
+    job = subprocess.Popen(argv)
+    try:
+        specs = [{"match": f"{tag} --hf"}, {"match": f"{tag} --hf"}, {"match": f"{tag}-never"}]
+
+        def checkers() -> list[Checker]:
+            return [
+                Checker(stage_from_dict({"stage": f"s{k}", "host": "local", "process": spec}))
+                for k, spec in enumerate(specs)
+            ]
+
+        deadline = time.monotonic() + 10
+        while _processes_mentioning(tag, wait=0) == [] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        batched = check_batch(checkers())
+        alone = [c.check() for c in checkers()]
+        for b, a in zip(batched, alone, strict=True):
+            rb, ra = b.readings["process"], a.readings["process"]
+            assert (rb.says, rb.evidence["pid"], rb.evidence["matched"]) == (
+                ra.says,
+                ra.evidence["pid"],
+                ra.evidence["matched"],
+            )
+            assert [p["cmdline"] for p in rb.evidence["processes"]] == [
+                p["cmdline"] for p in ra.evidence["processes"]
+            ]
+        assert [v.readings["process"].says for v in batched] == [Says.WORKING, Says.WORKING, Says.DONE]
+        assert batched[0].readings["process"].evidence["pid"] == job.pid
+        assert "hf_abc" not in str(batched[0].readings["process"].evidence["processes"])
+    finally:
+        job.kill()
+        job.wait()

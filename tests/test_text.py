@@ -68,6 +68,33 @@ def test_doctests() -> None:
 def test_redact(text: str, expected: str | None) -> None:
     assert redact(text) == (text if expected is None else expected)
     assert redact(redact(text)) == redact(text)  # idempotent: readings may be rebuilt
+    with _text.redaction_shared():  # a batch's cache: the same answer, twice
+        assert redact(text) == redact(text) == (text if expected is None else expected)
+    assert _text._shared.cache is None  # dropped at the block's end
+
+
+def test_redact_skips_only_text_no_pattern_can_match() -> None:
+    """The fast path (no ``- = _ :``, no ``AKIA``/``ASIA``) never skips a secret: over random
+    text of the characters the patterns are made of, the full redaction leaves it as is."""
+    import random
+
+    rng = random.Random(12)
+    alphabet = "ahfgpskxoAKISZ0123456789 '\"/@.\t" + "-=_:"
+    skipped = 0
+    for _ in range(20000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40)))
+        if _text._inert_to_redaction(text):
+            skipped += 1
+            assert _text._redact(text) == text
+        assert redact(text) == _text._redact(text)
+    for text in (
+        "hf_abcdefghijklmnopqrstuvwx",
+        "id AKIAABCDEFGHIJKLMNOP",
+        "x ASIAABCDEFGHIJKLMNOP",
+        "a://u:p@h",
+    ):
+        assert not _text._inert_to_redaction(text)
+    assert skipped > 1000
 
 
 @pytest.mark.parametrize(

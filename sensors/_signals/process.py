@@ -17,6 +17,7 @@ parser, its memory (the identities it has seen) and its evidence. Rules it keeps
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -27,7 +28,7 @@ from pydantic import Field, model_validator
 
 from sensors._model import Reading, Says
 from sensors._probe import Meta, nonce_path
-from sensors._regex import compile_user_regex
+from sensors._regex import compile_user_regex, to_utf8
 from sensors._run import Run
 from sensors._schema import Regex, Section
 from sensors._signals.base import CheckFacts, ProbeInputs, Signal
@@ -187,6 +188,13 @@ class _ProcessTable:
     cut: frozenset[int]
     tasks: Mapping[int, list[ProcStat]]
 
+    @functools.cached_property
+    def searchable(self) -> tuple[tuple[int, str, bytes], ...]:
+        """The command lines a pattern is searched in (not empty, not cut), each with its
+        UTF-8 form: encoded once per table, whatever the number of stages reading it."""
+        cut = self.cut
+        return tuple((pid, cmd, to_utf8(cmd)) for pid, cmd in self.cmdlines.items() if cmd and pid not in cut)
+
     @classmethod
     def parse(cls, sections: Mapping[str, bytes], nonce: str) -> _ProcessTable | str:
         """The table, or why it cannot be read (parsed once per probe inside a batch)."""
@@ -305,12 +313,7 @@ def _find(
             if boot_changed or (st and st.starttime != memory.identities[spec.pid]):
                 return _Found([], f"pid {spec.pid}", reused=True)
         return _Found(candidates, f"pid {spec.pid}")
-    rx = compile_user_regex(spec.match or "")
-    matched = {
-        pid
-        for pid, cmd in table.cmdlines.items()
-        if pid not in excluded and pid not in table.cut and cmd and rx.search(cmd)
-    }
+    matched = {pid for pid in _matching(spec.match or "", table) if pid not in excluded}
     # Once matched, a process stays the job while its identity (boot, pid, start ticks)
     # holds, even if its command line stops matching (setproctitle, or a zombie leader
     # whose cmdline reads empty while its threads still run).
@@ -321,6 +324,22 @@ def _find(
             if pid in stats and stats[pid].starttime == start and pid not in excluded
         }
     return _Found(sorted(matched), f"match {spec.match!r}")
+
+
+def _matching(pattern: str, table: _ProcessTable) -> frozenset[int]:
+    """The PIDs whose whole command line ``pattern`` is found in (not cut, not empty; the
+    excluded ancestry is each stage's to take out). Once per pattern and table inside a batch:
+    stages watching one job share the pass over the command lines."""
+    cache = getattr(_batch_tables, "cache", None)
+    key = ("match", id(table), pattern)
+    if cache is not None and key in cache:
+        return cache[key][1]
+    rx = compile_user_regex(pattern)
+    pids = frozenset(pid for pid, cmd, utf8 in table.searchable if rx.found(cmd, utf8))
+    if cache is not None:
+        # The table is held by the cache entry, so its id is not reused while the block lasts.
+        cache[key] = (table, pids)
+    return pids
 
 
 def _excluded(meta: Meta, stats: Mapping[int, ProcStat], exclude_pids: frozenset[int]) -> set[int]:

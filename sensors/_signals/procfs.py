@@ -161,6 +161,9 @@ def parse_io(body: bytes | None) -> dict[int, int]:
 
 def descendants(roots: Iterable[int], stats: Mapping[int, ProcStat]) -> set[int]:
     """Live descendants of ``roots`` (not including the roots)."""
+    roots = list(roots)
+    if not roots:
+        return set()  # most checks: no live job, nothing to index the table for
     children: dict[int, list[int]] = {}
     for st in stats.values():
         children.setdefault(st.ppid, []).append(st.pid)
