@@ -188,7 +188,12 @@ class Desk:
             return False
         doc = outcome_doc(verdict, run, timed_out=timed_out and verdict.state not in FINAL, by=self.by)
         try:
-            self.store.settle(handoff.ticket, doc)
+            if not self.store.settle(handoff.ticket, doc):
+                # An outcome is stored already. Unusable (its seal fails: it read as none, so
+                # the stage was watched again)? Then this one replaces it; else it stands.
+                stored = self.store.handoff(handoff.ticket)
+                if stored is not None and stored.outcome is None:
+                    self.store.settle(handoff.ticket, doc, replace=True)
         except Exception as exc:
             log.warning(
                 "%s: the outcome could not be stored (%s): asked again next check", handoff.stage, exc

@@ -102,3 +102,28 @@ def test_requests_that_cannot_be_honoured(tmp_path: Path, caplog: pytest.LogCapt
         with caplog.at_level("ERROR", logger="crosscheck.serve"):
             _run(watcher, lambda: "needs the Prefect API" in caplog.text)
         assert store.handoff("run-3:remote").outcome is None  # nothing guessed
+
+
+def test_an_unusable_stored_outcome_is_replaced_not_left_to_loop(tmp_path: Path) -> None:
+    """An outcome whose seal fails reads as none (the stage is watched again); the watcher's
+    next outcome replaces it, so the resumed gate finds one instead of suspending forever."""
+    import sqlite3
+
+    job = SimulatedJob(tmp_path, scenario="complete", total=3, step=0.05)
+    stage = stage_from_dict(job.stage_dict(name="damaged", interval="200ms", exit_grace="300ms"))
+    path = tmp_path / "state.db"
+    resumed: list = []
+    with open_store(path) as store:
+        request = {**request_for(stage, reference=None, since=None, run=None), "flow_run_id": "run-4"}
+        store.hand_over(new_handoff("run-4:damaged", stage, "local", request, timeout=60))
+        assert store.settle("run-4:damaged", {"verdict": "x"})
+        with sqlite3.connect(path) as raw:  # damage the stored outcome where SQLite cannot see it
+            raw.execute('UPDATE crosscheck_handoff SET outcome = \'{"verdict": "forged"}\'')
+        assert store.handoff("run-4:damaged").outcome is None  # the seal fails: no outcome
+        job.start()
+        try:
+            _run(_watcher(tmp_path, store, resumed), lambda: bool(resumed))
+        finally:
+            job.stop()
+        outcome = read_outcome(store.handoff("run-4:damaged"))
+        assert outcome is not None and outcome.verdict.state is State.COMPLETE

@@ -26,7 +26,8 @@ Interface (the records are frozen dataclasses, in :mod:`sensors._store.base`)::
                                                    # the stored one if the ticket is known
     store.handoffs() -> list[Handoff]              # every handoff, oldest first
     store.handoff(ticket) -> Handoff | None
-    store.settle(ticket, outcome) -> bool          # the watcher's final word, written once
+    store.settle(ticket, outcome, *, replace=False) -> bool   # the watcher's final word, once
+                                                   # (replace: over an unusable one)
     store.drop_handoff(ticket) -> None
     store.heartbeat_watcher(holder, ttl, about="") -> None   # crosscheck serve: I am alive
     store.live_watchers() -> list[str]            # holders whose heartbeat has not expired

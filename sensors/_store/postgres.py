@@ -605,13 +605,10 @@ class PostgresStore:
         found = decode_handoffs(rows, self.location)
         return found[0] if found else None
 
-    def settle(self, ticket: str, outcome: Mapping[str, Any]) -> bool:
+    def settle(self, ticket: str, outcome: Mapping[str, Any], *, replace: bool = False) -> bool:
         doc = dumps(dict(outcome))
-        stmt = (
-            handoff_t.update()
-            .where(handoff_t.c.ticket == ticket, handoff_t.c.outcome.is_(None))
-            .values(outcome=doc, outcome_seal=outcome_seal(ticket, doc))
-        )
+        where = [handoff_t.c.ticket == ticket] + ([] if replace else [handoff_t.c.outcome.is_(None)])
+        stmt = handoff_t.update().where(*where).values(outcome=doc, outcome_seal=outcome_seal(ticket, doc))
 
         def go(c: sa.Connection) -> bool:
             c.execute(sa.text("SET LOCAL synchronous_commit = on"))

@@ -498,14 +498,14 @@ class SQLiteStore:
         found = decode_handoffs(rows, self.location)
         return found[0] if found else None
 
-    def settle(self, ticket: str, outcome: Mapping[str, Any]) -> bool:
+    def settle(self, ticket: str, outcome: Mapping[str, Any], *, replace: bool = False) -> bool:
         doc = dumps(dict(outcome))
+        only_new = "" if replace else " AND outcome IS NULL"
 
         def go(c: sqlite3.Connection) -> bool:
             with _write(c):
                 cur = c.execute(
-                    "UPDATE crosscheck_handoff SET outcome = ?, outcome_seal = ?"
-                    " WHERE ticket = ? AND outcome IS NULL",
+                    "UPDATE crosscheck_handoff SET outcome = ?, outcome_seal = ? WHERE ticket = ?" + only_new,
                     (doc, outcome_seal(ticket, doc), ticket),
                 )
                 return cur.rowcount == 1
