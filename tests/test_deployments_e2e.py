@@ -90,13 +90,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         PREFECT_WORKER_PREFETCH_SECONDS="5",
     )
     log = open(home / "server.log", "wb")  # noqa: SIM115 - closed in the finally below
-    proc = subprocess.Popen(
-        [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
+    proc = _start(
+        [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"], env, log
     )
     try:
         _wait_for(
@@ -182,10 +177,6 @@ def test_gate_deployment_and_the_trigger_that_starts_the_next_stage(
     training_spec["launch"] = {"command": training.command, "log": str(training.log_path)}
     training_file.write_text(_yaml(training_spec))
 
-    _cli(env, "work-pool", "create", POOL, "--type", "process")
-    # Deploy a copy, so that `prefect deploy` cannot leave files in the repository.
-    project = tmp_path / "deployments"
-    shutil.copytree(REPO / "deployments", project)
     env.update(
         CROSSCHECK_POOL=POOL,
         CROSSCHECK_UPSTREAM=upstream,
@@ -193,7 +184,7 @@ def test_gate_deployment_and_the_trigger_that_starts_the_next_stage(
         # One state store for every gate this worker runs: a run is announced once.
         CROSSCHECK_STATE=str(tmp_path / "state.db"),
     )
-    _cli(env, "deploy", "--all", "--no-prompt", cwd=project)
+    _deploy(env, POOL, tmp_path)
 
     automations = _post(api, "/automations/filter", {})
     by_name = {a["name"]: a for a in automations}
@@ -210,26 +201,15 @@ def test_gate_deployment_and_the_trigger_that_starts_the_next_stage(
     }
 
     worker_log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - closed below
-    worker = subprocess.Popen(
-        [PREFECT, "worker", "start", "--pool", POOL, "--type", "process"],
-        env=env,
-        cwd=tmp_path,
-        stdout=worker_log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
+    worker = _start(
+        [PREFECT, "worker", "start", "--pool", POOL, "--type", "process"], env, worker_log, tmp_path
     )
     try:
         started = datetime.datetime.now(datetime.UTC).isoformat()
         extraction.start()
-        gate = _deployment(api, "crosscheck-gate/gate")
         # The job may finish before the worker has started the gate: `since` ties its
         # completion line to this run.
-        run = _post(
-            api,
-            f"/deployments/{gate['id']}/create_flow_run",
-            {"parameters": {"stage": str(extraction_file), "since": started}},
-        )
+        run = _run_gate(api, extraction_file, started)
         done = _wait_for("the gate flow run", lambda: _finished(api, run["id"]), timeout=240, every=2)
         assert done["parameters"]["stage"] == str(extraction_file)
 
@@ -254,11 +234,7 @@ def test_gate_deployment_and_the_trigger_that_starts_the_next_stage(
 
         # The gate run again on the same, completed run: the store knows it was announced,
         # the gate completes at once, and the next stage is not started a second time.
-        again = _post(
-            api,
-            f"/deployments/{gate['id']}/create_flow_run",
-            {"parameters": {"stage": str(extraction_file), "since": started}},
-        )
+        again = _run_gate(api, extraction_file, started)
         _wait_for("the second gate flow run", lambda: _finished(api, again["id"]), timeout=240, every=2)
         time.sleep(10)  # a second crosscheck.stage.complete would have started `next` by now
         assert len(_flow_runs(api, nxt["id"])) == 1, "the next stage was started twice"
@@ -269,6 +245,36 @@ def test_gate_deployment_and_the_trigger_that_starts_the_next_stage(
         _stop(worker, signal.SIGINT, grace=30)
         worker_log.close()
         extraction.stop()
+
+
+def _start(
+    args: list[str], env: dict[str, str], log: Any, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """A process of this test, in its own session (stopped by :func:`_stop`), logging to ``log``."""
+    return subprocess.Popen(
+        args, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _deploy(env: dict[str, str], pool: str, tmp_path: Path) -> None:
+    """The process work pool and `prefect deploy --all` of a copy of deployments/ (so that
+    `prefect deploy` cannot leave files in the repository)."""
+    _cli(env, "work-pool", "create", pool, "--type", "process")
+    project = tmp_path / "deployments"
+    shutil.copytree(REPO / "deployments", project)
+    _cli(env, "deploy", "--all", "--no-prompt", cwd=project)
+
+
+def _run_gate(api: str, stage_file: Path, since: str) -> dict[str, Any]:
+    """A run of the gate deployment for ``stage_file``; ``since``: when the job was started
+    (it may finish before the worker starts the gate)."""
+    gate = _deployment(api, "crosscheck-gate/gate")
+    return _post(
+        api,
+        f"/deployments/{gate['id']}/create_flow_run",
+        {"parameters": {"stage": str(stage_file), "since": since}},
+    )
 
 
 def _yaml(data: dict[str, Any]) -> str:
@@ -343,41 +349,24 @@ def test_a_gate_handed_to_the_watcher_holds_no_worker_while_its_stage_runs(
         CROSSCHECK_NEXT_STAGE=str(training_file),
         CROSSCHECK_STATE=str(state),
     )
-    _cli(env, "work-pool", "create", pool, "--type", "process")
-    project = tmp_path / "deployments"
-    shutil.copytree(REPO / "deployments", project)
-    _cli(env, "deploy", "--all", "--no-prompt", cwd=project)
+    _deploy(env, pool, tmp_path)
 
     stages_dir = tmp_path / "watched"  # the watcher's own stage files: none, only handoffs
     stages_dir.mkdir()
     logs = {name: open(tmp_path / f"{name}.log", "wb") for name in ("worker", "watcher")}  # noqa: SIM115
     crosscheck = str(Path(sys.executable).with_name("crosscheck"))
-    watcher = subprocess.Popen(
+    watcher = _start(
         [crosscheck, "serve", str(stages_dir), "--state", str(state), "--rescan", "1s", "--prefect"],
-        env=env,
-        stdout=logs["watcher"],
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
+        env,
+        logs["watcher"],
     )
-    worker = subprocess.Popen(
-        [PREFECT, "worker", "start", "--pool", pool, "--type", "process"],
-        env=env,
-        cwd=tmp_path,
-        stdout=logs["worker"],
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
+    worker = _start(
+        [PREFECT, "worker", "start", "--pool", pool, "--type", "process"], env, logs["worker"], tmp_path
     )
     try:
         started = datetime.datetime.now(datetime.UTC).isoformat()
         extraction.start()
-        gate = _deployment(api, "crosscheck-gate/gate")
-        run = _post(
-            api,
-            f"/deployments/{gate['id']}/create_flow_run",
-            {"parameters": {"stage": str(extraction_file), "since": started}},
-        )
+        run = _run_gate(api, extraction_file, started)
         _wait_for(
             "the gate to suspend",
             lambda: _state(api, run["id"]).get("type") == "PAUSED" or _finished(api, run["id"]),
