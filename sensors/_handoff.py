@@ -33,6 +33,10 @@ from sensors._store import Handoff
 
 log = logging.getLogger("crosscheck.serve")
 
+#: The end of the registry name of a watcher that resumes gates (``crosscheck serve
+#: --prefect``): a gate hands its stage over by default only when such a watcher is alive.
+RESUMES_GATES = "+gates"
+
 #: An outcome says one of these (a deadline that passed first is ``timed_out`` with the last verdict).
 FINAL = (State.COMPLETE, State.FAILED)
 
@@ -155,7 +159,7 @@ class Desk:
     over: Any = None
     resolve_block: Any = None
     clock: Any = time.time
-    settled: dict[str, str] = field(default_factory=dict)  # ticket -> flow run id, to resume
+    resumed: set[str] = field(default_factory=set)  # tickets whose gate this watcher resumed
 
     def scan(self) -> dict[str, Handoff]:
         """The handoffs still to watch (no outcome yet), by ticket; settled ones are resumed
@@ -173,7 +177,7 @@ class Desk:
                 continue
             if self.over is not None and flow_run_id and self.over(flow_run_id):
                 self.store.drop_handoff(handoff.ticket)
-                self.settled.pop(handoff.ticket, None)
+                self.resumed.discard(handoff.ticket)
                 continue
             self._resume(handoff.ticket, flow_run_id, handoff.stage)
         return open_
@@ -210,7 +214,7 @@ class Desk:
         return True
 
     def _resume(self, ticket: str, flow_run_id: str, stage: str) -> None:
-        if self.resume is None or not flow_run_id or self.settled.get(ticket) == "resumed":
+        if self.resume is None or not flow_run_id or ticket in self.resumed:
             return
         try:
             said = self.resume(flow_run_id, stage)
@@ -218,4 +222,4 @@ class Desk:
             log.warning("flow run %s: could not be resumed (%s): tried again", flow_run_id, exc)
             return
         if said == "resumed":
-            self.settled[ticket] = "resumed"
+            self.resumed.add(ticket)

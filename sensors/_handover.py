@@ -44,10 +44,9 @@ from prefect.cache_policies import NO_CACHE
 from sensors._config import Stage
 from sensors._errors import StageFailed
 from sensors._gate import DEFAULT_CADENCE, GateReport
-from sensors._handoff import has_inline_secret, new_handoff, read_outcome, request_for
+from sensors._handoff import RESUMES_GATES, has_inline_secret, new_handoff, read_outcome, request_for
 from sensors._memory import dumps, loads
 from sensors._persist import Persistence
-from sensors._serve import RESUMES_GATES
 from sensors._store import Store
 from sensors.prefect import _task_run_name, opened_store
 

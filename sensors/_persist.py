@@ -183,7 +183,7 @@ class Persistence:
         last = (restored.memory or {}).get("last")
         if not isinstance(last, Verdict):
             return None
-        note = f"watched elsewhere by {elsewhere}: its verdict, not a check of this watch"
+        note = f"{FOLLOWED} {elsewhere}: its verdict, not a check of this watch"
         return replace(last, reasons=(note, *last.reasons))
 
     # ------------------------------------------------------------------ announcements
@@ -217,6 +217,15 @@ class Persistence:
             self.store.release(self.key, self.holder)
         except Exception:  # expiry releases it anyway
             log.debug("state store: release failed", exc_info=True)
+
+
+#: How a followed verdict's first reason begins (:meth:`Persistence.followed`).
+FOLLOWED = "watched elsewhere by"
+
+
+def is_followed(verdict: Verdict) -> bool:
+    """Whether ``verdict`` is another watch's, followed here (not a check of this one)."""
+    return bool(verdict.reasons) and verdict.reasons[0].startswith(FOLLOWED + " ")
 
 
 def dead_here(holder: str) -> bool:

@@ -43,9 +43,9 @@ from sensors._batch import check_batch
 from sensors._check import Checker
 from sensors._config import Stage, load_stage
 from sensors._errors import CrosscheckError
-from sensors._handoff import Desk
+from sensors._handoff import RESUMES_GATES, Desk
 from sensors._model import State, Verdict
-from sensors._persist import _is_store, dead_here, holder_id
+from sensors._persist import _is_store, dead_here, holder_id, is_followed
 from sensors._run import run_from_record
 from sensors._schedule import Scheduler
 from sensors._store import Handoff
@@ -54,10 +54,6 @@ if TYPE_CHECKING:  # _notify is imported only for stages that notify
     from sensors._notify.delivery import Sent
 
 log = logging.getLogger("crosscheck.serve")
-
-#: The end of the registry name of a watcher that resumes gates (``--prefect``): a gate
-#: hands its stage over only when such a watcher is alive (see ``sensors._handover``).
-RESUMES_GATES = "+gates"
 
 #: A finished stage is looked at this many times less often (a new run is still noticed).
 FINISHED_SLOWDOWN = 10.0
@@ -367,7 +363,7 @@ class Watcher:
         if self.metrics is not None:
             self.metrics.observe(entry, verdict, took, sent or [])
         handoff = entry.handoff
-        if self.bridge is not None and not _followed(verdict):
+        if self.bridge is not None and not is_followed(verdict):
             self.bridge.observe(
                 verdict,
                 flow_run_id=handoff.request.get("flow_run_id") if handoff else None,
@@ -377,22 +373,12 @@ class Watcher:
         if (
             handoff is not None
             and self.desk is not None
-            and not _followed(verdict)
+            and not is_followed(verdict)
             and self.desk.after(handoff, verdict, entry.checker.run)
         ):
-            self.entries.pop(key, None)
-            entry.checker.close()
-            if self.bridge is not None:
-                self.bridge.forget(
-                    entry.stage.stage, entry.checker.host.name, handoff.request.get("flow_run_id")
-                )
+            self._drop(key)
             return None  # settled: the scheduler lets it go
         return began + interval * slow
-
-
-def _followed(verdict: Verdict) -> bool:
-    """A verdict another watcher made (this one only follows the stage)."""
-    return bool(verdict.reasons) and verdict.reasons[0].startswith("watched elsewhere by ")
 
 
 def _notifier(stage: Stage) -> Callable[[Verdict], Any] | None:

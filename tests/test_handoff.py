@@ -33,6 +33,12 @@ def _run(watcher: Watcher, until, timeout: float = 30.0) -> None:
         thread.join(30)
 
 
+def _hand_over(store, stage, flow_run_id: str, *, timeout: float) -> None:
+    """What a gate's hand-over task writes for a local stage (ticket: flow run and stage)."""
+    request = {**request_for(stage, reference=None, since=None, run=None), "flow_run_id": flow_run_id}
+    store.hand_over(new_handoff(f"{flow_run_id}:{stage.stage}", stage, "local", request, timeout=timeout))
+
+
 def _watcher(tmp_path: Path, store, resumed: list) -> Watcher:
     empty = tmp_path / "stages"
     empty.mkdir(exist_ok=True)
@@ -45,8 +51,7 @@ def test_a_handed_over_stage_is_watched_settled_once_and_its_gate_resumed(tmp_pa
     stage = stage_from_dict(job.stage_dict(name="extract", interval="200ms", exit_grace="300ms"))
     resumed: list = []
     with open_store(tmp_path / "state.db") as store:
-        request = {**request_for(stage, reference=None, since=None, run=None), "flow_run_id": "run-1"}
-        store.hand_over(new_handoff("run-1:extract", stage, "local", request, timeout=60))
+        _hand_over(store, stage, "run-1", timeout=60)
         job.start()
         try:
             _run(_watcher(tmp_path, store, resumed), lambda: bool(resumed))
@@ -68,8 +73,7 @@ def test_a_deadline_that_passes_settles_as_timed_out(tmp_path: Path) -> None:
     stage = stage_from_dict(job.stage_dict(name="stuck", interval="200ms", stall_after="1h"))
     resumed: list = []
     with open_store(tmp_path / "state.db") as store:
-        request = {**request_for(stage, reference=None, since=None, run=None), "flow_run_id": "run-2"}
-        store.hand_over(new_handoff("run-2:stuck", stage, "local", request, timeout=1.5))
+        _hand_over(store, stage, "run-2", timeout=1.5)
         job.start()
         try:
             _run(_watcher(tmp_path, store, resumed), lambda: bool(resumed))
@@ -114,8 +118,7 @@ def test_an_unusable_stored_outcome_is_replaced_not_left_to_loop(tmp_path: Path)
     path = tmp_path / "state.db"
     resumed: list = []
     with open_store(path) as store:
-        request = {**request_for(stage, reference=None, since=None, run=None), "flow_run_id": "run-4"}
-        store.hand_over(new_handoff("run-4:damaged", stage, "local", request, timeout=60))
+        _hand_over(store, stage, "run-4", timeout=60)
         assert store.settle("run-4:damaged", {"verdict": "x"})
         with sqlite3.connect(path) as raw:  # damage the stored outcome where SQLite cannot see it
             raw.execute('UPDATE crosscheck_handoff SET outcome = \'{"verdict": "forged"}\'')

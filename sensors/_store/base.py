@@ -302,6 +302,12 @@ def outcome_seal(ticket: str, outcome: str) -> str:
     return seal("outcome", ticket, outcome)
 
 
+#: A handoff row's columns, in the order :func:`handoff_row` gives and
+#: :func:`decode_handoffs` reads (both backends select exactly these).
+HANDOFF_NEW = ("ticket", "stage", "host", "request", "deadline", "created_at", "seal")
+HANDOFF_COLUMNS = (*HANDOFF_NEW, "outcome", "outcome_seal")
+
+
 def handoff_row(handoff: Handoff) -> tuple[Any, ...]:
     """(ticket, stage, host, request, deadline, created_at, seal) of a new handoff."""
     request = dumps(dict(handoff.request))

@@ -34,6 +34,8 @@ from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 
 from sensors._store.base import (
     APP,
+    HANDOFF_COLUMNS,
+    HANDOFF_NEW,
     SCHEMA_VERSION,
     Announcement,
     Handoff,
@@ -142,22 +144,7 @@ handoff_t = sa.Table(
     sa.Column("outcome", sa.Text, nullable=True),
     sa.Column("outcome_seal", sa.Text, nullable=True),
 )
-_HANDOFF = sa.select(
-    *(
-        handoff_t.c[n]
-        for n in (
-            "ticket",
-            "stage",
-            "host",
-            "request",
-            "deadline",
-            "created_at",
-            "seal",
-            "outcome",
-            "outcome_seal",
-        )
-    )
-)
+_HANDOFF = sa.select(*(handoff_t.c[n] for n in HANDOFF_COLUMNS))
 
 # Built once, with bound parameters: constructing a statement costs about as much as the
 # round trip that runs it.
@@ -576,10 +563,9 @@ class PostgresStore:
         return decode_history(rows, self.location)
 
     def hand_over(self, handoff: Handoff) -> Handoff:
-        names = ("ticket", "stage", "host", "request", "deadline", "created_at", "seal")
         stmt = (
             pg_insert(handoff_t)
-            .values(dict(zip(names, handoff_row(handoff), strict=True)))
+            .values(dict(zip(HANDOFF_NEW, handoff_row(handoff), strict=True)))
             .on_conflict_do_nothing(index_elements=["ticket"])
         )
         query = _HANDOFF.where(handoff_t.c.ticket == handoff.ticket)

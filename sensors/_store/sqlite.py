@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from sensors._store.base import (
     APP,
+    HANDOFF_COLUMNS,
     SCHEMA_VERSION,
     Announcement,
     Handoff,
@@ -467,10 +468,7 @@ class SQLiteStore:
         rows.reverse()
         return decode_history(rows, self.location)
 
-    _HANDOFF_COLS = (
-        "SELECT ticket, stage, host, request, deadline, created_at, seal, outcome, outcome_seal"
-        " FROM crosscheck_handoff"
-    )
+    _HANDOFF_COLS = f"SELECT {', '.join(HANDOFF_COLUMNS)} FROM crosscheck_handoff"
 
     def hand_over(self, handoff: Handoff) -> Handoff:
         row = handoff_row(handoff)
