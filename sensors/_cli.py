@@ -148,8 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 SINCE_HELP = (
-    "when the run being watched began: a duration before now (2h) or a time"
-    " (2026-12-01T06:00:00Z); evidence from before it is an earlier run's"
+    "when the run being watched began: a duration before now (2h), a time"
+    " (2026-12-01T06:00:00Z) or epoch seconds (@1796104800); evidence from before it is an"
+    " earlier run's"
 )
 
 

@@ -72,16 +72,25 @@ class Since:
 
 
 _ISO_HINT = re.compile(r"^\d{4}-\d{2}-\d{2}")
+_BARE_NUMBER = re.compile(r"^\d+(\.\d+)?$")
+_BARE_SECONDS_AT_MOST = 10 * 365 * 86400.0
 
 
 def parse_since(value: str | float | _dt.datetime | Since | None) -> Since | None:
     """``--since``: a duration (``2h``: the run started at most that long before the first
-    check, on the monitored host's clock), an ISO 8601 time, a datetime or epoch seconds.
+    check, on the monitored host's clock), an ISO 8601 time, a datetime, or epoch seconds
+    (a number, or text ``@1796104800`` as ``date -d`` reads it).
+
+    A bare number in text is a duration in seconds; one of more than ten years is refused
+    rather than read as a start decades ago (which would make every earlier run's evidence
+    this run's): it is epoch seconds missing its ``@``.
 
     Example:
         >>> parse_since("90m").ago
         5400.0
         >>> parse_since("2026-12-01T06:00:00Z").at
+        1796104800.0
+        >>> parse_since("@1796104800").at
         1796104800.0
     """
     if value is None or isinstance(value, Since):
@@ -98,12 +107,22 @@ def parse_since(value: str | float | _dt.datetime | Since | None) -> Since | Non
             return parse_since(_dt.datetime.fromisoformat(text))
         except ValueError:
             raise ValueError(f"{value!r} is not an ISO 8601 time (e.g. 2026-12-01T06:00:00Z)") from None
+    if isinstance(value, str) and value.strip().startswith("@"):
+        try:
+            return Since(at=float(value.strip()[1:]))
+        except ValueError:
+            raise ValueError(f"{value!r} is not epoch seconds (e.g. @1796104800)") from None
     try:
-        return Since(ago=parse_duration(value))
+        ago = parse_duration(value)
     except ValueError:
         raise ValueError(
-            f"{value!r} is neither a duration (30m, 2h) nor a time (2026-12-01T06:00:00Z)"
+            f"{value!r} is neither a duration (30m, 2h) nor a time (2026-12-01T06:00:00Z, @1796104800)"
         ) from None
+    if isinstance(value, str) and _BARE_NUMBER.match(value.strip()) and ago > _BARE_SECONDS_AT_MOST:
+        raise ValueError(
+            f"{value!r} as seconds before now is over ten years: for epoch seconds write @{value.strip()}"
+        )
+    return Since(ago=ago)
 
 
 def _iso(ts: float | None) -> str | None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -124,6 +126,11 @@ def test_config_error_carries_file_and_field(tmp_path) -> None:
     assert info.value.field == "outputs.expected"
 
 
+def _now_iso() -> str:
+    """Now, as ``--since`` takes it, a second early (the mtime a log shows is whole seconds)."""
+    return datetime.datetime.fromtimestamp(time.time() - 1, datetime.UTC).isoformat()
+
+
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "sensors", *args], capture_output=True, text=True, timeout=timeout,
@@ -175,10 +182,13 @@ def test_wait_exit_codes(tmp_path) -> None:
     ok = SimulatedJob(tmp_path, scenario="complete", total=6, step=0.05)
     bad = SimulatedJob(tmp_path, scenario="crash", total=6, step=0.05)
     stuck = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01)
+    started = _now_iso()
     for job in (ok, bad, stuck):
         job.start()
     try:
-        out = _cli("wait", str(ok.write_stage(tmp_path / "ok.yaml")), "--json")
+        # The job may end before this CLI's first check (a loaded machine starts Python
+        # slowly): the run's start, given, ties its evidence to it either way.
+        out = _cli("wait", str(ok.write_stage(tmp_path / "ok.yaml")), "--json", "--since", started)
         assert out.returncode == 0, out.stderr
         lines = [json.loads(line) for line in out.stdout.splitlines()]
         assert lines[-1]["verdict"] == "complete" and lines[-1]["advance"] is True
@@ -200,12 +210,14 @@ def test_wait_exit_codes(tmp_path) -> None:
 def test_wait_several_stages_json_lines(tmp_path) -> None:
     a = SimulatedJob(tmp_path, scenario="complete", total=5, step=0.05, tag="stage-a")
     b = SimulatedJob(tmp_path, scenario="complete", total=8, step=0.05, tag="stage-b")
+    started = _now_iso()
     for job in (a, b):
         job.start()
     try:
         out = _cli(
-            "wait", str(a.write_stage(tmp_path / "a.yaml")), str(b.write_stage(tmp_path / "b.yaml")), "--json"
-        )
+            "wait", str(a.write_stage(tmp_path / "a.yaml")), str(b.write_stage(tmp_path / "b.yaml")), "--json",
+            "--since", started,
+        )  # fmt: skip
         assert out.returncode == 0, out.stderr
         lines = [json.loads(line) for line in out.stdout.splitlines()]
         assert {line["stage"] for line in lines} == {"stage-a", "stage-b"}

@@ -34,8 +34,13 @@ def _run(watcher: Watcher, until, timeout: float = 30.0) -> None:
 
 
 def _hand_over(store, stage, flow_run_id: str, *, timeout: float) -> None:
-    """What a gate's hand-over task writes for a local stage (ticket: flow run and stage)."""
-    request = {**request_for(stage, reference=None, since=None, run=None), "flow_run_id": flow_run_id}
+    """What a gate's hand-over task writes for a local stage (ticket: flow run and stage).
+
+    The job starts after it, and may end before the watcher's first look on a loaded
+    machine: the run's start, given, ties its evidence to it either way.
+    """
+    since = time.time() - 1
+    request = {**request_for(stage, reference=None, since=since, run=None), "flow_run_id": flow_run_id}
     store.hand_over(new_handoff(f"{flow_run_id}:{stage.stage}", stage, "local", request, timeout=timeout))
 
 

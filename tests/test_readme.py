@@ -91,7 +91,8 @@ def test_the_prefect_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     (block,) = [b for b in _python_blocks(_section("Prefect: gates between stages")) if "@flow" in b]
     stages = tmp_path / "stages"
     stages.mkdir()
-    job = SimulatedJob(tmp_path, scenario="complete", total=3, step=0.1, tag="readme-prefect")
+    # Long enough for the flow's first check to see it alive (the example gives no --since).
+    job = SimulatedJob(tmp_path, scenario="complete", total=3, step=0.6, tag="readme-prefect")
     job.write_stage(stages / "extract.yaml", interval="200ms", exit_grace="200ms", timeout="30s")
     monkeypatch.chdir(tmp_path)
     trained: list[bool] = []

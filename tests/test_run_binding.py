@@ -51,8 +51,10 @@ def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 # ----------------------------------------------------------------- 1. an earlier run's evidence
 
 
-def test_a_rerun_killed_half_way_is_never_complete_on_the_first_runs_evidence(tmp_path, host) -> None:
+@pytest.mark.parametrize("gap", [3.2, 0.0], ids=["started-clearly-after", "started-at-once"])
+def test_a_rerun_killed_half_way_is_never_complete_on_the_first_runs_evidence(tmp_path, host, gap) -> None:
     first = _finished_run(tmp_path)
+    time.sleep(gap)
     rerun = SimulatedJob(tmp_path, scenario="stall", total=8, step=0.05, tag=first.tag)
     rerun.start(host if host.name != "local" else None)
     try:
@@ -73,10 +75,20 @@ def test_a_rerun_killed_half_way_is_never_complete_on_the_first_runs_evidence(tm
     assert State.COMPLETE not in [v.state for v in verdicts]
     final = verdicts[-1]
     assert final.readings["process"].says is Says.DONE
-    # Outputs are all there (the first run's), but this run wrote no completion line.
-    assert final.readings["log"].says is Says.WORKING
-    assert final.readings["log"].evidence["earlier_complete_line"].startswith("Extraction complete")
-    assert final.state in (State.CONTRADICTION, State.FAILED), final.reasons
+    log = final.readings["log"]
+    assert log.evidence["earlier_complete_line"].startswith("Extraction complete")
+    if gap:
+        # The first run's last write was seconds before this run began: its completion line
+        # is an earlier run's, and this run wrote none. Outputs are all there (the first
+        # run's): the signals disagree.
+        assert log.says is Says.WORKING, log.detail
+        assert final.state in (State.CONTRADICTION, State.FAILED), final.reasons
+    else:
+        # Re-run at once: the log's last write (whole seconds) is as near this run's start as
+        # the start is exact, so whose completion line it is cannot be told.
+        assert log.says is Says.UNKNOWN, log.detail
+        assert "too near the run's start" in log.detail
+        assert final.state in (State.UNKNOWN, State.CONTRADICTION, State.FAILED), final.reasons
 
 
 def test_a_stage_never_seen_running_is_unknown_not_complete_on_an_earlier_runs_evidence(
@@ -128,8 +140,18 @@ def test_since_parsing() -> None:
     assert parse_since("2h").ago == 7200
     assert parse_since("2026-12-01T06:00:00Z").at == 1796104800.0
     assert parse_since(1796104800).at == 1796104800.0
+    assert parse_since("@1796104800").at == 1796104800.0  # `--since @$(date +%s)`
+    assert parse_since("5400").ago == 5400  # a bare number in text: seconds before now
     with pytest.raises(ValueError):
         parse_since("2026-13-45T99:00")
+    # Epoch seconds without the @ would be a start 57 years ago: every earlier run's evidence
+    # this run's. Refused, saying what to write.
+    with pytest.raises(ValueError, match="@1796104800"):
+        parse_since("1796104800")
+    with pytest.raises(ValueError, match="not epoch seconds"):
+        parse_since("@soon")
+    out = _cli("status", "/nonexistent.yaml", "--since", "1796104800")
+    assert out.returncode == 2 and "write @1796104800" in out.stderr, out.stderr
 
 
 def test_a_launched_run_is_bound_exactly_even_when_the_job_finishes_before_the_first_check(

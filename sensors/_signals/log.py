@@ -42,8 +42,9 @@ class LogMemory:
 
     ``run_from`` is the offset in ``inode`` where the run's bytes begin (None: not bound
     yet). Bytes before it are an earlier run's, or, when ``before_uncertain``, of a run
-    that cannot be told (the log was written both before and after the run began, or no
-    run start is known at all).
+    that cannot be told (the log was written both before and after the run began, its last
+    write was too close to the run's start to tell (``last_write_unclear``), or no run start
+    is known at all).
     """
 
     inode: int | None = None
@@ -52,6 +53,7 @@ class LogMemory:
     absent: bool = False  # no log at an earlier check: a file that appears is this run's
     run_from: int | None = None
     before_uncertain: bool = False
+    last_write_unclear: bool = False  # the last write before run_from: too near the start
     bound_by: str | None = None
     bound_at: float | None = None
     complete_line: str | None = None  # this run's completion line
@@ -170,22 +172,41 @@ def _bind(memory: LogMemory, st: _LogStat, run: Run | None, now: float) -> LogMe
     base = replace(memory, inode=st.inode, bound_at=memory.bound_at or now)
     if memory.absent:
         return replace(base, run_from=0, bound_by=memory.bound_by or "watch")
-    started = run.started_at if run is not None and run.source in ("since", "process") else None
-    if started is None:
+    if run is None or run.source not in ("since", "process") or run.started_at is None:
         # No run start: only what is written while this watch looks is this run's.
         return replace(base, run_from=st.size, before_uncertain=True, bound_by="watch")
-    if st.birth and st.birth >= started + 1:
-        return replace(base, run_from=0, bound_by=run.source if run else None)
-    # mtime is whole seconds (rounded down). A job first seen alive may have started a
-    # moment after an earlier run's last write: only a log written clearly after its start
-    # (2 s) may hold its lines.
-    last_write_before = st.mtime + 1 <= started if run and run.source == "since" else st.mtime <= started + 2
+    if st.birth and st.birth >= run.started_at + 1:
+        return replace(base, run_from=0, bound_by=run.source)
+    when = _last_write(st.mtime, run.started_at, run.source)
     return replace(
         base,
         run_from=st.size,
-        before_uncertain=not last_write_before,
-        bound_by=run.source if run else None,
+        before_uncertain=when != "before",
+        last_write_unclear=when == "unclear",
+        bound_by=run.source,
     )
+
+
+#: How far a run start read from /proc may be from the truth (seconds): it is now minus the
+#: elapsed time, and when /proc/uptime is virtualised that comes from /proc/stat's btime,
+#: which is whole seconds. A start given with --since is taken as exact.
+_PROCESS_START_SLACK = 1.0
+
+
+def _last_write(mtime: int, started: float, source: str) -> str:
+    """Whether the log was last written before the run began, after it, or too near to tell.
+
+    mtime is whole seconds, rounded down: the write happened in [mtime, mtime + 1). Only a
+    write clearly before the start is an earlier run's, and only one clearly after it is
+    this run's; in between it could be either (a re-run started a moment after the last run's
+    completion line, or a fast job that wrote its own before this watch first looked).
+    """
+    slack = 0.0 if source == "since" else _PROCESS_START_SLACK
+    if mtime + 1 <= started - slack:
+        return "before"
+    if mtime >= started + slack:
+        return "after"
+    return "unclear"
 
 
 def _continuity(memory: LogMemory, st: _LogStat, prev: bytes | None) -> str | None:
@@ -223,7 +244,7 @@ def _bound(
         and run.started_at >= memory.bound_at
     ):
         # The run began after this watch first read the log: what was there is older.
-        memory = replace(memory, before_uncertain=False)
+        memory = replace(memory, before_uncertain=False, last_write_unclear=False)
     return memory, change
 
 
@@ -236,6 +257,7 @@ def _completion(
         scan.complete_line is None
         and scan.earlier_complete is not None
         and memory.before_uncertain
+        and not memory.last_write_unclear
         and scan.earlier_is_last
         and st.size == memory.run_from
         and run is not None
@@ -359,11 +381,12 @@ def _log_says(
     if complete_line is not None:
         return Says.DONE, f"completion line: {complete_line.strip()[:200]}"
     if scan.earlier_complete is not None and memory.before_uncertain:
-        why = (
-            "no run start is known"
-            if memory.bound_by == "watch"
-            else "the log was written both before and after the run began, and more since"
-        )
+        if memory.bound_by == "watch":
+            why = "no run start is known"
+        elif memory.last_write_unclear:
+            why = "the log was last written too near the run's start to tell which run wrote it"
+        else:
+            why = "the log was written both before and after the run began, and more since"
         return (
             Says.UNKNOWN,
             f"a completion line is in the log ({scan.earlier_complete.strip()[:120]}) but it may be an"
