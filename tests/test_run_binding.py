@@ -136,6 +136,26 @@ def test_cli_status_and_wait_since(tmp_path) -> None:
     assert bad.returncode == 2 and "--since" in bad.stderr
 
 
+def test_a_given_start_splits_runs_a_moment_apart(tmp_path, host) -> None:
+    """The log's mtime is read to the nanosecond (stat %.9Y): a start given a moment after
+    one run's last write makes its completion line an earlier run's, and a job started and
+    finished a moment after a given start completes (whole seconds could tell neither)."""
+    first = _finished_run(tmp_path)
+    time.sleep(0.1)
+    after_first = time.time()
+    stage = stage_from_dict(first.stage_dict(interval="100ms", exit_grace="100ms"))
+    late = Checker(stage, host=host, since=after_first)
+    assert State.COMPLETE not in [late.check().state for _ in range(3)]
+    assert late.last is not None and late.last.readings["log"].says is Says.WORKING
+    since = time.time()
+    rerun = SimulatedJob(tmp_path, scenario="complete", total=8, step=0.01, tag=first.tag)
+    rerun.start()
+    assert rerun.wait(30) == 0  # over before the first check: only the start ties it
+    checker = Checker(stage, host=host, since=since)
+    states = [checker.check().state for _ in range(3)]
+    assert states[-1] is State.COMPLETE, checker.last.reasons if checker.last else None
+
+
 def test_since_parsing() -> None:
     assert parse_since("2h").ago == 7200
     assert parse_since("2026-12-01T06:00:00Z").at == 1796104800.0

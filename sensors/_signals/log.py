@@ -98,9 +98,11 @@ def snippet(spec: LogSpec, memory: LogMemory, probe: ProbeInputs) -> list[str]:
     t = int(spec.tail_bytes)
     lines = [
         "sec log_stat",
-        f"st=$(stat -L -c '%i %s %Y %W %F' -- {log} 2>&1 | head -c 4096); printf '%s\\n' \"$st\"",
+        # %.9Y: the mtime to the nanosecond where stat can (a stat without precisions
+        # prints the whole seconds again); read in _parse_log_stat.
+        f"st=$(stat -L -c '%i %s %Y %W %.9Y %F' -- {log} 2>&1 | head -c 4096); printf '%s\\n' \"$st\"",
         "set -f; set -- $st; set +f",
-        'if [ "$5" = regular ] && isnum "$1" && isnum "$2"; then',
+        'if [ "$6" = regular ] && isnum "$1" && isnum "$2"; then',
         "  sec log_tail",
         f"  tail -c +$(($2 > {t} ? $2 - {t} + 1 : 1)) -- {log} 2>/dev/null"
         f" | head -c $(($2 > {t} ? {t} : $2))",
@@ -140,8 +142,10 @@ def seed_log_memory(run: Run) -> LogMemory | None:
 class _LogStat:
     inode: int
     size: int
-    mtime: int
+    mtime: int  # whole seconds (rounded down)
     birth: int  # 0: unknown (the filesystem or stat keeps none)
+    written: float  # the mtime as exactly as stat gave it
+    resolution: float  # the last write happened in [written, written + resolution)
 
 
 def _parse_log_stat(raw: bytes, path: str) -> _LogStat | str:
@@ -149,15 +153,33 @@ def _parse_log_stat(raw: bytes, path: str) -> _LogStat | str:
     text = raw.decode("utf-8", "replace").strip()
     parts = text.split()
     try:
-        st = _LogStat(int(parts[0]), int(parts[1]), int(parts[2]), _int_or_zero(parts[3]))
+        mtime = int(parts[2])
+        written, resolution = _precise(parts[4], mtime)
+        st = _LogStat(int(parts[0]), int(parts[1]), mtime, _int_or_zero(parts[3]), written, resolution)
     except (ValueError, IndexError):
         why = text.splitlines()[-1:] or ["no answer"]
         return f"log unreadable: {why[0][:200]}"
-    kind = " ".join(parts[4:])
+    kind = " ".join(parts[5:])
     if not kind.startswith("regular"):
         # A FIFO would block the reader, a device never ends: neither is read.
         return f"log is not a regular file: {kind or 'unknown type'} ({path})"
     return st
+
+
+#: File times come from the kernel's coarse clock, one tick (1 to 10 ms) behind the real one.
+_TIMESTAMP_TICK = 0.02
+
+
+def _precise(value: str, whole: int) -> tuple[float, float]:
+    """The mtime with its fraction and how exact it is: to the kernel's tick when stat
+    printed one that agrees with the whole seconds, else to the second."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        return float(whole), 1.0
+    if "." not in value or int(seconds) != whole:
+        return float(whole), 1.0
+    return seconds, _TIMESTAMP_TICK
 
 
 def _int_or_zero(value: str) -> int:
@@ -177,7 +199,7 @@ def _bind(memory: LogMemory, st: _LogStat, run: Run | None, now: float) -> LogMe
         return replace(base, run_from=st.size, before_uncertain=True, bound_by="watch")
     if st.birth and st.birth >= run.started_at + 1:
         return replace(base, run_from=0, bound_by=run.source)
-    when = _last_write(st.mtime, run.started_at, run.source)
+    when = _last_write(st.written, st.resolution, run.started_at, run.source)
     return replace(
         base,
         run_from=st.size,
@@ -193,18 +215,19 @@ def _bind(memory: LogMemory, st: _LogStat, run: Run | None, now: float) -> LogMe
 _PROCESS_START_SLACK = 1.0
 
 
-def _last_write(mtime: int, started: float, source: str) -> str:
+def _last_write(written: float, resolution: float, started: float, source: str) -> str:
     """Whether the log was last written before the run began, after it, or too near to tell.
 
-    mtime is whole seconds, rounded down: the write happened in [mtime, mtime + 1). Only a
-    write clearly before the start is an earlier run's, and only one clearly after it is
-    this run's; in between it could be either (a re-run started a moment after the last run's
-    completion line, or a fast job that wrote its own before this watch first looked).
+    The write happened in [written, written + resolution): to the kernel's tick where stat
+    gives nanoseconds, to the second where it gives whole seconds only. Only a write clearly
+    before the start is an earlier run's, and only one clearly after it is this run's; in
+    between it could be either (a re-run started a moment after the last run's completion
+    line, or a fast job that wrote its own before this watch first looked).
     """
     slack = 0.0 if source == "since" else _PROCESS_START_SLACK
-    if mtime + 1 <= started - slack:
+    if written + resolution <= started - slack:
         return "before"
-    if mtime >= started + slack:
+    if written >= started + slack:
         return "after"
     return "unclear"
 
@@ -476,21 +499,36 @@ def _may_match(pattern: str | None, flat: str) -> bool:
         return False
     if "\\A" in pattern or "\\Z" in pattern:
         return True
-    return compile_user_regex(pattern, multiline=True).search(flat) is not None
+    return compile_user_regex(pattern, multiline=True).found(flat)
+
+
+#: Lines read from the end for a progress line before the whole tail is searched at once.
+_PROGRESS_FIRST_LINES = 4
 
 
 def _progress_of(spec: LogSpec, flat: str) -> dict[str, object] | None:
-    if not spec.progress or not _may_match(spec.progress, flat):
+    """The last progress line's named groups. Read from the end: a running job's progress
+    line is nearly always among the last few; past those, one search of the whole tail says
+    whether a line-by-line search can find one at all."""
+    if not spec.progress:
         return None
     progress_rx = compile_user_regex(spec.progress)
-    for seg in reversed(flat.split("\n")):
+    end, looked = len(flat), 0
+    while end >= 0:
+        if looked == _PROGRESS_FIRST_LINES and not _may_match(spec.progress, flat[: end + 1]):
+            return None
+        looked += 1
+        start = flat.rfind("\n", 0, end) + 1
+        seg = flat[start:end]
+        end = start - 1
         m = progress_rx.search(seg)
         if m:
+            groups = m.groupdict()
             progress: dict[str, object] = {
                 "line": seg.strip()[:200],
-                **{k: _num(v) for k, v in m.groupdict().items() if v is not None},
+                **{k: _num(v) for k, v in groups.items() if v is not None},
             }
-            if not m.groupdict():
+            if not groups:
                 progress["match"] = m.group(0)[:200]
             return progress
     return None
