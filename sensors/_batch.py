@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from sensors._check import Checker
 from sensors._errors import HostError, HostKeyError
 from sensors._model import Verdict
-from sensors._probe import build_script, new_nonce, split_sections
+from sensors._probe import Meta, Static, build_script, new_nonce, parse_meta, split_sections
 from sensors._signals.process import parse_table_once
 from sensors._text import redaction_shared
 
@@ -81,8 +81,15 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
     views = _views(split_sections(output, nonce), len(checkers))
     # The shared process table: parsed once, not once per stage; the evidence the stages
     # repeat (the host's boot id, the table's command lines, common lines): redacted once.
+    metas: dict[Static | None, Meta] = {}
     with parse_table_once(), redaction_shared():
-        return [checker.absorb(views[k], nonce) for k, checker in enumerate(checkers)]
+        verdicts = []
+        for k, checker in enumerate(checkers):
+            known = checker._memory.static
+            if known not in metas:
+                metas[known] = parse_meta(views[k].get("meta"), known)
+            verdicts.append(checker.absorb(views[k], nonce, metas[known]))
+        return verdicts
 
 
 def _views(sections: dict[str, bytes], n: int) -> list[dict[str, bytes]]:

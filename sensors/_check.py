@@ -261,10 +261,15 @@ class Checker:
             for signal, spec in _configured(self.stage)
         ]
 
-    def absorb(self, sections: dict[str, bytes], nonce: str) -> Verdict:
-        """The verdict from this check's probe sections: read every signal, decide, remember."""
+    def absorb(self, sections: dict[str, bytes], nonce: str, meta: Meta | None = None) -> Verdict:
+        """The verdict from this check's probe sections: read every signal, decide, remember.
+
+        ``meta``: the meta section already parsed with this checker's static facts (a batch
+        parses it once for the stages that share them).
+        """
         stage, mem = self.stage, self._memory
-        meta = parse_meta(sections.get("meta"), mem.static)
+        if meta is None:
+            meta = parse_meta(sections.get("meta"), mem.static)
         if "end" not in sections or meta.now is None:
             return self._host_failed(
                 HostError("the probe's answer was cut short or garbled", host=self.host.name)

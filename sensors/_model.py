@@ -36,7 +36,11 @@ class State(enum.StrEnum):
 
 
 def _freeze(evidence: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return MappingProxyType({k: _redacted(v) for k, v in (evidence or {}).items()})
+    frozen = {}
+    for key, value in (evidence or {}).items():
+        # Most evidence values are numbers or None: taken as they are, without a call.
+        frozen[key] = value if value is None or type(value) in _SCALARS else _redacted(value)
+    return MappingProxyType(frozen)
 
 
 _SCALARS = frozenset({int, float, bool})

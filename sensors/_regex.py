@@ -212,6 +212,49 @@ class UserRegex:
         return raw.Match(_UNANCHORED, data, 0, len(data))[0] != _NULL_SPAN
 
 
+@functools.lru_cache(maxsize=8192)
+def required_text(pattern: str) -> bytes | None:
+    """UTF-8 text that every match of ``pattern`` contains, or None (none is known).
+
+    A line without it cannot match, so a table of command lines is searched for it once
+    (a C-speed ``find``) and only the lines holding it are matched. It is read from the parse
+    ``re`` itself makes of the pattern (the language the stage's patterns are written in,
+    whatever engine runs them): the longest run of literal characters in the pattern's
+    top-level sequence — outside groups, classes, alternations and repeats, so every match
+    spells it. None for a case-insensitive pattern, a run shorter than two characters, or a
+    parse this Python does not give in the expected form (then every line is matched, as
+    without this).
+
+    Example:
+        >>> required_text(r"^python .*extract[.]py --tag (a|b)$")
+        b'extract.py --tag '
+        >>> required_text(r"(?i)extract") is None
+        True
+    """
+    try:
+        from re import _parser  # the parser re.compile uses; private, hence the guard
+
+        parsed = _parser.parse(pattern, 0)
+        if parsed.state.flags & re.IGNORECASE:
+            return None
+        best, run = "", []
+        for op, arg in list(parsed):
+            if op is _parser.LITERAL:
+                run.append(chr(arg))
+                continue
+            best = max(best, "".join(run), key=len)
+            run = []
+        best = max(best, "".join(run), key=len)
+    except Exception:  # no shortcut is always a correct answer: every line is matched
+        return None
+    if len(best) < 2 or "\0" in best:
+        return None
+    try:
+        return best.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: RE2 reads the line with '?' there
+        return None
+
+
 def to_utf8(text: str) -> bytes:
     """``text`` as RE2 reads it in :meth:`UserRegex.search` (a lone surrogate as ``?``)."""
     try:

@@ -118,14 +118,27 @@ def redact(text: str) -> str:
         >>> redact("login with hf_abcdefghijklmnopqrstuvwx")
         'login with hf_***'
     """
-    if not text or _inert_to_redaction(text):
+    if not text or text in _clean or _inert_to_redaction(text):
         return text
     cache = getattr(_shared, "cache", None)
-    if cache is None:
-        return _redact(text)
-    if text not in cache:
-        cache[text] = _redact(text)
-    return cache[text]
+    if cache is not None and text in cache:
+        return cache[text]
+    redacted = _redact(text)
+    if redacted == text and len(text) <= _CLEAN_LONGEST:
+        if len(_clean) >= _CLEAN_MOST:
+            _clean.clear()  # bounded; refilled by the next checks
+        _clean[text] = None
+    elif cache is not None:
+        cache[text] = redacted
+    return redacted
+
+
+#: Text :func:`redact` found nothing in, remembered across checks: a watch meets the same
+#: paths, command lines and reasons at every check. Only text with nothing to redact is
+#: kept, so no secret outlives the check that read it; bounded in entries and length.
+_clean: dict[str, None] = {}
+_CLEAN_MOST = 32768
+_CLEAN_LONGEST = 4096
 
 
 def _inert_to_redaction(text: str) -> bool:

@@ -9,7 +9,14 @@ import warnings
 import pytest
 
 from sensors import stage_from_dict
-from sensors._regex import FALLBACK_SCAN, BacktrackingRegexWarning, compile_user_regex, to_re2, to_utf8
+from sensors._regex import (
+    FALLBACK_SCAN,
+    BacktrackingRegexWarning,
+    compile_user_regex,
+    required_text,
+    to_re2,
+    to_utf8,
+)
 
 # (pattern, text): each row's RE2 answer must be re.search's, group for group.
 SAME_ANSWER = [
@@ -133,3 +140,66 @@ def test_found_is_whether_search_matches(pattern: str, text: str) -> None:
     rx = compile_user_regex(pattern)
     assert rx.found(text) is (rx.search(text) is not None)
     assert rx.found(text, to_utf8(text)) is (rx.search(text) is not None)
+
+
+# --------------------------------------------------------------------------- required text
+
+# (pattern, the text every match must hold, or None): what lets a table of command lines be
+# searched once per pattern (sensors._signals.process) instead of once per line.
+REQUIRED = [
+    (r"^sleep 100000[.]3$", b"sleep 100000.3"),
+    (r"--tag simjob-1( |$)", b"--tag simjob-1"),
+    (r"python .*train\.py", b"train.py"),  # the longest run outside the repeat
+    (r"ab*cd", b"cd"),  # b is repeated (zero times, too): not required
+    (r"x{,3}yz", b"yz"),
+    (r"(?x) extract \. py  # verbose", b"extract.py"),  # the parse drops what re drops
+    (r"é\.pt", "é.pt".encode()),
+    (r"a|bcd", None),  # either side may match
+    (r"(?:extract|train)", None),
+    (r"(?i)extract\.py", None),  # a case-insensitive match need not spell it
+    (r"\d+", None),
+    (r"a", None),  # too short to be worth a pass
+    (r"[", None),  # not a pattern at all
+]
+
+
+@pytest.mark.parametrize(("pattern", "needed"), REQUIRED)
+def test_required_text(pattern: str, needed: bytes | None) -> None:
+    assert required_text(pattern) == needed
+
+
+HAYSTACK = [
+    "python -u train.py --tag simjob-1",
+    "python3 -m extract --tag simjob-12",
+    "sleep 100000.3",
+    "/usr/bin/sleep 100000.3 ",
+    "TRAIN.PY --TAG SIMJOB-1",
+    "x" * 5000 + " train.py",
+    "é.pt extract.py",
+    "a\x00b",
+]
+
+
+@pytest.mark.parametrize("pattern", [p for p, _ in REQUIRED if p != "["] + [r"train\.py$", r"(?<!-)tag"])
+def test_a_line_without_the_required_text_never_matches(pattern: str) -> None:
+    """Soundness: whatever the engine (RE2, or re with its FALLBACK_SCAN), every line it
+    finds holds the required text."""
+    rx, needed = compile_user_regex(pattern), required_text(pattern)
+    for line in HAYSTACK:
+        if rx.found(line, to_utf8(line)):
+            assert needed is None or needed in to_utf8(line), (pattern, line)
+
+
+def test_a_process_table_is_searched_once_per_pattern_and_answers_as_every_line_would() -> None:
+    from sensors._signals.process import _matching, _ProcessTable
+
+    cmdlines = {100 + i: line for i, line in enumerate(HAYSTACK)}
+    table = _ProcessTable(stats={}, cmdlines=cmdlines, cut=frozenset({107}), tasks={})
+    for pattern in [p for p, _ in REQUIRED if p != "["] + ["simjob-1", "sleep", "3", "3 "]:
+        rx = compile_user_regex(pattern)
+        every_line = {pid for pid, cmd, utf8 in table.searchable if rx.found(cmd, utf8)}
+        assert _matching(pattern, table) == every_line, pattern
+    # Each holding line once, in order, even when the text occurs twice in it.
+    assert [pid for pid, _, _ in table.holding(b"simjob-1")] == [100, 101]
+    assert [pid for pid, _, _ in table.holding(b"x" * 10)] == [105]
+    assert table.holding(b"nowhere") == []

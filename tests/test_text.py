@@ -71,6 +71,20 @@ def test_redact(text: str, expected: str | None) -> None:
     with _text.redaction_shared():  # a batch's cache: the same answer, twice
         assert redact(text) == redact(text) == (text if expected is None else expected)
     assert _text._shared.cache is None  # dropped at the block's end
+    # Remembered across checks only when there was nothing to redact: no secret is kept.
+    if expected is not None:
+        assert text not in _text._clean
+
+
+def test_the_clean_text_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_text, "_clean", {})
+    monkeypatch.setattr(_text, "_CLEAN_MOST", 4)
+    for k in range(10):
+        assert redact(f"--tag job-{k}") == f"--tag job-{k}"
+        assert len(_text._clean) <= 4
+    assert redact("x-" * 5000) == "x-" * 5000 and "x-" * 5000 not in _text._clean  # too long to keep
+    assert redact("--hf-token hf_abcdefghijklmnopqrstuvwx") == "--hf-token ***"
+    assert not any("hf_" in text for text in _text._clean)
 
 
 def test_redact_skips_only_text_no_pattern_can_match() -> None:

@@ -17,6 +17,7 @@ parser, its memory (the identities it has seen) and its evidence. Rules it keeps
 
 from __future__ import annotations
 
+import bisect
 import functools
 import threading
 from collections.abc import Iterator, Mapping
@@ -28,7 +29,7 @@ from pydantic import Field, model_validator
 
 from sensors._model import Reading, Says
 from sensors._probe import Meta, nonce_path
-from sensors._regex import compile_user_regex, to_utf8
+from sensors._regex import compile_user_regex, required_text, to_utf8
 from sensors._run import Run
 from sensors._schema import Regex, Section
 from sensors._signals.base import CheckFacts, ProbeInputs, Signal
@@ -195,6 +196,29 @@ class _ProcessTable:
         cut = self.cut
         return tuple((pid, cmd, to_utf8(cmd)) for pid, cmd in self.cmdlines.items() if cmd and pid not in cut)
 
+    @functools.cached_property
+    def _joined(self) -> tuple[bytes, list[int]]:
+        """The searchable command lines in one text, NUL between them (a command line holds
+        none: its argv's NULs are spaces), and where each begins."""
+        starts, at = [], 0
+        for _, _, utf8 in self.searchable:
+            starts.append(at)
+            at += len(utf8) + 1
+        return b"\0".join(utf8 for _, _, utf8 in self.searchable), starts
+
+    def holding(self, text: bytes) -> list[tuple[int, str, bytes]]:
+        """The searchable command lines that contain ``text`` (no NUL in it), in order: one
+        ``find`` pass over the table, not one search per line."""
+        joined, starts = self._joined
+        lines, found = self.searchable, []
+        at = joined.find(text)
+        while at >= 0:
+            k = bisect.bisect_right(starts, at) - 1
+            found.append(lines[k])
+            # Past the end of this line: each line is listed once.
+            at = joined.find(text, starts[k + 1]) if k + 1 < len(starts) else -1
+        return found
+
     @classmethod
     def parse(cls, sections: Mapping[str, bytes], nonce: str) -> _ProcessTable | str:
         """The table, or why it cannot be read (parsed once per probe inside a batch)."""
@@ -335,7 +359,10 @@ def _matching(pattern: str, table: _ProcessTable) -> frozenset[int]:
     if cache is not None and key in cache:
         return cache[key][1]
     rx = compile_user_regex(pattern)
-    pids = frozenset(pid for pid, cmd, utf8 in table.searchable if rx.found(cmd, utf8))
+    # Only lines holding the text every match spells can match (see required_text).
+    needed = required_text(pattern)
+    lines = table.searchable if needed is None else table.holding(needed)
+    pids = frozenset(pid for pid, cmd, utf8 in lines if rx.found(cmd, utf8))
     if cache is not None:
         # The table is held by the cache entry, so its id is not reused while the block lasts.
         cache[key] = (table, pids)

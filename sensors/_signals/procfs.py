@@ -8,6 +8,7 @@ newline) can start or end a record. Parsers here are pure functions of the probe
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -69,17 +70,28 @@ def _records(body: bytes | None, nonce: str, name: str) -> Iterator[tuple[int, b
     content: a process cannot end its record early or start another one.
     """
     data = b"\n" + (body or b"")
-    header = re.compile(
-        rb"\n==> "
-        + re.escape(nonce_path(nonce).encode())
-        + rb"/proc/(\d+)(?:/task/\d+)?/"
-        + re.escape(name.encode())
-        + rb" <==\n"
-    )
-    matches = list(header.finditer(data))
-    for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(data)
-        yield int(m.group(1)), data[m.end() : end]
+    # A header is "\n==> " PREFIX "/proc/" PID ["/task/" TID] "/" NAME " <==\n": the fixed
+    # start is found with bytes.find, the rest matched by a pattern compiled once per NAME
+    # (the prefix changes every check; compiling it in would cost a compile per check).
+    lead = b"\n==> " + nonce_path(nonce).encode() + b"/proc/"
+    rest = _header_rest(name)
+    headers: list[tuple[int, int, int]] = []  # (start, end, pid), in order, not overlapping
+    at = data.find(lead)
+    while at >= 0:
+        m = rest.match(data, at + len(lead))
+        if m is None:
+            at = data.find(lead, at + 1)
+            continue
+        headers.append((at, m.end(), int(m.group(1))))
+        at = data.find(lead, m.end())
+    for i, (_, end, pid) in enumerate(headers):
+        stop = headers[i + 1][0] if i + 1 < len(headers) else len(data)
+        yield pid, data[end:stop]
+
+
+@functools.cache
+def _header_rest(name: str) -> re.Pattern[bytes]:
+    return re.compile(rb"(\d+)(?:/task/\d+)?/" + re.escape(name.encode()) + rb" <==\n")
 
 
 def parse_stats(body: bytes | None, nonce: str) -> dict[int, ProcStat]:
