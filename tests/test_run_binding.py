@@ -465,3 +465,27 @@ def test_cli_status_finds_a_job_whose_flag_sits_after_4_kb_of_argv(tmp_path) -> 
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("line", "written", "resolution"),
+    [
+        (b"12 345 1796109031 0 1796109031.987028479 regular file", 1796109031.987028479, 0.02),
+        # busybox, or a stat without precisions: %.9Y prints the whole seconds again
+        (b"12 345 1796109031 1796100000 1796109031 regular file", 1796109031.0, 1.0),
+        # a fraction that disagrees with %Y is not believed
+        (b"12 345 1796109031 0 1796109032.5 regular empty file", 1796109031.0, 1.0),
+        (b"12 345 1796109031 0 ? regular file", 1796109031.0, 1.0),
+    ],
+)
+def test_the_logs_mtime_is_as_exact_as_stat_gives_it(line: bytes, written: float, resolution: float) -> None:
+    from sensors._signals.log import _parse_log_stat
+
+    st = _parse_log_stat(line, "/x.log")
+    assert not isinstance(st, str), st
+    assert (st.inode, st.size, st.mtime) == (12, 345, 1796109031)
+    assert st.written == pytest.approx(written) and st.resolution == resolution
+    assert (
+        _parse_log_stat(b"12 345 1796109031 0 1796109031.5 fifo", "/x.log")
+        == "log is not a regular file: fifo (/x.log)"
+    )
