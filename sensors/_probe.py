@@ -74,8 +74,10 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
     out += [
         "sec end",
         "}",
-        "if command -v dd >/dev/null 2>&1; then __cc_probe | dd ibs=65536 obs=1048576 2>/dev/null;"
-        " else __cc_probe; fi",
+        # stdin /dev/null: the script itself is the shell's stdin (a pipe or here-document),
+        # and no command of the probe may read it.
+        "if command -v dd >/dev/null 2>&1; then __cc_probe </dev/null | dd ibs=65536 obs=1048576 2>/dev/null;"
+        " else __cc_probe </dev/null; fi",
     ]
     return ("\n".join(out) + "\n").encode()
 

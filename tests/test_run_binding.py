@@ -7,6 +7,7 @@ test that takes ``host`` runs locally and over the test sshd.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
@@ -54,6 +55,7 @@ def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("gap", [3.2, 0.0], ids=["started-clearly-after", "started-at-once"])
 def test_a_rerun_killed_half_way_is_never_complete_on_the_first_runs_evidence(tmp_path, host, gap) -> None:
     first = _finished_run(tmp_path)
+    last_write = first.log_path.stat().st_mtime
     time.sleep(gap)
     rerun = SimulatedJob(tmp_path, scenario="stall", total=8, step=0.05, tag=first.tag)
     rerun.start(host if host.name != "local" else None)
@@ -77,7 +79,10 @@ def test_a_rerun_killed_half_way_is_never_complete_on_the_first_runs_evidence(tm
     assert final.readings["process"].says is Says.DONE
     log = final.readings["log"]
     assert log.evidence["earlier_complete_line"].startswith("Extraction complete")
-    if gap:
+    started = datetime.datetime.fromisoformat(verdicts[0].run["started_at"]).timestamp()
+    # A start read from /proc has a second of slack; the mtime is exact to a tick (20 ms).
+    # Started over SSH "at once" can still be over a second later (the spawn's round trip).
+    if started - last_write > 1.02:
         # The first run's last write was seconds before this run began: its completion line
         # is an earlier run's, and this run wrote none. Outputs are all there (the first
         # run's): the signals disagree.
@@ -489,3 +494,48 @@ def test_the_logs_mtime_is_as_exact_as_stat_gives_it(line: bytes, written: float
         _parse_log_stat(b"12 345 1796109031 0 1796109031.5 fifo", "/x.log")
         == "log is not a regular file: fifo (/x.log)"
     )
+
+
+def test_an_idle_log_is_not_sent_again_and_a_changed_one_is(tmp_path, host) -> None:
+    """A log with the same inode, size and nanosecond mtime as at the last check is not read
+    again (its last scan stands); an append, or a rewrite behind a restored mtime, is seen."""
+    log = tmp_path / "job.log"
+    log.write_text("[1/3] one\nCUDA warning: ok\n")
+    stage = stage_from_dict({
+        "stage": "idle", "host": "local",
+        "log": {"path": str(log), "complete": "^done$", "error": "^Traceback",
+                "progress": r"\[(?P<done>\d+)/(?P<total>\d+)\]"},
+    })  # fmt: skip
+    checker = Checker(stage, host=host, since="1h")
+    seen: list[set[str]] = []
+    run_script = host.run_script
+
+    def sections(script: bytes, *, timeout: float) -> bytes:
+        out = run_script(script, timeout=timeout)
+        seen.append(
+            {line.split()[-1] for line in out.decode().splitlines() if line.startswith("@@crosscheck ")}
+        )
+        return out
+
+    host.run_script = sections  # type: ignore[method-assign]
+    try:
+        first, second = checker.check(), checker.check()
+        assert "log_tail" in seen[0] and "log_same" in seen[1] and "log_tail" not in seen[1]
+        for key in ("last_line", "progress", "size", "complete_line", "error_line"):
+            assert second.readings["log"].evidence[key] == first.readings["log"].evidence[key], key
+        assert second.readings["log"].says is Says.WORKING
+        with log.open("a") as f:
+            f.write("Traceback (most recent call last):\n")
+        assert checker.check().readings["log"].says is Says.FAILED and "log_tail" in seen[-1]
+        # The same size and mtime, other bytes: a rewrite behind a restored mtime.
+        stat = log.stat()
+        checker.check()
+        log.write_text(log.read_text().replace("Traceback", "Tracebacc"))
+        os.utime(log, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        rewritten = checker.check()
+        assert "log_same" in seen[-1]
+        assert rewritten.readings["log"].says is Says.UNKNOWN, rewritten.readings["log"].detail
+        again = checker.check()
+        assert "log_tail" in seen[-1] and again.readings["log"].says is not Says.FAILED
+    finally:
+        del host.run_script

@@ -195,3 +195,42 @@ def test_wait_on_several_stages_ends_at_the_first_error(tmp_path, sshd_server) -
         assert "host key" in out.stderr
     finally:
         job.stop()
+
+
+def test_a_host_with_hundreds_of_stages_is_read_in_one_probe(tmp_path, host) -> None:
+    """One probe for 150 stages is a script of more than 128 KiB — more than one argument
+    may be on Linux (MAX_ARG_STRLEN): it reaches the shell as input, and every stage is read."""
+    from sensors import Checker, Says, stage_from_dict
+    from sensors._batch import check_batch
+
+    checkers = []
+    for k in range(150):
+        work = tmp_path / f"stage-{k:03d}-{'x' * 40}"
+        (work / "out").mkdir(parents=True)
+        (work / "job.log").write_text(f"[{k}/150] working\n")
+        stage = stage_from_dict({
+            "stage": f"many-{k:03d}", "host": "local",
+            "process": {"match": f"no-such-job-{k:03d}-{'y' * 40}[.]py"},
+            "log": {"path": str(work / "job.log"), "complete": "^done$", "progress": r"\[(?P<done>\d+)/"},
+            "outputs": {"files": str(work / "out"), "pattern": "*.pt", "expected": 3},
+        })  # fmt: skip
+        checkers.append(Checker(stage, host=host))
+    scripts: list[int] = []
+    run_script = host.run_script
+
+    def measured(script: bytes, *, timeout: float) -> bytes:
+        scripts.append(len(script))
+        return run_script(script, timeout=timeout)
+
+    host.run_script = measured  # type: ignore[method-assign]
+    try:
+        for _ in range(2):  # the second with each log's remembered stat
+            verdicts = check_batch(checkers)
+    finally:
+        del host.run_script
+    assert len(scripts) == 2 and scripts[0] > 128 * 1024, scripts
+    for k, verdict in enumerate(verdicts):
+        log = verdict.readings["log"]
+        assert log.says is Says.WORKING, (k, log.detail)
+        assert log.evidence["progress"]["done"] == k
+        assert verdict.readings["outputs"].evidence["count"] == 0

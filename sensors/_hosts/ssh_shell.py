@@ -60,13 +60,17 @@ class Session:
         # stat on a hung NFS mount) is killed there with its process group, the shell answers,
         # and sshd's channel slot (MaxSessions) is not held by a command nobody waits for.
         limit = max(1, int(deadline - time.monotonic()) - 1)
+        # The script reaches its sh as a here-document on stdin, not as an argument: an
+        # argument is at most 128 KiB on Linux (MAX_ARG_STRLEN; a host with ~110 stages
+        # reached it and every probe failed), and a probe reads its own command line back
+        # with the process table (it held three copies of the script per check).
         wrapped = (
-            b"s=$(cat <<'@@crosscheck-script-" + marker + b"'\n"
-            + script
-            + b"\n@@crosscheck-script-" + marker + b"\n)\n"
-            b"if command -v timeout >/dev/null 2>&1; then timeout -s KILL "
+            b"if command -v timeout >/dev/null 2>&1; then t='timeout -s KILL "
             + str(limit).encode()
-            + b' /bin/sh -c "$s" </dev/null 2>/dev/null; else /bin/sh -c "$s" </dev/null 2>/dev/null; fi\n'
+            + b"'; else t=; fi\n"
+            b"$t /bin/sh -s 2>/dev/null <<'@@crosscheck-script-" + marker + b"'\n"
+            + script
+            + b"\n@@crosscheck-script-" + marker + b"\n"
             b"printf '\\n@@crosscheck-done %s %s\\n' " + marker + b' "$?"\n'
         )  # fmt: skip
         return with_watchdog(self.chan, deadline, lambda: self._converse(wrapped, end, deadline))

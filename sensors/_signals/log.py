@@ -24,6 +24,7 @@ from sensors._regex import compile_user_regex
 from sensors._run import FINGERPRINT_BYTES, Run
 from sensors._schema import AbsPath, Regex, Section
 from sensors._signals.base import CheckFacts, ProbeInputs, Signal
+from sensors._text import redact
 
 
 class LogSpec(Section):
@@ -60,6 +61,14 @@ class LogMemory:
     complete_end: int | None = None  # the offset just after it
     error_line: str | None = None
     earlier_complete: str | None = None  # a completion line before run_from
+    # What the last scan of the tail found besides the lines above, and the stat that
+    # identifies that tail (inode, size, mtime to the nanosecond): a log whose stat is the
+    # same again is not sent nor scanned again (see ``snippet``).
+    scanned: str | None = None
+    earlier_is_last: bool = False
+    progress: Mapping[str, object] | None = None
+    last_line: str = ""
+    partial: bool = False
 
 
 class LogEvidence(TypedDict, total=False):
@@ -103,10 +112,22 @@ def snippet(spec: LogSpec, memory: LogMemory, probe: ProbeInputs) -> list[str]:
         f"st=$(stat -L -c '%i %s %Y %W %.9Y %F' -- {log} 2>&1 | head -c 4096); printf '%s\\n' \"$st\"",
         "set -f; set -- $st; set +f",
         'if [ "$6" = regular ] && isnum "$1" && isnum "$2"; then',
-        "  sec log_tail",
-        f"  tail -c +$(($2 > {t} ? $2 - {t} + 1 : 1)) -- {log} 2>/dev/null"
-        f" | head -c $(($2 > {t} ? {t} : $2))",
     ]
+    read_tail = [
+        "sec log_tail",
+        f"tail -c +$(($2 > {t} ? $2 - {t} + 1 : 1)) -- {log} 2>/dev/null | head -c $(($2 > {t} ? {t} : $2))",
+    ]
+    if memory.scanned is not None and memory.run_from is not None:
+        # Not written since the last check (the same inode, size and mtime to the
+        # nanosecond): the tail is what was scanned then (an idle log costs a stat).
+        same = shlex.quote(memory.scanned)
+        lines += [
+            f'  if [ "$1 $2 $5" = {same} ]; then sec log_same; else',
+            *(f"    {x}" for x in read_tail),
+            "  fi",
+        ]
+    else:
+        lines += [f"  {x}" for x in read_tail]
     if memory.inode is not None and memory.size > 0:
         n = min(memory.size, FINGERPRINT_BYTES)
         start = memory.size - n + 1
@@ -146,6 +167,11 @@ class _LogStat:
     birth: int  # 0: unknown (the filesystem or stat keeps none)
     written: float  # the mtime as exactly as stat gave it
     resolution: float  # the last write happened in [written, written + resolution)
+    stamp: str | None = None  # inode, size and the nanosecond mtime as stat printed them
+
+    @property
+    def identity(self) -> str | None:
+        return self.stamp if self.resolution < 1 else None
 
 
 def _parse_log_stat(raw: bytes, path: str) -> _LogStat | str:
@@ -155,7 +181,10 @@ def _parse_log_stat(raw: bytes, path: str) -> _LogStat | str:
     try:
         mtime = int(parts[2])
         written, resolution = _precise(parts[4], mtime)
-        st = _LogStat(int(parts[0]), int(parts[1]), mtime, _int_or_zero(parts[3]), written, resolution)
+        st = _LogStat(
+            int(parts[0]), int(parts[1]), mtime, _int_or_zero(parts[3]), written, resolution,
+            f"{parts[0]} {parts[1]} {parts[4]}",
+        )  # fmt: skip
     except (ValueError, IndexError):
         why = text.splitlines()[-1:] or ["no answer"]
         return f"log unreadable: {why[0][:200]}"
@@ -322,10 +351,17 @@ def read_log(
         absent = "No such file" in st and memory.inode is None
         return unknown(st, replace(memory, absent=True) if absent else memory)
     tail = sections.get("log_tail")
-    if tail is None or len(tail) != min(st.size, spec.tail_bytes):
+    same = tail is None and "log_same" in sections
+    if same and (memory.scanned is None or st.identity != memory.scanned):
+        return unknown(_MISSING)  # not what this check asked for
+    if not same and (tail is None or len(tail) != min(st.size, spec.tail_bytes)):
         return unknown(_MISSING if tail is None else "the log changed while it was read")
     memory, change = _bound(memory, st, sections.get("log_prev"), run, meta.now)
-    scan = _scan_log(spec, tail, st, memory)
+    if same and change is not None:
+        # Its last bytes differ under the same size and mtime: rewritten behind a restored
+        # mtime. Nothing of the last scan holds; the next check reads the tail again.
+        return unknown("the log was rewritten without a new mtime; read again at the next check", memory)
+    scan = _remembered_scan(memory) if same else _scan_log(spec, tail or b"", st, memory)
     complete_line, complete_end, accepted = _completion(scan, memory, st, run)
     still_writing = (
         complete_end is not None
@@ -341,12 +377,20 @@ def read_log(
         memory,
         inode=st.inode,
         size=st.size,
-        fingerprint=tail[-FINGERPRINT_BYTES:].hex(),
+        fingerprint=memory.fingerprint if tail is None else tail[-FINGERPRINT_BYTES:].hex(),
         absent=False,
         complete_line=complete_line,
         complete_end=complete_end,
         error_line=scan.error_line,
         earlier_complete=scan.earlier_complete,
+        scanned=st.identity,
+        earlier_is_last=scan.earlier_is_last,
+        # Kept redacted (the memory is stored): they are shown only as redacted evidence.
+        progress=None
+        if scan.progress is None
+        else {k: redact(v) if isinstance(v, str) else v for k, v in scan.progress.items()},
+        last_line=redact(scan.last_line),
+        partial=scan.partial,
     )
     says, detail = _log_says(scan, complete_line, still_writing, memory, age)
     if change:
@@ -491,6 +535,21 @@ def _scan_log(spec: LogSpec, tail: bytes, st: _LogStat, memory: LogMemory) -> _L
         _progress_of(spec, flat),
         last_line,
         partial,
+    )
+
+
+def _remembered_scan(memory: LogMemory) -> _LogScan:
+    """The last scan, for a tail that has not changed since: what scanning it again would
+    give (a scan starts from the memory's lines and finds the same ones again)."""
+    return _LogScan(
+        memory.complete_line,
+        memory.complete_end,
+        memory.error_line,
+        memory.earlier_complete,
+        memory.earlier_is_last,
+        dict(memory.progress) if memory.progress is not None else None,
+        memory.last_line,
+        memory.partial,
     )
 
 

@@ -146,21 +146,8 @@ def snippet(spec: OutputsSpec, memory: OutputsMemory, probe: ProbeInputs) -> lis
     """The count, and (once it is at the expected number) the in-place and run-tie checks."""
     if spec.lines:
         return _lines_section(spec.lines, memory)
-    q = shlex.quote
-    lines: list[str] = []
-    d = q(spec.files)
-    # `ls -f` (unsorted, no stat per entry) is ~3x faster than `find -name` on 100k
-    # entries; -q turns control characters (a newline in a name) into '?', so each entry
-    # is exactly one line. The glob is translated to an anchored ERE here.
-    excludes = "|".join(["^[.][.]?$", *(f"({glob_to_ere(p)})" for p in spec.exclude)])
-    lines += [
-        "sec outputs",
-        f"if [ -d {d} ] && [ -r {d} ] && [ -x {d} ]; then",
-        f"  ls -f -q -- {d} 2>/dev/null | grep -v -E {q(excludes)}"
-        f" | grep -c -E {q(glob_to_ere(spec.pattern))}",
-        f"elif [ -e {d} ]; then echo unreadable; else echo missing; fi",
-    ]
-    names = f"-name {q(spec.pattern)} " + " ".join(f"! -name {q(p)}" for p in spec.exclude)
+    d, count, names = _count_words(spec.files, spec.pattern, tuple(spec.exclude))
+    lines = ["sec outputs", *count]
     since = _in_place_since(memory, probe)
     if since is not None:
         # Same count is not enough: a file written in place (no temp name) changes while
@@ -172,6 +159,25 @@ def snippet(spec: OutputsSpec, memory: OutputsMemory, probe: ProbeInputs) -> lis
         # since the run began.
         lines += _newer_entry("outputs_run", d, names, run_since)
     return lines
+
+
+@functools.lru_cache(maxsize=8192)
+def _count_words(files: str, pattern: str, exclude: tuple[str, ...]) -> tuple[str, tuple[str, ...], str]:
+    """The parts of the outputs snippet a stage's definition alone decides (the same every
+    check): the quoted directory, the count's lines, the ``find`` name tests."""
+    q = shlex.quote
+    d = q(files)
+    # `ls -f` (unsorted, no stat per entry) is ~3x faster than `find -name` on 100k
+    # entries; -q turns control characters (a newline in a name) into '?', so each entry
+    # is exactly one line. The glob is translated to an anchored ERE here.
+    excludes = "|".join(["^[.][.]?$", *(f"({glob_to_ere(p)})" for p in exclude)])
+    count = (
+        f"if [ -d {d} ] && [ -r {d} ] && [ -x {d} ]; then",
+        f"  ls -f -q -- {d} 2>/dev/null | grep -v -E {q(excludes)} | grep -c -E {q(glob_to_ere(pattern))}",
+        f"elif [ -e {d} ]; then echo unreadable; else echo missing; fi",
+    )
+    names = f"-name {q(pattern)} " + " ".join(f"! -name {q(p)}" for p in exclude)
+    return d, count, names
 
 
 def _in_place_since(memory: OutputsMemory, probe: ProbeInputs) -> float | None:
