@@ -51,6 +51,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -364,13 +365,18 @@ def run_size(fleet: Fleet, seen: Seen, size: int, interval: float, ticks: int, w
 
 
 def side_by_side(fleet: Fleet, work: Path, rounds: int) -> dict[str, tuple[float, float]]:
-    """CPU ms per stage-check: (batched, per-stage), for 40 stages on one SSH host and 40 local."""
+    """CPU ms per stage-check: (batched, per-stage), for 40 stages on one SSH host and 40 local.
+
+    The fleet's logs are idle (each check finds it as the last one did, and reads only its
+    stat); ``ssh+grow`` is the same SSH host with every log appended to before each check
+    (the append is not measured).
+    """
     directory = work / "side-by-side"
     directory.mkdir()
-    groups: dict[str, list] = {"ssh": [], "local": []}
+    groups: dict[str, list] = {"ssh": [], "local": [], "ssh+grow": []}
     for k in range(PER_HOST):
-        for group, host in (("ssh", 0), ("local", None)):
-            name = f"side-{group}-s{k:02d}"
+        for group, host in (("ssh", 0), ("local", None), ("ssh+grow", 0)):
+            name = f"side-{group.replace('+', '-')}-s{k:02d}"
             path = directory / f"{name}.yaml"
             path.write_text(fleet.stage_yaml(name, k, host, 30.0))
             groups[group].append(load_stage(path))
@@ -384,16 +390,20 @@ def side_by_side(fleet: Fleet, work: Path, rounds: int) -> dict[str, tuple[float
                 c.check()
         cpu = {"batched": 0.0, "single": 0.0}
         shells = {"batched": 0.0, "single": 0.0}  # the local probes' own processes (reaped children)
+        grow = _appender(stages) if group == "ssh+grow" else (lambda: None)
         for _ in range(rounds):
+            grow()
             a, ka = time.process_time(), _children_cpu()
             check_batch(batched)
             b, kb = time.process_time(), _children_cpu()
+            grow()
+            c0, kc = time.process_time(), _children_cpu()
             for c in single:
                 c.check()
             cpu["batched"] += b - a
-            cpu["single"] += time.process_time() - b
+            cpu["single"] += time.process_time() - c0
             shells["batched"] += kb - ka
-            shells["single"] += _children_cpu() - kb
+            shells["single"] += _children_cpu() - kc
         n = rounds * len(stages)
         result[group] = (cpu["batched"] / n * 1000, cpu["single"] / n * 1000)
         if group == "local":
@@ -403,6 +413,19 @@ def side_by_side(fleet: Fleet, work: Path, rounds: int) -> dict[str, tuple[float
                 (cpu["single"] + shells["single"]) / n * 1000,
             )
     return result
+
+
+def _appender(stages: list) -> Callable[[], None]:
+    """Appends one progress line to each stage's log (a job still writing)."""
+    count = itertools.count(OUTPUT_FILES + 1)
+
+    def grow() -> None:
+        k = next(count)
+        for stage in stages:
+            with open(stage.log.path, "a") as log:
+                log.write(f"[{k}/{EXPECTED}] step {k} loss 0.{k * 3}\n")
+
+    return grow
 
 
 def _children_cpu() -> float:
