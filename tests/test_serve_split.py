@@ -25,7 +25,8 @@ LEASE = 3.0
 def _probes(out: Path) -> list[tuple[float, str]]:
     """(checked_at, stage) of each check this watcher made itself (not a followed verdict)."""
     found = []
-    for line in out.read_text().splitlines():
+    # Whole lines only: the watcher is still writing, and its last line may be half there.
+    for line in out.read_text().split("\n")[:-1]:
         if not line.startswith("{"):
             continue
         doc = json.loads(line)
