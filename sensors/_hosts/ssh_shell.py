@@ -41,9 +41,10 @@ class Session:
     (``conda init``, ``pyenv init`` in ~/.bashrc) can cost 100-300 ms of the monitored
     host's CPU per exec. Keeping the ``sh`` started by one exec and feeding it a script per
     check pays that once per connection instead of once per check, and still costs one
-    round trip per check. Each script runs in a brace group with stdin from /dev/null (no
-    command can eat the next script) and is followed by a marker with a fresh nonce that
-    ends the answer. A shell that timed out or misbehaved is closed, never reused. The shell
+    round trip per check. Each script runs in a child ``sh`` that reads it from a
+    here-document (no command of it can read the next script from the channel; its body's
+    stdin is /dev/null) and is followed by a marker with a fresh nonce that ends the answer.
+    A shell that timed out or misbehaved is closed, never reused. The shell
     keeps variables between scripts: every probe sets all it uses.
     """
 
