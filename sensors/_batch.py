@@ -22,7 +22,7 @@ from sensors._signals.process import parse_table_once
 from sensors._text import redaction_shared
 
 #: Sections every stage of the batch reads as they are (not prefixed).
-SHARED = ("meta", "stat", "tasks", "taskcmd", "cmdline", "end")
+SHARED = ("meta", "stats", "stat", "tasks", "taskcmd", "cmdline", "end")
 
 
 def check_batch(checkers: Sequence[Checker]) -> list[Verdict]:

@@ -69,8 +69,15 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
             # trigger of procps' garbled etime (see the process signal). Count such mounts.
             "echo \"uptime_mounts $(grep -c ' /proc/uptime ' /proc/self/mountinfo 2>/dev/null)\"",
         ]
+    body: list[str] = []
+    requested: dict[str, None] = {}  # the paths of the shared stat, in order, once each
     for lines in snippets:
-        out += lines
+        for line in lines:
+            if line[:7] == _STAT_REQUEST:
+                requested[line[7:]] = None
+        body += lines
+    out += _shared_stat(list(requested))
+    out += body
     out += [
         "sec end",
         "}",
@@ -80,6 +87,99 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
         " else __cc_probe </dev/null; fi",
     ]
     return ("\n".join(out) + "\n").encode()
+
+
+# --------------------------------------------------------------------------- the shared stat
+#
+# A log nobody wrote to since the last check need not be read again, nor an output directory
+# nobody added to be listed again: one ``stat`` for every such file of the probe (not a few
+# processes per stage: forks are most of a probe's cost on the monitored host) tells which
+# are as the last check left them. A snippet asks for a file with ``stat_request(path)`` (a
+# comment line the frame gathers) and tests it with ``unchanged(path, stamp)``; its reader
+# finds the line in the ``stats`` section (``shared_stats``).
+
+#: One file's line: inode, size, mtime (s), birth, mtime and ctime to the nanosecond, type.
+#: The ctime changes with every write and every ``touch``: it cannot be set back.
+STAT_FORMAT = "%i %s %Y %W %.9Y %.9Z %F"
+_STAT_REQUEST = "#@stat "
+_STAT_CHUNK = 200  # paths per stat process (each at most PATH_MAX: far below ARG_MAX)
+#: The file types GNU stat's %F prints (the last field; it has spaces, the name follows).
+_FILE_TYPES = (
+    "regular file", "regular empty file", "directory", "symbolic link", "fifo", "socket",
+    "character special file", "block special file", "weird file", "unknown?",
+    "message queue", "semaphore", "shared memory object", "typed memory object",
+)  # fmt: skip
+
+
+def stat_request(path: str) -> str:
+    """The snippet line that puts ``path`` in this probe's shared stat (a sh comment)."""
+    return _STAT_REQUEST + shlex.quote(path)
+
+
+def unchanged(path: str, stamp: str) -> str:
+    """sh condition: the shared stat printed exactly ``stamp`` for ``path`` (its whole line)."""
+    return "seen " + shlex.quote(f"{stamp} {path}")
+
+
+def shareable(path: str) -> bool:
+    """Whether ``path`` can be told apart in the shared stat's lines (one line per file)."""
+    return "\n" not in path and "\r" not in path
+
+
+def _shared_stat(quoted: list[str]) -> list[str]:
+    if not quoted:
+        return ["seen() { return 1; }"]
+    lines = [
+        "NL='\n'",
+        # A match is a whole line, the name included: a path that only ends like another
+        # cannot pass for it; a file stat could not read is not in it (never "unchanged").
+        'seen() { case $SEEN in *"$NL$1$NL"*) return 0 ;; esac; return 1; }',
+        "sec stats",
+        "SEEN=",
+    ]
+    for first in range(0, len(quoted), _STAT_CHUNK):
+        names = " ".join(quoted[first : first + _STAT_CHUNK])
+        lines.append(f"SEEN=\"$SEEN$(stat -L -c '{STAT_FORMAT} %n' -- {names} 2>/dev/null)$NL\"")
+    return [*lines, 'printf %s "$SEEN"', 'SEEN="$NL$SEEN"']
+
+
+@functools.lru_cache(maxsize=8)
+def shared_stats(body: bytes | None) -> dict[str, str]:
+    """The shared stat's lines: each file's stamp (the line before its name), by path.
+
+    Keyed by the section's bytes: the stages of a batch share one parse.
+    """
+    stamps: dict[str, str] = {}
+    for line in (body or b"").decode("utf-8", "surrogateescape").split("\n"):
+        fields = line.split(" ", 6)
+        if len(fields) < 7:
+            continue
+        for kind in _FILE_TYPES:
+            if fields[6].startswith(kind + " "):
+                stamps[fields[6][len(kind) + 1 :]] = line[: len(line) - len(fields[6]) + len(kind)]
+                break
+    return stamps
+
+
+#: How old a file's last change must be before its stamp is trusted to change with the next
+#: one: file times come from the kernel's coarse clock (a tick, up to 10 ms, behind); a
+#: stamp with no fraction may be a filesystem's whole seconds (FAT keeps two).
+_SETTLED_FINE, _SETTLED_COARSE = 0.1, 2.5
+
+
+def settled(stamp: str, now: float | None) -> bool:
+    """Whether a later write will give ``stamp``'s file another stamp (nothing wrote it in the
+    last moments before ``now``, the probe's start: a write in the same clock tick as the
+    stat that read it could leave the same times behind)."""
+    fields = stamp.split(" ", 6)
+    if now is None or len(fields) < 7:
+        return False
+    try:
+        last = max(float(fields[4]), float(fields[5]))
+    except ValueError:
+        return False
+    exact = "." in fields[4] and "." in fields[5] and not fields[5].endswith(".000000000")
+    return last + (_SETTLED_FINE if exact else _SETTLED_COARSE) < now
 
 
 def regular_file_type(path: str) -> str:

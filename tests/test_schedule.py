@@ -144,7 +144,7 @@ def test_many_stages_on_one_ssh_host_cost_one_round_trip_per_tick(tmp_path: Path
 
     def counted(script: bytes, *, timeout: float) -> bytes:
         probes["round trips"] += 1
-        probes["process tables"] += script.count(b"sec stat")
+        probes["process tables"] += script.count(b"\nsec stat\n")
         return real(script, timeout=timeout)
 
     host.run_script = counted  # type: ignore[method-assign]

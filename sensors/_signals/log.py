@@ -19,7 +19,7 @@ from typing import TypedDict
 from pydantic import Field
 
 from sensors._model import Reading, Says
-from sensors._probe import Meta
+from sensors._probe import STAT_FORMAT, Meta, settled, shareable, shared_stats, stat_request, unchanged
 from sensors._regex import compile_user_regex
 from sensors._run import FINGERPRINT_BYTES, Run
 from sensors._schema import AbsPath, Regex, Section
@@ -101,7 +101,9 @@ def snippet(spec: LogSpec, memory: LogMemory, probe: ProbeInputs) -> list[str]:
 
     Only a regular file is read: a FIFO would block ``tail`` and a device never ends. The
     bytes before the previous end show a file rewritten in place even when it regrew past
-    its old size.
+    its old size; they are read apart only when the tail does not hold them. A log the
+    probe's shared stat finds as the last scan left it (``memory.scanned``: the same inode,
+    size, mtime and ctime to the nanosecond) is not read at all: that scan stands.
     """
     log = shlex.quote(spec.path)
     t = int(spec.tail_bytes)
@@ -109,35 +111,44 @@ def snippet(spec: LogSpec, memory: LogMemory, probe: ProbeInputs) -> list[str]:
         "sec log_stat",
         # %.9Y: the mtime to the nanosecond where stat can (a stat without precisions
         # prints the whole seconds again); read in _parse_log_stat.
-        f"st=$(stat -L -c '%i %s %Y %W %.9Y %F' -- {log} 2>&1 | head -c 4096); printf '%s\\n' \"$st\"",
+        f"st=$(stat -L -c '{STAT_FORMAT}' -- {log} 2>&1 | head -c 4096); printf '%s\\n' \"$st\"",
         "set -f; set -- $st; set +f",
-        'if [ "$6" = regular ] && isnum "$1" && isnum "$2"; then',
+        'if [ "$7" = regular ] && isnum "$1" && isnum "$2"; then',
+        "  sec log_tail",
+        f"  tail -c +$(($2 > {t} ? $2 - {t} + 1 : 1)) -- {log} 2>/dev/null"
+        f" | head -c $(($2 > {t} ? {t} : $2))",
     ]
-    read_tail = [
-        "sec log_tail",
-        f"tail -c +$(($2 > {t} ? $2 - {t} + 1 : 1)) -- {log} 2>/dev/null | head -c $(($2 > {t} ? {t} : $2))",
-    ]
-    if memory.scanned is not None and memory.run_from is not None:
-        # Not written since the last check (the same inode, size and mtime to the
-        # nanosecond): the tail is what was scanned then (an idle log costs a stat).
-        same = shlex.quote(memory.scanned)
-        lines += [
-            f'  if [ "$1 $2 $5" = {same} ]; then sec log_same; else',
-            *(f"    {x}" for x in read_tail),
-            "  fi",
-        ]
-    else:
-        lines += [f"  {x}" for x in read_tail]
     if memory.inode is not None and memory.size > 0:
         n = min(memory.size, FINGERPRINT_BYTES)
         start = memory.size - n + 1
         lines += [
-            f'  if [ "$1" = {int(memory.inode)} ] && [ "$2" -ge {int(memory.size)} ]; then',
+            # Read apart only when the tail begins after them (see _previous_bytes).
+            f'  if [ "$1" = {int(memory.inode)} ] && [ "$2" -ge {int(memory.size)} ]'
+            f" && [ $(($2 > {t} ? $2 - {t} + 1 : 1)) -gt {start} ]; then",
             "    sec log_prev",
             f"    tail -c +{start} -- {log} 2>/dev/null | head -c {n}",
             "  fi",
         ]
-    return [*lines, "fi"]
+    lines.append("fi")
+    if memory.scanned is not None and memory.run_from is not None and shareable(spec.path):
+        lines = [
+            stat_request(spec.path),
+            f"if {unchanged(spec.path, memory.scanned)}; then sec log_same; else",
+            *(f"  {x}" for x in lines),
+            "fi",
+        ]
+    return lines
+
+
+def _previous_bytes(memory: LogMemory, st: _LogStat, tail: bytes | None, prev: bytes | None) -> bytes | None:
+    """The bytes before the last check's end as they are now: read apart, or in the tail."""
+    if prev is not None or tail is None or memory.inode != st.inode or st.size < memory.size:
+        return prev
+    n = min(memory.size, FINGERPRINT_BYTES)
+    tail_start = st.size - len(tail)
+    if tail_start > memory.size - n:
+        return None
+    return tail[memory.size - n - tail_start : memory.size - tail_start]
 
 
 # --------------------------------------------------------------------------- reading
@@ -167,11 +178,11 @@ class _LogStat:
     birth: int  # 0: unknown (the filesystem or stat keeps none)
     written: float  # the mtime as exactly as stat gave it
     resolution: float  # the last write happened in [written, written + resolution)
-    stamp: str | None = None  # inode, size and the nanosecond mtime as stat printed them
+    stamp: str  # the line stat printed (see sensors._probe.STAT_FORMAT)
 
-    @property
-    def identity(self) -> str | None:
-        return self.stamp if self.resolution < 1 else None
+    def identity(self, now: float | None) -> str | None:
+        """The stamp a later check can find the log unchanged by (None: not to be trusted)."""
+        return self.stamp if self.resolution < 1 and settled(self.stamp, now) else None
 
 
 def _parse_log_stat(raw: bytes, path: str) -> _LogStat | str:
@@ -181,14 +192,11 @@ def _parse_log_stat(raw: bytes, path: str) -> _LogStat | str:
     try:
         mtime = int(parts[2])
         written, resolution = _precise(parts[4], mtime)
-        st = _LogStat(
-            int(parts[0]), int(parts[1]), mtime, _int_or_zero(parts[3]), written, resolution,
-            f"{parts[0]} {parts[1]} {parts[4]}",
-        )  # fmt: skip
+        st = _LogStat(int(parts[0]), int(parts[1]), mtime, _int_or_zero(parts[3]), written, resolution, text)
     except (ValueError, IndexError):
         why = text.splitlines()[-1:] or ["no answer"]
         return f"log unreadable: {why[0][:200]}"
-    kind = " ".join(parts[5:])
+    kind = " ".join(parts[6:])
     if not kind.startswith("regular"):
         # A FIFO would block the reader, a device never ends: neither is read.
         return f"log is not a regular file: {kind or 'unknown type'} ({path})"
@@ -261,9 +269,9 @@ def _last_write(written: float, resolution: float, started: float, source: str) 
     return "unclear"
 
 
-def _continuity(memory: LogMemory, st: _LogStat, prev: bytes | None) -> str | None:
+def _continuity(memory: LogMemory, st: _LogStat, prev: bytes | None, unchanged: bool) -> str | None:
     """How the file changed other than by appending since the last check, if it did."""
-    if memory.inode is None:
+    if memory.inode is None or unchanged:
         return None
     if st.inode != memory.inode:
         return "replaced"
@@ -275,10 +283,17 @@ def _continuity(memory: LogMemory, st: _LogStat, prev: bytes | None) -> str | No
 
 
 def _bound(
-    memory: LogMemory, st: _LogStat, prev: bytes | None, run: Run | None, now: float
+    memory: LogMemory,
+    st: _LogStat,
+    prev: bytes | None,
+    run: Run | None,
+    now: float,
+    *,
+    unchanged: bool = False,
 ) -> tuple[LogMemory, str | None]:
-    """The memory with this run's first byte known, and how the file changed, if it did."""
-    change = _continuity(memory, st, prev)
+    """The memory with this run's first byte known, and how the file changed, if it did
+    (``unchanged``: the same stamp as at the last scan, see ``snippet``)."""
+    change = _continuity(memory, st, prev, unchanged)
     if change is not None:
         # Rewritten after a check this watch made: everything in it now is this run's
         # (when bound), and nothing remembered of the old content holds.
@@ -342,7 +357,14 @@ def read_log(
         evidence = {"path": spec.path} if why != _MISSING else {}
         return Reading("log", Says.UNKNOWN, why, evidence, meta.now, host), kept
 
+    same = "log_same" in sections
     stat_raw = sections.get("log_stat")
+    if same:
+        # The shared stat printed the very line the last scan was of (see ``snippet``).
+        stamp = shared_stats(sections.get("stats")).get(spec.path)
+        if memory.scanned is None or stamp != memory.scanned:
+            return unknown(_MISSING)  # not what this check asked for
+        stat_raw = stamp.encode()
     if stat_raw is None or meta.now is None:
         return unknown(_MISSING)
     st = _parse_log_stat(stat_raw, spec.path)
@@ -350,17 +372,11 @@ def read_log(
         # A log that is not there yet: the file that appears later is this run's.
         absent = "No such file" in st and memory.inode is None
         return unknown(st, replace(memory, absent=True) if absent else memory)
-    tail = sections.get("log_tail")
-    same = tail is None and "log_same" in sections
-    if same and (memory.scanned is None or st.identity != memory.scanned):
-        return unknown(_MISSING)  # not what this check asked for
+    tail = None if same else sections.get("log_tail")
     if not same and (tail is None or len(tail) != min(st.size, spec.tail_bytes)):
         return unknown(_MISSING if tail is None else "the log changed while it was read")
-    memory, change = _bound(memory, st, sections.get("log_prev"), run, meta.now)
-    if same and change is not None:
-        # Its last bytes differ under the same size and mtime: rewritten behind a restored
-        # mtime. Nothing of the last scan holds; the next check reads the tail again.
-        return unknown("the log was rewritten without a new mtime; read again at the next check", memory)
+    prev = _previous_bytes(memory, st, tail, sections.get("log_prev"))
+    memory, change = _bound(memory, st, prev, run, meta.now, unchanged=same)
     scan = _remembered_scan(memory) if same else _scan_log(spec, tail or b"", st, memory)
     complete_line, complete_end, accepted = _completion(scan, memory, st, run)
     still_writing = (
@@ -383,7 +399,7 @@ def read_log(
         complete_end=complete_end,
         error_line=scan.error_line,
         earlier_complete=scan.earlier_complete,
-        scanned=st.identity,
+        scanned=st.identity(meta.now),
         earlier_is_last=scan.earlier_is_last,
         # Kept redacted (the memory is stored): they are shown only as redacted evidence.
         progress=None

@@ -19,7 +19,7 @@ from typing import TypedDict
 from pydantic import Field, field_validator, model_validator
 
 from sensors._model import Reading, Says
-from sensors._probe import Meta, regular_file_type
+from sensors._probe import Meta, regular_file_type, settled, shareable, shared_stats, stat_request, unchanged
 from sensors._run import FINGERPRINT_BYTES
 from sensors._schema import AbsPath, Section
 from sensors._signals.base import CheckFacts, ProbeInputs, Signal
@@ -122,6 +122,9 @@ class OutputsMemory:
     first_count: int | None = None  # the count at this watch's first reading
     written_this_run: bool = False  # an output written since the run began was seen
     at_expected: bool = False  # the count was at the expected number
+    # The directory's (or JSONL file's) stamp in the shared stat just before ``count`` was
+    # read (None: not to be trusted to change with the next write, see sensors._probe).
+    stamp: str | None = None
 
 
 class OutputsEvidence(TypedDict, total=False):
@@ -143,22 +146,42 @@ class OutputsEvidence(TypedDict, total=False):
 
 
 def snippet(spec: OutputsSpec, memory: OutputsMemory, probe: ProbeInputs) -> list[str]:
-    """The count, and (once it is at the expected number) the in-place and run-tie checks."""
+    """The count, and (once it is at the expected number) the in-place and run-tie checks.
+
+    Below the expected number, a directory (or JSONL file) the probe's shared stat finds as
+    it was before the last count (the same inode, size, mtime and ctime: no entry added,
+    removed or renamed, no record written) is not listed again: that count stands. A count
+    kept so can only be short of the truth, never past it: the shortcut ends where the
+    count could decide completion.
+    """
+    path = spec.files or spec.lines or ""
+    shared = not memory.at_expected and shareable(path)
     if spec.lines:
-        return _lines_section(spec.lines, memory)
-    d, count, names = _count_words(spec.files, spec.pattern, tuple(spec.exclude))
-    lines = ["sec outputs", *count]
-    since = _in_place_since(memory, probe)
-    if since is not None:
-        # Same count is not enough: a file written in place (no temp name) changes while
-        # the count stands still. One entry modified since the last check suffices.
-        lines += _newer_entry("outputs_recent", d, names, since)
-    run_since = _run_tie_since(memory, probe)
-    if run_since is not None:
-        # What ties outputs to the run when no log or process can: one entry written
-        # since the run began.
-        lines += _newer_entry("outputs_run", d, names, run_since)
-    return lines
+        lines = _lines_section(spec.lines, memory)
+    else:
+        d, count, names = _count_words(spec.files, spec.pattern, tuple(spec.exclude))
+        lines = ["sec outputs", *count]
+        since = _in_place_since(memory, probe)
+        if since is not None:
+            # Same count is not enough: a file written in place (no temp name) changes while
+            # the count stands still. One entry modified since the last check suffices.
+            lines += _newer_entry("outputs_recent", d, names, since)
+        run_since = _run_tie_since(memory, probe)
+        if run_since is not None:
+            # What ties outputs to the run when no log or process can: one entry written
+            # since the run began.
+            lines += _newer_entry("outputs_run", d, names, run_since)
+        shared = shared and since is None and run_since is None
+    if not shared:
+        return lines
+    if memory.stamp is None or memory.count is None:
+        return [stat_request(path), *lines]
+    return [
+        stat_request(path),
+        f"if {unchanged(path, memory.stamp)}; then sec outputs_same; else",
+        *(f"  {x}" for x in lines),
+        "fi",
+    ]
 
 
 @functools.lru_cache(maxsize=8192)
@@ -276,9 +299,16 @@ class _Count:
 
 
 def _count_files(
-    spec: OutputsSpec, sections: Mapping[str, bytes], meta: Meta, evidence: OutputsEvidence
+    spec: OutputsSpec,
+    sections: Mapping[str, bytes],
+    meta: Meta,
+    memory: OutputsMemory,
+    evidence: OutputsEvidence,
 ) -> _Count | str:
     """The directory's count, or why it cannot be read."""
+    stamp = _stamp(spec.files, sections, meta)
+    if "outputs_same" in sections:
+        return _same(memory, sections, spec.files, meta, evidence, spec.pattern)
     raw = sections.get("outputs")
     if raw is None:
         return "the probe's outputs section is missing"
@@ -292,7 +322,31 @@ def _count_files(
     evidence["pattern"] = spec.pattern
     changed = _recently_modified(sections.get("outputs_recent"), evidence)  # type: ignore[arg-type]
     written = _written_since_run(sections.get("outputs_run"))
-    return _Count(count, changed, written, OutputsMemory(count=count, checked_at=meta.now))
+    return _Count(count, changed, written, OutputsMemory(count=count, checked_at=meta.now, stamp=stamp))
+
+
+def _stamp(path: str | None, sections: Mapping[str, bytes], meta: Meta) -> str | None:
+    """The path's line in the shared stat, read before the count, when it can be trusted."""
+    stamp = shared_stats(sections.get("stats")).get(path or "")
+    return stamp if stamp is not None and settled(stamp, meta.now) else None
+
+
+def _same(
+    memory: OutputsMemory,
+    sections: Mapping[str, bytes],
+    path: str | None,
+    meta: Meta,
+    evidence: OutputsEvidence,
+    pattern: str | None = None,
+) -> _Count | str:
+    """The last count again: the shared stat printed the stamp it was read under."""
+    if memory.count is None or memory.stamp is None:
+        return "the probe's outputs section is missing"  # not what this check asked for
+    if shared_stats(sections.get("stats")).get(path or "") != memory.stamp:
+        return "the probe's outputs section is missing"
+    if pattern is not None:
+        evidence["pattern"] = pattern
+    return _Count(memory.count, None, False, replace(memory, checked_at=meta.now))
 
 
 def _count_lines(
@@ -304,6 +358,14 @@ def _count_lines(
     run_since: float | None,
 ) -> _Count | str:
     """The JSONL file's record count (incremental unless rewritten), or why it cannot be read."""
+    stamp = _stamp(spec.lines, sections, meta)
+    if "outputs_same" in sections:
+        same = _same(memory, sections, spec.lines, meta, evidence)
+        if not isinstance(same, str):
+            tail_hex = memory.lines_fingerprint or "none"
+            evidence["partial_record"] = tail_hex != "none" and not tail_hex.endswith("0a")
+            evidence["size"] = memory.lines_size
+        return same
     raw = sections.get("lines")
     if raw is None:
         return "the probe's outputs section is missing"
@@ -336,6 +398,7 @@ def _count_lines(
         lines_size=size,
         lines_fingerprint=None if tail_hex == "none" else tail_hex,
         checked_at=meta.now,
+        stamp=stamp,
     )
     return _Count(count, changed, run_since is not None and mtime >= run_since, new_memory)
 
@@ -359,7 +422,7 @@ def read_outputs(
     where = spec.files or spec.lines
     evidence = OutputsEvidence(path=where, expected=spec.expected)
     got = (
-        _count_files(spec, sections, meta, evidence)
+        _count_files(spec, sections, meta, memory, evidence)
         if spec.files
         else _count_lines(spec, sections, meta, memory, evidence, run_since)
     )
