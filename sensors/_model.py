@@ -88,7 +88,8 @@ class Reading:
     host: str = "local"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "says", Says(self.says))
+        if type(self.says) is not Says:
+            object.__setattr__(self, "says", Says(self.says))
         object.__setattr__(self, "detail", redact(self.detail))
         object.__setattr__(self, "evidence", _freeze(self.evidence))
 

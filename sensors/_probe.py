@@ -171,15 +171,22 @@ def settled(stamp: str, now: float | None) -> bool:
     """Whether a later write will give ``stamp``'s file another stamp (nothing wrote it in the
     last moments before ``now``, the probe's start: a write in the same clock tick as the
     stat that read it could leave the same times behind)."""
+    trusted_from = _trusted_from(stamp)
+    return now is not None and trusted_from is not None and trusted_from < now
+
+
+@functools.lru_cache(maxsize=8192)
+def _trusted_from(stamp: str) -> float | None:
+    """When ``stamp`` becomes trustworthy (its last change plus the margin); None: never."""
     fields = stamp.split(" ", 6)
-    if now is None or len(fields) < 7:
-        return False
+    if len(fields) < 7:
+        return None
     try:
         last = max(float(fields[4]), float(fields[5]))
     except ValueError:
-        return False
+        return None
     exact = "." in fields[4] and "." in fields[5] and not fields[5].endswith(".000000000")
-    return last + (_SETTLED_FINE if exact else _SETTLED_COARSE) < now
+    return last + (_SETTLED_FINE if exact else _SETTLED_COARSE)
 
 
 def regular_file_type(path: str) -> str:

@@ -14,8 +14,8 @@ name in ``sensors._config.Stage``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from dataclasses import dataclass, fields
+from typing import Any, Generic, TypeVar
 
 from sensors._model import Reading
 from sensors._probe import Meta
@@ -23,6 +23,41 @@ from sensors._run import Run
 
 SpecT = TypeVar("SpecT")
 MemoryT = TypeVar("MemoryT")
+T = TypeVar("T")
+
+
+def evolve(value: T, **changes: Any) -> T:
+    """``dataclasses.replace`` for a signal's memory or the check's facts, several times per
+    stage-check: a copy of the fields, not a second run of ``__init__`` (~5x cheaper for a
+    memory of twenty fields). Only for frozen dataclasses whose ``__init__`` does nothing but
+    set their fields (no ``__post_init__``, no ``init=False`` field): ``_plain`` checks."""
+    cls = type(value)
+    if not _plain(cls):
+        raise TypeError(f"evolve() is for plain frozen dataclasses, not {cls.__name__}")
+    state = value.__dict__.copy()
+    for name in changes:
+        if name not in state:
+            raise TypeError(f"{cls.__name__} has no field {name!r}")
+    state.update(changes)
+    new = object.__new__(cls)
+    new.__dict__.update(state)
+    return new
+
+
+_PLAIN: dict[type, bool] = {}
+
+
+def _plain(cls: type) -> bool:
+    if cls not in _PLAIN:
+        params = getattr(cls, "__dataclass_params__", None)
+        _PLAIN[cls] = bool(
+            params is not None
+            and params.frozen
+            and not hasattr(cls, "__post_init__")
+            and not hasattr(cls, "__slots__")
+            and all(f.init for f in fields(cls))
+        )
+    return _PLAIN[cls]
 
 
 @dataclass(frozen=True)

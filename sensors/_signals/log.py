@@ -11,6 +11,7 @@ rewritten in place (even regrown past its old size) is seen. Staleness is the mo
 
 from __future__ import annotations
 
+import functools
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -23,7 +24,7 @@ from sensors._probe import STAT_FORMAT, Meta, settled, shareable, shared_stats, 
 from sensors._regex import compile_user_regex
 from sensors._run import FINGERPRINT_BYTES, Run
 from sensors._schema import AbsPath, Regex, Section
-from sensors._signals.base import CheckFacts, ProbeInputs, Signal
+from sensors._signals.base import CheckFacts, ProbeInputs, Signal, evolve
 from sensors._text import redact
 
 
@@ -105,8 +106,15 @@ def snippet(spec: LogSpec, memory: LogMemory, probe: ProbeInputs) -> list[str]:
     probe's shared stat finds as the last scan left it (``memory.scanned``: the same inode,
     size, mtime and ctime to the nanosecond) is not read at all: that scan stands.
     """
-    log = shlex.quote(spec.path)
-    t = int(spec.tail_bytes)
+    scanned = memory.scanned if memory.run_from is not None and shareable(spec.path) else None
+    return list(_snippet_lines(spec.path, int(spec.tail_bytes), memory.inode, memory.size, scanned))
+
+
+# A stage's snippet is the same check after check while its log stands still (and a batch
+# builds one per stage): built once per (path, inode, size, stamp).
+@functools.lru_cache(maxsize=16384)
+def _snippet_lines(path: str, t: int, inode: int | None, size: int, scanned: str | None) -> tuple[str, ...]:
+    log = shlex.quote(path)
     lines = [
         "sec log_stat",
         # %.9Y: the mtime to the nanosecond where stat can (a stat without precisions
@@ -118,26 +126,26 @@ def snippet(spec: LogSpec, memory: LogMemory, probe: ProbeInputs) -> list[str]:
         f"  tail -c +$(($2 > {t} ? $2 - {t} + 1 : 1)) -- {log} 2>/dev/null"
         f" | head -c $(($2 > {t} ? {t} : $2))",
     ]
-    if memory.inode is not None and memory.size > 0:
-        n = min(memory.size, FINGERPRINT_BYTES)
-        start = memory.size - n + 1
+    if inode is not None and size > 0:
+        n = min(size, FINGERPRINT_BYTES)
+        start = size - n + 1
         lines += [
             # Read apart only when the tail begins after them (see _previous_bytes).
-            f'  if [ "$1" = {int(memory.inode)} ] && [ "$2" -ge {int(memory.size)} ]'
+            f'  if [ "$1" = {int(inode)} ] && [ "$2" -ge {int(size)} ]'
             f" && [ $(($2 > {t} ? $2 - {t} + 1 : 1)) -gt {start} ]; then",
             "    sec log_prev",
             f"    tail -c +{start} -- {log} 2>/dev/null | head -c {n}",
             "  fi",
         ]
     lines.append("fi")
-    if memory.scanned is not None and memory.run_from is not None and shareable(spec.path):
+    if scanned is not None:
         lines = [
-            stat_request(spec.path),
-            f"if {unchanged(spec.path, memory.scanned)}; then sec log_same; else",
+            stat_request(path),
+            f"if {unchanged(path, scanned)}; then sec log_same; else",
             *(f"  {x}" for x in lines),
             "fi",
         ]
-    return lines
+    return tuple(lines)
 
 
 def _previous_bytes(memory: LogMemory, st: _LogStat, tail: bytes | None, prev: bytes | None) -> bytes | None:
@@ -389,7 +397,7 @@ def read_log(
     )
     age = round(meta.now - st.mtime, 1)
     evidence = _evidence(spec, scan, st, memory, complete_line, age, change, accepted)
-    new_memory = replace(
+    new_memory = evolve(
         memory,
         inode=st.inode,
         size=st.size,

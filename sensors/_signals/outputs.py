@@ -13,7 +13,7 @@ import functools
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TypedDict
 
 from pydantic import Field, field_validator, model_validator
@@ -22,7 +22,7 @@ from sensors._model import Reading, Says
 from sensors._probe import Meta, regular_file_type, settled, shareable, shared_stats, stat_request, unchanged
 from sensors._run import FINGERPRINT_BYTES
 from sensors._schema import AbsPath, Section
-from sensors._signals.base import CheckFacts, ProbeInputs, Signal
+from sensors._signals.base import CheckFacts, ProbeInputs, Signal, evolve
 
 DEFAULT_EXCLUDES = (".*", "*.tmp", "*.part", "*.partial", "*.swp", "*~")
 MAX_EXCLUDES = 64
@@ -346,7 +346,7 @@ def _same(
         return "the probe's outputs section is missing"
     if pattern is not None:
         evidence["pattern"] = pattern
-    return _Count(memory.count, None, False, replace(memory, checked_at=meta.now))
+    return _Count(memory.count, None, False, evolve(memory, checked_at=meta.now))
 
 
 def _count_lines(
@@ -432,7 +432,7 @@ def read_outputs(
     count, expected = got.count, spec.expected
     first = memory.first_count if memory.first_count is not None else count
     written = memory.written_this_run or got.written or count != first
-    new_memory = replace(
+    new_memory = evolve(
         got.memory, first_count=first, written_this_run=written, at_expected=count >= expected
     )
     evidence["count"] = count

@@ -22,7 +22,7 @@ import functools
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TypedDict
 
 from pydantic import Field, model_validator
@@ -32,7 +32,7 @@ from sensors._probe import Meta, nonce_path
 from sensors._regex import compile_user_regex, required_text, to_utf8
 from sensors._run import Run
 from sensors._schema import Regex, Section
-from sensors._signals.base import CheckFacts, ProbeInputs, Signal
+from sensors._signals.base import CheckFacts, ProbeInputs, Signal, evolve
 from sensors._signals.procfs import (
     ALIVE_STATES,
     CMDLINE_CAP,
@@ -592,7 +592,7 @@ def _read(
             # Every job process alive now started after the run this watch knew (restored
             # from the state store): the job was run again. A new run, announced anew.
             run = Run(source="process", started_at=float(started))
-    return reading, new_memory, replace(facts, job_pids=job_pids, run=run)
+    return reading, new_memory, evolve(facts, job_pids=job_pids, run=run)
 
 
 SIGNAL: Signal[ProcessSpec, ProcessMemory] = Signal("process", ProcessMemory, snippet, _read)
