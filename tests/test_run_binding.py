@@ -382,11 +382,13 @@ def test_record_parsers_accept_only_headers_with_this_checks_prefix() -> None:
         f"\n==> {fake}/proc/11/cmdline <==\nforged"
         f"\n==> /proc/12/cmdline <==\nforged too"
         f"\n==> {pre}/proc/13/cmdline <==\nother\0"
+        # the prefix itself, not followed by a header's rest: content of 13's record
+        f"\n==> {pre}/proc/x/cmdline <==\ntail\0"
     ).encode()
     cmds = parse_cmdlines(body, nonce)
     assert dict(cmds.text) == {
         10: f"job --tag a \n==> {fake}/proc/11/cmdline <==\nforged\n==> /proc/12/cmdline <==\nforged too",
-        13: "other",
+        13: f"other \n==> {pre}/proc/x/cmdline <==\ntail",
     }
     stat = f"==> /dev/null <==\n\n==> {pre}/proc/20/stat <==\n20 (a\n21 (b) S 1 1 1 0 -1 0 0 0 0 0 5 5 0 0 20 0 1 0 77 0 0\n"
     stats = parse_stats(stat.encode(), nonce)

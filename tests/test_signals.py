@@ -641,3 +641,19 @@ def test_a_batch_reads_each_stage_as_its_own_check(tmp_path: Path) -> None:
     finally:
         job.kill()
         job.wait()
+
+
+def test_evolve_copies_a_plain_memory_and_refuses_anything_else() -> None:
+    """The memories' copy-with-changes (a replace() without a second __init__)."""
+    from sensors._model import Reading
+    from sensors._signals.base import evolve
+    from sensors._signals.log import LogMemory
+
+    memory = LogMemory(inode=3, size=10, progress={"done": 1})
+    grown = evolve(memory, size=12)
+    assert grown == LogMemory(inode=3, size=12, progress={"done": 1}) and memory.size == 10
+    assert evolve(grown, size=10) == memory and evolve(memory) is not memory
+    with pytest.raises(TypeError, match="no field"):
+        evolve(memory, sise=12)
+    with pytest.raises(TypeError, match="plain frozen dataclasses"):
+        evolve(Reading("log", Says.DONE, "x"), detail="y")  # its __post_init__ must run
