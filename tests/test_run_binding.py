@@ -312,6 +312,44 @@ def test_a_distinguishing_flag_after_the_first_4_kb_still_matches(tmp_path, host
         proc.wait()
 
 
+def test_the_probes_own_command_line_reader_is_never_the_job(host) -> None:
+    """The probe's `head` reading every /proc/PID/cmdline is in the table it reads (with no
+    stat: the stat table was read before it started). A pattern it matches read "listed but
+    their /proc stat was unreadable" (unknown, at every check) instead of no process."""
+    stage = stage_from_dict({"stage": "own", "process": {"match": r"^head -c [0-9]+ /dev/null "}})
+    reading = Checker(stage, host=host).check().readings["process"]
+    assert reading.says is Says.DONE and reading.detail.startswith("no process found"), reading.detail
+
+
+def test_the_probes_own_processes_are_left_out_of_the_table_even_when_cut() -> None:
+    """Only the probe's processes can hold this check's nonce path; on a host of ~20k
+    processes the reader's argv is longer than a command line is read, and a cut line
+    makes every "no match" unknown: it is not in the table at all, cut or not."""
+    from sensors._probe import nonce_path
+    from sensors._signals.process import _ProcessTable
+    from sensors._signals.procfs import CMDLINE_PER_PROCESS
+
+    nonce = new_nonce()
+    pre = nonce_path(nonce)
+    reader = f"head\0-c\0{CMDLINE_PER_PROCESS + 1}\0/dev/null\0" + "\0".join(
+        f"{pre}/proc/{pid}/cmdline" for pid in range(1, 40_000)
+    )
+    assert len(reader) > CMDLINE_PER_PROCESS
+    cmdline = (
+        f"==> /dev/null <==\n\n==> {pre}/proc/7/cmdline <==\ntrain.py\0"
+        f"\n==> {pre}/proc/8/cmdline <==\n{reader[: CMDLINE_PER_PROCESS + 1]}"
+    ).encode()
+    stat = (
+        f"==> /dev/null <==\n\n==> {pre}/proc/7/stat <==\n7 (python) S 1 1 1 0 -1 0 0 0 0 0 5 5 0 0 20 0 1 0 77 0 0\n"
+    ).encode()
+    table = _ProcessTable._parse({"stat": stat, "cmdline": cmdline}, nonce)
+    assert not isinstance(table, str), table
+    assert dict(table.cmdlines) == {7: "train.py"} and table.cut == frozenset()
+    # Another check's prefix is content like any other: that process stays in the table.
+    other = cmdline.replace(b"\ntrain.py", f"\ntrain.py {nonce_path(new_nonce())}".encode())
+    assert 7 in _ProcessTable._parse({"stat": stat, "cmdline": other}, nonce).cmdlines
+
+
 def test_a_forged_header_in_another_processs_argv_does_not_hide_the_job(tmp_path, host) -> None:
     tag = f"forged-{time.time_ns()}"
     job = subprocess.Popen([sys.executable, "-c", SLEEPER, "30", "--tag", tag])

@@ -242,7 +242,14 @@ class _ProcessTable:
         if not stats:
             return "no process could be read from /proc"
         cmds = parse_cmdlines(cmd_body, nonce)
-        text, cut = dict(cmds.text), set(cmds.cut)
+        # The probe's own `head` reading the command lines is in them: its argv is every
+        # /proc/PID/cmdline path, most of the table's text on a host of many processes
+        # (searched again by every stage), and cut on one of ~20k (which would make every
+        # "no match" unknown). It is never the job, and it is the only command line that
+        # holds this check's nonce path (fresh per check: no other process can know it).
+        own = nonce_path(nonce)
+        text = {pid: line for pid, line in cmds.text.items() if own not in line}
+        cut = {pid for pid in cmds.cut if pid in text}
         threads = parse_task_cmdlines(sections.get("taskcmd"), nonce)
         for leader, line in threads.text.items():
             if not text.get(leader):
