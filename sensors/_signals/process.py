@@ -112,8 +112,26 @@ def snippet(spec: ProcessSpec, memory: ProcessMemory, probe: ProbeInputs) -> lis
     # Every per-process record is framed by head's "==> NAME <==" header, and NAME starts
     # with a path prefix drawn from this check's nonce (see nonce_path): no byte a
     # process controls (argv, or a comm holding a newline) can start or end a record.
-    pre = nonce_path(probe.nonce)
-    lines = [
+    lines = list(_table_lines(probe.nonce))
+    if memory.job_pids:
+        pids = " ".join(str(int(p)) for p in memory.job_pids[:64])
+        lines += [
+            "sec io",
+            f"for p in {pids}; do",
+            '  echo "== $p"',
+            "  while IFS=': ' read -r k v; do case $k in rchar|wchar) echo \"$k: $v\";; esac;"
+            " done </proc/$p/io 2>/dev/null",
+            "done",
+        ]
+    return lines
+
+
+# The stages of a batch share the nonce, and the table is read once for all of them: its
+# lines are built once per check.
+@functools.lru_cache(maxsize=16)
+def _table_lines(nonce: str) -> tuple[str, ...]:
+    pre = nonce_path(nonce)
+    return (
         "sec stat",
         # A thread-group leader that called pthread_exit shows Z while its threads run:
         # awk passes every line through and, for zombie leaders (rare), dumps their
@@ -142,18 +160,7 @@ def snippet(spec: ProcessSpec, memory: ProcessMemory, probe: ProbeInputs) -> lis
         # a header even when one process exists.
         f"head -c {CMDLINE_PER_PROCESS + 1} /dev/null {pre}/proc/[0-9]*/cmdline 2>/dev/null"
         f" | head -c {CMDLINE_CAP}",
-    ]
-    if memory.job_pids:
-        pids = " ".join(str(int(p)) for p in memory.job_pids[:64])
-        lines += [
-            "sec io",
-            f"for p in {pids}; do",
-            '  echo "== $p"',
-            "  while IFS=': ' read -r k v; do case $k in rchar|wchar) echo \"$k: $v\";; esac;"
-            " done </proc/$p/io 2>/dev/null",
-            "done",
-        ]
-    return lines
+    )
 
 
 # --------------------------------------------------------------------------- reading

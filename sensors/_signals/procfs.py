@@ -179,8 +179,10 @@ def parse_task_cmdlines(body: bytes | None, nonce: str) -> Cmdlines:
 def parse_io(body: bytes | None) -> dict[int, int]:
     """PID → rchar + wchar (bytes read and written, all I/O incl. pipes and page cache)."""
     result: dict[int, int] = {}
+    if not body:
+        return result  # not asked: no job PIDs known at the last check
     pid: int | None = None
-    for line in (body or b"").decode("ascii", "replace").splitlines():
+    for line in body.decode("ascii", "replace").splitlines():
         if line.startswith("== "):
             try:
                 pid = int(line[3:])
