@@ -53,10 +53,17 @@ def _redacted(value: Any) -> Any:
     reading is made, covers every output built from readings — ``--json``, events,
     artifacts, notifications — whatever signal or host produced it.
     """
+    kind = type(value)
+    if kind is str:
+        return redact(value)
+    if value is None or kind in _SCALARS:
+        return value  # most evidence values: no text, and no ABC check (Mapping) to pay for
+    if kind is dict:
+        return {k: _redacted(v) for k, v in value.items()}
+    if kind is list:
+        return [_redacted(v) for v in value]
     if isinstance(value, str):
         return redact(value)
-    if value is None or type(value) in _SCALARS:
-        return value  # most evidence values: no text, and no ABC check (Mapping) to pay for
     if isinstance(value, Mapping):
         return {k: _redacted(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -211,6 +211,12 @@ def _parse_log_stat(raw: bytes, path: str) -> _LogStat | str:
     return st
 
 
+@functools.lru_cache(maxsize=8192)
+def _parsed_stamp(stamp: str, path: str) -> _LogStat | str:
+    """A remembered stamp parsed (an idle log's is the same check after check)."""
+    return _parse_log_stat(stamp.encode(), path)
+
+
 #: File times come from the kernel's coarse clock, one tick (1 to 10 ms) behind the real one.
 _TIMESTAMP_TICK = 0.02
 
@@ -372,10 +378,13 @@ def read_log(
         stamp = shared_stats(sections.get("stats")).get(spec.path)
         if memory.scanned is None or stamp != memory.scanned:
             return unknown(_MISSING)  # not what this check asked for
-        stat_raw = stamp.encode()
-    if stat_raw is None or meta.now is None:
+        st = _parsed_stamp(stamp, spec.path)
+    elif stat_raw is None:
         return unknown(_MISSING)
-    st = _parse_log_stat(stat_raw, spec.path)
+    else:
+        st = _parse_log_stat(stat_raw, spec.path)
+    if meta.now is None:
+        return unknown(_MISSING)
     if isinstance(st, str):
         # A log that is not there yet: the file that appears later is this run's.
         absent = "No such file" in st and memory.inode is None

@@ -176,12 +176,19 @@ def snippet(spec: OutputsSpec, memory: OutputsMemory, probe: ProbeInputs) -> lis
         return lines
     if memory.stamp is None or memory.count is None:
         return [stat_request(path), *lines]
-    return [
+    return list(_unless_unchanged(path, memory.stamp, tuple(lines)))
+
+
+@functools.lru_cache(maxsize=8192)
+def _unless_unchanged(path: str, stamp: str, lines: tuple[str, ...]) -> tuple[str, ...]:
+    """``lines`` run only when the shared stat does not find ``path`` as ``stamp`` said (the
+    same for every check of a directory nobody adds to)."""
+    return (
         stat_request(path),
-        f"if {unchanged(path, memory.stamp)}; then sec outputs_same; else",
+        f"if {unchanged(path, stamp)}; then sec outputs_same; else",
         *(f"  {x}" for x in lines),
         "fi",
-    ]
+    )
 
 
 @functools.lru_cache(maxsize=8192)
