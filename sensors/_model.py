@@ -126,7 +126,8 @@ class Verdict:
     run: Mapping[str, Any] | None = None  # where the run being watched begins (source, start)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "state", State(self.state))
+        if type(self.state) is not State:
+            object.__setattr__(self, "state", State(self.state))
         if self.run is not None:
             object.__setattr__(self, "run", _freeze(self.run))
         # Reasons are built from details (already redacted) and host errors; redacting again

@@ -81,11 +81,12 @@ def decide(
         since=since,
         run=run.to_json() if run is not None else None,
     )
+    last_progress_at, d_since, gone_since = kept
     new_memory = VerdictMemory(
         previous=dict(readings),
-        last_progress_at=kept.last_progress_at,
-        d_since=kept.d_since,
-        gone_since=kept.gone_since,
+        last_progress_at=last_progress_at,
+        d_since=d_since,
+        gone_since=gone_since,
         done_streak=streak,
         state=state,
         state_since=since,
@@ -113,28 +114,20 @@ def _rules(
     policy: PolicySpec,
     memory: VerdictMemory,
     now: float | None,
-) -> tuple[State | None, list[str], VerdictMemory]:
+) -> tuple[State | None, list[str], tuple[float | None, float | None, float | None]]:
     """The state (None: every signal says done, let the settle count decide), its reasons,
-    and the memory with this check's clocks."""
+    and this check's clocks to remember (last progress, in D since, gone since)."""
     # Rule 1: the host could not be asked.
     host_errors = [str(r.evidence["host_error"]) for r in readings.values() if "host_error" in r.evidence]
     if host_errors or now is None:
         why = host_errors[0] if host_errors else "the monitored host's clock could not be read"
-        return State.UNKNOWN, [f"could not read the host: {why}", "nothing is assumed meanwhile"], memory
+        kept = (memory.last_progress_at, memory.d_since, memory.gone_since)
+        return State.UNKNOWN, [f"could not read the host: {why}", "nothing is assumed meanwhile"], kept
     c = clocks(
         readings, memory.previous, policy, memory.last_progress_at, memory.d_since, memory.gone_since, now
     )
-    kept = VerdictMemory(
-        previous=memory.previous,
-        last_progress_at=c.last_progress_at,
-        d_since=c.d_since,
-        gone_since=c.gone_since,
-        done_streak=memory.done_streak,
-        state=memory.state,
-        state_since=memory.state_since,
-    )
     state, reasons = _by_process(readings, policy, c)
-    return state, reasons, kept
+    return state, reasons, (c.last_progress_at, c.d_since, c.gone_since)
 
 
 def _by_process(
