@@ -313,9 +313,9 @@ def _count_files(
     evidence: OutputsEvidence,
 ) -> _Count | str:
     """The directory's count, or why it cannot be read."""
-    stamp = _stamp(spec.files, sections, meta)
     if "outputs_same" in sections:
         return _same(memory, sections, spec.files, meta, evidence, spec.pattern)
+    stamp = _stamp(spec.files, sections, meta)
     raw = sections.get("outputs")
     if raw is None:
         return "the probe's outputs section is missing"
@@ -365,7 +365,6 @@ def _count_lines(
     run_since: float | None,
 ) -> _Count | str:
     """The JSONL file's record count (incremental unless rewritten), or why it cannot be read."""
-    stamp = _stamp(spec.lines, sections, meta)
     if "outputs_same" in sections:
         same = _same(memory, sections, spec.lines, meta, evidence)
         if not isinstance(same, str):
@@ -373,6 +372,7 @@ def _count_lines(
             evidence["partial_record"] = tail_hex != "none" and not tail_hex.endswith("0a")
             evidence["size"] = memory.lines_size
         return same
+    stamp = _stamp(spec.lines, sections, meta)
     raw = sections.get("lines")
     if raw is None:
         return "the probe's outputs section is missing"
