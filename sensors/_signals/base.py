@@ -13,6 +13,7 @@ name in ``sensors._config.Stage``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Generic, TypeVar
@@ -44,20 +45,16 @@ def evolve(value: T, **changes: Any) -> T:
     return new
 
 
-_PLAIN: dict[type, bool] = {}
-
-
+@functools.cache
 def _plain(cls: type) -> bool:
-    if cls not in _PLAIN:
-        params = getattr(cls, "__dataclass_params__", None)
-        _PLAIN[cls] = bool(
-            params is not None
-            and params.frozen
-            and not hasattr(cls, "__post_init__")
-            and not hasattr(cls, "__slots__")
-            and all(f.init for f in fields(cls))
-        )
-    return _PLAIN[cls]
+    params = getattr(cls, "__dataclass_params__", None)
+    return bool(
+        params is not None
+        and params.frozen
+        and not hasattr(cls, "__post_init__")
+        and not hasattr(cls, "__slots__")
+        and all(f.init for f in fields(cls))
+    )
 
 
 @dataclass(frozen=True)

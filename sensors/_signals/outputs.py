@@ -347,10 +347,9 @@ def _same(
     pattern: str | None = None,
 ) -> _Count | str:
     """The last count again: the shared stat printed the stamp it was read under."""
-    if memory.count is None or memory.stamp is None:
+    stamp = shared_stats(sections.get("stats")).get(path or "")
+    if memory.count is None or stamp is None or stamp != memory.stamp:
         return "the probe's outputs section is missing"  # not what this check asked for
-    if shared_stats(sections.get("stats")).get(path or "") != memory.stamp:
-        return "the probe's outputs section is missing"
     if pattern is not None:
         evidence["pattern"] = pattern
     return _Count(memory.count, None, False, evolve(memory, checked_at=meta.now))
