@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,23 +24,23 @@ from sensors._probe import settled, shared_stats
 SETTLE = 0.3
 
 
-def _sections_seen(host) -> list[set[str]]:
-    """Wraps the host's run_script: the section names of each probe's answer, in order."""
-    seen: list[set[str]] = []
+@pytest.fixture
+def seen(host) -> Iterator[list[set[str]]]:
+    """The section names of each probe's answer on ``host``, in order (its run_script
+    wrapped for the test)."""
+    names: list[set[str]] = []
     run_script = host.run_script
 
     def sections(script: bytes, *, timeout: float) -> bytes:
         out = run_script(script, timeout=timeout)
-        names = {
-            line.split()[-1]
-            for line in out.decode("utf-8", "replace").splitlines()
-            if line.startswith("@@crosscheck ")
-        }
-        seen.append({name.split(".", 1)[-1] for name in names})
+        text = out.decode("utf-8", "replace").splitlines()
+        found = {line.split()[-1] for line in text if line.startswith("@@crosscheck ")}
+        names.append({name.split(".", 1)[-1] for name in found})
         return out
 
     host.run_script = sections
-    return seen
+    yield names
+    del host.run_script
 
 
 # --------------------------------------------------------------------------- the shared stat's lines
@@ -103,80 +104,72 @@ def _log_stage(log: Path, name: str = "idle") -> dict:
     }  # fmt: skip
 
 
-def test_an_idle_log_is_not_read_again_and_a_changed_one_is(tmp_path, host) -> None:
+def test_an_idle_log_is_not_read_again_and_a_changed_one_is(tmp_path, host, seen) -> None:
     log = tmp_path / "job.log"
     log.write_text("[1/3] one\nCUDA warning: ok\n")
     checker = Checker(stage_from_dict(_log_stage(log)), host=host, since="1h")
-    seen = _sections_seen(host)
-    try:
-        time.sleep(SETTLE)
-        first, second = checker.check(), checker.check()
-        assert "log_tail" in seen[0] and "stats" not in seen[0]
-        assert "log_same" in seen[1] and not {"log_stat", "log_tail", "log_prev"} & seen[1]
-        for key in ("last_line", "progress", "size", "inode", "mtime", "complete_line", "error_line"):
-            assert second.readings["log"].evidence[key] == first.readings["log"].evidence[key], key
-        assert second.readings["log"].says is Says.WORKING
-        assert second.readings["log"].detail == first.readings["log"].detail.replace(
-            f"{first.readings['log'].evidence['age_seconds']:.0f}s ago",
-            f"{second.readings['log'].evidence['age_seconds']:.0f}s ago",
-        )
+    time.sleep(SETTLE)
+    first, second = checker.check(), checker.check()
+    assert "log_tail" in seen[0] and "stats" not in seen[0]
+    assert "log_same" in seen[1] and not {"log_stat", "log_tail", "log_prev"} & seen[1]
+    for key in ("last_line", "progress", "size", "inode", "mtime", "complete_line", "error_line"):
+        assert second.readings["log"].evidence[key] == first.readings["log"].evidence[key], key
+    assert second.readings["log"].says is Says.WORKING
+    assert second.readings["log"].detail == first.readings["log"].detail.replace(
+        f"{first.readings['log'].evidence['age_seconds']:.0f}s ago",
+        f"{second.readings['log'].evidence['age_seconds']:.0f}s ago",
+    )
 
-        # An append is read, and the bytes before the last end come with the tail.
-        with log.open("a") as f:
-            f.write("Traceback (most recent call last):\n")
-        failed = checker.check()
-        assert failed.readings["log"].says is Says.FAILED, failed.readings["log"].detail
-        assert "log_tail" in seen[-1] and "log_prev" not in seen[-1] and "log_same" not in seen[-1]
-        # Written in the moment before that check: its stamp was not trusted, read again;
-        # a moment later the stamp read is, and the next check reads nothing.
-        checker.check()
-        assert "log_tail" in seen[-1]
-        time.sleep(SETTLE)
-        checker.check()
-        assert "log_tail" in seen[-1]
-        checker.check()
-        assert "log_same" in seen[-1]
+    # An append is read, and the bytes before the last end come with the tail.
+    with log.open("a") as f:
+        f.write("Traceback (most recent call last):\n")
+    failed = checker.check()
+    assert failed.readings["log"].says is Says.FAILED, failed.readings["log"].detail
+    assert "log_tail" in seen[-1] and "log_prev" not in seen[-1] and "log_same" not in seen[-1]
+    # Written in the moment before that check: its stamp was not trusted, read again;
+    # a moment later the stamp read is, and the next check reads nothing.
+    checker.check()
+    assert "log_tail" in seen[-1]
+    time.sleep(SETTLE)
+    checker.check()
+    assert "log_tail" in seen[-1]
+    checker.check()
+    assert "log_same" in seen[-1]
 
-        # The same size, other bytes, the mtime set back: the ctime moved, so it is read and
-        # found rewritten (an earlier watch could take the same stat for the same bytes).
-        before = log.stat()
-        log.write_text(log.read_text().replace("Traceback", "Tracebacc"))
-        os.utime(log, ns=(before.st_atime_ns, before.st_mtime_ns))
-        assert (log.stat().st_size, log.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
-        rewritten = checker.check()
-        assert "log_tail" in seen[-1] and "log_same" not in seen[-1]
-        assert rewritten.readings["log"].evidence.get("rewritten") is True
-        assert rewritten.readings["log"].says is not Says.FAILED, rewritten.readings["log"].detail
-    finally:
-        del host.run_script
+    # The same size, other bytes, the mtime set back: the ctime moved, so it is read and
+    # found rewritten (an earlier watch could take the same stat for the same bytes).
+    before = log.stat()
+    log.write_text(log.read_text().replace("Traceback", "Tracebacc"))
+    os.utime(log, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (log.stat().st_size, log.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    rewritten = checker.check()
+    assert "log_tail" in seen[-1] and "log_same" not in seen[-1]
+    assert rewritten.readings["log"].evidence.get("rewritten") is True
+    assert rewritten.readings["log"].says is not Says.FAILED, rewritten.readings["log"].detail
 
 
-def test_a_log_rewritten_and_regrown_past_its_old_end_is_seen_from_the_tail(tmp_path, host) -> None:
+def test_a_log_rewritten_and_regrown_past_its_old_end_is_seen_from_the_tail(tmp_path, host, seen) -> None:
     """The bytes before the last end are read apart only when the tail does not hold them;
     from the tail they still show a file truncated and written again, longer."""
     log = tmp_path / "job.log"
     log.write_text("".join(f"[{k}/50] step\n" for k in range(1, 11)))
     checker = Checker(stage_from_dict(_log_stage(log, "regrown")), host=host, since="1h")
-    seen = _sections_seen(host)
-    try:
-        checker.check()
-        log.write_text("".join(f"[{k}/50] other\n" for k in range(1, 21)))  # same inode, longer
-        again = checker.check()
-        assert "log_prev" not in seen[-1] and "log_tail" in seen[-1]
-        assert again.readings["log"].evidence.get("rewritten") is True, again.readings["log"].evidence
-        # A big append: the tail begins after the last end, so those bytes are read apart.
-        with log.open("a") as f:
-            f.write("x" * 300_000 + "\n")
-        grown = checker.check()
-        assert "log_prev" in seen[-1] and "rewritten" not in grown.readings["log"].evidence
-    finally:
-        del host.run_script
+    checker.check()
+    log.write_text("".join(f"[{k}/50] other\n" for k in range(1, 21)))  # same inode, longer
+    again = checker.check()
+    assert "log_prev" not in seen[-1] and "log_tail" in seen[-1]
+    assert again.readings["log"].evidence.get("rewritten") is True, again.readings["log"].evidence
+    # A big append: the tail begins after the last end, so those bytes are read apart.
+    with log.open("a") as f:
+        f.write("x" * 300_000 + "\n")
+    grown = checker.check()
+    assert "log_prev" in seen[-1] and "rewritten" not in grown.readings["log"].evidence
 
 
 # --------------------------------------------------------------------------- the outputs
 
 
-def test_an_output_directory_nobody_added_to_is_not_listed_again(tmp_path, host) -> None:
+def test_an_output_directory_nobody_added_to_is_not_listed_again(tmp_path, host, seen) -> None:
     out = tmp_path / "out"
     out.mkdir()
     for k in range(3):
@@ -186,68 +179,58 @@ def test_an_output_directory_nobody_added_to_is_not_listed_again(tmp_path, host)
         "outputs": {"files": str(out), "pattern": "*.pt", "expected": 5},
     })  # fmt: skip
     checker = Checker(stage, host=host)
-    seen = _sections_seen(host)
-    try:
+    time.sleep(SETTLE)
+    first, second = checker.check(), checker.check()
+    assert "outputs" in seen[0] and "outputs_same" in seen[1] and "outputs" not in seen[1]
+    assert first.readings["outputs"].evidence["count"] == second.readings["outputs"].evidence["count"] == 3
+    assert second.readings["outputs"].detail == "3/5 outputs"
+
+    # A file written in place adds no entry: the count it cannot change stands.
+    (out / "part-0.pt").write_bytes(b"xy")
+    time.sleep(SETTLE)
+    assert checker.check().readings["outputs"].evidence["count"] == 3 and "outputs_same" in seen[-1]
+
+    (out / "part-3.pt").write_bytes(b"x")
+    (out / "part-4.tmp").write_bytes(b"x")
+    assert checker.check().readings["outputs"].evidence["count"] == 4 and "outputs" in seen[-1]
+    os.rename(out / "part-4.tmp", out / "part-4.pt")
+    time.sleep(SETTLE)
+    at = checker.check()
+    assert at.readings["outputs"].evidence["count"] == 5 and "outputs" in seen[-1]
+    # At the expected number the count may decide completion: listed every check.
+    for _ in range(2):
         time.sleep(SETTLE)
-        first, second = checker.check(), checker.check()
-        assert "outputs" in seen[0] and "outputs_same" in seen[1] and "outputs" not in seen[1]
-        assert (
-            first.readings["outputs"].evidence["count"] == second.readings["outputs"].evidence["count"] == 3
-        )
-        assert second.readings["outputs"].detail == "3/5 outputs"
-
-        # A file written in place adds no entry: the count it cannot change stands.
-        (out / "part-0.pt").write_bytes(b"xy")
-        time.sleep(SETTLE)
-        assert checker.check().readings["outputs"].evidence["count"] == 3 and "outputs_same" in seen[-1]
-
-        (out / "part-3.pt").write_bytes(b"x")
-        (out / "part-4.tmp").write_bytes(b"x")
-        assert checker.check().readings["outputs"].evidence["count"] == 4 and "outputs" in seen[-1]
-        os.rename(out / "part-4.tmp", out / "part-4.pt")
-        time.sleep(SETTLE)
-        at = checker.check()
-        assert at.readings["outputs"].evidence["count"] == 5 and "outputs" in seen[-1]
-        # At the expected number the count may decide completion: listed every check.
-        for _ in range(2):
-            time.sleep(SETTLE)
-            done = checker.check()
-            assert "outputs" in seen[-1] and "outputs_same" not in seen[-1]
-        assert done.readings["outputs"].says is Says.DONE
-        # An entry removed from a directory below the number is seen at once, too.
-        os.unlink(out / "part-4.pt")
-        assert checker.check().readings["outputs"].evidence["count"] == 4
-    finally:
-        del host.run_script
+        done = checker.check()
+        assert "outputs" in seen[-1] and "outputs_same" not in seen[-1]
+    assert done.readings["outputs"].says is Says.DONE
+    # An entry removed from a directory below the number is seen at once, too.
+    os.unlink(out / "part-4.pt")
+    assert checker.check().readings["outputs"].evidence["count"] == 4
 
 
-def test_a_jsonl_file_nobody_wrote_to_is_not_counted_again(tmp_path, host) -> None:
+def test_a_jsonl_file_nobody_wrote_to_is_not_counted_again(tmp_path, host, seen) -> None:
     records = tmp_path / "records.jsonl"
     records.write_text("".join(json.dumps({"i": k}) + "\n" for k in range(4)))
     stage = stage_from_dict({
         "stage": "jsonl", "host": "local", "outputs": {"lines": str(records), "expected": 10},
     })  # fmt: skip
     checker = Checker(stage, host=host)
-    seen = _sections_seen(host)
-    try:
-        time.sleep(SETTLE)
-        first, second = checker.check(), checker.check()
-        assert "lines" in seen[0] and "outputs_same" in seen[1] and "lines" not in seen[1]
-        for key in ("count", "size", "partial_record"):
-            assert first.readings["outputs"].evidence[key] == second.readings["outputs"].evidence[key], key
-        with records.open("a") as f:
-            f.write('{"i": 4}\n{"i": 5')
-        grown = checker.check()
-        assert "lines" in seen[-1] and grown.readings["outputs"].evidence["count"] == 5
-        assert grown.readings["outputs"].evidence["partial_record"] is True
-        time.sleep(SETTLE)
-        checker.check()
-        time.sleep(SETTLE)
-        kept = checker.check()
-        assert "outputs_same" in seen[-1] and kept.readings["outputs"].evidence["partial_record"] is True
-        assert kept.readings["outputs"].evidence["count"] == 5
-    finally:
-        del host.run_script
+    time.sleep(SETTLE)
+    first, second = checker.check(), checker.check()
+    assert "lines" in seen[0] and "outputs_same" in seen[1] and "lines" not in seen[1]
+    for key in ("count", "size", "partial_record"):
+        assert first.readings["outputs"].evidence[key] == second.readings["outputs"].evidence[key], key
+    with records.open("a") as f:
+        f.write('{"i": 4}\n{"i": 5')
+    grown = checker.check()
+    assert "lines" in seen[-1] and grown.readings["outputs"].evidence["count"] == 5
+    assert grown.readings["outputs"].evidence["partial_record"] is True
+    time.sleep(SETTLE)
+    checker.check()
+    time.sleep(SETTLE)
+    kept = checker.check()
+    assert "outputs_same" in seen[-1] and kept.readings["outputs"].evidence["partial_record"] is True
+    assert kept.readings["outputs"].evidence["count"] == 5
 
 
 # --------------------------------------------------------------------------- a batch

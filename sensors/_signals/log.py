@@ -62,9 +62,10 @@ class LogMemory:
     complete_end: int | None = None  # the offset just after it
     error_line: str | None = None
     earlier_complete: str | None = None  # a completion line before run_from
-    # What the last scan of the tail found besides the lines above, and the stat that
-    # identifies that tail (inode, size, mtime to the nanosecond): a log whose stat is the
-    # same again is not sent nor scanned again (see ``snippet``).
+    # What the last scan of the tail found besides the lines above, and the stat line that
+    # identifies that tail (``sensors._probe.STAT_FORMAT``: inode, size, mtime and ctime to
+    # the nanosecond, type): a log whose line is the same again is not read again (see
+    # ``snippet``).
     scanned: str | None = None
     earlier_is_last: bool = False
     progress: Mapping[str, object] | None = None
