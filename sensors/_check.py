@@ -58,11 +58,8 @@ def probe_script(stage: Stage, nonce: str) -> bytes:
     return build_script(nonce, None, Checker(stage, host=_LOCAL).snippets(nonce))
 
 
-def _configured(stage: Stage) -> Iterator[tuple[Signal[Any, Any], Any]]:
-    for signal in SIGNALS:
-        spec = getattr(stage, signal.name)
-        if spec is not None:
-            yield signal, spec
+def _configured(stage: Stage) -> tuple[tuple[Signal[Any, Any], Any], ...]:
+    return tuple((signal, spec) for signal in SIGNALS if (spec := getattr(stage, signal.name)) is not None)
 
 
 class Watch(Iterator[Verdict]):
@@ -113,6 +110,7 @@ class Checker:
         self.stage = stage
         self.host = host if host is not None else host_for(stage)
         self.last: Verdict | None = None
+        self._signals_of: tuple[Stage, tuple[tuple[Signal[Any, Any], Any], ...]] = (stage, _configured(stage))
         self._memory = _Memory(run=run)
         if run is not None and stage.log is not None:
             self._memory.signals["log"] = seed_log_memory(run) or LogMemory()
@@ -258,8 +256,16 @@ class Checker:
         mem, inputs = self._memory, self._probe_inputs(nonce)
         return [
             signal.snippet(spec, mem.signals.get(signal.name) or signal.new_memory(), inputs)
-            for signal, spec in _configured(self.stage)
+            for signal, spec in self._configured()
         ]
+
+    def _configured(self) -> tuple[tuple[Signal[Any, Any], Any], ...]:
+        """The stage's configured signals and their specs, in registry order (twice per check:
+        listed once per stage, not once per use)."""
+        stage, configured = self._signals_of
+        if stage is not self.stage:
+            self._signals_of = stage, configured = self.stage, _configured(self.stage)
+        return configured
 
     def absorb(self, sections: dict[str, bytes], nonce: str, meta: Meta | None = None) -> Verdict:
         """The verdict from this check's probe sections: read every signal, decide, remember.
@@ -290,7 +296,7 @@ class Checker:
             outputs_tie=not (stage.log or stage.process),
         )
         readings: dict[str, Reading] = {}
-        for signal, spec in _configured(stage):
+        for signal, spec in self._configured():
             memory = mem.signals.get(signal.name) or signal.new_memory()
             known = facts.run
             reading, mem.signals[signal.name], facts = signal.read(spec, sections, memory, facts)
@@ -328,7 +334,14 @@ class Checker:
             # Rebooted: what was static may not be any more (read again next check).
             mem.static, mem.boot_id = None, None
         elif meta.clk_tck:
-            mem.static = Static(meta.clk_tck, meta.hostname, meta.uptime_virtualised)
+            static = mem.static
+            if (
+                static is None
+                or static.clk_tck != meta.clk_tck
+                or static.hostname != meta.hostname
+                or static.uptime_virtualised != meta.uptime_virtualised
+            ):
+                mem.static = Static(meta.clk_tck, meta.hostname, meta.uptime_virtualised)
             mem.boot_id = meta.boot_id
 
     def _host_failed(self, exc: HostError) -> Verdict:

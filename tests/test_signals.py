@@ -18,9 +18,9 @@ import pytest
 from sensors import Checker, Says, State, stage_from_dict
 from sensors._errors import ProbeError
 from sensors._probe import Meta
+from sensors._signals.procfs import children_of, descendants, parse_stat_line
 from sensors._signals.procfs import effective_state as _effective_state
 from sensors._signals.procfs import elapsed as _elapsed
-from sensors._signals.procfs import parse_stat_line
 from sensors.testing import SimulatedJob
 
 
@@ -228,6 +228,28 @@ def test_zombie_leader_with_live_threads_is_alive() -> None:
     state, note = _effective_state(leader, {100: [leader, thread]})
     assert state == "R" and note and "leader is Z" in note
     assert _effective_state(leader, {100: [leader]})[0] == "Z"
+
+
+def _stat(pid: int, ppid: int) -> str:
+    return f"{pid} (p{pid}) S {ppid} {pid} {pid} 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 {pid} 0 0"
+
+
+@pytest.mark.parametrize(
+    ("roots", "tree"),
+    [
+        ([10], {11, 12, 13}),  # children and a grandchild
+        ([11], {13}),
+        ([13], set()),  # a leaf
+        ([10, 11], {12, 13}),  # a root is not its own descendant
+        ([], set()),
+        ([99], set()),  # not in the table
+    ],
+)
+def test_descendants_with_and_without_the_shared_index(roots: list[int], tree: set[int]) -> None:
+    lines = [_stat(10, 1), _stat(11, 10), _stat(12, 10), _stat(13, 11), _stat(20, 1)]
+    stats = {st.pid: st for st in map(parse_stat_line, lines) if st is not None}
+    assert descendants(roots, stats) == tree
+    assert descendants(roots, stats, children_of(stats)) == tree
 
 
 def test_stat_with_parentheses_and_spaces_in_comm() -> None:

@@ -41,6 +41,7 @@ from sensors._signals.procfs import (
     TASKS_CAP,
     ProcStat,
     ancestors,
+    children_of,
     descendants,
     effective_state,
     elapsed,
@@ -202,6 +203,11 @@ class _ProcessTable:
         UTF-8 form: encoded once per table, whatever the number of stages reading it."""
         cut = self.cut
         return tuple((pid, cmd, to_utf8(cmd)) for pid, cmd in self.cmdlines.items() if cmd and pid not in cut)
+
+    @functools.cached_property
+    def children(self) -> dict[int, list[int]]:
+        """PPID → its children: built once per table, whatever the number of stages."""
+        return children_of(self.stats)
 
     @functools.cached_property
     def _joined(self) -> tuple[bytes, list[int]]:
@@ -480,7 +486,7 @@ class _Job:
         meta: Meta,
     ) -> _Job:
         stats = table.stats
-        live_desc = descendants(alive, stats)
+        live_desc = descendants(alive, stats, table.children)
         cpu_ticks = sum(stats[p].utime + stats[p].stime for p in alive) + sum(
             stats[p].utime + stats[p].stime for p in live_desc if stats[p].state in ALIVE_STATES
         )

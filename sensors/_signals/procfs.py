@@ -196,14 +196,27 @@ def parse_io(body: bytes | None) -> dict[int, int]:
     return result
 
 
-def descendants(roots: Iterable[int], stats: Mapping[int, ProcStat]) -> set[int]:
-    """Live descendants of ``roots`` (not including the roots)."""
-    roots = list(roots)
-    if not roots:
-        return set()  # most checks: no live job, nothing to index the table for
+def children_of(stats: Mapping[int, ProcStat]) -> dict[int, list[int]]:
+    """PPID → the PIDs it is the parent of."""
     children: dict[int, list[int]] = {}
     for st in stats.values():
         children.setdefault(st.ppid, []).append(st.pid)
+    return children
+
+
+def descendants(
+    roots: Iterable[int], stats: Mapping[int, ProcStat], children: Mapping[int, list[int]] | None = None
+) -> set[int]:
+    """Live descendants of ``roots`` (not including the roots).
+
+    ``children``: :func:`children_of` ``stats``, when the caller keeps it (stages sharing one
+    table look up their jobs' trees in one index, not one each).
+    """
+    roots = list(roots)
+    if not roots:
+        return set()  # most checks: no live job, nothing to index the table for
+    if children is None:
+        children = children_of(stats)
     seen: set[int] = set()
     stack = list(roots)
     while stack:
