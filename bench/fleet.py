@@ -72,6 +72,7 @@ FULL_HOSTS, FULL_LOCAL = 50, 500
 SLEEPS = 8  # live processes, one command line each
 PORTS_PER_SSHD = 16  # OpenSSH's MAX_LISTEN_SOCKS
 OUTPUT_FILES, EXPECTED = 3, 100
+BIG_LOG = 1_000_000  # bytes: a running job's log (side by side, ssh+grow-1MB)
 
 
 # --------------------------------------------------------------------------- the fleet
@@ -369,17 +370,23 @@ def side_by_side(fleet: Fleet, work: Path, rounds: int) -> dict[str, tuple[float
 
     The fleet's logs are idle (each check finds it as the last one did, and reads only its
     stat); ``ssh+grow`` is the same SSH host with every log appended to before each check
-    (the append is not measured).
+    (the append is not measured), and ``ssh+grow-1MB`` the same with logs of a running job's
+    size (1 MB: more than the 256 KiB tail a check once read whole every time).
     """
     directory = work / "side-by-side"
     directory.mkdir()
-    groups: dict[str, list] = {"ssh": [], "local": [], "ssh+grow": []}
+    placed = (("ssh", 0), ("local", None), ("ssh+grow", 0), ("ssh+grow-1MB", 0))
+    groups: dict[str, list] = {group: [] for group, _ in placed}
     for k in range(PER_HOST):
-        for group, host in (("ssh", 0), ("local", None), ("ssh+grow", 0)):
+        for group, host in placed:
             name = f"side-{group.replace('+', '-')}-s{k:02d}"
             path = directory / f"{name}.yaml"
             path.write_text(fleet.stage_yaml(name, k, host, 30.0))
             groups[group].append(load_stage(path))
+    for stage in groups["ssh+grow-1MB"]:
+        log = Path(stage.log.path)
+        line = "[0/100] step 0 loss 0.000 lr 3e-4 grad-norm 1.02 tokens/s 51234 mem 71.2 GB\n"
+        log.write_text(line * (BIG_LOG // len(line)) + log.read_text())
     result = {}
     for group, stages in groups.items():
         batched = [Checker(s) for s in stages]
@@ -390,7 +397,7 @@ def side_by_side(fleet: Fleet, work: Path, rounds: int) -> dict[str, tuple[float
                 c.check()
         cpu = {"batched": 0.0, "single": 0.0}
         shells = {"batched": 0.0, "single": 0.0}  # the local probes' own processes (reaped children)
-        grow = _appender(stages) if group == "ssh+grow" else (lambda: None)
+        grow = _appender(stages) if group.startswith("ssh+grow") else (lambda: None)
         for _ in range(rounds):
             grow()
             a, ka = time.process_time(), _children_cpu()
@@ -516,9 +523,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {r['size']}: verdicts {r['verdicts']}; stages checked every measured tick {every}")
 
     print("\nCPU per stage-check, 40 stages on one host, side by side (ms):")
-    print(f"{'host':>6} {'batched':>8} {'per-stage':>10} {'ratio':>6}")
+    print(f"{'host':>12} {'batched':>8} {'per-stage':>10} {'ratio':>6}")
     for group, (b, s) in side.items():
-        print(f"{group:>6} {b:>8.2f} {s:>10.2f} {b / s:>6.3f}")
+        print(f"{group:>12} {b:>8.2f} {s:>10.2f} {b / s:>6.3f}")
 
     big, small = rows[-1], rows[0]
     growth_ok = all(

@@ -159,6 +159,11 @@ def test_a_log_rewritten_and_regrown_past_its_old_end_is_seen_from_the_tail(tmp_
     again = checker.check()
     assert "log_prev" not in seen[-1] and "log_tail" in seen[-1]
     assert again.readings["log"].evidence.get("rewritten") is True, again.readings["log"].evidence
+    # Read from the last end (it grew): what is before it was not read, and is new too.
+    assert again.readings["log"].says is Says.UNKNOWN and "read whole" in again.readings["log"].detail
+    whole = checker.check()
+    assert whole.readings["log"].says is Says.WORKING, whole.readings["log"].detail
+    assert whole.readings["log"].evidence["last_line"] == "[20/50] other"
     # A big append: the tail begins after the last end, so those bytes are read apart.
     with log.open("a") as f:
         f.write("x" * 300_000 + "\n")

@@ -1,7 +1,8 @@
 """The log signal: this run's completion line, its errors, progress and staleness.
 
 Read by seeking: ``stat`` and the last ``tail_bytes`` (a 10 GB log costs what a 10 KB one
-does), bounded by the size ``stat`` saw so offsets are exact. tqdm's ``\\r`` rewrites are
+does), bounded by the size ``stat`` saw so offsets are exact; a log that grew since the last
+check, from where that check left off (``resume_at``). tqdm's ``\\r`` rewrites are
 split; a completion marker is a whole line ending in ``\\n``. A completion line counts only
 when this run wrote it: the memory keeps where the run's bytes begin (``run_from``, see
 ``sensors._run``) and the last bytes before the previous end, so a log replaced, truncated or
@@ -71,6 +72,9 @@ class LogMemory:
     progress: Mapping[str, object] | None = None
     last_line: str = ""
     partial: bool = False
+    # Where the last line at ``size`` begins (None: not known, e.g. a tail without a newline):
+    # a log that grew is read from there, not its whole tail again (see ``resume_at``).
+    line_start: int | None = None
 
 
 class LogEvidence(TypedDict, total=False):
@@ -108,13 +112,34 @@ def snippet(spec: LogSpec, memory: LogMemory, probe: ProbeInputs) -> list[str]:
     size, mtime and ctime to the nanosecond) is not read at all: that scan stands.
     """
     scanned = memory.scanned if memory.run_from is not None and shareable(spec.path) else None
-    return list(_snippet_lines(spec.path, int(spec.tail_bytes), memory.inode, memory.size, scanned))
+    return list(
+        _snippet_lines(spec.path, int(spec.tail_bytes), memory.inode, memory.size, scanned, resume_at(memory))
+    )
+
+
+def resume_at(memory: LogMemory) -> int | None:
+    """Where a read of the log begins once it grew past the last check's end (None: its
+    whole tail is read).
+
+    A log that grew is read from the start of its last line at the last check (a line that
+    was partial then is read whole now), and never after the last bytes before that end
+    (so the tail holds them: a rewrite in place still shows). One byte earlier still: the
+    scan drops a tail's first line as partial, and when that byte is a newline the dropped
+    line is empty. What was before is the last scan's, kept in the memory (its completion,
+    error and progress lines): each check costs what was appended, not the whole tail.
+    """
+    if memory.inode is None or memory.size <= 0 or memory.line_start is None or memory.run_from is None:
+        return None
+    start = min(memory.line_start, memory.size - min(memory.size, FINGERPRINT_BYTES))
+    return max(start - 1, 0)
 
 
 # A stage's snippet is the same check after check while its log stands still (and a batch
-# builds one per stage): built once per (path, inode, size, stamp).
+# builds one per stage): built once per (path, inode, size, stamp, resume offset).
 @functools.lru_cache(maxsize=16384)
-def _snippet_lines(path: str, t: int, inode: int | None, size: int, scanned: str | None) -> tuple[str, ...]:
+def _snippet_lines(
+    path: str, t: int, inode: int | None, size: int, scanned: str | None, resume: int | None
+) -> tuple[str, ...]:
     log = shlex.quote(path)
     lines = [
         "sec log_stat",
@@ -123,19 +148,27 @@ def _snippet_lines(path: str, t: int, inode: int | None, size: int, scanned: str
         f"st=$(stat -L -c '{STAT_FORMAT}' -- {log} 2>&1 | head -c 4096); printf '%s\\n' \"$st\"",
         "set -f; set -- $st; set +f",
         'if [ "$7" = regular ] && isnum "$1" && isnum "$2"; then',
+        # f: the offset the read begins at (0-based): the last tail_bytes, or where the last
+        # check left off when the same file grew since (see resume_at).
+        f"  f=$(($2 > {t} ? $2 - {t} : 0))",
+    ]
+    if inode is not None and resume is not None:
+        lines.append(f'  [ "$1" = {int(inode)} ] && [ "$2" -gt {int(size)} ] && [ {int(resume)} -gt $f ] &&')
+        lines.append(f"    f={int(resume)}")
+    lines += [
+        "  sec log_from",
+        '  echo "$f"',
         "  sec log_tail",
-        f"  tail -c +$(($2 > {t} ? $2 - {t} + 1 : 1)) -- {log} 2>/dev/null"
-        f" | head -c $(($2 > {t} ? {t} : $2))",
+        f"  tail -c +$((f + 1)) -- {log} 2>/dev/null | head -c $(($2 - f))",
     ]
     if inode is not None and size > 0:
         n = min(size, FINGERPRINT_BYTES)
-        start = size - n + 1
+        start = size - n
         lines += [
             # Read apart only when the tail begins after them (see _previous_bytes).
-            f'  if [ "$1" = {int(inode)} ] && [ "$2" -ge {int(size)} ]'
-            f" && [ $(($2 > {t} ? $2 - {t} + 1 : 1)) -gt {start} ]; then",
+            f'  if [ "$1" = {int(inode)} ] && [ "$2" -ge {int(size)} ] && [ "$f" -gt {start} ]; then',
             "    sec log_prev",
-            f"    tail -c +{start} -- {log} 2>/dev/null | head -c {n}",
+            f"    tail -c +{start + 1} -- {log} 2>/dev/null | head -c {n}",
             "  fi",
         ]
     lines.append("fi")
@@ -390,12 +423,29 @@ def read_log(
         # A log that is not there yet: the file that appears later is this run's.
         absent = "No such file" in st and memory.inode is None
         return unknown(st, replace(memory, absent=True) if absent else memory)
-    tail = None if same else sections.get("log_tail")
-    if not same and (tail is None or len(tail) != min(st.size, spec.tail_bytes)):
-        return unknown(_MISSING if tail is None else "the log changed while it was read")
+    tail, resumed = None, False
+    if not same:
+        tail, tail_from = sections.get("log_tail"), _offset(sections.get("log_from"))
+        if tail is None or tail_from is None:
+            return unknown(_MISSING)
+        window = max(st.size - spec.tail_bytes, 0)
+        if tail_from < window or len(tail) != st.size - tail_from:
+            return unknown("the log changed while it was read")
+        resumed = tail_from > window
+        if resumed and tail_from != resume_at(memory):
+            # Read from where another memory left off (this one was set aside meanwhile: a
+            # new run): what came before is not scanned in this one. Read whole next time.
+            return unknown(
+                "the log was read from where an earlier check left off; read whole at the next check"
+            )
     prev = _previous_bytes(memory, st, tail, sections.get("log_prev"))
     memory, change = _bound(memory, st, prev, run, meta.now, unchanged=same)
-    scan = _remembered_scan(memory) if same else _scan_log(spec, tail or b"", st, memory)
+    if resumed and change is not None:
+        # Rewritten in place: the bytes before this read are new too, and were not read.
+        evidence = {"path": spec.path, change: True}
+        why = f"the log was {change} since the last check; it is read whole at the next check"
+        return Reading("log", Says.UNKNOWN, why, evidence, meta.now, host), memory
+    scan = _remembered_scan(memory) if same else _scan_log(spec, tail or b"", st, memory, resumed=resumed)
     complete_line, complete_end, accepted = _completion(scan, memory, st, run)
     still_writing = (
         complete_end is not None
@@ -425,6 +475,7 @@ def read_log(
         else {k: redact(v) if isinstance(v, str) else v for k, v in scan.progress.items()},
         last_line=redact(scan.last_line),
         partial=scan.partial,
+        line_start=memory.line_start if tail is None else _line_start(tail, st.size, memory, resumed),
     )
     says, detail = _log_says(scan, complete_line, still_writing, memory, age)
     if change:
@@ -433,6 +484,21 @@ def read_log(
 
 
 _MISSING = "the probe's log section is missing"
+
+
+def _offset(raw: bytes | None) -> int | None:
+    text = (raw or b"").strip()
+    return int(text) if text.isdigit() else None
+
+
+def _line_start(tail: bytes, size: int, memory: LogMemory, resumed: bool) -> int | None:
+    """Where the log's last line begins, from a tail that ends at ``size``."""
+    newline = tail.rfind(b"\n")
+    if newline >= 0:
+        return size - len(tail) + newline + 1
+    if resumed:
+        return memory.line_start  # the line went on from where it began
+    return 0 if len(tail) == size else None  # the whole file is one line, or not known
 
 
 def _evidence(
@@ -513,8 +579,14 @@ class _LogScan:
     partial: bool
 
 
-def _scan_log(spec: LogSpec, tail: bytes, st: _LogStat, memory: LogMemory) -> _LogScan:
-    """The tail's lines, split at ``memory.run_from`` into this run's and those before."""
+def _scan_log(
+    spec: LogSpec, tail: bytes, st: _LogStat, memory: LogMemory, *, resumed: bool = False
+) -> _LogScan:
+    """The tail's lines, split at ``memory.run_from`` into this run's and those before.
+
+    ``resumed``: the tail begins where the last scan's left off (see ``resume_at``): what it
+    holds no line of (progress, a last line with text) is the last scan's.
+    """
     tail_start = st.size - len(tail)
     run_from = memory.run_from or 0
     flat = tail.decode("utf-8", "replace").replace("\r", "\n")
@@ -560,13 +632,18 @@ def _scan_log(spec: LogSpec, tail: bytes, st: _LogStat, memory: LogMemory) -> _L
     earlier_is_last = earlier_end is not None and earlier_end == last_content_end
     trimmed = flat.rstrip()
     last_line = trimmed[trimmed.rfind("\n") + 1 :].strip()[:300]
+    progress = _progress_of(spec, flat)
+    if resumed:
+        if progress is None and memory.progress is not None:
+            progress = dict(memory.progress)
+        last_line = last_line or memory.last_line
     return _LogScan(
         complete_line,
         complete_end,
         error_line,
         earlier,
         earlier_is_last,
-        _progress_of(spec, flat),
+        progress,
         last_line,
         partial,
     )
