@@ -39,7 +39,12 @@ def _freeze(evidence: Mapping[str, Any] | None) -> Mapping[str, Any]:
     frozen = {}
     for key, value in (evidence or {}).items():
         # Most evidence values are numbers or None: taken as they are, without a call.
-        frozen[key] = value if value is None or type(value) in _SCALARS else _redacted(value)
+        if value is None or type(value) in _SCALARS:
+            frozen[key] = value
+        elif type(value) is str:
+            frozen[key] = redact(value)
+        else:
+            frozen[key] = _redacted(value)
     return MappingProxyType(frozen)
 
 
@@ -132,7 +137,7 @@ class Verdict:
             object.__setattr__(self, "run", _freeze(self.run))
         # Reasons are built from details (already redacted) and host errors; redacting again
         # is idempotent and covers a reason written from anything else.
-        object.__setattr__(self, "reasons", tuple(redact(r) for r in self.reasons))
+        object.__setattr__(self, "reasons", tuple([redact(r) for r in self.reasons]))
         object.__setattr__(self, "readings", MappingProxyType(dict(self.readings)))
         if self.state is State.COMPLETE:
             # A complete verdict with a signal that is not done contradicts itself: refuse it

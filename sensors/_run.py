@@ -18,6 +18,7 @@ in the README, "What ties evidence to a run".
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import re
 import shlex
 from collections.abc import Mapping
@@ -53,6 +54,11 @@ class Run:
     pid: int | None = None
 
     def to_json(self) -> dict[str, Any]:
+        return dict(self._json)
+
+    @functools.cached_property
+    def _json(self) -> dict[str, Any]:
+        # Every verdict of a watch carries its run: formatted once per run, not per check.
         return {
             "source": self.source,
             "started_at": _iso(self.started_at),

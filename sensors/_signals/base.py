@@ -31,7 +31,8 @@ def evolve(value: T, **changes: Any) -> T:
     """``dataclasses.replace`` for a signal's memory or the check's facts, several times per
     stage-check: a copy of the fields, not a second run of ``__init__`` (~5x cheaper for a
     memory of twenty fields). Only for frozen dataclasses whose ``__init__`` does nothing but
-    set their fields (no ``__post_init__``, no ``init=False`` field): ``_plain`` checks."""
+    set their fields (no ``__post_init__``, no ``init=False`` field, nothing cached from the
+    fields: a copy would carry it over stale): ``_plain`` checks."""
     cls = type(value)
     if not _plain(cls):
         raise TypeError(f"evolve() is for plain frozen dataclasses, not {cls.__name__}")
@@ -54,6 +55,7 @@ def _plain(cls: type) -> bool:
         and not hasattr(cls, "__post_init__")
         and not hasattr(cls, "__slots__")
         and all(f.init for f in fields(cls))
+        and not any(isinstance(v, functools.cached_property) for k in cls.__mro__ for v in vars(k).values())
     )
 
 

@@ -457,7 +457,34 @@ def read_log(
     )
     age = round(meta.now - st.mtime, 1)
     evidence = _evidence(spec, scan, st, memory, complete_line, age, change, accepted)
-    new_memory = evolve(
+    scanned = st.identity(meta.now)
+    if (
+        same
+        and scanned == memory.scanned
+        and (complete_line, complete_end) == (memory.complete_line, memory.complete_end)
+        and (st.inode, st.size, memory.absent) == (memory.inode, memory.size, False)
+    ):
+        # The last scan again, nothing of it changed: its memory stands as it is.
+        new_memory = memory
+    else:
+        new_memory = _scanned_memory(memory, st, tail, scan, complete_line, complete_end, scanned, resumed)
+    says, detail = _log_says(scan, complete_line, still_writing, memory, age)
+    if change:
+        detail += f" (log {change} since the last check)"
+    return Reading("log", says, detail, evidence, meta.now, host), new_memory
+
+
+def _scanned_memory(
+    memory: LogMemory,
+    st: _LogStat,
+    tail: bytes | None,
+    scan: _LogScan,
+    complete_line: str | None,
+    complete_end: int | None,
+    scanned: str | None,
+    resumed: bool,
+) -> LogMemory:
+    return evolve(
         memory,
         inode=st.inode,
         size=st.size,
@@ -467,7 +494,7 @@ def read_log(
         complete_end=complete_end,
         error_line=scan.error_line,
         earlier_complete=scan.earlier_complete,
-        scanned=st.identity(meta.now),
+        scanned=scanned,
         earlier_is_last=scan.earlier_is_last,
         # Kept redacted (the memory is stored): they are shown only as redacted evidence.
         progress=None
@@ -477,10 +504,6 @@ def read_log(
         partial=scan.partial,
         line_start=memory.line_start if tail is None else _line_start(tail, st.size, memory, resumed),
     )
-    says, detail = _log_says(scan, complete_line, still_writing, memory, age)
-    if change:
-        detail += f" (log {change} since the last check)"
-    return Reading("log", says, detail, evidence, meta.now, host), new_memory
 
 
 _MISSING = "the probe's log section is missing"

@@ -314,7 +314,7 @@ def _count_files(
 ) -> _Count | str:
     """The directory's count, or why it cannot be read."""
     if "outputs_same" in sections:
-        return _same(memory, sections, spec.files, meta, evidence, spec.pattern)
+        return _same(memory, sections, spec.files, evidence, spec.pattern)
     stamp = _stamp(spec.files, sections, meta)
     raw = sections.get("outputs")
     if raw is None:
@@ -342,7 +342,6 @@ def _same(
     memory: OutputsMemory,
     sections: Mapping[str, bytes],
     path: str | None,
-    meta: Meta,
     evidence: OutputsEvidence,
     pattern: str | None = None,
 ) -> _Count | str:
@@ -352,7 +351,7 @@ def _same(
         return "the probe's outputs section is missing"  # not what this check asked for
     if pattern is not None:
         evidence["pattern"] = pattern
-    return _Count(memory.count, None, False, evolve(memory, checked_at=meta.now))
+    return _Count(memory.count, None, False, memory)  # checked_at is set by read_outputs
 
 
 def _count_lines(
@@ -365,7 +364,7 @@ def _count_lines(
 ) -> _Count | str:
     """The JSONL file's record count (incremental unless rewritten), or why it cannot be read."""
     if "outputs_same" in sections:
-        same = _same(memory, sections, spec.lines, meta, evidence)
+        same = _same(memory, sections, spec.lines, evidence)
         if not isinstance(same, str):
             tail_hex = memory.lines_fingerprint or "none"
             evidence["partial_record"] = tail_hex != "none" and not tail_hex.endswith("0a")
@@ -439,7 +438,11 @@ def read_outputs(
     first = memory.first_count if memory.first_count is not None else count
     written = memory.written_this_run or got.written or count != first
     new_memory = evolve(
-        got.memory, first_count=first, written_this_run=written, at_expected=count >= expected
+        got.memory,
+        checked_at=meta.now,
+        first_count=first,
+        written_this_run=written,
+        at_expected=count >= expected,
     )
     evidence["count"] = count
     evidence["previous_count"] = memory.count

@@ -238,11 +238,13 @@ class _ProcessTable:
         cache = getattr(_batch_tables, "cache", None)
         if cache is None:
             return cls._parse(sections, nonce)
-        bodies = tuple(sections.get(name) for name in ("stat", "cmdline", "tasks", "taskcmd"))
-        key = (nonce, *(id(b) for b in bodies))
-        if key not in cache:
-            cache[key] = (bodies, cls._parse(sections, nonce))
-        return cache[key][1]
+        get = sections.get
+        bodies = (get("stat"), get("cmdline"), get("tasks"), get("taskcmd"))
+        key = (nonce, id(bodies[0]), id(bodies[1]), id(bodies[2]), id(bodies[3]))
+        hit = cache.get(key)
+        if hit is None:
+            cache[key] = hit = (bodies, cls._parse(sections, nonce))
+        return hit[1]
 
     @classmethod
     def _parse(cls, sections: Mapping[str, bytes], nonce: str) -> _ProcessTable | str:
@@ -485,6 +487,11 @@ class _Job:
         sections: Mapping[str, bytes],
         meta: Meta,
     ) -> _Job:
+        if not alive:
+            # No live job (not started, or gone): nothing to sum (most stages of a fleet
+            # waiting for their jobs, or finished).
+            io = parse_io(sections.get("io"))
+            return cls(processes, alive, set(), None, 0 if io else None, processes[0] if processes else None)
         stats = table.stats
         live_desc = descendants(alive, stats, table.children)
         cpu_ticks = sum(stats[p].utime + stats[p].stime for p in alive) + sum(
@@ -493,8 +500,7 @@ class _Job:
         io = parse_io(sections.get("io"))
         io_bytes = sum(io[p] for p in alive if p in io) if io else None
         main = next((p for p in processes if p["pid"] in alive), processes[0] if processes else None)
-        cpu = _ticks_to_s(cpu_ticks, meta) if alive else None
-        return cls(processes, alive, live_desc, cpu, io_bytes, main)
+        return cls(processes, alive, live_desc, _ticks_to_s(cpu_ticks, meta), io_bytes, main)
 
 
 def _evidence(
@@ -543,9 +549,10 @@ def _remember(
     stats = table.stats
     # Remember only identities that can still matter: live processes (a dead PID, reused,
     # has other start ticks and is no longer the job), and the configured PID's.
+    seen = {p["pid"]: p["start_ticks"] for p in job.processes}
     remembered = {
         pid: start
-        for pid, start in {**memory.identities, **{p["pid"]: p["start_ticks"] for p in job.processes}}.items()
+        for pid, start in ({**memory.identities, **seen} if memory.identities else seen).items()
         if (pid in stats and stats[pid].starttime == start) or pid == spec.pid
     }
     main = job.main
@@ -558,7 +565,7 @@ def _remember(
             if job.alive and main
             else memory.last_seen
         ),
-        job_pids=tuple(sorted(job.pids))[:64],
+        job_pids=tuple(sorted(job.pids))[:64] if job.alive or job.descendants else (),
     )
 
 

@@ -27,33 +27,27 @@ def progress(readings: Mapping[str, Reading], previous: Mapping[str, Reading]) -
     moved: list[str] = []
     p, pp = readings.get("process"), previous.get("process")
     if p and pp and p.says is Says.WORKING and pp.says is Says.WORKING:
-        same_pid = ev(p, "pid") == ev(pp, "pid")
-        cpu, pcpu = ev(p, "cpu_seconds"), ev(pp, "cpu_seconds")
-        if same_pid and isinstance(cpu, (int, float)) and isinstance(pcpu, (int, float)) and cpu > pcpu:
-            moved.append(f"CPU time +{cpu - pcpu:.2f}s")
-        io, pio = ev(p, "io_bytes"), ev(pp, "io_bytes")
-        if same_pid and isinstance(io, int) and isinstance(pio, int) and io > pio:
-            moved.append(f"I/O +{io - pio} bytes")
+        now, before = p.evidence.get, pp.evidence.get
+        if now("pid") == before("pid"):
+            cpu, pcpu = now("cpu_seconds"), before("cpu_seconds")
+            if isinstance(cpu, (int, float)) and isinstance(pcpu, (int, float)) and cpu > pcpu:
+                moved.append(f"CPU time +{cpu - pcpu:.2f}s")
+            io, pio = now("io_bytes"), before("io_bytes")
+            if isinstance(io, int) and isinstance(pio, int) and io > pio:
+                moved.append(f"I/O +{io - pio} bytes")
     lg, plg = readings.get("log"), previous.get("log")
-    if (
-        lg
-        and plg
-        and ev(lg, "size") is not None
-        and ev(plg, "size") is not None
-        and (ev(lg, "size") != ev(plg, "size") or ev(lg, "inode") != ev(plg, "inode"))
-    ):
-        moved.append("log grew")
+    if lg and plg:
+        now, before = lg.evidence.get, plg.evidence.get
+        size, psize = now("size"), before("size")
+        if size is not None and psize is not None and (size != psize or now("inode") != before("inode")):
+            moved.append("log grew")
     o, po = readings.get("outputs"), previous.get("outputs")
-    if (
-        o
-        and po
-        and ev(o, "count") is not None
-        and ev(po, "count") is not None
-        and ev(o, "count") != ev(po, "count")
-    ):
-        moved.append(f"outputs {ev(po, 'count')} → {ev(o, 'count')}")
+    if o and po:
+        count, pcount = o.evidence.get("count"), po.evidence.get("count")
+        if count is not None and pcount is not None and count != pcount:
+            moved.append(f"outputs {pcount} → {count}")
     g = readings.get("gpu")
-    if g and g.says is Says.WORKING and ev(g, "job_gpu_busy") is True:
+    if g and g.says is Says.WORKING and g.evidence.get("job_gpu_busy") is True:
         # A long kernel with the host thread blocked moves no counter: the job's own GPU
         # work is progress too (only when attributed to its PIDs, not any busy device).
         moved.append("the job's GPU busy")
