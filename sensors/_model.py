@@ -63,10 +63,11 @@ def _redacted(value: Any) -> Any:
         return redact(value)
     if value is None or kind in _SCALARS:
         return value  # most evidence values: no text, and no ABC check (Mapping) to pay for
+    # Scalars inline: a process entry or progress dict is mostly numbers.
     if kind is dict:
-        return {k: _redacted(v) for k, v in value.items()}
+        return {k: v if v is None or type(v) in _SCALARS else _redacted(v) for k, v in value.items()}
     if kind is list:
-        return [_redacted(v) for v in value]
+        return [v if v is None or type(v) in _SCALARS else _redacted(v) for v in value]
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, Mapping):

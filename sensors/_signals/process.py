@@ -276,11 +276,13 @@ class _ProcessTable:
 
 def _describe(
     candidates: list[int], table: _ProcessTable, meta: Meta
-) -> tuple[list[dict[str, object]], list[int], list[int]]:
-    """Evidence per candidate process, the live ones, and those listed without a stat."""
+) -> tuple[list[dict[str, object]], list[int], list[int], float | None]:
+    """Evidence per candidate process, the live ones, those listed without a stat, and when
+    the earliest live one started (host clock)."""
     processes: list[dict[str, object]] = []
     alive_pids: list[int] = []
     missing_stat: list[int] = []
+    earliest: float | None = None
     for pid in candidates:
         st = table.stats.get(pid)
         if st is None:
@@ -300,7 +302,6 @@ def _describe(
             "start_ticks": st.starttime,
             # Redacted whole, then cut: a secret cut in half would no longer look like one.
             "cmdline": redact(table.cmdlines.get(pid, ""))[:_CMD_EVIDENCE],
-            "started_at": None if age is None or meta.now is None else round(meta.now - age, 2),
         }
         if elapsed_why:
             entry["elapsed_unknown"] = elapsed_why
@@ -309,7 +310,10 @@ def _describe(
         processes.append(entry)
         if state in ALIVE_STATES:
             alive_pids.append(pid)
-    return processes, alive_pids, missing_stat
+            if age is not None and meta.now is not None:
+                started = round(meta.now - age, 2)
+                earliest = started if earliest is None else min(earliest, started)
+    return processes, alive_pids, missing_stat, earliest
 
 
 def _alive_detail(
@@ -439,7 +443,7 @@ def read_process(
     excluded = _excluded_once(meta, table, exclude_pids)
     boot_changed = memory.boot_id is not None and meta.boot_id != memory.boot_id
     found = _find(spec, table, memory, excluded, boot_changed)
-    processes, alive_pids, missing_stat = _describe(found.candidates, table, meta)
+    processes, alive_pids, missing_stat, started_at = _describe(found.candidates, table, meta)
     if missing_stat:
         return unknown(
             f"process(es) {missing_stat} listed but their /proc stat was unreadable",
@@ -453,7 +457,7 @@ def read_process(
             " whether it is the job cannot be told",
             cut_pids=cut[:16],
         )
-    job = _Job.of(processes, alive_pids, table, sections, meta)
+    job = _Job.of(processes, alive_pids, table, sections, meta, started_at)
     evidence = _evidence(spec, found, job, memory, meta, launched_pid)
     new_memory = _remember(spec, memory, job, table, meta)
     if alive_pids:
@@ -473,6 +477,7 @@ class _Job:
     cpu_seconds: float | None
     io_bytes: int | None
     main: dict[str, object] | None
+    started_at: float | None  # the earliest live process's start (host clock)
 
     @property
     def pids(self) -> frozenset[int]:
@@ -486,12 +491,14 @@ class _Job:
         table: _ProcessTable,
         sections: Mapping[str, bytes],
         meta: Meta,
+        started_at: float | None = None,
     ) -> _Job:
         if not alive:
             # No live job (not started, or gone): nothing to sum (most stages of a fleet
             # waiting for their jobs, or finished).
             io = parse_io(sections.get("io"))
-            return cls(processes, alive, set(), None, 0 if io else None, processes[0] if processes else None)
+            main = processes[0] if processes else None
+            return cls(processes, alive, set(), None, 0 if io else None, main, None)
         stats = table.stats
         live_desc = descendants(alive, stats, table.children)
         cpu_ticks = sum(stats[p].utime + stats[p].stime for p in alive) + sum(
@@ -500,7 +507,7 @@ class _Job:
         io = parse_io(sections.get("io"))
         io_bytes = sum(io[p] for p in alive if p in io) if io else None
         main = next((p for p in processes if p["pid"] in alive), processes[0] if processes else None)
-        return cls(processes, alive, live_desc, _ticks_to_s(cpu_ticks, meta), io_bytes, main)
+        return cls(processes, alive, live_desc, _ticks_to_s(cpu_ticks, meta), io_bytes, main, started_at)
 
 
 def _evidence(
@@ -512,9 +519,6 @@ def _evidence(
     launched_pid: int | None,
 ) -> ProcessEvidence:
     main = job.main
-    started = [
-        p["started_at"] for p in job.processes if p["pid"] in job.alive and p["started_at"] is not None
-    ]
     evidence = ProcessEvidence(
         how=found.how,
         pid=main["pid"] if main else None,  # type: ignore[typeddict-item]
@@ -525,9 +529,9 @@ def _evidence(
         alive=len(job.alive),
         matched=len(job.processes),
         descendants=len(job.descendants),
-        processes=[{k: v for k, v in p.items() if k != "started_at"} for p in job.processes[:16]],
+        processes=job.processes[:16],
         boot_id=meta.boot_id,
-        started_at=min(started) if started else None,  # type: ignore[type-var]
+        started_at=job.started_at,
     )
     if not job.alive and memory.last_seen:
         evidence["last_seen_alive"] = dict(memory.last_seen)
