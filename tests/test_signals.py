@@ -685,3 +685,37 @@ def test_evolve_copies_a_plain_memory_and_refuses_anything_else() -> None:
     assert run.to_json()["started_at"].startswith("1970-01-01T00:01:40")
     with pytest.raises(TypeError, match="plain frozen dataclasses"):
         evolve(run, started_at=200.0)  # its JSON, kept once made, would be the old start's
+
+
+def test_a_helper_function_is_defined_once_per_probe_however_many_stages_call_it(tmp_path) -> None:
+    """The log read and the output count are sh functions the probe defines once; each stage
+    calls them with its own quoted words."""
+    from sensors._batch import check_batch
+    from sensors._hosts import LocalHost
+    from sensors._probe import build_script, helper
+
+    checkers = []
+    for k in range(3):
+        work = tmp_path / f"s {k} $(touch pwned)"
+        (work / "out").mkdir(parents=True)
+        (work / "job.log").write_text(f"[{k}/3] working\n")
+        stage = stage_from_dict({
+            "stage": f"h{k}", "host": "local",
+            "log": {"path": str(work / "job.log"), "complete": "^done$", "progress": r"\[(?P<done>\d+)/"},
+            "outputs": {"files": str(work / "out"), "pattern": "*.pt", "expected": 3},
+        })  # fmt: skip
+        checkers.append(Checker(stage, host=LocalHost()))
+    script = build_script(
+        "ab" * 12, None, [c.snippets("ab" * 12)[0] + c.snippets("ab" * 12)[1] for c in checkers]
+    )
+    text = script.decode()
+    assert text.count("__cc_log() {") == 1 and text.count("__cc_count() {") == 1
+    assert text.count("\n__cc_log '") == 3 and "#@" not in text  # the requests are not sent
+    verdicts = check_batch(checkers)
+    assert [v.readings["log"].evidence["progress"]["done"] for v in verdicts] == [0, 1, 2]
+    assert [v.readings["outputs"].evidence["count"] for v in verdicts] == [0, 0, 0]
+    assert not list(tmp_path.glob("**/pwned")) and not Path("pwned").exists()
+    with pytest.raises(ValueError, match="defined twice"):
+        helper("__cc_log", ["echo another"])
+    with pytest.raises(ValueError, match="helper names"):
+        helper("rm -rf", ["true"])

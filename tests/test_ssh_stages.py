@@ -205,7 +205,7 @@ def test_a_host_with_hundreds_of_stages_is_read_in_one_probe(tmp_path, host) -> 
 
     checkers = []
     for k in range(150):
-        work = tmp_path / f"stage-{k:03d}-{'x' * 40}"
+        work = tmp_path / f"stage-{k:03d}" / ("x" * 150) / ("x" * 150)  # long paths: a script past 128 KiB
         (work / "out").mkdir(parents=True)
         (work / "job.log").write_text(f"[{k}/150] working\n")
         stage = stage_from_dict({

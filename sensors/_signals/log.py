@@ -21,7 +21,16 @@ from typing import TypedDict
 from pydantic import Field
 
 from sensors._model import Reading, Says
-from sensors._probe import STAT_FORMAT, Meta, settled, shareable, shared_stats, stat_request, unchanged
+from sensors._probe import (
+    STAT_FORMAT,
+    Meta,
+    helper,
+    settled,
+    shareable,
+    shared_stats,
+    stat_request,
+    unchanged,
+)
 from sensors._regex import compile_user_regex
 from sensors._run import FINGERPRINT_BYTES, Run
 from sensors._schema import AbsPath, Regex, Section
@@ -134,52 +143,68 @@ def resume_at(memory: LogMemory) -> int | None:
     return max(start - 1, 0)
 
 
+# The stat and the read, the same for every log: a sh function the probe defines once; each
+# stage calls it with its own words (path, tail bytes, and what the last check left: inode,
+# size, where a read of the grown file begins, where the bytes before its end begin and how
+# many; "-" where nothing is known). The path is quoted; the rest are numbers made here.
+_READ_LOG = helper(
+    "__cc_log",
+    [
+        "__lp=$1 __lt=$2 __li=$3 __lz=$4 __lr=$5 __lq=$6 __ln=$7",
+        "sec log_stat",
+        # %.9Y: the mtime to the nanosecond where stat can (a stat without precisions
+        # prints the whole seconds again); read in _parse_log_stat.
+        f"st=$(stat -L -c '{STAT_FORMAT}' -- \"$__lp\" 2>&1 | head -c 4096); printf '%s\\n' \"$st\"",
+        "set -f; set -- $st; set +f",
+        'if [ "$7" = regular ] && isnum "$1" && isnum "$2"; then',
+        # f: the offset the read begins at (0-based): the last tail_bytes, or where the last
+        # check left off when the same file grew since (see resume_at).
+        "  f=$(($2 > $__lt ? $2 - $__lt : 0))",
+        '  if [ "$__lr" != - ] && [ "$1" = "$__li" ] && [ "$2" -gt "$__lz" ] && [ "$__lr" -gt "$f" ]; then',
+        "    f=$__lr",
+        "  fi",
+        "  sec log_from",
+        '  echo "$f"',
+        "  sec log_tail",
+        '  tail -c +$((f + 1)) -- "$__lp" 2>/dev/null | head -c $(($2 - f))',
+        # The bytes before the last end, read apart only when the tail begins after them
+        # (see _previous_bytes).
+        '  if [ "$__ln" != - ] && [ "$1" = "$__li" ] && [ "$2" -ge "$__lz" ] && [ "$f" -gt "$__lq" ]; then',
+        "    sec log_prev",
+        '    tail -c +$((__lq + 1)) -- "$__lp" 2>/dev/null | head -c "$__ln"',
+        "  fi",
+        "fi",
+    ],
+)
+
+
 # A stage's snippet is the same check after check while its log stands still (and a batch
 # builds one per stage): built once per (path, inode, size, stamp, resume offset).
 @functools.lru_cache(maxsize=16384)
 def _snippet_lines(
     path: str, t: int, inode: int | None, size: int, scanned: str | None, resume: int | None
 ) -> tuple[str, ...]:
-    log = shlex.quote(path)
-    lines = [
-        "sec log_stat",
-        # %.9Y: the mtime to the nanosecond where stat can (a stat without precisions
-        # prints the whole seconds again); read in _parse_log_stat.
-        f"st=$(stat -L -c '{STAT_FORMAT}' -- {log} 2>&1 | head -c 4096); printf '%s\\n' \"$st\"",
-        "set -f; set -- $st; set +f",
-        'if [ "$7" = regular ] && isnum "$1" && isnum "$2"; then',
-        # f: the offset the read begins at (0-based): the last tail_bytes, or where the last
-        # check left off when the same file grew since (see resume_at).
-        f"  f=$(($2 > {t} ? $2 - {t} : 0))",
+    known = inode is not None
+    n = min(size, FINGERPRINT_BYTES) if known and size > 0 else None
+    words = [
+        shlex.quote(path),
+        str(int(t)),
+        str(int(inode)) if known else "-",
+        str(int(size)),
+        str(int(resume)) if known and resume is not None else "-",
+        str(int(size - n)) if n is not None else "-",
+        str(int(n)) if n is not None else "-",
     ]
-    if inode is not None and resume is not None:
-        lines.append(f'  [ "$1" = {int(inode)} ] && [ "$2" -gt {int(size)} ] && [ {int(resume)} -gt $f ] &&')
-        lines.append(f"    f={int(resume)}")
-    lines += [
-        "  sec log_from",
-        '  echo "$f"',
-        "  sec log_tail",
-        f"  tail -c +$((f + 1)) -- {log} 2>/dev/null | head -c $(($2 - f))",
-    ]
-    if inode is not None and size > 0:
-        n = min(size, FINGERPRINT_BYTES)
-        start = size - n
-        lines += [
-            # Read apart only when the tail begins after them (see _previous_bytes).
-            f'  if [ "$1" = {int(inode)} ] && [ "$2" -ge {int(size)} ] && [ "$f" -gt {start} ]; then',
-            "    sec log_prev",
-            f"    tail -c +{start + 1} -- {log} 2>/dev/null | head -c {n}",
-            "  fi",
-        ]
-    lines.append("fi")
-    if scanned is not None:
-        lines = [
-            stat_request(path),
-            f"if {unchanged(path, scanned)}; then sec log_same; else",
-            *(f"  {x}" for x in lines),
-            "fi",
-        ]
-    return tuple(lines)
+    call = "__cc_log " + " ".join(words)
+    if scanned is None:
+        return (_READ_LOG, call)
+    return (
+        _READ_LOG,
+        stat_request(path),
+        f"if {unchanged(path, scanned)}; then sec log_same; else",
+        f"  {call}",
+        "fi",
+    )
 
 
 def _previous_bytes(memory: LogMemory, st: _LogStat, tail: bytes | None, prev: bytes | None) -> bytes | None:
