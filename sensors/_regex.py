@@ -197,6 +197,29 @@ class UserRegex:
                 return m
         return None
 
+    def named_groups(self, text: str) -> tuple[str, dict[str, str | None]] | None:
+        """The first match in ``text`` and its named groups (``Match.group(0)`` and
+        ``Match.groupdict()``), or None: under RE2 without building a match object (the
+        binding's ``groupdict`` cost more than the search itself)."""
+        raw = getattr(self._compiled, "_regexp", None) if self.engine == "re2" and _RAW_MATCH else None
+        if raw is None:
+            m = self.search(text)
+            return None if m is None else (m.group(0), m.groupdict())
+        data = to_utf8(text)
+        spans = raw.Match(_UNANCHORED, data, 0, len(data))
+        if spans[0] == _NULL_SPAN:
+            return None
+
+        def text_of(span: tuple[int, int]) -> str | None:
+            return None if span == _NULL_SPAN else data[span[0] : span[1]].decode("utf-8", "replace")
+
+        return text_of(spans[0]) or "", {name: text_of(spans[i]) for name, i in self._group_names}
+
+    @functools.cached_property
+    def _group_names(self) -> tuple[tuple[str, int], ...]:
+        """The named groups with their numbers, in the pattern's order (as ``groupdict``)."""
+        return tuple(sorted(self._compiled.groupindex.items(), key=lambda item: item[1]))
+
     def found(self, text: str, utf8: bytes | None = None) -> bool:
         """Whether :meth:`search` finds a match in ``text``, without building the match.
 

@@ -203,3 +203,24 @@ def test_a_process_table_is_searched_once_per_pattern_and_answers_as_every_line_
     assert [pid for pid, _, _ in table.holding(b"simjob-1")] == [100, 101]
     assert [pid for pid, _, _ in table.holding(b"x" * 10)] == [105]
     assert table.holding(b"nowhere") == []
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text"),
+    [
+        (r"\[(?P<done>\d+)/(?P<total>\d+)\]", "epoch 3 [12/500] loss 0.1"),
+        (r"(?P<done>\d+)/(?P<total>\d+)(?: \((?P<eta>[^)]*)\))?", "step 7/9"),  # a group not taken
+        (r"(?P<done>\d+)/(?P<total>\d+)(?: \((?P<eta>[^)]*)\))?", "step 7/9 (ETA 0 minutes)"),
+        (r"étape (?P<n>\d+) — (?P<what>\w+)", "x étape 42 — extraction ünd more"),  # UTF-8 offsets
+        (r"ETA \d+ minutes", "ETA 0 minutes"),  # no named group
+        (r"(?P<a>x)|(?P<b>y)", "zzy"),
+        (r"(?P<done>\d+)/(?P<total>\d+)", "no progress here"),
+        (r"(?<=\[)(?P<done>\d+)", "[5/6]"),  # lookbehind: the re fallback
+        (r"(?P<n>\d+)", "lone \udcff surrogate 12"),
+    ],
+)
+def test_named_groups_are_what_re_finds(pattern: str, text: str) -> None:
+    rx = compile_user_regex(pattern)
+    m = re.search(pattern, text.encode("utf-8", "replace").decode("utf-8"))
+    expected = None if m is None else (m.group(0), m.groupdict())
+    assert rx.named_groups(text) == expected

@@ -739,15 +739,15 @@ def _progress_of(spec: LogSpec, flat: str) -> dict[str, object] | None:
         start = flat.rfind("\n", 0, end) + 1
         seg = flat[start:end]
         end = start - 1
-        m = progress_rx.search(seg)
-        if m:
-            groups = m.groupdict()
+        found = progress_rx.named_groups(seg)
+        if found is not None:
+            whole, groups = found
             progress: dict[str, object] = {
                 "line": seg.strip()[:200],
                 **{k: _num(v) for k, v in groups.items() if v is not None},
             }
             if not groups:
-                progress["match"] = m.group(0)[:200]
+                progress["match"] = whole[:200]
             return progress
     return None
 
