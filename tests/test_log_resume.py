@@ -210,3 +210,20 @@ def test_reading_what_was_appended_tells_what_reading_the_whole_tail_does(
             a = b
         assert _comparable(a) == _comparable(b), f"step {step}: {log.read_bytes()[-300:]!r}"
     assert resumed > 20  # the resumed read was taken, not the whole tail every time
+
+
+@pytest.mark.parametrize(
+    ("progress", "expected"),
+    [
+        (r"\[(?P<done>\d+)/(?P<total>\d+)\]", {"line": "[2/3] two", "done": 2, "total": 3}),
+        # A pattern that matches an empty line matches the empty one after the last newline.
+        (r"(?P<n>\d*)", {"line": "", "n": ""}),
+    ],
+)
+def test_progress_is_the_last_line_the_pattern_finds(tmp_path, progress, expected) -> None:
+    log = tmp_path / "job.log"
+    log.write_text("[1/3] one\n[2/3] two\n")
+    stage = _stage(log)
+    stage["log"]["progress"] = progress
+    reading = Checker(stage_from_dict(stage), host=LocalHost(), since="1h").check().readings["log"]
+    assert reading.evidence["progress"] == expected

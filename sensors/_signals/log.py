@@ -31,7 +31,7 @@ from sensors._probe import (
     stat_request,
     unchanged,
 )
-from sensors._regex import compile_user_regex
+from sensors._regex import UserRegex, compile_user_regex
 from sensors._run import FINGERPRINT_BYTES, Run
 from sensors._schema import AbsPath, Regex, Section
 from sensors._signals.base import CheckFacts, ProbeInputs, Signal, evolve
@@ -717,7 +717,18 @@ def _may_match(pattern: str | None, flat: str) -> bool:
         return False
     if "\\A" in pattern or "\\Z" in pattern:
         return True
-    return compile_user_regex(pattern, multiline=True).found(flat)
+    return _multiline(pattern).found(flat)
+
+
+@functools.lru_cache(maxsize=8192)
+def _multiline(pattern: str) -> UserRegex:
+    return compile_user_regex(pattern, multiline=True)
+
+
+@functools.lru_cache(maxsize=8192)
+def _matches_nothing(pattern: str) -> bool:
+    """Whether ``pattern`` finds nothing in an empty line (then an empty one is skipped)."""
+    return compile_user_regex(pattern).named_groups("") is None
 
 
 #: Lines read from the end for a progress line before the whole tail is searched at once.
@@ -739,6 +750,8 @@ def _progress_of(spec: LogSpec, flat: str) -> dict[str, object] | None:
         start = flat.rfind("\n", 0, end) + 1
         seg = flat[start:end]
         end = start - 1
+        if not seg and _matches_nothing(spec.progress):
+            continue  # the empty line after the tail's last newline, most checks
         found = progress_rx.named_groups(seg)
         if found is not None:
             whole, groups = found
