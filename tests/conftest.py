@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterator
 
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
@@ -12,6 +14,7 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 import pytest
 
 from sensors import LocalHost
+from sensors._probe import split_sections
 from tests.sshd import ssh_spec, sshd_private, sshd_server  # noqa: F401  (shared fixtures)
 
 
@@ -50,3 +53,25 @@ def _state_store_per_test(tmp_path_factory, monkeypatch):
     """Each test its own state store (the CLI and Prefect tasks keep one by default): no
     test restores another's memory, and nothing is written to ~/.local/state."""
     monkeypatch.setenv("CROSSCHECK_STATE", str(tmp_path_factory.mktemp("state") / "state.db"))
+
+
+_NONCE = re.compile(rb"^N=([0-9a-f]+)$", re.MULTILINE)
+
+
+@pytest.fixture
+def answers(host) -> Iterator[list[dict[str, bytes]]]:
+    """Each probe's answer on ``host``, in order: its sections by name, split as a check
+    splits them (``host.run_script`` wrapped for the test)."""
+    recorded: list[dict[str, bytes]] = []
+    run_script = host.run_script
+
+    def recording(script: bytes, *, timeout: float) -> bytes:
+        out = run_script(script, timeout=timeout)
+        nonce = _NONCE.search(script)
+        assert nonce is not None, "a probe script sets its nonce"
+        recorded.append(split_sections(out, nonce.group(1).decode()))
+        return out
+
+    host.run_script = recording
+    yield recorded
+    del host.run_script

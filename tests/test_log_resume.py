@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,25 +23,10 @@ from sensors import Checker, Says, stage_from_dict
 from sensors._hosts import LocalHost
 from sensors._signals import log as log_signal
 
-_SECTION = re.compile(rb"\n?@@crosscheck [0-9a-f]+ (\S+)\n")
 
-
-@pytest.fixture
-def tails(host) -> Iterator[list[int | None]]:
-    """The size of each probe's ``log_tail`` section on ``host`` (None: not read), in order."""
-    sizes: list[int | None] = []
-    run_script = host.run_script
-
-    def recorded(script: bytes, *, timeout: float) -> bytes:
-        out = run_script(script, timeout=timeout)
-        pieces = _SECTION.split(out)
-        bodies = dict(zip(pieces[1::2], pieces[2::2], strict=True))
-        sizes.append(len(bodies[b"log_tail"]) if b"log_tail" in bodies else None)
-        return out
-
-    host.run_script = recorded
-    yield sizes
-    del host.run_script
+def _read(answer: dict[str, bytes]) -> int | None:
+    """How much of the log a probe read (None: none)."""
+    return len(answer["log_tail"]) if "log_tail" in answer else None
 
 
 def _stage(log: Path, tail_bytes: int = 256 * 1024) -> dict:
@@ -58,20 +42,20 @@ def _append(log: Path, text: str) -> None:
         f.write(text)
 
 
-def test_a_growing_log_costs_what_was_appended_not_its_tail(tmp_path, host, tails) -> None:
+def test_a_growing_log_costs_what_was_appended_not_its_tail(tmp_path, host, answers) -> None:
     log = tmp_path / "job.log"
     log.write_text("".join(f"[{k}/9000] step {k} loss 0.{k:04d}\n" for k in range(1, 9000)))
     size = log.stat().st_size
     assert size > 256 * 1024
     checker = Checker(stage_from_dict(_stage(log)), host=host, since="1h")
     first = checker.check()
-    assert tails[-1] == 256 * 1024  # the first read: the whole tail
+    assert _read(answers[-1]) == 256 * 1024  # the first read: the whole tail
     assert first.readings["log"].evidence["progress"]["done"] == 8999
     line = "[9000/9000] step 9000 loss 0.9000\n"
     _append(log, line)
     grown = checker.check()
     # The last line again (read whole: it may have been partial), and what was appended.
-    assert tails[-1] is not None and tails[-1] < 200, tails
+    assert _read(answers[-1]) is not None and _read(answers[-1]) < 200, [_read(a) for a in answers]
     reading = grown.readings["log"]
     assert reading.says is Says.WORKING, reading.detail
     assert reading.evidence["progress"]["done"] == 9000
@@ -79,13 +63,13 @@ def test_a_growing_log_costs_what_was_appended_not_its_tail(tmp_path, host, tail
     assert reading.evidence["size"] == size + len(line)
     _append(log, "done\n")
     done = checker.check()
-    assert tails[-1] is not None and tails[-1] < 200, tails
+    assert _read(answers[-1]) is not None and _read(answers[-1]) < 200, [_read(a) for a in answers]
     assert done.readings["log"].says is Says.DONE, done.readings["log"].detail
     assert done.readings["log"].evidence["complete_line"] == "done"
     assert done.readings["log"].evidence["progress"]["done"] == 9000  # kept from the last scan
 
 
-def test_a_completion_line_written_in_two_pieces_counts_once_whole(tmp_path, host, tails) -> None:
+def test_a_completion_line_written_in_two_pieces_counts_once_whole(tmp_path, host, answers) -> None:
     log = tmp_path / "job.log"
     log.write_text("".join(f"[{k}/90] step\n" for k in range(1, 90)))
     checker = Checker(stage_from_dict(_stage(log)), host=host, since="1h")
@@ -99,10 +83,12 @@ def test_a_completion_line_written_in_two_pieces_counts_once_whole(tmp_path, hos
     assert whole.readings["log"].says is Says.DONE, whole.readings["log"].detail
     assert whole.readings["log"].evidence["partial_last_line"] is False
     # From the last bytes before the last end (a rewrite would show), not the whole file.
-    assert tails[-1] is not None and tails[-1] <= 1 + 64 + len("ne\n"), tails
+    assert _read(answers[-1]) is not None and _read(answers[-1]) <= 1 + 64 + len("ne\n"), [
+        _read(a) for a in answers
+    ]
 
 
-def test_blank_lines_appended_keep_the_last_line_with_text(tmp_path, host, tails) -> None:
+def test_blank_lines_appended_keep_the_last_line_with_text(tmp_path, host, answers) -> None:
     log = tmp_path / "job.log"
     log.write_text("".join(f"[{k}/90] step\n" for k in range(1, 90)))
     checker = Checker(stage_from_dict(_stage(log)), host=host, since="1h")
@@ -110,7 +96,7 @@ def test_blank_lines_appended_keep_the_last_line_with_text(tmp_path, host, tails
     for _ in range(2):  # the second read holds nothing but blanks
         _append(log, "   \n" * 40)
         blank = checker.check().readings["log"]
-        assert tails[-1] is not None and tails[-1] < 300, tails
+        assert _read(answers[-1]) is not None and _read(answers[-1]) < 300, [_read(a) for a in answers]
         assert blank.evidence["last_line"] == "[89/90] step", blank.evidence
         assert blank.evidence["progress"]["done"] == 89
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,25 +21,6 @@ from sensors._probe import settled, shared_stats
 
 #: Longer than the moment a stamp needs to be trusted (sensors._probe._SETTLED_FINE).
 SETTLE = 0.3
-
-
-@pytest.fixture
-def seen(host) -> Iterator[list[set[str]]]:
-    """The section names of each probe's answer on ``host``, in order (its run_script
-    wrapped for the test)."""
-    names: list[set[str]] = []
-    run_script = host.run_script
-
-    def sections(script: bytes, *, timeout: float) -> bytes:
-        out = run_script(script, timeout=timeout)
-        text = out.decode("utf-8", "replace").splitlines()
-        found = {line.split()[-1] for line in text if line.startswith("@@crosscheck ")}
-        names.append({name.split(".", 1)[-1] for name in found})
-        return out
-
-    host.run_script = sections
-    yield names
-    del host.run_script
 
 
 # --------------------------------------------------------------------------- the shared stat's lines
@@ -104,14 +84,14 @@ def _log_stage(log: Path, name: str = "idle") -> dict:
     }  # fmt: skip
 
 
-def test_an_idle_log_is_not_read_again_and_a_changed_one_is(tmp_path, host, seen) -> None:
+def test_an_idle_log_is_not_read_again_and_a_changed_one_is(tmp_path, host, answers) -> None:
     log = tmp_path / "job.log"
     log.write_text("[1/3] one\nCUDA warning: ok\n")
     checker = Checker(stage_from_dict(_log_stage(log)), host=host, since="1h")
     time.sleep(SETTLE)
     first, second = checker.check(), checker.check()
-    assert "log_tail" in seen[0] and "stats" not in seen[0]
-    assert "log_same" in seen[1] and not {"log_stat", "log_tail", "log_prev"} & seen[1]
+    assert "log_tail" in answers[0] and "stats" not in answers[0]
+    assert "log_same" in answers[1] and not {"log_stat", "log_tail", "log_prev"} & answers[1].keys()
     for key in ("last_line", "progress", "size", "inode", "mtime", "complete_line", "error_line"):
         assert second.readings["log"].evidence[key] == first.readings["log"].evidence[key], key
     assert second.readings["log"].says is Says.WORKING
@@ -125,16 +105,16 @@ def test_an_idle_log_is_not_read_again_and_a_changed_one_is(tmp_path, host, seen
         f.write("Traceback (most recent call last):\n")
     failed = checker.check()
     assert failed.readings["log"].says is Says.FAILED, failed.readings["log"].detail
-    assert "log_tail" in seen[-1] and "log_prev" not in seen[-1] and "log_same" not in seen[-1]
+    assert "log_tail" in answers[-1] and "log_prev" not in answers[-1] and "log_same" not in answers[-1]
     # Written in the moment before that check: its stamp was not trusted, read again;
     # a moment later the stamp read is, and the next check reads nothing.
     checker.check()
-    assert "log_tail" in seen[-1]
+    assert "log_tail" in answers[-1]
     time.sleep(SETTLE)
     checker.check()
-    assert "log_tail" in seen[-1]
+    assert "log_tail" in answers[-1]
     checker.check()
-    assert "log_same" in seen[-1]
+    assert "log_same" in answers[-1]
 
     # The same size, other bytes, the mtime set back: the ctime moved, so it is read and
     # found rewritten (an earlier watch could take the same stat for the same bytes).
@@ -143,12 +123,12 @@ def test_an_idle_log_is_not_read_again_and_a_changed_one_is(tmp_path, host, seen
     os.utime(log, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert (log.stat().st_size, log.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
     rewritten = checker.check()
-    assert "log_tail" in seen[-1] and "log_same" not in seen[-1]
+    assert "log_tail" in answers[-1] and "log_same" not in answers[-1]
     assert rewritten.readings["log"].evidence.get("rewritten") is True
     assert rewritten.readings["log"].says is not Says.FAILED, rewritten.readings["log"].detail
 
 
-def test_a_log_rewritten_and_regrown_past_its_old_end_is_seen_from_the_tail(tmp_path, host, seen) -> None:
+def test_a_log_rewritten_and_regrown_past_its_old_end_is_seen_from_the_tail(tmp_path, host, answers) -> None:
     """The bytes before the last end are read apart only when the tail does not hold them;
     from the tail they still show a file truncated and written again, longer."""
     log = tmp_path / "job.log"
@@ -157,7 +137,7 @@ def test_a_log_rewritten_and_regrown_past_its_old_end_is_seen_from_the_tail(tmp_
     checker.check()
     log.write_text("".join(f"[{k}/50] other\n" for k in range(1, 21)))  # same inode, longer
     again = checker.check()
-    assert "log_prev" not in seen[-1] and "log_tail" in seen[-1]
+    assert "log_prev" not in answers[-1] and "log_tail" in answers[-1]
     assert again.readings["log"].evidence.get("rewritten") is True, again.readings["log"].evidence
     # Read from the last end (it grew): what is before it was not read, and is new too.
     assert again.readings["log"].says is Says.UNKNOWN and "read whole" in again.readings["log"].detail
@@ -168,13 +148,13 @@ def test_a_log_rewritten_and_regrown_past_its_old_end_is_seen_from_the_tail(tmp_
     with log.open("a") as f:
         f.write("x" * 300_000 + "\n")
     grown = checker.check()
-    assert "log_prev" in seen[-1] and "rewritten" not in grown.readings["log"].evidence
+    assert "log_prev" in answers[-1] and "rewritten" not in grown.readings["log"].evidence
 
 
 # --------------------------------------------------------------------------- the outputs
 
 
-def test_an_output_directory_nobody_added_to_is_not_listed_again(tmp_path, host, seen) -> None:
+def test_an_output_directory_nobody_added_to_is_not_listed_again(tmp_path, host, answers) -> None:
     out = tmp_path / "out"
     out.mkdir()
     for k in range(3):
@@ -186,34 +166,34 @@ def test_an_output_directory_nobody_added_to_is_not_listed_again(tmp_path, host,
     checker = Checker(stage, host=host)
     time.sleep(SETTLE)
     first, second = checker.check(), checker.check()
-    assert "outputs" in seen[0] and "outputs_same" in seen[1] and "outputs" not in seen[1]
+    assert "outputs" in answers[0] and "outputs_same" in answers[1] and "outputs" not in answers[1]
     assert first.readings["outputs"].evidence["count"] == second.readings["outputs"].evidence["count"] == 3
     assert second.readings["outputs"].detail == "3/5 outputs"
 
     # A file written in place adds no entry: the count it cannot change stands.
     (out / "part-0.pt").write_bytes(b"xy")
     time.sleep(SETTLE)
-    assert checker.check().readings["outputs"].evidence["count"] == 3 and "outputs_same" in seen[-1]
+    assert checker.check().readings["outputs"].evidence["count"] == 3 and "outputs_same" in answers[-1]
 
     (out / "part-3.pt").write_bytes(b"x")
     (out / "part-4.tmp").write_bytes(b"x")
-    assert checker.check().readings["outputs"].evidence["count"] == 4 and "outputs" in seen[-1]
+    assert checker.check().readings["outputs"].evidence["count"] == 4 and "outputs" in answers[-1]
     os.rename(out / "part-4.tmp", out / "part-4.pt")
     time.sleep(SETTLE)
     at = checker.check()
-    assert at.readings["outputs"].evidence["count"] == 5 and "outputs" in seen[-1]
+    assert at.readings["outputs"].evidence["count"] == 5 and "outputs" in answers[-1]
     # At the expected number the count may decide completion: listed every check.
     for _ in range(2):
         time.sleep(SETTLE)
         done = checker.check()
-        assert "outputs" in seen[-1] and "outputs_same" not in seen[-1]
+        assert "outputs" in answers[-1] and "outputs_same" not in answers[-1]
     assert done.readings["outputs"].says is Says.DONE
     # An entry removed from a directory below the number is seen at once, too.
     os.unlink(out / "part-4.pt")
     assert checker.check().readings["outputs"].evidence["count"] == 4
 
 
-def test_a_jsonl_file_nobody_wrote_to_is_not_counted_again(tmp_path, host, seen) -> None:
+def test_a_jsonl_file_nobody_wrote_to_is_not_counted_again(tmp_path, host, answers) -> None:
     records = tmp_path / "records.jsonl"
     records.write_text("".join(json.dumps({"i": k}) + "\n" for k in range(4)))
     stage = stage_from_dict({
@@ -222,19 +202,19 @@ def test_a_jsonl_file_nobody_wrote_to_is_not_counted_again(tmp_path, host, seen)
     checker = Checker(stage, host=host)
     time.sleep(SETTLE)
     first, second = checker.check(), checker.check()
-    assert "lines" in seen[0] and "outputs_same" in seen[1] and "lines" not in seen[1]
+    assert "lines" in answers[0] and "outputs_same" in answers[1] and "lines" not in answers[1]
     for key in ("count", "size", "partial_record"):
         assert first.readings["outputs"].evidence[key] == second.readings["outputs"].evidence[key], key
     with records.open("a") as f:
         f.write('{"i": 4}\n{"i": 5')
     grown = checker.check()
-    assert "lines" in seen[-1] and grown.readings["outputs"].evidence["count"] == 5
+    assert "lines" in answers[-1] and grown.readings["outputs"].evidence["count"] == 5
     assert grown.readings["outputs"].evidence["partial_record"] is True
     time.sleep(SETTLE)
     checker.check()
     time.sleep(SETTLE)
     kept = checker.check()
-    assert "outputs_same" in seen[-1] and kept.readings["outputs"].evidence["partial_record"] is True
+    assert "outputs_same" in answers[-1] and kept.readings["outputs"].evidence["partial_record"] is True
     assert kept.readings["outputs"].evidence["count"] == 5
 
 
