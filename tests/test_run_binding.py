@@ -544,3 +544,27 @@ def test_the_logs_mtime_is_as_exact_as_stat_gives_it(line: bytes, written: float
         _parse_log_stat(b"12 345 1796109031 0 1796109031.5 1796109031.5 fifo", "/x.log")
         == "log is not a regular file: fifo (/x.log)"
     )
+
+
+@pytest.mark.parametrize(
+    ("source", "after", "uncertain"),
+    [
+        ("process", 0.004, True),  # read from /proc a tick after the check that bound the log
+        ("process", 0.9, True),
+        ("process", 5.0, False),  # clearly after: what the log held then is older
+        ("since", 0.004, False),  # a start given by the user is exact
+    ],
+)
+def test_a_run_start_a_tick_after_the_binding_check_is_not_after_it(source, after, uncertain) -> None:
+    from sensors._run import Run
+    from sensors._signals.log import LogMemory, _bound, _parse_log_stat
+
+    bound_at = 1_000_000.0
+    memory = LogMemory(
+        inode=7, size=10, run_from=10, before_uncertain=True, bound_by="process", bound_at=bound_at
+    )
+    st = _parse_log_stat(b"7 10 999000 0 999000.5 999000.5 regular file", "/j.log")
+    assert not isinstance(st, str)
+    run = Run(source=source, started_at=bound_at + after)
+    kept, change = _bound(memory, st, None, run, bound_at + 10, unchanged=True)
+    assert change is None and kept.before_uncertain is uncertain

@@ -325,6 +325,10 @@ def _bind(memory: LogMemory, st: _LogStat, run: Run | None, now: float) -> LogMe
 _PROCESS_START_SLACK = 1.0
 
 
+def _start_slack(source: str) -> float:
+    return 0.0 if source == "since" else _PROCESS_START_SLACK
+
+
 def _last_write(written: float, resolution: float, started: float, source: str) -> str:
     """Whether the log was last written before the run began, after it, or too near to tell.
 
@@ -334,7 +338,7 @@ def _last_write(written: float, resolution: float, started: float, source: str) 
     between it could be either (a re-run started a moment after the last run's completion
     line, or a fast job that wrote its own before this watch first looked).
     """
-    slack = 0.0 if source == "since" else _PROCESS_START_SLACK
+    slack = _start_slack(source)
     if written + resolution <= started - slack:
         return "before"
     if written >= started + slack:
@@ -381,9 +385,11 @@ def _bound(
         and run is not None
         and run.started_at
         and memory.bound_at
-        and run.started_at >= memory.bound_at
+        and run.started_at >= memory.bound_at + _start_slack(run.source)
     ):
-        # The run began after this watch first read the log: what was there is older.
+        # The run began after this watch first read the log: what was there is older. A
+        # start read from /proc is known to a clock tick and rounded: one found alive at the
+        # check that bound the log can read a few ms after it, and did not begin after it.
         memory = replace(memory, before_uncertain=False, last_write_unclear=False)
     return memory, change
 
