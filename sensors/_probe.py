@@ -106,9 +106,10 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
 # comment line the frame gathers) and tests it with ``unchanged(path, stamp)``; its reader
 # finds the line in the ``stats`` section (``shared_stats``).
 
-#: One file's line: inode, size, mtime (s), birth, mtime and ctime to the nanosecond, type.
-#: The ctime changes with every write and every ``touch``: it cannot be set back.
-STAT_FORMAT = "%i %s %Y %W %.9Y %.9Z %F"
+#: One file's line: inode, size, mtime (s), birth, mtime and ctime to the nanosecond, type
+#: (a birth the filesystem does not keep prints as 0). The ctime changes with every write
+#: and every ``touch``: it cannot be set back.
+STAT_FORMAT = "%i %s %Y %.9W %.9Y %.9Z %F"
 _STAT_REQUEST = "#@stat "
 _STAT_CHUNK = 200  # paths per stat process (each at most PATH_MAX: far below ARG_MAX)
 #: The file types GNU stat's %F prints (the last field; it has spaces, the name follows).

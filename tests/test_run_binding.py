@@ -131,6 +131,27 @@ def test_given_since_a_stage_that_finished_before_the_watch_completes_at_once(tm
     assert late.last is not None and late.last.readings["log"].says is Says.WORKING
 
 
+@pytest.mark.parametrize(("scenario", "state"), [("crash", State.FAILED), ("complete", State.COMPLETE)])
+def test_a_start_given_to_the_moment_ties_a_log_born_just_after_it(tmp_path, host, scenario, state) -> None:
+    """A launcher that notes the time, starts the job (whose log is born 50 ms later) and
+    watches only after the job ended: the log was born after the given start, so all of it is
+    this run's, though born in the same second (a birth read to the second could not show it).
+    Not a few ms later: file times come from the kernel's coarse clock, up to a tick (1-10 ms)
+    behind the clock the start was read from, so a birth in the start's tick is not after it."""
+    job = SimulatedJob(tmp_path, scenario=scenario, total=4, step=0.01)
+    started = time.time()
+    time.sleep(0.05)
+    job.start()
+    job.wait(30)
+    stage = stage_from_dict(job.stage_dict(interval="100ms", exit_grace="100ms"))
+    checker = Checker(stage, host=host, since=started)
+    states = [checker.check().state for _ in range(4)]
+    assert states[-1] is state, checker.last.reasons if checker.last else None
+    # The same log, with a start given after its last write: its lines are an earlier run's.
+    later = Checker(stage, host=host, since=job.log_path.stat().st_mtime + 1)
+    assert state not in [later.check().state for _ in range(4)]
+
+
 def test_cli_status_and_wait_since(tmp_path) -> None:
     first = _finished_run(tmp_path)
     path = first.write_stage(tmp_path / "s.yaml", exit_grace="100ms")  # settle 2
@@ -544,6 +565,31 @@ def test_the_logs_mtime_is_as_exact_as_stat_gives_it(line: bytes, written: float
         _parse_log_stat(b"12 345 1796109031 0 1796109031.5 1796109031.5 fifo", "/x.log")
         == "log is not a regular file: fifo (/x.log)"
     )
+
+
+@pytest.mark.parametrize(
+    ("birth", "source", "started", "whole"),
+    [
+        ("1000.004000000", "since", 1000.0, True),  # born 4 ms after a start given exactly
+        ("1000.000000000", "since", 1000.0, True),
+        ("999.996000000", "since", 1000.0, False),  # a tick before: it may hold older lines
+        ("1000", "since", 999.5, True),  # whole seconds: the birth is at 1000 or later
+        ("1000", "since", 1000.5, False),
+        ("1000.500000000", "process", 1000.0, False),  # a start from /proc is known to 1 s
+        ("1001.200000000", "process", 1000.0, True),
+        ("0", "since", 1.0, False),  # no birth kept (the filesystem has none)
+        ("-", "since", 1.0, False),
+    ],
+)
+def test_a_log_born_after_the_runs_start_is_all_this_runs(birth, source, started, whole) -> None:
+    from sensors._run import Run
+    from sensors._signals.log import LogMemory, _bind, _parse_log_stat
+
+    st = _parse_log_stat(f"7 10 2000 {birth} 2000.5 2000.5 regular file".encode(), "/j.log")
+    assert not isinstance(st, str), st
+    bound = _bind(LogMemory(), st, Run(source=source, started_at=started), 2001.0)
+    assert (bound.run_from == 0) is whole, bound
+    assert bound.bound_by == source
 
 
 @pytest.mark.parametrize(

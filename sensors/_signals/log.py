@@ -242,7 +242,7 @@ class _LogStat:
     inode: int
     size: int
     mtime: int  # whole seconds (rounded down)
-    birth: int  # 0: unknown (the filesystem or stat keeps none)
+    birth: float  # a lower bound of the file's birth; 0: unknown (the filesystem keeps none)
     written: float  # the mtime as exactly as stat gave it
     resolution: float  # the last write happened in [written, written + resolution)
     stamp: str  # the line stat printed (see sensors._probe.STAT_FORMAT)
@@ -259,7 +259,7 @@ def _parse_log_stat(raw: bytes, path: str) -> _LogStat | str:
     try:
         mtime = int(parts[2])
         written, resolution = _precise(parts[4], mtime)
-        st = _LogStat(int(parts[0]), int(parts[1]), mtime, _int_or_zero(parts[3]), written, resolution, text)
+        st = _LogStat(int(parts[0]), int(parts[1]), mtime, _birth(parts[3]), written, resolution, text)
     except (ValueError, IndexError):
         why = text.splitlines()[-1:] or ["no answer"]
         return f"log unreadable: {why[0][:200]}"
@@ -292,11 +292,12 @@ def _precise(value: str, whole: int) -> tuple[float, float]:
     return seconds, _TIMESTAMP_TICK
 
 
-def _int_or_zero(value: str) -> int:
+def _birth(value: str) -> float:
+    """The birth stat printed (to the nanosecond, or whole seconds), 0 when unknown."""
     try:
-        return max(int(value), 0)
+        return max(float(value), 0.0)
     except ValueError:
-        return 0
+        return 0.0
 
 
 def _bind(memory: LogMemory, st: _LogStat, run: Run | None, now: float) -> LogMemory:
@@ -307,7 +308,9 @@ def _bind(memory: LogMemory, st: _LogStat, run: Run | None, now: float) -> LogMe
     if run is None or run.source not in ("since", "process") or run.started_at is None:
         # No run start: only what is written while this watch looks is this run's.
         return replace(base, run_from=st.size, before_uncertain=True, bound_by="watch")
-    if st.birth and st.birth >= run.started_at + 1:
+    if st.birth and st.birth >= run.started_at + _start_slack(run.source):
+        # Born after the run began: all of it is this run's. The birth is never later than
+        # the truth (whole seconds rounded down, or the kernel's coarse clock, which lags).
         return replace(base, run_from=0, bound_by=run.source)
     when = _last_write(st.written, st.resolution, run.started_at, run.source)
     return replace(
