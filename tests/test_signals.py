@@ -719,3 +719,37 @@ def test_a_helper_function_is_defined_once_per_probe_however_many_stages_call_it
         helper("__cc_log", ["echo another"])
     with pytest.raises(ValueError, match="helper names"):
         helper("rm -rf", ["true"])
+
+
+def test_a_stage_whose_job_is_not_running_keeps_the_memory_remember_would_make() -> None:
+    """No process is the job: the memory kept as it is (the shortcut) equals what
+    ``_remember`` makes, for every memory it is taken for and those it is not."""
+    import uuid
+
+    from sensors._check import probe_script
+    from sensors._hosts.local import LocalHost
+    from sensors._probe import new_nonce, parse_meta, split_sections
+    from sensors._signals import process as P
+
+    stage = stage_from_dict(
+        {"stage": "x", "host": "local", "process": {"match": f"--tag none-{uuid.uuid4().hex}"}}
+    )
+    assert stage.process is not None
+    nonce = new_nonce()
+    sections = split_sections(LocalHost().run_script(probe_script(stage, nonce), timeout=30), nonce)
+    meta = parse_meta(sections["meta"])
+    table = P._ProcessTable.parse(sections, nonce)
+    assert not isinstance(table, str) and meta.boot_id
+    gone = {"pid": 5, "cpu_seconds": 1.0, "at": 1.0}
+    kept = [P.ProcessMemory(boot_id=meta.boot_id), P.ProcessMemory(meta.boot_id, {}, (5,), gone)]
+    remade = [
+        P.ProcessMemory(),  # the first check
+        P.ProcessMemory(boot_id="another boot"),
+        P.ProcessMemory(meta.boot_id, {2**22 + 7: 1}),  # an identity that no longer holds
+        P.ProcessMemory(meta.boot_id, job_pids=(2**22 + 7,)),
+    ]
+    for memory in kept + remade:
+        reading, new, pids = P.read_process(stage.process, sections, meta, memory, host="local", nonce=nonce)
+        assert reading.says is Says.DONE and pids == frozenset(), reading.detail
+        assert new == P._remember(stage.process, memory, P._NO_JOB, table, meta), memory
+        assert (new is memory) is (memory in kept), memory

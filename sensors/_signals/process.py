@@ -443,7 +443,10 @@ def read_process(
     excluded = _excluded_once(meta, table, exclude_pids)
     boot_changed = memory.boot_id is not None and meta.boot_id != memory.boot_id
     found = _find(spec, table, memory, excluded, boot_changed)
-    processes, alive_pids, missing_stat, started_at = _describe(found.candidates, table, meta)
+    if found.candidates:
+        processes, alive_pids, missing_stat, started_at = _describe(found.candidates, table, meta)
+    else:
+        processes, alive_pids, missing_stat, started_at = [], [], [], None
     if missing_stat:
         return unknown(
             f"process(es) {missing_stat} listed but their /proc stat was unreadable",
@@ -459,7 +462,12 @@ def read_process(
         )
     job = _Job.of(processes, alive_pids, table, sections, meta, started_at)
     evidence = _evidence(spec, found, job, memory, meta, launched_pid)
-    new_memory = _remember(spec, memory, job, table, meta)
+    if job is _NO_JOB and not memory.identities and not memory.job_pids and memory.boot_id == meta.boot_id:
+        # No process and nothing to forget: what _remember would make is this memory (a
+        # stage whose job has not started, or is gone, check after check).
+        new_memory = memory
+    else:
+        new_memory = _remember(spec, memory, job, table, meta)
     if alive_pids:
         detail = _alive_detail(job.main, processes, alive_pids, evidence)
         return Reading("process", Says.WORKING, detail, evidence, meta.now, host), new_memory, job.pids
@@ -496,6 +504,8 @@ class _Job:
         if not alive:
             # No live job (not started, or gone): nothing to sum (most stages of a fleet
             # waiting for their jobs, or finished).
+            if not processes and not sections.get("io"):
+                return _NO_JOB
             io = parse_io(sections.get("io"))
             main = processes[0] if processes else None
             return cls(processes, alive, set(), None, 0 if io else None, main, None)
@@ -508,6 +518,10 @@ class _Job:
         io_bytes = sum(io[p] for p in alive if p in io) if io else None
         main = next((p for p in processes if p["pid"] in alive), processes[0] if processes else None)
         return cls(processes, alive, live_desc, _ticks_to_s(cpu_ticks, meta), io_bytes, main, started_at)
+
+
+#: The job when no process is the job and no I/O was read (shared: never changed).
+_NO_JOB = _Job([], [], set(), None, None, None, None)
 
 
 def _evidence(
