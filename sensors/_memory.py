@@ -21,7 +21,8 @@ import dataclasses
 import enum
 import hashlib
 import json
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -61,7 +62,18 @@ class MemoryFormatError(ValueError):
 
 def dumps(value: Any) -> str:
     """JSON text for a memory (a dataclass, or a mapping of them)."""
-    return json.dumps({"version": VERSION, "memory": _enc(value)}, separators=(",", ":"))
+    outer = getattr(_readings, "seen", None)
+    _readings.seen = {}
+    try:
+        return json.dumps({"version": VERSION, "memory": _enc(value)}, separators=(",", ":"))
+    finally:
+        _readings.seen = outer
+
+
+#: Per thread, while :func:`dumps` runs: each Reading encoded so far, by identity. A
+#: checker's memory holds this check's readings twice (the verdict's memory of them, and the
+#: last verdict): encoded once, written twice. A Reading is frozen, so its encoding stands.
+_readings = threading.local()
 
 
 def loads(text: str) -> Any:
@@ -85,24 +97,84 @@ def loads(text: str) -> Any:
 
 
 def _enc(value: Any) -> Any:
-    if isinstance(value, enum.Enum):
-        return {"@e": type(value).__name__, "v": value.value}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        name = type(value).__name__
+    """``value`` as JSON values, tagged (see the module docstring).
+
+    A memory is saved after every check of every stage: the encoder for each type is looked
+    up by the value's exact type (a dict), not found by a chain of ``isinstance`` checks, and
+    a dataclass's field names are listed once per class.
+    """
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    encode = _ENCODERS.get(kind)
+    if encode is None:
+        encode = _ENCODERS[kind] = _encoder_for(kind)
+    return encode(value)
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+def _enc_all(values: Any) -> list[Any]:
+    return [v if type(v) in _PLAIN else _enc(v) for v in values]
+
+
+def _enc_mapping(value: Mapping[Any, Any]) -> dict[str, Any]:
+    plain = _PLAIN
+    return {
+        "@m": [
+            [k if type(k) in plain else _enc(k), v if type(v) in plain else _enc(v)] for k, v in value.items()
+        ]
+    }
+
+
+def _encoder_for(kind: type) -> Callable[[Any], Any]:
+    """The encoder of one type (the same answers the checks below always gave)."""
+    if issubclass(kind, enum.Enum):
+        name = kind.__name__
+        return lambda value: {"@e": name, "v": value.value}
+    if dataclasses.is_dataclass(kind):
+        name = kind.__name__
         if name not in _TYPES:
             raise TypeError(f"{name} is not a memory type")
-        return {"@dc": name, "f": {f.name: _enc(getattr(value, f.name)) for f in dataclasses.fields(value)}}
-    if isinstance(value, (Mapping, MappingProxyType)):
-        return {"@m": [[_enc(k), _enc(v)] for k, v in value.items()]}
-    if isinstance(value, tuple):
-        return {"@t": [_enc(v) for v in value]}
-    if isinstance(value, (frozenset, set)):
-        return {"@fs": sorted((_enc(v) for v in value), key=repr)}
-    if isinstance(value, list):
-        return [_enc(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    raise TypeError(f"{type(value).__name__} cannot be stored")
+        names = tuple(f.name for f in dataclasses.fields(kind))
+        plain = _PLAIN
+
+        def encode_dataclass(value: Any) -> dict[str, Any]:
+            fields = {}
+            for field_name in names:
+                v = getattr(value, field_name)
+                fields[field_name] = v if type(v) in plain else _enc(v)
+            return {"@dc": name, "f": fields}
+
+        if kind is not Reading:
+            return encode_dataclass
+
+        def encode_reading(value: Reading) -> dict[str, Any]:
+            seen = getattr(_readings, "seen", None)
+            if seen is None:
+                return encode_dataclass(value)
+            hit = seen.get(id(value))
+            if hit is None or hit[0] is not value:
+                # The reading is held with its encoding: its id is not reused meanwhile.
+                hit = seen[id(value)] = (value, encode_dataclass(value))
+            return hit[1]
+
+        return encode_reading
+    if issubclass(kind, (Mapping, MappingProxyType)):
+        return _enc_mapping
+    if issubclass(kind, tuple):
+        return lambda value: {"@t": _enc_all(value)}
+    if issubclass(kind, (frozenset, set)):
+        return lambda value: {"@fs": sorted((_enc(v) for v in value), key=repr)}
+    if issubclass(kind, list):
+        return _enc_all
+    if issubclass(kind, (str, int, float, bool)):
+        return lambda value: value
+    raise TypeError(f"{kind.__name__} cannot be stored")
+
+
+_ENCODERS: dict[type, Callable[[Any], Any]] = {}
 
 
 def _dec(value: Any) -> Any:

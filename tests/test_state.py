@@ -201,6 +201,76 @@ def test_memory_round_trips_and_refuses_foreign_documents() -> None:
             loads(text)
 
 
+def _reference_encoding(value: object) -> object:
+    """The memory's JSON as the module docstring specifies it, written plainly (the
+    encoder dispatches by type for speed; it must say exactly this)."""
+    import dataclasses
+    import enum
+    from collections.abc import Mapping
+
+    if isinstance(value, enum.Enum):
+        return {"@e": type(value).__name__, "v": value.value}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: _reference_encoding(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {"@dc": type(value).__name__, "f": fields}
+    if isinstance(value, Mapping):
+        return {"@m": [[_reference_encoding(k), _reference_encoding(v)] for k, v in value.items()]}
+    if isinstance(value, tuple):
+        return {"@t": [_reference_encoding(v) for v in value]}
+    if isinstance(value, (frozenset, set)):
+        return {"@fs": sorted((_reference_encoding(v) for v in value), key=repr)}
+    if isinstance(value, list):
+        return [_reference_encoding(v) for v in value]
+    assert value is None or isinstance(value, (str, int, float, bool)), value
+    return value
+
+
+def test_a_checkers_memory_is_saved_as_the_format_says(tmp_path) -> None:
+    """Real memories (a running job's, a finished one's, a failed one's), each the same text
+    as the plain reference encoding gives, and read back equal; what is no memory type is
+    refused."""
+    import dataclasses
+
+    from sensors._memory import VERSION
+
+    memories = []
+    for scenario in ("complete", "crash", "stall"):
+        job = SimulatedJob(tmp_path / scenario, scenario=scenario, total=6, step=0.02)
+        job.start()
+        try:
+            checker = Checker(stage_from_dict(job.stage_dict(interval="100ms")), since="1m")
+            for _ in range(4):
+                checker.check()
+                memories.append(checker._saved())
+                time.sleep(0.1)
+        finally:
+            job.stop()
+    names = frozenset(f"stage-{k}" for k in range(12))  # iterated in an order of the hashes
+    memories.append({"sets": {names, (1, "a")}, "says": Says.DONE, 7: [None, 1.5, True], "f": names})
+    for memory in memories:
+        text = dumps(memory)
+        reference = json.dumps(
+            {"version": VERSION, "memory": _reference_encoding(memory)}, separators=(",", ":")
+        )
+        assert text == reference
+        if "last" in memory:
+            again = loads(text)
+            assert again["last"] == memory["last"] and again["verdict"] == memory["verdict"]
+            # The readings are the last verdict's and the verdict memory's: the same, twice.
+            doc = json.loads(text)["memory"]["@m"]
+            last = next(v for k, v in doc if k == "last")
+            previous = next(v for k, v in doc if k == "verdict")["f"]["previous"]
+            assert [r for _, r in previous["@m"]] == [r for _, r in last["f"]["readings"]["@m"]]
+
+    @dataclasses.dataclass(frozen=True)
+    class Foreign:
+        x: int = 1
+
+    for bad in (Foreign(), object(), {"k": Foreign()}):
+        with pytest.raises(TypeError):
+            dumps(bad)
+
+
 def test_two_watchers_on_postgresql_exactly_one_checks_and_the_other_takes_over(
     tmp_path, postgres_url
 ) -> None:
