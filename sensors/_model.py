@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import enum
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -110,7 +111,7 @@ class Reading:
         return {
             "says": str(self.says),
             "detail": self.detail,
-            "evidence": _jsonable(dict(self.evidence)),
+            "evidence": _jsonable(self.evidence),
             "read_at": _iso(self.read_at),
         }
 
@@ -169,10 +170,40 @@ class Verdict:
 def _iso(ts: float | None) -> str | None:
     if ts is None:
         return None
+    return _iso_of(ts)
+
+
+# A verdict's readings were read at one moment, the check's: the same time, written once.
+@functools.lru_cache(maxsize=1024)
+def _iso_of(ts: float) -> str:
     return _dt.datetime.fromtimestamp(ts, tz=_dt.UTC).isoformat(timespec="milliseconds")
 
 
 def _jsonable(value: Any) -> Any:
+    """``value`` as JSON values: mappings with text keys, lists, finite numbers, text.
+
+    Every verdict is made JSON (the store saves one per check of every stage): the common
+    types are told by their exact type first, the rest as they always were.
+    """
+    kind = type(value)
+    if kind in _JSON_PLAIN:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is dict or kind is MappingProxyType:
+        plain = _JSON_PLAIN
+        return {
+            k if type(k) is str else str(k): v if type(v) in plain else _jsonable(v) for k, v in value.items()
+        }
+    if kind is list or kind is tuple:
+        return [v if type(v) in _JSON_PLAIN else _jsonable(v) for v in value]
+    return _jsonable_any(value)
+
+
+_JSON_PLAIN = frozenset({str, int, bool, type(None)})
+
+
+def _jsonable_any(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
