@@ -170,6 +170,11 @@ class Persistence:
         self._lease_is(lease)
         return self.elsewhere
 
+    def renewed(self) -> None:
+        """The store renewed this stage's lease for ``holder`` (a watcher renews its share
+        in one call)."""
+        self.held, self.elsewhere, self._renewed_at = True, None, time.monotonic()
+
     def _lease_is(self, lease: Lease | None) -> None:
         if lease is None:  # the store could not answer: ask again at the next check
             self._renewed_at = None

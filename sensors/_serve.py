@@ -33,6 +33,7 @@ import socket
 import sys
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,7 +46,7 @@ from sensors._config import Stage, load_stage
 from sensors._errors import CrosscheckError
 from sensors._handoff import RESUMES_GATES, Desk
 from sensors._model import State, Verdict
-from sensors._persist import _is_store, dead_here, holder_id, is_followed
+from sensors._persist import Persistence, _is_store, dead_here, holder_id, is_followed
 from sensors._run import run_from_record
 from sensors._schedule import Scheduler
 from sensors._store import Handoff
@@ -217,7 +218,9 @@ class Watcher:
             self._next_scan = now + self.rescan_every
         if self._split and now >= self._next_balance:
             self.balance()
-            self._next_balance = now + min(self.rescan_every, self.heartbeat_ttl / 3)
+            # A quarter of the lease time at most: a check's own renewal (Persistence.hold)
+            # then finds its lease renewed moments ago, and asks the store nothing.
+            self._next_balance = now + min(self.rescan_every, self.heartbeat_ttl / 4)
         return max(0.05, min(self._next_scan, self._next_balance if self._split else self._next_scan) - now)
 
     # ------------------------------------------------------------------ stages
@@ -301,9 +304,7 @@ class Watcher:
             if not self.scheduler.running(entry.key):
                 entry.checker.persistence.release()
                 log.info("%s: released to another watcher (share %d)", entry.stage.stage, share)
-        kept = 0
-        for entry in mine[:share]:
-            kept += entry.checker.persistence.claim() is None  # renewed, unless lost meanwhile
+        kept = self._renew([entry.checker.persistence for entry in mine[:share]])
         # The others in an order of this watcher's own, so watchers that start together try
         # different stages first.
         others = sorted(
@@ -316,6 +317,29 @@ class Watcher:
             if entry.checker.persistence.claim() is None:
                 kept += 1
                 log.info("%s: now checked by this watcher", entry.stage.stage)
+
+    def _renew(self, held: list[Persistence]) -> int:
+        """Renew the leases of this watcher's share: one store call per lease time, not one
+        per stage (2,500 stages renewed every few seconds were 2,500 write transactions); a
+        lease the store did not renew is claimed alone (taken back, or found lost). How many
+        are held after."""
+        by_ttl: dict[float, list[Persistence]] = defaultdict(list)
+        for persist in held:
+            by_ttl[persist.ttl].append(persist)
+        kept = 0
+        for ttl, group in by_ttl.items():
+            try:
+                renewed = self._store.renew_leases(self.holder, ttl, [p.key for p in group])
+            except Exception as exc:
+                log.warning("state store: renewing leases: %s", exc)
+                renewed = set()
+            for persist in group:
+                if persist.key in renewed:
+                    persist.renewed()
+                    kept += 1
+                else:
+                    kept += persist.claim() is None  # lost meanwhile, or not renewable
+        return kept
 
     # ------------------------------------------------------------------ checks
 

@@ -84,3 +84,51 @@ def test_serve_picks_up_stage_files_as_they_come_and_go(tmp_path: Path) -> None:
             proc.wait()
         stuck.stop()
         done.stop()
+
+
+def test_a_watcher_renews_its_share_of_leases_in_one_store_call(tmp_path: Path) -> None:
+    """Once it holds its stages, a watcher renews their leases together at each balance (one
+    store call) and its checks ask the store for no lease of their own."""
+    import threading
+    from collections import Counter
+
+    from sensors._serve import Watcher
+    from sensors._store import open_store
+
+    jobs = [SimulatedJob(tmp_path / f"j{k}", scenario="stall", total=4, step=0.01) for k in range(6)]
+    directory = tmp_path / "stages"
+    directory.mkdir()
+    for k, job in enumerate(jobs):
+        job.start()
+        job.write_stage(directory / f"s{k}.yaml", interval="300ms", stall_after="1h")
+    calls: Counter[str] = Counter()
+    with open_store(tmp_path / "state.db") as store:
+        for name in ("acquire", "renew_leases"):
+            real = getattr(store, name)
+
+            def counted(*args, _real=real, _name=name, **kwargs):
+                calls[_name] += 1
+                return _real(*args, **kwargs)
+
+            setattr(store, name, counted)
+        verdicts: list = []
+        watcher = Watcher(directory, store=store, rescan_every=60.0, lease=2.0, emit=verdicts.append)
+        stop = threading.Event()
+        thread = threading.Thread(target=watcher.run, args=(stop,))
+        thread.start()
+        try:
+            _until("every stage checked", lambda: len({v.stage for v in verdicts}) == len(jobs))
+            time.sleep(1.0)  # every stage held, its first lease renewed once
+            calls.clear()
+            checks = len(verdicts)
+            time.sleep(3.0)  # six balances (a quarter of the lease each), ten checks a stage
+            held = [e.checker.persistence.held for e in watcher.entries.values()]
+        finally:
+            stop.set()
+            thread.join(30)
+            for job in jobs:
+                job.stop()
+        assert len(verdicts) - checks >= 5 * len(jobs)
+        assert held == [True] * len(jobs)
+        assert 4 <= calls["renew_leases"] <= 8, calls
+        assert calls["acquire"] == 0, calls

@@ -207,6 +207,28 @@ def test_a_save_renews_the_lease_in_its_round_trip(location):
         assert plain is None  # no renew asked, no lease answer
 
 
+def test_a_watcher_renews_its_leases_in_one_call(location):
+    """``renew_leases``: every lease of the holder among the keys, renewed together; one
+    another watcher holds, one released, and one never taken are left as they are."""
+    keys = [StageKey(f"s{k}", "h") for k in range(300)]
+    with open_store(location) as store, open_store(location) as other:
+        first = {key: store.acquire(key, "w1", ttl=2) for key in keys[:250]}
+        assert all(lease.held for lease in first.values())
+        store.release(keys[0], "w1")
+        assert other.acquire(keys[0], "w2", ttl=60).held  # now w2's
+        store.release(keys[1], "w1")  # nobody's
+        renewed = store.renew_leases("w1", 60, keys)
+        assert renewed == set(keys[2:250])
+        for key in keys[2:250:37]:
+            again = other.acquire(key, "w2", ttl=60)
+            assert again.holder == "w1" and again.expires_at > first[key].expires_at + 50
+        assert other.acquire(keys[0], "w2", ttl=60).holder == "w2"
+        assert other.renew_leases("w2", 60, keys) == {keys[0]}
+        assert store.renew_leases("w1", 60, []) == set()
+        with pytest.raises(ValueError):
+            store.renew_leases("w1", 0, keys)
+
+
 def test_announce_race_across_processes(location):
     start_at = time.time() + 1.5  # both processes are imported and connected by then
     procs = [_worker("announce", location, "40", str(start_at)) for _ in range(2)]

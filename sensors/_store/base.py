@@ -12,7 +12,7 @@ import hashlib
 import json
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -144,6 +144,8 @@ class Store(Protocol):
     def acquire(self, key: StageKey, holder: str, ttl: float) -> Lease: ...
 
     def release(self, key: StageKey, holder: str) -> None: ...
+
+    def renew_leases(self, holder: str, ttl: float, keys: Sequence[StageKey]) -> set[StageKey]: ...
 
     def announce(self, key: StageKey, run: str, state: str, verdict: Mapping[str, Any]) -> Announcement: ...
 

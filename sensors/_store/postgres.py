@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -267,6 +267,15 @@ _DROP = watcher_t.delete().where(watcher_t.c.holder == sa.bindparam("holder"))
 _LOAD_SQL, _UPSERT_SQL, _CHANGED_SQL = _Sql.of(_LOAD), _Sql.of(_UPSERT), _Sql.of(_CHANGED)
 _ACQUIRE_SQL, _HELD_BY_SQL, _RELEASE_SQL = _Sql.of(_ACQUIRE), _Sql.of(_HELD_BY), _Sql.of(_RELEASE)
 _HEARTBEAT_SQL, _LIVE_SQL, _DROP_SQL = _Sql.of(_HEARTBEAT), _Sql.of(_LIVE), _Sql.of(_DROP)
+# A watcher's share renewed in one statement: the keys as two arrays, paired by unnest.
+_RENEW_SQL = _Sql(
+    "UPDATE crosscheck_lease AS l SET expires_at ="
+    " CAST(extract(epoch FROM clock_timestamp()) AS DOUBLE PRECISION) + %(ttl)s"
+    " FROM unnest(CAST(%(stages)s AS TEXT[]), CAST(%(hosts)s AS TEXT[])) AS k(stage, host)"
+    " WHERE l.stage = k.stage AND l.host = k.host AND l.holder = %(holder)s"
+    " RETURNING l.stage, l.host",
+    {},
+)
 _ANNOUNCE_COLS = (
     announce_t.c.run,
     announce_t.c.state,
@@ -498,6 +507,24 @@ class PostgresStore:
             return Lease(held=False, holder="", expires_at=0.0)  # contended beyond reason
 
         return self._run(go)  # the upsert decides; the read only says who won
+
+    def renew_leases(self, holder: str, ttl: float, keys: Sequence[StageKey]) -> set[StageKey]:
+        """Renew the leases of ``keys`` that ``holder`` holds, in one statement (a watcher
+        renews its share at every balance: one round trip, not one per stage); the keys
+        renewed. A lease another watcher took meanwhile is not ours and stays its."""
+        if not ttl > 0:
+            raise ValueError(f"ttl must be positive, not {ttl!r}")
+        wanted = sorted(set(keys), key=lambda k: (k.stage, k.host))  # one lock order for all
+        if not wanted:
+            return set()
+        params = {
+            "holder": holder,
+            "ttl": float(ttl),
+            "stages": [k.stage for k in wanted],
+            "hosts": [k.host for k in wanted],
+        }
+        rows = self._run(lambda execute: execute(_RENEW_SQL, params))
+        return {StageKey(str(stage), str(host)) for stage, host in rows}
 
     def release(self, key: StageKey, holder: str) -> None:
         self._run(

@@ -26,7 +26,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -402,6 +402,28 @@ class SQLiteStore:
         def go(c: sqlite3.Connection) -> Lease:
             with _write(c):
                 return _acquire_in(c, key, holder, ttl)
+
+        return self._call(go)
+
+    def renew_leases(self, holder: str, ttl: float, keys: Sequence[StageKey]) -> set[StageKey]:
+        """Renew the leases of ``keys`` that ``holder`` holds, in one transaction (a watcher
+        renews its share at every balance: one write, not one per stage); the keys renewed."""
+        if not ttl > 0:
+            raise ValueError(f"ttl must be positive, not {ttl!r}")
+        wanted = set(keys)
+        if not wanted:
+            return set()
+
+        def go(c: sqlite3.Connection) -> set[StageKey]:
+            with _write(c):
+                expires = time.time() + ttl
+                c.executemany(
+                    "UPDATE crosscheck_lease SET expires_at = ? WHERE stage = ? AND host = ? AND holder = ?",
+                    [(expires, k.stage, k.host, holder) for k in wanted],
+                )
+                # In the same transaction: the rows of ours among the keys are the ones renewed.
+                rows = c.execute("SELECT stage, host FROM crosscheck_lease WHERE holder = ?", (holder,))
+                return {key for stage, host in rows if (key := StageKey(stage, host)) in wanted}
 
         return self._call(go)
 
