@@ -132,3 +132,32 @@ def test_a_watcher_renews_its_share_of_leases_in_one_store_call(tmp_path: Path) 
         assert held == [True] * len(jobs)
         assert 4 <= calls["renew_leases"] <= 8, calls
         assert calls["acquire"] == 0, calls
+
+
+def test_a_directory_source_offers_the_stage_files_it_always_did(tmp_path: Path) -> None:
+    """Visible *.yaml and *.yml regular files (or links to one), loaded again when changed,
+    dropped when gone; hidden files (an editor's copies), other names, directories and
+    dangling links are not stages; a bad file is left out."""
+    from sensors._serve import DirectorySource
+
+    job = SimulatedJob(tmp_path / "job", scenario="stall", total=2)
+    directory = tmp_path / "stages"
+    directory.mkdir()
+    job.write_stage(directory / "b.yaml")
+    job.write_stage(directory / "a.yml")
+    job.write_stage(directory / ".hidden.yaml")
+    job.write_stage(directory / "notes.txt")
+    (directory / "dir.yaml").mkdir()
+    (directory / "link.yaml").symlink_to(directory / "b.yaml")
+    (directory / "dangling.yaml").symlink_to(directory / "nothing.yaml")
+    (directory / "bad.yaml").write_text("stage: [")
+    source = DirectorySource(directory)
+    found = source.scan()
+    assert list(found) == [f"file:{directory / n}" for n in ("a.yml", "b.yaml", "link.yaml")]
+    first = found[f"file:{directory / 'b.yaml'}"]
+    assert source.scan()[f"file:{directory / 'b.yaml'}"] is first  # not loaded again
+    os.utime(directory / "b.yaml", (1, 1))
+    assert source.scan()[f"file:{directory / 'b.yaml'}"] is not first  # changed: loaded again
+    (directory / "a.yml").unlink()
+    assert f"file:{directory / 'a.yml'}" not in source.scan()
+    assert DirectorySource(tmp_path / "missing").scan() == {}
