@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from sensors._check import Checker
 from sensors._errors import HostError, HostKeyError
 from sensors._model import Verdict
+from sensors._persist import save_all
 from sensors._probe import Meta, Static, build_script, new_nonce, parse_meta, split_sections
 from sensors._signals.process import parse_table_once
 from sensors._text import redaction_shared
@@ -44,8 +45,16 @@ def check_batch(checkers: Sequence[Checker]) -> list[Verdict]:
             else:
                 probed.append(k)
         if probed:
-            for k, verdict in zip(probed, _probe([checkers[k] for k in probed]), strict=True):
-                verdicts[k] = checkers[k].saved(verdict)
+            probed_verdicts = _probe([checkers[k] for k in probed])
+            # The host's stages saved together (one store transaction where it can).
+            save_all(
+                [
+                    (checkers[k]._persist, checkers[k]._saved(), verdict)
+                    for k, verdict in zip(probed, probed_verdicts, strict=True)
+                    if checkers[k]._persist is not None
+                ]
+            )
+            verdicts.update(zip(probed, probed_verdicts, strict=True))
     finally:
         for lock in locks:
             lock.release()

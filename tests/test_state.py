@@ -388,3 +388,36 @@ def test_a_check_costs_one_store_call_once_the_lease_is_held(tmp_path: Path) -> 
     finally:
         job.stop()
     assert calls == ["save"] * 5, calls
+
+
+def test_a_batch_of_stages_is_saved_in_one_store_call(tmp_path: Path) -> None:
+    """A host's stages checked by one probe are saved together (one SQLite transaction):
+    each row as a save of its own would write it, the changes in the history."""
+    from sensors._batch import check_batch
+
+    jobs = [SimulatedJob(tmp_path / f"j{k}", scenario="stall", total=4, step=0.01) for k in range(5)]
+    for job in jobs:
+        job.start()
+    try:
+        with open_store(tmp_path / "state.db") as real:
+            store = _Counting(real)
+            checkers = [
+                Checker(stage_from_dict(job.stage_dict(name=f"b{k}", interval="1s")), state=store)
+                for k, job in enumerate(jobs)
+            ]
+            check_batch(checkers)
+            store.calls.clear()
+            verdicts = check_batch(checkers)
+            calls = list(store.calls)
+            stored = [real.load(c.persistence.key) for c in checkers]
+            history = [real.history(f"b{k}") for k in range(len(jobs))]
+            for checker in checkers:
+                checker.close()
+    finally:
+        for job in jobs:
+            job.stop()
+    assert calls == ["save_many"], calls
+    for verdict, row, changes in zip(verdicts, stored, history, strict=True):
+        assert row is not None and row.verdict["verdict"] == verdict.state.value
+        assert json.loads(row.memory)["version"] == 1
+        assert [h.state for h in changes][-1] == verdict.state.value

@@ -122,6 +122,19 @@ class Handoff:
     outcome: Mapping[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class SaveRequest:
+    """One :meth:`Store.save`, as its arguments (``save_many`` takes several)."""
+
+    key: StageKey
+    memory: str
+    fingerprint: Mapping[str, str]
+    verdict: Mapping[str, Any]
+    version: int
+    changed: bool
+    renew: tuple[str, float] | None = None
+
+
 class Store(Protocol):
     """The durable memory of gates; see :mod:`sensors._store`."""
 

@@ -38,6 +38,7 @@ from sensors._store.base import (
     Handoff,
     HistoryEntry,
     Lease,
+    SaveRequest,
     StageKey,
     Stored,
     StoreError,
@@ -131,6 +132,14 @@ def _float(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return 0.0  # an unreadable expiry is an expired one
+
+
+def _save_row(r: SaveRequest) -> tuple[str, str, float, str, str]:
+    """What a save writes besides the request: fingerprint and verdict as canonical JSON,
+    the time, the verdict's state, the seal (checked before any write)."""
+    check_save_args(r.memory, r.fingerprint, r.verdict, r.version)
+    fp, vd, now = dumps(dict(r.fingerprint)), dumps(dict(r.verdict)), time.time()
+    return fp, vd, now, state_of(r.verdict), memory_seal(r.key, r.memory, fp, vd, now, r.version)
 
 
 @contextlib.contextmanager
@@ -350,50 +359,63 @@ class SQLiteStore:
         changed: bool,
         renew: tuple[str, float] | None = None,
     ) -> Lease | None:
-        check_save_args(memory, fingerprint, verdict, version)
-        fp, vd, now, state = dumps(dict(fingerprint)), dumps(dict(verdict)), time.time(), state_of(verdict)
-        digest = memory_seal(key, memory, fp, vd, now, version)
+        request = SaveRequest(key, memory, fingerprint, verdict, version, changed, renew)
+        return self.save_many([request])[0]
 
-        def write(c: sqlite3.Connection) -> Lease | None:
+    def save_many(self, requests: Sequence[SaveRequest]) -> list[Lease | None]:
+        """Each request saved as :meth:`save` saves it, all in one transaction (a watcher
+        saves a host's stages after their one probe: one write, not one per stage)."""
+        rows = [(r, *_save_row(r)) for r in requests]
+        if not rows:
+            return []
+
+        def write(c: sqlite3.Connection) -> list[Lease | None]:
             with _write(c):
-                lease = _acquire_in(c, key, *renew) if renew is not None else None
-                c.execute(
-                    "INSERT INTO crosscheck_memory VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stage, host)"
-                    " DO UPDATE SET memory = excluded.memory, fingerprint = excluded.fingerprint,"
-                    " verdict = excluded.verdict, saved_at = excluded.saved_at, version = excluded.version,"
-                    " seal = excluded.seal",
-                    (key.stage, key.host, memory, fp, vd, now, version, digest),
-                )
-                if not changed:
-                    return lease
-                (seq,) = c.execute(
-                    "SELECT coalesce(max(seq), 0) + 1 FROM crosscheck_history WHERE stage = ? AND host = ?",
-                    (key.stage, key.host),
-                ).fetchone()
-                c.execute(
-                    "INSERT INTO crosscheck_history (stage, host, seq, at, state, verdict, seal)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        key.stage,
-                        key.host,
-                        seq,
-                        now,
-                        state,
-                        vd,
-                        history_seal(key.stage, key.host, seq, now, state, vd),
-                    ),
-                )
-                c.execute(
-                    "DELETE FROM crosscheck_history WHERE stage = ? AND host = ? AND seq <= ?",
-                    (key.stage, key.host, seq - self._retention),
-                )
-                return lease
+                return [self._save_in(c, *row) for row in rows]
 
         try:
             return self._call(write)
         except StoreError as exc:
-            warn(f"{exc}: the memory of {key.stage}@{key.host} was not saved")
-            return None
+            for r in requests:
+                warn(f"{exc}: the memory of {r.key.stage}@{r.key.host} was not saved")
+            return [None] * len(requests)
+
+    def _save_in(
+        self, c: sqlite3.Connection, r: SaveRequest, fp: str, vd: str, now: float, state: str, digest: str
+    ) -> Lease | None:
+        key = r.key
+        lease = _acquire_in(c, key, *r.renew) if r.renew is not None else None
+        c.execute(
+            "INSERT INTO crosscheck_memory VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stage, host)"
+            " DO UPDATE SET memory = excluded.memory, fingerprint = excluded.fingerprint,"
+            " verdict = excluded.verdict, saved_at = excluded.saved_at, version = excluded.version,"
+            " seal = excluded.seal",
+            (key.stage, key.host, r.memory, fp, vd, now, r.version, digest),
+        )
+        if not r.changed:
+            return lease
+        (seq,) = c.execute(
+            "SELECT coalesce(max(seq), 0) + 1 FROM crosscheck_history WHERE stage = ? AND host = ?",
+            (key.stage, key.host),
+        ).fetchone()
+        c.execute(
+            "INSERT INTO crosscheck_history (stage, host, seq, at, state, verdict, seal)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                key.stage,
+                key.host,
+                seq,
+                now,
+                state,
+                vd,
+                history_seal(key.stage, key.host, seq, now, state, vd),
+            ),
+        )
+        c.execute(
+            "DELETE FROM crosscheck_history WHERE stage = ? AND host = ? AND seq <= ?",
+            (key.stage, key.host, seq - self._retention),
+        )
+        return lease
 
     def acquire(self, key: StageKey, holder: str, ttl: float) -> Lease:
         if not ttl > 0:
