@@ -68,6 +68,7 @@ def test_serve_picks_up_stage_files_as_they_come_and_go(tmp_path: Path) -> None:
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
         assert 'crosscheck_stage_verdict{host="local",stage="serve-done",verdict="complete"} 1.0' in metrics
         assert "crosscheck_check_duration_seconds_bucket" in metrics
+        assert "\ncrosscheck_stages 2.0\n" in metrics and "\ncrosscheck_stages_held 2.0\n" in metrics
         assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).json()["stages"] == 2
         # Removed while it runs: no more checks of it.
         (stages / "stuck.yaml").unlink()
