@@ -24,7 +24,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from sensors._config import Stage
@@ -92,14 +92,8 @@ def save_all(saves: Sequence[tuple[Persistence, dict[str, Any], Verdict]]) -> No
 
 
 def _save_args(r: SaveRequest) -> dict[str, Any]:
-    return {
-        "memory": r.memory,
-        "fingerprint": r.fingerprint,
-        "verdict": r.verdict,
-        "version": r.version,
-        "changed": r.changed,
-        "renew": r.renew,
-    }
+    """The keyword arguments of ``Store.save`` for one request (all its fields but the key)."""
+    return {f.name: getattr(r, f.name) for f in fields(r) if f.name != "key"}
 
 
 class Persistence:
