@@ -233,9 +233,9 @@ class Watcher:
             self._next_scan = now + self.rescan_every
         if self._split and now >= self._next_balance:
             self.balance()
-            # A quarter of the lease time at most: a check's own renewal (Persistence.hold)
-            # then finds its lease renewed moments ago, and asks the store nothing.
-            self._next_balance = now + min(self.rescan_every, self.heartbeat_ttl / 4)
+            # A fifth of the lease time at most: a check's own renewal (Persistence.hold, due
+            # after a quarter) then finds its lease renewed moments ago, and asks nothing.
+            self._next_balance = now + min(self.rescan_every, self.heartbeat_ttl / 5)
         return max(0.05, min(self._next_scan, self._next_balance if self._split else self._next_scan) - now)
 
     # ------------------------------------------------------------------ stages

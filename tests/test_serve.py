@@ -113,7 +113,7 @@ def test_a_watcher_renews_its_share_of_leases_in_one_store_call(tmp_path: Path) 
 
             setattr(store, name, counted)
         verdicts: list = []
-        watcher = Watcher(directory, store=store, rescan_every=60.0, lease=2.0, emit=verdicts.append)
+        watcher = Watcher(directory, store=store, rescan_every=60.0, lease=4.0, emit=verdicts.append)
         stop = threading.Event()
         thread = threading.Thread(target=watcher.run, args=(stop,))
         thread.start()
@@ -122,7 +122,7 @@ def test_a_watcher_renews_its_share_of_leases_in_one_store_call(tmp_path: Path) 
             time.sleep(1.0)  # every stage held, its first lease renewed once
             calls.clear()
             checks = len(verdicts)
-            time.sleep(3.0)  # six balances (a quarter of the lease each), ten checks a stage
+            time.sleep(3.0)  # ~four balances (a fifth of the lease each), ten checks a stage
             held = [e.checker.persistence.held for e in watcher.entries.values()]
         finally:
             stop.set()
@@ -131,8 +131,10 @@ def test_a_watcher_renews_its_share_of_leases_in_one_store_call(tmp_path: Path) 
                 job.stop()
         assert len(verdicts) - checks >= 5 * len(jobs)
         assert held == [True] * len(jobs)
-        assert 4 <= calls["renew_leases"] <= 8, calls
-        assert calls["acquire"] == 0, calls
+        assert 2 <= calls["renew_leases"] <= 6, calls
+        # Before: each held stage claimed alone at every balance (~24 here). A tick late on a
+        # loaded machine may leave a check to renew its own.
+        assert calls["acquire"] <= 2, calls
 
 
 def test_a_directory_source_offers_the_stage_files_it_always_did(tmp_path: Path) -> None:
