@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sensors._check import Checker
+from sensors._check import Checker, save_checked
 from sensors._errors import HostError, HostKeyError
 from sensors._model import Verdict
-from sensors._persist import save_all
 from sensors._probe import Meta, Static, build_script, new_nonce, parse_meta, split_sections
 from sensors._signals.process import parse_table_once
 from sensors._text import redaction_shared
@@ -47,13 +46,7 @@ def check_batch(checkers: Sequence[Checker]) -> list[Verdict]:
         if probed:
             probed_verdicts = _probe([checkers[k] for k in probed])
             # The host's stages saved together (one store transaction where it can).
-            save_all(
-                [
-                    (checkers[k]._persist, checkers[k]._saved(), verdict)
-                    for k, verdict in zip(probed, probed_verdicts, strict=True)
-                    if checkers[k]._persist is not None
-                ]
-            )
+            save_checked([(checkers[k], v) for k, v in zip(probed, probed_verdicts, strict=True)])
             verdicts.update(zip(probed, probed_verdicts, strict=True))
     finally:
         for lock in locks:

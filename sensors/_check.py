@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,7 +20,7 @@ from sensors._config import Stage
 from sensors._errors import ConfigError, HostError, HostKeyError
 from sensors._hosts import Host, LocalHost
 from sensors._model import Reading, Says, Verdict
-from sensors._persist import Persistence
+from sensors._persist import Persistence, save_all
 from sensors._probe import Meta, Static, build_script, new_nonce, parse_meta, split_sections
 from sensors._run import Run, Since, parse_since
 from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
@@ -56,6 +56,12 @@ class _Memory:
 def probe_script(stage: Stage, nonce: str) -> bytes:
     """The probe script of a first check of ``stage`` on this machine (for tests and tools)."""
     return build_script(nonce, None, Checker(stage, host=_LOCAL).snippets(nonce))
+
+
+def save_checked(checked: Sequence[tuple[Checker, Verdict]]) -> None:
+    """Save each checker's memory after its check (those with a state store): the saves of
+    one store in one call where it takes several (see ``sensors._persist.save_all``)."""
+    save_all([(c._persist, c._saved(), verdict) for c, verdict in checked if c._persist is not None])
 
 
 def _configured(stage: Stage) -> tuple[tuple[Signal[Any, Any], Any], ...]:
@@ -164,8 +170,7 @@ class Checker:
 
     def saved(self, verdict: Verdict) -> Verdict:
         """``verdict``, after saving this stage's memory (when a state store keeps it)."""
-        if self._persist is not None:
-            self._persist.save(self._saved(), verdict)
+        save_checked([(self, verdict)])
         return verdict
 
     def announced(self) -> Verdict | None:

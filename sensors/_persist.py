@@ -88,7 +88,7 @@ def save_all(saves: Sequence[tuple[Persistence, dict[str, Any], Verdict]]) -> No
                 )
             continue
         for (persist, request), lease in zip(group, leases, strict=True):
-            persist._saved(request, lease)
+            persist._after_save(request, lease)
 
 
 def _save_args(r: SaveRequest) -> dict[str, Any]:
@@ -152,11 +152,9 @@ class Persistence:
 
     # ------------------------------------------------------------------ save
 
-    def save(self, memory: dict[str, Any], verdict: Verdict) -> None:
-        """Save after a check; a verdict change also goes into the history."""
-        save_all([(self, memory, verdict)])
-
     def _request(self, memory: dict[str, Any], verdict: Verdict) -> SaveRequest:
+        """What saving this check means (see :func:`save_all`); a verdict change also goes
+        into the history."""
         doc = verdict.to_json()
         return SaveRequest(
             self.key,
@@ -168,7 +166,7 @@ class Persistence:
             renew=(self.holder, self.ttl) if self.held else None,
         )
 
-    def _saved(self, request: SaveRequest, lease: Lease | None) -> None:
+    def _after_save(self, request: SaveRequest, lease: Lease | None) -> None:
         self._last_state = request.verdict["verdict"]
         if request.renew is not None:
             self._lease_is(lease)
