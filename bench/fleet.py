@@ -230,7 +230,7 @@ class Seen:
         wrap_run(LocalHost)
         snippets = Checker.snippets
 
-        def timed_snippets(self: Checker, nonce: str) -> list[list[str]]:
+        def timed_snippets(self: Checker, nonce: str, **kw: bool) -> list[list[str]]:
             if seen.on:
                 at = time.monotonic()
                 where = seen.keys.get(id(self))
@@ -238,7 +238,7 @@ class Seen:
                 seen.due_here.due = due
                 with seen.lock:
                     seen.starts[self.stage.stage].append((at, due))
-            return snippets(self, nonce)
+            return snippets(self, nonce, **kw)
 
         Checker.snippets = timed_snippets  # type: ignore[method-assign]
         add = Scheduler.add

@@ -12,13 +12,14 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from sensors._check import Checker, save_checked
 from sensors._errors import HostError, HostKeyError
 from sensors._model import Verdict
 from sensors._probe import Meta, Static, build_script, new_nonce, parse_meta, split_sections
-from sensors._signals.process import parse_table_once
+from sensors._signals.process import parse_table_once, table_lines
 from sensors._text import redaction_shared
 
 #: Sections every stage of the batch reads as they are (not prefixed).
@@ -61,15 +62,12 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
     parts: list[list[str]] = []
     table = False
     for k, checker in enumerate(checkers):
+        if not table and checker.stage.process is not None:
+            # The process table: once for the whole batch, unprefixed.
+            parts.append(["P=", *table_lines(nonce)])
+            table = True
         lines = [f"P=k{k}."]
-        for snippet in checker.snippets(nonce):
-            if snippet[:1] == ["sec stat"]:
-                # The process table: once for the whole batch, unprefixed.
-                split = snippet.index("sec io") if "sec io" in snippet else len(snippet)
-                if not table:
-                    parts.append(["P=", *snippet[:split]])
-                    table = True
-                snippet = snippet[split:]
+        for snippet in checker.snippets(nonce, table=False):
             lines += snippet
         parts.append(lines)
     parts.append(["P="])
@@ -99,9 +97,17 @@ def _views(sections: dict[str, bytes], n: int) -> list[dict[str, bytes]]:
     (one pass over the sections, whatever the number of stages)."""
     shared = {name: body for name, body in sections.items() if name in SHARED}
     views = [dict(shared) for _ in range(n)]
+    prefixes = _prefixes(n)
     for name, body in sections.items():
-        if name[:1] == "k" and "." in name:
-            index, _, own = name[1:].partition(".")
-            if index.isdigit() and int(index) < n and index == str(int(index)):
-                views[int(index)][own] = body
+        prefix, dot, own = name.partition(".")
+        k = prefixes.get(prefix) if dot else None
+        if k is not None:
+            views[k][own] = body
     return views
+
+
+@functools.lru_cache(maxsize=64)
+def _prefixes(n: int) -> dict[str, int]:
+    """``k0`` … ``k<n-1>``, each with its index: the only prefixes a view takes (``k07`` or
+    ``k40`` of a batch of 40 is no stage's)."""
+    return {f"k{k}": k for k in range(n)}

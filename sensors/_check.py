@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from sensors._config import Stage
@@ -256,9 +256,10 @@ class Checker:
             return self._host_failed(exc)
         return self.absorb(split_sections(output, nonce), nonce)
 
-    def snippets(self, nonce: str) -> list[list[str]]:
-        """This check's probe snippets, one per configured signal (see ``sensors._batch``)."""
-        mem, inputs = self._memory, self._probe_inputs(nonce)
+    def snippets(self, nonce: str, *, table: bool = True) -> list[list[str]]:
+        """This check's probe snippets, one per configured signal (``table``: the process
+        signal's reads the process table; a batch reads it once, see ``sensors._batch``)."""
+        mem, inputs = self._memory, self._probe_inputs(nonce, table)
         return [
             signal.snippet(spec, mem.signals.get(signal.name) or signal.new_memory(), inputs)
             for signal, spec in self._configured()
@@ -312,7 +313,7 @@ class Checker:
                 log.info("%s: a new run of the job began; the last run's memory is set aside", stage.stage)
                 mem.signals = {signal.name: mem.signals[signal.name]}
                 mem.verdict, self.last = VerdictMemory(), None
-                facts = replace(facts, first_check_at=meta.now)
+                facts = facts._replace(first_check_at=meta.now)
                 mem.first_check_at = meta.now
         mem.run = facts.run
         verdict, mem.verdict = decide(
@@ -321,7 +322,7 @@ class Checker:
         self.last = verdict
         return verdict
 
-    def _probe_inputs(self, nonce: str) -> ProbeInputs:
+    def _probe_inputs(self, nonce: str, table: bool = True) -> ProbeInputs:
         mem, stage = self._memory, self.stage
         process = mem.signals.get("process")
         run_start = mem.run.started_at if mem.run is not None and mem.run.started_at else mem.first_check_at
@@ -331,6 +332,7 @@ class Checker:
             job_alive=bool(process is not None and process.job_pids),
             run_start=run_start,
             outputs_tie=not (stage.log or stage.process),
+            table=table,
         )
 
     def _remember_static(self, meta: Meta) -> None:

@@ -237,7 +237,24 @@ class UserRegex:
 
 @functools.lru_cache(maxsize=8192)
 def required_text(pattern: str) -> bytes | None:
-    """UTF-8 text that every match of ``pattern`` contains, or None (none is known).
+    """:func:`required_literal` in UTF-8, as a command line's bytes are searched for it.
+
+    Example:
+        >>> required_text(r"^python .*extract[.]py --tag (a|b)$")
+        b'extract.py --tag '
+    """
+    text = required_literal(pattern)
+    if text is None:
+        return None
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: RE2 reads the line with '?' there
+        return None
+
+
+@functools.lru_cache(maxsize=8192)
+def required_literal(pattern: str) -> str | None:
+    """Text that every match of ``pattern`` contains, or None (none is known).
 
     A line without it cannot match, so a table of command lines is searched for it once
     (a C-speed ``find``) and only the lines holding it are matched. It is read from the parse
@@ -249,9 +266,9 @@ def required_text(pattern: str) -> bytes | None:
     without this).
 
     Example:
-        >>> required_text(r"^python .*extract[.]py --tag (a|b)$")
-        b'extract.py --tag '
-        >>> required_text(r"(?i)extract") is None
+        >>> required_literal(r"^python .*extract[.]py --tag (a|b)$")
+        'extract.py --tag '
+        >>> required_literal(r"(?i)extract") is None
         True
     """
     try:
@@ -272,10 +289,7 @@ def required_text(pattern: str) -> bytes | None:
         return None
     if len(best) < 2 or "\0" in best:
         return None
-    try:
-        return best.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: RE2 reads the line with '?' there
-        return None
+    return best
 
 
 def to_utf8(text: str) -> bytes:

@@ -190,6 +190,37 @@ def test_a_line_without_the_required_text_never_matches(pattern: str) -> None:
             assert needed is None or needed in to_utf8(line), (pattern, line)
 
 
+# A log tail as the log signal searches it once before looking at lines (\r read as \n).
+TAILS = [
+    "",
+    "[3/10] step 3\n",
+    "loading\nExtraction complete\n",
+    "epoch 1\nextraction COMPLETE\n",
+    "tqdm 99%\nTraining done after 3 epochs",
+    "done\nstep 4\n",
+    "x\n" * 3000 + "done",
+    "é.pt written\nall done\n",
+]
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [r"^done$", r"Extraction complete", r"(?i)extraction complete", r"^Training done", r"done|complete",
+     r"é\.pt", r"step \d+$", r"\Adone", r"done\Z", r"(?<!all )done$"],
+)  # fmt: skip
+def test_a_log_tail_without_the_required_text_is_not_searched_and_answers_as_a_search_would(
+    pattern: str,
+) -> None:
+    from sensors._signals.log import _may_match, _multiline
+
+    for tail in TAILS:
+        searched = _multiline(pattern).found(tail)
+        if "\\A" in pattern or "\\Z" in pattern:
+            assert _may_match(pattern, tail)  # anchored to the whole text: never skipped
+        else:
+            assert _may_match(pattern, tail) is searched, (pattern, tail)
+
+
 def test_a_process_table_is_searched_once_per_pattern_and_answers_as_every_line_would() -> None:
     from sensors._signals.process import _matching, _ProcessTable
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from sensors._model import Reading
 from sensors._probe import Meta
@@ -28,9 +28,9 @@ T = TypeVar("T")
 
 
 def evolve(value: T, **changes: Any) -> T:
-    """``dataclasses.replace`` for a signal's memory or the check's facts, several times per
-    stage-check: a copy of the fields, not a second run of ``__init__`` (~5x cheaper for a
-    memory of twenty fields). Only for frozen dataclasses whose ``__init__`` does nothing but
+    """``dataclasses.replace`` for a signal's memory, several times per stage-check: a copy
+    of the fields, not a second run of ``__init__`` (~5x cheaper for a memory of twenty
+    fields). Only for frozen dataclasses whose ``__init__`` does nothing but
     set their fields (no ``__post_init__``, no ``init=False`` field, nothing cached from the
     fields: a copy would carry it over stale): ``_plain`` checks."""
     cls = type(value)
@@ -59,19 +59,20 @@ def _plain(cls: type) -> bool:
     )
 
 
-@dataclass(frozen=True)
-class ProbeInputs:
-    """What a snippet may need beyond its own spec and memory."""
+class ProbeInputs(NamedTuple):
+    """What a snippet may need beyond its own spec and memory (named tuples, this and
+    :class:`CheckFacts`: built for every stage at every check, several times faster than a
+    frozen dataclass; changed with ``_replace``)."""
 
     nonce: str
     nvml: bool = True  # GPUs are read here through NVML (the local host), not by nvidia-smi
     job_alive: bool = False  # the job had live PIDs at the last check
     run_start: float | None = None  # where the run begins (or the watch's first check)
     outputs_tie: bool = False  # neither log nor process: outputs must show a write in the run
+    table: bool = True  # the process snippet reads the table (a batch reads it once for all)
 
 
-@dataclass(frozen=True)
-class CheckFacts:
+class CheckFacts(NamedTuple):
     """What one check knows, passed along the signals in registry order."""
 
     meta: Meta
@@ -83,6 +84,21 @@ class CheckFacts:
     exclude_pids: frozenset[int] = frozenset()
     job_pids: frozenset[int] | None = None  # from the process signal (None: not configured)
     outputs_tie: bool = False
+
+    def learnt(self, job_pids: frozenset[int], run: Run | None) -> CheckFacts:
+        """These facts with what the process signal learnt: the job's PIDs, the run (built
+        whole: ``_replace`` costs several times as much, at every check of every stage)."""
+        return CheckFacts(
+            meta=self.meta,
+            nonce=self.nonce,
+            host=self.host,
+            nvml=self.nvml,
+            run=run,
+            first_check_at=self.first_check_at,
+            exclude_pids=self.exclude_pids,
+            job_pids=job_pids,
+            outputs_tie=self.outputs_tie,
+        )
 
     @property
     def run_start(self) -> float | None:

@@ -16,7 +16,7 @@ import functools
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TypedDict
+from typing import NamedTuple, TypedDict
 
 from pydantic import Field
 
@@ -31,7 +31,7 @@ from sensors._probe import (
     stat_request,
     unchanged,
 )
-from sensors._regex import UserRegex, compile_user_regex
+from sensors._regex import UserRegex, compile_user_regex, required_literal
 from sensors._run import FINGERPRINT_BYTES, Run
 from sensors._schema import AbsPath, Regex, Section
 from sensors._signals.base import CheckFacts, ProbeInputs, Signal, evolve
@@ -237,8 +237,11 @@ def seed_log_memory(run: Run) -> LogMemory | None:
     )
 
 
-@dataclass(frozen=True)
-class _LogStat:
+class _LogStat(NamedTuple):
+    """The log's stat line, parsed. A named tuple, as every per-check value here that
+    nothing stores: one or more per stage per check, built several times faster than a
+    frozen dataclass."""
+
     inode: int
     size: int
     mtime: int  # whole seconds (rounded down)
@@ -624,8 +627,9 @@ def _log_says(
     )
 
 
-@dataclass(frozen=True)
-class _LogScan:
+class _LogScan(NamedTuple):
+    """What one scan of the tail found (a named tuple: see _LogStat)."""
+
     complete_line: str | None
     complete_end: int | None
     error_line: str | None
@@ -726,6 +730,10 @@ def _may_match(pattern: str | None, flat: str) -> bool:
         return False
     if "\\A" in pattern or "\\Z" in pattern:
         return True
+    # Text every match spells, absent: no line can match (one C-speed ``in``, not a search).
+    needed = required_literal(pattern)
+    if needed is not None and needed not in flat:
+        return False
     return _multiline(pattern).found(flat)
 
 

@@ -14,7 +14,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import NamedTuple, TypedDict
 
 from pydantic import Field, field_validator, model_validator
 
@@ -313,8 +313,7 @@ def _written_since_run(raw: bytes | None) -> bool:
     return text.startswith("ok") and bool(text[2:].strip())
 
 
-@dataclass(frozen=True)
-class _Count:
+class _Count(NamedTuple):
     """One check's count, what changed besides it, and the memory it leaves."""
 
     count: int

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import NamedTuple, TypedDict
 
 from pydantic import Field, model_validator
 
@@ -32,7 +32,7 @@ from sensors._probe import Meta, nonce_path
 from sensors._regex import compile_user_regex, required_text, to_utf8
 from sensors._run import Run
 from sensors._schema import Regex, Section
-from sensors._signals.base import CheckFacts, ProbeInputs, Signal, evolve
+from sensors._signals.base import CheckFacts, ProbeInputs, Signal
 from sensors._signals.procfs import (
     ALIVE_STATES,
     CMDLINE_CAP,
@@ -109,11 +109,9 @@ class ProcessEvidence(TypedDict, total=False):
 
 
 def snippet(spec: ProcessSpec, memory: ProcessMemory, probe: ProbeInputs) -> list[str]:
-    """Every /proc/PID/stat and command line, framed per record; the job's /proc/PID/io."""
-    # Every per-process record is framed by head's "==> NAME <==" header, and NAME starts
-    # with a path prefix drawn from this check's nonce (see nonce_path): no byte a
-    # process controls (argv, or a comm holding a newline) can start or end a record.
-    lines = list(_table_lines(probe.nonce))
+    """Every /proc/PID/stat and command line, framed per record (unless a batch reads them
+    once for all its stages: ``probe.table``); the job's /proc/PID/io."""
+    lines = list(table_lines(probe.nonce)) if probe.table else []
     if memory.job_pids:
         pids = " ".join(str(int(p)) for p in memory.job_pids[:64])
         lines += [
@@ -127,10 +125,15 @@ def snippet(spec: ProcessSpec, memory: ProcessMemory, probe: ProbeInputs) -> lis
     return lines
 
 
-# The stages of a batch share the nonce, and the table is read once for all of them: its
-# lines are built once per check.
 @functools.lru_cache(maxsize=16)
-def _table_lines(nonce: str) -> tuple[str, ...]:
+def table_lines(nonce: str) -> tuple[str, ...]:
+    """The process table's sections: every /proc/PID/stat and command line.
+
+    Every per-process record is framed by head's ``==> NAME <==`` header, and NAME starts
+    with a path prefix drawn from this check's nonce (see nonce_path): no byte a process
+    controls (argv, or a comm holding a newline) can start or end a record. Built once per
+    nonce (the stages of a batch share it).
+    """
     pre = nonce_path(nonce)
     return (
         "sec stat",
@@ -338,8 +341,7 @@ def _ticks_to_s(ticks: int, meta: Meta) -> float:
     return round(ticks / (meta.clk_tck or 100), 2)
 
 
-@dataclass(frozen=True)
-class _Found:
+class _Found(NamedTuple):
     """Which processes are the job, how they were found, and whether a known PID was reused."""
 
     candidates: list[int]
@@ -637,7 +639,7 @@ def _read(
             # Every job process alive now started after the run this watch knew (restored
             # from the state store): the job was run again. A new run, announced anew.
             run = Run(source="process", started_at=float(started))
-    return reading, new_memory, evolve(facts, job_pids=job_pids, run=run)
+    return reading, new_memory, facts.learnt(job_pids, run)
 
 
 SIGNAL: Signal[ProcessSpec, ProcessMemory] = Signal("process", ProcessMemory, snippet, _read)

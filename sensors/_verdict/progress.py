@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from sensors._config import PolicySpec
 from sensors._model import Reading, Says
@@ -54,8 +54,7 @@ def progress(readings: Mapping[str, Reading], previous: Mapping[str, Reading]) -
     return moved
 
 
-@dataclass(frozen=True)
-class Clocks:
+class Clocks(NamedTuple):
     """The times the rules judge by, updated for this check (monitored host's clock)."""
 
     moved: list[str]  # what progressed since the previous check
