@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from sensors._check import Checker, save_checked
 from sensors._errors import HostError, HostKeyError
 from sensors._model import Verdict
-from sensors._probe import Meta, Static, build_script, new_nonce, parse_meta, split_sections
+from sensors._probe import Meta, Static, build_script, new_nonce, parse_meta, sections_of
 from sensors._signals.process import parse_table_once, table_lines
 from sensors._text import redaction_shared
 
@@ -78,7 +78,7 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
         raise
     except HostError as exc:
         return [c._host_failed(exc) for c in checkers]
-    views = _views(split_sections(output, nonce), len(checkers))
+    views = _views(output, nonce, len(checkers))
     # The shared process table: parsed once, not once per stage; the evidence the stages
     # repeat (the host's boot id, the table's command lines, common lines): redacted once.
     metas: dict[Static | None, Meta] = {}
@@ -92,18 +92,21 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
         return verdicts
 
 
-def _views(sections: dict[str, bytes], n: int) -> list[dict[str, bytes]]:
+def _views(output: bytes, nonce: str, n: int) -> list[dict[str, bytes]]:
     """Each stage's sections: the shared ones, and its own without the ``k<index>.`` prefix
-    (one pass over the sections, whatever the number of stages)."""
-    shared = {name: body for name, body in sections.items() if name in SHARED}
-    views = [dict(shared) for _ in range(n)]
+    (one pass over the probe's answer, whatever the number of stages; a name met twice keeps
+    its last body, as ``split_sections`` does)."""
+    shared: dict[str, bytes] = {}
+    own: list[dict[str, bytes]] = [{} for _ in range(n)]
     prefixes = _prefixes(n)
-    for name, body in sections.items():
-        prefix, dot, own = name.partition(".")
+    for name, body in sections_of(output, nonce):
+        prefix, dot, rest = name.partition(".")
         k = prefixes.get(prefix) if dot else None
         if k is not None:
-            views[k][own] = body
-    return views
+            own[k][rest] = body
+        elif name in SHARED:
+            shared[name] = body
+    return [{**shared, **mine} for mine in own]
 
 
 @functools.lru_cache(maxsize=64)

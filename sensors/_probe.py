@@ -21,7 +21,7 @@ import functools
 import re
 import secrets
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 _TAG = b"@@crosscheck "
@@ -248,13 +248,15 @@ def new_nonce() -> str:
 
 def split_sections(output: bytes, nonce: str) -> dict[str, bytes]:
     """Tagged sections of the probe's output. ``end`` is present only if it ran to the end."""
+    return dict(sections_of(output, nonce))
+
+
+def sections_of(output: bytes, nonce: str) -> Iterator[tuple[str, bytes]]:
+    """Each tagged section's name and body, in the order the probe wrote them."""
     tag = b"\n" + _TAG + nonce.encode() + b" "
-    sections: dict[str, bytes] = {}
-    parts = (b"\n" + output).split(tag)
-    for part in parts[1:]:
+    for part in (b"\n" + output).split(tag)[1:]:
         name, _, body = part.partition(b"\n")
-        sections[name.decode("ascii", "replace").strip()] = body
-    return sections
+        yield name.decode("ascii", "replace").strip(), body
 
 
 @dataclass(frozen=True)
