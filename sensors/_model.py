@@ -107,6 +107,14 @@ class Reading:
         object.__setattr__(self, "detail", redact(self.detail))
         object.__setattr__(self, "evidence", _freeze(self.evidence))
 
+    def restamped(self, read_at: float | None) -> Reading:
+        """This reading as read again at ``read_at``: the same facts (its evidence shared:
+        frozen, never changed), another time. For a signal whose every input is as at an
+        earlier check, so its reading would be built anew to the same value."""
+        again = object.__new__(Reading)
+        again.__dict__.update(self.__dict__, read_at=read_at)
+        return again
+
     def to_json(self) -> dict[str, Any]:
         return {
             "says": str(self.says),

@@ -753,3 +753,132 @@ def test_a_stage_whose_job_is_not_running_keeps_the_memory_remember_would_make()
         assert reading.says is Says.DONE and pids == frozenset(), reading.detail
         assert new == P._remember(stage.process, memory, P._NO_JOB, table, meta), memory
         assert (new is memory) is (memory in kept), memory
+
+
+def _built_anew(module, cache: str, read):  # type: ignore[no-untyped-def]
+    """``read()`` with the module's reading cache empty (the shared one kept as it is)."""
+    kept = getattr(module, cache)
+    setattr(module, cache, {})
+    try:
+        return read()
+    finally:
+        setattr(module, cache, kept)
+
+
+def _same_reading(a, b) -> bool:  # type: ignore[no-untyped-def]
+    """Two readings alike in every part but the time they were read at."""
+    return (a.signal, a.says, a.detail, a.host, a.to_json()["evidence"]) == (
+        b.signal,
+        b.says,
+        b.detail,
+        b.host,
+        b.to_json()["evidence"],
+    )
+
+
+def test_a_job_never_seen_gets_the_reading_it_would_be_built_anew_at_this_check() -> None:
+    """No process is the job and none was ever seen: the reading comes from what earlier
+    checks built (sensors._signals.process._not_found), stamped with this check's time, and
+    equals the one built anew, for every input its key holds and a few it must tell apart."""
+    import dataclasses
+    import uuid
+
+    from sensors._check import probe_script
+    from sensors._hosts.local import LocalHost
+    from sensors._probe import new_nonce, parse_meta, split_sections
+    from sensors._signals import process as P
+
+    def stage(process: dict[str, object]):  # type: ignore[no-untyped-def]
+        spec = stage_from_dict({"stage": "x", "host": "local", "process": process}).process
+        assert spec is not None
+        return spec
+
+    nonce = new_nonce()
+    probed = stage_from_dict({"stage": "x", "host": "local", "process": {"match": "x"}})
+    sections = split_sections(LocalHost().run_script(probe_script(probed, nonce), timeout=30), nonce)
+    meta = parse_meta(sections["meta"])
+    assert meta.boot_id and meta.now
+    later = dataclasses.replace(meta, now=meta.now + 30)
+    reboot = dataclasses.replace(meta, boot_id="another boot", now=meta.now + 60)
+    dead = 2**22 + 9  # above any pid_max: never a live process
+    tag = uuid.uuid4().hex
+    cases = [
+        (stage({"match": f"--tag a-{tag}"}), meta, None, "local"),
+        (stage({"match": f"--tag a-{tag}"}), later, None, "local"),  # the same, 30 s later
+        (stage({"match": f"--tag a-{tag}"}), later, None, "gpu-7"),  # another host
+        (stage({"match": f"--tag b-{tag}"}), later, None, "local"),  # another pattern
+        (stage({"match": f"--tag a-{tag}"}), reboot, None, "local"),  # another boot
+        (stage({"pid": dead}), later, None, "local"),
+        (stage({"pid": dead}), later, dead, "local"),  # crosscheck launched it
+        (stage({"match": f"--tag a-{tag}"}), later, dead, "local"),  # launched, not matched
+    ]
+    seen = []
+    for spec, m, launched, host in cases:
+        memory = P.ProcessMemory(boot_id=m.boot_id)
+        reading, kept, pids = P.read_process(
+            spec, sections, m, memory, host=host, nonce=nonce, launched_pid=launched
+        )
+        assert kept is memory and pids == frozenset() and reading.read_at == m.now
+
+        def read(spec=spec, m=m, memory=memory, host=host, launched=launched):  # type: ignore[no-untyped-def]
+            return P.read_process(spec, sections, m, memory, host=host, nonce=nonce, launched_pid=launched)
+
+        anew, _, _ = _built_anew(P, "_NOT_FOUND", read)
+        assert _same_reading(reading, anew), (spec, m.boot_id, launched, host)
+        seen.append(reading)
+    assert seen[1] is not seen[0] and _same_reading(seen[0], seen[1])  # read again, not shared
+    assert seen[0].read_at != seen[1].read_at
+    # Each input the key holds tells the readings apart; a launch that is not the job does not.
+    assert len({(r.host, r.detail, r.evidence["boot_id"], r.evidence["launched"]) for r in seen[1:7]}) == 6
+    assert seen[6].evidence["launched"] is True and _same_reading(seen[7], seen[1])
+
+
+def test_an_unchanged_directory_gets_the_reading_it_would_be_built_anew_at_this_check(tmp_path: Path) -> None:
+    """The shared stat finds an output directory as the last count left it: the reading
+    comes from what an earlier check built (sensors._signals.outputs), stamped with this
+    check's time, and equals the one built anew, for each input its key holds."""
+    from sensors._signals import outputs as O
+
+    out = tmp_path / "out"
+    stamp = "12 4096 1700000000 0 1700000000.100000000 1700000000.100000000 directory"
+    sections = {"outputs_same": b"", "stats": f"{stamp} {out}\n".encode()}
+    meta = Meta(1800000000.0, 100.0, 1, "boot", 100, 1, "h", False)
+
+    def spec(expected: int, pattern: str = "*.pt"):  # type: ignore[no-untyped-def]
+        got = stage_from_dict(
+            {
+                "stage": "x",
+                "host": "local",
+                "outputs": {"files": str(out), "pattern": pattern, "expected": expected},
+            }
+        ).outputs
+        assert got is not None
+        return got
+
+    memories = [
+        O.OutputsMemory(count=3, stamp=stamp, first_count=3, checked_at=1.0),
+        O.OutputsMemory(count=3, stamp=stamp, first_count=1, written_this_run=True, checked_at=2.0),
+        O.OutputsMemory(count=5, stamp=stamp, first_count=5, checked_at=3.0),
+        O.OutputsMemory(count=3, stamp=stamp, first_count=2, checked_at=4.0),  # written: 2 → 3
+    ]
+    readings = []
+    for memory in memories:
+        for s in (spec(100), spec(100, "*.bin"), spec(3)):
+            for host in ("local", "gpu-7"):
+                for now in (meta.now, meta.now + 30):
+                    m = Meta(now, 100.0, 1, "boot", 100, 1, "h", False)
+                    reading, new = O.read_outputs(s, sections, m, memory, host=host)
+                    assert reading.read_at == now and new.checked_at == now
+                    anew, again = _built_anew(
+                        O,
+                        "_UNCHANGED",
+                        lambda s=s, m=m, memory=memory, host=host: O.read_outputs(
+                            s, sections, m, memory, host=host
+                        ),
+                    )
+                    assert _same_reading(reading, anew) and new == again, (memory, s, host)
+                    readings.append(reading)
+    assert (
+        len({(r.host, r.detail, r.evidence["pattern"], r.evidence["written_this_run"]) for r in readings})
+        > 10
+    )

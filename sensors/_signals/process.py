@@ -463,18 +463,52 @@ def read_process(
             cut_pids=cut[:16],
         )
     job = _Job.of(processes, alive_pids, table, sections, meta, started_at)
-    evidence = _evidence(spec, found, job, memory, meta, launched_pid)
     if job is _NO_JOB and not memory.identities and not memory.job_pids and memory.boot_id == meta.boot_id:
         # No process and nothing to forget: what _remember would make is this memory (a
         # stage whose job has not started, or is gone, check after check).
+        if memory.last_seen is None:
+            return _not_found(spec, found, memory, meta, launched_pid, host), memory, frozenset()
         new_memory = memory
     else:
         new_memory = _remember(spec, memory, job, table, meta)
+    evidence = _evidence(spec, found, job, memory, meta, launched_pid)
     if alive_pids:
         detail = _alive_detail(job.main, processes, alive_pids, evidence)
         return Reading("process", Says.WORKING, detail, evidence, meta.now, host), new_memory, job.pids
     detail = _gone_detail(spec, found, boot_changed, processes, memory, meta)
     return Reading("process", Says.DONE, detail, evidence, meta.now, host), new_memory, frozenset()
+
+
+def _not_found(
+    spec: ProcessSpec,
+    found: _Found,
+    memory: ProcessMemory,
+    meta: Meta,
+    launched_pid: int | None,
+    host: str,
+) -> Reading:
+    """The reading when no process is the job and none was ever seen alive in this watch.
+
+    Its evidence and detail are functions of the key below alone (no process entry, no
+    times: the job was never seen), so a stage whose job has not started yet — most of a
+    fleet's, check after check — gets the reading built the first time, read again now.
+    """
+    launched = launched_pid is not None and (spec.pid == launched_pid or launched_pid in found.candidates)
+    key = (host, found.how, found.reused, meta.boot_id, launched)
+    reading = _NOT_FOUND.get(key)
+    if reading is None:
+        evidence = _evidence(spec, found, _NO_JOB, memory, meta, launched_pid)
+        detail = _gone_detail(spec, found, False, [], memory, meta)
+        reading = Reading("process", Says.DONE, detail, evidence, None, host)
+        if len(_NOT_FOUND) >= _NOT_FOUND_MOST:
+            _NOT_FOUND.clear()  # bounded; refilled by the next checks
+        _NOT_FOUND[key] = reading
+    return reading.restamped(meta.now)
+
+
+#: Readings of :func:`_not_found`, by what they are built from (a pure function of the key).
+_NOT_FOUND: dict[tuple[object, ...], Reading] = {}
+_NOT_FOUND_MOST = 16384
 
 
 @dataclass(frozen=True)
