@@ -17,6 +17,7 @@ from typing import Any
 from sensors._check import Checker
 from sensors._config import Stage, load_stage, parse_duration
 from sensors._errors import ConfigError, CrosscheckError, HostKeyError
+from sensors._gc import tune_for_watching
 from sensors._model import State, Verdict
 from sensors._present import STATE_STYLE
 from sensors._run import Since, parse_since
@@ -307,6 +308,7 @@ def _wait(
             notifier(verdict)
 
     checkers = [options.checker(stage) for stage in stages]
+    tune_for_watching()  # a wait can last days: see sensors._gc
     try:
         if live:
             live.start()

@@ -44,6 +44,7 @@ from sensors._batch import check_batch
 from sensors._check import Checker
 from sensors._config import Stage, load_stage
 from sensors._errors import CrosscheckError
+from sensors._gc import tune_for_watching
 from sensors._handoff import RESUMES_GATES, Desk
 from sensors._model import State, Verdict
 from sensors._persist import Persistence, _is_store, dead_here, holder_id, is_followed
@@ -594,6 +595,7 @@ def serve(
         server = watcher.metrics.serve(metrics_port)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    tune_for_watching()  # a long-lived process: see sensors._gc
     log.info("watching %s (pid %d, as %s)", path, os.getpid(), watcher.holder)
     try:
         watcher.run(stop)
