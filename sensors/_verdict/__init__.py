@@ -66,8 +66,8 @@ def decide(
     readings already hold what ties their evidence to it.
     """
     state, reasons, kept = _rules(readings, policy, memory, now)
-    done_all = bool(readings) and all(r.says is Says.DONE for r in readings.values())
-    streak = memory.done_streak + 1 if done_all and state is None else 0
+    done_all = state is None and bool(readings) and all(r.says is Says.DONE for r in readings.values())
+    streak = memory.done_streak + 1 if done_all else 0
     if state is None:
         state, reasons = _settle(readings, policy, streak)
     since = memory.state_since if memory.state is state and memory.state_since else now
@@ -83,7 +83,7 @@ def decide(
     )
     last_progress_at, d_since, gone_since = kept
     new_memory = VerdictMemory(
-        previous=dict(readings),
+        previous=verdict.readings,  # the verdict's own copy: read-only, kept as the memory's
         last_progress_at=last_progress_at,
         d_since=d_since,
         gone_since=gone_since,
