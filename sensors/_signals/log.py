@@ -652,9 +652,9 @@ def _scan_log(
     run_from = memory.run_from or 0
     flat = tail.decode("utf-8", "replace").replace("\r", "\n")
     if tail_start > 0:
-        flat = flat.split("\n", 1)[1] if "\n" in flat else ""
-    raw_lines = tail.split(b"\n")
-    partial = bool(raw_lines[-1])
+        flat = flat.partition("\n")[2]
+    last_raw = tail[tail.rfind(b"\n") + 1 :]  # after the last newline: b"" when it ends one
+    partial = bool(last_raw)
     complete_rx = compile_user_regex(spec.complete)
     error_rx = compile_user_regex(spec.error) if spec.error else None
     complete_line, complete_end = memory.complete_line, memory.complete_end
@@ -663,10 +663,11 @@ def _scan_log(
     offset = tail_start
     last_content_end = None
     # One C-speed search over the whole tail (\r as line breaks, MULTILINE) tells whether any
-    # line can match; only then are lines examined one by one. A per-line match implies a
-    # whole-text match for every pattern but those anchored with \A or \Z.
-    if not (_may_match(spec.complete, flat) or _may_match(spec.error, flat)):
-        raw_lines = raw_lines[-1:]
+    # line can match; only then is the tail split into lines and each examined (else only the
+    # last, partial one is looked at). A per-line match implies a whole-text match for every
+    # pattern but those anchored with \A or \Z.
+    may = _may_match(spec.complete, flat) or _may_match(spec.error, flat)
+    raw_lines = tail.split(b"\n") if may else [last_raw]
     for i, raw in enumerate(raw_lines[:-1]):
         end = offset + len(raw) + 1
         offset = end
