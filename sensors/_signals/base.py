@@ -85,21 +85,6 @@ class CheckFacts(NamedTuple):
     job_pids: frozenset[int] | None = None  # from the process signal (None: not configured)
     outputs_tie: bool = False
 
-    def learnt(self, job_pids: frozenset[int], run: Run | None) -> CheckFacts:
-        """These facts with what the process signal learnt: the job's PIDs, the run (built
-        whole: ``_replace`` costs several times as much, at every check of every stage)."""
-        return CheckFacts(
-            meta=self.meta,
-            nonce=self.nonce,
-            host=self.host,
-            nvml=self.nvml,
-            run=run,
-            first_check_at=self.first_check_at,
-            exclude_pids=self.exclude_pids,
-            job_pids=job_pids,
-            outputs_tie=self.outputs_tie,
-        )
-
     @property
     def run_start(self) -> float | None:
         """When this run began, or else this watch's first check (host clock)."""

@@ -673,7 +673,7 @@ def _read(
             # Every job process alive now started after the run this watch knew (restored
             # from the state store): the job was run again. A new run, announced anew.
             run = Run(source="process", started_at=float(started))
-    return reading, new_memory, facts.learnt(job_pids, run)
+    return reading, new_memory, facts._replace(job_pids=job_pids, run=run)
 
 
 SIGNAL: Signal[ProcessSpec, ProcessMemory] = Signal("process", ProcessMemory, snippet, _read)
