@@ -111,7 +111,7 @@ class Reading:
         """This reading as read again at ``read_at``: the same facts (its evidence shared:
         frozen, never changed), another time. For a signal whose every input is as at an
         earlier check, so its reading would be built anew to the same value."""
-        again = object.__new__(Reading)
+        again = object.__new__(type(self))
         again.__dict__.update(self.__dict__, read_at=read_at)
         return again
 

@@ -757,8 +757,10 @@ def test_a_stage_whose_job_is_not_running_keeps_the_memory_remember_would_make()
 
 def _built_anew(module, cache: str, read):  # type: ignore[no-untyped-def]
     """``read()`` with the module's reading cache empty (the shared one kept as it is)."""
+    from sensors._signals.base import Reread
+
     kept = getattr(module, cache)
-    setattr(module, cache, {})
+    setattr(module, cache, Reread())
     try:
         return read()
     finally:
@@ -882,3 +884,34 @@ def test_an_unchanged_directory_gets_the_reading_it_would_be_built_anew_at_this_
         len({(r.host, r.detail, r.evidence["pattern"], r.evidence["written_this_run"]) for r in readings})
         > 10
     )
+
+
+def test_a_batch_gives_each_stage_its_own_sections_and_the_shared_ones() -> None:
+    """``sensors._batch._views``: a stage's sections without their ``k<index>.`` prefix, over
+    the shared ones; a prefix that is no stage's (``k07``, one past the last) is nobody's, an
+    unprefixed section not shared is dropped, and a name met twice keeps its last body."""
+    from sensors._batch import _views
+
+    nonce = "ab" * 12
+
+    def sec(name: str, body: str) -> bytes:
+        return f"\n@@crosscheck {nonce} {name}\n{body}".encode()
+
+    output = b"".join(
+        [
+            sec("meta", "now 1"),
+            sec("stat", "S"),
+            sec("k0.log_tail", "a"),
+            sec("k1.log_tail", "b"),
+            sec("k07.log_tail", "not stage 7's, nor 0's"),
+            sec("k2.log_tail", "past the last stage"),
+            sec("k1.meta", "its own"),
+            sec("k0.log_tail", "a again"),
+            sec("log_tail", "nobody's"),
+            sec("end", ""),
+        ]
+    )
+    assert _views(output, nonce, 2) == [
+        {"meta": b"now 1", "stat": b"S", "end": b"", "log_tail": b"a again"},
+        {"meta": b"its own", "stat": b"S", "end": b"", "log_tail": b"b"},
+    ]

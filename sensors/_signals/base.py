@@ -30,9 +30,9 @@ T = TypeVar("T")
 def evolve(value: T, **changes: Any) -> T:
     """``dataclasses.replace`` for a signal's memory, several times per stage-check: a copy
     of the fields, not a second run of ``__init__`` (~5x cheaper for a memory of twenty
-    fields). Only for frozen dataclasses whose ``__init__`` does nothing but
-    set their fields (no ``__post_init__``, no ``init=False`` field, nothing cached from the
-    fields: a copy would carry it over stale): ``_plain`` checks."""
+    fields). Only for frozen dataclasses whose ``__init__`` does nothing but set their fields
+    (no ``__post_init__``, no ``init=False`` field, nothing cached from the fields: a copy
+    would carry it over stale): ``_plain`` checks."""
     cls = type(value)
     if not _plain(cls):
         raise TypeError(f"evolve() is for plain frozen dataclasses, not {cls.__name__}")
@@ -57,6 +57,30 @@ def _plain(cls: type) -> bool:
         and all(f.init for f in fields(cls))
         and not any(isinstance(v, functools.cached_property) for k in cls.__mro__ for v in vars(k).values())
     )
+
+
+class Reread:
+    """Readings a signal builds once per key and reads again at later checks.
+
+    For a reading whose evidence and detail are a function of the key alone (every input
+    they are built from, not the time): ``again(key, now)`` is the reading built for that key
+    with ``now`` as its time (:meth:`~sensors._model.Reading.restamped`), or None; ``keep``
+    stores one. Bounded: full, it starts over. Shared by the threads of a watcher (a dict's
+    get and set are atomic).
+    """
+
+    def __init__(self, most: int = 16384) -> None:
+        self._readings: dict[tuple[object, ...], Reading] = {}
+        self._most = most
+
+    def again(self, key: tuple[object, ...], read_at: float | None) -> Reading | None:
+        reading = self._readings.get(key)
+        return None if reading is None else reading.restamped(read_at)
+
+    def keep(self, key: tuple[object, ...], reading: Reading) -> None:
+        if len(self._readings) >= self._most:
+            self._readings.clear()  # refilled by the next checks
+        self._readings[key] = reading
 
 
 class ProbeInputs(NamedTuple):

@@ -31,7 +31,7 @@ from sensors._probe import (
 )
 from sensors._run import FINGERPRINT_BYTES
 from sensors._schema import AbsPath, Section
-from sensors._signals.base import CheckFacts, ProbeInputs, Signal, evolve
+from sensors._signals.base import CheckFacts, ProbeInputs, Reread, Signal, evolve
 
 DEFAULT_EXCLUDES = (".*", "*.tmp", "*.part", "*.partial", "*.swp", "*~")
 MAX_EXCLUDES = 64
@@ -465,8 +465,8 @@ def read_outputs(
     # a function of this key alone (no entry listed, nothing changed in place), built once.
     unchanged = got.memory is memory and spec.files is not None
     same = (host, where, expected, spec.pattern, count, written) if unchanged else None
-    if same is not None and (again := _UNCHANGED.get(same)) is not None:
-        return again.restamped(meta.now), new_memory
+    if same is not None and (again := _UNCHANGED.again(same, meta.now)) is not None:
+        return again, new_memory
     evidence["count"] = count
     evidence["previous_count"] = memory.count
     evidence["written_this_run"] = written
@@ -482,15 +482,12 @@ def read_outputs(
         says, detail = Says.WORKING, f"{count}/{expected} outputs"
     reading = Reading("outputs", says, detail, evidence, meta.now, host)
     if same is not None:
-        if len(_UNCHANGED) >= _UNCHANGED_MOST:
-            _UNCHANGED.clear()  # bounded; refilled by the next checks
-        _UNCHANGED[same] = reading
+        _UNCHANGED.keep(same, reading)
     return reading, new_memory
 
 
 #: Readings of unchanged directories (see read_outputs), by what they are built from.
-_UNCHANGED: dict[tuple[object, ...], Reading] = {}
-_UNCHANGED_MOST = 16384
+_UNCHANGED = Reread()
 
 
 # --------------------------------------------------------------------------- the signal

@@ -32,7 +32,7 @@ from sensors._probe import Meta, nonce_path
 from sensors._regex import compile_user_regex, required_text, to_utf8
 from sensors._run import Run
 from sensors._schema import Regex, Section
-from sensors._signals.base import CheckFacts, ProbeInputs, Signal
+from sensors._signals.base import CheckFacts, ProbeInputs, Reread, Signal
 from sensors._signals.procfs import (
     ALIVE_STATES,
     CMDLINE_CAP,
@@ -495,20 +495,17 @@ def _not_found(
     """
     launched = launched_pid is not None and (spec.pid == launched_pid or launched_pid in found.candidates)
     key = (host, found.how, found.reused, meta.boot_id, launched)
-    reading = _NOT_FOUND.get(key)
+    reading = _NOT_FOUND.again(key, meta.now)
     if reading is None:
         evidence = _evidence(spec, found, _NO_JOB, memory, meta, launched_pid)
         detail = _gone_detail(spec, found, False, [], memory, meta)
-        reading = Reading("process", Says.DONE, detail, evidence, None, host)
-        if len(_NOT_FOUND) >= _NOT_FOUND_MOST:
-            _NOT_FOUND.clear()  # bounded; refilled by the next checks
-        _NOT_FOUND[key] = reading
-    return reading.restamped(meta.now)
+        reading = Reading("process", Says.DONE, detail, evidence, meta.now, host)
+        _NOT_FOUND.keep(key, reading)
+    return reading
 
 
 #: Readings of :func:`_not_found`, by what they are built from (a pure function of the key).
-_NOT_FOUND: dict[tuple[object, ...], Reading] = {}
-_NOT_FOUND_MOST = 16384
+_NOT_FOUND = Reread()
 
 
 @dataclass(frozen=True)
