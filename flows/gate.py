@@ -1,14 +1,14 @@
 """The gate flow: wait until a stage is really finished, then let the pipeline go on.
 
-Deployed from ``deployments/prefect.yaml`` (``entrypoint: flows.gate.gate``) with the stage
-file path as its parameter; its ``crosscheck.stage.complete`` event is what starts the next
-stage's deployment, so no worker is held between stages. The flow is defined in
-:mod:`sensors.flows`; this file is the name the deployment imports, and the place to start
+Deployed from ``deployments/prefect.yaml`` (``entrypoint: sensors.flows.gate``, the flow this
+file re-exports) with the stage file path as its parameter; its ``crosscheck.stage.complete``
+event is what starts the next stage's deployment, so no worker is held between stages. The
+flow is defined in :mod:`sensors.flows`; this file is a copy to read, and the place to start
 when writing a gate of your own from the public API:
 
 Example:
     >>> from prefect import flow
-    >>> from sensors.prefect import wait_for_stage
+    >>> from prefect_crosscheck import wait_for_stage
     >>> @flow
     ... def my_gate(stage: str):
     ...     return wait_for_stage(stage, timeout="12h").to_json()

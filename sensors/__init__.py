@@ -29,6 +29,7 @@ from sensors._errors import (
 )
 from sensors._hosts import Host, LocalHost
 from sensors._model import Reading, Says, State, Verdict
+from sensors._version import __version__
 
 __all__ = [
     "Checker",
@@ -47,6 +48,7 @@ __all__ = [
     "StageFailed",
     "State",
     "Verdict",
+    "__version__",
     "host_for",
     "load_stage",
     "parse_duration",

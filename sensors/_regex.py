@@ -7,7 +7,7 @@ backtracks: ``.*(Traceback|CUDA error)`` over one 64 KB line without a match is 
 linear in the text whatever the pattern, so every pattern RE2 can express runs under it.
 
 The pattern language stays Python's: a pattern is first compiled with ``re`` (that is what
-the README documents and what a config error reports), then translated to RE2's syntax
+docs/signals.md documents and what a config error reports), then translated to RE2's syntax
 where the two spell the same thing differently, so a match means what ``re.search`` means:
 
 - ``\\Z`` (end of text) is RE2's ``\\z``; RE2 rejects ``\\Z``.
@@ -34,6 +34,17 @@ says "an error line, but not this harmless one" in one pattern, and rejecting th
 users to weaker patterns (missed failures) rather than to safer ones. The warning names the
 field and the construct, so the choice is made knowingly.
 
+Where google-re2 is not installed (it has no wheel for musl, glibc before 2.28, PyPy, some
+architectures; pyproject.toml's markers leave it out where they can tell), every pattern runs
+under the ``regex`` module instead (:data:`ENGINE` is ``"regex"``): Python's syntax, and each
+search stopped after :data:`FALLBACK_TIMEOUT` seconds, so no pattern can hold a check for
+long whatever the job writes. A search stopped that way has no answer: ``search`` says no
+match (no completion, error or progress line is claimed from it), ``found`` says a match (a
+live job is never taken for gone because its pattern was slow), and the pattern is not
+searched again for :data:`FALLBACK_COOLDOWN` seconds (answered the same way), so a check
+pays for at most one such search per pattern; each stop is logged. ``crosscheck --version``
+and ``status --json`` say which engine is in use.
+
 Example:
     >>> rx = compile_user_regex(r"step (?P<done>\\d+)/(?P<total>\\d+)")
     >>> rx.engine, rx.search("step 3/10").groupdict()
@@ -43,13 +54,35 @@ Example:
 from __future__ import annotations
 
 import functools
+import logging
 import re
+import time
 import unicodedata
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-import re2
+try:
+    import re2
+except ImportError:  # no google-re2 here (see the module's docstring): ENGINE says what runs
+    re2 = None
+try:
+    import regex
+except ImportError:  # a declared dependency; without it, Python's re with the window below
+    regex = None
+
+log = logging.getLogger("crosscheck.regex")
+
+#: What runs the stage regexes in this process: ``"re2"`` (google-re2, linear time),
+#: ``"regex"`` (no google-re2: the regex module, each search bounded by FALLBACK_TIMEOUT), or
+#: ``"re"`` (neither: Python's re, each line's last FALLBACK_SCAN characters).
+ENGINE: Literal["re2", "regex", "re"] = "re2" if re2 is not None else "regex" if regex is not None else "re"
+
+#: Without RE2: the longest one search of a stage regex may run (the regex module's timeout).
+FALLBACK_TIMEOUT = 0.1
+
+#: Without RE2: how long a pattern whose search was stopped is not searched again.
+FALLBACK_COOLDOWN = 60.0
 
 #: How much of each line (the last characters) a fallback (backtracking) pattern searches.
 #: A completion marker or an error is a short line, or ends a long one (the last ``\r``
@@ -154,6 +187,22 @@ def _escape(pattern: str, i: int, e: str, in_class: bool) -> tuple[str, int]:
     return "\\" + e, i
 
 
+def engine_summary() -> str:
+    """What runs the stage regexes here, in words (``crosscheck --version``).
+
+    Example:
+        >>> engine_summary() in ("re2 (linear time)",
+        ...                      "regex (no google-re2 here: each search stopped after 0.1 s)",
+        ...                      "re (neither google-re2 nor regex here: the last 4096 characters of a line)")
+        True
+    """
+    if ENGINE == "regex":
+        return f"regex (no google-re2 here: each search stopped after {FALLBACK_TIMEOUT:g} s)"
+    if ENGINE == "re":
+        return f"re (neither google-re2 nor regex here: the last {FALLBACK_SCAN} characters of a line)"
+    return "re2 (linear time)"
+
+
 def _re2_options() -> re2.Options:
     options = re2.Options()
     options.log_errors = False  # RE2 would print every rejected pattern on stderr
@@ -165,22 +214,31 @@ def _re2_options() -> re2.Options:
 class UserRegex:
     """A stage regex, compiled once: ``search`` has ``re.search`` semantics.
 
-    ``engine`` is ``"re2"`` (linear time) or ``"re"`` (the backtracking fallback, for a
-    pattern RE2 cannot express; ``why`` says what). ``multiline`` is ``re.MULTILINE``.
+    ``engine`` is ``"re2"`` (linear time), ``"regex"`` (no RE2 here: the regex module, each
+    search bounded in time) or ``"re"`` (the backtracking fallback, for a pattern RE2 cannot
+    express; ``why`` says what). ``multiline`` is ``re.MULTILINE``.
     """
 
     pattern: str
-    engine: Literal["re2", "re"]
+    engine: Literal["re2", "regex", "re"]
     multiline: bool = False
     why: str | None = None
     _compiled: Any = field(default=None, repr=False, compare=False)
+    _stopped: _Stopped = field(default_factory=lambda: _Stopped(), repr=False, compare=False)
 
     @property
     def linear(self) -> bool:
         return self.engine == "re2"
 
+    @property
+    def bounded(self) -> bool:
+        """Whether the time one search can take is bounded whatever the pattern and text."""
+        return self.engine in ("re2", "regex")
+
     def search(self, text: str) -> Match | None:
         """The first match in ``text``, or None."""
+        if self.engine == "regex":
+            return self._timed(text, None)
         if self.engine == "re2":
             try:
                 return self._compiled.search(text)
@@ -228,11 +286,41 @@ class UserRegex:
         this is the search the binding's ``search`` runs (unanchored, the whole text), less
         its per-call Python work.
         """
+        if self.engine == "regex":
+            return self._timed(text, True) is not None
         raw = getattr(self._compiled, "_regexp", None) if self.engine == "re2" and _RAW_MATCH else None
         if raw is None:
             return self.search(text) is not None
         data = utf8 if utf8 is not None else to_utf8(text)
         return raw.Match(_UNANCHORED, data, 0, len(data))[0] != _NULL_SPAN
+
+    def _timed(self, text: str, stopped: Any) -> Any:
+        """The regex module's search, stopped after FALLBACK_TIMEOUT: ``stopped`` when it was
+        (or when the pattern is cooling down after a stop)."""
+        if self._stopped.until > time.monotonic():
+            return stopped
+        try:
+            return self._compiled.search(text, timeout=FALLBACK_TIMEOUT)
+        except TimeoutError:
+            self._stopped.until = time.monotonic() + FALLBACK_COOLDOWN
+            log.warning(
+                "stage regex %r: a search of %d characters was stopped after %g s (no RE2 here:"
+                " see crosscheck --version); taken as %s, and the pattern is not searched for %g s",
+                self.pattern,
+                len(text),
+                FALLBACK_TIMEOUT,
+                "a match" if stopped is not None else "no match",
+                FALLBACK_COOLDOWN,
+            )
+            return stopped
+
+
+@dataclass
+class _Stopped:
+    """When a pattern's searches resume after one was stopped (monotonic seconds): shared by
+    the threads that search it (a plain float: a race costs one more bounded search)."""
+
+    until: float = 0.0
 
 
 @functools.lru_cache(maxsize=8192)
@@ -303,7 +391,7 @@ def to_utf8(text: str) -> bytes:
 # The binding's own search (re2._Regexp.search) is a generator, an encode and a match object
 # per call; :meth:`UserRegex.found` calls the compiled RE2 the same way, directly, when this
 # binding exposes it (else it uses search).
-_re2_ext = getattr(re2, "_re2", None)
+_re2_ext = getattr(re2, "_re2", None) if re2 is not None else None
 _UNANCHORED = getattr(getattr(getattr(_re2_ext, "RE2", None), "Anchor", None), "UNANCHORED", None)
 _NULL_SPAN = (-1, -1)
 _RAW_MATCH = _UNANCHORED is not None
@@ -324,8 +412,10 @@ def compile_user_regex(pattern: str, *, multiline: bool = False) -> UserRegex:
         fallback = re.compile(pattern, flags)
     if any(issubclass(w.category, FutureWarning) for w in caught):
         # A nested set or set operation ('[[:alpha:]]', '--', '&&'): re reads it one way
-        # today, RE2 (POSIX classes) another. Keep re's meaning.
+        # today, RE2 and regex (POSIX classes) another. Keep re's meaning.
         return UserRegex(pattern, "re", multiline, "a nested set or set operation in [...]", fallback)
+    if re2 is None:
+        return _without_re2(pattern, flags, multiline, fallback)
     try:
         translated = to_re2(pattern)
         compiled = re2.compile(("(?m)" if multiline else "") + translated, _re2_options())
@@ -334,6 +424,18 @@ def compile_user_regex(pattern: str, *, multiline: bool = False) -> UserRegex:
     except re2.error as exc:
         return UserRegex(pattern, "re", multiline, _re2_reason(exc), fallback)
     return UserRegex(pattern, "re2", multiline, None, compiled)
+
+
+def _without_re2(pattern: str, flags: int, multiline: bool, fallback: re.Pattern[str]) -> UserRegex:
+    """No RE2 here: the regex module (bounded in time per search), else re."""
+    if regex is None:
+        return UserRegex(pattern, "re", multiline, "google-re2 and regex are not installed", fallback)
+    try:
+        # VERSION0: re's behaviour (the language the stage file is written in).
+        compiled = regex.compile(pattern, flags | regex.VERSION0)
+    except Exception as exc:  # what re accepts and regex does not: re, as with RE2
+        return UserRegex(pattern, "re", multiline, f"the regex module rejects it ({exc})", fallback)
+    return UserRegex(pattern, "regex", multiline, None, compiled)
 
 
 def _re2_reason(exc: Exception) -> str:

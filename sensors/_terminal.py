@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 from sensors._config import Stage
 from sensors._model import Verdict
+from sensors._output import is_terminal
 from sensors._present import SAYS_STYLE, STATE_STYLE, key_values
 from sensors._text import inert
 
@@ -24,13 +25,19 @@ def print_json(verdict: Verdict, out: TextIO | None = None) -> None:
     out.flush()
 
 
+#: The width a console has when standard output is not a terminal: no line is wrapped.
+UNWRAPPED = 1_000_000
+
+
 def new_console():  # type: ignore[no-untyped-def]
     from rich.console import Console
 
     # Job text reaches this console only as rich ``Text`` built by ``text`` below, never
     # as markup: a log line "[/data/out]" is a closing tag to rich and would crash the
     # output — and the exit code of a wait that reached complete.
-    return Console(highlight=False, soft_wrap=False, emoji=False)
+    # Not a terminal (a pipe, a file): one record per line, whatever COLUMNS says — rich
+    # would wrap at 80 columns, and `| grep` would find half a reason.
+    return Console(highlight=False, soft_wrap=False, emoji=False, width=None if is_terminal() else UNWRAPPED)
 
 
 def text(value: object, style: str = "") -> Any:

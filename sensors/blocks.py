@@ -14,7 +14,7 @@ trust are blocks, edited in the UI or saved from Python, and every place that ta
 - :class:`CrosscheckNotifications`: the ``notify:`` section (its Slack webhook, as in a stage
   file, is a reference to a Secret or SlackWebhook block, never the URL).
 
-Register the types once per server with ``prefect block register -m sensors.blocks``.
+Register the types once per server with ``prefect block register -m prefect_crosscheck``.
 Part of the Prefect layer: nothing in the core imports this module.
 
 Example:
@@ -227,13 +227,36 @@ def load_stage_block(ref: str) -> Stage:
         ConfigError: no such block (or the server cannot be reached), or it does not validate.
     """
     name = ref.removeprefix(BLOCK_PREFIX)
+    api = _api_url()
     try:
         block = run_sync(CrosscheckStage.load(name))
     except ConfigError:
         raise
-    except Exception as exc:  # not found, server down, wrong type: one line, no traceback
+    except ImportError as exc:
+        # No PREFECT_API_URL: Prefect starts a local API for this process, which needs the
+        # server's packages (`prefect-client` alone has none: asyncpg, ...).
         raise ConfigError(
-            f"cannot load the CrosscheckStage block {name!r}: {type(exc).__name__}: {exc}",
+            f"cannot load the CrosscheckStage block {name!r}: no Prefect API is set and this"
+            f" environment cannot start a local one (no module {exc.name!r}): set PREFECT_API_URL"
+            " to your server's API (e.g. http://127.0.0.1:4200/api), or pip install prefect",
+            file=f"{BLOCK_PREFIX}{name}",
+        ) from None
+    except Exception as exc:  # not found, server down, wrong type: one line, no traceback
+        where = (
+            f" (on {api})"
+            if api
+            else " (no PREFECT_API_URL is set: looked in Prefect's local database; set it to your"
+            " server's API, e.g. http://127.0.0.1:4200/api)"
+        )
+        raise ConfigError(
+            f"cannot load the CrosscheckStage block {name!r}{where}: {type(exc).__name__}: {exc}",
             file=f"{BLOCK_PREFIX}{name}",
         ) from None
     return block.to_stage()
+
+
+def _api_url() -> str | None:
+    """The Prefect API this process talks to (the setting: environment or profile), or None."""
+    from prefect.settings import PREFECT_API_URL
+
+    return PREFECT_API_URL.value() or None

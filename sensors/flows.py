@@ -1,10 +1,10 @@
 """The deployable flows: the gate, the example pipeline, starting a stage, the stall alert.
 
-The Prefect layer's flows, built on the tasks in :mod:`sensors.prefect`. ``flows/gate.py``
-and ``flows/pipeline.py`` at the repository root re-export them under the names the
-deployments use (``entrypoint: flows.gate.gate``, ``flows.pipeline.start_stage``,
-``flows.pipeline.stall_alert`` in ``deployments/prefect.yaml``); the library itself never
-imports ``flows``.
+The Prefect layer's flows, built on the tasks in :mod:`sensors.prefect`. The deployments
+import them from here (``entrypoint: sensors.flows.gate``, ``sensors.flows.start_stage``,
+``sensors.flows.stall_alert`` in ``deployments/prefect.yaml``), so a worker needs only the
+installed package; ``flows/gate.py`` and ``flows/pipeline.py`` at the repository root
+re-export them as files a user reads and copies. The library itself never imports ``flows``.
 
 - :func:`gate` waits until a stage is really finished; its ``crosscheck.stage.complete``
   event is what starts the next stage's deployment, so no worker is held between stages.
@@ -21,14 +21,17 @@ Example:
     >>> pipeline("stages/extract.yaml", "stages/train.yaml")  # doctest: +SKIP
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: Prefect before 3.6 builds a flow's parameter
+# model from its annotations as they are, and a string ("Stage | str") it cannot resolve
+# fails every run ("GateModel is not fully defined"); later releases resolve them.
 
+import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
-from prefect.cache_policies import NO_CACHE
 
 from sensors._check import Checker, host_for
 from sensors._config import Stage, parse_duration, stage_from_dict
@@ -36,6 +39,7 @@ from sensors._errors import ConfigError
 from sensors._handover import can_hand_off, handed_over_launch, reference_of, wait_handed_over
 from sensors._model import Says
 from sensors._persist import Persistence
+from sensors._prefect_compat import NO_CACHE
 from sensors._run import Run, launch_mark_script, parse_launch_mark, run_from_record
 from sensors.prefect import (
     _task_run_name,
@@ -62,6 +66,25 @@ def _named(template: str, *params: str) -> Callable[[], str]:
         return template.format(*(stage_label(values.get(p)) for p in params))
 
     return name
+
+
+def _rename(template: str, *stages: Stage) -> None:
+    """Name the flow run after its stages' own names once they are loaded, where the name it
+    started with differs (a block named otherwise than its stage, a file unreadable at the
+    start): one name per stage, the one its events and artifacts carry. A rename that
+    fails is logged; the run goes on."""
+    from prefect.client.orchestration import get_client
+    from prefect.runtime import flow_run
+
+    name = template.format(*(s.stage for s in stages))
+    flow_run_id = flow_run.get_id()
+    if not flow_run_id or flow_run.get_name() == name:
+        return
+    try:
+        with get_client(sync_client=True) as client:
+            client.update_flow_run(uuid.UUID(flow_run_id), name=name)
+    except Exception as exc:
+        get_run_logger().warning("could not name this flow run %s: %s", name, exc)
 
 
 @flow(name="crosscheck-gate", flow_run_name=_named("gate-{}", "stage"), log_prints=False)
@@ -97,8 +120,10 @@ def gate(
         >>> gate("/etc/crosscheck/extract.yaml", timeout="12h")  # doctest: +SKIP
         {'stage': 'extract', 'verdict': 'complete', 'advance': True, ...}
     """
+    spec = as_stage(stage)
+    _rename("gate-{}", spec)
     return _wait(
-        as_stage(stage),
+        spec,
         reference=reference_of(stage),
         timeout=timeout,
         since=since,
@@ -141,7 +166,8 @@ def launch_stage(stage: Stage, force: bool = False, state: str | None = None) ->
         state: the state store (default ``$CROSSCHECK_STATE``, else the default file).
 
     Returns:
-        ``{"stage", "host", "pid", "log", "command", "cwd", "run"}``.
+        ``{"stage", "host", "pid", "log", "command", "cwd", "exit_file", "run"}`` (``pid``: the
+        launch wrapper's; ``exit_file``: where it records the job's exit status on the host).
     """
     if stage.launch is None:
         raise ConfigError("no launch section: nothing to start", field=f"{stage.stage}.launch")
@@ -164,7 +190,11 @@ def launch_stage(stage: Stage, force: bool = False, state: str | None = None) ->
     # Mark where this run begins (the host's clock, the log's inode, size and last bytes)
     # before the job starts: its log lines are exactly those written after the mark.
     mark = parse_launch_mark(host.run_script(launch_mark_script(log_path), timeout=30))
-    pid = host.spawn(stage.launch.command, log_path=log_path, cwd=stage.launch.cwd)
+    # Under a wrapper that records the job's exit status on the host: an exit and a kill
+    # look alike from /proc, and only this tells a crash from a success for a stage whose
+    # other signals cannot.
+    name = f"{stage.stage}-{int(mark.started_at or time.time())}-{uuid.uuid4().hex[:8]}"
+    pid, exit_file = host.launch(stage.launch.command, log_path=log_path, cwd=stage.launch.cwd, name=name)
     record = {
         "stage": stage.stage,
         "host": stage.host_name,
@@ -172,6 +202,7 @@ def launch_stage(stage: Stage, force: bool = False, state: str | None = None) ->
         "log": log_path,
         "command": " ".join(stage.launch.command),
         "cwd": stage.launch.cwd or "",
+        "exit_file": exit_file,
         "run": {
             "started_at": mark.started_at,
             "log_inode": mark.log_inode,
@@ -224,6 +255,7 @@ def _live_launch(stage: Stage, host: Any, state: str | None) -> dict[str, Any] |
         "log": stage.launch.log or (stage.log.path if stage.log else None),
         "command": " ".join(stage.launch.command),
         "cwd": stage.launch.cwd or "",
+        "exit_file": run.exit_file,
         "run": {
             "started_at": run.started_at,
             "log_inode": run.log_inode,
@@ -304,6 +336,7 @@ def pipeline(
     """
     first = as_stage(extraction)
     second = as_stage(training)
+    _rename("pipeline-{}-then-{}", first, second)
     if second.launch is None:
         raise ConfigError("the training stage needs a launch section", field="training.launch")
     upstream = _launch_and_wait(first, wait=True, timeout=timeout, hand_off=hand_off)
@@ -329,6 +362,7 @@ def start_stage(
         hand_off: as for :func:`gate`.
     """
     spec = as_stage(stage)
+    _rename("start-{}", spec)
     if spec.launch is None:
         raise ConfigError("no launch section: nothing to start", field=f"{spec.stage}.launch")
     if after:

@@ -8,11 +8,12 @@ verdict ``unknown`` inside the Checker, and the wait goes on.
 
 While it waits it leaves what a person or an automation needs to follow along:
 
-- a progress artifact (outputs written / expected), updated every check;
-- a table artifact with the evidence at each verdict change, and a markdown summary at the end;
+- a progress artifact (outputs written / expected), an evidence artifact and a picture of the
+  wait, each updated in place at every verdict change and at most every 10 seconds between
+  changes (:class:`Cadence`);
 - an event at each verdict change (``crosscheck.stage.<verdict>``, resource
   ``crosscheck.stage.<name>``, payload: the verdict JSON) and a ``crosscheck.stage.heartbeat``
-  event every check, for reactive and proactive automations;
+  event at most once a minute (``heartbeat=``), for reactive and proactive automations;
 - one log line per verdict change (never one per check).
 
 This module and the Prefect layer built on it (:mod:`sensors.flows`, the demo) are the only
@@ -28,7 +29,6 @@ from dataclasses import replace
 from typing import Any
 
 from prefect import task
-from prefect.cache_policies import NO_CACHE
 
 from sensors._artifacts import (
     artifact_key,
@@ -54,6 +54,7 @@ from sensors._gate import (
     resource_id,
 )
 from sensors._model import Verdict
+from sensors._prefect_compat import NO_CACHE
 from sensors._present import evidence_rows, progress_percent
 
 __all__ = [
@@ -100,13 +101,15 @@ def as_stage(stage: StageLike | Mapping[str, Any]) -> Stage:
 
 
 def stage_label(stage: Any) -> str:
-    """What people call a stage, from a Stage, a stage dict or a path (the file's stem),
-    without loading the file: a bad file must fail the run with its own message, not
-    fail the naming of the run.
+    """What people call a stage, from a Stage, a stage dict or a path: the stage's own name
+    (``stage:``), the one its events and artifacts carry; the file's stem only when the file
+    cannot be read as a stage (a bad file must fail the run with its own message, not fail
+    the naming of the run), and a block's name (the flows rename their run once the block
+    is loaded).
 
     Example:
-        >>> stage_label("/etc/crosscheck/extract.yaml")
-        'extract'
+        >>> stage_label("/etc/crosscheck/missing.yaml")
+        'missing'
     """
     if isinstance(stage, Stage):
         return stage.stage
@@ -114,6 +117,11 @@ def stage_label(stage: Any) -> str:
         return str(stage["stage"])
     if isinstance(stage, str) and stage.startswith("block:"):
         return stage.removeprefix("block:") or "stage"
+    if isinstance(stage, (str, os.PathLike)):
+        try:
+            return load_stage(stage).stage
+        except Exception:  # unreadable or invalid: the run fails on it, with its own message
+            pass
     return str(stage).rsplit("/", 1)[-1].rsplit(".", 1)[0] or "stage"
 
 

@@ -86,6 +86,13 @@ BAD = [
     ("pattern with a carriage return", _with("outputs.pattern", "*.pt\r"), "outputs.pattern", "file name pattern"),
     ("webhook in clear", {**GOOD, "notify": {"slack_webhook": "https://hooks.slack.com/services/T/B/X"}},
      "notify.slack_webhook", "secret"),
+    ("interval .nan", _with("policy.interval", float("nan")), "policy.interval", "give a finite one"),
+    ("timeout .inf", _with("policy.timeout", float("inf")), "policy.timeout", "give a finite one"),
+    ("stall_after in years", _with("policy.stall_after", "99999999d"), "policy.stall_after", "longer than 365d"),
+    ("interval of a nanosecond", _with("policy.interval", 1e-9), "policy.interval", "shorter than 1ms"),
+    ("interval of a millisecond", _with("policy.interval", "1ms"), "policy.interval", "greater than or equal to 0.1"),
+    ("settle beyond reason", _with("policy.settle", 10**12), "policy.settle", "less than or equal to 1000"),
+    ("expected beyond a float", _with("outputs.expected", 2**60), "outputs.expected", "less than or equal to"),
 ]  # fmt: skip
 
 
@@ -109,6 +116,15 @@ def test_bad_config_exit_2_one_line(tmp_path, capsys, name, data, field, message
         ("stage: [unclosed\n", "line"),
         ("- a list\n", "expected a mapping"),
         ("", "expected a mapping"),
+        (
+            "stage: a\nprocess: {match: x}\nstage: b\n",
+            "line 3: duplicate key 'stage' (first given on line 1)",
+        ),
+        (
+            "stage: a\noutputs:\n  files: /d\n  expected: 40\n  pattern: '*.pt'\n  expected: 80\n",
+            "line 6: duplicate key 'expected' (first given on line 4)",
+        ),
+        ("stage: a\nprocess: {match: x, match: y}\n", "line 2: duplicate key 'match'"),
     ],
 )
 def test_unreadable_files(tmp_path, capsys, content, message) -> None:
@@ -118,6 +134,78 @@ def test_unreadable_files(tmp_path, capsys, content, message) -> None:
     assert main(["status", str(path)]) == 2
     err = capsys.readouterr().err
     assert message in err and str(path) in err
+
+
+def _numeric_fields(model: type, prefix: str = "") -> list[str]:
+    """Every int and float field of the stage schema (durations are floats), found by walking
+    the models: a field added later is covered without a list kept by hand."""
+    import typing
+
+    from pydantic import BaseModel
+
+    found = []
+    for name, info in model.model_fields.items():
+        path = f"{prefix}{name}"
+        kinds = typing.get_args(info.annotation) or (info.annotation,)
+        for kind in kinds:
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                found += _numeric_fields(kind, f"{path}.")
+            elif kind in (int, float):
+                found.append(path)
+    return sorted(set(found))
+
+
+# Every section present (an SSH host, notify, launch), so every numeric field is reachable.
+FULL = {
+    **GOOD,
+    "host": {"ssh": "gpu-box", "port": 22, "connect_timeout": "10s", "check_timeout": "60s"},
+    "log": {**GOOD["log"], "tail_bytes": 65536},
+    "notify": {"slack_webhook": "env:HOOK", "unknown_after": "5m", "remind_every": "1h"},
+    "gpu": {"devices": "all", "idle_below": 5, "idle_for": "60s"},
+    "policy": {**GOOD["policy"], "stuck_in_d_after": "2m", "exit_grace": "60s"},
+}
+
+
+def test_every_number_in_a_stage_file_is_finite_and_bounded() -> None:
+    """.nan stopped `serve`, .inf left a stage due never; any number beyond what a clock, a
+    heap, a sleep or a count can hold is an error naming its field, whatever the field."""
+    from sensors._config import Stage
+
+    fields = [f for f in _numeric_fields(Stage) if not f.startswith("host.material")]
+    assert {"policy.interval", "policy.settle", "outputs.expected", "host.port", "gpu.idle_below"} <= set(
+        fields
+    )
+    stage_from_dict(FULL)  # the base is valid
+    for field in fields:
+        section, _, key = field.rpartition(".")
+        for bad in (float("nan"), float("inf"), float("-inf"), 1e30, 10**30, -1):
+            data = yaml.safe_load(yaml.safe_dump(FULL))
+            node = data
+            for part in section.split(".") if section else []:
+                node = node.setdefault(part, {})
+            if field == "process.pid":
+                del node["match"]
+            node[key] = bad
+            with pytest.raises(ConfigError) as info:
+                stage_from_dict(data)
+            assert info.value.field == field, (field, bad, str(info.value))
+
+
+def test_a_file_too_large_for_a_stage_file_is_refused_unread(tmp_path, capsys) -> None:
+    path = tmp_path / "huge.yaml"
+    with open(path, "wb") as f:
+        f.write(b"stage: s\nprocess: {match: x}\n")
+        f.truncate(3 << 20)
+    assert main(["status", str(path)]) == 2
+    assert "larger than 1024 KiB: not a stage file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("option", "value"), [("--lease", "1ms"), ("--rescan", "1ms"), ("--lease", ".nan")])
+def test_a_watchers_cycle_cannot_be_made_to_spin(tmp_path, capsys, option, value) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["serve", str(tmp_path), option, value])
+    assert info.value.code == 2
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def test_config_error_carries_file_and_field(tmp_path) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+import time
 import unicodedata
 import warnings
 
 import pytest
 
-from sensors import stage_from_dict
+from sensors import _regex, stage_from_dict
 from sensors._regex import (
     FALLBACK_SCAN,
     BacktrackingRegexWarning,
@@ -255,3 +256,56 @@ def test_named_groups_are_what_re_finds(pattern: str, text: str) -> None:
     m = re.search(pattern, text.encode("utf-8", "replace").decode("utf-8"))
     expected = None if m is None else (m.group(0), m.groupdict())
     assert rx.named_groups(text) == expected
+
+
+# --------------------------------------------------------------------------- without google-re2
+
+
+def _without_re2(pattern: str, multiline: bool = False):
+    """``pattern`` compiled as it is where google-re2 is not installed (ENGINE "regex")."""
+    flags = re.MULTILINE if multiline else 0
+    return _regex._without_re2(pattern, flags, multiline, re.compile(pattern, flags))
+
+
+@pytest.mark.parametrize(("pattern", "text"), SAME_ANSWER)
+def test_without_re2_the_regex_module_answers_as_re_search_does(pattern: str, text: str) -> None:
+    rx = _without_re2(pattern)
+    assert rx.engine == "regex" and rx.bounded and not rx.linear and rx.why is None
+    want, got = re.search(pattern, text), rx.search(text)
+    assert (want is None) == (got is None)
+    assert rx.found(text) == (want is not None)
+    if want:
+        assert got.group(0) == want.group(0) and got.groupdict() == want.groupdict()
+        assert rx.named_groups(text) == (want.group(0), want.groupdict())
+
+
+def test_without_re2_what_re2_cannot_say_is_bounded_too() -> None:
+    rx = _without_re2(r"(?<!no )error")
+    assert rx.engine == "regex" and rx.search("no error, an error").start() == 13
+    assert _without_re2(r"^done$", multiline=True).search("x\ndone\ny")
+
+
+def test_without_re2_a_catastrophic_search_is_stopped_and_the_pattern_rests(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    rx = _without_re2(r"(a|aa)+$")
+    line = "a" * 64 + "b"  # exponential for a backtracking engine: hours for Python's re
+    started = time.monotonic()
+    with caplog.at_level("WARNING", logger="crosscheck.regex"):
+        assert rx.search(line) is None  # stopped: no match is claimed from it
+    assert time.monotonic() - started < 2.0
+    assert "was stopped after 0.1 s" in caplog.text and "(a|aa)+$" in caplog.text
+    # Resting: not searched at all (a check pays for one stopped search per pattern), and a
+    # live job is never taken for gone: found() says "may match".
+    started = time.monotonic()
+    assert rx.search("aa") is None and rx.found(line) and rx.named_groups("aa") is None
+    assert time.monotonic() - started < 0.05
+    # Rested: searched again.
+    monkeypatch.setattr(rx._stopped, "until", 0.0)
+    assert rx.search("aa").group(0) == "aa"
+
+
+def test_without_re2_or_regex_python_re_with_the_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_regex, "regex", None)
+    rx = _without_re2(r"^error")
+    assert rx.engine == "re" and not rx.bounded and "not installed" in (rx.why or "")
