@@ -51,6 +51,22 @@ def run_slug(run: Mapping[str, Any] | None) -> str | None:
     return re.sub(r"[^a-z0-9]+", "-", f"{run.get('source') or 'run'}-{stamp}").strip("-")
 
 
+def patch_artifact(client: Any, artifact_id: Any, *, data: str, description: str | None) -> None:
+    """Replace an artifact's content with ``client`` (Prefect's sync client).
+
+    The PATCH itself, not ``client.update_artifact``: that one also emits a
+    ``prefect.artifact.updated`` event per call, which would bury the verdict events in the
+    feed (one per refresh and artifact).
+    """
+    response = client.request(
+        "PATCH",
+        "/artifacts/{id}",
+        path_params={"id": artifact_id},
+        json={"data": data, "description": description},
+    )
+    response.raise_for_status()
+
+
 def artifact_key(stage_name: str, what: str, *, run: str | None = None) -> str:
     """An artifact key Prefect accepts (lowercase letters, digits, dashes), per run when
     ``run`` (a :func:`run_slug`) is given, so that reruns do not mix into one history.
@@ -66,23 +82,34 @@ def artifact_key(stage_name: str, what: str, *, run: str | None = None) -> str:
     return f"crosscheck-{middle}-{what}"
 
 
-def evidence_markdown(verdict: Verdict, *, checks: int, final: bool = False, timed_out: bool = False) -> str:
-    """The current evidence for a person: verdict and time, the reasons, one short row per
-    signal (says, what it says, the key facts in words). The raw evidence is the verdict
-    JSON (events, ``crosscheck status --json``), not repeated here."""
+def evidence_markdown(
+    verdict: Verdict,
+    *,
+    checks: int,
+    final: bool = False,
+    timed_out: bool = False,
+    first_check: float | None = None,
+    by: str | None = None,
+) -> str:
+    """The current evidence for a person: verdict and time, how long in this state, the
+    checks behind it (``checks`` since ``first_check``, ``by`` whom when not this gate), the
+    reasons, and a table: first the verdict with the reason that decided it (a stall is
+    "no progress for 66 s", though every signal says working), then one short row per
+    signal (says, the key facts in words). The raw evidence is the verdict JSON (events,
+    ``crosscheck status --json``), not repeated here."""
     doc = verdict.to_json()
     when = clock(verdict.checked_at)
-    checked, since = number(verdict.checked_at), number(verdict.since)
     facts = [
         f"{'final' if final else 'current'} verdict at **{when}** (local time of the check)",
-        f"{age(checked - since)} in this state" if checked is not None and since is not None else "",
+        _in_state(verdict),
         f"advance: **{'yes' if verdict.advance else 'no'}**",
         f"host {_md(verdict.host)}",
-        f"{checks} check{'s' if checks != 1 else ''}",
+        _checks(verdict, checks, first_check, by),
     ]
     if verdict.run:
         source = _md(verdict.run.get("source", "?"))
         facts.append(f"this run began {_md(_run_start(verdict.run))} (from the {source})")
+    decided = verdict.reasons[0] if verdict.reasons else "(no reasons given)"
     lines = [
         f"# {_md(verdict.stage)}: {verdict.state}" + (" (timed out)" if timed_out else ""),
         "",
@@ -98,6 +125,7 @@ def evidence_markdown(verdict: Verdict, *, checks: int, final: bool = False, tim
         # Three narrow columns: what each signal says in words is already under Reasons.
         "| signal | says | facts |",
         "|---|---|---|",
+        f"| **verdict** | **{verdict.state}** | {_md(decided)} |",
         *[
             f"| {_md(r['signal'])} | {_says_cell(r['says'])} | {_md(r['facts'])} |"
             for r in evidence_rows(verdict)
@@ -106,6 +134,89 @@ def evidence_markdown(verdict: Verdict, *, checks: int, final: bool = False, tim
         f"Raw evidence: the `{EVENT_PREFIX}{doc['verdict']}` event's payload, or `crosscheck status --json`.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _in_state(verdict: Verdict) -> str:
+    """How long the verdict has held: ``stalled for 1 m 6 s, since 12:00:01``; a state this
+    check began says so (never "0 s in this state" beside "agreed for 2 checks")."""
+    checked, since = number(verdict.checked_at), number(verdict.since)
+    if checked is None or since is None:
+        return ""
+    if checked - since < 1:
+        return f"{verdict.state} from this check on"
+    return f"{verdict.state} for {age(checked - since)}, since {clock(since)}"
+
+
+def _checks(verdict: Verdict, checks: int, first_check: float | None, by: str | None) -> str:
+    """``49 checks over 1 m 38 s by crosscheck serve (host:pid)``: the checks behind it."""
+    said = f"{checks} check{'s' if checks != 1 else ''}"
+    checked = number(verdict.checked_at)
+    if checks > 1 and first_check is not None and checked is not None and checked - first_check >= 1:
+        said += f" over {age(checked - first_check)}"
+    if by:
+        said += f" by {_md(by)}"
+    return said
+
+
+def waiting_key(stage_name: str, flow_run_id: str) -> str:
+    """The key of the "waiting" artifact a watcher keeps on a gate's suspended flow run."""
+    return artifact_key(stage_name, "waiting", run=f"flow-{flow_run_id[:8]}")
+
+
+def waiting_markdown(
+    verdict: Verdict,
+    *,
+    what: str,
+    checks: int,
+    first_check: float | None,
+    by: str,
+    settled: bool = False,
+    reported_at: float | None = None,
+    timed_out: bool = False,
+) -> str:
+    """The "waiting" artifact of a gate handed to the watcher, at each step of its life.
+
+    - the watcher, while the stage runs: suspended, what it waits for, the latest verdict;
+    - the watcher, at the final verdict (``settled``): decided, the flow run resumes;
+    - the resumed gate (``reported_at``): what happened, start to end.
+
+    ``what`` names the stage and host; ``by`` the watcher (``crosscheck serve on host:pid``).
+    """
+    when = clock(verdict.checked_at)
+    counted = _checks(verdict, checks, first_check, None)
+    who = _md(by)
+    if reported_at is not None:
+        decided = (
+            f"the last verdict at its deadline was **{verdict.state}** at {when}"
+            if timed_out
+            else f"decided **{verdict.state}** at {when}"
+        )
+        head = (
+            f"**Done: {'not complete by its deadline' if timed_out else verdict.state}.** While the"
+            f" stage ran, this flow run was suspended and no worker was held: {who} watched"
+            f" {_md(what)} ({counted}), {decided}, and resumed the run; its gate reported the"
+            f" verdict at {clock(reported_at)}. The evidence and the picture: this run's"
+            " `-evidence` and `-picture` artifacts."
+        )
+    elif settled:
+        head = (
+            f"**Decided: {verdict.state}** at {when}, by {who} ({counted}): it resumes this flow"
+            " run now, and the gate reports the verdict."
+        )
+    else:
+        head = (
+            f"**Suspended: no worker is held.** {who} watches {_md(what)} and resumes this flow"
+            " run when it is complete or failed, or at its deadline.\n\n"
+            f"Latest verdict: **{verdict.state}** at {when} ({counted} by the watcher)."
+        )
+    final = settled or reported_at is not None
+    return (
+        head
+        + "\n\n"
+        + evidence_markdown(
+            verdict, checks=checks, final=final, timed_out=timed_out, first_check=first_check, by=by
+        )
+    )
 
 
 def summary_markdown(verdict: Verdict, *, checks: int, timed_out: bool = False) -> str:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -18,12 +17,14 @@ from pydantic import (
     SecretStr,
     ValidationError,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 from sensors._errors import ConfigError
-from sensors._schema import AbsPath, Duration, Regex, Section, parse_duration
+from sensors._schema import MIN_INTERVAL, AbsPath, Duration, Regex, Section, parse_duration
 from sensors._secrets import check_secret_ref
 from sensors._signals.gpu import GpuSpec
 from sensors._signals.log import LogSpec
@@ -46,15 +47,19 @@ __all__ = [
     "SSHSpec",
     "Stage",
     "load_stage",
+    "load_stage_bytes",
+    "load_stage_text",
     "parse_duration",
     "stage_from_dict",
+    "stage_json_schema",
 ]
 
 
 class PolicySpec(Section):
-    interval: Duration = 30.0
+    # At least 100 ms: a stage checked more often would keep a watcher busy for nothing.
+    interval: Duration = Field(30.0, ge=MIN_INTERVAL)
     stall_after: Duration = 900.0
-    settle: int = Field(2, ge=1)
+    settle: int = Field(2, ge=1, le=1000)
     timeout: Duration = 48 * 3600.0
     stuck_in_d_after: Duration = Field(
         120.0, description="state D this long counts as no progress (the kernel's hung-task time)"
@@ -96,7 +101,8 @@ class SSHSpec(Section):
     proxy_jump: str | None = Field(
         None, description="ProxyJump hops, [user@]host[:port],... (default: the ssh config's)"
     )
-    material: SSHMaterial | None = Field(
+    # Not in the published JSON Schema: a stage file never holds it.
+    material: SkipJsonSchema[SSHMaterial | None] = Field(
         None, description="key and known_hosts in memory, from a CrosscheckSSHHost block; never in a file"
     )
 
@@ -143,7 +149,17 @@ class NotifySpec(Section):
 class LaunchSpec(Section):
     """How the pipeline flow starts the stage's job (detached, on the stage's host)."""
 
-    command: tuple[str, ...] = Field(min_length=1, description="argv of the job")
+    command: Annotated[
+        tuple[str, ...],
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                    {"type": "string", "minLength": 1},
+                ]
+            }
+        ),
+    ] = Field(min_length=1, description="argv of the job (a list, or one string split as a shell would)")
     cwd: AbsPath | None = None
     log: AbsPath | None = Field(None, description="stdout+stderr go here; default: log.path")
 
@@ -174,7 +190,7 @@ class Stage(Section):
     def _some_signal(self) -> Stage:
         if self.gpu is not None and self.gpu.idle_for * 1.5 < self.policy.interval:
             # GPU idleness is shown by samples no further apart than 1.5 x idle_for
-            # (sensors/_gpu.py, "Gaps"): checks further apart could never show it.
+            # (sensors/_signals/gpu/__init__.py, "Gaps"): checks further apart could never show it.
             raise ValueError(
                 f"gpu.idle_for ({self.gpu.idle_for:g}s) is too short for policy.interval "
                 f"({self.policy.interval:g}s): use at least {self.policy.interval / 1.5:g}s"
@@ -192,12 +208,69 @@ class Stage(Section):
         return "local" if self.host == "local" else self.host.ssh
 
 
+#: Where the stage file's JSON Schema is published (``schema/stage.schema.json`` of the
+#: repository; ``crosscheck schema`` prints the same): an editor with yaml-language-server
+#: checks and completes a stage file that starts with
+#: ``# yaml-language-server: $schema=<this URL>``.
+SCHEMA_URL = "https://raw.githubusercontent.com/crosscheck/prefect-crosscheck/main/schema/stage.schema.json"
+
+#: Sections that take exactly one of two keys (their models' validators say so too).
+_ONE_OF = {"ProcessSpec": ("match", "pid"), "OutputsSpec": ("files", "lines")}
+
+
+def stage_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a stage file, generated from :class:`Stage`.
+
+    What an editor can check as you type: the sections and their keys (unknown keys are
+    errors), types, bounds, durations as numbers or ``30s``-like strings, absolute paths, at
+    least one signal, ``match`` or ``pid``, ``files`` or ``lines``. What it cannot (a regex
+    that does not compile, a duration past 365 d, ``gpu.idle_for`` against
+    ``policy.interval``) the models check: ``crosscheck validate``. Key material (a block's)
+    is never part of a stage file, nor of the schema.
+
+    Example:
+        >>> schema = stage_json_schema()
+        >>> schema["required"], sorted(schema["properties"])[:3]
+        (['stage'], ['gpu', 'host', 'launch'])
+    """
+    schema = Stage.model_json_schema()
+    for name, keys in _ONE_OF.items():
+        schema["$defs"][name]["oneOf"] = [{"required": [key]} for key in keys]
+    schema["anyOf"] = [{"required": [signal]} for signal in ("process", "log", "outputs", "gpu")]
+    schema["title"] = "crosscheck stage file"
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_URL, **schema}
+
+
 class _YAMLLoader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 booleans: only true/false.
+    """SafeLoader with YAML 1.2 booleans (only true/false) and no duplicate keys.
 
     YAML 1.1 (PyYAML's default) reads on/off/yes/no as booleans, so the documented
-    ``notify: {on: [stalled]}`` would load as ``{True: [...]}``.
+    ``notify: {on: [stalled]}`` would load as ``{True: [...]}``. PyYAML keeps the last of two
+    equal keys without a word (``expected:`` twice: the second wins); YAML 1.2 says keys are
+    unique, so a second one is an error naming its line, at any depth. Keys merged in with
+    ``<<: *anchor`` may be overridden, as YAML's merge says.
     """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            first: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    line = first.get(key)
+                except TypeError:
+                    continue  # an unhashable key: the constructor below says so
+                if line is not None:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"duplicate key {key!r} (first given on line {line + 1})",
+                        key_node.start_mark,
+                    )
+                first[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 _YAMLLoader.yaml_implicit_resolvers = {
@@ -225,11 +298,34 @@ def load_stage(path: str | os.PathLike[str]) -> Stage:
     """
     name = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            data = f.read(MAX_STAGE_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror or exc}", file=name) from None
+    return load_stage_bytes(data, file=name)
+
+
+#: A stage file is a few hundred bytes; one larger than this is not one (a log or a data file
+#: named *.yaml in a watched directory must not be read whole into memory).
+MAX_STAGE_BYTES = 1024 * 1024
+
+
+def load_stage_bytes(data: bytes, *, file: str) -> Stage:
+    """The stage a stage file's bytes define (at most :data:`MAX_STAGE_BYTES` of them are
+    read; ``file`` names it in errors): :func:`load_stage` once the file is read
+    (``crosscheck serve`` reads each file once, to compare its bytes and to load them)."""
+    if len(data) > MAX_STAGE_BYTES:
+        raise ConfigError(f"larger than {MAX_STAGE_BYTES // 1024} KiB: not a stage file", file=file)
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise ConfigError("not UTF-8 text", file=name) from None
+        raise ConfigError("not UTF-8 text", file=file) from None
+    return load_stage_text(text, file=file)
+
+
+def load_stage_text(text: str, *, file: str) -> Stage:
+    """The stage a stage file's ``text`` defines (``file`` names it in errors)."""
+    name = file
     try:
         data = yaml.load(text, Loader=_YAMLLoader)
     except yaml.YAMLError as exc:
@@ -251,7 +347,11 @@ def stage_from_dict(data: dict[str, Any], *, file: str | None = None) -> Stage:
 
 
 def _translate(exc: ValidationError, file: str | None) -> ConfigError:
-    err = exc.errors(include_url=False, include_input=False)[0]
+    errors = exc.errors(include_url=False, include_input=False)
+    # A union (host: 'local' or an SSH section) reports one error per branch: the deepest
+    # is the branch the input was meant for (a bad host.check_timeout, not "host: Input
+    # should be 'local'"); on a tie, the first.
+    err = max((e for e in errors if e["loc"][:1] == errors[0]["loc"][:1]), key=lambda e: len(e["loc"]))
     loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "literal["))]
     # pydantic puts union branch names ("SSHSpec") into the path: drop them.
     loc = [p for p in loc if not p[:1].isupper()]

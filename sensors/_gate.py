@@ -18,13 +18,9 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from prefect import get_run_logger
-from prefect.artifacts import (
-    create_image_artifact,
-    create_markdown_artifact,
-    create_progress_artifact,
-)
+from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 from prefect.events import Event, emit_event
-from prefect.exceptions import EventTooLarge, MissingContextError
+from prefect.exceptions import MissingContextError
 
 from sensors._artifacts import (
     _RUN_STATE_NAMES,
@@ -37,13 +33,16 @@ from sensors._artifacts import (
     artifact_key,
     evidence_markdown,
     failure_message,
+    patch_artifact,
     payload_time,
     run_slug,
 )
 from sensors._config import Stage
 from sensors._errors import NotificationError, StageFailed
+from sensors._handoff import Watched
 from sensors._model import State, Verdict
-from sensors._picture import WaitHistory, data_url, wait_svg
+from sensors._picture import WaitHistory, markdown_image, wait_svg
+from sensors._prefect_compat import EventTooLarge
 from sensors._present import (
     age,
     clock,
@@ -132,22 +131,37 @@ class GateReport:
 
     ``observe`` then ``finish``; :func:`observe_checks` callbacks run after each check's
     report, so they see what the check left.
+
+    A gate whose stage the watcher checked (``watched``, from its outcome) reports the
+    watcher's wait as its own story: its checks and picture, ``by`` whom, and the
+    heartbeats' cadence the watcher kept (the next one is due a cadence after its last).
     """
 
-    def __init__(self, stage: Stage, *, notifier: Any | None, cadence: Cadence = DEFAULT_CADENCE) -> None:
+    def __init__(
+        self,
+        stage: Stage,
+        *,
+        notifier: Any | None,
+        cadence: Cadence = DEFAULT_CADENCE,
+        watched: Watched | None = None,
+        by: str | None = None,
+    ) -> None:
         self.stage = stage
         self.name = stage.stage
         self.notifier = notifier
         self.cadence = cadence
         self.log = _logger()
         self.last: Verdict | None = None
-        self.checks = 0
-        self.history = WaitHistory()
+        self.history = watched.history if watched is not None else WaitHistory()
+        self.by = by
         self.keys: dict[str, str] = {}
         self._ids: dict[str, UUID | None] = {}
         self._state_name: str | None = None
         self._explained = False
         self._heartbeat_at: float | None = None
+        if watched is not None and watched.heartbeat_at is not None:
+            # The watcher's last heartbeat, on this report's clock: one cadence across both.
+            self._heartbeat_at = _clock() - max(0.0, time.time() - watched.heartbeat_at)
         self._line_at = _clock()
         self._refresh_at: float | None = None
         self._started = _clock()
@@ -155,11 +169,18 @@ class GateReport:
         # Records a run's final verdict in the state store: False when announced before.
         self.announce: Callable[[Verdict], bool] = lambda verdict: True
 
-    def observe(self, verdict: Verdict) -> None:
+    @property
+    def checks(self) -> int:
+        """The checks this report stands on (the watcher's too, for a handed-over stage)."""
+        return self.history.checks
+
+    def observe(self, verdict: Verdict, *, counted: bool = False) -> None:
+        """Report one check's verdict; ``counted``: already in the history (the watcher's
+        last check, which the resumed gate reports)."""
         now = _clock()
-        self.checks += 1
         previous, self.last = self.last, verdict
-        self.history.add(verdict, at=time.time())
+        if not counted:
+            self.history.add(verdict, at=time.time())
         if not self.keys:
             self._key_run(verdict)
         state_changed = previous is None or verdict.state is not previous.state
@@ -287,7 +308,7 @@ class GateReport:
                 client.set_flow_run_state(flow_run_id, Running(name=name), force=True)
 
         rename.__name__ = "set_flow_run_state"
-        self._report(rename)
+        self.best_effort(rename)
         self._state_name = name
 
     def _write_artifacts(self, verdict: Verdict, *, final: bool = False, timed_out: bool = False) -> None:
@@ -301,7 +322,14 @@ class GateReport:
             description=f"{_md(title)} — {_md(progress_detail(verdict))}; last checked {when}",
             create=lambda **kw: create_progress_artifact(progress=value, **kw),
         )
-        markdown = evidence_markdown(verdict, checks=self.checks, final=final, timed_out=timed_out)
+        markdown = evidence_markdown(
+            verdict,
+            checks=self.checks,
+            final=final,
+            timed_out=timed_out,
+            first_check=self.history.first_at,
+            by=self.by,
+        )
         self._upsert(
             "evidence",
             markdown,
@@ -309,12 +337,16 @@ class GateReport:
             create=lambda **kw: create_markdown_artifact(markdown=markdown, **kw),
         )
         svg = wait_svg(self.history.samples, title=f"{self.name}: the wait, {verdict.state} at {when}")
-        picture = data_url(svg)
+        # Markdown that embeds the picture, not an image artifact: the UI prints an image
+        # artifact's whole data: URL under it (see markdown_image).
+        picture = markdown_image(svg, alt=f"{self.name}: the wait, {verdict.state} at {when}")
+        checks = f"{self.checks} check{'s' if self.checks != 1 else ''}"
+        checks += f" by {self.by}" if self.by else ""
         self._upsert(
             "picture",
             picture,
-            description=f"{_md(self.name)}: signals over time, verdicts as bands ({self.checks} checks)",
-            create=lambda **kw: create_image_artifact(image_url=picture, **kw),
+            description=f"{_md(self.name)}: signals over time, verdicts as bands ({_md(checks)})",
+            create=lambda **kw: create_markdown_artifact(markdown=picture, **kw),
         )
 
     def _upsert(self, what: str, data: Any, *, description: str, create: Callable[..., UUID]) -> None:
@@ -322,7 +354,7 @@ class GateReport:
         update it in place: one artifact per run, not one per change."""
         if what not in self._ids:
             create.__name__ = f"create_{what}_artifact"
-            self._ids[what] = self._report(create, key=self.keys[what], description=description)
+            self._ids[what] = self.best_effort(create, key=self.keys[what], description=description)
             return
         artifact_id = self._ids[what]
         if artifact_id is None:
@@ -330,21 +362,12 @@ class GateReport:
         from prefect.client.orchestration import get_client
 
         def update_artifact() -> None:
-            # The PATCH itself, not ``client.update_artifact``: that one also emits a
-            # ``prefect.artifact.updated`` event per call, which would bury the verdict
-            # events in the feed again (one per refresh and artifact).
             with get_client(sync_client=True) as client:
-                response = client.request(
-                    "PATCH",
-                    "/artifacts/{id}",
-                    path_params={"id": artifact_id},
-                    json={"data": data, "description": description},
-                )
-                response.raise_for_status()
+                patch_artifact(client, artifact_id, data=data, description=description)
 
-        self._report(update_artifact)
+        self.best_effort(update_artifact)
 
-    def _report(self, call: Any, *args: Any, **kwargs: Any) -> Any:
+    def best_effort(self, call: Any, *args: Any, **kwargs: Any) -> Any:
         """An API call that cannot end the wait: one error (a 5xx, a timeout) must not fail
         a gate that has waited for hours; it is logged, and the wait goes on."""
         try:
@@ -380,7 +403,8 @@ def _emit(
         "crosscheck.host": str(verdict.host),
     }
     # The event card and its Details tab show related resources by name: the verdict and
-    # its first reason are read there, not only in the raw JSON.
+    # the reason that decided it (the first: a stall's "no progress for 66s", not "process
+    # alive") are read there, not only in the raw JSON.
     # The UI shows an unknown related resource by its id: the reason is written into it.
     related = [
         *(related or ()),

@@ -28,6 +28,7 @@ from sensors._config import Stage, stage_from_dict
 from sensors._errors import ConfigError
 from sensors._memory import MemoryFormatError, dumps, loads
 from sensors._model import State, Verdict
+from sensors._picture import WaitHistory
 from sensors._run import Run
 from sensors._store import Handoff
 
@@ -39,6 +40,20 @@ RESUMES_GATES = "+gates"
 
 #: An outcome says one of these (a deadline that passed first is ``timed_out`` with the last verdict).
 FINAL = (State.COMPLETE, State.FAILED)
+
+
+def watcher_name(holder: str) -> str:
+    """A watcher's registry name (``host:pid:nonce``, maybe ``+gates``) for a person.
+
+    Example:
+        >>> watcher_name("gpu-box:4455:1a2b3c+gates")
+        'crosscheck serve on gpu-box (pid 4455)'
+    """
+    host, _, rest = holder.removesuffix(RESUMES_GATES).partition(":")
+    pid = rest.partition(":")[0]
+    if not host:
+        return "crosscheck serve"
+    return f"crosscheck serve on {host}" + (f" (pid {pid})" if pid.isdigit() else "")
 
 
 def has_inline_secret(stage: Stage) -> bool:
@@ -94,6 +109,34 @@ def stage_of(handoff: Handoff, resolve_block: Any = None) -> Stage:
     return stage_from_dict(request["stage"])
 
 
+@dataclass
+class Watched:
+    """What the watcher saw of a handed-over stage, kept for the gate that reports it: every
+    check (counted, and the picture's samples, bounded) and when the watcher last sent the
+    stage's heartbeat (epoch seconds), so the resumed gate tells the whole wait and keeps
+    the heartbeats' cadence. A watcher that took the stage over (or restarted) tells what it
+    saw from then on: ``history.first_at`` says when that was.
+    """
+
+    history: WaitHistory = field(default_factory=WaitHistory)
+    heartbeat_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"history": self.history.to_json(), "heartbeat_at": self.heartbeat_at}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Watched | None:
+        """What :meth:`to_json` wrote; None for anything else (an older outcome has none)."""
+        if not isinstance(doc, dict):
+            return None
+        history = WaitHistory.from_json(doc.get("history"))
+        if history is None:
+            return None
+        beat = doc.get("heartbeat_at")
+        number = isinstance(beat, (int, float)) and not isinstance(beat, bool)
+        return cls(history, float(beat) if number else None)
+
+
 @dataclass(frozen=True)
 class Outcome:
     """The watcher's final word on a handoff."""
@@ -103,11 +146,14 @@ class Outcome:
     timed_out: bool
     decided_at: float
     by: str
+    watched: Watched | None = None
 
 
-def outcome_doc(verdict: Verdict, run: Run | None, *, timed_out: bool, by: str) -> dict[str, Any]:
+def outcome_doc(
+    verdict: Verdict, run: Run | None, *, timed_out: bool, by: str, watched: Watched | None = None
+) -> dict[str, Any]:
     """The outcome as stored (the memory codec keeps the Verdict and Run whole)."""
-    return {
+    doc = {
         "verdict": dumps(verdict),
         "run": dumps(run),
         "state": str(verdict.state),
@@ -115,6 +161,9 @@ def outcome_doc(verdict: Verdict, run: Run | None, *, timed_out: bool, by: str) 
         "decided_at": time.time(),
         "by": by,
     }
+    if watched is not None:
+        doc["watched"] = watched.to_json()
+    return doc
 
 
 def read_outcome(handoff: Handoff) -> Outcome | None:
@@ -136,6 +185,7 @@ def read_outcome(handoff: Handoff) -> Outcome | None:
         timed_out=bool(doc.get("timed_out")),
         decided_at=float(doc.get("decided_at") or 0.0),
         by=str(doc.get("by") or ""),
+        watched=Watched.from_json(doc.get("watched")),
     )
 
 
@@ -160,6 +210,7 @@ class Desk:
     resolve_block: Any = None
     clock: Any = time.time
     resumed: set[str] = field(default_factory=set)  # tickets whose gate this watcher resumed
+    watched: dict[str, Watched] = field(default_factory=dict)  # by ticket, until settled
 
     def scan(self) -> dict[str, Handoff]:
         """The handoffs still to watch (no outcome yet), by ticket; settled ones are resumed
@@ -180,17 +231,32 @@ class Desk:
                 self.resumed.discard(handoff.ticket)
                 continue
             self._resume(handoff.ticket, flow_run_id, handoff.stage)
+        for ticket in [t for t in self.watched if t not in open_]:
+            del self.watched[ticket]  # settled by another watcher, or dropped
         return open_
 
     def stage(self, handoff: Handoff) -> Stage:
         return stage_of(handoff, self.resolve_block)
+
+    def saw(self, handoff: Handoff, verdict: Verdict) -> Watched:
+        """Record a check of a handed-over stage (this watcher's own, not a followed one);
+        what was seen so far, for the Prefect side (its heartbeats) and the outcome."""
+        watched = self.watched.setdefault(handoff.ticket, Watched())
+        watched.history.add(verdict, at=time.time())
+        return watched
 
     def after(self, handoff: Handoff, verdict: Verdict, run: Run | None) -> bool:
         """After a check of a handed-over stage: True when it is settled (stop watching it)."""
         timed_out = self.clock() >= handoff.deadline
         if verdict.state not in FINAL and not timed_out:
             return False
-        doc = outcome_doc(verdict, run, timed_out=timed_out and verdict.state not in FINAL, by=self.by)
+        doc = outcome_doc(
+            verdict,
+            run,
+            timed_out=timed_out and verdict.state not in FINAL,
+            by=self.by,
+            watched=self.watched.get(handoff.ticket),
+        )
         try:
             if not self.store.settle(handoff.ticket, doc):
                 # An outcome is stored already. Unusable (its seal fails: it read as none, so
@@ -210,6 +276,7 @@ class Desk:
             verdict.state,
             " (its deadline passed)" if doc["timed_out"] else "",
         )
+        self.watched.pop(handoff.ticket, None)
         self._resume(handoff.ticket, str(handoff.request.get("flow_run_id") or ""), handoff.stage)
         return True
 

@@ -37,17 +37,29 @@ from __future__ import annotations
 import logging
 import time
 from typing import Any
+from uuid import UUID
 
 from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
 
+from sensors._artifacts import patch_artifact, waiting_key, waiting_markdown
 from sensors._config import Stage
 from sensors._errors import StageFailed
 from sensors._gate import DEFAULT_CADENCE, GateReport
-from sensors._handoff import RESUMES_GATES, has_inline_secret, new_handoff, read_outcome, request_for
+from sensors._handoff import (
+    RESUMES_GATES,
+    Outcome,
+    has_inline_secret,
+    new_handoff,
+    read_outcome,
+    request_for,
+    watcher_name,
+)
 from sensors._memory import dumps, loads
 from sensors._persist import Persistence
-from sensors._store import Store
+from sensors._prefect_compat import NO_CACHE
+from sensors._present import clock
+from sensors._store import Handoff, Store
+from sensors._text import markdown_escape
 from sensors.prefect import _task_run_name, opened_store
 
 #: The server fails a suspended gate this long after its deadline if no watcher resumed it.
@@ -110,6 +122,22 @@ def handed_over_launch(stage: Stage, state: str | None) -> dict[str, Any] | None
     return dict(run) if isinstance(run, dict) else {}
 
 
+def _as_time(since: str | float | None, checker: Any) -> str | float | None:
+    """A start given as a duration, as the time it stands for: the watcher starts (and
+    restarts) long after the gate, and a duration is resolved anew by every watch (a new
+    run each time). Resolved by a check, on the monitored host's clock."""
+    from sensors._run import parse_since
+
+    given = parse_since(since)
+    if given is None or given.ago is None:
+        return since
+    checker.check()
+    run = checker.run
+    if run is not None and run.source == "since" and run.started_at is not None:
+        return run.started_at
+    return time.time() - given.ago  # the host could not be asked: this machine's clock
+
+
 @task(cache_policy=NO_CACHE, task_run_name=_task_run_name("hand-over"))
 def hand_over_stage(
     stage: Stage,
@@ -135,6 +163,8 @@ def hand_over_stage(
         with Checker(stage, since=since, run=run_from_record(run), state=store) as checker:
             announced = checker.announced()
             host = checker.host.name
+            if announced is None:
+                since = _as_time(since, checker)
         if announced is not None:
             return {"ticket": ticket, "already": dumps(announced)}
         request = request_for(stage, reference=reference, since=since, run=run)
@@ -152,7 +182,9 @@ def hand_over_stage(
 
 @task(cache_policy=NO_CACHE, task_run_name=_task_run_name("finish"))
 def finish_handed_over(stage: Stage, ticket: str, timeout: float, state: str | None) -> dict[str, Any]:
-    """Report the watcher's outcome as the gate's own verdict, once.
+    """Report the watcher's outcome as the gate's own verdict, once: the watcher's whole
+    wait (its checks, their picture, its heartbeats' cadence), and the waiting artifact's
+    last words (what happened).
 
     The handoff stays in the store (the watcher drops it when the flow run has ended): a
     flow run resumed again later (a pipeline's second stage) finds this stage reported and
@@ -163,21 +195,64 @@ def finish_handed_over(stage: Stage, ticket: str, timeout: float, state: str | N
         if handoff is None or outcome is None:
             raise StageFailed(f"stage {stage.stage}: resumed without an outcome from the watcher")
         persistence = Persistence(store, stage, handoff.host)
-        report = GateReport(stage, notifier=None, cadence=DEFAULT_CADENCE)  # the watcher notified
+        by = watcher_name(outcome.by)
+        # The watcher notified; its checks are this report's story.
+        report = GateReport(stage, notifier=None, cadence=DEFAULT_CADENCE, watched=outcome.watched, by=by)
         if persistence.announced(outcome.run, outcome.verdict) is not None:
             report.log.info("%s: reported before (this flow run resumed)", stage.stage)
             report.last = outcome.verdict
         else:
+            checks = max(report.checks, 1)
             report.log.info(
-                "%s: %s, decided by the watcher %s at %s",
+                "%s: %s, decided by %s at %s after %d check%s",
                 stage.stage,
                 outcome.verdict.state,
-                outcome.by,
+                by,
                 time.strftime("%H:%M:%S", time.localtime(outcome.decided_at)),
+                checks,
+                "s" if checks != 1 else "",
             )
             report.announce = lambda verdict: persistence.announce(outcome.run, verdict)
-            report.observe(outcome.verdict)
+            report.observe(outcome.verdict, counted=outcome.watched is not None)
+            _close_waiting(report, outcome, handoff, by)
         return report.finish(timed_out=outcome.timed_out, timeout=timeout).to_json()
+
+
+def _close_waiting(report: GateReport, outcome: Outcome, handoff: Handoff, by: str) -> None:
+    """The waiting artifact's last words: what happened, start to end (it said "suspended …
+    resumes this flow run when …" until now). Not found or not written: logged, no more."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+    flow_run_id = str(handoff.request.get("flow_run_id") or "")
+    if not flow_run_id:
+        return
+    verdict = outcome.verdict
+    markdown = waiting_markdown(
+        verdict,
+        what=f"stage {handoff.stage} on {handoff.host}",
+        checks=max(report.checks, 1),
+        first_check=report.history.first_at,
+        by=by,
+        reported_at=time.time(),
+        timed_out=outcome.timed_out,
+    )
+    description = f"{markdown_escape(handoff.stage)}: done, {verdict.state} at {clock(verdict.checked_at)}"
+    if outcome.timed_out:
+        description = f"{markdown_escape(handoff.stage)}: done, not complete by its deadline"
+
+    def close_waiting_artifact() -> None:
+        with get_client(sync_client=True) as client:
+            found = client.read_artifacts(
+                artifact_filter=ArtifactFilter(
+                    key=ArtifactFilterKey(any_=[waiting_key(handoff.stage, flow_run_id)]),
+                    flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(flow_run_id)]),
+                )
+            )
+            for artifact in found:
+                patch_artifact(client, artifact.id, data=markdown, description=description)
+
+    report.best_effort(close_waiting_artifact)
 
 
 def wait_handed_over(

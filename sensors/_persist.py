@@ -30,7 +30,7 @@ from typing import Any
 from sensors._config import Stage
 from sensors._memory import VERSION, MemoryFormatError, dumps, fingerprint, loads
 from sensors._model import State, Verdict
-from sensors._run import Run
+from sensors._run import Run, Since
 from sensors._store import Lease, SaveRequest, StageKey, Store, StoreWarning, open_store
 
 log = logging.getLogger("crosscheck")
@@ -41,6 +41,10 @@ def holder_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+#: The policy fields a verdict depends on (the interval and the timeout only pace a watch).
+_DECISIVE_POLICY = ("stall_after", "settle", "stuck_in_d_after", "exit_grace")
+
+
 def stage_parts(stage: Stage) -> dict[str, Any]:
     """The parts of a stage definition the memory depends on, for :func:`fingerprint`."""
     parts: dict[str, Any] = {
@@ -48,8 +52,52 @@ def stage_parts(stage: Stage) -> dict[str, Any]:
         for name in ("process", "log", "outputs", "gpu")
         for spec in (getattr(stage, name),)
     }
-    parts["host"] = stage.host if stage.host == "local" else stage.host.model_dump(mode="json")
+    # "local" is the machine the watch runs on: one store shared by several machines
+    # (PostgreSQL, or the default file in a home directory on NFS) holds one row per stage
+    # name, and another machine's memory or verdict of its own job is not this one's.
+    parts["host"] = (
+        {"local": socket.gethostname()} if stage.host == "local" else stage.host.model_dump(mode="json")
+    )
+    parts["policy"] = {name: getattr(stage.policy, name) for name in _DECISIVE_POLICY}
     return parts
+
+
+#: What a watch was told of its run: a launch (a Run), a start given with --since, or nothing
+#: (it watches the latest run, whichever that is).
+OwnRun = Run | Since | None
+
+
+def is_this_run(stored: Run | None, own: OwnRun) -> bool:
+    """Whether memory or a verdict of the ``stored`` run may stand for the run a watch was
+    told of (``own``).
+
+    - Told nothing: the stored run is the latest one known, so it is this watch's.
+    - A launch: exactly that launch.
+    - A start given as a time: a run that began at or after it (the latest run since then
+      decides; a stored run of the same start is the same run).
+    - A start given as a duration: resolved at this watch's own first check, on the host's
+      clock; until then nothing stored can be shown to be of that run.
+    """
+    if own is None:
+        return True
+    if stored is None:
+        return False
+    if isinstance(own, Run):
+        return run_key(stored) == run_key(own) and stored.exit_file == own.exit_file
+    if own.at is None or stored.started_at is None or stored.source == "watch":
+        return False
+    return stored.started_at >= own.at - 1e-6
+
+
+class NotOurs:
+    """What :meth:`Persistence.followed` returns for a stored verdict of another run or
+    another definition of the stage: never followed; the watch checks for itself."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def __repr__(self) -> str:
+        return f"NotOurs({self.why!r})"
 
 
 @dataclass
@@ -105,11 +153,16 @@ class Persistence:
         self.holder = holder_id()
         self.ttl = max(3 * stage.policy.interval, 30.0)
         self._parts = fingerprint(stage_parts(stage))
+        #: The whole definition's digest: what announcements are keyed by, with the run.
+        self.definition = fingerprint({"stage": sorted(self._parts.items())})["stage"]
         self._last_state: str | None = None
         #: Whether :meth:`hold` may take a lease nobody holds (False: only :meth:`claim` does).
         self.take = True
         #: The lease as the last acquire left it: ours, or whose.
         self.held = False
+        #: Whether the last verdict of this stage came from the holder (followed): a watch
+        #: that then takes the stage over goes on from the holder's memory, not its own.
+        self.following = False
         self.elsewhere: str | None = None
         # When the lease was last renewed (monotonic): a save renews it in its own round trip,
         # so the check after it need not (see :meth:`hold`).
@@ -216,13 +269,34 @@ class Persistence:
         self.held, self.elsewhere = lease.held, (None if lease.held else (lease.holder or None))
         self._renewed_at = time.monotonic() if lease.held else None
 
-    def followed(self, elsewhere: str) -> Verdict | None:
-        """The verdict the watch holding this stage saved last, marked as followed."""
-        restored = self.restore()
-        last = (restored.memory or {}).get("last")
+    def followed(self, elsewhere: str, own: OwnRun = None) -> Verdict | NotOurs | None:
+        """The verdict the watch holding this stage saved last, marked as followed; None when
+        nothing is stored yet.
+
+        Only a verdict of this run (:func:`is_this_run` with ``own``, what this watch was told
+        of its run) and of this very definition (every part's fingerprint, the policy's too)
+        is followed; another is :class:`NotOurs` (the watch checks for itself).
+        """
+        try:
+            stored = self.store.load(self.key)
+        except Exception as exc:  # unreadable: nothing to follow
+            warnings.warn(f"state store: cannot load {self.key.stage}: {exc}", StoreWarning, stacklevel=2)
+            return None
+        if stored is None:
+            return None
+        if dict(stored.fingerprint) != self._parts:
+            return NotOurs("the stored verdict is of another definition of the stage")
+        try:
+            memory = loads(stored.memory) if stored.version == VERSION else None
+        except MemoryFormatError:
+            memory = None
+        last = memory.get("last") if isinstance(memory, dict) else None
         if not isinstance(last, Verdict):
             return None
+        if not is_this_run(memory.get("run"), own):  # type: ignore[union-attr]
+            return NotOurs("the stored verdict is of another run")
         note = f"{FOLLOWED} {elsewhere}: its verdict, not a check of this watch"
+        self.following = True
         return replace(last, reasons=(note, *last.reasons))
 
     # ------------------------------------------------------------------ announcements
@@ -232,7 +306,7 @@ class Persistence:
         if run is None or last is None or last.state not in (State.COMPLETE, State.FAILED):
             return None
         try:
-            known = self.store.announced(self.key, run_key(run))
+            known = self.store.announced(self.key, self.announcement_key(run))
         except Exception as exc:
             warnings.warn(
                 f"state store: announcements of {self.key.stage}: {exc}", StoreWarning, stacklevel=2
@@ -245,10 +319,17 @@ class Persistence:
         if run is None:
             return True
         try:
-            return self.store.announce(self.key, run_key(run), verdict.state.value, verdict.to_json()).first
+            return self.store.announce(
+                self.key, self.announcement_key(run), verdict.state.value, verdict.to_json()
+            ).first
         except Exception as exc:  # unrecorded: announce rather than stay silent
             warnings.warn(f"state store: announce {self.key.stage}: {exc}", StoreWarning, stacklevel=2)
             return True
+
+    def announcement_key(self, run: Run) -> str:
+        """A run's final verdict is announced once per run *and* definition: a verdict under
+        another definition of the stage (say another expected count) is news of its own."""
+        return f"{run_key(run)}#{self.definition}"
 
     def release(self) -> None:
         self.held, self._renewed_at = False, None
@@ -292,23 +373,39 @@ def _is_store(value: object) -> bool:
     return all(hasattr(value, name) for name in ("load", "save", "acquire"))
 
 
+#: What each signal's memory depends on besides its own part of the definition: the GPU's
+#: (the job's PIDs, for attribution) on which process is the job.
+_ALSO_DEPENDS = {"gpu": ("process",)}
+
+
 def _without(memory: Any, changed: list[str]) -> dict[str, Any] | None:
-    """The memory without what depends on the changed parts of the definition."""
+    """The memory without what depends on the changed parts of the definition.
+
+    - ``host``: nothing known of another host.
+    - ``process``: another process is the job: the run it began, the identities learnt, and
+      everything tied to that run (log offsets, counts, the GPU's PIDs) go; only the host's
+      static facts stay.
+    - ``log``, ``outputs``, ``gpu``: that signal's memory (the GPU's also with the process),
+      and the verdict's memory and last verdict (made under the old definition).
+    - ``policy``: the verdict's memory and last verdict.
+
+    Nothing changed: all of it, the settle streak included (a restored streak counts only
+    with a fresh check that agrees: ``complete`` still needs a check made now).
+    """
     if not isinstance(memory, dict):
         return None
     if "host" in changed:
         return None  # another host: nothing known of this one
-    signals = {k: v for k, v in dict(memory.get("signals") or {}).items() if k not in changed}
-    verdict = memory.get("verdict")
-    if verdict is not None:
-        # Restored memory never replaces fresh checks: the settle streak is earned again.
-        previous = {k: v for k, v in dict(verdict.previous).items() if k not in changed}
-        verdict = replace(verdict, previous=previous, done_streak=0)
-    kept = {**memory, "signals": signals, "verdict": verdict}
     if "process" in changed:
-        # Another process is the job: where its run began is not known any more.
-        kept.update(run=None, first_check_at=None, last=None)
-    return kept
+        return {"static": memory.get("static"), "boot_id": memory.get("boot_id")}
+    if not changed:
+        return memory
+    signals = {
+        k: v
+        for k, v in dict(memory.get("signals") or {}).items()
+        if k not in changed and not any(dep in changed for dep in _ALSO_DEPENDS.get(k, ()))
+    }
+    return {**memory, "signals": signals, "verdict": None, "last": None}
 
 
 def _notes(changed: list[str]) -> list[str]:

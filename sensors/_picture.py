@@ -25,8 +25,9 @@ from xml.sax.saxutils import escape
 
 from sensors._model import State, Verdict
 from sensors._present import COLOUR, number
+from sensors._text import markdown_escape
 
-__all__ = ["Sample", "WaitHistory", "data_url", "wait_svg"]
+__all__ = ["Sample", "WaitHistory", "data_url", "markdown_image", "wait_svg"]
 
 
 @dataclass(frozen=True)
@@ -67,19 +68,61 @@ class Sample:
 
 class WaitHistory:
     """The samples of one wait, bounded: past ``limit`` every other old sample is dropped,
-    so a 12-hour wait keeps its shape in a constant amount of memory."""
+    so a 12-hour wait keeps its shape in a constant amount of memory. ``checks`` counts
+    every check added (the samples may be fewer), ``first_at`` is the first one's time.
+
+    A watch that another process began (a stage handed to ``crosscheck serve``) travels as
+    :meth:`to_json` and goes on with :meth:`from_json`: the gate that reports it shows
+    every check the watcher made, not only its own.
+    """
 
     def __init__(self, limit: int = 720) -> None:
         self.limit = max(8, limit)
         self.samples: list[Sample] = []
+        self.checks = 0
+        self.first_at: float | None = None
 
     def add(self, verdict: Verdict, *, at: float | None = None) -> None:
-        self.samples.append(Sample.of(verdict, at=at if at is not None else 0.0))
+        sample = Sample.of(verdict, at=at if at is not None else 0.0)
+        self.checks += 1
+        if self.first_at is None:
+            self.first_at = sample.at
+        self.samples.append(sample)
         if len(self.samples) > self.limit:
             # Keep the newest quarter at full resolution; halve the rest.
             keep = self.limit // 4
             old, new = self.samples[:-keep], self.samples[-keep:]
             self.samples = old[::2] + new
+
+    def to_json(self) -> dict[str, object]:
+        """Plain JSON: the counts and one short list per sample (``[at, state, cpu, outputs,
+        log age, gpu]``), about 50 bytes each."""
+        return {
+            "checks": self.checks,
+            "first_at": self.first_at,
+            "samples": [
+                [s.at, str(s.state), s.cpu_seconds, s.outputs, s.log_age, s.gpu_util] for s in self.samples
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, doc: object, *, limit: int = 720) -> WaitHistory | None:
+        """The history :meth:`to_json` wrote; None for anything else (never a guess)."""
+        if not isinstance(doc, dict) or not isinstance(doc.get("samples"), list):
+            return None
+        history = cls(limit)
+        try:
+            for row in doc["samples"]:
+                at, state, *values = row
+                cpu, outputs, log_age, gpu = (number(v) for v in values)
+                history.samples.append(Sample(float(at), State(state), cpu, outputs, log_age, gpu))
+        except (TypeError, ValueError):
+            return None
+        history.samples = history.samples[-history.limit :]
+        checks, first_at = number(doc.get("checks")), number(doc.get("first_at"))
+        history.checks = max(int(checks or 0), len(history.samples))
+        history.first_at = first_at if first_at is not None else next((s.at for s in history.samples), None)
+        return history
 
 
 _PANELS = (
@@ -204,6 +247,17 @@ def _axis_and_legend(samples: Sequence[Sample], frame: _Frame) -> list[str]:
 def data_url(svg: str) -> str:
     """``svg`` as a ``data:image/svg+xml;base64,...`` URL (what an image artifact shows)."""
     return "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode("ascii")
+
+
+def markdown_image(svg: str, *, alt: str) -> str:
+    """``svg`` as markdown that shows only the picture: ``![alt](data:...)``.
+
+    Why not an image artifact: Prefect's UI prints an image artifact's URL as text under the
+    picture, and a ``data:`` URL is the whole picture in base64 (tens of kilobytes running
+    into the sidebar). A markdown artifact that embeds it renders the image alone. The alt
+    text is escaped (a stage name is a user's text); base64 holds no markdown characters.
+    """
+    return f"![{markdown_escape(alt)}]({data_url(svg)})\n"
 
 
 def _clock(t: float) -> str:

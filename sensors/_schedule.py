@@ -41,9 +41,24 @@ from sensors._batch import check_batch
 from sensors._check import Checker
 from sensors._hosts import Host
 from sensors._model import State, Verdict
+from sensors._schema import MAX_DURATION, MIN_DURATION, MIN_INTERVAL
 
 #: The verdicts that end a stage's watch.
 FINAL = (State.COMPLETE, State.FAILED)
+
+
+def bounded(seconds: object, *, default: float, floor: float = MIN_DURATION) -> float:
+    """A number of seconds the heap, the clock and a sleep can take: finite, within [``floor``
+    (1 ms), 365 d]; ``default`` for what is not a number at all (NaN included).
+
+    Stage files are bounded when they load (``sensors._schema.bounded_duration``); this is the
+    scheduler's own guard, for a Checker built in Python without that check or a callback's
+    arithmetic: one NaN in the heap breaks its order for every stage (``.nan`` stopped
+    ``crosscheck serve``, ``.inf`` left every other stage undue)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or math.isnan(seconds):
+        return default
+    return min(max(float(seconds), floor), MAX_DURATION)
+
 
 #: One probe for the stages due on one host: a verdict per checker, or None for a stage this
 #: round did not look at (``crosscheck serve``: a stage another watcher holds, nothing stored).
@@ -63,6 +78,7 @@ class _Slot:
     interval: float
     running: bool = False
     turn: int = 0  # bumped on every reschedule: older heap items for the slot are stale
+    hurried: bool = False  # asked to be due now while its check ran: due as soon as it is back
 
 
 class Scheduler:
@@ -105,10 +121,12 @@ class Scheduler:
         (by default now, or when phased its host's next phase point), then every
         ``interval`` (its policy's by default)."""
         with self._lock:
-            interval = interval or checker.stage.policy.interval
+            interval = bounded(interval or checker.stage.policy.interval, default=30.0, floor=MIN_INTERVAL)
+            now = self.clock()
             if due is None:
-                now = self.clock()
                 due = self._next_phase(checker.host, interval, now) if self.phased else now
+            elif not math.isfinite(due):
+                due = now
             slot = _Slot(checker, due, interval)
             self._slots[key] = slot
             self._push(key, slot)
@@ -120,6 +138,20 @@ class Scheduler:
         with self._lock:
             slot = self._slots.pop(key, None)
         return None if slot is None else slot.checker
+
+    def hurry(self, key: str) -> None:
+        """Make ``key`` due now, once (a stage a watcher has just taken over is checked at
+        once, not at its next phase point); while its check runs, due as soon as it is back."""
+        with self._lock:
+            slot = self._slots.get(key)
+            if slot is None:
+                return
+            if slot.running:
+                slot.hurried = True  # that check may be from before: one more once it is back
+                return
+            slot.due = self.clock()
+            self._push(key, slot)
+        self._wake.set()
 
     def running(self, key: str) -> bool:
         with self._lock:
@@ -185,7 +217,7 @@ class Scheduler:
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             try:
                 while not stop.is_set():
-                    wait_for = tick() if tick is not None else 1.0
+                    wait_for = bounded(tick(), default=1.0) if tick is not None else 1.0
                     if until_empty and not self._slots and not running:
                         break
                     wait_for = min(wait_for, self._submit(pool, running))
@@ -268,6 +300,13 @@ class Scheduler:
                 del self._slots[key]
                 return
             now = self.clock()
+            if not math.isfinite(due):  # a callback's arithmetic on a bad number: next interval
+                due = now + slot.interval
+            if slot.hurried:
+                slot.hurried = False
+                slot.due = now
+                self._push(key, slot)
+                return
             if self.phased:
                 due = self._nearest_phase(slot.checker.host, slot.interval, due)
                 if due < now:
@@ -307,7 +346,10 @@ def watch_all(
     stop = stop or threading.Event()
     start = clock()
     results = [Watched() for _ in checkers]
-    deadlines = [start + (c.stage.policy.timeout if timeout is None else timeout) for c in checkers]
+    deadlines = [
+        start + bounded(c.stage.policy.timeout if timeout is None else timeout, default=MAX_DURATION)
+        for c in checkers
+    ]
     scheduler = Scheduler(workers=min(workers, max(1, len(checkers))), per_host=per_host, clock=clock)
     for index, checker in enumerate(checkers):
         scheduler.add(str(index), checker, due=start)
@@ -323,7 +365,8 @@ def watch_all(
         if clock() >= deadlines[index]:
             result.done = result.timed_out = True
             return None
-        return min(began + checkers[index].stage.policy.interval, deadlines[index])
+        interval = bounded(checkers[index].stage.policy.interval, default=30.0, floor=MIN_INTERVAL)
+        return min(began + interval, deadlines[index])
 
     scheduler.run(stop, on_verdict=record, until_empty=True)
     return results

@@ -1,7 +1,9 @@
 """``crosscheck serve DIR``: one long-lived watcher for every stage file in a directory.
 
 Stage files are picked up as they are added, changed or removed (the directory is scanned
-every few seconds); a file that does not load is logged once and skipped, the others go on.
+every few seconds; a file is its content, and a reload that leaves the definition unchanged
+changes nothing: :class:`DirectorySource`); a file that does not load is logged once and
+skipped, the others go on.
 Every stage is checked at its own interval by the scheduler of ``sensors._schedule`` (a
 bounded pool; the stages due on one host share one probe), its memory kept in the state store,
 so a restart loses nothing. A stage that reached complete or failed is looked at ten times
@@ -11,23 +13,29 @@ Several watchers on one store split the stages (:meth:`Watcher.balance`): each h
 the store's watcher registry every cycle and holds at most ``ceil(stages / live watchers)``
 leases — renewing its share, releasing the excess, claiming stages nobody holds (or whose
 lease expired, or whose holder died on this machine) up to its share. The store's lease upsert
-decides a contested claim (a row lock on PostgreSQL). A stage held elsewhere is never probed
-here: its stored verdict is followed ("watched elsewhere by ..."). Stages come from sources
-(:class:`StageSource`, keyed by a string id; the directory is one).
+decides a contested claim (a row lock on PostgreSQL). One lease rule, ``--lease``
+(:attr:`Watcher.written_ttl`). A stage held elsewhere is never probed here: its stored verdict
+is followed ("watched elsewhere by ..."), and news is the holder's: a follower never notifies
+(its notifier follows along, so a takeover repeats nothing). Notifications go out from a
+thread of their own (:class:`Courier`), ``--json`` lines and the log through spools
+(:mod:`sensors._spool`): nothing a reader or a webhook does holds a check or a lease renewal.
+Stages come from sources (:class:`StageSource`, keyed by a string id; the directory is one).
 SIGTERM (or SIGINT) ends it cleanly: the checks in flight finish, leases are released.
 
 ``--metrics-port`` serves ``/metrics`` (Prometheus: per-stage verdict, seconds since the last
 check, check duration, host errors, stages held, notifications sent and failed) and
-``/healthz``.
+``/healthz``, on ``--metrics-host`` (127.0.0.1 unless told otherwise).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import math
 import os
+import queue
 import signal
 import socket
 import sys
@@ -35,30 +43,35 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sensors._batch import check_batch
 from sensors._check import Checker
-from sensors._config import Stage, load_stage
-from sensors._errors import CrosscheckError
+from sensors._config import MAX_STAGE_BYTES, Stage, load_stage_bytes
+from sensors._errors import ConfigError, CrosscheckError
 from sensors._gc import tune_for_watching
-from sensors._handoff import RESUMES_GATES, Desk
+from sensors._handoff import RESUMES_GATES, Desk, watcher_name
 from sensors._model import State, Verdict
-from sensors._persist import Persistence, _is_store, dead_here, holder_id, is_followed
+from sensors._output import on_closed
+from sensors._persist import NotOurs, Persistence, _is_store, dead_here, holder_id, is_followed
 from sensors._run import run_from_record
 from sensors._schedule import Scheduler
+from sensors._spool import Spool
 from sensors._store import Handoff
 
 if TYPE_CHECKING:  # _notify is imported only for stages that notify
+    from sensors._notify import Notifier
     from sensors._notify.delivery import Sent
 
 log = logging.getLogger("crosscheck.serve")
 
 #: A finished stage is looked at this many times less often (a new run is still noticed).
 FINISHED_SLOWDOWN = 10.0
+#: At the end, how long the notifications still waiting may take to be delivered.
+DELIVERY_GRACE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -81,18 +94,79 @@ class StageSource(Protocol):
     def scan(self) -> dict[str, Found]: ...
 
 
+#: A file whose time is this close to (or after) the moment it was read may have been
+#: written again within the same timestamp tick (whole seconds on ext3, two on FAT, the
+#: server's on NFS): it is read again at the next scan, until its time is clearly older.
+RACY_S = 2.0
+#: Every stage file's content is read at least this often, whatever its times say: some
+#: filesystems (object-store FUSE mounts) keep times that never move.
+VERIFY_EVERY_S = 60.0
+
+
+@dataclass
+class _File:
+    """What a stage file held when last read: its stat signature, the digest of its bytes,
+    and the stage it defines (None: it never loaded)."""
+
+    signature: tuple[int, ...]
+    digest: bytes
+    found: Found | None
+    #: Until when an unchanged signature vouches for the content (0: read again next scan).
+    trusted_until: float
+    gone: int = 0  # consecutive scans that did not list it
+
+
 @dataclass
 class DirectorySource:
-    """Every ``*.yaml``/``*.yml`` stage file of a directory (not hidden ones); a file is
-    loaded again when its mtime changes, and a bad one is logged once per mtime."""
+    """Every ``*.yaml``/``*.yml`` stage file of a directory (not hidden ones), by stage name.
+
+    A file is its content, not its times: it is read again when its stat signature changes,
+    while it is racy (written too close to its last read to trust the signature: ``cp -p``,
+    ``rsync -t``, ``touch -r`` and rewrites within the filesystem's time granularity are
+    caught), and at least every :data:`VERIFY_EVERY_S`; it is parsed again only when its
+    bytes changed, and the watcher compares the *definition* (a comment added, the directory
+    swapped for identical files: nothing changes).
+
+    One stage name, one file: a second file naming a watched stage is refused (logged once);
+    among files found at once, the first by path. When the file that has it goes, the next
+    one is picked up. A file that stops loading keeps its last good definition (logged once
+    per content): an editor saving in place must not drop the stage. A file missing from one
+    scan is kept until a second scan misses it too, and a directory that cannot be listed
+    (missing, renamed for a moment) keeps every stage until it is back: neither is "every
+    stage file removed".
+    """
 
     directory: Path
-    _known: dict[str, tuple[float, Found | None]] = field(default_factory=dict)
+    _files: dict[str, _File] = field(default_factory=dict)
+    _owners: dict[str, str] = field(default_factory=dict)  # stage name -> the path that has it
+    _refused: dict[str, str] = field(default_factory=dict)  # path -> the stage name refused
+    _last: dict[str, Found] = field(default_factory=dict)
+    _unlisted: str | None = None  # why the directory could not be listed, while it cannot
+    clock: Callable[[], float] = time.time
 
     def scan(self) -> dict[str, Found]:
-        # One directory read and one stat per file (os.scandir), names sorted as text: a
-        # directory of 2,500 stage files is scanned every few seconds.
-        files: dict[str, float] = {}
+        listed = self._list()
+        if listed is None:
+            return dict(self._last)  # the directory is not there: nothing is known removed
+        now = self.clock()
+        changed = False
+        for path in sorted(set(self._files) - set(listed)):
+            known = self._files[path]
+            known.gone += 1
+            changed = True
+            if known.gone >= 2:
+                del self._files[path]
+                self._refused.pop(path, None)
+        for path, st in listed.items():
+            changed |= self._read(path, st, now)
+        if changed:  # who defines which stage is decided again only when a file changed
+            self._last = self._by_name()
+        return dict(self._last)
+
+    def _list(self) -> dict[str, os.stat_result] | None:
+        """Each visible stage file's stat (one directory read, one stat per file: a directory
+        of 2,500 stage files is scanned every few seconds); None when it cannot be listed."""
+        files: dict[str, os.stat_result] = {}
         try:
             with os.scandir(self.directory) as entries:
                 for entry in entries:
@@ -103,28 +177,106 @@ class DirectorySource:
                         continue
                     try:
                         if entry.is_file():
-                            files[entry.path] = entry.stat().st_mtime
+                            files[entry.path] = entry.stat()
                     except OSError:
                         continue  # removed since the listing
-        except OSError:
-            pass  # no directory (yet, or any more): no stage files
-        for path in set(self._known) - set(files):
-            del self._known[path]
-        out: dict[str, Found] = {}
-        for path in sorted(files):
-            mtime = files[path]
-            known = self._known.get(path)
-            if known is None or known[0] != mtime:
-                file = Path(path)
-                try:
-                    known = (mtime, Found(load_stage(file), mtime, file.name))
-                except CrosscheckError as exc:
-                    log.error("%s: skipped: %s", file.name, exc)
-                    known = (mtime, None)
-                self._known[path] = known
-            if known[1] is not None:
-                out[f"file:{path}"] = known[1]
-        return out
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            if self._unlisted is None:
+                log.warning(
+                    "%s: cannot be listed (%s): its %d stages are kept as they are until it is back",
+                    self.directory,
+                    why,
+                    len(self._last),
+                )
+            self._unlisted = why
+            return None
+        if self._unlisted is not None:
+            log.info("%s: listed again", self.directory)
+            self._unlisted = None
+        return files
+
+    def _read(self, path: str, st: os.stat_result, now: float) -> bool:
+        """Read the file again if its times cannot vouch for it; whether what it offers changed
+        (another definition, or it is listed again after a scan that missed it)."""
+        signature = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        known = self._files.get(path)
+        back = known is not None and known.gone > 0
+        if known is not None:
+            known.gone = 0
+            if known.signature == signature and now < known.trusted_until:
+                return back  # unchanged, and its times can be trusted to say so
+        # Its times vouch for what is read now only if they are clearly older than this scan
+        # (``now`` was taken before any read): a write in the same tick would not move them.
+        trusted_until = now + VERIFY_EVERY_S if max(st.st_mtime, st.st_ctime) < now - RACY_S else 0.0
+        file = Path(path)
+        try:
+            with open(file, "rb") as f:
+                data = f.read(MAX_STAGE_BYTES + 1)  # not a 10 GB *.yaml into memory
+        except OSError as exc:
+            if known is None and not isinstance(exc, FileNotFoundError):
+                log.error("%s: skipped: cannot read: %s", file.name, exc.strerror or exc)
+            return back  # gone since the listing, or unreadable for now: what was known stays
+        digest = hashlib.blake2b(data, digest_size=16).digest()
+        if known is not None and known.digest == digest:
+            known.signature, known.trusted_until = signature, trusted_until
+            return back
+        try:
+            found: Found | None = Found(load_stage_bytes(data, file=str(file)), None, file.name)
+            found = replace(found, version=found.stage)  # the definition is the version
+        except CrosscheckError as exc:
+            if known is not None and known.found is not None:
+                why = _problem(exc)
+                log.error("%s: not reloaded: %s; its last good definition is still watched", file.name, why)
+                found = known.found
+            else:
+                log.error("%s: skipped: %s", file.name, _problem(exc))
+                found = None
+        self._files[path] = _File(signature, digest, found, trusted_until)
+        return True
+
+    def _by_name(self) -> dict[str, Found]:
+        """One file per stage name: the one that has it keeps it while it is listed; else the
+        first listed file by path; a file missing from one scan only when no other has it."""
+        candidates: dict[str, list[str]] = defaultdict(list)
+        for path in sorted(self._files):
+            found = self._files[path].found
+            if found is not None:
+                candidates[found.stage.stage].append(path)
+        owners: dict[str, str] = {}
+        for name, paths in candidates.items():
+            listed = [p for p in paths if not self._files[p].gone]
+            owner = self._owners.get(name)
+            if owner not in listed:
+                owner = (listed or paths)[0]
+                if name in self._owners and self._owners[name] != owner:
+                    log.info(
+                        "%s: now defines stage %s (%s, which did, is gone)",
+                        Path(owner).name,
+                        name,
+                        Path(self._owners[name]).name,
+                    )
+            owners[name] = owner
+            for path in listed:
+                if path != owner and self._refused.get(path) != name:
+                    log.error(
+                        "%s: refused: stage %s is already defined by %s (one file per stage name)",
+                        Path(path).name,
+                        name,
+                        Path(owner).name,
+                    )
+                    self._refused[path] = name
+            if self._refused.get(owner) == name:
+                del self._refused[owner]
+        self._owners = owners
+        return {f"file:{name}": self._files[path].found for name, path in owners.items()}  # type: ignore[misc]
+
+
+def _problem(exc: CrosscheckError) -> str:
+    """What is wrong, without the file name the log line already starts with."""
+    if isinstance(exc, ConfigError):
+        return ": ".join(p for p in (exc.field, exc.message) if p)
+    return str(exc)
 
 
 @dataclass
@@ -162,14 +314,10 @@ class _Entry:
     version: object
     stage: Stage
     checker: Checker
-    notifier: Callable[[Verdict], Any] | None
+    notifier: Notifier | None
     last: Verdict | None = None
     checked_at: float | None = None
     handoff: Handoff | None = None  # a stage a gate handed over (not a file)
-
-    @property
-    def path(self) -> Path:  # the stage file, for a directory's entries
-        return Path(self.key.removeprefix("file:"))
 
 
 @dataclass
@@ -178,9 +326,10 @@ class Watcher:
     other ``sources``) until ``stop`` is set.
 
     With a state store that has a watcher registry, the stages are split with the other
-    watchers of that store: see :meth:`balance`. ``lease`` is how long this watcher's
-    heartbeat and its stages' leases last unrenewed (how soon a dead watcher's stages are
-    taken over); None: 30 s, and each stage's own lease rule.
+    watchers of that store: see :meth:`balance`. ``lease`` (``--lease``, 30 s by default) is
+    the one lease rule of a watcher: a dead watcher's stages are claimed by another, and
+    checked at once, within ``lease`` of its last renewal, whatever the stages' intervals
+    (see :attr:`written_ttl`).
     """
 
     directory: Path
@@ -200,6 +349,7 @@ class Watcher:
     holder: str = field(default_factory=holder_id)
 
     def __post_init__(self) -> None:
+        self.courier = Courier(on_sent=self._delivered)
         self.scheduler = Scheduler(
             workers=self.workers, per_host=self.per_host, batch=self._batch, phased=True
         )
@@ -213,12 +363,36 @@ class Watcher:
 
     @property
     def heartbeat_ttl(self) -> float:
+        """``--lease``: how soon a dead watcher's stages are taken over."""
         return self.lease if self.lease is not None else 30.0
+
+    @property
+    def cycle(self) -> float:
+        """How often this watcher heartbeats, renews its share and looks for stages to claim:
+        ``--rescan`` or a fifth of ``--lease``, whichever is shorter."""
+        return min(self.rescan_every, self.heartbeat_ttl / 5)
+
+    @property
+    def written_ttl(self) -> float:
+        """What a heartbeat and a stage lease are written to last: ``--lease`` minus one
+        cycle. The others look every cycle, so a dead watcher's stages are claimed at most
+        ``--lease`` after its last renewal (a lease of ``--lease`` itself took up to a cycle
+        more; a stage's own rule, three intervals, took 46 s at a 15 s interval), and checked
+        at once when their check is overdue. A live watcher renews every cycle: its leases
+        never have less than 3/5 of ``--lease`` left."""
+        return self.heartbeat_ttl - self.cycle
+
+    def _delivered(self, stage: str, sent: Sequence[Sent]) -> None:
+        if self.metrics is not None:
+            self.metrics.delivered(stage, sent)
 
     def run(self, stop: threading.Event) -> None:
         try:
             self.scheduler.run(stop, on_verdict=self._finished, on_error=self._failed, tick=self._tick)
         finally:
+            undelivered = self.courier.close(timeout=DELIVERY_GRACE_S)
+            if undelivered:
+                log.warning("%d notifications were not delivered before the watcher stopped", undelivered)
             for key in list(self.entries):
                 self._drop(key)
             if self._split:
@@ -236,7 +410,7 @@ class Watcher:
             self.balance()
             # A fifth of the lease time at most: a check's own renewal (Persistence.hold, due
             # after a quarter) then finds its lease renewed moments ago, and asks nothing.
-            self._next_balance = now + min(self.rescan_every, self.heartbeat_ttl / 5)
+            self._next_balance = now + self.cycle
         return max(0.05, min(self._next_scan, self._next_balance if self._split else self._next_scan) - now)
 
     # ------------------------------------------------------------------ stages
@@ -250,19 +424,28 @@ class Watcher:
             if self.scheduler.running(key):
                 continue  # dropped at the next scan, once its check is back
             entry = self.entries[key]
-            log.info(
-                "%s: %s",
-                entry.name,
-                "settled or gone" if entry.handoff else "stage file removed: no longer watched",
-            )
+            if entry.handoff:
+                log.info("%s: settled or gone", entry.name)
+            else:
+                log.info(
+                    "%s: stage %s is in no stage file any more (removed, or renamed to another stage):"
+                    " no longer watched",
+                    entry.name,
+                    entry.stage.stage,
+                )
             self._drop(key)
         for key, item in found.items():
             known = self.entries.get(key)
             if known is not None and known.version == item.version:
+                # The same definition (a comment added, the file rewritten as it was, renamed,
+                # the directory swapped for identical files): the watch goes on untouched —
+                # no new Checker, no second notification, no history entry.
+                known.name = item.name
                 continue
             if known is not None:
                 if self.scheduler.running(key):
                     continue  # taken at the next scan, once its check is back
+                log.info("%s: stage %s changed: watched with its new definition", item.name, item.stage.stage)
                 self._drop(key)
             try:
                 checker = Checker(
@@ -274,11 +457,19 @@ class Watcher:
             persist = checker.persistence
             if persist is not None:
                 persist.holder = self.holder  # one holder: leases are read against the registry
-                if self.lease is not None:
-                    persist.ttl = self.lease
+                persist.ttl = self.written_ttl  # one lease rule: --lease, whatever the interval
                 persist.take = not self._split
+            notifier = _notifier(item.stage)
+            if known is not None and notifier is not None and known.stage.notify == item.stage.notify:
+                # The same readers, the same news: what was notified stays notified (a stall
+                # already sent is not sent again because expected: changed).
+                notifier = known.notifier
+            elif notifier is not None:
+                # What an earlier watch of this run reached (restored) is not news again: a
+                # restarted watcher does not re-announce a settled stage.
+                notifier.resume(checker.last)
             self.entries[key] = _Entry(
-                key, item.name, item.version, item.stage, checker, _notifier(item.stage), handoff=item.handoff
+                key, item.name, item.version, item.stage, checker, notifier, handoff=item.handoff
             )
             self.scheduler.add(key, checker)
             self._next_balance = 0.0  # its share is decided at once, not at the next balance
@@ -302,9 +493,7 @@ class Watcher:
         contested stage is the store's conditional upsert (a row lock on PostgreSQL)."""
         store = self._store
         try:
-            store.heartbeat_watcher(
-                self.holder, self.heartbeat_ttl, f"{socket.gethostname()} {self.directory}"
-            )
+            store.heartbeat_watcher(self.holder, self.written_ttl, f"{socket.gethostname()} {self.directory}")
             live = set(store.live_watchers())
             for other in live - {self.holder}:
                 if dead_here(other):  # a watcher of this machine that died: no wait for expiry
@@ -332,6 +521,10 @@ class Watcher:
                 break
             if entry.checker.persistence.claim() is None:
                 kept += 1
+                if _overdue(entry):
+                    # Its holder stopped checking it (died, hung): checked now, not at its next
+                    # due. One a live watcher released was checked moments ago: it waits.
+                    self.scheduler.hurry(entry.key)
                 log.info("%s: now checked by this watcher", entry.stage.stage)
 
     def _renew(self, held: list[Persistence]) -> int:
@@ -368,8 +561,12 @@ class Watcher:
             persist = checker.persistence
             if persist is None or persist.take or persist.held:
                 probed.append(k)
+                continue
+            followed = persist.followed(persist.elsewhere or "another watcher", checker.own_run)
+            if isinstance(followed, NotOurs):
+                probed.append(k)  # another run's or definition's: checked here, not saved
             else:
-                out[k] = persist.followed(persist.elsewhere or "another watcher")
+                out[k] = followed
         if probed:
             for k, verdict in zip(probed, check_batch([checkers[k] for k in probed]), strict=True):
                 out[k] = verdict
@@ -399,16 +596,29 @@ class Watcher:
             )
         entry.last, entry.checked_at = verdict, time.time()
         self.emit(verdict)
-        sent = entry.notifier(verdict) if entry.notifier is not None else None
+        if entry.notifier is not None:
+            messages = entry.notifier.decide(verdict)
+            # News is the holder's: a verdict followed from another watcher keeps this one's
+            # notifier in step (so a takeover does not announce what the holder announced)
+            # and is never sent from here; nor is a check whose save found the lease lost
+            # meanwhile (a watcher that was frozen past its lease: another holds it now).
+            if messages and _holds(entry.checker) and not is_followed(verdict):
+                self.courier.send(entry.notifier, messages, verdict.stage)
         if self.metrics is not None:
-            self.metrics.observe(entry, verdict, took, sent or [])
+            self.metrics.observe(entry, verdict, took)
         handoff = entry.handoff
-        if self.bridge is not None and not is_followed(verdict):
+        # What this watcher saw of a handed-over stage travels to its gate with the outcome.
+        own = not is_followed(verdict)
+        watched = None
+        if handoff is not None and self.desk is not None and own:
+            watched = self.desk.saw(handoff, verdict)
+        if self.bridge is not None and own:
             self.bridge.observe(
                 verdict,
                 flow_run_id=handoff.request.get("flow_run_id") if handoff else None,
                 announce=entry.checker.announce,
                 waiting_for=f"stage {entry.stage.stage} on {entry.stage.host_name}",
+                watched=watched,
             )
         if (
             handoff is not None
@@ -421,10 +631,75 @@ class Watcher:
         return began + interval * slow
 
 
-def _notifier(stage: Stage) -> Callable[[Verdict], Any] | None:
-    from sensors._notify import notifier_for  # imported only for stages that notify
+def _overdue(entry: _Entry) -> bool:
+    """Whether the stage's last saved check is older than its interval (by the saver's clock:
+    watchers' clocks agree to a few seconds), or there is none."""
+    persist = entry.checker.persistence
+    try:
+        stored = persist.store.load(persist.key)
+    except Exception:  # cannot tell: a check now costs one probe
+        return True
+    return stored is None or time.time() - stored.saved_at >= entry.stage.policy.interval
 
-    return notifier_for(stage) if stage.notify is not None else None
+
+def _holds(checker: Checker) -> bool:
+    """Whether this watcher holds ``checker``'s stage (or watches it alone)."""
+    persist = checker.persistence
+    return persist is None or persist.take or persist.held
+
+
+def _notifier(stage: Stage) -> Notifier | None:
+    if stage.notify is None:
+        return None
+    from sensors._notify import Notifier  # imported only for stages that notify
+
+    return Notifier(stage.notify, stage=stage.stage)
+
+
+class Courier:
+    """Delivers a watcher's notifications from a thread of its own, in the order decided.
+
+    A delivery may take its whole bound (30 s of retries against a webhook that answers
+    slowly or not at all): in the scheduler's thread that held every check and every lease
+    renewal, long enough for another watcher to take the stages over and announce the same
+    news again. At most ``capacity`` messages wait; beyond that one is dropped and logged."""
+
+    def __init__(
+        self, on_sent: Callable[[str, Sequence[Sent]], None] | None = None, capacity: int = 1000
+    ) -> None:
+        self.on_sent = on_sent
+        self.dropped = 0
+        self._queue: queue.Queue[tuple[Notifier, Sequence[Any], str] | None] = queue.Queue(capacity)
+        self._thread = threading.Thread(target=self._run, daemon=True, name="crosscheck-courier")
+        self._thread.start()
+
+    def send(self, notifier: Notifier, messages: Sequence[Any], stage: str) -> None:
+        try:
+            self._queue.put_nowait((notifier, messages, stage))
+        except queue.Full:
+            self.dropped += len(messages)
+            waiting = self._queue.qsize()
+            log.error("%s: a notification was dropped: %d are waiting for delivery", stage, waiting)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            notifier, messages, stage = item
+            try:
+                sent = notifier.deliver(messages)
+            except Exception:  # a delivery never raises (sensors._notify); a bug must not end the thread
+                log.exception("%s: notification", stage)
+                continue
+            if self.on_sent is not None:
+                self.on_sent(stage, sent)
+
+    def close(self, timeout: float) -> int:
+        """Deliver what waits, for at most ``timeout`` seconds; how many were not delivered."""
+        end = time.monotonic() + timeout
+        with contextlib.suppress(queue.Full):
+            self._queue.put(None, timeout=timeout)
+        self._thread.join(max(0.0, end - time.monotonic()))
+        waiting = self._queue.qsize() - (1 if self._thread.is_alive() else 0)  # not the end marker
+        return max(0, waiting) + self.dropped
 
 
 # --------------------------------------------------------------------------- metrics
@@ -433,11 +708,12 @@ def _notifier(stage: Stage) -> Callable[[Verdict], Any] | None:
 class Metrics:
     """Prometheus metrics of one watcher, and a tiny HTTP server for /metrics and /healthz."""
 
-    def __init__(self, watcher: Watcher) -> None:
+    def __init__(self, watcher: Watcher, spools: Sequence[Spool] = ()) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.watcher = watcher
         self.registry = CollectorRegistry()
+        self.registry.register(_DroppedLines(spools))
         labels = ("stage", "host")
         self.verdict = Gauge(
             "crosscheck_stage_verdict",
@@ -484,7 +760,7 @@ class Metrics:
             registry=self.registry,
         )
 
-    def observe(self, entry: _Entry, verdict: Verdict, took: float, sent: Sequence[Sent] = ()) -> None:
+    def observe(self, entry: _Entry, verdict: Verdict, took: float) -> None:
         for state in State:
             self.verdict.labels(verdict.stage, verdict.host, state.value).set(
                 1 if state is verdict.state else 0
@@ -493,9 +769,12 @@ class Metrics:
         self.duration.labels(verdict.host).observe(took)
         if any("host_error" in r.evidence for r in verdict.readings.values()):
             self.host_errors.labels(verdict.host).inc()
+
+    def delivered(self, stage: str, sent: Sequence[Sent]) -> None:
+        """Count what the courier delivered (or could not), per stage and channel."""
         for message in sent:
             for delivery in message.deliveries:
-                (self.sent if delivery.ok else self.failed).labels(verdict.stage, delivery.channel).inc()
+                (self.sent if delivery.ok else self.failed).labels(stage, delivery.channel).inc()
 
     def _held(self) -> int:
         entries = list(self.watcher.entries.values())  # a copy: the watcher adds and drops meanwhile
@@ -525,12 +804,52 @@ class Metrics:
             def log_message(self, *args: object) -> None:  # quiet
                 pass
 
-        server = ThreadingHTTPServer((host, port), Handler)
+        class Server(ThreadingHTTPServer):
+            # An IPv6 address (`::` for every address, `::1`) needs an IPv6 socket.
+            address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+        server = Server((host, port), Handler)
         threading.Thread(target=server.serve_forever, daemon=True, name="crosscheck-metrics").start()
         return server
 
 
+class _DroppedLines:
+    """``crosscheck_output_lines_dropped_total{stream}``: what a slow reader cost (counted by
+    each spool; read when scraped)."""
+
+    def __init__(self, spools: Sequence[Spool]) -> None:
+        self.spools = list(spools)
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        family = CounterMetricFamily(
+            "crosscheck_output_lines_dropped",
+            "lines of --json output (stdout) or of the log (stderr) dropped: their reader did not keep up",
+            labels=("stream",),
+        )
+        for spool in self.spools:
+            family.add_metric([spool.name], spool.dropped)
+        yield family
+
+
 # --------------------------------------------------------------------------- entry point
+
+
+def configure_logging(level: str, stream: Any = None) -> logging.Handler:
+    """The watcher's log on ``stream`` (standard error, or its spool) at ``level``; returns
+    the handler (removed when the watcher ends). Libraries speak only when they have
+    something to say: paramiko's connection lines ("Connected (version 2.0, ...)",
+    "Authentication (publickey) successful!") at every reconnect, and httpx's line per Prefect
+    API call, are shown only at DEBUG."""
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+    # At DEBUG their INFO lines too, never their own DEBUG traces (packets, sockets).
+    chatty = logging.INFO if level == "DEBUG" else logging.WARNING
+    for name in ("paramiko", "httpx", "httpcore"):
+        logging.getLogger(name).setLevel(chatty)
+    return handler
 
 
 def serve(
@@ -543,24 +862,73 @@ def serve(
     lease: float | None = None,
     prefect: bool | None = None,
     heartbeat: float | None = None,
+    metrics_host: str = "127.0.0.1",
+    log_level: str = "INFO",
 ) -> int:
-    """Run the watcher until SIGTERM or SIGINT; exit 0.
+    """Run the watcher until SIGTERM or SIGINT (or, with ``as_json``, until nobody reads its
+    standard output); exit 0.
 
     ``prefect``: send events and resume gates through the Prefect API (default: when
     ``PREFECT_API_URL`` is set); ``heartbeat``: at most one heartbeat event per stage per
-    this many seconds (default 60)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per Prefect API call otherwise
-    path = Path(directory)
+    this many seconds (default 60). ``metrics_host``: the address ``/metrics`` listens on;
+    ``log_level``: DEBUG, INFO, WARNING or ERROR (paramiko's lines only at DEBUG)."""
+    # Neither output may hold the watch (sensors._spool): a reader that stops reading costs
+    # lines, counted and said, never a check or a lease renewal.
+    err = _spool(sys.stderr, "stderr", note=_DROPPED_LOG_LINES.format)
+    handler = configure_logging(log_level, err or sys.stderr)
+    logging.captureWarnings(True)  # a StoreWarning goes through the same spool
+    out = _spool(sys.stdout, "stdout", on_drop=_warn_dropped_json) if as_json else None
+    try:
+        return _serve(
+            Path(directory),
+            store=store,
+            out=out,
+            as_json=as_json,
+            spools=[s for s in (out, err) if s is not None],
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+            rescan_every=rescan_every,
+            lease=lease,
+            prefect=prefect,
+            heartbeat=heartbeat,
+        )
+    finally:
+        if out is not None:
+            lost = out.close(timeout=2.0)
+            if lost:
+                log.warning("%d JSON lines never reached stdout: its reader did not read them", lost)
+        logging.getLogger().removeHandler(handler)
+        if err is not None:
+            err.close(timeout=2.0)
+
+
+def _serve(
+    path: Path,
+    *,
+    store: Any,
+    out: Spool | None,
+    as_json: bool,
+    spools: list[Spool],
+    metrics_port: int | None,
+    metrics_host: str,
+    rescan_every: float,
+    lease: float | None,
+    prefect: bool | None,
+    heartbeat: float | None,
+) -> int:
     if not path.is_dir():
-        print(f"crosscheck: {directory}: not a directory", file=sys.stderr)
+        print(f"crosscheck: {path}: not a directory", file=sys.stderr)
         return 2
     stop = threading.Event()
-    emit = (
-        (lambda v: (sys.stdout.write(json.dumps(v.to_json()) + "\n"), sys.stdout.flush()))
-        if as_json
-        else (lambda v: None)
-    )
+    if as_json:
+        on_closed(stop.set)  # its JSON lines' reader went away (| head): stop, as on SIGTERM
+    if out is not None:
+        out.on_broken = stop.set  # the same, seen by the spool's writer
+        emit: Callable[[Verdict], object] = lambda v: out.write(json.dumps(v.to_json()) + "\n")  # noqa: E731
+    elif as_json and sys.stdout is not None:  # no file descriptor (an embedding replaced sys.stdout)
+        emit = lambda v: (sys.stdout.write(json.dumps(v.to_json()) + "\n"), sys.stdout.flush())  # noqa: E731
+    else:
+        emit = lambda v: None  # noqa: E731
     bridge = None
     if prefect is None:
         prefect = bool(os.environ.get("PREFECT_API_URL"))
@@ -571,6 +939,8 @@ def serve(
     desk = None
     # A watcher that can resume gates says so in its name: only then do gates hand over to it.
     holder = holder_id() + (RESUMES_GATES if bridge is not None else "")
+    if bridge is not None:
+        bridge.by = watcher_name(holder)
     if store is not None and hasattr(store, "handoffs"):
         desk = Desk(
             store,
@@ -591,8 +961,16 @@ def serve(
     )
     server = None
     if metrics_port is not None:
-        watcher.metrics = Metrics(watcher)
-        server = watcher.metrics.serve(metrics_port)
+        watcher.metrics = Metrics(watcher, spools=spools)
+        try:
+            server = watcher.metrics.serve(metrics_port, metrics_host)
+        except OSError as exc:  # in use, or not ours to take: one line, as for any usage error
+            print(
+                f"crosscheck: --metrics-host {metrics_host} --metrics-port {metrics_port}: cannot listen"
+                f" there ({exc.strerror or exc})",
+                file=sys.stderr,
+            )
+            return 2
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     tune_for_watching()  # a long-lived process: see sensors._gc
@@ -604,3 +982,25 @@ def serve(
             server.shutdown()
     log.info("stopped")
     return 0
+
+
+_DROPPED_LOG_LINES = "crosscheck: {} log lines were dropped here: stderr's reader was not keeping up\n"
+
+
+def _spool(stream: Any, name: str, **kwargs: Any) -> Spool | None:
+    """A spool on ``stream``'s file descriptor, or None when it has none (an embedding that
+    replaced sys.stdout): then the stream is written as before."""
+    try:
+        fd = stream.fileno()
+        stream.flush()  # what the stream holds goes first
+    except (AttributeError, OSError, ValueError):
+        return None
+    return Spool(fd, name, **kwargs)
+
+
+def _warn_dropped_json(count: int) -> None:
+    log.warning(
+        "--json: stdout's reader is not keeping up (or has gone): %d JSON lines dropped so far;"
+        " the watch goes on",
+        count,
+    )

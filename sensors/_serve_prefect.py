@@ -6,10 +6,12 @@
   a minute per stage), so the deployments' reactive and proactive automations work the same
   whether a stage is watched by a gate or by the watcher.
 - For a stage a gate handed over (:mod:`sensors._handover`): its final event is the gate's
-  (the resumed gate announces and reports it); the watcher keeps one "waiting" artifact on
-  the suspended flow run (what it waits for, the latest verdict and its evidence, updated in
-  place at each change and at most every ``refresh`` seconds) and resumes the run when the
-  stage is settled.
+  (the resumed gate announces and reports it, with every check the watcher made and the
+  heartbeats' cadence it kept: :class:`~sensors._handoff.Watched`); the watcher keeps one
+  "waiting" artifact on the suspended flow run (what it waits for, the latest verdict and
+  its evidence, updated in place at each change and at most every ``refresh`` seconds; at
+  the final verdict, that it resumes the run) and resumes the run when the stage is
+  settled. The resumed gate writes the artifact's last words: what happened.
 """
 
 from __future__ import annotations
@@ -21,9 +23,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from uuid import UUID
 
-from sensors._artifacts import EVENT_PREFIX, HEARTBEAT_EVENT, _md, artifact_key, evidence_markdown
+from sensors._artifacts import (
+    EVENT_PREFIX,
+    HEARTBEAT_EVENT,
+    _md,
+    patch_artifact,
+    waiting_key,
+    waiting_markdown,
+)
 from sensors._config import Stage
 from sensors._gate import DEFAULT_CADENCE, Cadence, _emit
+from sensors._handoff import Watched
 from sensors._model import State, Verdict
 from sensors._present import clock, progress_percent
 
@@ -47,6 +57,8 @@ class PrefectBridge:
 
     cadence: Cadence = DEFAULT_CADENCE
     clock: Callable[[], float] = time.monotonic
+    #: Who watches, in the waiting artifact (``crosscheck serve`` sets its host and pid).
+    by: str = "crosscheck serve"
     _seen: dict[tuple[str, str, str], _Seen] = field(default_factory=dict)
 
     @classmethod
@@ -70,19 +82,25 @@ class PrefectBridge:
         flow_run_id: str | None,
         announce: Callable[[Verdict], bool],
         waiting_for: str = "",
+        watched: Watched | None = None,
     ) -> None:
-        """Report one check of a stage (``flow_run_id``: the gate that handed it over)."""
+        """Report one check of a stage (``flow_run_id``: the gate that handed it over;
+        ``watched``: what the watcher saw of it, this check included, where the time of
+        each heartbeat is kept for the gate that reports it)."""
         seen = self._seen.setdefault((verdict.stage, verdict.host, flow_run_id or ""), _Seen())
         now = self.clock()
         seen.checks += 1
+        checks = watched.history.checks if watched is not None else seen.checks
         changed = verdict.state is not seen.state
         seen.state = verdict.state
         related = _flow_run_related(flow_run_id)
         heartbeat = None
         try:
             if seen.heartbeat_at is None or now - seen.heartbeat_at >= self.cadence.heartbeat:
-                heartbeat = _emit(HEARTBEAT_EVENT, verdict, _heartbeat(verdict), related=related)
+                heartbeat = _emit(HEARTBEAT_EVENT, verdict, _heartbeat(verdict, checks), related=related)
                 seen.heartbeat_at = now
+                if watched is not None:
+                    watched.heartbeat_at = time.time()
             if changed:
                 final = verdict.state in _FINAL
                 # A handed-over stage's final event is its gate's; any other once per run.
@@ -100,22 +118,29 @@ class PrefectBridge:
             changed or seen.refresh_at is None or now - seen.refresh_at >= self.cadence.refresh
         ):
             seen.refresh_at = now
-            self._waiting_artifact(seen, verdict, flow_run_id, waiting_for)
+            self._waiting_artifact(seen, verdict, flow_run_id, waiting_for, watched)
 
     def forget(self, stage: str, host: str, flow_run_id: str | None) -> None:
         self._seen.pop((stage, host, flow_run_id or ""), None)
 
-    def _waiting_artifact(self, seen: _Seen, verdict: Verdict, flow_run_id: str, waiting_for: str) -> None:
+    def _waiting_artifact(
+        self, seen: _Seen, verdict: Verdict, flow_run_id: str, waiting_for: str, watched: Watched | None
+    ) -> None:
         from prefect.client.orchestration import get_client
 
         when = clock(verdict.checked_at)
-        head = (
-            f"**Suspended: no worker is held.** `crosscheck serve` watches {_md(waiting_for)} and resumes "
-            f"this flow run when it is complete or failed, or at its deadline.\n\n"
-            f"Latest verdict: **{verdict.state}** at {when} ({seen.checks} checks by the watcher).\n\n"
+        markdown = waiting_markdown(
+            verdict,
+            what=waiting_for,
+            checks=watched.history.checks if watched is not None else seen.checks,
+            first_check=watched.history.first_at if watched is not None else None,
+            by=self.by,
+            # A final verdict settles the handoff at this check: the run is resumed next.
+            settled=verdict.state in _FINAL,
         )
-        markdown = head + evidence_markdown(verdict, checks=seen.checks, final=False, timed_out=False)
         description = f"{_md(verdict.stage)}: waiting, {verdict.state} at {when}"
+        if verdict.state in _FINAL:
+            description = f"{_md(verdict.stage)}: {verdict.state} at {when}, resuming the flow run"
         try:
             with get_client(sync_client=True) as client:
                 if seen.artifact is None:
@@ -123,7 +148,7 @@ class PrefectBridge:
 
                     created = client.create_artifact(
                         ArtifactCreate(
-                            key=artifact_key(verdict.stage, "waiting", run=f"flow-{flow_run_id[:8]}"),
+                            key=waiting_key(verdict.stage, flow_run_id),
                             type="markdown",
                             data=markdown,
                             description=description,
@@ -132,14 +157,7 @@ class PrefectBridge:
                     )
                     seen.artifact = created.id
                 else:
-                    # The PATCH itself: client.update_artifact also emits an event per call.
-                    response = client.request(
-                        "PATCH",
-                        "/artifacts/{id}",
-                        path_params={"id": seen.artifact},
-                        json={"data": markdown, "description": description},
-                    )
-                    response.raise_for_status()
+                    patch_artifact(client, seen.artifact, data=markdown, description=description)
         except Exception as exc:
             log.warning(
                 "%s: the waiting artifact of flow run %s not written: %s", verdict.stage, flow_run_id, exc
@@ -183,12 +201,13 @@ class PrefectBridge:
         return run.state is None or run.state.is_final()
 
 
-def _heartbeat(verdict: Verdict) -> dict[str, Any]:
+def _heartbeat(verdict: Verdict, checks: int) -> dict[str, Any]:
     """The payload a gate's heartbeat has, and who sent it."""
     return {
         "verdict": str(verdict.state),
         "reasons": list(verdict.reasons),
         "checked_at": verdict.to_json()["checked_at"],
+        "check": checks,
         "progress": progress_percent(verdict),
         "by": "crosscheck serve",
     }

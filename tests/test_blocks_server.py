@@ -1,4 +1,4 @@
-"""Blocks on a real Prefect API: registered with ``prefect block register -m sensors.blocks``,
+"""Blocks on a real Prefect API: registered with ``prefect block register -m prefect_crosscheck``,
 saved, and a gate started with nothing but ``block:NAME`` reaches ``complete`` for a job on the
 test sshd. HOME is an empty directory: no stage file, no key and no known_hosts on disk for
 the gate — the SSH key and the host keys to trust come from the SSH host block."""
@@ -12,6 +12,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 from prefect import flow
 from prefect.settings import PREFECT_API_URL
@@ -32,15 +33,20 @@ def test_a_gate_with_only_block_references_completes_on_the_test_sshd(
     sshd_server: SSHD, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     api = PREFECT_API_URL.value()
+    # The form Prefect's docs give for every integration: the package's import name.
     registered = subprocess.run(
-        [PREFECT, "block", "register", "-m", "sensors.blocks"],
+        [PREFECT, "block", "register", "-m", "prefect_crosscheck"],
         env={**os.environ, "PREFECT_API_URL": api},
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert registered.returncode == 0, registered.stdout + registered.stderr
-    assert "CrosscheckStage" in registered.stdout or "crosscheck" in registered.stdout.lower()
+    assert "Successfully registered 3 blocks" in registered.stdout, registered.stdout
+    types = httpx.post(f"{api}/block_types/filter", json={}, timeout=30).json()
+    assert {"crosscheck-stage", "crosscheck-ssh-host", "crosscheck-notifications"} <= {
+        t["slug"] for t in types
+    }
 
     job = SimulatedJob(tmp_path, scenario="complete", total=6, step=0.1)
     name = f"extract-{uuid.uuid4().hex[:8]}"

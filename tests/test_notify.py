@@ -182,6 +182,8 @@ def test_message_carries_stage_verdict_and_evidence() -> None:
     assert msg.payload["attachments"][0]["color"] == "#ECB22E"
     assert msg.payload["text"] == msg.text
     json.dumps(msg.payload)  # the body is JSON as given
+    # A channel with a subject gets the title there and the rest as its body: once each.
+    assert msg.text == f"{msg.title}\n{msg.body}" and msg.title not in msg.body
 
 
 @pytest.mark.parametrize(
@@ -610,6 +612,7 @@ class TestThroughPrefectBlocks:
         texts = [r.json()["text"] for r in block_hook.requests]
         assert len(texts) == 3  # the 502, its retry, the resolved message
         assert texts[1].startswith("⏸️ extract on gpu-host: stalled\n")
+        assert texts[1].count("extract on gpu-host: stalled") == 1  # subject and body, the title once
         assert "pid 4455" in texts[1] and "count 37300/37312" in texts[1]
         assert "resolved, running again (was stalled for 20m)" in texts[2]
         out, err = capsys.readouterr()
@@ -661,6 +664,25 @@ class TestThroughPrefectBlocks:
         block_hook.requests.clear()
         result = SlackWebhookSender("block:xc-slack-hook")(build_message(verdict("stalled")))
         assert result.ok and len(block_hook.requests) == 1
+
+    def test_a_prefect_slack_block_as_prefect_block_shows_the_title_once(
+        self, block_hook: WebhookServer
+    ) -> None:
+        """Issue 23: ``notify: {prefect_block: NAME}`` naming prefect-slack's SlackWebhook
+        showed the title line twice (the block posts ``subject\\nbody``, and the body began
+        with the title). The real block, loaded by name, posting to the real server."""
+        from prefect_slack import SlackWebhook
+
+        SlackWebhook(url=block_hook.url).save("xc-slack-notify", overwrite=True)
+        block_hook.requests.clear()
+        message = build_message(verdict("stalled"))
+        result = PrefectBlockSender("xc-slack-notify")(message)
+        assert result.ok, result.error
+        (request,) = block_hook.requests
+        text = request.json()["text"]
+        assert text.count(message.title) == 1, text
+        assert text.startswith(message.title + "\nVerdict: stalled"), text
+        assert "pid 4455" in text and "count 37300/37312" in text
 
     def test_unknown_secret_block(self) -> None:
         result = SlackWebhookSender("block:xc-nope")(build_message(verdict("stalled")))

@@ -242,3 +242,103 @@ def test_phased_hosts_are_spread_over_the_interval_and_each_probed_once_a_tick(t
             (due,) = dues
             assert 0 <= at - due < 0.5  # the check ran for the due the scheduler says
             assert abs(next(iter(later[1])) - due - 1.0) < 1e-6  # then every interval, no drift
+
+
+def _unchecked(stage: dict, **policy: object):
+    """A stage whose policy numbers skipped validation (a Stage built in Python with
+    ``model_construct``): the scheduler's own guard is what is tested."""
+    from sensors._config import PolicySpec
+
+    valid = stage_from_dict(stage)
+    return valid.model_copy(
+        update={"policy": PolicySpec.model_construct(**{**valid.policy.model_dump(), **policy})}
+    )
+
+
+def test_one_stage_with_a_nan_or_infinite_interval_stalls_no_other(tmp_path: Path) -> None:
+    from sensors._schedule import Scheduler
+
+    job = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01)
+    job.start()
+    try:
+        for bad in (float("nan"), float("inf"), -1.0):
+            checkers = {
+                "bad": Checker(_unchecked(_stage(job, "bad"), interval=bad)),
+                **{f"ok{i}": Checker(stage_from_dict(_stage(job, f"ok{i}"))) for i in range(3)},
+            }
+            for phased in (False, True):
+                scheduler = Scheduler(workers=4, phased=phased)
+                checks: Counter[str] = Counter()
+                for key, checker in checkers.items():
+                    scheduler.add(key, checker)
+                stop = threading.Event()
+
+                def record(key: str, verdict, began: float, checks=checks, checkers=checkers) -> float:
+                    checks[key] += 1
+                    return began + checkers[key].stage.policy.interval  # NaN for the bad one
+
+                timer = threading.Timer(2.5, stop.set)
+                timer.start()
+                scheduler.run(stop, on_verdict=record)  # no exception: the loop went on
+                # Phased, a stage is first due at its host's phase point (within 200 ms).
+                assert all(checks[f"ok{i}"] >= 5 for i in range(3)), (bad, phased, checks)
+    finally:
+        job.stop()
+
+
+def test_wait_with_a_timeout_returns_whatever_the_stages_numbers(tmp_path: Path) -> None:
+    job = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01)
+    job.start()
+    nan, inf = float("nan"), float("inf")
+    try:
+        # (policy.interval, policy.timeout, the --timeout given)
+        for interval, policy_timeout, given in (
+            (nan, 2.0, None),
+            (inf, 2.0, None),
+            (0.2, nan, 2.0),
+            (nan, inf, 2.0),
+        ):
+            stage = _unchecked(_stage(job, "odd"), interval=interval, timeout=policy_timeout)
+            started = time.monotonic()
+            stop = threading.Event()
+            timer = threading.Timer(20, stop.set)  # the test's own bound, if the wait had none
+            timer.start()
+            results = watch_all([Checker(stage)], on_verdict=lambda i, v: None, timeout=given, stop=stop)
+            timer.cancel()
+            assert time.monotonic() - started < 6, (interval, policy_timeout, given)
+            assert results[0].timed_out, (interval, policy_timeout, given)
+    finally:
+        job.stop()
+
+
+def test_a_stage_hurried_while_its_check_runs_is_checked_again_as_soon_as_it_is_back(tmp_path: Path) -> None:
+    """A watcher that takes a stage over while following it (a check in flight) checks it at
+    once when that check is back, not an interval later."""
+    from sensors._schedule import Scheduler
+
+    job = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01)
+    checker = Checker(stage_from_dict(_stage(job, "hurried", interval="30s")))
+    began: list[float] = []
+    in_flight = threading.Event()
+
+    def batch(checkers: list) -> list:
+        began.append(time.monotonic())
+        in_flight.set()
+        time.sleep(0.3)
+        return [None] * len(checkers)
+
+    scheduler = Scheduler(batch=batch)
+    scheduler.add("s", checker)
+    stop = threading.Event()
+    thread = threading.Thread(target=scheduler.run, args=(stop,), kwargs={"on_verdict": lambda *a: None})
+    thread.start()
+    try:
+        assert in_flight.wait(5)
+        scheduler.hurry("s")  # while the first check runs
+        deadline = time.monotonic() + 5
+        while len(began) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(began) == 2 and began[1] - began[0] < 1.0, began  # not 30 s later
+    finally:
+        stop.set()
+        thread.join(10)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -135,25 +136,40 @@ def test_a_corrupt_store_never_crashes_a_watch_nor_completes_by_itself(tmp_path)
     assert _json_lines(out.stdout)[-1]["verdict"] == "unknown"
 
 
-def test_restored_memory_earns_its_settle_again_and_a_second_watch_follows(tmp_path) -> None:
+def test_restored_memory_of_the_same_run_goes_on_and_a_second_watch_follows_only_its_run(tmp_path) -> None:
     job = SimulatedJob(tmp_path, scenario="complete", total=4, step=0.02)
     job.start()
     assert job.wait(30) == 0
     stage = stage_from_dict(job.stage_dict(interval="100ms", exit_grace="100ms", settle=3))
     store = open_store(tmp_path / "state.db")
-    first = Checker(stage, since="10m", state=store)
+    started = time.time() - 600  # the run's start, as a time: every watch given it watches one run
+    first = Checker(stage, since=started, state=store)
     states = [first.check().state for _ in range(5)]
     assert states[-1] is State.COMPLETE
-    # A second watch of the same stage while the first holds it: it follows, it does not probe.
-    second = Checker(stage, since="10m", state=store)
+    # A second watch of the same run while the first holds it: it follows, it does not probe.
+    second = Checker(stage, since=started, state=store)
     followed = second.check()
     assert followed.state is State.COMPLETE and "watched elsewhere" in followed.reasons[0]
+    # A watch given the start as a duration resolves it at its own first check: nothing
+    # stored can be shown to be of that run, so it checks for itself (issue 21), and leaves
+    # the holder's memory as it is.
+    saved = store.load(first.persistence.key)
+    own = Checker(stage, since="10m", state=store)
+    mine = own.check()
+    assert "watched elsewhere" not in mine.reasons[0] and mine.state is not State.COMPLETE, mine.reasons
+    assert store.load(first.persistence.key) == saved
+    # Another definition of the stage (here: another settle) does not follow it either.
+    other = Checker(
+        stage_from_dict({**job.stage_dict(settle=4), "stage": stage.stage}), since=started, state=store
+    )
+    assert "watched elsewhere" not in other.check().reasons[0]
     first.close()  # releases the stage
-    third = Checker(stage, since="10m", state=store)
+    third = Checker(stage, since=started, state=store)
     again = third.check()
     assert "watched elsewhere" not in again.reasons[0]
-    # Restored, but the settle streak starts again: one fresh check is not enough for 3.
-    assert again.state is State.RUNNING and "confirming (1/3" in again.reasons[0], again.reasons
+    # Restored, the same run and definition: the settle streak goes on, and a fresh check
+    # that agrees keeps it complete (no complete -> running -> complete flap).
+    assert again.state is State.COMPLETE, again.reasons
     third.close()
     store.close()
 
@@ -421,3 +437,151 @@ def test_a_batch_of_stages_is_saved_in_one_store_call(tmp_path: Path) -> None:
         assert row is not None and row.verdict["verdict"] == verdict.state.value
         assert json.loads(row.memory)["version"] == 1
         assert [h.state for h in changes][-1] == verdict.state.value
+
+
+# -- where a store may be, and what reading one touches -------------------------------------
+
+
+def _tree(directory: Path) -> dict[str, tuple[bytes, int, int]]:
+    """Every file under ``directory``: bytes, inode, mtime (ns)."""
+    return {
+        str(f.relative_to(directory)): (f.read_bytes(), f.stat().st_ino, f.stat().st_mtime_ns)
+        for f in sorted(directory.rglob("*"))
+        if f.is_file()
+    }
+
+
+def _recorded(tmp_path: Path) -> tuple[Path, str]:
+    """A store with a real history: a finished job watched to complete."""
+    state = tmp_path / "store" / "state.db"
+    job = SimulatedJob(tmp_path, scenario="complete", total=3, step=0.02)
+    job.start()
+    try:
+        stage_file = job.write_stage(tmp_path / "s.yaml", interval="100ms", exit_grace="200ms")
+        out = _cli(state, "wait", str(stage_file), "--json", "--since", "10m", "--timeout", "60s")
+        assert out.returncode == 0, out.stderr
+    finally:
+        job.stop()
+    return state, job.tag
+
+
+def test_a_stage_file_given_as_the_state_store_is_never_moved_or_written(tmp_path) -> None:
+    """`crosscheck history x --state my-stage.yaml` (a typo) renamed the stage file aside and
+    put a database in its place; `status --state` did the same. Both leave it as it is."""
+    job = SimulatedJob(tmp_path, scenario="complete", total=2, step=0.01)
+    stages = tmp_path / "stages"
+    stages.mkdir()
+    stage_file = job.write_stage(stages / "my-stage.yaml", interval="100ms")
+    other = job.write_stage(stages / "other.yaml", name="other", interval="100ms")
+    before = _tree(stages)
+    history = _cli(tmp_path / "unused.db", "history", "x", "--state", str(stage_file))
+    assert history.returncode == 2, history.stderr
+    assert history.stderr.count("\n") == 1 and "not a crosscheck state store" in history.stderr
+    status = _cli(tmp_path / "unused.db", "status", str(other), "--state", str(stage_file), "--json")
+    assert status.returncode in (0, 1), status.stderr
+    assert "left untouched" in status.stderr and "Traceback" not in status.stderr
+    assert _tree(stages) == before
+    assert not (tmp_path / "unused.db").exists()
+
+
+def test_history_opens_the_store_read_only_and_creates_nothing(tmp_path) -> None:
+    work = tmp_path / "cwd"
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("CROSSCHECK_STATE", None)
+    env["XDG_STATE_HOME"] = str(tmp_path / "xdg")
+
+    def history(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "sensors", "history", "x", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            cwd=work,
+        )
+
+    # --state none: there is no store to read; no file named "none" appears.
+    none = history("--state", "none")
+    assert none.returncode == 2 and none.stderr.count("\n") == 1 and "no store" in none.stderr, none.stderr
+    # No store at the path, or at the default location: no history, and nothing created.
+    for args in (("--state", "missing.db"), ("--state", str(tmp_path / "deep" / "state.db")), ()):
+        out = history(*args)
+        assert out.returncode == 1 and "no state store here" in out.stderr, (args, out.stderr)
+    assert list(work.iterdir()) == [] and not (tmp_path / "deep").exists() and not (tmp_path / "xdg").exists()
+    # An empty file stays empty; a directory is not a store.
+    (work / "empty.db").touch()
+    assert history("--state", "empty.db").returncode == 1
+    assert (work / "empty.db").stat().st_size == 0
+    assert history("--state", str(tmp_path)).returncode == 2
+
+
+def test_history_has_one_exit_rule_for_text_and_json(tmp_path) -> None:
+    state, tag = _recorded(tmp_path)
+    before = _tree(state.parent)
+    for form in ((), ("--json",)):
+        found = _cli(state, "history", tag, *form)
+        assert found.returncode == 0 and found.stdout.strip(), (form, found.stderr)
+        missing = _cli(state, "history", "never-watched", *form)
+        assert missing.returncode == 1 and missing.stdout == "", (form, missing.stdout)
+        assert missing.stderr.count("\n") == 1 and "no history for stage never-watched" in missing.stderr
+    # Read, never written: the database and its WAL are as they were (the -shm file is
+    # SQLite's shared memory between connections, where every reader marks what it reads).
+    after = _tree(state.parent)
+    assert {k: v for k, v in after.items() if not k.endswith("-shm")} == {
+        k: v for k, v in before.items() if not k.endswith("-shm")
+    }
+
+
+def test_history_reads_a_store_on_a_read_only_filesystem(tmp_path) -> None:
+    """The same store, its directory bind-mounted read-only (a user and mount namespace):
+    history shows every entry, where it said "no history" before."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1)")
+    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no user namespaces here: {probe.stderr.decode().strip()}")
+    state, tag = _recorded(tmp_path)
+    expected = _cli(state, "history", tag, "--json")
+    assert expected.returncode == 0
+    script = (
+        f'mount --bind -o ro "{state.parent}" "{state.parent}" && '
+        f'! touch "{state.parent}/probe" 2>/dev/null && '
+        f'exec "{sys.executable}" -m sensors history {tag} --json --state "{state}"'
+    )
+    out = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == expected.stdout
+
+
+def test_a_watch_that_takes_a_stage_over_goes_on_from_the_holders_memory(tmp_path) -> None:
+    """A second watch followed the first (it restored the store's memory when it began, before
+    the job started); the first saw the job at work and stopped; the job finished; the second
+    took over. It went on from what it had restored at its start (the job never seen: unknown),
+    not from what the holder had learnt since (the job seen alive: its exit is this run's)."""
+    store = open_store(tmp_path / "state.db")
+    job = SimulatedJob(tmp_path, scenario="complete", total=6, step=0.3)
+    stage = stage_from_dict(job.stage_dict(interval="100ms", exit_grace="200ms", settle=2))
+    first = Checker(stage, state=store)
+    second = Checker(stage, state=store)  # restored now: nothing yet
+    first.check()
+    assert "watched elsewhere" in second.check().reasons[0]
+    job.start()
+    time.sleep(0.5)
+    assert first.check().state is State.RUNNING
+    followed = second.check()
+    assert "watched elsewhere" in followed.reasons[0] and followed.state is State.RUNNING
+    first.close()
+    assert job.wait(30) == 0
+    verdicts = [second.check() for _ in range(4)]
+    assert all("watched elsewhere" not in v.reasons[0] for v in verdicts)
+    assert verdicts[-1].state is State.COMPLETE, verdicts[-1].reasons
+    assert verdicts[-1].readings["process"].evidence["seen_alive"] is True
+    second.close()
+    store.close()

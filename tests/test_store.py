@@ -26,6 +26,8 @@ from sensors._store import (
     Handoff,
     StageKey,
     Stored,
+    StoreError,
+    StoreMissing,
     StoreWarning,
     default_location,
     open_store,
@@ -334,11 +336,124 @@ def _load_all(path: Path, saved: dict[str, set[str]]) -> dict[str, str | None]:
     return got
 
 
-def test_garbage_file_is_set_aside(tmp_path):
-    path = tmp_path / "state.db"
-    path.write_bytes(random.Random(1).randbytes(10_000))
-    with pytest.warns(StoreWarning, match="set aside"), open_store(path) as store:
+def _snapshot(directory: Path) -> dict[str, tuple[bytes, int, int]]:
+    """Every file under ``directory``: its bytes, inode and mtime (ns)."""
+    return {
+        str(f.relative_to(directory)): (f.read_bytes(), f.stat().st_ino, f.stat().st_mtime_ns)
+        for f in sorted(directory.rglob("*"))
+        if f.is_file()
+    }
+
+
+STAGE_YAML = "stage: extract\nhost: local\nprocess: {match: extract.py}\n"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param(STAGE_YAML.encode(), id="a-stage-file"),
+        pytest.param(random.Random(1).randbytes(10_000), id="garbage"),
+        pytest.param(b"SQLite format 3", id="almost-a-header"),
+        pytest.param(b"\n", id="one-newline"),
+    ],
+)
+def test_a_file_that_is_not_a_database_is_never_renamed_replaced_or_written(tmp_path, content):
+    """`--state my-stage.yaml` (a typo) moved the user's stage file aside and put a database
+    in its place. A file that is not SQLite is left exactly as it is: same bytes, inode, mtime,
+    no file beside it; memory is kept in the process, with a warning that says so."""
+    path = tmp_path / "my-stage.yaml"
+    path.write_bytes(content)
+    before = _snapshot(tmp_path)
+    with (
+        pytest.warns(StoreWarning, match="not a SQLite database; it is left untouched"),
+        open_store(path) as store,
+    ):
         assert store.load(KEY) is None
+        _save(store, i=1)
+        assert store.load(KEY).memory == '{"i": 1}'  # in this process
+        store.history("extract")
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("setup", "why"),
+    [
+        (["PRAGMA user_version = 7"], "no tables"),
+        (["PRAGMA journal_mode = WAL", "CREATE TABLE users (name TEXT)"], "something else"),
+        (["CREATE TABLE crosscheck_meta (key TEXT, value TEXT)"], "did not write"),
+    ],
+    ids=["no-tables", "someone-elses-in-wal-mode", "a-lookalike-meta"],
+)
+def test_a_sqlite_database_that_is_not_ours_gets_no_byte_and_no_file_beside_it(tmp_path, setup, why):
+    """A SQLite database with no tables (someone's new database) is not an empty file; one in
+    WAL mode gets no -wal or -shm file created beside it; none is adopted or switched to WAL."""
+    path = tmp_path / "theirs.db"
+    conn = sqlite3.connect(path)
+    for statement in setup:
+        conn.execute(statement)
+    conn.commit()
+    conn.close()
+    before = _snapshot(tmp_path)
+    with pytest.warns(StoreWarning, match=why), open_store(path) as store:
+        _save(store, i=1)
+    assert _snapshot(tmp_path) == before
+    with pytest.raises(StoreError, match=why):
+        open_store(path, readonly=True)
+    assert _snapshot(tmp_path) == before
+
+
+def test_an_empty_file_or_no_file_becomes_a_store(tmp_path):
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    for path in (empty, tmp_path / "new" / "state.db"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", StoreWarning)
+            with open_store(path) as store:
+                _save(store, i=1)
+            with open_store(path) as store:  # durable
+                assert store.load(KEY).memory == '{"i": 1}'
+
+
+def test_a_dangling_symlink_or_a_directory_is_left_as_it_is(tmp_path):
+    link = tmp_path / "link.db"
+    link.symlink_to(tmp_path / "nowhere" / "state.db")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for path, why in ((link, "symbolic link to nothing"), (folder, "is a directory")):
+        with pytest.warns(StoreWarning, match=why), open_store(path) as store:
+            _save(store, i=1)
+    assert not (tmp_path / "nowhere").exists() and list(folder.iterdir()) == []
+
+
+def test_a_symlink_to_a_store_of_ours_is_used(tmp_path):
+    real = tmp_path / "real.db"
+    with open_store(real) as store:
+        _save(store, i=1)
+    link = tmp_path / "link.db"
+    link.symlink_to(real)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", StoreWarning)
+        with open_store(link) as store:
+            assert store.load(KEY).memory == '{"i": 1}'
+            _save(store, i=2)
+    assert link.is_symlink()
+    with open_store(real) as store:
+        assert store.load(KEY).memory == '{"i": 2}'
+
+
+def test_a_store_of_ours_found_corrupt_after_it_was_opened_is_set_aside(tmp_path):
+    """Shown to be ours (its crosscheck_meta read from that inode), then SQLite reports pages
+    corrupt: set aside under a new name (the bytes kept) and a fresh store goes on."""
+    path = tmp_path / "state.db"
+    _populated(path)
+    size = path.stat().st_size
+    with open_store(path) as store:  # ours: meta read, history pages not yet
+        with open(path, "r+b") as f:
+            f.seek(4096 * 2)
+            f.write(random.Random(5).randbytes(size - 4096 * 2))
+        with pytest.warns(StoreWarning, match="a crosscheck store, is corrupt.*set aside"):
+            for s in "abcde":
+                store.history(s)
         _save(store, i=1)
         assert store.load(KEY).memory == '{"i": 1}'
     assert len(list(tmp_path.glob("state.db.corrupt-*"))) == 1
@@ -346,6 +461,20 @@ def test_garbage_file_is_set_aside(tmp_path):
         warnings.simplefilter("error", StoreWarning)
         with open_store(path) as store:  # the fresh store is durable
             assert store.load(KEY).memory == '{"i": 1}'
+
+
+def test_a_store_corrupt_before_it_can_be_shown_ours_is_left_untouched(tmp_path):
+    """Garbage over the first page: SQLite cannot say whose it is, so nothing may rename it."""
+    path = tmp_path / "state.db"
+    _populated(path)
+    with open(path, "r+b") as f:
+        f.seek(16)
+        f.write(random.Random(6).randbytes(4000))
+    before = _snapshot(tmp_path)
+    with pytest.warns(StoreWarning, match="left untouched"), open_store(path) as store:
+        _save(store, i=1)
+        store.history("a")
+    assert _snapshot(tmp_path) == before
 
 
 def test_damaged_payload_reads_as_fresh_memory_for_that_stage_only(tmp_path):
@@ -571,6 +700,45 @@ def test_postgres_version_1_store_without_the_counter_gains_it_and_goes_on(postg
         _save(store, i=8)
     assert _history_seqs(postgres_url, "extract") == [5, 6, 7, 8, 9]
     engine.dispose()
+
+
+def test_postgres_read_only_open_creates_nothing_and_writes_nothing(postgres_url):
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://", 1))
+
+    def tables() -> set[str]:
+        with engine.connect() as conn:
+            return set(sa.inspect(conn).get_table_names())
+
+    try:
+        with pytest.raises(StoreMissing, match="no crosscheck store in this database"):
+            open_store(postgres_url, readonly=True)
+        assert tables() == set()  # a reader created nothing
+        with open_store(postgres_url) as store:
+            _save(store, i=1)
+        with open_store(postgres_url, readonly=True) as store:
+            assert [e.verdict["i"] for e in store.history("extract")] == [1]
+            with pytest.raises(StoreError, match="read-only"):
+                store.acquire(KEY, "me", 5)
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_read_only_open_raises_what_stands_in_the_way(tmp_path):
+    with pytest.raises(StoreMissing):
+        open_store(tmp_path / "no.db", readonly=True)
+    assert not (tmp_path / "no.db").exists()
+    (tmp_path / "stage.yaml").write_text(STAGE_YAML)
+    with pytest.raises(StoreError, match="not a SQLite database"):
+        open_store(tmp_path / "stage.yaml", readonly=True)
+    path = tmp_path / "state.db"
+    with open_store(path) as store:
+        _save(store, i=1)
+    with open_store(path, readonly=True) as store:
+        assert len(store.history("extract")) == 1
+        with pytest.raises(StoreError, match="readonly"):
+            store.acquire(KEY, "me", 5)
 
 
 def test_postgres_unreachable_is_a_store_error():

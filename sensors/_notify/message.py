@@ -35,7 +35,8 @@ class Message:
         stage: the stage name.
         state: the verdict the message reports.
         title: one line; also the subject for channels that have one.
-        text: the plain-text fallback, with the same essentials as the blocks.
+        text: the plain-text fallback, with the same essentials as the blocks: its first
+            line is the title.
         payload: the Slack JSON body (``text``, ``blocks``, ``attachments``).
     """
 
@@ -45,6 +46,15 @@ class Message:
     title: str
     text: str
     payload: Mapping[str, Any] = field(repr=False)
+
+    @property
+    def body(self) -> str:
+        """``text`` without its title line: the body for a channel that is given the title as
+        a subject and shows both (a Prefect notification block's ``notify(body, subject)``:
+        prefect-slack's SlackWebhook posts ``subject\\nbody``, apprise's blocks put the title
+        above the body), so the title is shown once."""
+        first, _, rest = self.text.partition("\n")
+        return rest if first == inert(self.title) else self.text
 
     @property
     def blocks(self) -> list[dict[str, Any]]:

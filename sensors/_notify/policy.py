@@ -90,9 +90,24 @@ class Notifier:
         """The notified problem still in force, if any."""
         return self._effective if self._notified_since is not None else None
 
+    def resume(self, verdict: Verdict | None) -> None:
+        """Go on from a verdict an earlier watch of this run reached and announced (restored
+        from the state store): it is not news again. A watcher restarted on a stage settled
+        complete says nothing; a stall it finds still there is reminded of, not announced anew.
+        """
+        if verdict is None or verdict.state is State.UNKNOWN or self._effective is not None:
+            return
+        self._effective = verdict.state
+        if verdict.state in self._on and verdict.state in _REMINDABLE:
+            self._notified_since = self._last_sent = self._clock()
+
     def observe(self, verdict: Verdict, *, flow_run_url: str | None = None) -> list[Sent]:
         """Take one verdict; return the messages it caused (usually none)."""
-        messages = self.decide(verdict, flow_run_url=flow_run_url)
+        return self.deliver(self.decide(verdict, flow_run_url=flow_run_url))
+
+    def deliver(self, messages: Iterable[Message]) -> list[Sent]:
+        """Send what :meth:`decide` returned (``observe`` is the two in one call; a watcher
+        decides in its loop and delivers from a thread of its own)."""
         out = [self._deliver(m) for m in messages]
         self.sent.extend(out)
         return out

@@ -3,7 +3,8 @@
 - :class:`SlackWebhookSender` posts a message's Block Kit payload to a Slack incoming webhook
   (httpx); the URL is a secret (:mod:`sensors._secrets`), resolved at the first send and never
   formatted into a message, log record or exception.
-- :class:`PrefectBlockSender` sends the plain text through any saved Prefect notification block.
+- :class:`PrefectBlockSender` sends the plain text through any saved Prefect notification block
+  (the title as its subject, the rest as its body).
 
 Both retry and report through :class:`~sensors._notify.delivery.RetryingSender`: a delivery
 never raises, it returns a :class:`~sensors._notify.delivery.Delivery`.
@@ -183,7 +184,8 @@ class PrefectBlockSender(RetryingSender):
             def notify() -> None:
                 guard = getattr(block, "raise_on_failure", None)
                 with (guard if callable(guard) else contextlib.nullcontext)():
-                    run_sync(block.notify(message.text, message.title))
+                    # The title goes as the subject, once: the body is the text after it.
+                    run_sync(block.notify(message.body, message.title))
 
             # The block's client (apprise, slack_sdk) is not ours to close: at the deadline
             # the attempt is abandoned, and its thread ends when that client's own timeouts

@@ -40,9 +40,11 @@ Retention is per (stage, host): at most ``retention`` entries (default 10,000), 
 pruned on save by a sequence threshold (an index range, not a count).
 
 Locations: ``None`` → ``$CROSSCHECK_STATE``, else ``$XDG_STATE_HOME/crosscheck/state.db``
-(``~/.local/state/crosscheck/state.db``); a path or ``sqlite:///path`` → SQLite (directories
-created, mode 0700; the file 0600); ``:memory:`` → this process only;
-``postgresql://…``, ``postgresql+psycopg://…`` → PostgreSQL.
+(``~/.local/state/crosscheck/state.db``); a path or ``sqlite:///path`` → SQLite (created
+only where nothing stands: a path that does not exist, its directories mode 0700 and the file
+0600, or an empty file; any other file is never renamed, replaced or written until it is
+shown to be ours); ``:memory:`` → this process only; ``postgresql://…``,
+``postgresql+psycopg://…`` → PostgreSQL.
 
 Failure policy — a store never stops a gate:
 
@@ -100,6 +102,7 @@ from sensors._store.base import (
     Store,
     Stored,
     StoreError,
+    StoreMissing,
     StoreWarning,
     warn,
 )
@@ -116,6 +119,7 @@ __all__ = [
     "StageKey",
     "Store",
     "StoreError",
+    "StoreMissing",
     "StoreWarning",
     "Stored",
     "default_location",
@@ -133,8 +137,15 @@ def default_location() -> str:
     return os.path.join(base, "crosscheck", "state.db")
 
 
-def open_store(location: str | os.PathLike[str] | None = None, *, retention: int | None = None) -> Store:
+def open_store(
+    location: str | os.PathLike[str] | None = None, *, retention: int | None = None, readonly: bool = False
+) -> Store:
     """Open (creating if needed) the store at ``location``; see the module docstring.
+
+    ``readonly`` (``crosscheck history``): open an existing store for reading only. Nothing
+    is created or adopted; no store there raises :class:`StoreMissing`, one that cannot be
+    read (not ours, newer, damaged, unreachable) :class:`StoreError`, instead of the
+    writers' warning and in-process memory.
 
     Example:
         >>> with open_store("/tmp/crosscheck-doctest/state.db") as store:  # doctest: +SKIP
@@ -147,7 +158,7 @@ def open_store(location: str | os.PathLike[str] | None = None, *, retention: int
     where = os.fspath(location) if location is not None else default_location()
     scheme = where.partition("://")[0].lower() if "://" in where else ""
     if scheme in _PG_SCHEMES:
-        return _open_postgres(where, retention)
+        return _open_postgres(where, retention, readonly=readonly)
     if scheme == "sqlite":
         # SQLAlchemy's spelling: sqlite:///relative, sqlite:////absolute, sqlite:// = memory.
         where = where[len("sqlite://") :]
@@ -158,10 +169,12 @@ def open_store(location: str | os.PathLike[str] | None = None, *, retention: int
         raise ConfigError(f"{where}: unknown store location (a path, sqlite:///PATH or postgresql://...)")
     if where == ":memory:":
         return SQLiteStore(None, retention=retention)
-    return SQLiteStore(Path(where).expanduser(), retention=retention)
+    if not where:
+        raise ConfigError("an empty state store location (a path, sqlite:///PATH or postgresql://...)")
+    return SQLiteStore(Path(where).expanduser(), retention=retention, readonly=readonly)
 
 
-def _open_postgres(where: str, retention: int) -> Store:
+def _open_postgres(where: str, retention: int, *, readonly: bool = False) -> Store:
     try:
         import sqlalchemy as sa
 
@@ -177,7 +190,10 @@ def _open_postgres(where: str, retention: int) -> Store:
         raise ConfigError(f"not a PostgreSQL URL: {exc}") from None
     if url.drivername in ("postgresql", "postgres"):
         url = url.set(drivername="postgresql+psycopg")
-    store = PostgresStore(url, retention=retention)
+    store = PostgresStore(url, retention=retention, readonly=readonly)
+    if store.problem and readonly:
+        store.close()
+        raise StoreError(store.problem, location=store.location)
     if store.problem:
         fallback = SQLiteStore(None, retention=retention)
         warn(

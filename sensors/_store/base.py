@@ -46,6 +46,11 @@ class StoreError(CrosscheckError):
         super().__init__(f"{location}: {message}" if location else message)
 
 
+class StoreMissing(StoreError):
+    """A read-only open found no store at the location (no file, an empty file, a database
+    without crosscheck's tables): nothing was ever recorded there, and nothing is created."""
+
+
 @dataclass(frozen=True)
 class StageKey:
     """One watched stage on one host (the host's display name: ``local``, the ssh host)."""

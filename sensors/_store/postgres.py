@@ -44,6 +44,7 @@ from sensors._store.base import (
     StageKey,
     Stored,
     StoreError,
+    StoreMissing,
     announce_seal,
     check_save_args,
     decode_announcement,
@@ -285,12 +286,18 @@ _ANNOUNCE_COLS = (
 )
 
 
-def adopt(engine: sa.Engine) -> str | None:
+def adopt(engine: sa.Engine, *, readonly: bool = False) -> str | None:
     """Create our tables if missing; say what is wrong with a database whose
-    ``crosscheck_meta`` is not ours or is newer. Raises SQLAlchemy's errors for the rest."""
+    ``crosscheck_meta`` is not ours or is newer. Raises SQLAlchemy's errors for the rest.
+
+    ``readonly``: create nothing (the session is read-only too); a database without our
+    tables raises :class:`StoreMissing`."""
     with engine.connect().execution_options(isolation_level="READ COMMITTED") as conn, conn.begin():
-        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(SCHEMA_LOCK)))
+        if not readonly:
+            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(SCHEMA_LOCK)))
         ours = {t for t in sa.inspect(conn).get_table_names() if t in md.tables}
+        if readonly and not ours:
+            raise StoreMissing("no crosscheck store in this database: nothing was recorded")
         if ours and "crosscheck_meta" not in ours:
             return f"has tables named like crosscheck's ({', '.join(sorted(ours))}) but no crosscheck_meta"
         if ours:
@@ -307,6 +314,8 @@ def adopt(engine: sa.Engine) -> str | None:
                     f"was written by a newer crosscheck (schema version {version}; this one reads "
                     f"{SCHEMA_VERSION}); it is left untouched"
                 )
+        if readonly:
+            return None
         md.create_all(conn, checkfirst=True)  # additive: a version-1 store gains new tables
         if "crosscheck_memory" in ours and "seq" not in {
             c["name"] for c in sa.inspect(conn).get_columns("crosscheck_memory")
@@ -330,9 +339,10 @@ def adopt(engine: sa.Engine) -> str | None:
 class PostgresStore:
     """A store in a PostgreSQL database (``url``: a SQLAlchemy URL, driver psycopg)."""
 
-    def __init__(self, url: sa.URL, *, retention: int) -> None:
+    def __init__(self, url: sa.URL, *, retention: int, readonly: bool = False) -> None:
         self.location = url.render_as_string(hide_password=True)
         self._retention = retention
+        self._readonly = readonly
         # The history seq last read or written per stage: the next changed save's guess.
         self._seq: dict[StageKey, int] = {}
         # Round trips are the cost (bench/store.py): no pre-ping (a connection the server
@@ -346,10 +356,18 @@ class PostgresStore:
             url,
             pool_size=2,
             isolation_level="AUTOCOMMIT",
-            connect_args={"connect_timeout": 10, "options": "-c synchronous_commit=off"},
+            connect_args={
+                "connect_timeout": 10,
+                # A reader's session refuses every write (crosscheck history creates nothing).
+                "options": "-c synchronous_commit=off"
+                + (" -c default_transaction_read_only=on" if readonly else ""),
+            },
         )
         try:
-            self.problem = adopt(self.engine)
+            self.problem = adopt(self.engine, readonly=readonly)
+        except StoreError as exc:
+            self.engine.dispose()
+            raise type(exc)(str(exc), location=self.location) from None
         except sa.exc.SQLAlchemyError as exc:
             self.engine.dispose()
             raise StoreError(_why(exc), location=self.location) from exc
@@ -584,6 +602,8 @@ class PostgresStore:
         try:
             rows = [tuple(r) for r in self._call(lambda c: c.execute(query).all(), single=True)]
         except StoreError as exc:
+            if self._readonly:
+                raise  # a reader asked for the history: unreadable is not "none"
             warn(f"{exc}: the history of {stage} could not be read")
             return []
         rows.reverse()

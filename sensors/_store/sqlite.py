@@ -5,16 +5,25 @@
   never corrupts — the price of FULL is an fsync per check), a busy timeout, and every write
   in ``BEGIN IMMEDIATE … COMMIT``: the write lock is taken before the first read, so a
   read-then-write (lease, history sequence) cannot interleave with another process's.
-- The file is checked when opened: empty → our schema is created; tables but no
-  ``crosscheck_meta`` saying ``app=crosscheck`` → *foreign*; a newer ``schema_version`` →
-  *newer*. Neither is touched: a warning, and this Store keeps memory in this process only.
-- Not a database at all, or SQLite reports it corrupt (``SQLITE_NOTADB``/``SQLITE_CORRUPT``,
-  at open or later): the file (with its ``-wal``/``-shm``) is renamed aside to
-  ``NAME.corrupt-TIME.PID`` under a lock file, and a fresh store starts at the path. Renaming
-  rather than an in-memory fallback because gates wait for days: every later watch would
-  otherwise start from nothing again, and the bad bytes stay for whoever wants to look.
-  Other processes notice the new inode on their next call and reopen.
+- A store is created only where nothing stands: a path that does not exist (its missing
+  directories are created, mode 0700; the file 0600) or an empty file. Anything else is read
+  before it is written: not a regular file, or not starting with SQLite's header → left
+  untouched (a ``--state`` that names a stage file by mistake loses nothing); a SQLite file
+  without ``crosscheck_meta`` saying ``app=crosscheck`` → *foreign*; a newer
+  ``schema_version`` → *newer*. None of those is written: a warning, and this Store keeps
+  memory in this process only.
+- A store this process has shown to be ours (it read our ``crosscheck_meta`` from that very
+  inode) that SQLite later reports corrupt (``SQLITE_CORRUPT``/``SQLITE_NOTADB``) is renamed
+  aside to ``NAME.corrupt-TIME.PID`` (with its ``-wal``/``-shm``, under a lock file) and a
+  fresh store starts at the path: gates wait for days, and every later watch would otherwise
+  start from nothing again; the bad bytes stay for whoever wants to look. A file that is
+  corrupt before its ``crosscheck_meta`` could be read is not provably ours (a user's
+  database, half overwritten): it is left untouched, with a warning saying so. Other
+  processes notice the new inode on their next call and reopen.
 - A file that cannot be opened at all (permissions, a directory): warning, in-process memory.
+- ``readonly`` (``crosscheck history``): ``mode=ro`` (``immutable=1`` on a read-only
+  filesystem), nothing created, adopted, repaired or set aside; a missing store is
+  :class:`StoreMissing`, an unusable one :class:`StoreError`.
 """
 
 from __future__ import annotations
@@ -24,8 +33,10 @@ import fcntl
 import os
 import random
 import sqlite3
+import stat
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -42,6 +53,7 @@ from sensors._store.base import (
     StageKey,
     Stored,
     StoreError,
+    StoreMissing,
     announce_seal,
     check_save_args,
     decode_announcement,
@@ -142,6 +154,97 @@ def _save_row(r: SaveRequest) -> tuple[str, str, float, str, str]:
     return fp, vd, now, state_of(r.verdict), memory_seal(r.key, r.memory, fp, vd, now, r.version)
 
 
+#: The first 16 bytes of every SQLite 3 database file.
+SQLITE_HEADER = b"SQLite format 3\x00"
+_REQUIRED = frozenset({"crosscheck_memory", "crosscheck_history", "crosscheck_watcher", "crosscheck_handoff"})
+
+
+def _uri(path: Path, mode: str, *, immutable: bool = False) -> str:
+    """A ``file:`` URI for ``path``: ``mode=rw`` never creates a file, ``mode=ro`` never writes."""
+    return f"file:{urllib.parse.quote(str(path))}?mode={mode}" + ("&immutable=1" if immutable else "")
+
+
+def _not_sqlite(path: Path, st: os.stat_result) -> str | None:
+    """Why the file at ``path`` cannot be a store (a directory, a device, not SQLite's
+    header); None for a SQLite file or an empty one. Reads 16 bytes, writes nothing."""
+    if stat.S_ISDIR(st.st_mode):
+        return "is a directory"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if st.st_size == 0:
+        return None
+    with open(path, "rb") as f:
+        head = f.read(len(SQLITE_HEADER))
+    return None if head == SQLITE_HEADER else "is not a SQLite database"
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _whose(conn: sqlite3.Connection, tables: set[str]) -> str | None:
+    """None when the database is a store of ours this code can read; else what it is."""
+    if "crosscheck_meta" not in tables:
+        if not tables:
+            return "is a SQLite database with no tables (not a crosscheck store); it is left untouched"
+        return f"is a SQLite database of something else (tables: {', '.join(sorted(tables)[:5])})"
+    try:
+        meta = dict(conn.execute("SELECT key, value FROM crosscheck_meta"))
+        version = int(meta.get("schema_version", ""))
+    except (sqlite3.OperationalError, ValueError, TypeError):
+        return "has a crosscheck_meta table that crosscheck did not write"
+    if meta.get("app") != APP:
+        return "has a crosscheck_meta table that crosscheck did not write"
+    if version > SCHEMA_VERSION:
+        return (
+            f"was written by a newer crosscheck (schema version {version}; this one reads "
+            f"{SCHEMA_VERSION}); it is left untouched"
+        )
+    return None
+
+
+def _peek(path: Path) -> str | None:
+    """None when ``path`` holds a store of ours this code can read; else what it is.
+
+    Read with ``immutable=1``: SQLite takes no lock, rolls back no hot journal, creates no
+    ``-wal`` or ``-shm`` (a plain read-only open of a WAL database creates both, and leaves
+    them) — it writes nothing, whoever the file belongs to. Our schema is created before the
+    file turns to WAL mode, so ``crosscheck_meta`` is always in the main file. Without a lock
+    the read can meet pages another process is writing (a commit, a checkpoint): an error is
+    read again a few times before the file counts as one SQLite cannot read, which is not
+    provably ours."""
+    for attempt in range(_PEEK_ATTEMPTS):
+        try:
+            conn = sqlite3.connect(_uri(path, "ro", immutable=True), uri=True)
+        except sqlite3.Error as exc:
+            return f"cannot be read ({exc})"
+        try:
+            conn.text_factory = lambda b: b.decode("utf-8", "surrogateescape")
+            with _garbled_is_corrupt():
+                return _whose(conn, _tables(conn))
+        except sqlite3.DatabaseError as exc:
+            if attempt + 1 < _PEEK_ATTEMPTS:
+                time.sleep(0.05 * (attempt + 1))
+                continue
+            return (
+                f"is not a usable SQLite database ({exc}) and cannot be shown to be a crosscheck "
+                "store; it is left untouched (move it away, or repair it with sqlite3's .recover)"
+            )
+        finally:
+            conn.close()
+    raise AssertionError("unreachable")
+
+
+_PEEK_ATTEMPTS = 5
+
+
+def _on_readonly_fs(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 @contextlib.contextmanager
 def _write(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("BEGIN IMMEDIATE")
@@ -156,22 +259,35 @@ def _write(conn: sqlite3.Connection) -> Iterator[None]:
 
 
 class SQLiteStore:
-    """A store in one SQLite file (``path``), or in this process only (``path=None``)."""
+    """A store in one SQLite file (``path``), or in this process only (``path=None``).
 
-    def __init__(self, path: Path | None, *, retention: int) -> None:
+    ``readonly``: open an existing store of ours for reading only (``crosscheck history``):
+    nothing is created, adopted or repaired, and what stands in the way is raised
+    (:class:`StoreMissing` when nothing was ever recorded there, :class:`StoreError` for the
+    rest) instead of the writers' warning and in-process memory."""
+
+    def __init__(self, path: Path | None, *, retention: int, readonly: bool = False) -> None:
         self.location = str(path) if path is not None else ":memory:"
         self._path = path
         self._retention = retention
+        self._readonly = readonly
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._ino: int | None = None
+        #: The inode whose crosscheck_meta this process read: the only file it may set aside.
+        self._ours: int | None = None
         self._fallback = False
-        self._open()
+        if readonly and path is not None:
+            self._open_readonly()
+        else:
+            self._open()
 
     # -- opening, adopting, setting aside ---------------------------------------------------
 
-    def _connect(self, target: str) -> sqlite3.Connection:
-        conn = sqlite3.connect(target, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+    def _connect(self, target: str, *, uri: bool = False) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            target, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False, uri=uri
+        )
         # Garbage in a text cell must read as a damaged row (its seal fails), not as an
         # exception from the driver's UTF-8 decoding.
         conn.text_factory = lambda b: b.decode("utf-8", "surrogateescape")
@@ -191,24 +307,55 @@ class SQLiteStore:
             self._fall_back(f"stayed locked for {BUSY_TIMEOUT_S:g} s")
 
     def _try_open(self, *, retried: bool) -> bool:
-        """Open and adopt the file; False when it was busy (the caller retries)."""
+        """Open and adopt the file; False when it was busy (the caller retries).
+
+        A store is created only where nothing stands (the path does not exist, or is an empty
+        file); whatever else is there is read, never written, until it is known to be ours."""
         assert self._path is not None
+        path = self._path
         conn = None
         ino = None
+        self._ours = None
         try:
-            self._path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.close(os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600))  # memory may quote logs
-            ino = os.stat(self._path).st_ino
-            conn = self._connect(str(self._path))
+            if not os.path.lexists(path):
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                # 0600: memory may quote logs. O_EXCL: created here, or by another process a
+                # moment ago (then adopted below like any file).
+                with contextlib.suppress(FileExistsError):
+                    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                self._fall_back("is a symbolic link to nothing; it is left as it is")
+                return True
+            ino = st.st_ino
+            why = _not_sqlite(path, st)
+            if why:
+                self._fall_back(f"{why}; it is left untouched")
+                return True
+            # Whose it is, read without SQLite writing anything (no journal rolled back, no
+            # -shm created): a database that is not ours is never opened for writing.
+            why = _peek(path) if st.st_size else None
+            if why:
+                self._fall_back(why)
+                return True
+            # mode=rw: SQLite never creates the file (it may have gone since the stat).
+            conn = self._connect(_uri(path, "rw"), uri=True)
             with _garbled_is_corrupt():
-                problem = self._adopt(conn)
+                problem = self._adopt(conn, empty=st.st_size == 0, ino=ino)
         except sqlite3.DatabaseError as exc:
             if conn is not None:
                 conn.close()
             if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
                 return False
-            if _corrupt(exc) and not retried and ino is not None and self._set_aside(ino, exc):
+            ours = ino is not None and self._ours == ino
+            if _corrupt(exc) and ours and not retried and self._set_aside(ino, exc):
                 self._open(retried=True)
+            elif _corrupt(exc) and not ours:
+                self._fall_back(
+                    f"is not a usable SQLite database ({exc}) and cannot be shown to be a crosscheck "
+                    "store; it is left untouched (move it away, or repair it with sqlite3's .recover)"
+                )
             else:
                 self._fall_back(f"cannot be used ({exc})")
             return True
@@ -222,32 +369,70 @@ class SQLiteStore:
         self._conn, self._ino = conn, ino
         return True
 
-    def _adopt(self, conn: sqlite3.Connection) -> str | None:
-        """Create our schema in an empty file; say what is wrong with a file that is not ours."""
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if tables and "crosscheck_meta" not in tables:
-            return f"is a SQLite database of something else (tables: {', '.join(sorted(tables)[:5])})"
-        if tables:
+    def _open_readonly(self) -> None:
+        """Open for reading only: whose the file is, peeked at first (:func:`_peek`); then
+        ``mode=ro``, and ``immutable=1`` on a read-only filesystem (a WAL database needs its
+        ``-shm`` file, which nobody can create there; nobody can change the file there either)."""
+        assert self._path is not None
+        path = self._path
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise StoreMissing("no state store here: nothing was recorded", location=self.location) from None
+        except OSError as exc:
+            raise StoreError(f"cannot be read ({exc.strerror or exc})", location=self.location) from None
+        if stat.S_ISREG(st.st_mode) and st.st_size == 0:
+            raise StoreMissing("is an empty file: nothing was recorded", location=self.location)
+        why = _not_sqlite(path, st)
+        if why:
+            raise StoreError(f"{why}, not a crosscheck state store", location=self.location)
+        problem = _peek(path)
+        if problem:
+            raise StoreError(problem, location=self.location)
+        conn = None
+        try:
             try:
-                meta = dict(conn.execute("SELECT key, value FROM crosscheck_meta"))
-                version = int(meta.get("schema_version", ""))
-            except (sqlite3.OperationalError, ValueError, TypeError):
-                return "has a crosscheck_meta table that crosscheck did not write"
-            if meta.get("app") != APP:
-                return "has a crosscheck_meta table that crosscheck did not write"
-            if version > SCHEMA_VERSION:
-                return (
-                    f"was written by a newer crosscheck (schema version {version}; this one reads "
-                    f"{SCHEMA_VERSION}); it is left untouched"
-                )
+                conn = self._connect(_uri(path, "ro"), uri=True)
+                with _garbled_is_corrupt():
+                    _tables(conn)
+            except sqlite3.OperationalError:
+                if not _on_readonly_fs(path):
+                    raise
+                if conn is not None:
+                    conn.close()
+                conn = self._connect(_uri(path, "ro", immutable=True), uri=True)
+                wal = Path(f"{path}-wal")
+                if wal.exists() and wal.stat().st_size > 0:
+                    warn(
+                        f"{path} is on a read-only filesystem and its {wal.name} cannot be read without "
+                        "its -shm file: the latest entries may be missing"
+                    )
+        except sqlite3.DatabaseError as exc:
+            if conn is not None:
+                conn.close()
+            raise StoreError(f"cannot be read ({exc})", location=self.location) from None
+        self._conn, self._ino = conn, st.st_ino
+
+    def _adopt(self, conn: sqlite3.Connection, *, empty: bool, ino: int) -> str | None:
+        """Create our schema in an empty file; say what is wrong with a file that is not ours."""
+        tables = _tables(conn)
+        if not tables and empty:
+            # The schema is created in one transaction, before WAL mode: a file another process
+            # is creating is either empty or holds our tables, never a bare SQLite header (which
+            # would read as someone else's). BEGIN IMMEDIATE: one creator at a time.
+            with _write(conn):
+                if not _tables(conn):
+                    for statement in SCHEMA:
+                        conn.execute(statement)
+            tables = _tables(conn)
+        problem = _whose(conn, tables)
+        if problem:
+            return problem
+        self._ours = ino
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         # Every statement is IF NOT EXISTS: a version-1 file gains the tables added since.
-        if (
-            not tables
-            or not {"crosscheck_memory", "crosscheck_history", "crosscheck_watcher", "crosscheck_handoff"}
-            <= tables
-        ):
+        if not tables >= _REQUIRED:
             with _write(conn):
                 for statement in SCHEMA:
                     conn.execute(statement)
@@ -268,9 +453,12 @@ class SQLiteStore:
         self._in_memory()
 
     def _set_aside(self, ino: int, exc: sqlite3.Error) -> bool:
-        """Rename the corrupt file (and its -wal/-shm) aside, unless another process already
-        did. False when it cannot be done (the caller falls back to memory)."""
+        """Rename a corrupt store of ours (and its -wal/-shm) aside, unless another process
+        already did. Only a file whose crosscheck_meta this process read (``self._ours``) is
+        ever renamed. False when it cannot be done (the caller falls back to memory)."""
         assert self._path is not None
+        if ino != self._ours:
+            return False
         path = self._path
         aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}.{os.getpid()}")
         try:
@@ -286,14 +474,14 @@ class SQLiteStore:
                         os.replace(f"{path}{suffix}", f"{aside}{suffix}")
         except OSError:
             return False
-        warn(f"{path} is not a usable SQLite database ({exc}): set aside as {aside.name}, starting fresh")
+        warn(f"{path}, a crosscheck store, is corrupt ({exc}): set aside as {aside.name}, starting fresh")
         return True
 
     def _follow(self) -> None:
         """Reopen when the file at the path is no longer the one we have open (another process
         set it aside, or someone removed it)."""
-        if self._fallback or self._path is None:
-            return
+        if self._fallback or self._path is None or self._readonly:
+            return  # a reader reads what it opened; it never creates a store in its place
         try:
             ino = os.stat(self._path).st_ino
         except OSError:
@@ -507,6 +695,8 @@ class SQLiteStore:
         try:
             rows = self._call(lambda c: c.execute(sql, args).fetchall())
         except StoreError as exc:
+            if self._readonly:
+                raise  # a reader asked for the history: unreadable is not "none"
             warn(f"{exc}: the history of {stage} could not be read")
             return []
         rows.reverse()
