@@ -23,7 +23,7 @@ from sensors._signals.process import parse_table_once, table_lines
 from sensors._text import redaction_shared
 
 #: Sections every stage of the batch reads as they are (not prefixed).
-SHARED = ("meta", "stats", "stat", "tasks", "taskcmd", "cmdline", "end")
+SHARED = ("meta", "stats", "statfs", "stat", "tasks", "taskcmd", "cmdline", "end")
 
 
 def check_batch(checkers: Sequence[Checker]) -> list[Verdict]:
@@ -87,7 +87,7 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
         for k, checker in enumerate(checkers):
             known = checker._memory.static
             if known not in metas:
-                metas[known] = parse_meta(views[k].get("meta"), known)
+                metas[known] = parse_meta(views[k].get("meta"), known, views[k].get("end"))
             verdicts.append(checker.absorb(views[k], nonce, metas[known]))
         return verdicts
 

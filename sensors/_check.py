@@ -19,8 +19,8 @@ from typing import Any
 from sensors._config import Stage
 from sensors._errors import ConfigError, HostError, HostKeyError
 from sensors._hosts import Host, LocalHost
-from sensors._model import Reading, Says, Verdict
-from sensors._persist import Persistence, save_all
+from sensors._model import Reading, Says, State, Verdict
+from sensors._persist import NotOurs, OwnRun, Persistence, is_this_run, save_all
 from sensors._probe import Meta, Static, build_script, new_nonce, parse_meta, split_sections
 from sensors._run import Run, Since, parse_since
 from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
@@ -61,7 +61,9 @@ def probe_script(stage: Stage, nonce: str) -> bytes:
 def save_checked(checked: Sequence[tuple[Checker, Verdict]]) -> None:
     """Save each checker's memory after its check (those with a state store): the saves of
     one store in one call where it takes several (see ``sensors._persist.save_all``)."""
-    save_all([(c._persist, c._saved(), verdict) for c, verdict in checked if c._persist is not None])
+    save_all(
+        [(c._persist, c._saved(), verdict) for c, verdict in checked if c._persist is not None and c.saving]
+    )
 
 
 def _configured(stage: Stage) -> tuple[tuple[Signal[Any, Any], Any], ...]:
@@ -107,7 +109,7 @@ class Checker:
             host: where (default: the stage's host; SSH connections are pooled).
             exclude_pids: PIDs never matched as the job (default: this process, locally).
             since: when the run began (``2h``, an ISO time, epoch seconds): evidence from
-                before it is an earlier run's. See the README, "What ties evidence to a run".
+                before it is an earlier run's. See docs/run-binding.md, "What ties evidence to a run".
             run: the run as crosscheck launched it (``launch_stage`` records one).
             state: the durable store (a path, a ``postgresql://`` URL, or an open store) that
                 keeps this stage's memory across restarts: restored now, saved after each
@@ -126,6 +128,11 @@ class Checker:
             raise ConfigError(str(exc), field="since") from None
         self._lock = threading.Lock()
         self._persist: Persistence | None = None
+        self._saving, self._told_not_ours = True, False
+        # What this watch was told of its run (a launch, a start): nothing remembered of
+        # another run may stand for it.
+        self._own: OwnRun = run if run is not None else self._since
+        self._given_run = run
         if state is not None:
             self._persist = Persistence(state, stage, self.host.name)
             self._restore(run)
@@ -158,15 +165,73 @@ class Checker:
         return self._persist
 
     def followed(self) -> Verdict | None:
-        """The stored verdict, when another watch holds this stage (this one then only follows)."""
+        """The stored verdict, when another watch holds this stage (this one then only follows).
+
+        Only a verdict of this watch's run and of this very definition is followed
+        (``Persistence.followed``). Held elsewhere with nothing of that run to follow, this
+        watch checks for itself and keeps what it learns in this process: the stored memory
+        is the holder's (see :attr:`saving`).
+        """
         persist = self._persist
+        self._saving = True
         elsewhere = persist.hold() if persist is not None else None
         if persist is None or elsewhere is None:
+            if persist is not None and persist.following:
+                # Taken over from the watch this one followed: its memory is the latest of the
+                # run (what this watch restored at its start is as old as that start).
+                persist.following = False
+                self._restore(self._given_run)
             return None
-        followed = persist.followed(elsewhere)
-        if followed is not None:
-            self.last = followed
+        followed = persist.followed(elsewhere, self._own)
+        if not isinstance(followed, Verdict):
+            if isinstance(followed, NotOurs) and not self._told_not_ours:
+                log.info("%s: held by %s; %s: checked here", self.stage.stage, elsewhere, followed.why)
+                self._told_not_ours = True
+            self._saving = False
+            return None
+        if followed.state in (State.COMPLETE, State.FAILED):
+            return self._confirmed(followed)
+        self.last = followed
         return followed
+
+    def _confirmed(self, followed: Verdict) -> Verdict:
+        """The holder's final verdict (``complete`` or ``failed``), confirmed by a check of
+        this watch, or this watch's own verdict where the check disagrees.
+
+        A followed verdict is as old as the holder's last check, and a holder looks at a
+        finished stage ten times less often (``crosscheck serve``), or may be stuck: the job
+        may have been run again since. A final verdict ends a wait and is acted upon (the
+        next stage starts, or the pipeline stops), so it is never taken on another watch's
+        word alone: this watch takes the holder's memory of the run (the same run and
+        definition, or it would not be followed) and checks once, without saving (the row
+        is the holder's).
+        """
+        assert self._persist is not None
+        memory = self._persist.restore().memory or {}
+        if is_this_run(memory.get("run"), self._own) and isinstance(memory.get("last"), Verdict):
+            mem = self._memory
+            mem.signals = dict(memory.get("signals") or {})
+            mem.verdict = memory.get("verdict") or VerdictMemory()
+            mem.static, mem.boot_id = memory.get("static"), memory.get("boot_id")
+            mem.run, mem.first_check_at = memory.get("run"), memory.get("first_check_at")
+        self._saving = False
+        own = self._check()
+        if own.state is followed.state:
+            self.last = followed
+            return followed
+        return own
+
+    @property
+    def own_run(self) -> OwnRun:
+        """What this watch was told of its run: a launch, a start given with ``since``, or
+        None (the latest run)."""
+        return self._own
+
+    @property
+    def saving(self) -> bool:
+        """Whether this check's memory goes to the state store (not while another watch holds
+        the stage: its row is the holder's)."""
+        return self._persist is not None and self._saving
 
     def saved(self, verdict: Verdict) -> Verdict:
         """``verdict``, after saving this stage's memory (when a state store keeps it)."""
@@ -211,7 +276,13 @@ class Checker:
         }
 
     def _restore(self, run: Run | None) -> None:
-        """Go on from the stored memory of this stage (a launch or an explicit time is a new run)."""
+        """Go on from the stored memory of this stage, when it is of this watch's run.
+
+        A launch is its own run; a start given with ``--since`` (as a time or as a duration:
+        a duration is resolved anew by every watch) is a new run unless the stored one began
+        at that very time. Memory of another run is not used at all: its identities, offsets,
+        counts and verdicts are that run's.
+        """
         assert self._persist is not None
         restored = self._persist.restore()
         for note in restored.notes:
@@ -220,13 +291,22 @@ class Checker:
         if not memory:
             return
         stored_run = memory.get("run")
-        new_run = run is not None or (
-            self._since is not None
-            and self._since.at is not None
-            and (stored_run is None or abs((stored_run.started_at or 0) - self._since.at) > 1)
-        )
-        if new_run and stored_run != run:
+        if run is not None:
+            same = stored_run is not None and is_this_run(stored_run, run)
+        elif self._since is not None:
+            same = (
+                self._since.at is not None
+                and stored_run is not None
+                and stored_run.source == "since"
+                and stored_run.started_at is not None
+                and abs(stored_run.started_at - self._since.at) <= 1e-3
+            )
+        else:
+            same = True
+        if not same:
             log.info("%s: a new run: the stored memory of the last one is not used", self.stage.stage)
+            if memory.get("static") is not None:
+                self._memory.static, self._memory.boot_id = memory.get("static"), memory.get("boot_id")
             return
         mem = self._memory
         mem.signals = dict(memory.get("signals") or {})
@@ -281,7 +361,7 @@ class Checker:
         """
         stage, mem = self.stage, self._memory
         if meta is None:
-            meta = parse_meta(sections.get("meta"), mem.static)
+            meta = parse_meta(sections.get("meta"), mem.static, sections.get("end"))
         if "end" not in sections or meta.now is None:
             return self._host_failed(
                 HostError("the probe's answer was cut short or garbled", host=self.host.name)
@@ -333,6 +413,7 @@ class Checker:
             run_start=run_start,
             outputs_tie=not (stage.log or stage.process),
             table=table,
+            exit_file=mem.run.exit_file if mem.run is not None else None,
         )
 
     def _remember_static(self, meta: Meta) -> None:

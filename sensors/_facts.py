@@ -242,21 +242,29 @@ _FACTS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
 }
 
 
-def still_working(verdict: Verdict, previous: Verdict | None = None) -> str | None:
+def still_working(verdict: Verdict, previous: Verdict | None) -> str | None:
     """Incident 2 in words, when it is happening: the log or the outputs say (nearly) done
     while the process is still working, so the gate waits. ``None`` otherwise.
 
-    With ``previous``, "rising" is claimed only when the CPU time did rise since then.
+    "Still working" is a claim of progress, so it is made only on a measured change: the
+    same process's CPU time rose between ``previous`` and this check. A first check
+    (``previous`` None: nothing to compare), another process, or CPU time that stood still
+    (a job asleep, or stalled) say nothing.
 
     Example:
-        >>> still_working(verdict)  # doctest: +SKIP
+        >>> still_working(verdict, previous)  # doctest: +SKIP
         "log says '[5/6] 5 extracted, ETA 0 minutes', outputs 5/6, but pid 4455 is in state R
-        with CPU 2,761 s and rising: still working, the gate waits"
+        with CPU 2,761 s, up 30 s since the last check: still working, the gate waits"
     """
-    if verdict.state is not State.RUNNING:
+    if verdict.state is not State.RUNNING or previous is None:
         return None
     process, log = verdict.readings.get("process"), verdict.readings.get("log")
-    if process is None or str(process.says) != "working":
+    before = previous.readings.get("process")
+    if process is None or before is None or str(process.says) != "working" or str(before.says) != "working":
+        return None
+    ev = process.evidence
+    cpu, was = number(ev.get("cpu_seconds")), number(before.evidence.get("cpu_seconds"))
+    if cpu is None or was is None or cpu <= was or ev.get("pid") != before.evidence.get("pid"):
         return None
     last = one_line(log.evidence.get("last_line") or "", 80) if log is not None else ""
     outputs = verdict.readings.get("outputs")
@@ -266,22 +274,20 @@ def still_working(verdict: Verdict, previous: Verdict | None = None) -> str | No
     nearly = count is not None and expected is not None and expected > 0 and count >= expected - 1
     if not eta0 and not nearly:
         return None
-    ev = process.evidence
-    cpu = number(ev.get("cpu_seconds"))
-    before = None
-    if previous is not None and (p := previous.readings.get("process")) is not None:
-        before = number(p.evidence.get("cpu_seconds"))
-    rising = cpu is not None and (before is None or cpu > before)
-    if not rising:
-        return None
     says = f"log says '{last}'" if eta0 else f"outputs {thousands(count)}/{thousands(expected)}"
     if eta0 and count is not None:
         says += f", outputs {thousands(count)}/{thousands(expected) if expected else '?'}"
     return inert(
         f"{says}, but pid {one_line(ev.get('pid', '?'), 20)} "
         f"is in state {one_line(ev.get('state', '?'), 10)} "
-        f"with CPU {thousands(cpu, 's')} and rising: still working, the gate waits"
+        f"with CPU {thousands(cpu, 's')}, up {_rise(cpu - was)} since the last check:"
+        " still working, the gate waits"
     )
+
+
+def _rise(seconds: float) -> str:
+    """A CPU time increase for reading: ``0.4 s``, ``30 s``, ``2,761 s``."""
+    return f"{seconds:.1f} s" if seconds < 10 else thousands(seconds, "s")
 
 
 def evidence_pairs(evidence: Mapping[str, Any], *, limit: int = 400) -> str:

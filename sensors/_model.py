@@ -128,7 +128,10 @@ class Reading:
 class Verdict:
     """The one answer for a stage at one check, with its reasons and every reading.
 
-    ``advance`` is true only for ``complete``: the single place a gate looks.
+    ``advance`` is true only for ``complete``: the single place a gate looks. The first of
+    ``reasons`` is the one that decided (``no progress for 66s ...`` for a stall, the error
+    line for a failure): where one reason is shown alone (an event's ``crosscheck.reason``,
+    a headline), it is that one; the others are context.
     """
 
     stage: str

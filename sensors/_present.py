@@ -216,7 +216,7 @@ def _gpu_values(ev: Mapping[str, Any]) -> list[str]:
     devices = ev.get("devices")
     rows = [d for d in devices if isinstance(d, Mapping)] if isinstance(devices, list) else []
     if rows:
-        # The probe's shape: one dict per GPU (sensors/_gpu.py).
+        # The probe's shape: one dict per GPU (sensors/_signals/gpu/).
         utils = [d.get("utilization_pct") for d in rows]
         mems = [d.get("memory_used_mib") for d in rows]
         if any(u is not None for u in utils):

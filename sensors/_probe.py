@@ -21,7 +21,7 @@ import functools
 import re
 import secrets
 import shlex
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 _TAG = b"@@crosscheck "
@@ -60,10 +60,25 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
         'read -r bid </proc/sys/kernel/random/boot_id 2>/dev/null && echo "boot_id $bid"',
         'while read -r k v _; do [ "$k" = btime ] && { echo "btime $v"; break; }; done'
         " </proc/stat 2>/dev/null",
+        # What the probe can see of the host's processes (read every probe, never
+        # remembered: another user or another namespace may run the next one). Its user and
+        # groups (builtins: the shell reads its own status), its PID namespace, and the
+        # options of the /proc it reads (hidepid, subset=pid).
+        'while read -r k a b c; do case $k in Uid:) echo "euid $b" ;; Groups:) echo "groups $a $b $c" ;;'
+        " esac; done </proc/self/status 2>/dev/null",
+        'echo "pidns $(readlink /proc/self/ns/pid 2>/dev/null)"',
+        'while read -r _ _ _ _ m o; do [ "$m" = /proc ] && echo "procmount $o"; done'
+        " </proc/self/mountinfo 2>/dev/null",
     ]
     if static is None or static.clk_tck is None:
         out += [
-            'echo "clk_tck $(getconf CLK_TCK 2>/dev/null)"',
+            # The clock tick rate: getconf where there is one (BusyBox has none), else the
+            # kernel's own word for it, AT_CLKTCK (17) in the auxiliary vector, which is
+            # where libc's sysconf(_SC_CLK_TCK) reads it (64-bit words: a 32-bit host's
+            # vector reads as no number, and the tick rate stays unknown).
+            'c=$(getconf CLK_TCK 2>/dev/null); isnum "$c" || c=$(od -An -v -tu8 /proc/self/auxv 2>/dev/null'
+            ' | while read -r k v; do [ "$k" = 17 ] && { echo "$v"; break; }; done)',
+            'echo "clk_tck $c"',
             'echo "hostname $(uname -n 2>/dev/null)"',
             # lxcfs (and the like) mount a virtual file over /proc/uptime in containers: the
             # trigger of procps' garbled etime (see the process signal). Count such mounts.
@@ -88,6 +103,9 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
     out += body
     out += [
         "sec end",
+        # The clock again once every file was read: a file time later than this cannot be
+        # true on this host's clock (a file server's own clock ahead of it).
+        'echo "now $(date +%s.%N 2>/dev/null)"',
         "}",
         # stdin /dev/null: the script itself is the shell's stdin (a pipe or here-document),
         # and no command of the probe may read it.
@@ -167,10 +185,14 @@ def _shared_stat(quoted: list[str]) -> list[str]:
         "sec stats",
         "SEEN=",
     ]
-    for first in range(0, len(quoted), _STAT_CHUNK):
-        names = " ".join(quoted[first : first + _STAT_CHUNK])
+    chunks = [" ".join(quoted[first : first + _STAT_CHUNK]) for first in range(0, len(quoted), _STAT_CHUNK)]
+    for names in chunks:
         lines.append(f"SEEN=\"$SEEN$(stat -L -c '{STAT_FORMAT} %n' -- {names} 2>/dev/null)$NL\"")
-    return [*lines, 'printf %s "$SEEN"', 'SEEN="$NL$SEEN"']
+    lines += ['printf %s "$SEEN"', 'SEEN="$NL$SEEN"', "sec statfs"]
+    # The file system each file lives on (its magic number, the same in GNU's and BusyBox's
+    # stat): whether a stamp can be trusted to move with the next change (keeps_times).
+    lines += [f"stat -f -L -c '%t %n' -- {names} 2>/dev/null" for names in chunks]
+    return lines
 
 
 @functools.lru_cache(maxsize=8)
@@ -189,6 +211,33 @@ def shared_stats(body: bytes | None) -> dict[str, str]:
                 stamps[fields[6][len(kind) + 1 :]] = line[: len(line) - len(fields[6]) + len(kind)]
                 break
     return stamps
+
+
+@functools.lru_cache(maxsize=8)
+def _stat_fs(body: bytes | None) -> dict[str, str]:
+    """The shared stat's file systems: each file's (its magic number in hex), by path."""
+    found: dict[str, str] = {}
+    for line in (body or b"").decode("utf-8", "surrogateescape").split("\n"):
+        magic, _, path = line.partition(" ")
+        if path and re.fullmatch(r"[0-9a-f]{1,8}", magic):
+            found[path] = magic
+    return found
+
+
+def trusted_stamp(path: str | None, sections: Mapping[str, bytes], now: float | None) -> str | None:
+    """``path``'s line in this probe's shared stat when a later change will give it another
+    (None: it may not, so nothing may be kept on it): the file system keeps its times as POSIX
+    says (:data:`TIMES_KEPT`), and nothing wrote the file in the moments before ``now``."""
+    stamp = shared_stats(sections.get("stats")).get(path or "")
+    if stamp is None or not keeps_times(path, sections):
+        return None
+    return stamp if settled(stamp, now) else None
+
+
+def keeps_times(path: str | None, sections: Mapping[str, bytes]) -> bool:
+    """Whether ``path``'s file system, as this probe's shared stat found it, is one whose
+    times move with every change (:data:`TIMES_KEPT`)."""
+    return _stat_fs(sections.get("statfs")).get(path or "") in TIMES_KEPT
 
 
 #: How old a file's last change must be before its stamp is trusted to change with the next
@@ -217,6 +266,54 @@ def _trusted_from(stamp: str) -> float | None:
         return None
     exact = "." in fields[4] and "." in fields[5] and not fields[5].endswith(".000000000")
     return last + (_SETTLED_FINE if exact else _SETTLED_COARSE)
+
+
+#: Local file systems, by the magic number ``stat -f -c %t`` prints for them (GNU's and
+#: BusyBox's stat alike; the names ``%T`` prints differ between them): (name, times kept).
+#: Their file times come from this host's own clock. On any other — NFS, SMB, Ceph, Lustre,
+#: FUSE, one not listed — file times come from a server's clock, which may be ahead of this
+#: host's by any amount up to the tolerance beyond which they are seen to be wrong.
+#:
+#: "Times kept": the kernel's own code for the file system moves a directory's mtime and
+#: ctime with every entry added, removed or renamed, and a file's with every write, as POSIX
+#: requires (open(2) with O_CREAT, rename(2), unlink(2), write(2)). Only there may a stamp
+#: unchanged since the last check stand for "nothing changed" (the shared stat's shortcut).
+#: A FUSE daemon or an object-store mount may keep a directory's times fixed for good (the
+#: field notes): there, every check lists and reads again.
+FILE_SYSTEMS: dict[str, tuple[str, bool]] = {
+    "ef53": ("ext2/ext3/ext4", True), "58465342": ("xfs", True), "9123683e": ("btrfs", True),
+    "1021994": ("tmpfs", True), "858458f6": ("ramfs", True), "2fc12fc1": ("zfs", True),
+    "f2f52010": ("f2fs", True), "794c7630": ("overlayfs", True), "3153464a": ("jfs", True),
+    "52654973": ("reiserfs", True), "3434": ("nilfs", True), "ca451a4e": ("bcachefs", True),
+    "61756673": ("aufs", False), "73717368": ("squashfs", False), "4d44": ("msdos/vfat", False),
+    "2011bab0": ("exfat", False), "5346544e": ("ntfs", False), "7366746e": ("ntfs3", False),
+    "4244": ("hfs", False), "482b": ("hfsplus", False), "9660": ("isofs", False),
+    "15013346": ("udf", False),
+}  # fmt: skip
+
+#: The magic numbers of the local file systems (:data:`FILE_SYSTEMS`).
+LOCAL_FILE_SYSTEMS = frozenset(FILE_SYSTEMS)
+
+#: The magic numbers of the file systems whose times move with every change (see above).
+TIMES_KEPT = frozenset(magic for magic, (_, kept) in FILE_SYSTEMS.items() if kept)
+
+
+#: How far ahead of the host's clock a file time may be and still be taken as true (seconds):
+#: a network file system's server keeps its own clock, and a small skew cannot be told from a
+#: write made a moment ago. Beyond it, a file time is seen to be wrong (not evidence).
+FILE_CLOCK_TOLERANCE = 1.0
+
+
+def own_clock(fstype: bytes | str | None) -> bool:
+    """Whether file times on a file system of this type (``fstype_request``'s answer: the
+    magic number in hex) come from this host's clock."""
+    text = fstype.decode("ascii", "replace") if isinstance(fstype, bytes) else (fstype or "")
+    return text.strip() in LOCAL_FILE_SYSTEMS
+
+
+def fstype_request(path: str) -> str:
+    """sh: the type of the file system ``path`` (already quoted) lives on (its magic number)."""
+    return f"stat -f -L -c %t -- {path} 2>/dev/null"
 
 
 def regular_file_type(path: str) -> str:
@@ -271,13 +368,68 @@ class Meta:
     script_pid: int | None
     hostname: str | None
     uptime_virtualised: bool
+    #: The host's clock at the end of the probe (after every file was read).
+    now_end: float | None = None
+    #: Why the probe cannot see every process of the host (None: it can; see
+    #: :func:`blindness`).
+    hidden: str | None = None
+    #: Who looks, and through which /proc: the probe's PID namespace, user and /proc mount
+    #: options. Two probes with the same view see the same processes; what one saw says
+    #: nothing of what another, with another view, can see.
+    view: str | None = None
 
 
-def parse_meta(body: bytes | None, known: Static | None = None) -> Meta:
-    """The meta section; static facts the script skipped come from ``known``."""
+#: The inode of the host's (the initial) PID namespace: a fixed constant of the kernel
+#: (PROC_PID_INIT_INO, include/linux/proc_ns.h, since Linux 3.8).
+_INIT_PID_NS = "pid:[4026531836]"
+_HIDEPID = re.compile(r"(?:^|,)hidepid=(1|2|4|noaccess|invisible|ptraceable)(?:,|$)")
+_PROC_GID = re.compile(r"(?:^|,)gid=(\d+)(?:,|$)")
+
+
+def blindness(fields: dict[str, str], procmounts: list[str]) -> str | None:
+    """Why a probe with these facts cannot see every process of the host, or None.
+
+    - In a PID namespace of its own (crosscheck in a container, the job on the host), /proc
+      lists that namespace's processes only.
+    - /proc mounted with ``hidepid`` (1/noaccess, 2/invisible, 4/ptraceable) hides other
+      users' processes from a probe that is not root and not in the mount's ``gid=`` group.
+
+    A fact the probe could not read (an old kernel, no readlink) is no claim either way.
+    """
+    pidns = fields.get("pidns", "")
+    if pidns.startswith("pid:[") and pidns != _INIT_PID_NS:
+        return (
+            f"the probe runs in a PID namespace of its own ({pidns}), not the host's: processes"
+            " outside it are not in its /proc"
+        )
+    if not procmounts:
+        return None
+    # The last /proc mount in mountinfo is the one on top (the one the probe reads).
+    options = procmounts[-1].rpartition(" - ")[2].split()
+    superopts = options[2] if len(options) >= 3 else ""
+    hidepid = _HIDEPID.search(superopts)
+    euid = fields.get("euid", "").strip()
+    if hidepid is None or euid == "0":
+        return None
+    gid = _PROC_GID.search(superopts)
+    if gid is not None and gid.group(1) in fields.get("groups", "").split():
+        return None
+    return (
+        f"/proc is mounted with hidepid={hidepid.group(1)} and the probe runs as uid {euid or '?'}:"
+        " other users' processes are not in its /proc"
+    )
+
+
+def parse_meta(body: bytes | None, known: Static | None = None, end: bytes | None = None) -> Meta:
+    """The meta section; static facts the script skipped come from ``known``; ``end``: the
+    end section (the clock read last)."""
     fields: dict[str, str] = {}
+    procmounts: list[str] = []
     for line in (body or b"").decode("utf-8", "replace").splitlines():
         key, _, value = line.partition(" ")
+        if key == "procmount":
+            procmounts.append(value)
+            continue
         fields[key] = value.strip()
 
     def num(key: str, conv: type = float):  # type: ignore[no-untyped-def]
@@ -304,4 +456,24 @@ def parse_meta(body: bytes | None, known: Static | None = None) -> Meta:
             if "uptime_mounts" in fields
             else bool(known and known.uptime_virtualised)
         ),
+        now_end=_end_clock(end),
+        hidden=blindness(fields, procmounts),
+        view=_view(fields, procmounts),
     )
+
+
+def _view(fields: dict[str, str], procmounts: list[str]) -> str:
+    """The probe's view of the host's processes (see :attr:`Meta.view`)."""
+    options = procmounts[-1].rpartition(" - ")[2].split() if procmounts else []
+    superopts = options[2] if len(options) >= 3 else ""
+    groups = " ".join(sorted(fields.get("groups", "").split()))
+    return f"{fields.get('pidns', '')} uid {fields.get('euid', '')} groups {groups} proc {superopts}"
+
+
+def _end_clock(end: bytes | None) -> float | None:
+    for line in (end or b"").decode("ascii", "replace").splitlines():
+        key, _, value = line.partition(" ")
+        m = re.match(r"\d+(?:\.\d+)?", value.strip()) if key == "now" else None
+        if m:
+            return float(m.group(0))
+    return None

@@ -12,7 +12,7 @@ be an earlier run's. A :class:`Run` says where "this run" begins, from the best 
 - ``watch``: none of these: only what is written while this watch looks is this run's.
 
 How each signal uses it is written where the signal is read (``_signals``); the rules are
-in the README, "What ties evidence to a run".
+in docs/run-binding.md, "What ties evidence to a run".
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ class Run:
             before the job started (``log_inode`` None: there was no log yet); the hex of
             the bytes before ``log_offset`` shows whether the file was rewritten since.
         pid: the job's PID, when known from the launch.
+        exit_file: where the launch wrapper records the job's exit status and time on the
+            host (``STATUS EPOCH``, written once the job ended; None: not launched so).
     """
 
     source: RunSource
@@ -52,6 +54,7 @@ class Run:
     log_offset: int | None = None
     log_fingerprint: str | None = None
     pid: int | None = None
+    exit_file: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self._json)
@@ -106,6 +109,14 @@ def parse_since(value: str | float | _dt.datetime | Since | None) -> Since | Non
             value = value.astimezone()  # a naive time is the local clock's
         return Since(at=value.timestamp())
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if float(value) < _BARE_SECONDS_AT_MOST:
+            # A number is epoch seconds here (the CLI reads a bare number as a duration): one
+            # within ten years of 1970 is a duration misread, and would make every earlier
+            # run's evidence this run's.
+            raise ValueError(
+                f"{value!r} as epoch seconds is {_iso(float(value))}: for a duration before now"
+                f" write '{value:g}s' (a number is epoch seconds, as `date +%s` prints them)"
+            )
         return Since(at=float(value))
     if isinstance(value, str) and _ISO_HINT.match(value.strip()):
         text = value.strip().replace("Z", "+00:00").replace("z", "+00:00")
@@ -192,6 +203,7 @@ def run_from_record(record: Mapping[str, Any] | Run | None) -> Run | None:
         log_offset=_int([run.get("log_offset")]),
         log_fingerprint=run.get("log_fingerprint") or None,
         pid=_int([record.get("pid")]),
+        exit_file=record.get("exit_file") or None,
     )
 
 

@@ -93,7 +93,12 @@ def _children(pid: int) -> list[int]:
 class SSHD:
     """One sshd on 127.0.0.1 in a temporary directory; see the module docstring."""
 
-    def __init__(self, root: Path | None = None, *, port: int | None = None) -> None:
+    def __init__(
+        self, root: Path | None = None, *, port: int | None = None, wrap: list[str] | None = None
+    ) -> None:
+        #: A command prefix sshd runs under (e.g. ``unshare -m ...``: a host whose /proc is
+        #: mounted otherwise); None: sshd as it is.
+        self.wrap = list(wrap or [])
         # Not pytest's tmp_path: that is mode 0700 under /tmp/pytest-of-root, and sshd reads
         # a non-root user's authorized_keys *as that user*, who must be able to traverse.
         self.root = Path(root or tempfile.mkdtemp(prefix="crosscheck-sshd-"))
@@ -165,7 +170,7 @@ class SSHD:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [SSHD_BIN, "-D", "-e", "-f", str(self.config)],
+                [*self.wrap, SSHD_BIN, "-D", "-e", "-f", str(self.config)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,

@@ -1109,3 +1109,106 @@ def test_incident_2_end_to_end_gpu_idle_with_92_gb_while_the_job_spins(
         assert v["signals"]["gpu"]["evidence"]["job_memory_mib"] == 92000
     assert any("a CPU phase" in r for v in spin for r in v["reasons"])
     assert verdicts[-1]["verdict"] == "complete"
+
+
+# --------------------------------------------------------------------------- the deprecated pynvml
+
+#: The deprecated ``pynvml`` distribution (13.0.1) as pip installs it beside nvidia-ml-py: a
+#: ``.pth`` that imports ``_pynvml_redirector``, whose finder warns when ``pynvml`` is first
+#: imported (copied from that wheel, BSD-3-Clause, NVIDIA). The real thing, in a site
+#: directory of its own.
+_REDIRECTOR_PTH = "import _pynvml_redirector\n"
+_REDIRECTOR = textwrap.dedent(
+    """
+    import importlib
+    import importlib.abc
+    import sys
+    import warnings
+
+    PYNVML_MSG = (
+        "The pynvml package is deprecated. Please install nvidia-ml-py instead. "
+        "If you did not install pynvml directly, please report this to the maintainers of "
+        "the package that installed pynvml for you."
+    )
+
+    class PynvmlFinder(importlib.abc.MetaPathFinder):
+        def __init__(self):
+            self.has_warned_pynvml = False
+
+        def find_spec(self, name, _, __=None):
+            if name.startswith("pynvml") and not self.has_warned_pynvml:
+                warnings.warn(PYNVML_MSG, FutureWarning, stacklevel=2)
+                self.has_warned_pynvml = True
+
+    finder = PynvmlFinder()
+    sys.meta_path.insert(0, finder)
+    """
+)
+#: A second finder that warns too when pynvml is imported: a warning that is not the
+#: deprecated wrapper's must still be shown.
+_OTHER = textwrap.dedent(
+    """
+    import importlib.abc, sys, warnings
+
+    class Other(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, _, __=None):
+            if name == "pynvml":
+                warnings.warn("another warning at pynvml's import", FutureWarning, stacklevel=2)
+
+    sys.meta_path.insert(0, Other())
+    """
+)
+
+
+def test_the_deprecated_pynvml_wrapper_does_not_warn_at_every_gpu_check(
+    fake_lib: Path, tmp_path: Path
+) -> None:
+    """Issue 23: with the deprecated ``pynvml`` distribution installed too, every GPU check
+    printed its FutureWarning. The installed command, on the fake NVML, in a Python whose site
+    has the wrapper's ``.pth``: no deprecation line, the GPU read, other warnings still shown."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "_pynvml_redirector.pth").write_text(_REDIRECTOR_PTH)
+    (site / "_pynvml_redirector.py").write_text(_REDIRECTOR)
+    (site / "_other_warning.pth").write_text("import _other_warning\n")
+    (site / "_other_warning.py").write_text(_OTHER)
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    # sitecustomize makes `site` a site directory: its .pth files run at startup, as pip's do.
+    (shim / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(site)!r})\n")
+    state = tmp_path / "nvml-state"
+    state.write_text(f"device {GPU0} 0 1000 97887 H200\nsample 1000 0\n")
+    stage = tmp_path / "gpu.yaml"
+    stage.write_text(
+        json.dumps({"stage": "gpu-only", "gpu": {"idle_for": "1s"}, "policy": {"interval": "200ms"}})
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(shim),
+        "LD_LIBRARY_PATH": str(fake_lib),
+        "FAKE_NVML_STATE": str(state),
+    }
+    crosscheck = str(Path(sys.executable).with_name("crosscheck"))
+    # The shim warns as the wrapper does (a plain `import pynvml` here shows it).
+    shown = subprocess.run(
+        [sys.executable, "-c", "import pynvml"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert "The pynvml package is deprecated" in shown.stderr, shown.stderr
+    out = subprocess.run(
+        [crosscheck, "status", str(stage), "--json", "--state", "none"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode in (0, 1), out.stderr
+    gpu = json.loads(out.stdout)["signals"]["gpu"]
+    assert gpu["says"] != "unknown" and gpu["evidence"]["devices"][0]["uuid"] == GPU0, gpu
+    assert "pynvml package is deprecated" not in out.stderr, out.stderr
+    assert "another warning at pynvml's import" in out.stderr, out.stderr

@@ -262,17 +262,32 @@ def test_a_log_rewritten_in_place_past_its_old_size_is_seen(tmp_path, host) -> N
     assert reading.says is Says.WORKING and reading.evidence["complete_line"] is None
 
 
-def test_a_log_still_written_after_its_completion_line_is_not_done(tmp_path, host) -> None:
+@pytest.mark.parametrize("progress", [r"\[(?P<done>\d+)\]", None], ids=["with-progress", "no-progress"])
+def test_a_log_still_written_after_its_completion_line_is_not_done(tmp_path, host, progress) -> None:
     log = tmp_path / "w.log"
-    log.write_text("step 1\nExtraction complete\n")
-    stage = stage_from_dict({"stage": "w", "log": {"path": str(log), "complete": "^Extraction complete"}})
+    log.write_text("[1] step 1\nExtraction complete\n")
+    spec = {
+        "path": str(log),
+        "complete": "^Extraction complete",
+        **({"progress": progress} if progress else {}),
+    }
+    stage = stage_from_dict({"stage": "w", "log": spec})
     checker = Checker(stage, host=host, since="1h")
     assert checker.check().readings["log"].says is Says.DONE
     with open(log, "a") as f:
         f.write("still writing\n")
     reading = checker.check().readings["log"]
     assert reading.says is Says.WORKING and "still being written" in reading.detail
-    assert checker.check().readings["log"].says is Says.DONE  # it stopped
+    stopped = checker.check().readings["log"]
+    # A log-only stage knows no process that wrote the completion line: whose the text after
+    # it is (the job's own output, or a later run's banner) cannot be told, pattern or not. A
+    # completion line counts only as its run's last word (issue 21).
+    assert stopped.says is Says.UNKNOWN and "followed by other text" in stopped.detail, stopped.detail
+    assert stopped.evidence["followed_by"] == "still writing"
+    with open(log, "a") as f:
+        f.write("Extraction complete\n")  # the last word again: complete
+    checker.check()
+    assert checker.check().readings["log"].says is Says.DONE
 
 
 def test_a_log_only_stage_watched_while_it_runs_is_tied_by_the_watch(tmp_path, host) -> None:

@@ -377,3 +377,193 @@ def test_timed_out_checks_give_their_channels_back(host: SSHHost) -> None:
             host.run_script(b"sleep 30\n", timeout=0.3)
     assert host.run_script(b"echo still\n", timeout=10) == b"still\n"
     assert host.connects == 1
+
+
+# -- ssh config: Include --------------------------------------------------------------------------
+
+
+def _openssh_sees(config: Path, alias: str) -> dict[str, str]:
+    """What OpenSSH's own client makes of ``alias`` with ``config`` (``ssh -G``: the options
+    after every Host, Match and Include is evaluated; no connection)."""
+    import subprocess
+
+    out = subprocess.run(
+        ["ssh", "-G", "-F", str(config), alias], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    seen = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    return {"hostname": seen["hostname"], "port": seen["port"], "user": seen["user"]}
+
+
+def _crosscheck_sees(config: Path, alias: str) -> dict[str, str]:
+    from sensors._hosts.ssh_config import endpoint, load_ssh_config
+
+    ep, _ = endpoint(load_ssh_config(str(config)), alias)
+    return {"hostname": ep.hostname, "port": str(ep.port), "user": ep.user}
+
+
+def _include_cases(d: Path) -> dict[str, tuple[str, list[str]]]:
+    """ssh configs using Include (absolute paths: ``ssh -F`` resolves relative ones in the
+    account's real ~/.ssh), each with the aliases to compare; ``{d}`` is the directory."""
+    (d / "conf.d").mkdir()
+    (d / "conf.d" / "10-first.conf").write_text("Host box\n  Port 2201\n")
+    (d / "conf.d" / "20-second.conf").write_text("Host box\n  Port 2202\n  User second\n")
+    (d / "conf.d" / "README").write_text("Host box\n  User not-a-conf-file\n")
+    (d / "inner.conf").write_text("HostName inner.example\nHost other\n  Port 9\nHost *\n  Port 2222\n")
+    (d / "a.conf").write_text(f"Host nested\n  HostName a.example\nInclude {d}/b.conf\n")
+    (d / "b.conf").write_text(f"Host nested\n  Port 2300\n  Include {d}/c.conf\n")
+    (d / "c.conf").write_text("User from-c\n")
+    (d / "tail.conf").write_text("HostName tail.example\n")
+    (d / "match.conf").write_text("Port 2400\nHost *\n  User matched\n")
+    return {
+        # globs in lexical order, the first value wins; a glob's non-matches ignored
+        "glob": (f"Include {d}/conf.d/*.conf\nHost *\n  User default\n", ["box", "elsewhere"]),
+        # inside a Host block: its lines belong to the block, its own Host/Match apply only
+        # where the block does, and the block goes on after it
+        "in-host": (f"Host box\n  Include {d}/inner.conf\n  User outer\n", ["box", "other", "zzz"]),
+        # nested three deep, an Include inside an included Host block
+        "nested": (f"Include {d}/a.conf\n", ["nested", "box"]),
+        # after a Host block, an Include is inside it (a classic surprise)
+        "after-host": (f"Host box\n  Port 2500\nInclude {d}/tail.conf\n", ["box", "other"]),
+        # inside a Match block
+        "in-match": (f"Match originalhost m*\n  Include {d}/match.conf\n", ["mbox", "box"]),
+        # a file that does not exist is skipped, as ssh skips it
+        "missing": (f"Include {d}/nope.conf {d}/conf.d/10-first.conf\n", ["box"]),
+        # a quoted path, Include=value
+        "spelling": (f'include="{d}/conf.d/20-second.conf"\n', ["box"]),
+    }
+
+
+@pytest.mark.skipif(not Path("/usr/bin/ssh").exists(), reason="needs OpenSSH's ssh client (ssh -G)")
+@pytest.mark.parametrize(
+    "case", ["glob", "in-host", "nested", "after-host", "in-match", "missing", "spelling"]
+)
+def test_ssh_config_include_reads_as_openssh_reads_it(tmp_path: Path, case: str) -> None:
+    """Issue 23: Include in ~/.ssh/config was silently ignored. What crosscheck resolves is
+    what ``ssh -G`` resolves, for each way an Include can stand."""
+    text, aliases = _include_cases(tmp_path)[case]
+    config = tmp_path / "config"
+    config.write_text(text)
+    for alias in aliases:
+        assert _crosscheck_sees(config, alias) == _openssh_sees(config, alias), (case, alias)
+
+
+def test_ssh_config_include_loop_is_one_error_line(tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.write_text(f"Host box\n  Include {config}\n")
+    with pytest.raises(ConfigError, match=r"line 2: Include nested more than 16 deep") as err:
+        _crosscheck_sees(config, "box")
+    assert err.value.field == "host.config"
+
+
+@pytest.mark.parametrize(
+    ("match", "refused"),
+    [
+        ('Match exec "touch {mark}"', True),  # every host reaches it
+        ('Match originalhost box exec "touch {mark}"', True),
+        ('Match !exec "touch {mark}"', True),
+        ('Match originalhost other exec "touch {mark}"', False),  # ssh would not run it for box
+    ],
+)
+def test_ssh_config_match_exec_is_never_run(tmp_path: Path, match: str, refused: bool) -> None:
+    """A config is data: paramiko ran a ``Match exec`` command through a shell while resolving
+    a route (``crosscheck validate`` included). One this host's lookup reaches is refused, as
+    ProxyCommand is; one its earlier criteria rule out is passed over, as ssh passes it."""
+    mark = tmp_path / "ran"
+    config = tmp_path / "config"
+    config.write_text(match.format(mark=mark) + "\n  User matched\nHost box\n  HostName box.example\n")
+    if refused:
+        with pytest.raises(ConfigError, match=r"reaches Match exec .*not run") as err:
+            _crosscheck_sees(config, "box")
+        assert err.value.field == "host.config"
+    else:
+        assert _crosscheck_sees(config, "box")["hostname"] == "box.example"
+    assert not mark.exists()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("case", ["big", "fifo", "dev-zero", "include-dev-zero"])
+def test_ssh_config_that_is_not_a_small_regular_file_is_one_error(tmp_path: Path, case: str) -> None:
+    """host.config (or an Include) naming /dev/zero was read until memory ran out (a
+    MemoryError traceback from validate), a FIFO waited for a writer forever, a 2 MiB file was
+    read whole: each is now one ConfigError on host.config, at once. /dev/null (ssh -F's "no
+    config") still reads as empty."""
+    import os
+
+    config = tmp_path / "config"
+    if case == "big":
+        config.write_text("Host box\n  HostName box.example\n" + "# padding\n" * 250_000)
+    elif case == "fifo":
+        os.mkfifo(config)
+    elif case == "dev-zero":
+        config = Path("/dev/zero")
+    else:
+        config.write_text("Host box\n  Include /dev/zero\n")
+    said = "a pipe or a socket, not a file" if case == "fifo" else "larger than 1024 KiB"
+    with pytest.raises(ConfigError, match=rf"cannot read ssh config .*{said}") as err:
+        _crosscheck_sees(config, "box")
+    assert err.value.field == "host.config"
+    assert _crosscheck_sees(Path("/dev/null"), "box")["hostname"] == "box"
+
+
+def test_ssh_config_include_unreadable_names_the_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "dir.conf").mkdir()  # a glob that matches a directory: it cannot be read
+    config = tmp_path / "config"
+    config.write_text(f"\nInclude {tmp_path}/*.conf\n")
+    with pytest.raises(
+        ConfigError, match=r"cannot read ssh config .*dir\.conf \(Include in .*config line 2\)"
+    ):
+        _crosscheck_sees(config, "box")
+
+
+def test_ssh_config_include_reaches_the_real_sshd_from_the_installed_command(
+    sshd_server: SSHD, tmp_path: Path
+) -> None:
+    """The issue's case end to end: ``inc-box`` defined only in a file that ~/.ssh/config
+    includes (a relative path, under ~/.ssh), reached by the installed ``crosscheck``. Before,
+    "cannot connect to inc-box:22"."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    (home / ".ssh" / "config.d").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text("Include config.d/*\n\nHost *\n  ServerAliveInterval 30\n")
+    (home / ".ssh" / "config.d" / "gpu-boxes").write_text(
+        "Host inc-box\n"
+        "  HostName 127.0.0.1\n"
+        f"  Port {sshd_server.port}\n"
+        f"  User {sshd_server.user}\n"
+        f"  IdentityFile {sshd_server.key}\n"
+    )
+    log = tmp_path / "job.log"
+    log.write_text("[1/10] working\n")
+    stage = tmp_path / "inc.yaml"
+    stage.write_text(
+        json.dumps(
+            {
+                "stage": "inc",
+                "host": {"ssh": "inc-box", "known_hosts": str(sshd_server.known_hosts)},
+                "log": {"path": str(log), "complete": "^done$"},
+            }
+        )
+    )
+    out = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("crosscheck")),
+            "status",
+            str(stage),
+            "--json",
+            "--state",
+            "none",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HOME": str(home)},
+        timeout=60,
+        check=False,
+    )
+    data = json.loads(out.stdout)
+    assert data["signals"]["log"]["says"] == "working", (data["reasons"], out.stderr)
+    assert data["signals"]["log"]["evidence"]["last_line"] == "[1/10] working"
+    assert out.returncode == 1 and data["verdict"] == "running"

@@ -26,6 +26,7 @@ def proc(
     pid: int = 4455,
     seen: bool = True,
     launched: bool = False,
+    **exit: object,
 ) -> Reading:
     if says == "done":
         return reading(
@@ -37,6 +38,7 @@ def proc(
             cpu_seconds=None,
             seen_alive=seen,
             launched=launched,
+            **exit,
         )
     return reading("process", says, f"pid {pid} {state}", pid=pid, state=state, cpu_seconds=cpu)
 
@@ -536,6 +538,131 @@ ROWS = [
         checks((0, r(outputs=outputs(37312, written=True))), (30, r(outputs=outputs(37312, written=True)))),
         State.COMPLETE,
     ),
+    # Issue 21, class 1: memory of another run. What reaches the verdict is a process signal
+    # that saw no job of this run alive (the only one seen began before the run's start) and
+    # a log whose completion line is an earlier run's.
+    Row(
+        "issue 21 (1): the only process seen alive was an earlier run's; outputs all there, the log's"
+        " completion line an earlier run's: unknown",
+        checks(
+            (0, r(process=proc("done", seen=False), log=log("working"), outputs=outputs(37312))),
+            (90, r(process=proc("done", seen=False), log=log("working"), outputs=outputs(37312))),
+        ),
+        State.UNKNOWN,
+        "none seen alive",
+    ),
+    # Class 2: a completion line counts only as its run's last word.
+    Row(
+        "issue 21 (2): a completion line followed by a later run's progress (an earlier run's), the re-run"
+        " killed, outputs all there: contradiction",
+        checks(
+            (0, r(process=proc(cpu=10.0), log=log(), outputs=outputs(37000))),
+            (30, r(process=proc("done"), log=log(), outputs=outputs(37312))),
+            (100, r(process=proc("done"), log=log(), outputs=outputs(37312))),
+        ),
+        State.CONTRADICTION,
+        "no completion line of this run",
+    ),
+    Row(
+        "issue 21 (2): a completion line followed by other text, no progress pattern (whose text cannot be"
+        " told): unknown",
+        checks(
+            (
+                0,
+                r(
+                    process=proc("done"),
+                    log=log("unknown", line="followed by other text"),
+                    outputs=outputs(37312),
+                ),
+            ),
+            (
+                100,
+                r(
+                    process=proc("done"),
+                    log=log("unknown", line="followed by other text"),
+                    outputs=outputs(37312),
+                ),
+            ),
+        ),
+        State.UNKNOWN,
+        "followed by other text",
+    ),
+    # Class 3: what the probe cannot see is not gone; an exit and a kill look alike.
+    Row(
+        "issue 21 (3): no match from a probe that cannot see every process (hidepid), this run's completion"
+        " line and every output: unknown",
+        checks(
+            (
+                0,
+                r(
+                    process=reading(
+                        "process", "unknown", "no process matches, but the probe cannot see every process"
+                    ),
+                    log=log("done", line="Extraction complete"),
+                    outputs=outputs(37312),
+                ),
+            ),
+        ),
+        State.UNKNOWN,
+        "cannot see every process",
+    ),
+    Row(
+        "issue 21 (3): process only, seen alive, gone, no exit status (an exit and a SIGKILL look alike): unknown",
+        checks((0, r(process=proc(cpu=10.0))), (30, r(process=proc("done"))), (600, r(process=proc("done")))),
+        State.UNKNOWN,
+        "success from a crash",
+    ),
+    Row(
+        "issue 21 (3): process and GPU only, gone, GPU idle: unknown (an idle GPU is no success)",
+        checks(
+            (0, r(process=proc(cpu=10.0), gpu=gpu("working"))),
+            (30, r(process=proc("done"), gpu=gpu("done"))),
+            (600, r(process=proc("done"), gpu=gpu("done"))),
+        ),
+        State.UNKNOWN,
+        "success from a crash",
+    ),
+    Row(
+        "issue 21 (3): process only, launched, the wrapper recorded exit status 0: complete",
+        checks(
+            (0, r(process=proc("done", seen=False, launched=True, exit_status=0, exited_at=1.0))),
+            (30, r(process=proc("done", seen=False, launched=True, exit_status=0, exited_at=1.0))),
+        ),
+        State.COMPLETE,
+    ),
+    Row(
+        "issue 21 (3): launched, the wrapper recorded status 137 (SIGKILL); completion line and every output"
+        " there: failed",
+        checks(
+            (0, r(process=proc(cpu=10.0), log=log("working"), outputs=outputs(37000))),
+            (
+                30,
+                r(
+                    process=proc("done", launched=True, exit_status=137, exited_at=1.0),
+                    log=log("done", line="Extraction complete"),
+                    outputs=outputs(37312),
+                ),
+            ),
+        ),
+        State.FAILED,
+        "process gone",
+    ),
+    Row(
+        "issue 21 (3): launched, gone, no exit status recorded (the wrapper killed with the job): unknown",
+        checks(
+            (0, r(process=proc(cpu=10.0), log=log("working"), outputs=outputs(37000))),
+            (
+                300,
+                r(
+                    process=proc("done", launched=True, exit_status=None, exit_record="not written yet: /x"),
+                    log=log("done", line="Extraction complete"),
+                    outputs=outputs(37312),
+                ),
+            ),
+        ),
+        State.UNKNOWN,
+        "exit status is not recorded",
+    ),
 ]
 
 
@@ -579,3 +706,59 @@ def test_verdict_json_schema() -> None:
     assert data["verdict"] == "running" and data["advance"] is False
     assert data["signals"]["process"]["evidence"]["pid"] == 4455
     assert data["checked_at"].startswith("2001-09-09T01:46:40")
+
+
+#: Rows whose first reason must be the one that decided (an event's `crosscheck.reason`,
+#: the terminal's headline and the serve log show the first reason alone), not the context
+#: ("process alive: ...", "process gone: ...") that every verdict of its kind shares.
+DECIDED_BY = {
+    "alive, nothing moves for stall_after: stalled": "no progress for 601s (CPU time, I/O, log size",
+    "stuck in D while holding GPU memory: stalled, with the GPU evidence": "no progress for",
+    "completion line long ago but the process neither exits nor progresses: contradiction": (
+        "has made no progress"
+    ),
+    "process gone with an error line: failed": "log: ",
+    "process gone, outputs short after the exit grace: failed": "outputs short",
+    "process gone, outputs short, within exit grace: unknown (writes may lag)": "waiting up to",
+    "process gone, outputs all counted, no completion line: contradiction": "no completion line",
+    "process gone, no completion line and no outputs configured: failed": "no completion line",
+    "process gone but the job's PIDs still busy on the GPU: contradiction": "still busy on the GPU",
+    "issue 21 (3): process only, seen alive, gone, no exit status (an exit and a SIGKILL look alike): unknown": (
+        "tells a success from a crash"
+    ),
+    "issue 21 (3): launched, gone, no exit status recorded (the wrapper killed with the job): unknown": (
+        "exit status is not recorded"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECIDED_BY), ids=sorted(DECIDED_BY))
+def test_the_first_reason_is_the_one_that_decided(name: str) -> None:
+    (row,) = [row for row in ROWS if row.name == name]
+    memory, verdict = VerdictMemory(), None
+    for offset, readings in row.steps:
+        verdict, memory = decide("extract", "gpu-box", readings, POLICY, memory, 1_700_000_000.0 + offset)
+    assert verdict is not None and verdict.state is row.expected
+    assert DECIDED_BY[name] in verdict.reasons[0], verdict.reasons
+
+
+def test_work_is_claimed_only_where_progress_was_measured() -> None:
+    """Alive is not at work: "still at work" and "a CPU phase" only with CPU time (or other
+    progress) measured rising between two checks; a first check has nothing to compare."""
+    quiet = r(
+        process=proc(cpu=0.0, state="S"),
+        log=log("done", line="Extraction complete"),
+        outputs=outputs(37312),
+        gpu=gpu("done", (4455,)),
+    )
+    first, memory = decide("s", "h", quiet, POLICY, VerdictMemory(), 100.0)
+    second, memory = decide("s", "h", quiet, POLICY, memory, 130.0)
+    for verdict in (first, second):
+        assert verdict.state is State.RUNNING
+        said = " ".join(verdict.reasons)
+        assert "at work" not in said and "works" not in said and "CPU phase" not in said, verdict.reasons
+        assert "has not exited" in said
+    busy = r(**{**quiet, "process": proc(cpu=9.0, state="R")})
+    third, _ = decide("s", "h", busy, POLICY, memory, 160.0)
+    said = " ".join(third.reasons)
+    assert "still at work" in said and "a CPU phase" in said and "CPU time +9.00s" in said, third.reasons

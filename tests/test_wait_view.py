@@ -82,10 +82,27 @@ def test_still_working_says_incident_2_only_while_it_happens() -> None:
     first, later = _verdict(State.RUNNING, 10.0), _verdict(State.RUNNING, 12.0)
     line = still_working(later, first)
     assert line == (
-        "log says '[5/6] ETA 0 minutes', outputs 5/6, but pid 4455 is in state R with CPU 12 s "
-        "and rising: still working, the gate waits"
+        "log says '[5/6] ETA 0 minutes', outputs 5/6, but pid 4455 is in state R with CPU 12 s, "
+        "up 2.0 s since the last check: still working, the gate waits"
     )
     assert still_working(_verdict(State.RUNNING, 10.0), later) is None  # CPU did not rise
+    # "Still working" claims progress: never on a first check (nothing to compare) nor for a
+    # job asleep whose CPU time stands still (issue 22: "CPU 0.0 s and rising", state S).
+    assert still_working(first, None) is None
+    asleep = _verdict(State.RUNNING, 0.0)
+    assert still_working(asleep, _verdict(State.RUNNING, 0.0)) is None
+    other = Verdict(
+        "extract",
+        State.RUNNING,
+        ("r",),
+        {
+            **first.readings,
+            "process": Reading("process", Says.WORKING, "", {"pid": 9999, "state": "R", "cpu_seconds": 1.0}),
+        },
+        NOW,
+        "local",
+    )
+    assert still_working(later, other) is None  # another process: no rise of this one measured
     assert still_working(_verdict(State.STALLED, 13.0), later) is None
     assert still_working(_verdict(State.RUNNING, 13.0, line="[2/6] ETA 9 minutes", count=2), later) is None
 

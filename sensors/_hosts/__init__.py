@@ -14,13 +14,23 @@ readings by construction.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
+from sensors._errors import ProbeError
 from sensors._hosts.local import PROBE_ENV, LocalHost
 
-__all__ = ["PROBE_ENV", "Host", "LocalHost", "spawn_script"]
+__all__ = ["PROBE_ENV", "Host", "Launched", "LocalHost", "launch_script", "parsed_launch", "spawn_script"]
+
+
+class Launched(NamedTuple):
+    """A job started by :meth:`Host.launch`: its PID (the launch wrapper's, the job its
+    child) and the file on the host where the wrapper records the job's exit status."""
+
+    pid: int
+    exit_file: str
 
 
 @runtime_checkable
@@ -47,6 +57,11 @@ class Host(Protocol):
         """Start ``argv`` detached (nohup, own session), output to ``log_path``; return its PID."""
         ...
 
+    def launch(self, argv: Sequence[str], *, log_path: str, name: str, cwd: str | None = None) -> Launched:
+        """:meth:`spawn` under a wrapper that records the job's exit status (see
+        :func:`launch_script`)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -62,3 +77,54 @@ def spawn_script(argv: Sequence[str], *, log_path: str, cwd: str | None) -> byte
     return (
         f'set -u\n{cd}nohup setsid {cmd} </dev/null >>{shlex.quote(log_path)} 2>&1 &\necho "pid $!"\n'
     ).encode()
+
+
+#: What a launch wrapper's exit file is named after (a stage name and a random suffix).
+_EXIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,200}")
+
+#: The launch wrapper: runs the job (its argv, after the file name), then records its exit
+#: status and the host's clock in that file, written aside and renamed in (never seen half
+#: written). A POSIX shell reports death by signal N as 128 + N: a SIGKILLed job is 137.
+_WRAPPER = (
+    '"$@"; s=$?; printf "%s %s\\n" "$s" "$(date +%s.%N 2>/dev/null || date +%s)" >"$0.part"'
+    ' && mv -f "$0.part" "$0"'
+)
+
+
+def launch_script(argv: Sequence[str], *, log_path: str, cwd: str | None, name: str) -> bytes:
+    """A sh script that starts ``argv`` detached under a wrapper that records its exit.
+
+    The job's exit status goes to ``$XDG_STATE_HOME/crosscheck/exits/NAME`` on the host
+    (``~/.local/state/...``; a directory of crosscheck's own, mode 0700, never a user's file)
+    once it ends; the probe only reads it. Prints ``pid N`` and ``exit PATH``. An exit and a
+    kill look alike from /proc: this is what tells them apart.
+    """
+    if not _EXIT_NAME.fullmatch(name):
+        raise ValueError(f"not a name for an exit record: {name!r}")
+    cd = f"cd {shlex.quote(cwd)} 2>&1 || exit 97\n" if cwd else ""
+    cmd = " ".join(shlex.quote(a) for a in argv)
+    return (
+        "set -u\n"
+        'd="${XDG_STATE_HOME:-${HOME:-}/.local/state}"\n'
+        'case $d in /*) ;; *) echo "no home directory to record the exit status in"; exit 96 ;; esac\n'
+        'd="$d/crosscheck/exits"\n'
+        '(umask 077 && mkdir -p "$d") 2>&1 || exit 96\n'
+        f'f="$d"/{shlex.quote(name)}\n'
+        f"{cd}"
+        f'nohup setsid sh -c {shlex.quote(_WRAPPER)} "$f" {cmd} </dev/null >>{shlex.quote(log_path)} 2>&1 &\n'
+        'echo "pid $!"\n'
+        'echo "exit $f"\n'
+    ).encode()
+
+
+def parsed_launch(out: bytes, status: int | None, host: str) -> Launched:
+    """The :class:`Launched` a :func:`launch_script` printed; ProbeError when it failed."""
+    pid = re.search(rb"^pid (\d+)$", out, re.MULTILINE)
+    exit_file = re.search(rb"^exit (/.+)$", out, re.MULTILINE)
+    if not pid or not exit_file:
+        why = {97: "cannot cd to the working directory", 96: "cannot make the exit-record directory"}
+        detail = out.decode("utf-8", "replace").strip()[-300:]
+        raise ProbeError(
+            f"launch failed ({why.get(status or 0, f'exit {status}')}): {detail or 'no output'}", host=host
+        )
+    return Launched(int(pid.group(1)), exit_file.group(1).decode("utf-8", "surrogateescape"))

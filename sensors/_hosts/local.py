@@ -7,8 +7,12 @@ import os
 import signal
 import subprocess
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from sensors._errors import ProbeError
+
+if TYPE_CHECKING:
+    from sensors._hosts import Launched
 
 #: Environment for every probe: C locale so tool output is parseable, a sane PATH so a
 #: user's PATH cannot put a fake tool first (the probe uses only POSIX utilities anyway).
@@ -23,6 +27,9 @@ class LocalHost:
     """The machine crosscheck runs on."""
 
     nvml = True
+    #: The probe's shell, reading the script on stdin (a subclass may start it otherwise:
+    #: in another PID namespace, as another user).
+    shell: tuple[str, ...] = ("/bin/sh", "-s")
 
     def __init__(self, name: str = "local") -> None:
         self.name = name
@@ -33,7 +40,7 @@ class LocalHost:
         # shell, and its children (a `tail` blocked on a FIFO) would live on under init.
         try:
             proc = subprocess.Popen(
-                ["/bin/sh", "-s"],
+                list(self.shell),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -41,7 +48,7 @@ class LocalHost:
                 start_new_session=True,
             )
         except OSError as exc:
-            raise ProbeError(f"cannot run /bin/sh: {exc}", host=self.name) from exc
+            raise ProbeError(f"cannot run {self.shell[0]}: {exc}", host=self.name) from exc
         try:
             out, _ = proc.communicate(script, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
@@ -63,6 +70,19 @@ class LocalHost:
                 start_new_session=True,
             )
         return proc.pid
+
+    def launch(self, argv: Sequence[str], *, log_path: str, name: str, cwd: str | None = None) -> Launched:
+        """Start ``argv`` detached under the launch wrapper (``sensors._hosts.launch_script``),
+        the same script as over SSH: the job's exit status is recorded on this machine."""
+        from sensors._hosts import launch_script, parsed_launch
+
+        script = launch_script(argv, log_path=log_path, cwd=cwd, name=name)
+        try:
+            # The user's environment, as spawn gives it: the job needs its PATH, CUDA, ...
+            done = subprocess.run(["/bin/sh", "-s"], input=script, capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ProbeError(f"cannot launch: {exc}", host=self.name) from exc
+        return parsed_launch(done.stdout + done.stderr, done.returncode, self.name)
 
     def close(self) -> None:
         pass

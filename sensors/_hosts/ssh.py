@@ -46,7 +46,7 @@ from tenacity import (
 
 from sensors._config import SSHSpec
 from sensors._errors import ConnectError, ProbeError
-from sensors._hosts import spawn_script
+from sensors._hosts import Launched, launch_script, parsed_launch, spawn_script
 from sensors._hosts.ssh_config import route_for
 from sensors._hosts.ssh_connect import SecretResolver, Transient, open_route
 from sensors._hosts.ssh_shell import Deadline, Session
@@ -312,6 +312,13 @@ class SSHHost:
             detail = out.decode("utf-8", "replace").strip()[-300:]  # spawn_script puts errors here
             raise ProbeError(f"spawn failed ({why}): {detail or 'no output'}", host=self.name)
         return int(m.group(1))
+
+    def launch(self, argv: Sequence[str], *, log_path: str, name: str, cwd: str | None = None) -> Launched:
+        """Start ``argv`` detached on the host under the launch wrapper, which records the
+        job's exit status there (``sensors._hosts.launch_script``)."""
+        script = launch_script(argv, log_path=log_path, cwd=cwd, name=name)
+        out, status = self._run_in_shell(script, timeout=self.spec.check_timeout)
+        return parsed_launch(out, status, self.name)
 
     def close(self) -> None:
         self._drop()

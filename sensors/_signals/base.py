@@ -14,7 +14,7 @@ name in ``sensors._config.Stage``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -94,6 +94,44 @@ class ProbeInputs(NamedTuple):
     run_start: float | None = None  # where the run begins (or the watch's first check)
     outputs_tie: bool = False  # neither log nor process: outputs must show a write in the run
     table: bool = True  # the process snippet reads the table (a batch reads it once for all)
+    exit_file: str | None = None  # where the launch wrapper records the job's exit status
+
+
+class JobView(NamedTuple):
+    """The job as the process signal saw it at this check, for the signals read after it:
+    whose lines a log holds is a question of which process was alive when they were written.
+
+    ``live``: this run's live matched PIDs (not an earlier run's); ``starts``: when each began
+    (host clock; missing where /proc could not tell); ``previous``: this run's live PIDs at the
+    previous check; ``exited_at``: the launched job's end, as its launch wrapper recorded it;
+    ``parents``: each live PID's parent.
+    """
+
+    live: frozenset[int] = frozenset()
+    starts: Mapping[int, float] = {}
+    previous: frozenset[int] = frozenset()
+    exited_at: float | None = None
+    parents: Mapping[int, int] = {}  # each live PID's parent: a writer's child is its run's
+
+    def descends(self, pid: int, ancestors: Iterable[int]) -> bool:
+        """Whether ``pid``'s parent, or its parent's (as far as the live PIDs reach), is
+        one of ``ancestors``."""
+        wanted, seen = set(ancestors), set()
+        while pid in self.parents and pid not in seen:
+            seen.add(pid)
+            pid = self.parents[pid]
+            if pid in wanted:
+                return True
+        return False
+
+
+class LastWord(NamedTuple):
+    """This run's completion line as the log signal found it at this check, for the signals
+    read after it: outputs written after it was found, with no process of the job alive to
+    have written them, make it no longer its run's last word."""
+
+    end: int  # the offset just after the line
+    job_alive: bool  # a process of this run alive now or at the last check (its own work)
 
 
 class CheckFacts(NamedTuple):
@@ -108,6 +146,8 @@ class CheckFacts(NamedTuple):
     exclude_pids: frozenset[int] = frozenset()
     job_pids: frozenset[int] | None = None  # from the process signal (None: not configured)
     outputs_tie: bool = False
+    job: JobView | None = None  # from the process signal (None: not configured, or unknown)
+    last_word: LastWord | None = None  # from the log signal (None: no completion line of this run)
 
     @property
     def run_start(self) -> float | None:

@@ -22,9 +22,13 @@ from pydantic import Field
 
 from sensors._model import Reading, Says
 from sensors._probe import (
+    FILE_CLOCK_TOLERANCE,
     STAT_FORMAT,
     Meta,
+    fstype_request,
     helper,
+    keeps_times,
+    own_clock,
     settled,
     shareable,
     shared_stats,
@@ -34,7 +38,7 @@ from sensors._probe import (
 from sensors._regex import UserRegex, compile_user_regex, required_literal
 from sensors._run import FINGERPRINT_BYTES, Run
 from sensors._schema import AbsPath, Regex, Section
-from sensors._signals.base import CheckFacts, ProbeInputs, Signal, evolve
+from sensors._signals.base import CheckFacts, JobView, LastWord, ProbeInputs, Signal, evolve
 from sensors._text import redact
 
 
@@ -72,6 +76,30 @@ class LogMemory:
     complete_end: int | None = None  # the offset just after it
     error_line: str | None = None
     earlier_complete: str | None = None  # a completion line before run_from
+    # The first text after this run's completion line that may be a later run's (any text
+    # when the stage has no progress pattern): the completion line is then not this run's
+    # last word, and cannot be counted (a completion line followed by a later run's progress
+    # line is an earlier run's outright: ``earlier_complete``).
+    followed_by: str | None = None
+    clock_ahead: bool = False  # the log's file times were ahead of the host's clock at binding
+    # Who can have written this run's completion line, and when (see ``_whose``): the job's
+    # PIDs that were alive before it was written; when it was written (its mtime while it was
+    # the log's last bytes; None: not known); when this watch first found it; when this watch
+    # last saw one of them alive with the line in the log (text after the line written by then
+    # can be theirs; text written later cannot be told from a later run's: see ``_whose``).
+    writers: tuple[int, ...] = ()
+    writers_alive_at: float | None = None
+    complete_at: float | None = None
+    complete_seen_at: float | None = None
+    # Where a completion line found to be an earlier run's ends (a process that began after
+    # it was at work: ``_whose``), and that process: that line, and any before it, stays an
+    # earlier run's once the later process is gone (its writers are not the later run's).
+    demoted_end: int | None = None
+    demoted_by: int | None = None
+    # A launched run is over and a later run wrote here (why): its completion line followed by
+    # a later run's progress, or a completion line written after the launched job's recorded
+    # exit. For good: nothing read from now on is the launched run's word (see ``_launch_over``).
+    superseded: str | None = None
     # What the last scan of the tail found besides the lines above, and the stat line that
     # identifies that tail (``sensors._probe.STAT_FORMAT``: inode, size, mtime and ctime to
     # the nanosecond, type): a log whose line is the same again is not read again (see
@@ -90,6 +118,7 @@ class LogEvidence(TypedDict, total=False):
     """The log reading's evidence (the JSON the CLI prints, key for key)."""
 
     path: str
+    absent: bool  # the file is not there (an unknown reading)
     last_line: str
     age_seconds: float
     size: int
@@ -101,7 +130,11 @@ class LogEvidence(TypedDict, total=False):
     partial_last_line: bool
     run_from_offset: int | None  # where this run's bytes begin in the file
     run_bound_by: str | None  # what told it: launch, since, process or watch
-    earlier_complete_line: str  # a completion line before the run's first byte
+    earlier_complete_line: str  # a completion line before the run's first byte, or one a later run followed
+    followed_by: str  # text after the completion line that may be a later run's
+    complete_writers: list[int]  # the job's PIDs alive before the completion line was written
+    superseded_by_pid: int  # a process of this run that began after the completion line
+    file_time_ahead_seconds: float  # the log's mtime/birth this far ahead of the host's clock
     replaced: bool
     rotated: bool
     truncated: bool
@@ -196,8 +229,13 @@ def _snippet_lines(
         str(int(n)) if n is not None else "-",
     ]
     call = "__cc_log " + " ".join(words)
+    if not known:
+        # Not bound yet: whose clock its file times come from decides how exact they are.
+        call += f"\nsec log_fs\n{fstype_request(shlex.quote(path))}"
     if scanned is None:
-        return (_READ_LOG, call)
+        # In the shared stat all the same: its file system says whether a stamp of it may be
+        # kept (sensors._probe.keeps_times).
+        return (_READ_LOG, stat_request(path), call) if shareable(path) else (_READ_LOG, call)
     return (
         _READ_LOG,
         stat_request(path),
@@ -303,19 +341,46 @@ def _birth(value: str) -> float:
         return 0.0
 
 
-def _bind(memory: LogMemory, st: _LogStat, run: Run | None, now: float) -> LogMemory:
-    """Where this run's bytes begin, decided at the first check that sees the file."""
+def _bind(
+    memory: LogMemory,
+    st: _LogStat,
+    run: Run | None,
+    now: float,
+    latest: float | None = None,
+    own: bool = True,
+) -> LogMemory:
+    """Where this run's bytes begin, decided at the first check that sees the file.
+
+    ``latest``: the host's clock once the probe had read every file (no file time can be
+    later on this host's clock). ``own``: the file system's times come from this host's clock;
+    on another (NFS, FUSE, ...) a server's clock a little ahead can make an earlier write look
+    later, so "after the start" needs the tolerance on top of the start's own slack (a clock
+    behind makes later writes look earlier: that errs to "not this run's").
+    """
     base = replace(memory, inode=st.inode, bound_at=memory.bound_at or now)
     if memory.absent:
         return replace(base, run_from=0, bound_by=memory.bound_by or "watch")
     if run is None or run.source not in ("since", "process") or run.started_at is None:
         # No run start: only what is written while this watch looks is this run's.
         return replace(base, run_from=st.size, before_uncertain=True, bound_by="watch")
-    if st.birth and st.birth >= run.started_at + _start_slack(run.source):
+    if _ahead(st, latest or now) is not None:
+        # A file time the host's clock has not reached yet (a file server with its own
+        # clock) says nothing of when the file was written: not born after the run began, not
+        # written before it. What was there is of a run that cannot be told.
+        return replace(
+            base,
+            run_from=st.size,
+            before_uncertain=True,
+            last_write_unclear=True,
+            clock_ahead=True,
+            bound_by=run.source,
+        )
+    after = _start_slack(run.source) + (0.0 if own else _FILE_CLOCK_TOLERANCE)
+    if st.birth and st.birth >= run.started_at + after:
         # Born after the run began: all of it is this run's. The birth is never later than
         # the truth (whole seconds rounded down, or the kernel's coarse clock, which lags).
         return replace(base, run_from=0, bound_by=run.source)
-    when = _last_write(st.written, st.resolution, run.started_at, run.source)
+    when = _last_write(st.written, st.resolution, run.started_at, run.source, after)
     return replace(
         base,
         run_from=st.size,
@@ -323,6 +388,15 @@ def _bind(memory: LogMemory, st: _LogStat, run: Run | None, now: float) -> LogMe
         last_write_unclear=when == "unclear",
         bound_by=run.source,
     )
+
+
+_FILE_CLOCK_TOLERANCE = FILE_CLOCK_TOLERANCE
+
+
+def _ahead(st: _LogStat, latest: float) -> float | None:
+    """How far the log's mtime or birth is ahead of ``latest`` (None: neither is)."""
+    ahead = max(st.written, st.birth) - latest
+    return round(ahead, 3) if ahead > _FILE_CLOCK_TOLERANCE else None
 
 
 #: How far a run start read from /proc may be from the truth (seconds): it is now minus the
@@ -335,7 +409,9 @@ def _start_slack(source: str) -> float:
     return 0.0 if source == "since" else _PROCESS_START_SLACK
 
 
-def _last_write(written: float, resolution: float, started: float, source: str) -> str:
+def _last_write(
+    written: float, resolution: float, started: float, source: str, after: float | None = None
+) -> str:
     """Whether the log was last written before the run began, after it, or too near to tell.
 
     The write happened in [written, written + resolution): to the kernel's tick where stat
@@ -347,7 +423,7 @@ def _last_write(written: float, resolution: float, started: float, source: str) 
     slack = _start_slack(source)
     if written + resolution <= started - slack:
         return "before"
-    if written >= started + slack:
+    if written >= started + (slack if after is None else after):
         return "after"
     return "unclear"
 
@@ -373,6 +449,8 @@ def _bound(
     now: float,
     *,
     unchanged: bool = False,
+    latest: float | None = None,
+    own: bool = True,
 ) -> tuple[LogMemory, str | None]:
     """The memory with this run's first byte known, and how the file changed, if it did
     (``unchanged``: the same stamp as at the last scan, see ``snippet``)."""
@@ -385,7 +463,7 @@ def _bound(
             absent=True, bound_by=memory.bound_by if was_bound else None, bound_at=memory.bound_at
         )
     if memory.run_from is None:
-        memory = _bind(memory, st, run, now)
+        memory = _bind(memory, st, run, now, latest, own)
     elif (
         memory.before_uncertain
         and run is not None
@@ -411,6 +489,7 @@ def _completion(
         and memory.before_uncertain
         and not memory.last_write_unclear
         and scan.earlier_is_last
+        and scan.followed_by is None
         and st.size == memory.run_from
         and run is not None
         and run.started_at is not None
@@ -430,16 +509,20 @@ def read_log(
     *,
     host: str,
     run: Run | None = None,
+    job: JobView | None = None,
 ) -> tuple[Reading, LogMemory]:
     """Read the log signal: this run's completion and error lines, progress, staleness.
 
     A completion line counts only when this run wrote it (``run`` and the memory say where
-    its bytes begin: see ``sensors._run``).
+    its bytes begin: see ``sensors._run``), and only as its run's last word (``job``: the
+    process signal's view of the job, see ``_whose``).
     """
     memory = memory or LogMemory()
 
-    def unknown(why: str, kept: LogMemory = memory) -> tuple[Reading, LogMemory]:
-        evidence = {"path": spec.path} if why != _MISSING else {}
+    def unknown(why: str, kept: LogMemory = memory, *, absent: bool = False) -> tuple[Reading, LogMemory]:
+        evidence: dict[str, object] = {"path": spec.path} if why != _MISSING else {}
+        if absent:
+            evidence["absent"] = True  # not there (yet): its appearing is the job's first sign
         return Reading("log", Says.UNKNOWN, why, evidence, meta.now, host), kept
 
     same = "log_same" in sections
@@ -459,7 +542,7 @@ def read_log(
     if isinstance(st, str):
         # A log that is not there yet: the file that appears later is this run's.
         absent = "No such file" in st and memory.inode is None
-        return unknown(st, replace(memory, absent=True) if absent else memory)
+        return unknown(st, replace(memory, absent=True) if absent else memory, absent="No such file" in st)
     tail, resumed = None, False
     if not same:
         tail, tail_from = sections.get("log_tail"), _offset(sections.get("log_from"))
@@ -476,7 +559,16 @@ def read_log(
                 "the log was read from where an earlier check left off; read whole at the next check"
             )
     prev = _previous_bytes(memory, st, tail, sections.get("log_prev"))
-    memory, change = _bound(memory, st, prev, run, meta.now, unchanged=same)
+    memory, change = _bound(
+        memory,
+        st,
+        prev,
+        run,
+        meta.now,
+        unchanged=same,
+        latest=meta.now_end,
+        own="log_fs" not in sections or own_clock(sections.get("log_fs")),
+    )
     if resumed and change is not None:
         # Rewritten in place: the bytes before this read are new too, and were not read.
         evidence = {"path": spec.path, change: True}
@@ -484,6 +576,13 @@ def read_log(
         return Reading("log", Says.UNKNOWN, why, evidence, meta.now, host), memory
     scan = _remembered_scan(memory) if same else _scan_log(spec, tail or b"", st, memory, resumed=resumed)
     complete_line, complete_end, accepted = _completion(scan, memory, st, run)
+    word = _whose(memory, scan, st, complete_line, complete_end, job, run, meta.now)
+    superseded = _launch_over(memory, scan, word, job, run)
+    if superseded is not None and word.complete_line is not None:
+        word = word._replace(complete_line=None, complete_end=None, demoted=word.complete_line)
+    if word.demoted is not None:
+        scan = scan._replace(earlier_complete=word.demoted, followed_by=None)
+    complete_line, complete_end = word.complete_line, word.complete_end
     still_writing = (
         complete_end is not None
         and change is None
@@ -494,18 +593,45 @@ def read_log(
     )
     age = round(meta.now - st.mtime, 1)
     evidence = _evidence(spec, scan, st, memory, complete_line, age, change, accepted)
-    scanned = st.identity(meta.now)
+    ahead = _ahead(st, meta.now_end or meta.now)
+    if ahead is not None:
+        evidence["file_time_ahead_seconds"] = ahead
+    if word.writers:
+        evidence["complete_writers"] = list(word.writers[:16])
+    if word.later_pid is not None:
+        evidence["superseded_by_pid"] = word.later_pid
+    # A stamp the next change may not move (a FUSE mount whose times stand still) is kept
+    # for nothing: the log is read again at every check there.
+    scanned = st.identity(meta.now) if keeps_times(spec.path, sections) else None
     if (
         same
         and scanned == memory.scanned
         and (complete_line, complete_end) == (memory.complete_line, memory.complete_end)
         and (st.inode, st.size, memory.absent) == (memory.inode, memory.size, False)
+        and word.keeps(memory)
     ):
         # The last scan again, nothing of it changed: its memory stands as it is.
         new_memory = memory
     else:
         new_memory = _scanned_memory(memory, st, tail, scan, complete_line, complete_end, scanned, resumed)
-    says, detail = _log_says(scan, complete_line, still_writing, memory, age)
+        new_memory = evolve(
+            new_memory,
+            writers=word.writers,
+            writers_alive_at=word.alive_at,
+            complete_at=word.complete_at,
+            complete_seen_at=word.seen_at,
+            demoted_end=word.demoted_end if word.demoted_end is not None else memory.demoted_end,
+            demoted_by=word.later_pid if word.later_pid is not None else memory.demoted_by,
+        )
+    if superseded is not None:
+        new_memory = evolve(new_memory, superseded=superseded)
+        evidence["launch_superseded"] = superseded
+        detail = (
+            f"the launched run is over and a later run wrote to the log since ({superseded}):"
+            " no completion line read from now on is the launched run's"
+        )
+        return Reading("log", Says.UNKNOWN, detail, evidence, meta.now, host), new_memory
+    says, detail = _log_says(scan, complete_line, still_writing, memory, age, word)
     if change:
         detail += f" (log {change} since the last check)"
     return Reading("log", says, detail, evidence, meta.now, host), new_memory
@@ -531,6 +657,7 @@ def _scanned_memory(
         complete_end=complete_end,
         error_line=scan.error_line,
         earlier_complete=scan.earlier_complete,
+        followed_by=None if scan.followed_by is None else redact(scan.followed_by),
         scanned=scanned,
         earlier_is_last=scan.earlier_is_last,
         # Kept redacted (the memory is stored): they are shown only as redacted evidence.
@@ -587,6 +714,8 @@ def _evidence(
     )
     if scan.earlier_complete is not None and not accepted:
         evidence["earlier_complete_line"] = scan.earlier_complete
+    if scan.followed_by is not None and complete_line is not None:
+        evidence["followed_by"] = scan.followed_by
     if change:
         evidence[change] = True  # type: ignore[literal-required]
         if change in ("replaced", "truncated"):
@@ -594,8 +723,198 @@ def _evidence(
     return evidence
 
 
+class _Word(NamedTuple):
+    """Whose last word this run's completion line is (see :func:`_whose`)."""
+
+    complete_line: str | None
+    complete_end: int | None
+    demoted: str | None = None  # the completion line, an earlier run's: a later run is at work
+    later_pid: int | None = None
+    writers: tuple[int, ...] = ()
+    complete_at: float | None = None
+    seen_at: float | None = None
+    unattributed: bool = False  # text after it that none of its writers can have written
+    demoted_end: int | None = None  # where the demoted line ends
+    alive_at: float | None = None  # when this watch last saw a writer alive, the line there
+
+    def keeps(self, memory: LogMemory) -> bool:
+        return (
+            self.writers,
+            self.complete_at,
+            self.seen_at,
+            self.demoted_end,
+            self.alive_at,
+        ) == (
+            memory.writers,
+            memory.complete_at,
+            memory.complete_seen_at,
+            memory.demoted_end,
+            memory.writers_alive_at,
+        )
+
+
+#: File times are a kernel tick (up to 10 ms) behind the clock: slack for "written by then".
+_WRITTEN_BY_TICK = 0.02
+
+
+def _whose(
+    memory: LogMemory,
+    scan: _LogScan,
+    st: _LogStat,
+    complete_line: str | None,
+    complete_end: int | None,
+    job: JobView | None,
+    run: Run | None,
+    now: float,
+) -> _Word:
+    """Whether this run's completion line is its run's last word, by the processes that can
+    have written what is in the log (issue 21: the latest run decides).
+
+    When this watch first finds the line, its possible writers are the job's processes of
+    this run that were alive before it was written: alive at the previous check (the line was
+    not there then), or begun clearly before its mtime while it is the log's last bytes (then
+    the mtime is when it was written). Then:
+
+    - a live process of this run that began clearly after the line was written (or after
+      this watch found it), is none of its writers and no writer's child is a later run at
+      work: the line is an earlier run's (``demoted``), for good: once that process is gone,
+      the line is still not its run's last word (a re-run that wrote no completion line of
+      its own is not finished by its predecessor's);
+    - text after the line (not progress: that demotes it in the scan) is the job's own output
+      only when one of its writers can have written it — alive now, or the log last written
+      by the last check that saw one of them alive with the line already in the log — or, for
+      a launched job, before its recorded exit. Between a writer's last sighting and the
+      check that finds it gone, it may have ended and a later run begun, written and ended:
+      text written then is not known to be the writer's (the check that first finds the
+      writers gone is no bound on when they ended). Otherwise whose it is cannot be told
+      (``unattributed``): a re-run's banner and a job's post-processing read alike, and only
+      a process seen at work tells them apart.
+    """
+    if complete_line is None:
+        return _Word(None, None, demoted_end=memory.demoted_end)
+    if memory.demoted_end is not None and complete_end is not None and complete_end <= memory.demoted_end:
+        return _Word(
+            None,
+            None,
+            demoted=complete_line,
+            later_pid=memory.demoted_by,
+            demoted_end=memory.demoted_end,
+        )
+    same = (
+        memory.complete_seen_at is not None
+        and complete_line == memory.complete_line
+        and complete_end == memory.complete_end
+    )
+    if same:
+        writers = memory.writers
+        at, seen_at = memory.complete_at, memory.complete_seen_at
+        alive_at = memory.writers_alive_at
+    else:
+        # The line ends the log, nothing after it: the mtime is when it was written.
+        at = st.written if complete_end == st.size and st.resolution < 1 else None
+        # Begun before the line was written: before its mtime when that is known, or before
+        # the log itself was born (a job that created its log can have written every line).
+        written_after = max(at or 0.0, st.birth if memory.run_from == 0 else 0.0)
+        early = (
+            {pid for pid, start in job.starts.items() if start < written_after - _PROCESS_START_SLACK}
+            if job is not None and written_after
+            else set()
+        )
+        writers = tuple(sorted((job.previous if job is not None else frozenset()) | early))[:64]
+        seen_at = now
+        # Seen alive at the previous check, when the line was not there yet: no text after
+        # it was written by then.
+        alive_at = None
+    live = job.live if job is not None else frozenset()
+    if live.intersection(writers) and not _written_by(st, alive_at):
+        alive_at = now  # moved only when the log's last write needs it: an idle log's memory stands
+    bound = at if at is not None else seen_at
+    if job is not None and bound is not None:
+        # Who can have written the line: its writers, and any live process begun before it.
+        elders = set(writers) | {
+            pid
+            for pid in live
+            if (start := job.starts.get(pid)) is not None and start <= bound + _PROCESS_START_SLACK
+        }
+        later = sorted(
+            pid
+            for pid in live
+            if pid not in writers
+            and not job.descends(pid, elders)  # their child: their run's own work
+            and (start := job.starts.get(pid)) is not None
+            and start > bound + _PROCESS_START_SLACK
+        )
+        if later:
+            return _Word(None, None, demoted=complete_line, later_pid=later[0], demoted_end=complete_end)
+    unattributed = False
+    if scan.followed_by is not None:
+        by_writer = bool(writers) and (bool(live.intersection(writers)) or _written_by(st, alive_at))
+        by_exit = (
+            run is not None
+            and run.source == "launch"
+            and job is not None
+            and job.exited_at is not None
+            and st.written <= job.exited_at + _WRITTEN_BY_TICK
+        )
+        unattributed = not (by_writer or by_exit)
+    return _Word(
+        complete_line,
+        complete_end,
+        None,
+        None,
+        writers,
+        at,
+        seen_at,
+        unattributed,
+        alive_at=alive_at,
+    )
+
+
+def _written_by(st: _LogStat, at: float | None) -> bool:
+    """Whether the log was last written by ``at``: the whole span its mtime allows (a second
+    where stat gives whole seconds) before it, to the kernel's tick."""
+    return at is not None and st.written + st.resolution <= at + _WRITTEN_BY_TICK
+
+
+def _launch_over(
+    memory: LogMemory, scan: _LogScan, word: _Word, job: JobView | None, run: Run | None
+) -> str | None:
+    """Why a launched run's log holds a later run's words (None: it does not, as far as known).
+
+    A launch binds the run to the bytes after its mark, and the launched run is the first to
+    write there: once a completion line there is followed by a later run's progress (the
+    scan's rule), that later run has begun, and every completion line after it is the later
+    run's. A completion line written (its mtime, while it ends the log) after the launched
+    job's recorded exit is not the launched job's either.
+    """
+    if run is None or run.source != "launch":
+        return None
+    if memory.superseded is not None:
+        return memory.superseded
+    if scan.later_run is not None:
+        return f"a completion line followed by a later run's progress: {scan.later_run}"
+    exited = job.exited_at if job is not None else None
+    at = word.complete_at
+    if (
+        word.complete_line is not None
+        and exited is not None
+        and at is not None
+        and at > exited + _WRITTEN_BY_TICK
+    ):
+        return (
+            f"the completion line {word.complete_line.strip()[:120]!r} was written after the"
+            " launched job's recorded exit"
+        )
+    return None
+
+
 def _log_says(
-    scan: _LogScan, complete_line: str | None, still_writing: bool, memory: LogMemory, age: float
+    scan: _LogScan,
+    complete_line: str | None,
+    still_writing: bool,
+    memory: LogMemory,
+    age: float,
+    word: _Word | None = None,
 ) -> tuple[Says, str]:
     if scan.error_line is not None:
         return Says.FAILED, f"error line: {scan.error_line.strip()[:200]}"
@@ -605,11 +924,26 @@ def _log_says(
             f"completion line seen ({complete_line.strip()[:120]}), but the log is still being"
             " written after it",
         )
+    if complete_line is not None and word is not None and word.unattributed and scan.followed_by is not None:
+        return (
+            Says.UNKNOWN,
+            f"a completion line ({complete_line.strip()[:120]}) is followed by other text"
+            f" ({scan.followed_by[:120]!r}) that no process known to have written the completion"
+            " line can have written: a completion line counts only as its run's last word, and"
+            " whether a later run wrote that text cannot be told. Watch the job from before it"
+            " ends, launch it through crosscheck (its exit is then recorded), or have it write"
+            " its completion line last",
+        )
     if complete_line is not None:
         return Says.DONE, f"completion line: {complete_line.strip()[:200]}"
     if scan.earlier_complete is not None and memory.before_uncertain:
         if memory.bound_by == "watch":
             why = "no run start is known"
+        elif memory.clock_ahead:
+            why = (
+                "the log's file times are ahead of the host's clock (a file server with a clock of"
+                " its own), so they do not tell when it was written"
+            )
         elif memory.last_write_unclear:
             why = "the log was last written too near the run's start to tell which run wrote it"
         else:
@@ -620,7 +954,13 @@ def _log_says(
             f" earlier run's: {why}. Give the run's start (--since TIME|DURATION), watch from"
             " before the job ends, or launch the job through crosscheck (a launch section)",
         )
-    earlier = " (the completion line in it is an earlier run's)" if scan.earlier_complete else ""
+    if word is not None and word.later_pid is not None:
+        earlier = (
+            f" (the completion line in it is an earlier run's: pid {word.later_pid} of this run began"
+            " after it was written)"
+        )
+    else:
+        earlier = " (the completion line in it is an earlier run's)" if scan.earlier_complete else ""
     return (
         Says.WORKING,
         f"no completion line from this run yet{earlier}; last: {scan.last_line[:160]!r}, {age:.0f}s ago",
@@ -638,6 +978,8 @@ class _LogScan(NamedTuple):
     progress: dict[str, object] | None
     last_line: str
     partial: bool
+    followed_by: str | None = None
+    later_run: str | None = None  # a completion line of this run's bytes, then a later run's progress
 
 
 def _scan_log(
@@ -647,6 +989,13 @@ def _scan_log(
 
     ``resumed``: the tail begins where the last scan's left off (see ``resume_at``): what it
     holds no line of (progress, a last line with text) is the last scan's.
+
+    A completion line counts only as the last word of its run. After it, whitespace is
+    evidence of nothing; an error line fails the run; a progress line (of the stage's
+    ``progress`` pattern) is a later run's, so the completion line is an earlier run's; any
+    other text is a later run's or this one's post-processing output: with a progress pattern
+    it is taken as output (a later run would print progress), without one it cannot be told
+    (``followed_by``).
     """
     tail_start = st.size - len(tail)
     run_from = memory.run_from or 0
@@ -657,41 +1006,66 @@ def _scan_log(
     partial = bool(last_raw)
     complete_rx = compile_user_regex(spec.complete)
     error_rx = compile_user_regex(spec.error) if spec.error else None
+    progress_rx = compile_user_regex(spec.progress) if spec.progress else None
     complete_line, complete_end = memory.complete_line, memory.complete_end
-    error_line = memory.error_line
+    error_line, followed_by = memory.error_line, memory.followed_by
     earlier, earlier_end = memory.earlier_complete, None
+    later_run: str | None = None
     offset = tail_start
-    last_content_end = None
     # One C-speed search over the whole tail (\r as line breaks, MULTILINE) tells whether any
     # line can match; only then is the tail split into lines and each examined (else only the
     # last, partial one is looked at). A per-line match implies a whole-text match for every
-    # pattern but those anchored with \A or \Z.
-    may = _may_match(spec.complete, flat) or _may_match(spec.error, flat)
+    # pattern but those anchored with \A or \Z. Once this run has a completion line, every
+    # line after it is looked at: what follows it decides whose it is.
+    may = complete_line is not None or _may_match(spec.complete, flat) or _may_match(spec.error, flat)
     raw_lines = tail.split(b"\n") if may else [last_raw]
-    for i, raw in enumerate(raw_lines[:-1]):
-        end = offset + len(raw) + 1
+    last = len(raw_lines) - 1
+    for i, raw in enumerate(raw_lines):
+        whole = i < last  # ends with a newline (the last piece is the partial line, or b"")
+        end = offset + len(raw) + 1 if whole else st.size
         offset = end
         if i == 0 and tail_start > 0:
             continue  # the first line of a tail that starts mid-file is partial
-        if raw.strip():
-            last_content_end = end
+        if not raw.strip():
+            continue  # whitespace is evidence of nothing
         line = raw.decode("utf-8", "replace")
         clean = line.rstrip("\r")
         # The marker is the last \r-segment of a line: "...\rExtraction complete\n".
         segment = clean.rsplit("\r", 1)[-1]
-        if end <= run_from:
+        # Where that segment begins in the file: a completion line whose text was there
+        # before this run's first byte is an earlier run's, even when this run's first byte
+        # is the newline that ends it (a line cut before its newline, ended by the next run).
+        stripped = raw.rstrip(b"\r")
+        begun_before = end - len(raw) - (1 if whole else 0) + stripped.rfind(b"\r") + 1 < run_from
+        if end <= run_from or (begun_before and whole and complete_rx.search(segment)):
             # Ended before this run's first byte: a completion line is noted, never counted.
-            if complete_rx.search(segment):
+            if whole and complete_rx.search(segment):
                 earlier, earlier_end = segment, end
+            elif earlier_end is not None:
+                earlier_end = -1  # text after it: it is not the last line
             continue
-        if complete_rx.search(segment):
+        if whole and complete_rx.search(segment):
             complete_line, complete_end = segment, end
-            error_line = None  # errors before the completion line were survived
-        elif error_rx and error_rx.search(clean):
+            error_line, followed_by = None, None  # errors before the completion line were survived
+        elif whole and error_rx and error_rx.search(clean):
             error_line = clean
-    if raw_lines[-1].strip():
-        last_content_end = st.size
-    earlier_is_last = earlier_end is not None and earlier_end == last_content_end
+        elif complete_line is not None and (complete_end is None or end > complete_end):
+            if progress_rx is not None and any(
+                progress_rx.named_groups(part.strip()) is not None for part in clean.split("\r")
+            ):
+                # Progress after the completion line: a later run began. The line is an
+                # earlier run's.
+                later_run = later_run or f"{complete_line.strip()[:120]!r}, then {clean.strip()[:120]!r}"
+                earlier, earlier_end = complete_line, complete_end
+                complete_line, complete_end, followed_by = None, None, None
+            elif followed_by is None:
+                # Whose it is is the job's question (see _whose): the process that wrote the
+                # completion line, still at work, or a later run.
+                followed_by = clean.strip()[:200]
+        if earlier_end is not None and end > earlier_end:
+            earlier_end = -1
+    # Nothing after the earlier line, not even whitespace: its newline is the file's last byte.
+    earlier_is_last = earlier_end is not None and earlier_end == st.size
     trimmed = flat.rstrip()
     last_line = trimmed[trimmed.rfind("\n") + 1 :].strip()[:300]
     progress = _progress_of(spec, flat)
@@ -708,6 +1082,8 @@ def _scan_log(
         progress,
         last_line,
         partial,
+        followed_by,
+        later_run,
     )
 
 
@@ -723,6 +1099,7 @@ def _remembered_scan(memory: LogMemory) -> _LogScan:
         dict(memory.progress) if memory.progress is not None else None,
         memory.last_line,
         memory.partial,
+        memory.followed_by,
     )
 
 
@@ -799,7 +1176,13 @@ def _num(value: str) -> object:
 def _read(
     spec: LogSpec, sections: Mapping[str, bytes], memory: LogMemory, facts: CheckFacts
 ) -> tuple[Reading, LogMemory, CheckFacts]:
-    reading, new_memory = read_log(spec, sections, facts.meta, memory, host=facts.host, run=facts.run)
+    reading, new_memory = read_log(
+        spec, sections, facts.meta, memory, host=facts.host, run=facts.run, job=facts.job
+    )
+    if reading.says is Says.DONE and new_memory.complete_end is not None:
+        # Alive now or at the last check: outputs written in between may be its own.
+        alive = facts.job is not None and bool(facts.job.live or facts.job.previous)
+        facts = facts._replace(last_word=LastWord(new_memory.complete_end, alive))
     return reading, new_memory, facts
 
 

@@ -1,10 +1,13 @@
 """The outputs signal: how many outputs exist against the expected number, and whether they
 stopped changing.
 
-A directory's entries (an unsorted ``ls -f`` filtered by the glob; temp names and dotfiles
+A directory's entries (``find -name``: the pattern and the exclusions mean what they mean to
+fnmatch(3), for the count and the in-place-write check alike; temp names and dotfiles
 excluded; a newline in a name counts once) or the records of a JSONL file (its newlines,
-counted incrementally). Outputs may predate the run (resumable jobs skip what exists), so
-the count stays a count: what ties them to the run is said by ``written_this_run``.
+counted incrementally). Every tool's answer is checked: one that fails (a BusyBox without an
+option, a read cut short) makes the reading ``unknown`` with its error, never a count of 0.
+Outputs may predate the run (resumable jobs skip what exists), so the count stays a count:
+what ties them to the run is said by ``written_this_run``.
 """
 
 from __future__ import annotations
@@ -20,18 +23,22 @@ from pydantic import Field, field_validator, model_validator
 
 from sensors._model import Reading, Says
 from sensors._probe import (
+    FILE_CLOCK_TOLERANCE,
+    LOCAL_FILE_SYSTEMS,
     Meta,
+    fstype_request,
     helper,
+    own_clock,
     regular_file_type,
-    settled,
     shareable,
     shared_stats,
     stat_request,
+    trusted_stamp,
     unchanged,
 )
 from sensors._run import FINGERPRINT_BYTES
 from sensors._schema import AbsPath, Section
-from sensors._signals.base import CheckFacts, ProbeInputs, Reread, Signal, evolve
+from sensors._signals.base import CheckFacts, LastWord, ProbeInputs, Reread, Signal, evolve
 
 DEFAULT_EXCLUDES = (".*", "*.tmp", "*.part", "*.partial", "*.swp", "*~")
 MAX_EXCLUDES = 64
@@ -52,7 +59,7 @@ class OutputsSpec(Section):
     pattern: str = "*"
     exclude: tuple[str, ...] = DEFAULT_EXCLUDES
     lines: AbsPath | None = Field(None, description="file whose newline-terminated records count")
-    expected: int = Field(gt=0)
+    expected: int = Field(gt=0, le=2**53)  # exact in JSON and in a float
 
     @field_validator("pattern")
     @classmethod
@@ -64,8 +71,8 @@ class OutputsSpec(Section):
     @field_validator("exclude")
     @classmethod
     def _exclude(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        # Each glob reaches the probe's grep -E and find -name: a newline would split the
-        # grep pattern and an empty alternative excludes every name (the count silently 0).
+        # Each glob reaches the probe's find -name: one name each (an empty one, or one with a
+        # '/', matches no name at all).
         if len(value) > MAX_EXCLUDES:
             raise ValueError(f"at most {MAX_EXCLUDES} exclude patterns")
         for glob in value:
@@ -78,47 +85,6 @@ class OutputsSpec(Section):
         if (self.files is None) == (self.lines is None):
             raise ValueError("give exactly one of files or lines")
         return self
-
-
-@functools.lru_cache(maxsize=1024)  # the same few patterns at every check of every stage
-def glob_to_ere(pattern: str) -> str:
-    """An anchored POSIX ERE matching the names that ``fnmatch``-style ``pattern`` matches.
-
-    Example:
-        >>> glob_to_ere("sample_*.pt")
-        '^sample_.*[.]pt$'
-    """
-    out = ["^"]
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        i += 1
-        if c == "*":
-            out.append(".*")
-        elif c == "?":
-            out.append(".")
-        elif c == "[":
-            j = i
-            if j < n and pattern[j] in "!^":
-                j += 1
-            if j < n and pattern[j] == "]":
-                j += 1
-            while j < n and pattern[j] != "]":
-                j += 1
-            if j >= n:  # no closing bracket: a literal '['
-                out.append("[[]")
-            else:
-                body = pattern[i:j]
-                i = j + 1
-                if body[:1] in ("!", "^"):
-                    body = "^" + body[1:]
-                out.append("[" + body.replace("\\", "\\\\") + "]")
-        elif c.isalnum() or c in "_-,:;@%/=~<>'\"\t #&":
-            out.append(c)
-        else:
-            out.append("[" + c + "]" if c not in "^\\" else "\\" + c)
-    out.append("$")
-    return "".join(out)
 
 
 @dataclass(frozen=True)
@@ -134,12 +100,22 @@ class OutputsMemory:
     # The directory's (or JSONL file's) stamp in the shared stat just before ``count`` was
     # read (None: not to be trusted to change with the next write, see sensors._probe).
     stamp: str | None = None
+    # The path's line in the shared stat at the last reading (inode, size, birth, mtime and
+    # ctime to the nanosecond): a file replaced, or rewritten with the same bytes, differs
+    # from it though its count does not (compared for equality only: no clock is read in it).
+    ident: str | None = None
+    # Where this run's completion line ended in the log at the last reading (None: none), and
+    # the end of one found not to be its run's last word: outputs were written after this
+    # watch had found it, with no process of the job alive to have written them.
+    line_end: int | None = None
+    after_line: int | None = None
 
 
 class OutputsEvidence(TypedDict, total=False):
     """The outputs reading's evidence (the JSON the CLI prints, key for key)."""
 
     path: str | None
+    absent: bool  # the directory (or file) is not there (an unknown reading)
     expected: int
     pattern: str
     count: int | None
@@ -149,6 +125,7 @@ class OutputsEvidence(TypedDict, total=False):
     size: int
     rewritten: bool  # a JSONL file rewritten in place: counted again from the start
     written_this_run: bool  # an output written while this run went on
+    written_after_complete_line: bool  # outputs written after the log's completion line was found
 
 
 # --------------------------------------------------------------------------- probe snippet
@@ -165,25 +142,31 @@ def snippet(spec: OutputsSpec, memory: OutputsMemory, probe: ProbeInputs) -> lis
     """
     path = spec.files or spec.lines or ""
     shared = not memory.at_expected and shareable(path)
+    head: list[str] = []
     if spec.lines:
         lines = _lines_section(spec.lines, memory)
+        if probe.outputs_tie and not memory.written_this_run:
+            # Whether the file's mtime can date a record into the run (see _count_lines).
+            lines += ["sec lines_fs", fstype_request(shlex.quote(spec.lines))]
     else:
         d, count, names = _count_words(spec.files, spec.pattern, tuple(spec.exclude))
-        lines = ["sec outputs", *count]
-        since = _in_place_since(memory, probe)
-        if since is not None:
-            # Same count is not enough: a file written in place (no temp name) changes while
-            # the count stands still. One entry modified since the last check suffices.
-            lines += _newer_entry("outputs_recent", d, names, since)
-        run_since = _run_tie_since(memory, probe)
-        if run_since is not None:
-            # What ties outputs to the run when no log or process can: one entry written
-            # since the run began.
-            lines += _newer_entry("outputs_run", d, names, run_since)
-        shared = shared and since is None and run_since is None
-    head = [] if spec.lines else [_COUNT_FILES]  # the helper the count calls, defined once
+        # Same count is not enough: a file written in place (no temp name) changes while the
+        # count stands still (since: one entry modified since the last check suffices). And
+        # what ties outputs to the run when no log or process can: one entry written since the
+        # run began (run_since). Either way every entry is stated: the count comes from the
+        # same pass, the one matcher for all three.
+        since, run_since = _in_place_since(memory, probe), _run_tie_since(memory, probe)
+        if since is None and run_since is None:
+            lines = ["sec outputs", *count]
+            head = [_COUNT_FILES]
+        else:
+            lines = _scan(d, names, since, run_since)
+            head = [_TIMES, _SCAN]  # the helpers it calls, defined once per probe
+            shared = False
     if not shared:
-        return [*head, *lines]
+        # The path's stamp all the same: outputs replaced or rewritten since the last check
+        # (the same count, even the same bytes) are seen by it (``OutputsMemory.ident``).
+        return [*head, stat_request(path), *lines] if shareable(path) else [*head, *lines]
     if memory.stamp is None or memory.count is None:
         return [*head, stat_request(path), *lines]
     return [*head, *_unless_unchanged(path, memory.stamp, tuple(lines))]
@@ -202,16 +185,82 @@ def _unless_unchanged(path: str, stamp: str, lines: tuple[str, ...]) -> tuple[st
 
 
 # The count, the same for every directory: a sh function the probe defines once, called with
-# the stage's quoted directory, the excluded names' and the pattern's EREs.
+# the stage's quoted directory and its name tests (``-name PATTERN ! -name EXCLUDED ...``).
+# find's -name is fnmatch(3): what docs/signals.md says ``pattern`` means, and the very test the
+# in-place-write check (``__cc_scan``) applies, so the two cannot disagree on a name. Each
+# entry ends with a NUL, which no name holds: a newline in a name counts once. What is
+# shared with BusyBox only (no ``ls -f``, no ``-printf``, no ``-newermt`` there).
 _COUNT_FILES = helper(
     "__cc_count",
     [
         'if [ -d "$1" ] && [ -r "$1" ] && [ -x "$1" ]; then',
-        # `ls -f` (unsorted, no stat per entry) is ~3x faster than `find -name` on 100k
-        # entries; -q turns control characters (a newline in a name) into '?', so each entry
-        # is exactly one line. The glob is translated to an anchored ERE (_count_words).
-        '  ls -f -q -- "$1" 2>/dev/null | grep -v -E "$2" | grep -c -E "$3"',
+        "  __d=$1; shift",
+        # The count comes straight out (fd 4); find's errors and exit status come back
+        # beside it (fd 3, captured): a find that fails is not a count of 0.
+        '  { __e=$( { { find "$__d" -mindepth 1 -maxdepth 1 "$@" -print0 2>&3; echo "status $?" >&3; }'
+        " | tr -cd '\\000' | wc -c >&4; } 3>&1 ); } 4>&1",
+        "  printf '%s\\n' \"$__e\" | head -c 1024",
         'elif [ -e "$1" ]; then echo unreadable; else echo missing; fi',
+    ],
+)
+
+# Each matching entry's mtime and inode, a line each: ``__cc_times DIR NAME-TESTS``. The same
+# facts by either tool: GNU find's -printf (no process per batch of entries: as fast as the
+# ``find -newermt`` it replaces), or, where find has no -printf (BusyBox), stat -c.
+_TIMES = helper(
+    "__cc_times",
+    [
+        "__t=$1; shift",
+        "if find \"$__t\" -maxdepth 0 -printf '' 2>/dev/null; then",
+        '  find "$__t" -mindepth 1 -maxdepth 1 "$@" -printf \'%T@ %i\\n\'',
+        "else",
+        '  find "$__t" -mindepth 1 -maxdepth 1 "$@" -exec stat -c \'%.9Y %i\' -- {} +',
+        "fi",
+    ],
+)
+
+# The count with every entry's mtime, in one pass: ``__cc_scan DIR RECENT RUN UNTIL NAME-TESTS``
+# prints the ``outputs`` section as ``__cc_count`` does, then, each one asked (a time, not
+# ``-``), ``outputs_recent``: an entry modified after RECENT, and ``outputs_run``: one written
+# after RUN and not after UNTIL; each ``ok`` and the entry's name (``ok`` alone: none), or
+# ``failed`` and why. Each matching entry's mtime and inode (``__cc_times``: no name, which
+# could hold a newline, passes the pipe), its mtime as exactly as the tool gives it (BusyBox's
+# stat: whole seconds). "Modified after": a time in whole seconds may stand for any moment of its
+# second (a write is never missed); "written after": by its time as given (a write is never
+# dated later than it was).
+_SCAN = helper(
+    "__cc_scan",
+    [
+        "__d=$1 __rc=$2 __rn=$3 __u=$4; shift 4",
+        'if [ -d "$__d" ] && [ -r "$__d" ] && [ -x "$__d" ]; then',
+        '  __r=$( { __cc_times "$__d" "$@" 2>/dev/null; echo "status $?"; }'
+        ' | awk -v r="$__rc" -v s="$__rn" -v u="$__u" \''
+        '$1 == "status" && NF == 2 { st = $2; next } '
+        "NF == 2 && $1 ~ /^[0-9]+([.][0-9]+)?$/ && $2 ~ /^[0-9]+$/ { n++; t = $1 + 0; hi = t; "
+        "if ($1 !~ /[.][0-9]*[1-9]/) hi = t + 1; "
+        'if (r != "-" && hi > r + 0 && fr == "") fr = $2; '
+        'if (s != "-" && t > s + 0 && t <= u + 0 && fs == "") fs = $2; next } '
+        "{ bad = 1 } "
+        'END { if (st == "") st = "none"; if (bad) st = "garbled";'
+        ' print st, n + 0, (fr == "" ? "-" : fr), (fs == "" ? "-" : fs) }\')',
+        # find's status (or garbled), the count, the entries found (inodes, or -).
+        "  __st=${__r%% *}; __r=${__r#* }; __n=${__r%% *}; __r=${__r#* }; __fr=${__r%% *}; __fs=${__r#* }",
+        "  __e=",
+        # Why it failed, once more with the error text (only when it did).
+        '  [ "$__st" = 0 ] || __e=$(__cc_times "$__d" "$@" 2>&1 >/dev/null | head -c 300)',
+        "  sec outputs",
+        '  printf \'%s\\nstatus %s\\n%s\\n\' "$__n" "$__st" "$__e"',
+        '  for __w in "recent $__rc $__fr" "run $__rn $__fs"; do',
+        "    set -f; set -- $__w; set +f",
+        '    [ "$2" = - ] && continue',
+        "    sec outputs_$1",
+        '    if [ "$3" != - ] && isnum "$3"; then',
+        '      __f=$(find "$__d" -mindepth 1 -maxdepth 1 -inum "$3" -print 2>/dev/null | head -c 4000)',
+        "      printf 'ok%s\\n' \"${__f:-?}\"",
+        '    elif [ "$__st" = 0 ]; then echo ok;',
+        '    else printf \'failed (find exited %s): %s\\n\' "$__st" "$__e"; fi',
+        "  done",
+        'elif [ -e "$__d" ]; then sec outputs; echo unreadable; else sec outputs; echo missing; fi',
     ],
 )
 
@@ -222,10 +271,36 @@ def _count_words(files: str, pattern: str, exclude: tuple[str, ...]) -> tuple[st
     check): the quoted directory, the count's lines, the ``find`` name tests."""
     q = shlex.quote
     d = q(files)
-    excludes = "|".join(["^[.][.]?$", *(f"({glob_to_ere(p)})" for p in exclude)])
-    count = (f"__cc_count {d} {q(excludes)} {q(glob_to_ere(pattern))}",)
-    names = f"-name {q(pattern)} " + " ".join(f"! -name {q(p)}" for p in exclude)
-    return d, count, names
+    tests = [f"-name {q(pattern)}", *(f"! -name {q(x)}" for x in exclude if not _disjoint(pattern, x))]
+    names = " ".join(tests)
+    return d, (f"__cc_count {d} {names}",), names
+
+
+#: What may stand for other characters in a glob (``]`` too: scanning from the end, it may
+#: close a bracket expression; taking a literal one for a wildcard only shortens the ends).
+_GLOB_META = frozenset("*?[]\\")
+
+
+def _literal_ends(glob: str) -> tuple[str, str]:
+    """The literal text every name a glob matches begins with, and ends with."""
+    first = next((k for k, c in enumerate(glob) if c in _GLOB_META), len(glob))
+    last = next((k for k in range(len(glob) - 1, -1, -1) if glob[k] in _GLOB_META), -1)
+    return glob[:first], glob[last + 1 :]
+
+
+def _disjoint(pattern: str, exclude: str) -> bool:
+    """Whether no name can match both globs: their literal beginnings (or ends) differ.
+
+    An exclusion no output name can match (``*.tmp`` beside ``*.pt``) is a test find would
+    run on every entry for nothing: left out, the count is the same. Only what the literal
+    ends prove is claimed.
+
+    Example:
+        >>> _disjoint("*.pt", "*.tmp"), _disjoint("*.pt", ".*"), _disjoint("sample_*", ".*")
+        (True, False, True)
+    """
+    (p1, s1), (p2, s2) = _literal_ends(pattern), _literal_ends(exclude)
+    return not (p1.startswith(p2) or p2.startswith(p1)) or not (s1.endswith(s2) or s2.endswith(s1))
 
 
 def _in_place_since(memory: OutputsMemory, probe: ProbeInputs) -> float | None:
@@ -271,7 +346,9 @@ def _lines_section(path: str, memory: OutputsMemory) -> list[str]:
         f"  set -f; set -- $(stat -L -c '%i %s %Y' -- {f} 2>/dev/null); set +f",
         '  if isnum "$1" && isnum "$2"; then',
         f"  base=0; if {same}; then base={prev_size}; fi",
-        f"  c=$(tail -c +$((base + 1)) -- {f} 2>/dev/null | head -c $(($2 - base)) | wc -l)",
+        # Newlines and bytes: a read that came short (a tool that failed, a file cut
+        # meanwhile) is seen as such, never a count of what it did not read.
+        f"  c=$(tail -c +$((base + 1)) -- {f} 2>/dev/null | head -c $(($2 - base)) | wc -l -c)",
         f"  fp=$(tail -c +$(($2 > {n} ? $2 - {n} + 1 : 1)) -- {f} 2>/dev/null"
         f" | head -c $(($2 > {n} ? {n} : $2)) | od -An -v -tx1 | tr -d ' \\n')",
         '  echo "$1 $2 $3 $base $c ${fp:-none}"',
@@ -280,37 +357,38 @@ def _lines_section(path: str, memory: OutputsMemory) -> list[str]:
     ]
 
 
-def _newer_entry(section: str, d: str, names: str, since: float) -> list[str]:
-    """sh: the first entry of ``d`` modified after ``since`` (``ok`` + name; ``ok`` alone: none)."""
+def _scan(d: str, names: str, since: float | None, run_since: float | None) -> list[str]:
+    """sh: the count and, each asked, an entry modified after ``since`` (the last check) and
+    one written after ``run_since`` (the run's start) and not after the host's clock (a
+    second of slack): an mtime in the future (a file server with a clock of its own) says
+    nothing of when it was written."""
+    recent = "-" if since is None else f"{since:.6f}"
+    if run_since is None:
+        return [f"__cc_scan {d} {recent} - - {names}"]
+    # On a file system whose times come from another clock (NFS, FUSE, ...), newer than the
+    # start by the tolerance: a server's clock a little ahead must not date an earlier run's
+    # output into this run.
+    locals_ = "|".join(sorted(LOCAL_FILE_SYSTEMS))
     return [
-        f"sec {section}",
-        f"if r=$(find {d} -mindepth 1 -maxdepth 1 {names} "
-        f"-newermt @{since:.6f} -print -quit 2>/dev/null); "
-        "then printf 'ok%s\\n' \"$r\" | head -c 4096; else echo failed; fi",
+        f'case "$({fstype_request(d)})" in {locals_}) __s={run_since:.6f} ;;'
+        f" *) __s={run_since + FILE_CLOCK_TOLERANCE:.6f} ;; esac",
+        f'__cc_scan {d} {recent} "$__s" "$(($(date +%s) + 1))" {names}',
     ]
 
 
 # --------------------------------------------------------------------------- reading
 
 
-def _recently_modified(raw: bytes | None, evidence: dict[str, object]) -> str | None:
-    """What the probe's in-place-write check found: a file modified since the last check."""
+def _newer_answer(raw: bytes | None, what: str) -> str | tuple[str] | None:
+    """What one of the probe's ``__cc_scan`` checks found: the entry's name (``""``: none),
+    None when not asked, or ``(why,)`` when it could not tell."""
     if raw is None:
-        return None  # not asked this time (the count is not yet at the expected number)
-    text = raw.decode("utf-8", "replace")
-    if not text.startswith("ok"):
-        # No GNU find (-newermt) on the host: the count alone decides, and the evidence says so.
-        evidence["in_place_writes"] = "not checked: find -newermt unavailable on the host"
         return None
-    name = text[2:].strip()
-    evidence["in_place_writes"] = name or None
-    return f"{name.rsplit('/', 1)[-1]} was modified since the last check" if name else None
-
-
-def _written_since_run(raw: bytes | None) -> bool:
-    """Whether the probe found an output modified since the run began."""
-    text = (raw or b"").decode("utf-8", "replace")
-    return text.startswith("ok") and bool(text[2:].strip())
+    text = raw.decode("utf-8", "replace")
+    if text.startswith("ok"):
+        return text[2:].strip()
+    why = " ".join(text.split())[:300] or "no answer"
+    return (f"{what} could not be read: {why}",)
 
 
 class _Count(NamedTuple):
@@ -320,6 +398,7 @@ class _Count(NamedTuple):
     changed: str | None  # why an unchanged count is not yet done
     written: bool  # an output was seen written since the run began
     memory: OutputsMemory
+    replaced: bool = False  # a JSONL file counted again from its start (replaced, rewritten)
 
 
 def _count_files(
@@ -336,23 +415,44 @@ def _count_files(
     raw = sections.get("outputs")
     if raw is None:
         return "the probe's outputs section is missing"
-    text = raw.decode("utf-8", "replace").strip()
-    if text in ("missing", "unreadable"):
-        return f"output directory {text}: {spec.files}"
-    try:
-        count = int(text)
-    except ValueError:
-        return f"output count unreadable: {text[:100]!r}"
+    count = _found_count(raw.decode("utf-8", "replace"), spec.files)
+    if isinstance(count, str):
+        return count
     evidence["pattern"] = spec.pattern
-    changed = _recently_modified(sections.get("outputs_recent"), evidence)  # type: ignore[arg-type]
-    written = _written_since_run(sections.get("outputs_run"))
+    recent = _newer_answer(sections.get("outputs_recent"), "the files modified since the last check")
+    run = _newer_answer(sections.get("outputs_run"), "the files written during the run")
+    for answer in (recent, run):
+        if isinstance(answer, tuple):
+            return answer[0]  # a check that could not tell is no "none modified"
+    changed = None
+    if recent is not None:
+        evidence["in_place_writes"] = recent or None
+        if recent:
+            changed = f"{recent.rsplit('/', 1)[-1]} was modified since the last check"
+    written = bool(run)
     return _Count(count, changed, written, OutputsMemory(count=count, checked_at=meta.now, stamp=stamp))
 
 
+def _found_count(text: str, path: str | None) -> int | str:
+    """The count ``__cc_count`` (or ``__cc_scan``) printed, or why there is none: only a find
+    that ended with status 0 counted every entry (a BusyBox without an option, an unreadable
+    directory: its error, never 0)."""
+    lines = [line.strip() for line in text.strip().splitlines()]
+    if lines in (["missing"], ["unreadable"]):
+        return f"output directory {lines[0]}: {path}"
+    statuses = [line.split()[1:] for line in lines[1:] if line.split()[:1] == ["status"]]
+    if not lines or not lines[0].isdigit() or len(statuses) != 1 or len(statuses[0]) != 1:
+        return f"output count unreadable: {text.strip()[:200]!r}"
+    if statuses[0] != ["0"]:
+        why = " ".join(" ".join(line for line in lines[1:] if not line.startswith("status ")).split())
+        return f"output count failed (find exited {statuses[0][0]}): {why[:300] or 'no message'}"
+    return int(lines[0])
+
+
 def _stamp(path: str | None, sections: Mapping[str, bytes], meta: Meta) -> str | None:
-    """The path's line in the shared stat, read before the count, when it can be trusted."""
-    stamp = shared_stats(sections.get("stats")).get(path or "")
-    return stamp if stamp is not None and settled(stamp, meta.now) else None
+    """The path's line in the shared stat, read before the count, when it can be trusted to
+    move with the next change (see ``sensors._probe.trusted_stamp``)."""
+    return trusted_stamp(path, sections, meta.now)
 
 
 def _same(
@@ -397,10 +497,16 @@ def _count_lines(
     if text.startswith("notregular"):
         return f"output file is not a regular file: {text[11:].strip()} ({spec.lines})"
     try:
-        ino_s, size_s, mtime_s, base_s, n_s, tail_hex = text.split()
+        ino_s, size_s, mtime_s, base_s, n_s, read_s, tail_hex = text.split()
         inode, size, mtime, base, n = int(ino_s), int(size_s), int(mtime_s), int(base_s), int(n_s)
+        read = int(read_s)
     except ValueError:
         return f"record count unreadable: {text[:100]!r}"
+    if read != size - base:
+        # A tool that failed, or a file cut while it was read: not a count of what was not read.
+        return f"record count unreadable: read {read} of {size - base} bytes ({spec.lines})"
+    if size > 0 and tail_hex == "none":
+        return f"record count unreadable: the file's last bytes could not be read ({spec.lines})"
     if base == 0 and memory.lines_size > 0 and memory.lines_inode == inode and size >= memory.lines_size:
         # Same inode, not shorter, but the bytes before the last end changed: rewritten in
         # place (truncated and regrown past its old size). Counted again from the start.
@@ -422,7 +528,15 @@ def _count_lines(
         checked_at=meta.now,
         stamp=stamp,
     )
-    return _Count(count, changed, run_since is not None and mtime >= run_since, new_memory)
+    # Written during the run: after its start, and not in the host's future (file times come
+    # from whoever wrote the file: a file server's clock may be ahead; on such a file system,
+    # after the start by the tolerance too).
+    latest = (meta.now_end or meta.now or 0.0) + FILE_CLOCK_TOLERANCE
+    earliest = None if run_since is None else run_since
+    if earliest is not None and "lines_fs" in sections and not own_clock(sections.get("lines_fs")):
+        earliest += FILE_CLOCK_TOLERANCE
+    replaced = base == 0 and memory.lines_size > 0
+    return _Count(count, changed, earliest is not None and earliest <= mtime <= latest, new_memory, replaced)
 
 
 def read_outputs(
@@ -433,6 +547,7 @@ def read_outputs(
     *,
     host: str,
     run_since: float | None = None,
+    last_word: LastWord | None = None,
 ) -> tuple[Reading, OutputsMemory]:
     """Read the outputs signal: the count against the expected number, and stability.
 
@@ -449,18 +564,42 @@ def read_outputs(
         else _count_lines(spec, sections, meta, memory, evidence, run_since)
     )
     if isinstance(got, str):
-        unknown = {"path": where, "count": None, "expected": spec.expected}
+        unknown: dict[str, object] = {"path": where, "count": None, "expected": spec.expected}
+        if got.startswith(("output directory missing", "output file missing")):
+            unknown["absent"] = True  # not there (yet): its appearing is the job's first sign
         return Reading("outputs", Says.UNKNOWN, got, unknown, meta.now, host), memory
     count, expected = got.count, spec.expected
     first = memory.first_count if memory.first_count is not None else count
     written = memory.written_this_run or got.written or count != first
+    ident = shared_stats(sections.get("stats")).get(where or "") if where else None
+    after_line = _after_line(memory, got, ident, expected, last_word)
     new_memory = evolve(
         got.memory,
         checked_at=meta.now,
         first_count=first,
         written_this_run=written,
         at_expected=count >= expected,
+        ident=ident if ident is not None else memory.ident,
+        line_end=None if last_word is None else last_word.end,
+        after_line=after_line,
     )
+    if last_word is not None and after_line == last_word.end:
+        evidence["count"] = count
+        evidence["previous_count"] = memory.count
+        evidence["written_this_run"] = written
+        evidence["written_after_complete_line"] = True
+        return Reading(
+            "outputs",
+            Says.UNKNOWN,
+            f"{count}/{expected} outputs, but they were written after the log's completion line was"
+            " found, and no process of the job was alive to have written them: the completion line"
+            " is not its run's last word (a later run at work?), and whose outputs these are cannot"
+            " be told. Watch the job with a process section that finds it, launch it through"
+            " crosscheck, or have it write its completion line last",
+            evidence,
+            meta.now,
+            host,
+        ), new_memory
     # A directory as the last count left it (the shared stat found its stamp): the reading is
     # a function of this key alone (no entry listed, nothing changed in place), built once.
     unchanged = got.memory is memory and spec.files is not None
@@ -486,6 +625,41 @@ def read_outputs(
     return reading, new_memory
 
 
+def _after_line(
+    memory: OutputsMemory,
+    got: _Count,
+    ident: str | None,
+    expected: int,
+    last_word: LastWord | None,
+) -> int | None:
+    """The end of the completion line outputs were written after (sticky), or None.
+
+    Outputs written after this watch found the run's completion line, while no process of the
+    job is alive to have written them (post-processing is its own work), make that line not
+    its run's last word: a later run (one the process signal cannot see, or a stage without
+    one) may be at work. "After" is by this watch's own checks: the last reading was made with
+    the line already in the log, and this one finds the outputs changed (the count, a file
+    replaced or rewritten — the same bytes included —, the path's stat): no file time, which
+    may come from another clock, is read (a directory's entry "modified since the last check"
+    is: it keeps a count at the expected number from settling, no more). Outputs still
+    landing (a count short of the expected number that only grew, the same file appended to)
+    are the run's own, late: not so.
+    """
+    if last_word is None or last_word.job_alive or memory.line_end != last_word.end:
+        return memory.after_line
+    count, before = got.count, memory.count
+    wrote = (
+        (before is not None and count != before)
+        or (got.changed is not None and memory.lines_inode is not None)  # a JSONL file's stat
+        or got.replaced
+        or (ident is not None and memory.ident is not None and ident != memory.ident)
+    )
+    landing = before is not None and before < expected and count > before and not got.replaced
+    if wrote and not landing:
+        return last_word.end
+    return memory.after_line
+
+
 #: Readings of unchanged directories (see read_outputs), by what they are built from.
 _UNCHANGED = Reread()
 
@@ -497,7 +671,13 @@ def _read(
     spec: OutputsSpec, sections: Mapping[str, bytes], memory: OutputsMemory, facts: CheckFacts
 ) -> tuple[Reading, OutputsMemory, CheckFacts]:
     reading, new_memory = read_outputs(
-        spec, sections, facts.meta, memory, host=facts.host, run_since=facts.run_start
+        spec,
+        sections,
+        facts.meta,
+        memory,
+        host=facts.host,
+        run_since=facts.run_start,
+        last_word=facts.last_word,
     )
     return reading, new_memory, facts
 

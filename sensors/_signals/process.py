@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import bisect
 import functools
+import re
+import shlex
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import NamedTuple, TypedDict
+from dataclasses import dataclass, field, replace
+from typing import Literal, NamedTuple, TypedDict
 
 from pydantic import Field, model_validator
 
@@ -32,7 +34,7 @@ from sensors._probe import Meta, nonce_path
 from sensors._regex import compile_user_regex, required_text, to_utf8
 from sensors._run import Run
 from sensors._schema import Regex, Section
-from sensors._signals.base import CheckFacts, ProbeInputs, Reread, Signal
+from sensors._signals.base import CheckFacts, JobView, ProbeInputs, Reread, Signal
 from sensors._signals.procfs import (
     ALIVE_STATES,
     CMDLINE_CAP,
@@ -62,7 +64,14 @@ class ProcessSpec(Section):
     match: Regex | None = Field(
         None, description="regex searched in the command line (argv joined by spaces)"
     )
-    pid: int | None = Field(None, gt=0, description="the job's PID, instead of match")
+    # pid_t is a 32-bit int: no PID is higher.
+    pid: int | None = Field(None, gt=0, le=2**31 - 1, description="the job's PID, instead of match")
+    scope: Literal["host", "visible"] = Field(
+        "host",
+        description="host: the job may be any process of the host, so a probe that cannot see"
+        " every process (hidepid, a PID namespace of its own) never reads 'no match' as gone;"
+        " visible: the job always runs where the probe sees it (the same user, the same container)",
+    )
 
     @model_validator(mode="after")
     def _one_of(self) -> ProcessSpec:
@@ -81,6 +90,16 @@ class ProcessMemory:
     first_pids: tuple[int, ...] = ()
     last_seen: Mapping[str, object] | None = None  # the job as last seen alive
     job_pids: tuple[int, ...] = ()
+    # The view of the probe that saw it alive (``Meta.view``): only that view's "no match"
+    # is an exit when the probe cannot see every process (None: not known, an older memory).
+    seen_view: str | None = None
+    run_pids: tuple[int, ...] = ()  # this run's live matched PIDs at the last check
+    # A launched run: when this watch first found the launched PID gone (its end, at the
+    # latest, where no exit record tells it), and a later run's process seen since (a match
+    # begun after the launched job ended, not its descendant): the launched run is over and
+    # what is read from now on is that later run's.
+    launched_gone_at: float | None = None
+    superseded_by: int | None = None
 
 
 class ProcessEvidence(TypedDict, total=False):
@@ -103,6 +122,12 @@ class ProcessEvidence(TypedDict, total=False):
     launched: bool  # the PID crosscheck launched for this run
     elapsed_unknown: str
     cut_pids: list[int]
+    hidden: str  # why the probe cannot see every process of the host
+    earlier_runs: list[int]  # live matches that started before this run began
+    exit_status: int | None  # the launched job's, as its launch wrapper recorded it
+    exited_at: float | None
+    exit_record: str  # where the launch wrapper records it, when it has not (yet)
+    exit_record_unreadable: str  # the record is another user's: how the job ended is not known here
 
 
 # --------------------------------------------------------------------------- probe snippet
@@ -112,6 +137,16 @@ def snippet(spec: ProcessSpec, memory: ProcessMemory, probe: ProbeInputs) -> lis
     """Every /proc/PID/stat and command line, framed per record (unless a batch reads them
     once for all its stages: ``probe.table``); the job's /proc/PID/io."""
     lines = list(table_lines(probe.nonce)) if probe.table else []
+    if probe.exit_file:
+        # The launched job's exit status and time, as its launch wrapper wrote them (read only:
+        # the wrapper owns the file).
+        # "unreadable": the record (or the way to it) is another user's, the launcher's: a
+        # watch run as another user cannot tell whether it was written, and says so.
+        lines += [
+            "sec exit",
+            f"if r=$(head -c 256 -- {shlex.quote(probe.exit_file)} 2>&1); then printf '%s\\n' \"$r\";"
+            ' else case $r in *"ermission denied"*) echo unreadable ;; *) echo missing ;; esac; fi',
+        ]
     if memory.job_pids:
         pids = " ".join(str(int(p)) for p in memory.job_pids[:64])
         lines += [
@@ -298,6 +333,7 @@ def _describe(
         age, elapsed_why = elapsed(st, meta)
         entry: dict[str, object] = {
             "pid": pid,
+            "ppid": st.ppid,
             "state": state,
             "threads": st.num_threads,
             "cpu_seconds": _ticks_to_s(st.utime + st.stime, meta),
@@ -428,11 +464,15 @@ def read_process(
     nonce: str,
     exclude_pids: frozenset[int] = frozenset(),
     launched_pid: int | None = None,
+    run: Run | None = None,
 ) -> tuple[Reading, ProcessMemory, frozenset[int]]:
     """Read the process signal. Returns the reading, the memory, and the job's PIDs
     (matched processes and their live descendants) for the GPU attribution.
 
     ``launched_pid``: the PID crosscheck started for this run (its exit is this run's).
+    ``run``: where the watched run begins; a match that started before a start given with
+    ``--since`` (or before the launch) is an earlier run's process: alive, it keeps the
+    stage running; gone, its exit is no evidence of this run's.
     """
     memory = memory or ProcessMemory()
 
@@ -462,8 +502,53 @@ def read_process(
             " whether it is the job cannot be told",
             cut_pids=cut[:16],
         )
-    job = _Job.of(processes, alive_pids, table, sections, meta, started_at)
-    if job is _NO_JOB and not memory.identities and not memory.job_pids and memory.boot_id == meta.boot_id:
+    launched = launched_pid is not None and (spec.pid == launched_pid or launched_pid in found.candidates)
+    seen_here = memory.last_seen is not None and memory.seen_view == meta.view
+    if not alive_pids and meta.hidden and spec.scope == "host" and not seen_here and not launched:
+        # "No match" from a probe that cannot see every process is not "not running": the
+        # job may be at work where this /proc does not show it (issue 21). Seen alive by a
+        # probe with another view (root, the host's PID namespace: memory restored from the
+        # store) is no sign that this one can see it.
+        elsewhere = (
+            " (the job was seen alive by a probe with another view of the host's processes)"
+            if memory.last_seen is not None
+            else ""
+        )
+        return unknown(
+            f"no process matches ({found.how}), but the probe cannot see every process: {meta.hidden}"
+            f"{elsewhere}."
+            " Run the probe as root or as the job's user, in the host's PID namespace, or set"
+            " process.scope: visible if the job always runs where the probe sees it",
+            how=found.how,
+            hidden=meta.hidden,
+            seen_alive=False,
+        )
+    exit_record = _exit_record(sections) if run is not None and run.exit_file else None
+    memory, later = _after_launch(memory, run, launched_pid, exit_record, processes, alive_pids, table, meta)
+    if memory.superseded_by is not None:
+        return (
+            Reading(
+                "process",
+                Says.UNKNOWN,
+                f"the launched run is over and a later run of the job is at work or was (pid"
+                f" {memory.superseded_by}, begun after the launched job (pid {launched_pid}) ended):"
+                " what the log and outputs hold now is that run's, not the launched run's",
+                {"superseded_by_pid": memory.superseded_by, "launched": True, "later_runs": later[:16]},
+                meta.now,
+                host,
+            ),
+            memory,
+            frozenset(),
+        )
+    earlier = _earlier_runs(processes, alive_pids, run, meta.now)
+    job = _Job.of(processes, alive_pids, table, sections, meta, started_at, earlier)
+    if (
+        job is _NO_JOB
+        and exit_record is None
+        and not memory.identities
+        and not memory.job_pids
+        and memory.boot_id == meta.boot_id
+    ):
         # No process and nothing to forget: what _remember would make is this memory (a
         # stage whose job has not started, or is gone, check after check).
         if memory.last_seen is None:
@@ -472,11 +557,135 @@ def read_process(
     else:
         new_memory = _remember(spec, memory, job, table, meta)
     evidence = _evidence(spec, found, job, memory, meta, launched_pid)
+    if exit_record is not None:
+        evidence.update(exit_record)  # type: ignore[typeddict-item]
+        if "exit_record" in exit_record and run is not None:
+            evidence["exit_record"] = f"not written yet: {run.exit_file}"
+        if "exit_record_unreadable" in exit_record and run is not None:
+            # Written or not, this watch cannot tell: no exit status, and no claim that the
+            # wrapper died without writing one (the other signals decide, as without a launch).
+            evidence["exit_record_unreadable"] = (
+                f"{run.exit_file} is not readable by the probe's user (the launcher's own directory)"
+            )
     if alive_pids:
         detail = _alive_detail(job.main, processes, alive_pids, evidence)
+        if earlier:
+            detail += f" (pid {', '.join(map(str, earlier[:4]))} started before this run began)"
         return Reading("process", Says.WORKING, detail, evidence, meta.now, host), new_memory, job.pids
     detail = _gone_detail(spec, found, boot_changed, processes, memory, meta)
+    status = evidence.get("exit_status")
+    if isinstance(status, int):
+        detail += f"; {describe_exit(status)}"
+    elif "exit_record_unreadable" in evidence:
+        detail += f"; its exit status cannot be read: {evidence['exit_record_unreadable']}"
     return Reading("process", Says.DONE, detail, evidence, meta.now, host), new_memory, frozenset()
+
+
+#: How far a start read from /proc may be from the truth (seconds): it is now minus the
+#: elapsed time, and where /proc/uptime is virtualised that comes from /proc/stat's btime, in
+#: whole seconds (the log's binding allows the same).
+START_SLACK = 1.0
+
+
+def _earlier_runs(
+    processes: list[dict[str, object]], alive: list[int], run: Run | None, now: float
+) -> list[int]:
+    """The live matches that began before the run did: an earlier run's processes (a start
+    given with --since, or a launch: both exact; a start learnt from the job itself is the
+    earliest such start by construction, and so is a watch without a start)."""
+    if run is None or run.source not in ("since", "launch") or run.started_at is None:
+        return []
+    begins = run.started_at - START_SLACK
+    earlier = []
+    for entry in processes:
+        if entry["pid"] not in alive:
+            continue
+        elapsed_s = entry.get("elapsed_seconds")
+        # A start that cannot be read (implausible clocks) is not shown to be this run's.
+        if not isinstance(elapsed_s, (int, float)) or now - elapsed_s < begins:
+            earlier.append(int(entry["pid"]))  # type: ignore[call-overload]
+    return earlier
+
+
+#: A few clock ticks: how far a start read from /proc may be off where uptime is not virtualised.
+_TICK_SLACK = 0.05
+
+
+def _after_launch(
+    memory: ProcessMemory,
+    run: Run | None,
+    launched_pid: int | None,
+    exit_record: Mapping[str, object] | None,
+    processes: list[dict[str, object]],
+    alive: list[int],
+    table: _ProcessTable,
+    meta: Meta,
+) -> tuple[ProcessMemory, list[int]]:
+    """A launched run's end, and the later runs begun after it (see ``ProcessMemory``).
+
+    The launched job ended at its recorded exit, or at the latest when this watch first found
+    its PID gone (a probe that cannot see every process finds nothing gone). A live match
+    that is neither the launched PID nor its descendant and began after that is a later run:
+    the launched run is superseded for good (its log lines and outputs may be overwritten).
+    """
+    if run is None or run.source != "launch" or launched_pid is None or meta.now is None:
+        return memory, []
+    if memory.superseded_by is not None:
+        return memory, []
+    exited = exit_record.get("exited_at") if exit_record else None
+    ended = float(exited) if isinstance(exited, (int, float)) else None
+    gone_at = memory.launched_gone_at
+    if gone_at is None and launched_pid not in table.stats and not meta.hidden:
+        gone_at = meta.now
+        memory = replace(memory, launched_gone_at=gone_at)
+    if ended is None:
+        ended = gone_at
+    if ended is None or not alive:
+        return memory, []
+    ours = {launched_pid} | descendants([launched_pid], table.stats, table.children)
+    # A start read from /proc is exact to a clock tick, but to whole seconds where uptime is
+    # virtualised (see START_SLACK).
+    slack = START_SLACK if meta.uptime_virtualised else _TICK_SLACK
+    later = sorted(
+        int(entry["pid"])  # type: ignore[call-overload]
+        for entry in processes
+        if entry["pid"] in alive
+        and entry["pid"] not in ours
+        and isinstance(elapsed := entry.get("elapsed_seconds"), (int, float))
+        and meta.now - elapsed > ended + slack
+    )
+    if later:
+        memory = replace(memory, superseded_by=later[0])
+    return memory, later
+
+
+def _exit_record(sections: Mapping[str, bytes]) -> dict[str, object]:
+    """What the launch wrapper recorded: ``STATUS EPOCH`` once the job ended."""
+    text = (sections.get("exit") or b"").decode("ascii", "replace").strip()
+    words = text.split()
+    if len(words) >= 2 and words[0].isdigit():
+        # busybox's date prints %N as it is: the whole seconds stand.
+        at = re.match(r"\d+(?:\.\d+)?", words[1])
+        return {"exit_status": int(words[0]), "exited_at": float(at.group(0)) if at else None}
+    if words == ["unreadable"]:
+        return {"exit_status": None, "exited_at": None, "exit_record_unreadable": True}
+    return {"exit_status": None, "exited_at": None, "exit_record": "missing"}
+
+
+def describe_exit(status: int) -> str:
+    """An exit status in words (a POSIX shell reports death by signal N as 128 + N)."""
+    if status == 0:
+        return "exited with status 0 (success), as its launch wrapper recorded"
+    if 128 < status < 128 + 65:
+        sig = status - 128
+        try:
+            import signal as _signal
+
+            name = _signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return f"exit status {status}: killed by {name} (signal {sig}), as its launch wrapper recorded"
+    return f"exited with status {status}, as its launch wrapper recorded"
 
 
 def _not_found(
@@ -519,10 +728,16 @@ class _Job:
     io_bytes: int | None
     main: dict[str, object] | None
     started_at: float | None  # the earliest live process's start (host clock)
+    earlier: tuple[int, ...] = ()  # live ones that began before this run: an earlier run's
 
     @property
     def pids(self) -> frozenset[int]:
         return frozenset(self.alive) | frozenset(self.descendants)
+
+    @property
+    def this_run_alive(self) -> bool:
+        """Whether a live match is this run's (not only an earlier run's, still running)."""
+        return any(pid not in self.earlier for pid in self.alive)
 
     @classmethod
     def of(
@@ -533,6 +748,7 @@ class _Job:
         sections: Mapping[str, bytes],
         meta: Meta,
         started_at: float | None = None,
+        earlier: list[int] | None = None,
     ) -> _Job:
         if not alive:
             # No live job (not started, or gone): nothing to sum (most stages of a fleet
@@ -549,8 +765,13 @@ class _Job:
         )
         io = parse_io(sections.get("io"))
         io_bytes = sum(io[p] for p in alive if p in io) if io else None
-        main = next((p for p in processes if p["pid"] in alive), processes[0] if processes else None)
-        return cls(processes, alive, live_desc, _ticks_to_s(cpu_ticks, meta), io_bytes, main, started_at)
+        before = tuple(earlier or ())
+        main = next(
+            (p for p in processes if p["pid"] in alive and p["pid"] not in before),
+            next((p for p in processes if p["pid"] in alive), processes[0] if processes else None),
+        )
+        cpu = _ticks_to_s(cpu_ticks, meta)
+        return cls(processes, alive, live_desc, cpu, io_bytes, main, started_at, before)
 
 
 #: The job when no process is the job and no I/O was read (shared: never changed).
@@ -584,7 +805,9 @@ def _evidence(
         evidence["last_seen_alive"] = dict(memory.last_seen)
     # Whether this watch ever saw the job alive: "gone" and "not started yet (or a wrong
     # match)" look the same in one snapshot, and only the first is evidence of an exit.
-    evidence["seen_alive"] = bool(job.alive) or memory.last_seen is not None
+    evidence["seen_alive"] = job.this_run_alive or memory.last_seen is not None
+    if job.earlier:
+        evidence["earlier_runs"] = list(job.earlier[:16])
     # The PID crosscheck launched for this run is this run's process, seen or not.
     evidence["launched"] = launched_pid is not None and (
         spec.pid == launched_pid or launched_pid in found.candidates
@@ -611,12 +834,18 @@ def _remember(
         boot_id=meta.boot_id,
         identities=remembered,  # type: ignore[arg-type]
         first_pids=memory.first_pids or tuple(job.alive),
+        # Seen alive: this run's job only (an earlier run's process, still alive when the
+        # run began, is no evidence that this run's job ran and exited).
         last_seen=(
             {"pid": main["pid"], "cpu_seconds": job.cpu_seconds, "at": meta.now}
-            if job.alive and main
+            if job.this_run_alive and main
             else memory.last_seen
         ),
         job_pids=tuple(sorted(job.pids))[:64] if job.alive or job.descendants else (),
+        seen_view=meta.view if job.this_run_alive and main else memory.seen_view,
+        run_pids=tuple(sorted(p for p in job.alive if p not in job.earlier))[:64],
+        launched_gone_at=memory.launched_gone_at,
+        superseded_by=memory.superseded_by,
     )
 
 
@@ -660,6 +889,7 @@ def _read(
         nonce=facts.nonce,
         exclude_pids=facts.exclude_pids,
         launched_pid=run.pid if run is not None else None,
+        run=run,
     )
     started = reading.evidence.get("started_at")
     if reading.says is Says.WORKING and isinstance(started, (int, float)):
@@ -670,7 +900,35 @@ def _read(
             # Every job process alive now started after the run this watch knew (restored
             # from the state store): the job was run again. A new run, announced anew.
             run = Run(source="process", started_at=float(started))
-    return reading, new_memory, facts._replace(job_pids=job_pids, run=run)
+    return (
+        reading,
+        new_memory,
+        facts._replace(job_pids=job_pids, run=run, job=_job_view(reading, memory, new_memory)),
+    )
+
+
+def _job_view(reading: Reading, before: ProcessMemory, after: ProcessMemory) -> JobView | None:
+    """What the signals read after this one may know of the job (None: the process signal
+    could not tell whether it runs)."""
+    if reading.says is Says.UNKNOWN or reading.read_at is None:
+        return None
+    live = frozenset(after.run_pids) if reading.says is Says.WORKING else frozenset()
+    starts: dict[int, float] = {}
+    parents: dict[int, int] = {}
+    for entry in reading.evidence.get("processes") or ():
+        pid, elapsed_s, ppid = entry.get("pid"), entry.get("elapsed_seconds"), entry.get("ppid")
+        if pid in live and isinstance(elapsed_s, (int, float)):
+            starts[pid] = reading.read_at - elapsed_s
+        if pid in live and isinstance(ppid, int):
+            parents[pid] = ppid
+    exited = reading.evidence.get("exited_at")
+    return JobView(
+        live,
+        starts,
+        frozenset(before.run_pids),
+        float(exited) if isinstance(exited, (int, float)) else None,
+        parents,
+    )
 
 
 SIGNAL: Signal[ProcessSpec, ProcessMemory] = Signal("process", ProcessMemory, snippet, _read)

@@ -1,6 +1,6 @@
 """The verdict: a pure function of this check's readings and what earlier checks saw.
 
-The rules, first that applies wins (numbered as in the README's table; each is labelled
+The rules, first that applies wins (numbered as in docs/verdict.md's table; each is labelled
 with its number where it is written):
 
 1. The host could not be asked → ``unknown`` (a failed SSH connection is not a dead process).

@@ -14,23 +14,48 @@ HOW_TO_TIE = (
     " or launch the job through crosscheck (a launch section)"
 )
 
+#: What a stage with only a process signal (and maybe a GPU) lacks, and how to give it.
+CANNOT_TELL = (
+    "no log completion line, no outputs, no recorded exit status (an exit and a kill look alike"
+    " from /proc); add a log or outputs section, or launch the job through crosscheck (a launch"
+    " section: its exit status is recorded)"
+)
+
 Outcome = tuple[State | None, list[str]]
 
 
 def gone(readings: Mapping[str, Reading], policy: PolicySpec, clocks: Clocks) -> Outcome:
-    """The state (None: every signal done, the settle count decides) and its reasons."""
+    """The state (None: every signal done, the settle count decides) and its reasons, the
+    one that decided first (``process gone`` is context, not why it failed)."""
     p, lg, g = readings["process"], readings.get("log"), readings.get("gpu")
     # Rule 6: an error line of this run.
     if lg is not None and lg.says is Says.FAILED:
-        return State.FAILED, [f"process gone: {p.detail}", f"log: {lg.detail}"]
+        return State.FAILED, [f"log: {lg.detail}", f"process gone: {p.detail}"]
     # Rule 7: gone (or a zombie) yet its PIDs still hold a GPU context: the process table and
     # the driver disagree. Busy or merely holding memory, it is not a clean exit.
     gpu_job_pids = list(ev(g, "job_pids_on_gpu") or []) if g else []  # type: ignore[call-overload]
     if gpu_job_pids:
         held = "busy on" if ev(g, "job_gpu_busy") else "holding memory on"
         return State.CONTRADICTION, [
+            f"the job's PIDs {gpu_job_pids} are still {held} the GPU, though the process is gone:"
+            f" {g.detail if g else ''}",
             f"process says gone: {p.detail}",
-            f"but the job's PIDs {gpu_job_pids} are still {held} the GPU: {g.detail if g else ''}",
+        ]
+    # Rule 7b: crosscheck launched the job and its launch wrapper recorded how it ended: a
+    # status other than 0 (an exit code, or a signal such as SIGKILL) is a failure, whatever
+    # the log and the outputs say (an exit and a kill look alike from /proc).
+    status = ev(p, "exit_status")
+    if isinstance(status, int) and status != 0:
+        return State.FAILED, [f"process gone: {p.detail}"]
+    # Rule 7c: launched so, but no status was recorded (yet): the wrapper writes it the moment
+    # the job ends; past exit_grace, it ended without writing it (killed with the job).
+    if ev(p, "exit_record"):
+        waited = f"{clocks.gone_for:.0f}s after the exit" if clocks.gone_for else "at the exit"
+        return State.UNKNOWN, [
+            f"the exit status is not recorded ({ev(p, 'exit_record')}), {waited}: its launch"
+            " wrapper ended without writing it (killed with the job?) or has not yet; how the job"
+            " ended cannot be told",
+            f"process gone: {p.detail}",
         ]
     # Rule 8: never seen alive in this watch, nor launched by it: not started yet, or a match
     # that matches nothing. Neither is evidence that the job ran and exited, and without this
@@ -54,27 +79,34 @@ def _after_the_exit(readings: Mapping[str, Reading], policy: PolicySpec, clocks:
     grace = policy.exit_grace
     if lagging and clocks.gone_for < grace:
         return State.UNKNOWN, [
+            f"waiting up to {grace:.0f}s after the exit for writes to land ({clocks.gone_for:.0f}s so far)",
             f"process gone: {p.detail}",
             *(f"{r.signal}: {r.detail}" for r in lagging),
-            f"waiting up to {grace:.0f}s after the exit for writes to land ({clocks.gone_for:.0f}s so far)",
         ]
     # Rule 10: outputs short.
     if o is not None and o.says is Says.WORKING and short(o):
-        return State.FAILED, [f"process gone: {p.detail}", f"outputs short: {o.detail}"]
+        return State.FAILED, [f"outputs short: {o.detail}", f"process gone: {p.detail}"]
     if lg is not None and lg.says is Says.WORKING:
         # Rule 11: outputs complete, no completion line.
         if o is not None and o.says is Says.DONE:
             return State.CONTRADICTION, [
+                f"outputs complete, but the log has no completion line of this run: {lg.detail}",
                 f"process gone: {p.detail}",
                 f"outputs complete: {o.detail}",
-                f"but the log has no completion line: {lg.detail}",
             ]
         # Rule 12: no completion line, no outputs configured.
         if o is None:
             return State.FAILED, [
+                f"the log has no completion line of this run: {lg.detail}",
                 f"process gone: {p.detail}",
-                f"and the log has no completion line: {lg.detail}",
             ]
+    # Rule 12b: nothing in the stage tells a success from a crash (no log with a completion
+    # line, no outputs to count) and no exit status was recorded: a SIGKILL looks like an exit.
+    if lg is None and o is None and ev(p, "exit_status") != 0:
+        return State.UNKNOWN, [
+            f"nothing in this stage tells a success from a crash: {CANNOT_TELL}",
+            f"process gone: {p.detail}",
+        ]
     # Rule 13: any configured signal unknown.
     unknowns = [r for r in readings.values() if r.says is Says.UNKNOWN]
     if unknowns:
@@ -83,6 +115,6 @@ def _after_the_exit(readings: Mapping[str, Reading], policy: PolicySpec, clocks:
     # not yet covered, a log still written after its completion line).
     not_done = [r for r in readings.values() if r.says is not Says.DONE]
     if not_done:
-        return State.RUNNING, [f"process gone: {p.detail}", *(f"{r.signal}: {r.detail}" for r in not_done)]
+        return State.RUNNING, [*(f"{r.signal}: {r.detail}" for r in not_done), f"process gone: {p.detail}"]
     # Rule 15: every signal done; `decide` completes it after `settle` checks.
     return None, []

@@ -41,11 +41,15 @@ def progress(readings: Mapping[str, Reading], previous: Mapping[str, Reading]) -
         size, psize = now("size"), before("size")
         if size is not None and psize is not None and (size != psize or now("inode") != before("inode")):
             moved.append("log grew")
+        elif size is not None and before("absent"):
+            moved.append("log appeared")
     o, po = readings.get("outputs"), previous.get("outputs")
     if o and po:
         count, pcount = o.evidence.get("count"), po.evidence.get("count")
         if count is not None and pcount is not None and count != pcount:
             moved.append(f"outputs {pcount} → {count}")
+        elif count is not None and po.evidence.get("absent"):
+            moved.append("outputs appeared")
     g = readings.get("gpu")
     if g and g.says is Says.WORKING and g.evidence.get("job_gpu_busy") is True:
         # A long kernel with the host thread blocked moves no counter: the job's own GPU
@@ -75,10 +79,16 @@ def clocks(
     gone_since: float | None,
     now: float,
 ) -> Clocks:
-    p = readings.get("process")
+    p, pp = readings.get("process"), previous.get("process")
     moved = progress(readings, previous)
     first = not previous
-    last_progress = now if (moved or first or last_progress_at is None) else last_progress_at
+    # The stall clock starts when the job is first seen alive: a watch begun before its job
+    # (or a job started again after it was gone) has seen no progress of it, nor any lack
+    # of it, before then. A process unknown at the last check is no such start: a host that
+    # answers every other check must not hide a hung job.
+    appeared = p is not None and p.says is Says.WORKING and (pp is None or pp.says is Says.DONE)
+    restart = moved or first or appeared or last_progress_at is None
+    last_progress = now if restart else last_progress_at
     in_d = p is not None and p.says is Says.WORKING and ev(p, "state") == "D"
     d_since = (d_since or now) if in_d else None
     stuck_d = in_d and d_since is not None and now - d_since >= policy.stuck_in_d_after

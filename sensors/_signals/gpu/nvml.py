@@ -9,8 +9,10 @@ cannot blind it.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,17 +27,34 @@ _init_lock = threading.Lock()
 _initialised = False
 
 
+#: What the deprecated ``pynvml`` distribution (13.x, a wrapper over nvidia-ml-py) warns on
+#: every first import of the ``pynvml`` module: its ``.pth`` puts a finder on ``sys.meta_path``
+#: that warns from ``find_spec`` (``_pynvml_redirector.py``). The module it then imports is
+#: nvidia-ml-py's, the one this project depends on: the warning is about the environment, and
+#: every GPU check (one per ``crosscheck status``) printed it.
+_DEPRECATED_WRAPPER = r"The pynvml package is deprecated\."
+
+
+def _import_pynvml() -> Any:
+    """``import pynvml`` (nvidia-ml-py), without the deprecated wrapper's FutureWarning.
+
+    Only that warning, by its message, is ignored, and only around this import: any other
+    warning the import raises is shown as usual."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_DEPRECATED_WRAPPER, category=FutureWarning)
+        import pynvml  # nvidia-ml-py; imported lazily so a host without GPUs pays nothing
+    return pynvml
+
+
 def _nvml() -> Any:
     """Import the bindings and ``nvmlInit`` once per process (lazily, thread-safe)."""
     global _initialised
-    import pynvml  # nvidia-ml-py; imported lazily so a host without GPUs pays nothing
-
     if not _initialised:
-        with _init_lock:
+        with _init_lock:  # also keeps two first imports from racing on the warning filters
             if not _initialised:
-                pynvml.nvmlInit()
+                _import_pynvml().nvmlInit()
                 _initialised = True
-    return pynvml
+    return sys.modules["pynvml"]
 
 
 def _text(value: Any) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from sensors._schema import Duration, Section
 
@@ -19,12 +19,28 @@ def _devices(value: Any) -> Any:
     for item in value:
         if isinstance(item, bool) or not isinstance(item, (int, str)):
             raise ValueError(f"{item!r} is neither a GPU index nor a UUID")
-        if isinstance(item, int) and item < 0:
-            raise ValueError("a GPU index is 0 or more")
+        if isinstance(item, int) and not 0 <= item < 1024:
+            raise ValueError("a GPU index is 0 to 1023")
     return tuple(value)
 
 
+_DEVICE = [{"type": "integer", "minimum": 0, "maximum": 1023}, {"type": "string", "minLength": 1}]
+#: For the published JSON Schema: what ``_devices`` takes (one GPU, or a list of them).
+_DEVICES_JSON_SCHEMA = {
+    "anyOf": [
+        {"const": "all"},
+        *_DEVICE,
+        {"type": "array", "items": {"anyOf": _DEVICE}, "minItems": 1},
+    ],
+    "description": "all, a GPU index, a GPU UUID, or a list of them",
+}
+
+
 class GpuSpec(Section):
-    devices: Annotated[Literal["all"] | tuple[int | str, ...], BeforeValidator(_devices)] = "all"
+    devices: Annotated[
+        Literal["all"] | tuple[int | str, ...],
+        BeforeValidator(_devices),
+        WithJsonSchema(_DEVICES_JSON_SCHEMA),
+    ] = "all"
     idle_below: float = Field(5.0, ge=0, le=100, description="percent utilisation")
     idle_for: Duration = Field(60.0, description="idle in every sample for this long")

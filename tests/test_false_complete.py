@@ -1,0 +1,583 @@
+"""No false complete (issue 21): each route that once ended in ``complete`` while the job was
+running, had not started or was killed, replayed through the real CLI on real processes.
+
+The classes, as the issue names them:
+
+1. memory and verdicts that cross runs or definitions (a followed verdict, ``--since`` as a
+   duration, identities restored from an earlier run or process section);
+2. a completion line counts only as the last word of this run (later lines, whitespace, a
+   file time ahead of the host's clock);
+3. what the probe cannot see is not gone (``hidepid``, a PID namespace, a kill that looks
+   like an exit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sensors import LocalHost
+from sensors.testing import COMPLETE_LINE, SimulatedJob
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _env(state: Path | None, **extra: str) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), **extra}
+    if state is not None:
+        env["CROSSCHECK_STATE"] = str(state)
+    return env
+
+
+def _cli(
+    state: Path | None, *args: str, timeout: float = 90, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sensors", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(state, **extra),
+    )
+
+
+def _waiting(stage_file: Path, *, timeout: str = "30s") -> subprocess.Popen[str]:
+    """``crosscheck wait STAGE --json --state none`` in the background: one JSON line per
+    check on its stdout (the first one says the watch has begun)."""
+    argv = ["wait", str(stage_file), "--json", "--timeout", timeout, "--state", "none"]
+    return subprocess.Popen(
+        [sys.executable, "-m", "sensors", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(None),
+    )
+
+
+def _json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def _never_complete(out: subprocess.CompletedProcess[str]) -> list[dict]:
+    """The CLI's verdicts, asserted: none complete, exit code not 0."""
+    verdicts = _json_lines(out.stdout)
+    assert verdicts, out.stdout + out.stderr
+    said = [(v["verdict"], v["reasons"][:2]) for v in verdicts]
+    assert out.returncode != 0, said[-3:]
+    assert [v["verdict"] for v in verdicts if v["advance"] or v["verdict"] == "complete"] == [], said[-3:]
+    return verdicts
+
+
+def _write(path: Path, stage: dict) -> Path:
+    path.write_text(yaml.safe_dump(stage, sort_keys=False))
+    return path
+
+
+def _finished(tmp_path: Path, tag: str | None = None, total: int = 6) -> SimulatedJob:
+    job = SimulatedJob(tmp_path, scenario="complete", total=total, step=0.01, tag=tag)
+    job.start()
+    assert job.wait(30) == 0
+    return job
+
+
+def _serve(tmp_path: Path, stages: Path, state: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sensors",
+            "serve",
+            str(stages),
+            "--state",
+            str(state),
+            "--json",
+            "--rescan",
+            "1s",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(None),
+        start_new_session=True,
+    )
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+def _stored_verdict(state: Path, stage: str) -> str | None:
+    from sensors._store import StageKey, open_store
+
+    with open_store(state) as store:
+        row = store.load(StageKey(stage, "local"))
+    return None if row is None or row.verdict is None else row.verdict.get("verdict")
+
+
+def _until(predicate, timeout: float = 60.0, every: float = 0.2) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(every)
+
+
+# ----------------------------------------------------------------- 1. memory across runs
+
+
+def test_a_verdict_followed_from_a_watcher_of_another_run_is_not_this_runs(tmp_path) -> None:
+    """serve settled run 1 complete; a wait --since run 2's start, run 2 still running,
+    exited 0 at once with run 1's verdict ("watched elsewhere by ...")."""
+    state, stages = tmp_path / "state.db", tmp_path / "stages"
+    stages.mkdir()
+    first = SimulatedJob(tmp_path, scenario="complete", total=6, step=0.3)
+    stage = first.stage_dict(interval="300ms", exit_grace="300ms")
+    stage_file = _write(stages / "s.yaml", stage)
+    first.start()
+    serve = _serve(tmp_path, stages, state)
+    try:
+        assert first.wait(30) == 0
+        _until(lambda: _stored_verdict(state, stage["stage"]) == "complete")
+        second = SimulatedJob(tmp_path, scenario="stall", total=6, step=0.01, tag=first.tag)
+        started = time.time()
+        second.start()
+        try:
+            out = _cli(
+                state,
+                "wait",
+                str(stage_file),
+                "--since",
+                f"@{started - 0.5:.3f}",
+                "--json",
+                "--timeout",
+                "4s",
+            )
+            verdicts = _never_complete(out)
+            assert out.returncode == 4, out.stderr
+            # What this watch shows is this run's: the job alive, not run 1's exit.
+            assert verdicts[-1]["verdict"] == "running", verdicts[-1]
+        finally:
+            second.stop()
+    finally:
+        _stop(serve)
+
+
+def test_a_copy_of_the_stage_with_another_definition_does_not_follow_its_verdict(tmp_path) -> None:
+    """A stage file expecting 80 outputs where 40 exist: status said complete with
+    ``expected: 40`` in its evidence, following the watcher of the 40-output definition."""
+    state, stages = tmp_path / "state.db", tmp_path / "stages"
+    stages.mkdir()
+    first = SimulatedJob(tmp_path, scenario="complete", total=4, step=0.3)
+    stage = first.stage_dict(interval="300ms", exit_grace="300ms")
+    _write(stages / "s.yaml", stage)
+    first.start()
+    serve = _serve(tmp_path, stages, state)
+    try:
+        assert first.wait(30) == 0
+        _until(lambda: _stored_verdict(state, stage["stage"]) == "complete")
+        copy = _write(tmp_path / "copy.yaml", {**stage, "outputs": {**stage["outputs"], "expected": 8}})
+        for args in (["status"], ["wait", "--timeout", "3s"]):
+            out = _cli(state, *args, str(copy), "--json")
+            verdicts = _never_complete(out)
+            assert all(v["signals"]["outputs"]["evidence"].get("expected") in (8, None) for v in verdicts), (
+                verdicts
+            )
+    finally:
+        _stop(serve)
+
+
+@pytest.mark.parametrize("since", ["2s", "duration-as-seconds"])
+def test_a_since_given_as_a_duration_is_a_new_run_even_when_the_store_remembers_one(tmp_path, since) -> None:
+    """`--since 2s` was ignored when the store held the stage's memory: a re-run still
+    queued completed on the earlier run's evidence."""
+    state = tmp_path / "state.db"
+    first = SimulatedJob(tmp_path, scenario="complete", total=4, step=0.2)
+    stage_file = first.write_stage(tmp_path / "s.yaml", interval="200ms", exit_grace="200ms")
+    first.start()
+    watched = _cli(state, "wait", str(stage_file), "--json", "--timeout", "40s")
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    time.sleep(2.5)  # the re-run is queued: given as starting 2 s ago, not started yet
+    arg = "2s" if since == "2s" else "2"
+    out = _cli(state, "status", str(stage_file), "--since", arg, "--json")
+    [verdict] = _never_complete(out)
+    assert verdict["run"]["source"] == "since", verdict["run"]
+    assert "exited" not in verdict["signals"]["process"]["detail"], verdict["signals"]["process"]
+
+
+def test_a_job_identity_from_an_earlier_process_section_never_reaches_this_runs_gpu(tmp_path) -> None:
+    """The GPU signal filed a busy GPU's process as "not the job's" against PIDs restored
+    from an earlier definition, read the GPU idle, and a stage whose match no longer found
+    the job completed at 100 % utilisation."""
+    fake = pytest.importorskip("tests.fake_nvml")
+    try:
+        lib = fake.build_fake_nvml(tmp_path / "nvml")
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    state = tmp_path / "state.db"
+    gpu = "GPU-0f2b6c1e-7a3d-4c55-9e21-3b8f0d9a1c01"
+    nvml = tmp_path / "nvml-state"
+    first = SimulatedJob(tmp_path, scenario="complete", total=4, step=0.4)
+    stage = {
+        **first.stage_dict(interval="200ms", exit_grace="200ms", settle=2),
+        "gpu": {"devices": "all", "idle_below": 5, "idle_for": "600ms"},
+    }
+    stage_file = _write(tmp_path / "s.yaml", stage)
+    first.start()
+    nvml.write_text(f"device {gpu} 0 40000 97887 H200\nsample 1000 0\nproc {first.pid} 40000\n")
+    env = {"LD_LIBRARY_PATH": str(lib), "FAKE_NVML_STATE": str(nvml)}
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "sensors", "wait", str(stage_file), "--json", "--timeout", "40s"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(state, **env),
+    )
+    assert first.wait(30) == 0
+    nvml.write_text(f"device {gpu} 0 0 97887 H200\nsample 1000 0\n")  # its context released
+    out, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0, (out[-2000:], err[-2000:])
+    # The job runs again, busy on the GPU; the stage file's match was edited and no longer
+    # finds it.
+    second = subprocess.Popen(["sleep", "300"])
+    try:
+        nvml.write_text(f"device {gpu} 100 40000 97887 H200\nsample 1000 100\nproc {second.pid} 40000\n")
+        edited = _write(
+            tmp_path / "s.yaml", {**stage, "process": {"match": "--tag no-such-job-anymore( |$)"}}
+        )
+        out = _cli(state, "wait", str(edited), "--json", "--timeout", "3s", **env)
+        verdicts = _never_complete(out)
+        assert verdicts[-1]["signals"]["gpu"]["says"] == "working", verdicts[-1]["signals"]["gpu"]
+        for v in verdicts:  # no process of the earlier run named as this run's
+            assert str(first.pid) not in v["signals"]["process"]["detail"], v["signals"]["process"]
+    finally:
+        second.kill()
+        second.wait()
+
+
+# ----------------------------------------------------------------- 2. the last word of this run
+
+
+def _rerun_log(tmp_path: Path, tail: str) -> tuple[SimulatedJob, float]:
+    """A log with an earlier run's completion line, then ``tail`` written by this run after a
+    start given with --since (the earlier run's lines stay before it)."""
+    first = _finished(tmp_path)
+    time.sleep(1.5)
+    started = time.time()
+    time.sleep(1.5)
+    with open(first.log_path, "a") as log:
+        log.write(tail)
+    return first, started
+
+
+@pytest.mark.parametrize(
+    "tail",
+    ["\n", "   \n", "\n\n  \t\n", "[1/6] 1 extracted, ETA 0 minutes\n", "Loading model...\n", "   "],
+    ids=["blank", "spaces", "blanks", "progress", "other-text", "no-newline"],
+)
+def test_an_earlier_completion_line_followed_by_this_runs_bytes_is_not_this_runs(tmp_path, tail) -> None:
+    """Whitespace is evidence of nothing, and text after a completion line is a later run's."""
+    first, started = _rerun_log(tmp_path, tail)
+    stage = first.stage_dict(interval="200ms", exit_grace="200ms", settle=1)
+    stage_file = _write(tmp_path / "s.yaml", stage)
+    out = _cli(None, "status", str(stage_file), "--since", f"@{started:.3f}", "--json", "--state", "none")
+    [verdict] = _never_complete(out)
+    assert verdict["signals"]["log"]["says"] != "done", verdict["signals"]["log"]
+
+
+@pytest.mark.parametrize("since", ["between-runs", "before-both"])
+def test_a_rerun_killed_half_way_after_an_earlier_completion_line_is_never_complete(tmp_path, since) -> None:
+    """The earlier run's completion line, then this run's progress lines; the re-run is
+    killed half-way; --since given: the stage completed once the process was gone. With a
+    start before both runs, every line is "after the start": the latest run decides, and a
+    completion line followed by a later run's progress is an earlier run's."""
+    before_both = time.time() - 1
+    time.sleep(1.2)
+    first = _finished(tmp_path, total=8)
+    time.sleep(1.5)
+    between = time.time()
+    time.sleep(0.5)
+    rerun = SimulatedJob(tmp_path, scenario="stall", total=8, step=0.05, tag=first.tag)
+    rerun.start()
+    stage_file = _write(tmp_path / "s.yaml", rerun.stage_dict(interval="200ms", exit_grace="300ms"))
+    _until(lambda: "[2/8]" in first.log_path.read_text().rpartition(COMPLETE_LINE)[2], timeout=30)
+    os.killpg(rerun.pid, signal.SIGKILL)
+    rerun.wait(5)
+    start = between if since == "between-runs" else before_both
+    for args in (["status"], ["wait", "--timeout", "4s"]):
+        out = _cli(None, *args, str(stage_file), "--since", f"@{start:.3f}", "--json", "--state", "none")
+        verdicts = _never_complete(out)
+        log = verdicts[-1]["signals"]["log"]
+        assert log["says"] != "done", log
+        assert log["evidence"]["earlier_complete_line"].startswith(COMPLETE_LINE), log
+
+
+@pytest.mark.parametrize("ahead", [30.0, 3600.0])
+def test_a_log_time_ahead_of_the_hosts_clock_is_not_evidence(tmp_path, ahead) -> None:
+    """A log on a file server whose clock is ahead: its mtime made an earlier run's last
+    completion line this run's."""
+    first = _finished(tmp_path)
+    time.sleep(1.2)
+    started = time.time()
+    os.utime(first.log_path, (started + ahead, started + ahead))
+    stage_file = _write(tmp_path / "s.yaml", first.stage_dict(interval="200ms", exit_grace="200ms", settle=1))
+    out = _cli(None, "status", str(stage_file), "--since", f"@{started:.3f}", "--json", "--state", "none")
+    [verdict] = _never_complete(out)
+    assert verdict["signals"]["log"]["says"] != "done", verdict["signals"]["log"]
+
+
+# ----------------------------------------------------------------- 3. what the probe cannot see
+
+
+#: /proc mounted with hidepid=2 (invisible) in a mount namespace of its own, then the rest.
+HIDEPID = ["unshare", "-m", "sh", "-c", 'mount -t proc -o hidepid=2 proc /proc && exec "$@"', "sh"]
+
+
+def _needs_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a mount or PID namespace")
+
+
+def _post_processing(tmp_path: Path) -> tuple[SimulatedJob, float]:
+    """A job (root's) that wrote its completion line and outputs and still post-processes."""
+    tmp_path.chmod(0o755)
+    job = SimulatedJob(tmp_path, scenario="post_process", total=4, step=0.01, spin=60)
+    started = time.time()
+    job.start()
+    _until(lambda: COMPLETE_LINE in job.log_path.read_text(), timeout=30)
+    job.log_path.chmod(0o644)
+    job.outputs_dir.chmod(0o755)
+    return job, started
+
+
+def test_a_job_outside_the_probes_pid_namespace_is_not_gone(tmp_path) -> None:
+    """crosscheck in a PID namespace of its own (a container), the job on the host: no
+    process seen, and it was complete with --since."""
+    _needs_root()
+    job, started = _post_processing(tmp_path)
+    try:
+        stage = job.stage_dict(interval="200ms", exit_grace="200ms", settle=1)
+        stage_file = _write(tmp_path / "s.yaml", stage)
+        cmd = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "sensors", "status"]
+        cmd += [str(stage_file), "--since", f"@{started - 1:.3f}", "--json", "--state", "none"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=90, env=_env(None))
+        [verdict] = _never_complete(out)
+        process = verdict["signals"]["process"]
+        assert process["says"] == "unknown" and "PID namespace of its own" in process["detail"], process
+        assert "process.scope: visible" in process["detail"]
+        # The host's own view: the job at work.
+        plain = _cli(
+            None, "status", str(stage_file), "--since", f"@{started - 1:.3f}", "--json", "--state", "none"
+        )
+        assert _json_lines(plain.stdout)[0]["verdict"] == "running", plain.stdout[-500:]
+        # A user who knows the job always runs where the probe sees it says so.
+        visible = _write(tmp_path / "v.yaml", {**stage, "process": {**stage["process"], "scope": "visible"}})
+        cmd[cmd.index(str(stage_file))] = str(visible)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=90, env=_env(None))
+        assert _json_lines(out.stdout)[0]["signals"]["process"]["says"] == "done", out.stdout[-500:]
+    finally:
+        job.stop()
+
+
+class _HidepidHost(LocalHost):
+    """The local host, as a probe run as ``nobody`` on a /proc mounted with hidepid=2 sees it."""
+
+    nvml = False
+    shell = (*HIDEPID, "runuser", "-u", "nobody", "--", "/bin/sh", "-s")
+
+
+def test_a_job_hidden_by_hidepid_is_not_gone(tmp_path) -> None:
+    """/proc with hidepid=2 and the probe another user than the job: a job still
+    post-processing after its completion line was complete (root on a plain /proc says
+    running)."""
+    from sensors import Checker, State, stage_from_dict
+
+    _needs_root()
+    job, started = _post_processing(tmp_path)
+    try:
+        stage = stage_from_dict(job.stage_dict(interval="200ms", exit_grace="200ms", settle=1))
+        checker = Checker(stage, host=_HidepidHost(), since=started - 1)
+        verdicts = [checker.check() for _ in range(3)]
+        assert [v.state for v in verdicts] == [State.UNKNOWN] * 3, verdicts[-1].reasons
+        detail = verdicts[-1].readings["process"].detail
+        assert "hidepid=invisible" in detail and "uid 65534" in detail, detail
+        assert Checker(stage, since=started - 1).check().state is State.RUNNING
+    finally:
+        job.stop()
+
+
+def test_a_job_hidden_by_hidepid_over_ssh_is_not_gone(tmp_path) -> None:
+    """The same through the real CLI over SSH: the host's sshd sees /proc with hidepid=2 and
+    the probe logs in as a user who is not the job's."""
+    from tests.sshd import SSHD, ensure_tcsh_user, sshd_available
+
+    _needs_root()
+    if not sshd_available():
+        pytest.skip("no sshd")
+    server = SSHD(wrap=HIDEPID)
+    try:
+        user = ensure_tcsh_user(server)
+        server.start()
+        job, started = _post_processing(tmp_path)
+        try:
+            stage = {
+                **job.stage_dict(interval="200ms", exit_grace="200ms", settle=1),
+                "host": server.spec(user=user),
+            }
+            stage_file = _write(tmp_path / "s.yaml", stage)
+            since = f"@{started - 1:.3f}"
+            out = _cli(None, "status", str(stage_file), "--since", since, "--json", "--state", "none")
+            [verdict] = _never_complete(out)
+            process = verdict["signals"]["process"]
+            assert process["says"] == "unknown" and "hidepid=invisible" in process["detail"], process
+            # Root on the same host's hidepid /proc sees every process: the job at work.
+            stage["host"] = server.spec()
+            _write(stage_file, stage)
+            out = _cli(None, "status", str(stage_file), "--since", since, "--json", "--state", "none")
+            assert _json_lines(out.stdout)[0]["verdict"] == "running", out.stdout[-800:]
+        finally:
+            job.stop()
+    finally:
+        server.cleanup()
+
+
+def test_a_process_only_stage_whose_job_was_killed_is_not_complete(tmp_path) -> None:
+    """An exit and a SIGKILL look alike from /proc: a stage whose only signal is the process
+    completed when its job was killed."""
+    tag = f"only-process-{uuid.uuid4().hex[:8]}"
+    job = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)", tag], start_new_session=True
+    )
+    stage = {
+        "stage": "only-process",
+        "host": "local",
+        "process": {"match": tag},
+        "policy": {"interval": "200ms", "settle": 1, "exit_grace": "200ms"},
+    }
+    stage_file = _write(tmp_path / "s.yaml", stage)
+    waiting = _waiting(stage_file, timeout="6s")
+    time.sleep(2.0)
+    job.kill()
+    job.wait()
+    out, err = waiting.communicate(timeout=60)
+    result = subprocess.CompletedProcess(waiting.args, waiting.returncode, out, err)
+    verdicts = _never_complete(result)
+    assert verdicts[-1]["verdict"] == "unknown", verdicts[-1]
+    assert "success from a crash" in " ".join(verdicts[-1]["reasons"]), verdicts[-1]["reasons"]
+
+
+@pytest.mark.parametrize(
+    ("ending", "state", "said"),
+    [
+        ("exit 0", "complete", "exited with status 0"),
+        ("exit 3", "failed", "exited with status 3"),
+        ("SIGKILL", "failed", "killed by SIGKILL"),
+        ("wrapper killed", "unknown", "exit status is not recorded"),
+    ],
+)
+def test_a_launched_jobs_recorded_exit_status_tells_a_crash_from_a_success(
+    tmp_path, host, ending, state, said
+) -> None:
+    """When crosscheck launched the job, its wrapper records the exit status on the host (read
+    only by the probe), and the verdict uses it: the stage's only signal is the process."""
+    from sensors import Checker, stage_from_dict
+    from sensors._run import Run, launch_mark_script, parse_launch_mark
+
+    tag = f"launched-{uuid.uuid4().hex[:8]}"
+    code = {"exit 0": 0, "exit 3": 3}.get(ending)
+    script = (
+        f"import time, sys; time.sleep(1.0); sys.exit({code})"
+        if code is not None
+        else "import time; time.sleep(60)"
+    )
+    log_path = str(tmp_path / "job.log")
+    tmp_path.chmod(0o755)
+    mark = parse_launch_mark(host.run_script(launch_mark_script(log_path), timeout=30))
+    pid, exit_file = host.launch([sys.executable, "-c", script, tag], log_path=log_path, name=tag)
+    run = Run(
+        "launch", mark.started_at, mark.log_inode, mark.log_offset, mark.log_fingerprint, pid, exit_file
+    )
+    spec = {
+        "stage": "launched",
+        "process": {"pid": pid},
+        "policy": {"interval": "200ms", "settle": 1, "exit_grace": "500ms", "timeout": "30s"},
+    }
+    if host.name != "local":
+        spec["host"] = host.spec.model_dump(exclude_none=True)
+    try:
+        time.sleep(0.5)
+        if ending == "SIGKILL":
+            # The job itself (the wrapper's child) is killed: the wrapper records 137.
+            children = [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == pid]
+            assert children, "the job runs as the wrapper's child"
+            os.kill(children[0], signal.SIGKILL)
+        elif ending == "wrapper killed":
+            os.killpg(pid, signal.SIGKILL)  # the whole group: nothing left to record it
+        checker = Checker(stage_from_dict(spec), host=host, run=run)
+        verdicts = list(checker.watch(timeout=15))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    final = verdicts[-1]
+    assert final.state.value == state, final.reasons
+    assert said in " ".join(final.reasons), final.reasons
+    assert State_complete_never_before(verdicts, state)
+    if ending != "wrapper killed":
+        assert Path(exit_file).read_text().split()[0] == str(
+            {"exit 0": 0, "exit 3": 3, "SIGKILL": 137}[ending]
+        )
+
+
+def State_complete_never_before(verdicts, state) -> bool:
+    """No complete verdict anywhere but (for a success) at the end."""
+    states = [v.state.value for v in verdicts]
+    return "complete" not in (states if state != "complete" else states[:-1])
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, ValueError):
+        return -1
+
+
+@pytest.mark.parametrize("kind", ["files", "lines"])
+def test_an_output_dated_in_the_hosts_future_is_not_written_during_the_run(tmp_path, kind) -> None:
+    """An outputs-only stage completes only with an output written during the run: one whose
+    mtime is ahead of the host's clock (a file server's own clock) is no such output."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for i in range(3):
+        (out / f"{i}.pt").write_bytes(b"x")
+    records = tmp_path / "train.jsonl"
+    records.write_text('{"a": 1}\n{"a": 2}\n{"a": 3}\n')
+    time.sleep(1.2)
+    started = time.time()
+    ahead = started + 3600
+    os.utime(out / "2.pt", (ahead, ahead))
+    os.utime(records, (ahead, ahead))
+    where = {"files": str(out), "pattern": "*.pt"} if kind == "files" else {"lines": str(records)}
+    stage = {
+        "stage": "future-outputs",
+        "outputs": {**where, "expected": 3},
+        "policy": {"interval": "200ms", "settle": 1},
+    }
+    stage_file = _write(tmp_path / "s.yaml", stage)
+    for args in (["status"], ["wait", "--timeout", "3s"]):
+        out_ = _cli(None, *args, str(stage_file), "--since", f"@{started:.3f}", "--json", "--state", "none")
+        verdicts = _never_complete(out_)
+        assert verdicts[-1]["signals"]["outputs"]["evidence"]["written_this_run"] is False, verdicts[-1]
