@@ -1,0 +1,283 @@
+"""The ground truth: may a watch say ``complete`` now? A pure function of the world's facts.
+
+The fuzzer knows what the product has to guess: every run of the job it started (when, what
+it wrote to the log, how it ended) and every output on disk. A watch's target is the latest
+run (runs never overlap: a run ends before the next starts) that the watch could observe (see
+:func:`observable`), within the watch's scope:
+
+- with a launch record: the launched run — a later run started means the target is gone;
+- with ``since`` (resolved to a time ``p``, its earliest possible value ``since_lo``): the
+  latest run, provided it ended after ``p`` (it started after ``p``, or was still running at
+  ``p``); a latest run that ended before ``p`` means the run asked for has not started;
+- otherwise: the latest run.
+
+``complete`` is right when that target exited with status 0 and meets the watch's definition
+(a whole line *it* wrote matches ``log.complete``; the output count reaches
+``outputs.expected``). Anything else is a false complete, graded:
+
+- ``hard``: the product had, or should have had, the evidence: no target, a target running
+  (visible or hidden from the probe: what the probe cannot see is not gone), killed or failed
+  without declaring completion, a completion line that is not the target's or no longer
+  matches, outputs short, a process-only stage whose job did not exit 0.
+- ``soft``: the target declared completion through every configured signal (its completion
+  line, its outputs) and then died, or is alive where no configured signal can see it (no
+  process section, or a ``match`` edited to miss it). Without a recorded exit status no
+  probe can tell; reported, not failed on.
+
+Times are this machine's wall clock (the job and the probe run here).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+#: A since within this many seconds of a run's end may bind either way (rounding of a
+#: duration, the time a first check takes): the truth is lenient there.
+SINCE_SLACK = 1.0
+
+OK, SOFT, HARD = "ok", "soft", "hard"
+SEVERITY = {OK: 0, SOFT: 1, HARD: 2}
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """One run of the job, as far as the snapshot's time."""
+
+    index: int  # 1, 2, ...
+    started: float  # wall clock just before the spawn
+    ended: float | None = None  # wall clock once reaped; None: alive
+    status: int | None = None  # exit status; negative: killed by that signal
+    text: str = ""  # the log's whole lines this run ended (its launcher's included), each with its newline
+    launched: bool = False
+    count_trace: bool = False  # changed the output count (its launcher's clean included)
+
+    @property
+    def lines(self) -> list[str]:
+        """The log's whole lines this run ended: a line is the one of whoever wrote its
+        newline (a killed run's unfinished line glued to the next writer's text is the next
+        writer's, as it reads in the file)."""
+        return self.text.split("\n")[:-1]
+
+    def how_ended(self) -> str:
+        if self.ended is None:
+            return "is alive"
+        if self.status is not None and self.status < 0:
+            return f"was killed by signal {-self.status}"
+        return f"exited {self.status}"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The world between two steps: the runs so far and what is on disk."""
+
+    runs: tuple[RunFacts, ...]
+    files: int  # *.pt files in the outputs directory (temp names and dotfiles excluded)
+    records: int  # newline-terminated lines of the JSONL file
+
+    @property
+    def latest(self) -> RunFacts | None:
+        return self.runs[-1] if self.runs else None
+
+
+@dataclass(frozen=True)
+class Definition:
+    """The parts of a stage definition the fuzzer varies (the rest is fixed)."""
+
+    signals: tuple[str, ...] = ("process", "log", "outputs")
+    expected: int = 4
+    complete: str = "^Extraction complete"
+    match_hits: bool = True  # False: process.match edited so that it misses the job
+    outputs_kind: str = "files"  # or "lines" (a JSONL file)
+    progress: bool = True
+    settle: int = 1
+    exit_grace: float = 0.0
+
+    def stage_dict(self, *, name: str, tag: str, log: str, out: str, lines: str) -> dict:
+        stage: dict = {"stage": name, "host": "local"}
+        if "process" in self.signals:
+            stage["process"] = {"match": f"--tag {tag}{'' if self.match_hits else '-elsewhere'}( |$)"}
+        if "log" in self.signals:
+            stage["log"] = {"path": log, "complete": self.complete, "error": "Traceback|CUDA error"}
+            if self.progress:
+                stage["log"]["progress"] = r"\[(?P<done>\d+)/(?P<total>\d+)\]"
+        if "outputs" in self.signals:
+            if self.outputs_kind == "files":
+                stage["outputs"] = {"files": out, "pattern": "*.pt", "expected": self.expected}
+            else:
+                stage["outputs"] = {"lines": lines, "expected": self.expected}
+        stage["policy"] = {
+            "interval": "100ms",
+            "settle": self.settle,
+            "exit_grace": self.exit_grace if self.exit_grace > 0 else "1ms",
+            "stall_after": "10m",
+            "timeout": "1m",
+        }
+        return stage
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a watch was told about the run it watches."""
+
+    since_lo: float | None = None  # the earliest time its since can have resolved to
+    launched: int | None = None  # the index of the run its launch record is of
+    probe: str = "local"  # local, pidns (its own PID namespace), hidepid (another user)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    kind: str  # ok, soft, hard
+    why: str
+    route: str = ""  # a short class name for grouping findings
+    extra: dict = field(default_factory=dict)
+
+
+def criteria(run: RunFacts, snap: Snapshot, d: Definition) -> tuple[bool, str, str]:
+    """Whether ``run`` meets the definition's own criteria (not its exit): its completion
+    line, the output count. (ok, why not, route)"""
+    if "log" in d.signals:
+        rx = re.compile(d.complete)
+        if not any(rx.search(line) for line in run.lines):
+            wrote = [line for line in run.lines if "complete" in line.lower() or line.startswith("Done")]
+            if wrote:
+                return (
+                    False,
+                    f"run {run.index}'s completion line {wrote[-1]!r} does not match {d.complete!r}",
+                    "regex",
+                )
+            return False, f"run {run.index} wrote no completion line", "no-completion-line"
+    if "outputs" in d.signals:
+        count = snap.files if d.outputs_kind == "files" else snap.records
+        if count < d.expected:
+            return False, f"{count} outputs of {d.expected}", "outputs-short"
+    return True, "", ""
+
+
+PROGRESS = re.compile(r"\[(?P<done>\d+)/(?P<total>\d+)\]")
+ERROR = re.compile(r"Traceback|CUDA error")
+
+
+def _marks(line: str, d: Definition) -> bool:
+    """Whether a log line tells of the run that wrote it, after another run's completion
+    line (the issue's rule): a progress line, an error line, a completion line, or — with no
+    progress pattern — any text. With a progress pattern, other text reads as the last run's
+    post-processing; whitespace is evidence of nothing."""
+    if (PROGRESS.search(line) and d.progress) or ERROR.search(line) or re.search(d.complete, line):
+        return True
+    return not d.progress and bool(line.strip())
+
+
+def observable(
+    run: RunFacts, d: Definition, scope: Scope, seen_alive: frozenset[int], *, counts: bool = True
+) -> bool:
+    """Whether the watch could know ``run`` happened: it left a trace a configured signal
+    reads (a log line that marks a run, see :func:`_marks`; a changed output count), the watch's own probe saw it alive, or
+    it is alive where the probe cannot see (which the probe must know), or it is the
+    launched run. A run that started and died between two checks without a trace is no
+    evidence of anything: the run before it stays the latest the watch can judge."""
+    if "log" in d.signals and any(_marks(line, d) for line in run.lines):
+        return True
+    if counts and "outputs" in d.signals and run.count_trace:
+        return True
+    if "process" in d.signals and (run.index in seen_alive or (scope.probe != "local" and run.ended is None)):
+        return True
+    return scope.launched == run.index
+
+
+def judge(
+    snap: Snapshot,
+    d: Definition,
+    scope: Scope,
+    seen_alive: frozenset[int] = frozenset(),
+    maybe_seen: frozenset[int] = frozenset(),
+) -> Judgement:
+    """Whether ``complete`` is allowed for a watch of ``scope`` and definition ``d`` in ``snap``
+    (``seen_alive``: the runs the watch's own probes surely saw alive; ``maybe_seen``: runs
+    they may have seen — a watch checking beside the steps, the holder of a followed verdict).
+
+    Allowed when the latest run allows it (the plain truth), or the latest run the watch
+    could observe does (observability only ever excuses). A run whose only trace is the
+    output count it changed (no text in the log, never seen alive) is weak evidence: when
+    the verdict would be right had nothing but it told of a new run, the false ``complete``
+    is soft (a stage with a log attributes outputs to runs only through the log).
+    """
+    every = frozenset(r.index for r in snap.runs)
+    sights = {seen_alive | maybe_seen, seen_alive}
+    best = _judge(snap, d, scope, every, counts=True, everything=True)
+    for seen in sights:
+        if best.kind == OK:
+            return best
+        j = _judge(snap, d, scope, seen, counts=True)
+        if SEVERITY[j.kind] < SEVERITY[best.kind]:
+            best = j
+    if best.kind != HARD:
+        return best
+    for seen in sights:
+        if _judge(snap, d, scope, seen, counts=False).kind == OK:
+            return Judgement(
+                SOFT,
+                f"{best.why} (a run whose only trace is its outputs)",
+                f"outputs-only-trace/{best.route}",
+            )
+    return best
+
+
+def _judge(
+    snap: Snapshot,
+    d: Definition,
+    scope: Scope,
+    seen_alive: frozenset[int],
+    *,
+    counts: bool,
+    everything: bool = False,
+) -> Judgement:
+    runs = [r for r in snap.runs if everything or observable(r, d, scope, seen_alive, counts=counts)]
+    run = runs[-1] if runs else None
+    if run is None:
+        return Judgement(HARD, "no run the watch could observe has started", "no-run")
+    if scope.launched is not None and run.index != scope.launched:
+        return Judgement(
+            HARD, f"run {run.index} started after the launched run {scope.launched}", "launch-superseded"
+        )
+    if scope.since_lo is not None and run.ended is not None and run.ended <= scope.since_lo - SINCE_SLACK:
+        return Judgement(
+            HARD,
+            f"the latest run (run {run.index}) ended {scope.since_lo - run.ended:.1f}s before since:"
+            " the run asked for has not started",
+            "since-excludes-every-run",
+        )
+    met, why, route = criteria(run, snap, d)
+    if met and run.ended is not None and run.status == 0:
+        return Judgement(OK, f"run {run.index} exited 0 and meets the definition")
+    state = run.how_ended()
+    if not met:
+        return Judgement(HARD, f"run {run.index} {state}; {why}", f"{route}/{_fate(run)}")
+    declares = "log" in d.signals or "outputs" in d.signals
+    if run.ended is None:
+        sees = "process" in d.signals and d.match_hits
+        if sees:
+            hidden = "" if scope.probe == "local" else f" (the probe runs in {scope.probe})"
+            return Judgement(
+                HARD, f"run {run.index} is alive, and process.match finds it{hidden}", f"alive/{scope.probe}"
+            )
+        if declares:
+            return Judgement(
+                SOFT,
+                f"run {run.index} is alive, after declaring completion; no process section finds it",
+                "alive-unwatched",
+            )
+        return Judgement(HARD, f"run {run.index} is alive", "alive-unwatched-no-declaration")
+    if not declares:
+        return Judgement(HARD, f"process-only stage: run {run.index} {state}", f"process-only/{_fate(run)}")
+    return Judgement(
+        SOFT, f"run {run.index} declared completion, then {state}", f"declared-then-{_fate(run)}"
+    )
+
+
+def _fate(run: RunFacts) -> str:
+    if run.ended is None:
+        return "running"
+    if run.status is not None and run.status < 0:
+        return "killed"
+    return "exit0" if run.status == 0 else "failed"

@@ -1,0 +1,176 @@
+"""The ground-truth fuzzer's bounded run (issue 21, section 4), and tests of the fuzzer itself.
+
+A fixed range of seeds, each a history of one stage run against real processes, files and
+watches (``tests/fuzz``); no history may end in a ``complete`` the truth does not allow. A
+failure prints each failing seed's replay script and the verdict. The long run is
+``make fuzz``; one seed is ``python -m tests.fuzz --seed N [--print]``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.fuzz.generate import generate
+from tests.fuzz.history import run_seeds
+from tests.fuzz.truth import HARD, OK, SOFT, Definition, RunFacts, Scope, Snapshot, judge
+from tests.fuzz.world import JOB
+
+#: The bounded run: about 90 s on a shared 2-core machine with 4 workers (most of a history
+#: is waiting on real time: since margins, settle gaps).
+BOUNDED_SEEDS = range(0, int(os.environ.get("CROSSCHECK_FUZZ_HISTORIES", "64")))
+WORKERS = int(os.environ.get("CROSSCHECK_FUZZ_WORKERS", "4"))
+
+
+@pytest.mark.timeout(600)
+def test_no_history_ends_in_a_false_complete() -> None:
+    began = time.monotonic()
+    records = run_seeds(BOUNDED_SEEDS, WORKERS)
+    elapsed = time.monotonic() - began
+    failing = [r for r in records if r["hard"] or r["exit_code_errors"] or r["errors"]]
+    report = []
+    for r in failing[:8]:
+        report.append(f"--- seed {r['seed']} ({r['cls']}): python -m tests.fuzz --seed {r['seed']} --print")
+        report.append(generate(r["seed"]).script())
+        report += [f["text"] for f in r["findings"][:2]]
+        report += [f"exit code / advance: {e}" for e in r["exit_code_errors"]]
+        report += [f"error: {e}" for e in r["errors"]]
+    checks = sum(r["checks"] for r in records)
+    assert not failing, (
+        f"{len(failing)} of {len(records)} histories failed ({checks} checks, {elapsed:.0f}s);"
+        f" seeds {[r['seed'] for r in failing]}\n" + "\n".join(report)
+    )
+    # The run must have exercised complete: a fuzzer whose watches never complete proves nothing.
+    assert sum(r["completes"] for r in records) > len(records)
+
+
+# --------------------------------------------------------------------------- the fuzzer itself
+
+
+def test_a_seed_is_one_history_every_time() -> None:
+    assert generate(7).script() == generate(7).script()
+    assert generate(7).script() != generate(8).script()
+    for seed in range(40):
+        compile(generate(seed).script(), f"seed-{seed}", "exec")  # the replay script is Python
+
+
+def _snap(*runs: RunFacts, files: int = 4) -> Snapshot:
+    return Snapshot(tuple(runs), files, 0)
+
+
+FINISHED = RunFacts(1, started=100.0, ended=110.0, status=0, text="[4/4]\nExtraction complete\n")
+FULL = Definition(signals=("process", "log", "outputs"), expected=4)
+
+
+@pytest.mark.parametrize(
+    ("snap", "definition", "scope", "seen", "kind"),
+    [
+        pytest.param(_snap(FINISHED), FULL, Scope(), {1}, OK, id="a finished run"),
+        pytest.param(
+            _snap(FINISHED, RunFacts(2, 120.0, text="[1/4]\n")),
+            FULL, Scope(), {1}, HARD, id="a re-run writing progress",
+        ),
+        pytest.param(
+            _snap(FINISHED, RunFacts(2, 120.0, 121.0, -9)),
+            FULL, Scope(), {1}, OK, id="a re-run that left no trace is no evidence",
+        ),
+        pytest.param(
+            _snap(FINISHED, RunFacts(2, 120.0, 121.0, -9)),
+            FULL, Scope(), {1, 2}, HARD, id="a re-run seen alive, killed",
+        ),
+        pytest.param(
+            _snap(FINISHED, RunFacts(2, 120.0, 121.0, -9, count_trace=True)),
+            FULL, Scope(), {1}, SOFT, id="a re-run that only rewrote outputs, killed",
+        ),
+        pytest.param(
+            _snap(FINISHED, RunFacts(2, 120.0, 121.0, -9, count_trace=True), files=2),
+            FULL, Scope(), {1}, HARD, id="a re-run that cleaned the outputs, killed",
+        ),
+        pytest.param(
+            _snap(RunFacts(1, 100.0, 110.0, 0)), Definition(signals=("process",)), Scope(), set(), OK,
+            id="a run never seen that exited 0: the plain truth allows",
+        ),
+        pytest.param(_snap(FINISHED), FULL, Scope(since_lo=115.0), {1}, HARD, id="since after the last run: queued"),
+        pytest.param(_snap(FINISHED), FULL, Scope(since_lo=105.0), {1}, OK, id="since while it ran"),
+        pytest.param(_snap(FINISHED, files=3), FULL, Scope(), {1}, HARD, id="outputs short"),
+        pytest.param(
+            _snap(FINISHED), Definition(expected=5), Scope(), {1}, HARD, id="expected raised by an edit",
+        ),
+        pytest.param(
+            _snap(FINISHED), Definition(complete="^Done"), Scope(), {1}, HARD, id="complete regex edited",
+        ),
+        pytest.param(
+            _snap(RunFacts(1, 100.0, text="Extraction complete\n")),
+            FULL, Scope(probe="hidepid"), set(), HARD, id="post-processing, hidden from the probe",
+        ),
+        pytest.param(
+            _snap(RunFacts(1, 100.0, text="Extraction complete\n")),
+            Definition(signals=("log", "outputs")), Scope(), set(), SOFT, id="post-processing, no process section",
+        ),
+        pytest.param(
+            _snap(RunFacts(1, 100.0, 110.0, -9)), Definition(signals=("process",)), Scope(), {1}, HARD,
+            id="process-only, SIGKILLed",
+        ),
+        pytest.param(
+            _snap(RunFacts(1, 100.0, 110.0, -9, text="Extraction complete\n")),
+            FULL, Scope(), {1}, SOFT, id="declared, then killed",
+        ),
+        pytest.param(
+            _snap(FINISHED, RunFacts(2, 120.0, 130.0, 0, launched=True, text="Extraction complete\n"),
+                  RunFacts(3, 140.0, text="[1/4]\n")),
+            FULL, Scope(launched=2), {2}, HARD, id="the launched run superseded",
+        ),
+        pytest.param(
+            _snap(FINISHED, RunFacts(2, 120.0, 121.0, -9, text="shard 0 opened\n")),
+            FULL, Scope(), {1}, OK, id="text after the completion line reads as post-processing",
+        ),
+        pytest.param(
+            _snap(FINISHED, RunFacts(2, 120.0, 121.0, -9, text="shard 0 opened\n")),
+            Definition(progress=False), Scope(), {1}, HARD, id="any text marks a run without a progress pattern",
+        ),
+        pytest.param(
+            _snap(FINISHED, RunFacts(2, 120.0, 121.0, -9, text="\n   \n")),
+            Definition(progress=False), Scope(), {1}, OK, id="whitespace is evidence of nothing",
+        ),
+    ],
+)  # fmt: skip
+def test_the_truth(snap, definition, scope, seen, kind) -> None:
+    assert judge(snap, definition, scope, frozenset(seen)).kind == kind
+
+
+def test_the_job_writes_only_when_told(tmp_path) -> None:
+    log, out = tmp_path / "job.log", tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            "-u",
+            JOB,
+            "--tag",
+            "t",
+            "--log",
+            str(log),
+            "--out",
+            str(out),
+            "--mode",
+            "skip",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "ready"
+    assert log.read_bytes() == b""
+    for command, answer in [("log [1/2]", "ok"), ("write Extr", "ok"), ("out 2", "ok"), ("exit 3", "bye")]:
+        proc.stdin.write(command + "\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == answer
+    assert proc.wait(10) == 3
+    assert log.read_bytes() == b"[1/2]\nExtr"
+    assert sorted(p.name for p in out.iterdir()) == ["00000.pt", "00001.pt"]
