@@ -4,23 +4,32 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-compat lint bench system-deps clean
+.PHONY: demo test test-compat lint bench fuzz docs system-deps clean
 
 $(STAMP): pyproject.toml
+	@# A venv from before the move to `prefect` has prefect-client too, whose files replaced
+	@# prefect's (the same package): start it again.
+	@if [ -x $(BIN)/pip ] && $(BIN)/pip show prefect-client >/dev/null 2>&1; then \
+	  echo "$(VENV) has prefect-client (it overwrites prefect's files): building it again"; rm -rf $(VENV); fi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 # What the tests need from the system: OpenSSH's sshd (a real server on 127.0.0.1), a
-# login shell that is not sh, and PostgreSQL's server binaries (the store tests start their
+# login shell that is not sh, zsh (its completion script is sourced), fuse (a FUSE mount whose
+# file times run ahead or stand still), BusyBox (a host whose tools are BusyBox's applets), and
+# PostgreSQL's server binaries (the store tests start their
 # own cluster; the package's default one is never used). Installed only when missing and
 # only as root.
 system-deps:
 	@missing=""; \
 	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
 	command -v tcsh >/dev/null 2>&1 || missing="$$missing tcsh"; \
+	command -v zsh >/dev/null 2>&1 || missing="$$missing zsh"; \
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
+	command -v fusermount >/dev/null 2>&1 || missing="$$missing fuse"; \
+	command -v busybox >/dev/null 2>&1 || missing="$$missing busybox-static"; \
 	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
@@ -33,23 +42,33 @@ system-deps:
 test: $(STAMP) system-deps
 	$(BIN)/pytest -q
 
-# The oldest Prefect supported (constraints/oldest.txt), in its own virtualenv. Not in CI.
-COMPAT := .venv-compat
-$(COMPAT)/.installed: pyproject.toml constraints/oldest.txt
-	$(PYTHON) -m venv $(COMPAT)
-	$(COMPAT)/bin/pip install -q --upgrade pip
-	$(COMPAT)/bin/pip install -q -e '.[dev]' -c constraints/oldest.txt
+# Both ends of the Prefect range pyproject.toml allows, each in its own virtualenv, the whole
+# suite (the wheel's install tests included: into an environment that has that Prefect, no
+# file of it may change). The oldest: every package pinned as a user of the floor had it
+# (constraints/oldest.txt). The newest: resolved again at every run. Not in CI (minutes).
+OLDEST := .venv-oldest
+NEWEST := .venv-newest
+$(OLDEST)/.installed: pyproject.toml constraints/oldest.txt
+	rm -rf $(OLDEST)
+	$(PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/pip install -q --upgrade pip
+	$(OLDEST)/bin/pip install -q -e '.[dev]' -c constraints/oldest.txt
 	touch $@
 
-test-compat: $(COMPAT)/.installed system-deps
-	$(COMPAT)/bin/pytest -q
+test-compat: $(OLDEST)/.installed system-deps
+	$(OLDEST)/bin/pytest -q
+	[ -x $(NEWEST)/bin/pip ] || $(PYTHON) -m venv $(NEWEST)
+	$(NEWEST)/bin/pip install -q --upgrade pip
+	$(NEWEST)/bin/pip install -q --upgrade --upgrade-strategy eager -e '.[dev]'
+	$(NEWEST)/bin/pip list 2>/dev/null | grep -i '^prefect '
+	$(NEWEST)/bin/pytest -q
 
 demo: $(STAMP)
 	$(BIN)/crosscheck demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check sensors flows tests bench
-	$(BIN)/ruff format --check sensors flows tests bench
+	$(BIN)/ruff check sensors prefect_crosscheck flows tests bench
+	$(BIN)/ruff format --check sensors prefect_crosscheck flows tests bench
 
 bench: $(STAMP) system-deps
 	$(BIN)/python bench/local_probe.py
@@ -58,5 +77,26 @@ bench: $(STAMP) system-deps
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/fleet.py
 
+# The ground-truth fuzzer's long run (issue 21): histories of one stage against real jobs,
+# files and watches; no complete the truth does not allow. `make test` runs 64 seeds of it.
+# FUZZ_HISTORIES / FUZZ_WORKERS / FUZZ_FIRST_SEED size it; one seed: python -m tests.fuzz --seed N.
+FUZZ_HISTORIES ?= 10000
+FUZZ_WORKERS   ?= 4
+FUZZ_FIRST_SEED ?= 0
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz --histories $(FUZZ_HISTORIES) --workers $(FUZZ_WORKERS) --first-seed $(FUZZ_FIRST_SEED)
+
+# The documentation site (docs/, mkdocs.yml) built into site/, in a virtualenv of its own;
+# --strict: a broken link or anchor, or a warning of mkdocstrings, fails the build.
+DOCS_VENV := .venv-docs
+$(DOCS_VENV)/.installed:
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/pip install -q --upgrade pip
+	$(DOCS_VENV)/bin/pip install -q mkdocs-material mkdocstrings-python
+	touch $@
+
+docs: $(DOCS_VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) $(COMPAT) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(OLDEST) $(NEWEST) $(DOCS_VENV) site .venv-compat .pytest_cache .ruff_cache *.egg-info

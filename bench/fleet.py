@@ -1,17 +1,25 @@
 """A large fleet in one watcher: 2,000 stages over 50 loopback SSH hosts plus 500 local ones.
 
-Run: ``python bench/fleet.py [--interval 30] [--ticks 3] [--sizes 100,500,1000,2500]``
-(``--quick``: smaller sizes, a 3 s interval, for a smoke run). Issue 12's benchmark.
+Run: ``python bench/fleet.py [--interval 30] [--ticks 3] [--sizes 100,500,1000,2500]
+[--mix idle,busy]`` (``--quick``: smaller sizes, a 3 s interval, for a smoke run). Issue 12's
+benchmark; the busy mix is issue 22's.
 
 The hosts: real OpenSSH sshd processes (tests/sshd.py) on 50 ports of 127.0.0.1 (at most 16
 each, OpenSSH's MAX_LISTEN_SOCKS: 4 processes); each port is a host of its own (an alias
 ``fleet-hNN`` in an ssh config file, HostName 127.0.0.1 and its port), so 50 hosts are 50
 connections. Each host carries 40 stages, and 500 more are local. A stage is small but real:
-a log of a few progress lines, an outputs directory (3 of 100 files), a process pattern:
-every tenth stage matches one of 8 live ``sleep`` processes (distinct command lines), the
-others a pattern no process has (a job not started yet: ``unknown``). Every stage is a stage
-file in one directory, watched by ``sensors._serve.Watcher`` (the machinery of ``crosscheck
-serve``) with a SQLite state store in a temporary file.
+a log of a few progress lines, an outputs directory (3 of 100 files), a process pattern.
+Every stage is a stage file in one directory, watched by ``sensors._serve.Watcher`` (the
+machinery of ``crosscheck serve``) with a SQLite state store in a temporary file. Two mixes:
+
+- ``idle`` (issue 12's): every tenth stage matches one of 8 live ``sleep`` processes
+  (distinct command lines), the others a pattern no process has (a job not started yet:
+  ``unknown``); nothing is written while it runs;
+- ``busy`` (the fleet a user runs): every stage's job is alive (stage k of each host matches
+  the k-th of 40 live jobs, as 40 jobs on a host would be), its log grows by a line every half
+  interval and an output is written every interval (by one writer process, spread evenly over
+  the interval), toward 1,000,000 expected: each check reads what its log appended and lists
+  its changed directory, and every verdict is ``running``.
 
 Each size (a proportional mix: 40 stages per host, hosts and local stages scaled) runs for
 ``ticks + 1`` intervals; the first tick (loading the files, connecting) is left out. Measured:
@@ -33,10 +41,10 @@ Each size (a proportional mix: 40 stages per host, hosts and local stages scaled
   first with CPython's garbage-collector settings, then with the watcher's (``crosscheck
   serve`` and ``wait`` set them: ``sensors._gc``), which the fleet runs with too.
 
-Targets (issue 12): one round trip per host per tick; batched CPU per stage-check at most
-1/10 of the per-stage path (every SSH row, the watcher's settings); lag p99 <= 2 s; RSS <= 400
-MB; CPU per tick growing no faster than the number of stages (each step within 1.25x of
-linear) and lag p99 within target at every size. Exits 1 when one is missed.
+Targets (issue 12, both mixes): one round trip per host per tick; batched CPU per
+stage-check at most 1/10 of the per-stage path (every SSH row, the watcher's settings); lag
+p99 <= 2 s; RSS <= 400 MB; CPU per tick growing no faster than the number of stages (each step
+within 1.25x of linear) and lag p99 within target at every size. Exits 1 when one is missed.
 """
 
 from __future__ import annotations
@@ -73,6 +81,8 @@ from tests.sshd import SSHD, _children, free_port  # noqa: E402
 PER_HOST = 40
 FULL_HOSTS, FULL_LOCAL = 50, 500
 SLEEPS = 8  # live processes, one command line each
+MIXES = ("idle", "busy")
+BUSY_EXPECTED = 1_000_000  # outputs a busy stage's job is writing toward
 PORTS_PER_SSHD = 16  # OpenSSH's MAX_LISTEN_SOCKS
 OUTPUT_FILES, EXPECTED = 3, 100
 BIG_LOG = 1_000_000  # bytes: a running job's log (side by side, ssh+grow-1MB)
@@ -127,6 +137,8 @@ class Fleet:
             server.start()
         for j in range(1, SLEEPS + 1):
             self.jobs.append(subprocess.Popen(["sleep", f"100000.{j}"], start_new_session=True))
+        for k in range(1, PER_HOST + 1):  # the busy mix's jobs: the k-th stage of every host
+            self.jobs.append(subprocess.Popen(["sleep", f"300000.{k}"], start_new_session=True))
 
     def stop(self) -> None:
         for job in self.jobs:
@@ -135,17 +147,25 @@ class Fleet:
         for server in self.servers:
             server.cleanup()
 
-    def stage_yaml(self, name: str, n: int, host: int | None, interval: float) -> str:
+    def work(self, name: str, mix: str = "idle") -> Path:
+        """A stage's directory: its log and outputs (one per mix: the busy one's grow)."""
+        return self.data / name if mix == "idle" else self.data / mix / name
+
+    def stage_yaml(self, name: str, n: int, host: int | None, interval: float, mix: str = "idle") -> str:
         """One stage file; its log and outputs directory are written on first use."""
-        work = self.data / name
+        work = self.work(name, mix)
+        expected = EXPECTED if mix == "idle" else BUSY_EXPECTED
         if not work.exists():
             (work / "out").mkdir(parents=True)
             (work / "job.log").write_text(
-                "".join(f"[{k}/{EXPECTED}] step {k} loss 0.{k * 3}\n" for k in range(1, OUTPUT_FILES + 1))
+                "".join(f"[{k}/{expected}] step {k} loss 0.{k * 3}\n" for k in range(1, OUTPUT_FILES + 1))
             )
             for k in range(OUTPUT_FILES):
                 (work / "out" / f"part-{k:03d}.pt").write_bytes(b"x")
-        match = rf"^sleep 100000[.]{n // 10 % SLEEPS + 1}$" if n % 10 == 0 else rf"fleet-job-{name}[.]py"
+        if mix == "busy":
+            match = rf"^sleep 300000[.]{n % PER_HOST + 1}$"
+        else:
+            match = rf"^sleep 100000[.]{n // 10 % SLEEPS + 1}$" if n % 10 == 0 else rf"fleet-job-{name}[.]py"
         if host is None:
             where = "host: local\n"
         else:
@@ -160,27 +180,32 @@ class Fleet:
             f"process:\n  match: '{match}'\n"
             f"log:\n  path: {work / 'job.log'}\n  complete: '^done$'\n"
             f"  progress: '\\[(?P<done>\\d+)/(?P<total>\\d+)\\]'\n"
-            f"outputs:\n  files: {work / 'out'}\n  pattern: '*.pt'\n  expected: {EXPECTED}\n"
+            f"outputs:\n  files: {work / 'out'}\n  pattern: '*.pt'\n  expected: {expected}\n"
             f"policy:\n  interval: {interval}s\n  stall_after: 1h\n  timeout: 48h\n"
         )
 
-    def write(self, directory: Path, size: int, interval: float) -> tuple[int, int]:
-        """Stage files for ``size`` stages in the full run's proportions; (hosts, local)."""
+    def write(
+        self, directory: Path, size: int, interval: float, mix: str = "idle"
+    ) -> tuple[int, int, list[Path]]:
+        """Stage files for ``size`` stages in the full run's proportions; (hosts, local, the
+        stages' directories)."""
         hosts = max(1, round(FULL_HOSTS * size / (FULL_HOSTS * PER_HOST + FULL_LOCAL)))
         hosts = min(hosts, self.hosts)
         local = max(0, size - hosts * PER_HOST)
         directory.mkdir(parents=True)
-        n = 0
+        n, works = 0, []
         for h in range(hosts):
             for k in range(PER_HOST):
                 name = f"fleet-h{h:02d}-s{k:02d}"
-                (directory / f"{name}.yaml").write_text(self.stage_yaml(name, n, h, interval))
+                (directory / f"{name}.yaml").write_text(self.stage_yaml(name, n, h, interval, mix))
+                works.append(self.work(name, mix))
                 n += 1
         for k in range(local):
             name = f"fleet-local-s{k:03d}"
-            (directory / f"{name}.yaml").write_text(self.stage_yaml(name, n, None, interval))
+            (directory / f"{name}.yaml").write_text(self.stage_yaml(name, n, None, interval, mix))
+            works.append(self.work(name, mix))
             n += 1
-        return hosts, local
+        return hosts, local, works
 
     def remote_shells(self) -> tuple[int, int]:
         """sshd's connections and the kept remote shells under it (``/bin/sh -s``; not a
@@ -196,6 +221,39 @@ class Fleet:
                 except OSError:
                     continue
         return connections, shells
+
+
+# --------------------------------------------------------------------------- the busy mix's writes
+
+#: The busy mix's jobs at work, in one process of their own (its CPU is not the watcher's):
+#: each stage's log gets a line every half interval and its outputs a file every interval
+#: (written under a temp name, then renamed, as jobs do), the stages taken in turn so that
+#: the writes are spread evenly over the interval.
+_WRITER = """
+import os, sys, time
+works = open(sys.argv[1]).read().split("\\n")
+step = float(sys.argv[2]) / 2 / len(works)
+k, at = 4, time.monotonic()
+while True:
+    for work in works:
+        with open(work + "/job.log", "a") as log:
+            log.write(f"[{k}/1000000] step {k} loss 0.{k * 3} lr 3e-4 tokens/s 51234\\n")
+        if k % 2 == 0:
+            tmp = f"{work}/out/part-{k:06d}.pt.tmp"
+            with open(tmp, "wb") as out:
+                out.write(b"x" * 64)
+            os.rename(tmp, tmp[:-4])
+        at += step
+        time.sleep(max(0.0, at - time.monotonic()))
+    k += 1
+"""
+
+
+def start_writer(works: list[Path], interval: float, root: Path) -> subprocess.Popen[bytes]:
+    listing = root / f"busy-works-{len(works)}.txt"
+    listing.write_text("\n".join(str(w) for w in works))
+    argv = [sys.executable, "-c", _WRITER, str(listing), repr(interval)]
+    return subprocess.Popen(argv, start_new_session=True)
 
 
 # --------------------------------------------------------------------------- probes seen
@@ -279,11 +337,26 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
 
 
-def run_size(fleet: Fleet, seen: Seen, size: int, interval: float, ticks: int, work: Path) -> dict:
-    directory = work / f"stages-{size}"
-    hosts, local = fleet.write(directory, size, interval)
+def run_size(
+    fleet: Fleet, seen: Seen, size: int, interval: float, ticks: int, work: Path, mix: str = "idle"
+) -> dict:
+    directory = work / f"stages-{mix}-{size}"
+    hosts, local, works = fleet.write(directory, size, interval, mix)
+    writer = start_writer(works, interval, work) if mix == "busy" else None
+    try:
+        row = _run_size(fleet, seen, size, interval, ticks, work, mix, directory)
+        return {**row, "hosts": hosts, "local": local}
+    finally:
+        if writer is not None:
+            writer.kill()
+            writer.wait()
+
+
+def _run_size(
+    fleet: Fleet, seen: Seen, size: int, interval: float, ticks: int, work: Path, mix: str, directory: Path
+) -> dict:
     ssh.close_all()  # each size connects afresh (its first tick, not measured, pays it)
-    store = open_store(work / f"state-{size}.db")
+    store = open_store(work / f"state-{mix}-{size}.db")
     verdicts: Counter[str] = Counter()
     watcher = Watcher(
         directory, store=store, rescan_every=5.0, emit=lambda v: verdicts.update([v.state.value])
@@ -340,9 +413,8 @@ def run_size(fleet: Fleet, seen: Seen, size: int, interval: float, ticks: int, w
         trips += [counts.get(k, 0) for k in range(ticks)]
     cpu = cpu_b - cpu_a
     return {
+        "mix": mix,
         "size": size,
-        "hosts": hosts,
-        "local": local,
         "stages_seen": len(starts),
         "checked_each_tick": checked_each_tick,
         "first_tick_s": first_tick,
@@ -469,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ticks", type=int, help="measured ticks per size, after the first (3)")
     ap.add_argument("--sizes", help="stage counts, comma-separated (100,500,1000,2500)")
     ap.add_argument("--rounds", type=int, help="side-by-side rounds (24)")
+    ap.add_argument("--mix", default=",".join(MIXES), help="the mixes, comma-separated (idle,busy)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 100,250 stages, 3 s, 2 ticks")
     args = ap.parse_args(argv)
     quick = {"interval": 3.0, "ticks": 2, "sizes": "100,250", "rounds": 2}
@@ -478,6 +551,9 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, key) is None:
             setattr(args, key, value)
     sizes = [int(x) for x in args.sizes.split(",")]
+    mixes = [m for m in args.mix.split(",") if m]
+    if not mixes or any(m not in MIXES for m in mixes):
+        ap.error(f"--mix: one or more of {', '.join(MIXES)}")
     need_hosts = min(FULL_HOSTS, max(max(1, round(FULL_HOSTS * s / 2500)) for s in sizes))
 
     work = Path(tempfile.mkdtemp(prefix="crosscheck-fleet-"))
@@ -486,48 +562,65 @@ def main(argv: list[str] | None = None) -> int:
     seen = Seen()
     seen.install()
     fleet.start()
+    load = os.getloadavg()
     try:
         print(f"machine: {machine()}; interval {args.interval:g} s, {args.ticks} measured ticks per size")
         print(
-            f"{len(fleet.servers)} sshd on {need_hosts} ports of 127.0.0.1 (a host each), {SLEEPS} live jobs"
+            f"{len(fleet.servers)} sshd on {need_hosts} ports of 127.0.0.1 (a host each),"
+            f" {SLEEPS} + {PER_HOST} live jobs;"
+            f" load average at the start {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
         )
         side_default = side_by_side(fleet, work, args.rounds, "default-gc")
         tune_for_watching()  # as crosscheck serve does, before its stages load
         side = side_by_side(fleet, work, args.rounds, "watcher-gc")
-        rows = []
-        for size in sizes:
-            row = run_size(fleet, seen, size, args.interval, args.ticks, work)
-            rows.append(row)
-            print(
-                f"  {size:>5} stages ({row['hosts']} hosts, {row['local']} local): "
-                f"cpu/tick {row['cpu_per_tick_s']:.2f} s, lag p99 {row['lag_p99']:.3f} s, "
-                f"round trips/host/tick {row['trips_min']}..{row['trips_max']}, "
-                f"peak RSS {row['peak_mb']:.0f} MB",
-                flush=True,
-            )
+        rows: dict[str, list[dict]] = {}
+        for mix in mixes:
+            print(f"{mix} mix:", flush=True)
+            for size in sizes:
+                row = run_size(fleet, seen, size, args.interval, args.ticks, work, mix)
+                rows.setdefault(mix, []).append(row)
+                print(
+                    f"  {size:>5} stages ({row['hosts']} hosts, {row['local']} local): "
+                    f"cpu/tick {row['cpu_per_tick_s']:.2f} s, lag p99 {row['lag_p99']:.3f} s, "
+                    f"round trips/host/tick {row['trips_min']}..{row['trips_max']}, "
+                    f"peak RSS {row['peak_mb']:.0f} MB, load {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
     finally:
         ssh.close_all()
         fleet.stop()
         shutil.rmtree(work, ignore_errors=True)
 
-    print()
     head = (
-        f"{'stages':>6} {'hosts':>5} {'local':>5} {'1st tick s':>10} {'cpu/tick s':>10} {'cpu %':>6}"
+        f"{'mix':>4} {'stages':>6} {'hosts':>5} {'local':>5} {'1st tick s':>10} {'cpu/tick s':>10}"
+        f" {'cpu %':>6}"
         f" {'ms/check':>8} {'lag p50':>8} {'lag p99':>8} {'lag max':>8} {'trips/host/tick':>15}"
         f" {'conns':>5} {'shells':>6} {'RSS MB':>7} {'peak MB':>7}"
     )
+    print()
     print(head)
-    for r in rows:
-        print(
-            f"{r['size']:>6} {r['hosts']:>5} {r['local']:>5} {r['first_tick_s']:>10.1f}"
-            f" {r['cpu_per_tick_s']:>10.2f} {r['cpu_share'] * 100:>5.1f}% {r['cpu_per_check_ms']:>8.2f}"
-            f" {r['lag_p50']:>8.3f} {r['lag_p99']:>8.3f} {r['lag_max']:>8.3f}"
-            f" {str(r['trips_min']) + '..' + str(r['trips_max']):>15} {r['connections']:>5} {r['shells']:>6}"
-            f" {r['rss_mb']:>7.0f} {r['peak_mb']:>7.0f}"
-        )
-    for r in rows:
-        every = f"{r['checked_each_tick']}/{r['size']}"
-        print(f"  {r['size']}: verdicts {r['verdicts']}; stages checked every measured tick {every}")
+    for mix, mixed in rows.items():
+        for r in mixed:
+            print(
+                f"{mix:>4} {r['size']:>6} {r['hosts']:>5} {r['local']:>5} {r['first_tick_s']:>10.1f}"
+                f" {r['cpu_per_tick_s']:>10.2f} {r['cpu_share'] * 100:>5.1f}% {r['cpu_per_check_ms']:>8.2f}"
+                f" {r['lag_p50']:>8.3f} {r['lag_p99']:>8.3f} {r['lag_max']:>8.3f}"
+                f" {str(r['trips_min']) + '..' + str(r['trips_max']):>15}"
+                f" {r['connections']:>5} {r['shells']:>6}"
+                f" {r['rss_mb']:>7.0f} {r['peak_mb']:>7.0f}"
+            )
+    for mix, mixed in rows.items():
+        for r in mixed:
+            every = f"{r['checked_each_tick']}/{r['size']}"
+            print(f"  {mix} {r['size']}: verdicts {r['verdicts']}; stages checked every measured tick", every)
+    if len(rows) > 1:
+        print("\nside by side, CPU per tick (s) and lag p99 (s) by size:")
+        print(f"{'stages':>6} " + " ".join(f"{m + ' cpu':>10} {m + ' p99':>10}" for m in rows))
+        for k, size in enumerate(sizes):
+            cells = " ".join(
+                f"{rows[m][k]['cpu_per_tick_s']:>10.2f} {rows[m][k]['lag_p99']:>10.3f}" for m in rows
+            )
+            print(f"{size:>6} {cells}")
 
     print("\nCPU per stage-check, 40 stages on one host, side by side (ms):")
     print(f"{'host':>12} {'batched':>8} {'per-stage':>10} {'ratio':>6}   with CPython's GC settings")
@@ -535,35 +628,52 @@ def main(argv: list[str] | None = None) -> int:
         bd, sd = side_default[group]
         print(f"{group:>12} {b:>8.2f} {s:>10.2f} {b / s:>6.3f}   {bd:>8.2f} {sd:>10.2f} {bd / sd:>6.3f}")
 
-    big, small = rows[-1], rows[0]
-    growth_ok = all(
-        (b["cpu_per_tick_s"] / a["cpu_per_tick_s"]) <= 1.25 * (b["size"] / a["size"])
-        for a, b in itertools.pairwise(rows)
-    )
+    every_row = [r for mixed in rows.values() for r in mixed]
     checks = [
         (
-            "round trips per host per tick = 1 (every size, host and measured tick)",
-            all(r["trips_min"] == r["trips_max"] == 1 for r in rows)
-            and all(r["host_objects"] == r["host_names"] == r["hosts"] + (r["local"] > 0) for r in rows),
+            "round trips per host per tick = 1 (every mix, size, host and measured tick)",
+            all(r["trips_min"] == r["trips_max"] == 1 for r in every_row)
+            and all(r["host_objects"] == r["host_names"] == r["hosts"] + (r["local"] > 0) for r in every_row),
         ),
-        ("every stage checked every measured tick", all(r["checked_each_tick"] == r["size"] for r in rows)),
+        (
+            "every stage checked every measured tick",
+            all(r["checked_each_tick"] == r["size"] for r in every_row),
+        ),
         (
             "batched CPU per stage-check <= 1/10 of the per-stage path (every SSH row)",
             all(b <= s / 10 for group, (b, s) in side.items() if group.startswith("ssh")),
         ),
-        ("check lag p99 <= 2 s (every size)", all(r["lag_p99"] <= 2.0 for r in rows)),
-        ("RSS <= 400 MB (peak)", big["peak_mb"] <= 400),
-        ("CPU per tick grows at most linearly (each step within 1.25x of linear)", growth_ok),
+        ("check lag p99 <= 2 s (every mix and size)", all(r["lag_p99"] <= 2.0 for r in every_row)),
+        ("RSS <= 400 MB (peak)", max(r["peak_mb"] for r in every_row) <= 400),
     ]
+    for mix, mixed in rows.items():
+        growth_ok = all(
+            (b["cpu_per_tick_s"] / a["cpu_per_tick_s"]) <= 1.25 * (b["size"] / a["size"])
+            for a, b in itertools.pairwise(mixed)
+        )
+        label = f"{mix}: CPU per tick grows at most linearly (each step within 1.25x of linear)"
+        checks.append((label, growth_ok))
+    if "busy" in rows:
+        checks.append(
+            (
+                "busy: every verdict running (every job alive and at work)",
+                all(set(r["verdicts"]) == {"running"} for r in rows["busy"]),
+            )
+        )
     print()
     for label, ok in checks:
         print(f"{'ok  ' if ok else 'MISS'} {label}")
-    print(
-        f"\ngrowth {small['size']} -> {big['size']} stages ({big['size'] / small['size']:.1f}x): "
-        f"CPU per tick {big['cpu_per_tick_s'] / small['cpu_per_tick_s']:.1f}x, "
-        f"lag p99 {small['lag_p99']:.3f} -> {big['lag_p99']:.3f} s"
-    )
-    print("client, sshd and every 'remote' probe share this machine's CPUs")
+    print()
+    for mix, mixed in rows.items():
+        big, small = mixed[-1], mixed[0]
+        print(
+            f"{mix}: growth {small['size']} -> {big['size']} stages ({big['size'] / small['size']:.1f}x): "
+            f"CPU per tick {big['cpu_per_tick_s'] / small['cpu_per_tick_s']:.1f}x, "
+            f"lag p99 {small['lag_p99']:.3f} -> {big['lag_p99']:.3f} s"
+        )
+    load = os.getloadavg()
+    print(f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print("client, sshd, the busy mix's writer and every 'remote' probe share this machine's CPUs")
     return 0 if all(ok for _, ok in checks) else 1
 
 

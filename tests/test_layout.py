@@ -28,6 +28,7 @@ PREFECT_LAYER = {
     "sensors._gate",
     "sensors._handover",
     "sensors._serve_prefect",
+    "sensors._prefect_compat",
 }
 #: Not imported here: ``testing`` is the public test-helper module (simulated jobs, run as a
 #: script too), ``__main__`` runs the CLI when imported.
