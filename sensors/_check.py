@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ from sensors._hosts import Host, LocalHost
 from sensors._model import Reading, Says, State, Verdict
 from sensors._persist import NotOurs, OwnRun, Persistence, is_this_run, save_all
 from sensors._probe import Meta, Static, build_script, new_nonce, parse_meta, split_sections
-from sensors._run import Run, Since, parse_since
+from sensors._run import LaunchEnd, Run, Since, exit_record_lines, parse_since, read_launch_end
 from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
 from sensors._signals.log import LogMemory, seed_log_memory
 from sensors._verdict import VerdictMemory, decide
@@ -340,10 +340,15 @@ class Checker:
         """This check's probe snippets, one per configured signal (``table``: the process
         signal's reads the process table; a batch reads it once, see ``sensors._batch``)."""
         mem, inputs = self._memory, self._probe_inputs(nonce, table)
-        return [
+        snippets = [
             signal.snippet(spec, mem.signals.get(signal.name) or signal.new_memory(), inputs)
             for signal, spec in self._configured()
         ]
+        if inputs.exit_file:
+            # The launched job's exit record, whatever the signals: every one of them needs
+            # to know that the launched run is over (what is written after is a later run's).
+            snippets.append(exit_record_lines(inputs.exit_file, mem.run.pid if mem.run else None))
+        return snippets
 
     def _configured(self) -> tuple[tuple[Signal[Any, Any], Any], ...]:
         """The stage's configured signals and their specs, in registry order (twice per check:
@@ -380,6 +385,7 @@ class Checker:
             first_check_at=mem.first_check_at,
             exclude_pids=self._exclude,
             outputs_tie=not (stage.log or stage.process),
+            launch=_launch_end(sections, mem.run, meta),
         )
         readings: dict[str, Reading] = {}
         for signal, spec in self._configured():
@@ -397,7 +403,14 @@ class Checker:
                 mem.first_check_at = meta.now
         mem.run = facts.run
         verdict, mem.verdict = decide(
-            stage.stage, self.host.name, readings, stage.policy, mem.verdict, meta.now, run=mem.run
+            stage.stage,
+            self.host.name,
+            readings,
+            stage.policy,
+            mem.verdict,
+            meta.now,
+            run=mem.run,
+            launch=facts.launch,
         )
         self.last = verdict
         return verdict
@@ -517,3 +530,10 @@ class Checker:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _launch_end(sections: Mapping[str, bytes], run: Run | None, meta: Meta) -> LaunchEnd | None:
+    """How the launched job ended, as far as this check found (None: not launched so)."""
+    if run is None or not run.exit_file:
+        return None
+    return read_launch_end(sections, meta.hidden is not None)

@@ -234,6 +234,12 @@ def trusted_stamp(path: str | None, sections: Mapping[str, bytes], now: float | 
     return stamp if settled(stamp, now) else None
 
 
+def on_local_fs(path: str | None, sections: Mapping[str, bytes]) -> bool:
+    """Whether ``path``'s file system, as this probe's shared stat found it, is a local one
+    (:data:`LOCAL_FILE_SYSTEMS`; False where it was not found)."""
+    return _stat_fs(sections.get("statfs")).get(path or "") in LOCAL_FILE_SYSTEMS
+
+
 def keeps_times(path: str | None, sections: Mapping[str, bytes]) -> bool:
     """Whether ``path``'s file system, as this probe's shared stat found it, is one whose
     times move with every change (:data:`TIMES_KEPT`)."""
@@ -302,6 +308,12 @@ TIMES_KEPT = frozenset(magic for magic, (_, kept) in FILE_SYSTEMS.items() if kep
 #: a network file system's server keeps its own clock, and a small skew cannot be told from a
 #: write made a moment ago. Beyond it, a file time is seen to be wrong (not evidence).
 FILE_CLOCK_TOLERANCE = 1.0
+
+
+#: How long a network file system's client may show a file's size or a directory's entries as
+#: they were (seconds): NFS caches attributes up to acregmax/acdirmax, 60 s by default; FUSE's
+#: attr_timeout is shorter. A change seen within it of an event may have happened before it.
+ATTRIBUTE_CACHE_GRACE = 60.0
 
 
 def own_clock(fstype: bytes | str | None) -> bool:

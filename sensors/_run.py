@@ -21,9 +21,10 @@ import datetime as _dt
 import functools
 import re
 import shlex
+import signal as _signal
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from sensors._schema import parse_duration
 
@@ -67,6 +68,97 @@ class Run:
             "started_at": _iso(self.started_at),
             **({"pid": self.pid} if self.pid is not None else {}),
         }
+
+
+def exit_record_lines(exit_file: str, pid: int | None) -> list[str]:
+    """The probe lines that read the launched job's exit record (section ``exit``) and whether
+    its wrapper's PID is still at work (section ``launched``: its state, or ``gone``): read for
+    every check of a launched run, whatever signals the stage names. A launched run that is
+    over is told by these, and what is written after it is a later run's (see
+    ``sensors._signals.log`` and ``outputs``); a wrapper killed with its job writes no record.
+
+    Read only: the wrapper owns the file. "unreadable": the record (or the way to it) is
+    another user's, the launcher's: a watch run as another user cannot tell whether it was
+    written, and says so.
+    """
+    lines: list[str] = []
+    if pid is not None:
+        # The state after the command's closing parenthesis (a zombie is over too). Read
+        # before the record: a wrapper found gone wrote its record (if ever) before this read.
+        lines += [
+            "sec launched",
+            f'if read -r l </proc/{int(pid)}/stat; then l=${{l##*) }}; echo "${{l%% *}}";'
+            " else echo gone; fi 2>/dev/null",
+        ]
+    lines += [
+        "sec exit",
+        f"if r=$(head -c 256 -- {shlex.quote(exit_file)} 2>&1); then printf '%s\\n' \"$r\";"
+        ' else case $r in *"ermission denied"*) echo unreadable ;; *) echo missing ;; esac; fi',
+    ]
+    return lines
+
+
+class LaunchEnd(NamedTuple):
+    """How a launched job ended, as this check found it (every check of a launched run reads
+    it, whatever signals the stage names).
+
+    ``status`` / ``exited_at``: what its launch wrapper recorded (None: nothing recorded, or
+    not readable); ``missing``: the record can be read and is not there (yet); ``over``: the
+    job is over, recorded so or its wrapper gone (or a zombie) from a /proc that shows every
+    process; ``alive``: its wrapper is at work (found in /proc, not a zombie).
+    """
+
+    status: int | None = None
+    exited_at: float | None = None
+    over: bool = False
+    missing: bool = False
+    alive: bool = False
+
+    @property
+    def killed_unrecorded(self) -> bool:
+        """Over with no record although it can be read: the wrapper was killed with the job
+        (a run that did not finish)."""
+        return self.over and self.missing
+
+
+def read_launch_end(sections: Mapping[str, bytes], hidden: bool) -> LaunchEnd:
+    """The launched job's end from this probe's ``exit`` and ``launched`` sections
+    (``hidden``: the probe cannot see every process, so a PID not found is not gone)."""
+    record = read_exit_record(sections)
+    status, at = record.get("exit_status"), record.get("exited_at")
+    if isinstance(status, int):
+        return LaunchEnd(status, at if isinstance(at, float) else None, True)
+    state = (sections.get("launched") or b"").strip()
+    gone = state == b"Z" or (state == b"gone" and not hidden)
+    alive = bool(state) and state not in (b"Z", b"gone")
+    return LaunchEnd(over=gone, missing=record.get("exit_record") == "missing", alive=alive)
+
+
+def describe_exit(status: int) -> str:
+    """An exit status in words (a POSIX shell reports death by signal N as 128 + N)."""
+    if status == 0:
+        return "exited with status 0 (success), as its launch wrapper recorded"
+    if 128 < status < 128 + 65:
+        sig = status - 128
+        try:
+            name = _signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return f"exit status {status}: killed by {name} (signal {sig}), as its launch wrapper recorded"
+    return f"exited with status {status}, as its launch wrapper recorded"
+
+
+def read_exit_record(sections: Mapping[str, bytes]) -> dict[str, Any]:
+    """What the launch wrapper recorded: ``STATUS EPOCH`` once the job ended."""
+    text = (sections.get("exit") or b"").decode("ascii", "replace").strip()
+    words = text.split()
+    if len(words) >= 2 and words[0].isdigit():
+        # busybox's date prints %N as it is: the whole seconds stand.
+        at = re.match(r"\d+(?:\.\d+)?", words[1])
+        return {"exit_status": int(words[0]), "exited_at": float(at.group(0)) if at else None}
+    if words == ["unreadable"]:
+        return {"exit_status": None, "exited_at": None, "exit_record_unreadable": True}
+    return {"exit_status": None, "exited_at": None, "exit_record": "missing"}
 
 
 @dataclass(frozen=True)

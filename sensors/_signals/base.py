@@ -20,7 +20,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from sensors._model import Reading
 from sensors._probe import Meta
-from sensors._run import Run
+from sensors._run import LaunchEnd, Run
 
 SpecT = TypeVar("SpecT")
 MemoryT = TypeVar("MemoryT")
@@ -148,6 +148,7 @@ class CheckFacts(NamedTuple):
     outputs_tie: bool = False
     job: JobView | None = None  # from the process signal (None: not configured, or unknown)
     last_word: LastWord | None = None  # from the log signal (None: no completion line of this run)
+    launch: LaunchEnd | None = None  # a launched job's end as this check found it (None: not launched)
 
     @property
     def run_start(self) -> float | None:

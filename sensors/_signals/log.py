@@ -22,6 +22,7 @@ from pydantic import Field
 
 from sensors._model import Reading, Says
 from sensors._probe import (
+    ATTRIBUTE_CACHE_GRACE,
     FILE_CLOCK_TOLERANCE,
     STAT_FORMAT,
     Meta,
@@ -100,6 +101,23 @@ class LogMemory:
     # a later run's progress, or a completion line written after the launched job's recorded
     # exit. For good: nothing read from now on is the launched run's word (see ``_launch_over``).
     superseded: str | None = None
+    # The log (inode, size) at the first check that found the launched job's exit record: a
+    # change after it is a later writer's, by this watch's own checks (no file time read).
+    # ``foreign_clock``: the log's file times come from another clock than the host's (a file
+    # server's), so they cannot be compared with the recorded exit.
+    # On another host's file system, or where its times were seen to be impossible on the
+    # host's clock (``foreign_clock``), they are not compared with the recorded exit, and the
+    # client may show a size cached from before the exit for a while: the (inode, size) is
+    # taken again until a check made that long after the exit (``exit_log_at``). ``over_at``:
+    # the exit as recorded, or else the first check that found the launched job's wrapper
+    # gone (killed with it: no record).
+    exit_log: tuple[int, int] | None = None
+    exit_log_at: float | None = None
+    over_at: float | None = None
+    foreign_clock: bool | None = None  # None: not read yet
+    # The exit was already recorded when this watch first read the log, and its times are
+    # another clock's: whether a later run wrote it since cannot be told, for good.
+    exit_unclear: bool = False
     # What the last scan of the tail found besides the lines above, and the stat line that
     # identifies that tail (``sensors._probe.STAT_FORMAT``: inode, size, mtime and ctime to
     # the nanosecond, type): a log whose line is the same again is not read again (see
@@ -155,7 +173,15 @@ def snippet(spec: LogSpec, memory: LogMemory, probe: ProbeInputs) -> list[str]:
     """
     scanned = memory.scanned if memory.run_from is not None and shareable(spec.path) else None
     return list(
-        _snippet_lines(spec.path, int(spec.tail_bytes), memory.inode, memory.size, scanned, resume_at(memory))
+        _snippet_lines(
+            spec.path,
+            int(spec.tail_bytes),
+            memory.inode,
+            memory.size,
+            scanned,
+            resume_at(memory),
+            memory.foreign_clock is None,
+        )
     )
 
 
@@ -215,7 +241,13 @@ _READ_LOG = helper(
 # builds one per stage): built once per (path, inode, size, stamp, resume offset).
 @functools.lru_cache(maxsize=16384)
 def _snippet_lines(
-    path: str, t: int, inode: int | None, size: int, scanned: str | None, resume: int | None
+    path: str,
+    t: int,
+    inode: int | None,
+    size: int,
+    scanned: str | None,
+    resume: int | None,
+    clock_unknown: bool = True,
 ) -> tuple[str, ...]:
     known = inode is not None
     n = min(size, FINGERPRINT_BYTES) if known and size > 0 else None
@@ -229,8 +261,10 @@ def _snippet_lines(
         str(int(n)) if n is not None else "-",
     ]
     call = "__cc_log " + " ".join(words)
-    if not known:
-        # Not bound yet: whose clock its file times come from decides how exact they are.
+    if not known or clock_unknown:
+        # Not bound yet (or bound by a launch, before any read): whose clock its file times
+        # come from decides how exact they are, and whether they can be compared with the
+        # host's (a launched job's recorded exit).
         call += f"\nsec log_fs\n{fstype_request(shlex.quote(path))}"
     if scanned is None:
         # In the shared stat all the same: its file system says whether a stamp of it may be
@@ -393,6 +427,18 @@ def _bind(
 _FILE_CLOCK_TOLERANCE = FILE_CLOCK_TOLERANCE
 
 
+def _time_impossible(st: _LogStat, run: Run | None, latest: float) -> bool:
+    """Whether the log's file times cannot be true on the host's clock: ahead of it, or, for
+    a launched run's log changed since the launch, before the launch (set back by a tool, or
+    a file server's clock): they are then no evidence of when it was written."""
+    if _ahead(st, latest) is not None:
+        return True
+    if run is None or run.source != "launch" or run.started_at is None:
+        return False
+    changed = st.inode != run.log_inode or st.size != (run.log_offset or 0)
+    return changed and st.written + st.resolution < run.started_at - _WRITTEN_BY_TICK
+
+
 def _ahead(st: _LogStat, latest: float) -> float | None:
     """How far the log's mtime or birth is ahead of ``latest`` (None: neither is)."""
     ahead = max(st.written, st.birth) - latest
@@ -458,12 +504,23 @@ def _bound(
     if change is not None:
         # Rewritten after a check this watch made: everything in it now is this run's
         # (when bound), and nothing remembered of the old content holds.
+        # What a launched run learnt of its end holds whatever happens to the file after.
         was_bound = memory.run_from is not None
         memory = LogMemory(
-            absent=True, bound_by=memory.bound_by if was_bound else None, bound_at=memory.bound_at
+            absent=True,
+            bound_by=memory.bound_by if was_bound else None,
+            bound_at=memory.bound_at,
+            superseded=memory.superseded,
+            exit_log=memory.exit_log,
+            exit_log_at=memory.exit_log_at,
+            over_at=memory.over_at,
+            exit_unclear=memory.exit_unclear,
+            foreign_clock=memory.foreign_clock,
         )
     if memory.run_from is None:
-        memory = _bind(memory, st, run, now, latest, own)
+        memory = replace(
+            _bind(memory, st, run, now, latest, own), foreign_clock=bool(memory.foreign_clock) or not own
+        )
     elif (
         memory.before_uncertain
         and run is not None
@@ -510,14 +567,18 @@ def read_log(
     host: str,
     run: Run | None = None,
     job: JobView | None = None,
+    exited: float | None = None,
+    over: bool = False,
 ) -> tuple[Reading, LogMemory]:
     """Read the log signal: this run's completion and error lines, progress, staleness.
 
     A completion line counts only when this run wrote it (``run`` and the memory say where
     its bytes begin: see ``sensors._run``), and only as its run's last word (``job``: the
-    process signal's view of the job, see ``_whose``).
+    process signal's view of the job, see ``_whose``; ``exited``: a launched job's recorded
+    end; ``over``: the launched job is over, recorded or not: see ``_launch_over``).
     """
     memory = memory or LogMemory()
+    looked = memory.foreign_clock is not None  # read at an earlier check (a launch seeds the rest)
 
     def unknown(why: str, kept: LogMemory = memory, *, absent: bool = False) -> tuple[Reading, LogMemory]:
         evidence: dict[str, object] = {"path": spec.path} if why != _MISSING else {}
@@ -559,6 +620,10 @@ def read_log(
                 "the log was read from where an earlier check left off; read whole at the next check"
             )
     prev = _previous_bytes(memory, st, tail, sections.get("log_prev"))
+    if "log_fs" in sections:
+        memory = replace(memory, foreign_clock=not own_clock(sections.get("log_fs")))
+    if not memory.foreign_clock and _time_impossible(st, run, meta.now_end or meta.now):
+        memory = replace(memory, foreign_clock=True)
     memory, change = _bound(
         memory,
         st,
@@ -576,8 +641,8 @@ def read_log(
         return Reading("log", Says.UNKNOWN, why, evidence, meta.now, host), memory
     scan = _remembered_scan(memory) if same else _scan_log(spec, tail or b"", st, memory, resumed=resumed)
     complete_line, complete_end, accepted = _completion(scan, memory, st, run)
-    word = _whose(memory, scan, st, complete_line, complete_end, job, run, meta.now)
-    superseded = _launch_over(memory, scan, word, job, run)
+    word = _whose(memory, scan, st, complete_line, complete_end, job, run, meta.now, exited)
+    superseded = _launch_over(memory, scan, word, st, change, run, exited)
     if superseded is not None and word.complete_line is not None:
         word = word._replace(complete_line=None, complete_end=None, demoted=word.complete_line)
     if word.demoted is not None:
@@ -623,12 +688,29 @@ def read_log(
             demoted_end=word.demoted_end if word.demoted_end is not None else memory.demoted_end,
             demoted_by=word.later_pid if word.later_pid is not None else memory.demoted_by,
         )
+    if run is not None and run.source == "launch" and over and not _exit_log_holds(new_memory):
+        new_memory = evolve(
+            new_memory,
+            exit_log=(st.inode, st.size),
+            exit_log_at=meta.now,
+            over_at=exited if exited is not None else (new_memory.over_at or meta.now),
+            exit_unclear=new_memory.exit_unclear
+            or (new_memory.foreign_clock and not looked and superseded is None),
+        )
     if superseded is not None:
         new_memory = evolve(new_memory, superseded=superseded)
         evidence["launch_superseded"] = superseded
         detail = (
             f"the launched run is over and a later run wrote to the log since ({superseded}):"
             " no completion line read from now on is the launched run's"
+        )
+        return Reading("log", Says.UNKNOWN, detail, evidence, meta.now, host), new_memory
+    if new_memory.exit_unclear:
+        detail = (
+            "the launched job's exit was already recorded when this watch first read the log, and"
+            " the log's file times come from another clock than the host's (a file server's): whether"
+            " a later run wrote to it since cannot be told. Watch a launched job from its launch"
+            " (the gate or wait that launched it), or keep the log on the host's own file system"
         )
         return Reading("log", Says.UNKNOWN, detail, evidence, meta.now, host), new_memory
     says, detail = _log_says(scan, complete_line, still_writing, memory, age, word)
@@ -766,6 +848,7 @@ def _whose(
     job: JobView | None,
     run: Run | None,
     now: float,
+    exited: float | None = None,
 ) -> _Word:
     """Whether this run's completion line is its run's last word, by the processes that can
     have written what is in the log (issue 21: the latest run decides).
@@ -852,9 +935,9 @@ def _whose(
         by_exit = (
             run is not None
             and run.source == "launch"
-            and job is not None
-            and job.exited_at is not None
-            and st.written <= job.exited_at + _WRITTEN_BY_TICK
+            and exited is not None
+            and not memory.foreign_clock
+            and st.written <= exited + _WRITTEN_BY_TICK
         )
         unattributed = not (by_writer or by_exit)
     return _Word(
@@ -877,15 +960,24 @@ def _written_by(st: _LogStat, at: float | None) -> bool:
 
 
 def _launch_over(
-    memory: LogMemory, scan: _LogScan, word: _Word, job: JobView | None, run: Run | None
+    memory: LogMemory,
+    scan: _LogScan,
+    word: _Word,
+    st: _LogStat,
+    change: str | None,
+    run: Run | None,
+    exited: float | None,
 ) -> str | None:
     """Why a launched run's log holds a later run's words (None: it does not, as far as known).
 
     A launch binds the run to the bytes after its mark, and the launched run is the first to
     write there: once a completion line there is followed by a later run's progress (the
     scan's rule), that later run has begun, and every completion line after it is the later
-    run's. A completion line written (its mtime, while it ends the log) after the launched
-    job's recorded exit is not the launched job's either.
+    run's. Once the launched job's exit is recorded (read at every check of a launched run,
+    whatever signals the stage names), nothing it wrote comes after it: a log that changed
+    after a check had found the record, or whose last write (on the host's clock) is after
+    it, holds a later writer's bytes (a later run, or a child the job left behind: either
+    way, the launched run's last word is not what ends the log).
     """
     if run is None or run.source != "launch":
         return None
@@ -893,19 +985,30 @@ def _launch_over(
         return memory.superseded
     if scan.later_run is not None:
         return f"a completion line followed by a later run's progress: {scan.later_run}"
-    exited = job.exited_at if job is not None else None
-    at = word.complete_at
-    if (
-        word.complete_line is not None
-        and exited is not None
-        and at is not None
-        and at > exited + _WRITTEN_BY_TICK
-    ):
-        return (
-            f"the completion line {word.complete_line.strip()[:120]!r} was written after the"
-            " launched job's recorded exit"
+    if _exit_log_holds(memory) and (change is not None or (st.inode, st.size) != memory.exit_log):
+        return "the log changed after a check had found the launched job over"
+    if exited is None or memory.foreign_clock:
+        return None
+    if st.written > exited + _WRITTEN_BY_TICK:
+        what = (
+            f"the completion line {word.complete_line.strip()[:120]!r} was"
+            if word.complete_line is not None and word.complete_end == st.size
+            else "the log was last"
         )
+        return f"{what} written after the launched job's recorded exit"
     return None
+
+
+def _exit_log_holds(memory: LogMemory) -> bool:
+    """Whether the log as a check found it after the launched job's recorded exit is what the
+    job left (on another host's file system: once that check was late enough for no cached
+    size to be older than the exit, see ``ATTRIBUTE_CACHE_GRACE``)."""
+    return (
+        memory.exit_log is not None
+        and memory.exit_log_at is not None
+        and memory.over_at is not None
+        and (not memory.foreign_clock or memory.exit_log_at >= memory.over_at + ATTRIBUTE_CACHE_GRACE)
+    )
 
 
 def _log_says(
@@ -1177,7 +1280,15 @@ def _read(
     spec: LogSpec, sections: Mapping[str, bytes], memory: LogMemory, facts: CheckFacts
 ) -> tuple[Reading, LogMemory, CheckFacts]:
     reading, new_memory = read_log(
-        spec, sections, facts.meta, memory, host=facts.host, run=facts.run, job=facts.job
+        spec,
+        sections,
+        facts.meta,
+        memory,
+        host=facts.host,
+        run=facts.run,
+        job=facts.job,
+        exited=facts.launch.exited_at if facts.launch is not None else None,
+        over=facts.launch is not None and facts.launch.over,
     )
     if reading.says is Says.DONE and new_memory.complete_end is not None:
         # Alive now or at the last check: outputs written in between may be its own.

@@ -23,11 +23,13 @@ from pydantic import Field, field_validator, model_validator
 
 from sensors._model import Reading, Says
 from sensors._probe import (
+    ATTRIBUTE_CACHE_GRACE,
     FILE_CLOCK_TOLERANCE,
     LOCAL_FILE_SYSTEMS,
     Meta,
     fstype_request,
     helper,
+    on_local_fs,
     own_clock,
     regular_file_type,
     shareable,
@@ -109,6 +111,10 @@ class OutputsMemory:
     # watch had found it, with no process of the job alive to have written them.
     line_end: int | None = None
     after_line: int | None = None
+    # A launched run's: when a reading first found the launched job over (its exit recorded, or
+    # its wrapper gone), and whether outputs changed after it (for good): a later writer's.
+    over_seen_at: float | None = None
+    after_exit: bool = False
 
 
 class OutputsEvidence(TypedDict, total=False):
@@ -126,6 +132,7 @@ class OutputsEvidence(TypedDict, total=False):
     rewritten: bool  # a JSONL file rewritten in place: counted again from the start
     written_this_run: bool  # an output written while this run went on
     written_after_complete_line: bool  # outputs written after the log's completion line was found
+    written_after_exit: bool  # outputs written after the launched job was found over
 
 
 # --------------------------------------------------------------------------- probe snippet
@@ -548,6 +555,7 @@ def read_outputs(
     host: str,
     run_since: float | None = None,
     last_word: LastWord | None = None,
+    over: bool = False,
 ) -> tuple[Reading, OutputsMemory]:
     """Read the outputs signal: the count against the expected number, and stability.
 
@@ -567,12 +575,23 @@ def read_outputs(
         unknown: dict[str, object] = {"path": where, "count": None, "expected": spec.expected}
         if got.startswith(("output directory missing", "output file missing")):
             unknown["absent"] = True  # not there (yet): its appearing is the job's first sign
+        if over and memory.over_seen_at is None:
+            # Found over with no outputs to count: what appears from now on is not its own.
+            memory = evolve(memory, over_seen_at=meta.now, checked_at=meta.now)
         return Reading("outputs", Says.UNKNOWN, got, unknown, meta.now, host), memory
     count, expected = got.count, spec.expected
     first = memory.first_count if memory.first_count is not None else count
     written = memory.written_this_run or got.written or count != first
     ident = shared_stats(sections.get("stats")).get(where or "") if where else None
     after_line = _after_line(memory, got, ident, expected, last_word)
+    seen_at = memory.over_seen_at
+    after_exit = memory.after_exit or (
+        seen_at is not None
+        and memory.checked_at is not None
+        # On another host's file system a count or stat may be cached from before the end.
+        and (on_local_fs(where, sections) or memory.checked_at >= seen_at + ATTRIBUTE_CACHE_GRACE)
+        and _wrote(memory, got, ident)
+    )
     new_memory = evolve(
         got.memory,
         checked_at=meta.now,
@@ -582,7 +601,23 @@ def read_outputs(
         ident=ident if ident is not None else memory.ident,
         line_end=None if last_word is None else last_word.end,
         after_line=after_line,
+        over_seen_at=seen_at if seen_at is not None else (meta.now if over else None),
+        after_exit=after_exit,
     )
+    if after_exit:
+        evidence["count"] = count
+        evidence["previous_count"] = memory.count
+        evidence["written_after_exit"] = True
+        return Reading(
+            "outputs",
+            Says.UNKNOWN,
+            f"{count}/{expected} outputs, but they changed after a check had found the launched"
+            " job over: a later run (or a process the job left behind) wrote them, and they are"
+            " not the launched run's outputs as it left them",
+            evidence,
+            meta.now,
+            host,
+        ), new_memory
     if last_word is not None and after_line == last_word.end:
         evidence["count"] = count
         evidence["previous_count"] = memory.count
@@ -648,16 +683,24 @@ def _after_line(
     if last_word is None or last_word.job_alive or memory.line_end != last_word.end:
         return memory.after_line
     count, before = got.count, memory.count
-    wrote = (
-        (before is not None and count != before)
+    landing = before is not None and before < expected and count > before and not got.replaced
+    if _wrote(memory, got, ident) and not landing:
+        return last_word.end
+    return memory.after_line
+
+
+def _wrote(memory: OutputsMemory, got: _Count, ident: str | None) -> bool:
+    """Whether the outputs changed since the last reading, by this watch's own checks: the
+    count, a file replaced or rewritten (the same bytes included), the path's stat (compared
+    for equality only: no file time, which may come from another clock, is read)."""
+    before = memory.count
+    return (
+        (before is not None and got.count != before)
+        or (before is None and memory.checked_at is not None)  # none to count at the last reading
         or (got.changed is not None and memory.lines_inode is not None)  # a JSONL file's stat
         or got.replaced
         or (ident is not None and memory.ident is not None and ident != memory.ident)
     )
-    landing = before is not None and before < expected and count > before and not got.replaced
-    if wrote and not landing:
-        return last_word.end
-    return memory.after_line
 
 
 #: Readings of unchanged directories (see read_outputs), by what they are built from.
@@ -678,6 +721,7 @@ def _read(
         host=facts.host,
         run_since=facts.run_start,
         last_word=facts.last_word,
+        over=facts.launch is not None and facts.launch.over,
     )
     return reading, new_memory, facts
 

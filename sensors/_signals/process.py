@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import re
-import shlex
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -32,7 +30,7 @@ from pydantic import Field, model_validator
 from sensors._model import Reading, Says
 from sensors._probe import Meta, nonce_path
 from sensors._regex import compile_user_regex, required_text, to_utf8
-from sensors._run import Run
+from sensors._run import Run, describe_exit, read_exit_record
 from sensors._schema import Regex, Section
 from sensors._signals.base import CheckFacts, JobView, ProbeInputs, Reread, Signal
 from sensors._signals.procfs import (
@@ -137,16 +135,6 @@ def snippet(spec: ProcessSpec, memory: ProcessMemory, probe: ProbeInputs) -> lis
     """Every /proc/PID/stat and command line, framed per record (unless a batch reads them
     once for all its stages: ``probe.table``); the job's /proc/PID/io."""
     lines = list(table_lines(probe.nonce)) if probe.table else []
-    if probe.exit_file:
-        # The launched job's exit status and time, as its launch wrapper wrote them (read only:
-        # the wrapper owns the file).
-        # "unreadable": the record (or the way to it) is another user's, the launcher's: a
-        # watch run as another user cannot tell whether it was written, and says so.
-        lines += [
-            "sec exit",
-            f"if r=$(head -c 256 -- {shlex.quote(probe.exit_file)} 2>&1); then printf '%s\\n' \"$r\";"
-            ' else case $r in *"ermission denied"*) echo unreadable ;; *) echo missing ;; esac; fi',
-        ]
     if memory.job_pids:
         pids = " ".join(str(int(p)) for p in memory.job_pids[:64])
         lines += [
@@ -523,7 +511,7 @@ def read_process(
             hidden=meta.hidden,
             seen_alive=False,
         )
-    exit_record = _exit_record(sections) if run is not None and run.exit_file else None
+    exit_record = read_exit_record(sections) if run is not None and run.exit_file else None
     memory, later = _after_launch(memory, run, launched_pid, exit_record, processes, alive_pids, table, meta)
     if memory.superseded_by is not None:
         return (
@@ -657,35 +645,6 @@ def _after_launch(
     if later:
         memory = replace(memory, superseded_by=later[0])
     return memory, later
-
-
-def _exit_record(sections: Mapping[str, bytes]) -> dict[str, object]:
-    """What the launch wrapper recorded: ``STATUS EPOCH`` once the job ended."""
-    text = (sections.get("exit") or b"").decode("ascii", "replace").strip()
-    words = text.split()
-    if len(words) >= 2 and words[0].isdigit():
-        # busybox's date prints %N as it is: the whole seconds stand.
-        at = re.match(r"\d+(?:\.\d+)?", words[1])
-        return {"exit_status": int(words[0]), "exited_at": float(at.group(0)) if at else None}
-    if words == ["unreadable"]:
-        return {"exit_status": None, "exited_at": None, "exit_record_unreadable": True}
-    return {"exit_status": None, "exited_at": None, "exit_record": "missing"}
-
-
-def describe_exit(status: int) -> str:
-    """An exit status in words (a POSIX shell reports death by signal N as 128 + N)."""
-    if status == 0:
-        return "exited with status 0 (success), as its launch wrapper recorded"
-    if 128 < status < 128 + 65:
-        sig = status - 128
-        try:
-            import signal as _signal
-
-            name = _signal.Signals(sig).name
-        except ValueError:
-            name = f"signal {sig}"
-        return f"exit status {status}: killed by {name} (signal {sig}), as its launch wrapper recorded"
-    return f"exited with status {status}, as its launch wrapper recorded"
 
 
 def _not_found(

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from sensors._config import PolicySpec
 from sensors._model import Reading, Says, State, Verdict
-from sensors._run import Run
+from sensors._run import LaunchEnd, Run
 from sensors._verdict.alive import alive
 from sensors._verdict.gone import HOW_TO_TIE, gone
 from sensors._verdict.no_process import no_process
@@ -59,13 +59,15 @@ def decide(
     now: float | None,
     *,
     run: Run | None = None,
+    launch: LaunchEnd | None = None,
 ) -> tuple[Verdict, VerdictMemory]:
     """One verdict from this check's readings and the memory of earlier checks.
 
     ``run`` (where the watched run begins) is carried into the verdict for the record; the
-    readings already hold what ties their evidence to it.
+    readings already hold what ties their evidence to it. ``launch``: how a launched job
+    ended, for a stage without a process signal (with one, its reading carries it).
     """
-    state, reasons, kept = _rules(readings, policy, memory, now)
+    state, reasons, kept = _rules(readings, policy, memory, now, launch)
     done_all = state is None and bool(readings) and all(r.says is Says.DONE for r in readings.values())
     streak = memory.done_streak + 1 if done_all else 0
     if state is None:
@@ -114,6 +116,7 @@ def _rules(
     policy: PolicySpec,
     memory: VerdictMemory,
     now: float | None,
+    launch: LaunchEnd | None = None,
 ) -> tuple[State | None, list[str], tuple[float | None, float | None, float | None]]:
     """The state (None: every signal says done, let the settle count decide), its reasons,
     and this check's clocks to remember (last progress, in D since, gone since)."""
@@ -126,16 +129,16 @@ def _rules(
     c = clocks(
         readings, memory.previous, policy, memory.last_progress_at, memory.d_since, memory.gone_since, now
     )
-    state, reasons = _by_process(readings, policy, c)
+    state, reasons = _by_process(readings, policy, c, launch)
     return state, reasons, (c.last_progress_at, c.d_since, c.gone_since)
 
 
 def _by_process(
-    readings: Mapping[str, Reading], policy: PolicySpec, c: Clocks
+    readings: Mapping[str, Reading], policy: PolicySpec, c: Clocks, launch: LaunchEnd | None = None
 ) -> tuple[State | None, list[str]]:
     p, lg = readings.get("process"), readings.get("log")
     if p is None:
-        return no_process(readings, policy, c)
+        return no_process(readings, policy, c, launch)
     if p.says is Says.UNKNOWN:
         # Rule 2: whether the job still runs is unknown.
         reasons = [f"process unknown: {p.detail}"]

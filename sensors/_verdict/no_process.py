@@ -6,17 +6,32 @@ from collections.abc import Mapping
 
 from sensors._config import PolicySpec
 from sensors._model import Reading, Says, State
+from sensors._run import LaunchEnd, describe_exit
 from sensors._verdict.gone import HOW_TO_TIE, Outcome
 from sensors._verdict.progress import Clocks, details, ev
 
 
-def no_process(readings: Mapping[str, Reading], policy: PolicySpec, clocks: Clocks) -> Outcome:
+def no_process(
+    readings: Mapping[str, Reading], policy: PolicySpec, clocks: Clocks, launch: LaunchEnd | None = None
+) -> Outcome:
     """failed > complete (settled; without a log only with an output written during the run)
-    > unknown > stalled > running."""
+    > unknown > stalled > running. A launched job's end, as its wrapper recorded it, counts
+    as the process signal's would (rules 7b, 7c): a status other than 0 is a failure; a
+    wrapper gone without a record was killed with the job, and how it ended cannot be told;
+    with no record yet, the job has not ended (its wrapper writes one the moment it does):
+    every signal saying done is not complete before it."""
     lg, o = readings.get("log"), readings.get("outputs")
-    failed = [r for r in readings.values() if r.says is Says.FAILED]
+    failed = [f"{r.signal}: {r.detail}" for r in readings.values() if r.says is Says.FAILED]
+    if launch is not None and launch.status is not None and launch.status != 0:
+        failed.insert(0, f"launched job: {describe_exit(launch.status)}")
     if failed:
-        return State.FAILED, [f"{r.signal}: {r.detail}" for r in failed]
+        return State.FAILED, failed
+    if launch is not None and launch.killed_unrecorded:
+        return State.UNKNOWN, [
+            "the launched job's wrapper is gone without recording an exit status (killed with the"
+            " job?): how the job ended cannot be told",
+            *details(readings),
+        ]
     if all(r.says is Says.DONE for r in readings.values()):
         if lg is None and not (o is not None and ev(o, "written_this_run")):
             # Outputs may predate the run (resumable jobs skip what exists) and a GPU at rest
@@ -25,6 +40,18 @@ def no_process(readings: Mapping[str, Reading], policy: PolicySpec, clocks: Cloc
             return State.UNKNOWN, [
                 "every signal says done, but nothing ties it to this run: no output was"
                 f" written since the run began ({HOW_TO_TIE})",
+                *details(readings),
+            ]
+        if launch is not None and launch.missing:
+            why = (
+                "its launch wrapper is at work and has recorded no exit status"
+                if launch.alive
+                else "no exit status is recorded and whether its launch wrapper is at work cannot"
+                " be seen from this probe"
+            )
+            state = State.RUNNING if launch.alive else State.UNKNOWN
+            return state, [
+                f"every signal says done, but the launched job has not ended: {why}",
                 *details(readings),
             ]
         return None, []
