@@ -97,6 +97,11 @@ class LogMemory:
     # earlier run's once the later process is gone (its writers are not the later run's).
     demoted_end: int | None = None
     demoted_by: int | None = None
+    # A process of this run alive when this watch first found the completion line, begun after
+    # the log was born and not known to have begun before the line was written (when it was
+    # written cannot be read: not the log's last line, or times not the host's): whether it is
+    # a later run, begun after the line, cannot be told, for good (see ``_whose``).
+    undatable_by: int | None = None
     # A launched run is over and a later run wrote here (why): its completion line followed by
     # a later run's progress, or a completion line written after the launched job's recorded
     # exit. For good: nothing read from now on is the launched run's word (see ``_launch_over``).
@@ -428,11 +433,14 @@ _FILE_CLOCK_TOLERANCE = FILE_CLOCK_TOLERANCE
 
 
 def _time_impossible(st: _LogStat, run: Run | None, latest: float) -> bool:
-    """Whether the log's file times cannot be true on the host's clock: ahead of it, or, for
-    a launched run's log changed since the launch, before the launch (set back by a tool, or
-    a file server's clock): they are then no evidence of when it was written."""
+    """Whether the log's file times cannot be true on the host's clock: ahead of it, before
+    the file's birth, or, for a launched run's log changed since the launch, before the launch
+    (set back by a tool, or a file server's clock): they are then no evidence of when it was
+    written."""
     if _ahead(st, latest) is not None:
         return True
+    if st.birth and st.written + st.resolution < st.birth - _WRITTEN_BY_TICK:
+        return True  # last written before it was born: set back (the birth is the kernel's)
     if run is None or run.source != "launch" or run.started_at is None:
         return False
     changed = st.inode != run.log_inode or st.size != (run.log_offset or 0)
@@ -453,6 +461,18 @@ _PROCESS_START_SLACK = 1.0
 
 def _start_slack(source: str) -> float:
     return 0.0 if source == "since" else _PROCESS_START_SLACK
+
+
+def _written_after_start(memory: LogMemory, st: _LogStat, started: float, source: str) -> bool:
+    """Whether the log, as it was when this watch first read it, was last written clearly
+    after the run began. Bound with a run start, the binding decided it (``last_write_unclear``
+    is not set then); bound before any start was known (``watch``), the start known now decides
+    it, on the host's clock only."""
+    if memory.bound_by != "watch":
+        return True
+    if memory.foreign_clock or memory.clock_ahead:
+        return False
+    return _last_write(st.written, st.resolution, started, source) == "after"
 
 
 def _last_write(
@@ -550,6 +570,7 @@ def _completion(
         and st.size == memory.run_from
         and run is not None
         and run.started_at is not None
+        and _written_after_start(memory, st, run.started_at, run.source)
     ):
         # Written before this watch saw the file, when it was already written both before and
         # after the run began: it counts only as the last line of a log nothing has been
@@ -687,6 +708,7 @@ def read_log(
             complete_seen_at=word.seen_at,
             demoted_end=word.demoted_end if word.demoted_end is not None else memory.demoted_end,
             demoted_by=word.later_pid if word.later_pid is not None else memory.demoted_by,
+            undatable_by=word.undatable_by,
         )
     if run is not None and run.source == "launch" and over and not _exit_log_holds(new_memory):
         new_memory = evolve(
@@ -818,6 +840,7 @@ class _Word(NamedTuple):
     unattributed: bool = False  # text after it that none of its writers can have written
     demoted_end: int | None = None  # where the demoted line ends
     alive_at: float | None = None  # when this watch last saw a writer alive, the line there
+    undatable_by: int | None = None  # a live process that may have begun after the line
 
     def keeps(self, memory: LogMemory) -> bool:
         return (
@@ -826,12 +849,14 @@ class _Word(NamedTuple):
             self.seen_at,
             self.demoted_end,
             self.alive_at,
+            self.undatable_by,
         ) == (
             memory.writers,
             memory.complete_at,
             memory.complete_seen_at,
             memory.demoted_end,
             memory.writers_alive_at,
+            memory.undatable_by,
         )
 
 
@@ -892,9 +917,12 @@ def _whose(
         writers = memory.writers
         at, seen_at = memory.complete_at, memory.complete_seen_at
         alive_at = memory.writers_alive_at
+        undatable_by = memory.undatable_by
     else:
-        # The line ends the log, nothing after it: the mtime is when it was written.
-        at = st.written if complete_end == st.size and st.resolution < 1 else None
+        # The line ends the log, nothing after it: the mtime is when it was written (on the
+        # host's clock only).
+        dated = complete_end == st.size and st.resolution < 1 and not memory.foreign_clock
+        at = st.written if dated else None
         # Begun before the line was written: before its mtime when that is known, or before
         # the log itself was born (a job that created its log can have written every line).
         written_after = max(at or 0.0, st.birth if memory.run_from == 0 else 0.0)
@@ -905,6 +933,22 @@ def _whose(
         )
         writers = tuple(sorted((job.previous if job is not None else frozenset()) | early))[:64]
         seen_at = now
+        # Undated, the line may be older than a live process of this run not known to have
+        # begun before it: that process may be a later run that wrote no line of its own.
+        undatable_by = (
+            min(
+                (
+                    pid
+                    for pid in job.live
+                    if pid not in writers
+                    and not job.descends(pid, writers)
+                    and job.starts.get(pid, written_after) >= written_after - _PROCESS_START_SLACK
+                ),
+                default=None,
+            )
+            if at is None and job is not None
+            else None
+        )
         # Seen alive at the previous check, when the line was not there yet: no text after
         # it was written by then.
         alive_at = None
@@ -950,6 +994,7 @@ def _whose(
         seen_at,
         unattributed,
         alive_at=alive_at,
+        undatable_by=undatable_by,
     )
 
 
@@ -1026,6 +1071,16 @@ def _log_says(
             Says.WORKING,
             f"completion line seen ({complete_line.strip()[:120]}), but the log is still being"
             " written after it",
+        )
+    if complete_line is not None and word is not None and word.undatable_by is not None:
+        return (
+            Says.UNKNOWN,
+            f"a completion line ({complete_line.strip()[:120]}) was in the log when this watch first"
+            f" read it, while pid {word.undatable_by} of this run was alive, and when the line was"
+            " written cannot be read (it is not the log's last line, or the log's times are not the"
+            " host's clock's): whether that process is a later run, begun after the line and"
+            " with no completion line of its own, cannot be told. Watch the job from before it"
+            " ends, or launch it through crosscheck",
         )
     if complete_line is not None and word is not None and word.unattributed and scan.followed_by is not None:
         return (
