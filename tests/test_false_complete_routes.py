@@ -865,3 +865,185 @@ def test_outputs_rewritten_after_an_earlier_completion_line_do_not_complete_a_hi
             os.killpg(second.pid, signal.SIGKILL)
             second.wait(5)
             checker.close()
+
+
+# ------------------------------- 10. a launched run's end, whatever signals the stage names
+
+
+def _launched_stage(tmp_path: Path, signals: str, expected: int = 3) -> dict:
+    """A stage over ``tmp_path``'s job.log / out/ with only the named signals (no process
+    signal: the launch's exit record is all that knows the launched job)."""
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    stage: dict = {"stage": "launched", "policy": {"interval": "100ms", "settle": 1, "exit_grace": "1ms"}}
+    if "log" in signals:
+        stage["log"] = {"path": str(tmp_path / "job.log"), "complete": f"^{COMPLETE_LINE}"}
+    if "outputs" in signals:
+        stage["outputs"] = {"files": str(out), "pattern": "*.pt", "expected": expected}
+    return stage
+
+
+def _later_run(tmp_path: Path, *, prelude: bool, line: bool, stay: float = 0.0) -> subprocess.Popen[bytes]:
+    """A run that was not launched through crosscheck: its launcher's banner, the outputs
+    (overwritten), its completion line, then ``stay`` seconds more at work."""
+    script = (
+        (f"echo 'starting extract.sh' >> {tmp_path}/job.log; " if prelude else "")
+        + f"for i in 1 2 3; do echo x > {tmp_path}/out/$i.pt; done; "
+        + (f"echo '{COMPLETE_LINE}: 3 samples' >> {tmp_path}/job.log; " if line else "")
+        + f"sleep {stay}"
+    )
+    return subprocess.Popen(["/bin/sh", "-c", script], start_new_session=True)
+
+
+@pytest.mark.parametrize("signals", ["log+outputs", "outputs"])
+@pytest.mark.parametrize("first_look", ["before", "after"])
+def test_a_launched_run_that_is_over_is_not_completed_by_what_a_later_run_wrote(
+    tmp_path, signals, first_look
+) -> None:
+    """Found by the fuzzer (seeds 20115, 2712): a stage without a process signal, launched;
+    the launched run ended (status 0, nothing written); a later run, not launched, wrote a
+    banner, the outputs and its completion line, and is still at work. The watch given the
+    launched run's record said complete: only the process signal knew the launched job's
+    end. Every check of a launched run reads the exit record now: what was written after it
+    is a later writer's, seen across checks ("before": the watch looked once the launched
+    job was over) or by file times on the host's clock ("after": its first look)."""
+    from sensors import Checker, State, stage_from_dict
+    from sensors._hosts import LocalHost
+
+    host, tag = LocalHost(), f"over-{uuid.uuid4().hex[:8]}"
+    run1, pid1 = _launched(host, str(tmp_path / "job.log"), "import time; time.sleep(0.2)", tag)
+    _reaped(pid1)
+    _until(lambda: Path(run1.exit_file).exists(), timeout=10)
+    checker = Checker(stage_from_dict(_launched_stage(tmp_path, signals)), run=run1)
+    if first_look == "before":
+        assert checker.check().state is not State.COMPLETE
+    time.sleep(0.05)
+    later = _later_run(tmp_path, prelude=True, line="log" in signals, stay=1.5)
+    try:
+        time.sleep(0.6)
+        verdicts = [checker.check() for _ in range(3)]
+        later.wait(timeout=30)
+        verdicts += [checker.check() for _ in range(3)]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(later.pid, signal.SIGKILL)
+    states = [v.state for v in verdicts]
+    assert State.COMPLETE not in states, verdicts[-1].reasons
+    # Said why, in words: not "complete", not a silent unknown.
+    assert "after" in " ".join(verdicts[-1].reasons), verdicts[-1].reasons
+
+
+def test_a_launched_run_whose_wrapper_was_killed_with_it_is_never_complete(tmp_path) -> None:
+    """Found by the fuzzer (seed 4297): the launched job and its wrapper killed together
+    (SIGKILL to the process group: no exit record), then a later run wrote every output. An
+    outputs-only watch of the launched run said complete on them. A wrapper gone without a
+    record is a run that did not finish: how it ended cannot be told."""
+    from sensors import Checker, State, stage_from_dict
+    from sensors._hosts import LocalHost
+
+    host, tag = LocalHost(), f"killed-{uuid.uuid4().hex[:8]}"
+    run1, pid1 = _launched(host, str(tmp_path / "job.log"), "import time; time.sleep(60)", tag)
+    time.sleep(0.3)
+    os.killpg(pid1, signal.SIGKILL)
+    _reaped(pid1)
+    stage = stage_from_dict(_launched_stage(tmp_path, "outputs"))
+    later = _later_run(tmp_path, prelude=False, line=False)
+    later.wait(timeout=30)
+    assert len(list((tmp_path / "out").glob("*.pt"))) == 3
+    checker = Checker(stage, run=run1)
+    verdicts = [checker.check() for _ in range(4)]
+    assert not Path(run1.exit_file).exists()
+    assert [v.state for v in verdicts] == [State.UNKNOWN] * 4, verdicts[-1].reasons
+    assert "without recording an exit status" in verdicts[-1].reasons[0], verdicts[-1].reasons
+
+
+def test_a_launched_job_without_a_process_signal_completes_only_once_it_exited_0(tmp_path) -> None:
+    """The true path beside the routes above: a launched job writes its outputs and its
+    completion line, then works on (post-processing). With no process signal, every signal
+    saying done used to be complete at once; it is running until the wrapper records the
+    exit, then complete (status 0) or failed (any other)."""
+    from sensors import Checker, State, stage_from_dict
+    from sensors._hosts import LocalHost
+
+    for status, want in ((0, State.COMPLETE), (3, State.FAILED)):
+        work = tmp_path / f"exit{status}"
+        work.mkdir()
+        stage = stage_from_dict(_launched_stage(work, "log+outputs"))
+        script = (
+            "import pathlib, sys, time\n"
+            f"for i in range(3): pathlib.Path('{work}/out/%d.pt' % i).write_text('x')\n"
+            f"print('{COMPLETE_LINE}: 3 samples', flush=True)\n"
+            f"time.sleep(1.5); sys.exit({status})\n"
+        )
+        run, pid = _launched(
+            LocalHost(), str(work / "job.log"), script, f"true-{status}-{uuid.uuid4().hex[:6]}"
+        )
+        checker = Checker(stage, run=run)
+        _until(lambda: COMPLETE_LINE in (work / "job.log").read_text(), timeout=20)  # noqa: B023
+        during = [checker.check() for _ in range(3)]
+        assert State.COMPLETE not in [v.state for v in during], during[-1].reasons
+        assert "has not ended" in " ".join(during[-1].reasons), during[-1].reasons
+        _reaped(pid)
+        _until(lambda: Path(run.exit_file).exists(), timeout=10)  # noqa: B023
+        after = [checker.check() for _ in range(3)]
+        assert after[-1].state is want, after[-1].reasons
+        if status:
+            assert "exited with status 3" in after[-1].reasons[0], after[-1].reasons
+
+
+def test_an_undated_completion_line_does_not_finish_a_later_process_of_the_run(tmp_path) -> None:
+    """Found by the fuzzer (seed 8675): run 1 wrote its completion line and a blank line
+    (so the line is not the log's last: its mtime does not date it; here the mtime is also
+    set back an hour), and ended; run 2 began, and was killed without writing a line. A
+    watch --since before both first read the log while run 2 was alive: run 2 was taken for
+    the line's writer, and once it was gone the stage completed. The line cannot be dated
+    before run 2 began: whose it is cannot be told."""
+    tag = f"undated-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "job.log"
+    start = time.time() - 5
+    run1 = _run_of(log, tag, f"echo '{COMPLETE_LINE}'; echo '   '")
+    run1.wait(timeout=30)
+    os.utime(log, (time.time() - 3600, time.time() - 3600))
+    time.sleep(0.2)
+    run2 = _run_of(log, tag, "sleep 60")
+    stage = _no_progress_stage(log, tag)
+    try:
+        from sensors import Checker, State, stage_from_dict
+
+        checker = Checker(stage_from_dict(stage), since=start)
+        first = checker.check()
+        assert first.state is not State.COMPLETE, first.reasons
+        os.killpg(run2.pid, signal.SIGKILL)
+        run2.wait(timeout=30)
+        verdicts = [checker.check() for _ in range(3)]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run2.pid, signal.SIGKILL)
+    assert State.COMPLETE not in [v.state for v in verdicts], verdicts[-1].reasons
+    assert "cannot be told" in verdicts[-1].readings["log"].detail, verdicts[-1].readings["log"].detail
+
+
+def test_an_earlier_line_before_a_watch_that_knew_no_start_is_not_a_later_runs(tmp_path) -> None:
+    """Found by the fuzzer (seed 5491): run 1 wrote its completion line and ended; a watch
+    with no --since first read the log then (no run start known: bound by the watch); run 2
+    (no line of its own) began a moment later and exited 0. The earlier line, the log's last,
+    was accepted as run 2's: the start learnt later (run 2's process, too near the watch's
+    first read to clear it) was never compared with the log's last write."""
+    from sensors import Checker, State, stage_from_dict
+
+    tag = f"nostart-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "job.log"
+    run1 = _run_of(log, tag, f"echo '{COMPLETE_LINE}'")
+    run1.wait(timeout=30)
+    # Run 2 begins within a second of run 1's line: too near for its start to show the line
+    # older than it (the process start's slack), so only the log's binding can tell.
+    time.sleep(0.2)
+    checker = Checker(stage_from_dict(_no_progress_stage(log, tag)))
+    verdicts = [checker.check()]
+    run2 = _run_of(log, tag, "sleep 1")
+    time.sleep(0.2)
+    verdicts.append(checker.check())
+    assert verdicts[-1].readings["process"].says.value == "working", verdicts[-1].reasons
+    run2.wait(timeout=30)
+    verdicts += [checker.check() for _ in range(3)]
+    assert State.COMPLETE not in [v.state for v in verdicts], verdicts[-1].reasons

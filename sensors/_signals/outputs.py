@@ -115,6 +115,11 @@ class OutputsMemory:
     # its wrapper gone), and whether outputs changed after it (for good): a later writer's.
     over_seen_at: float | None = None
     after_exit: bool = False
+    # The launched job's recorded exit, once a reading found it, and whether a later count
+    # asked for an entry modified after it (a directory's; see ``_exit_since``): outputs
+    # written after it, before any check of this watch saw them, are a later writer's too.
+    exited_at: float | None = None
+    exit_scanned: bool = False
 
 
 class OutputsEvidence(TypedDict, total=False):
@@ -163,6 +168,9 @@ def snippet(spec: OutputsSpec, memory: OutputsMemory, probe: ProbeInputs) -> lis
         # run began (run_since). Either way every entry is stated: the count comes from the
         # same pass, the one matcher for all three.
         since, run_since = _in_place_since(memory, probe), _run_tie_since(memory, probe)
+        after = _exit_since(memory)
+        if after is not None:
+            since = after if since is None else min(since, after)
         if since is None and run_since is None:
             lines = ["sec outputs", *count]
             head = [_COUNT_FILES]
@@ -319,6 +327,18 @@ def _in_place_since(memory: OutputsMemory, probe: ProbeInputs) -> float | None:
     return None
 
 
+def _exit_since(memory: OutputsMemory) -> float | None:
+    """Once a launched job's exit is recorded, ask once for an entry modified after it (the
+    in-place check's question, from that time: it answers both)."""
+    if memory.exited_at is None or memory.exit_scanned or memory.after_exit:
+        return None
+    return memory.exited_at + _WRITTEN_BY_TICK
+
+
+#: File times are a kernel tick (up to 10 ms) behind the clock: slack for "written after".
+_WRITTEN_BY_TICK = 0.02
+
+
 def _run_tie_since(memory: OutputsMemory, probe: ProbeInputs) -> float | None:
     """Ask for an output written during the run only when nothing else can tie the outputs to
     it (no log, no process signal) and they could decide completion."""
@@ -406,6 +426,8 @@ class _Count(NamedTuple):
     written: bool  # an output was seen written since the run began
     memory: OutputsMemory
     replaced: bool = False  # a JSONL file counted again from its start (replaced, rewritten)
+    asked_recent: bool = False  # the count was asked for an entry modified after a time
+    recent_name: str | None = None  # the one it found
 
 
 def _count_files(
@@ -437,7 +459,14 @@ def _count_files(
         if recent:
             changed = f"{recent.rsplit('/', 1)[-1]} was modified since the last check"
     written = bool(run)
-    return _Count(count, changed, written, OutputsMemory(count=count, checked_at=meta.now, stamp=stamp))
+    return _Count(
+        count,
+        changed,
+        written,
+        OutputsMemory(count=count, checked_at=meta.now, stamp=stamp),
+        asked_recent=recent is not None,
+        recent_name=recent or None,
+    )
 
 
 def _found_count(text: str, path: str | None) -> int | str:
@@ -556,6 +585,7 @@ def read_outputs(
     run_since: float | None = None,
     last_word: LastWord | None = None,
     over: bool = False,
+    exited: float | None = None,
 ) -> tuple[Reading, OutputsMemory]:
     """Read the outputs signal: the count against the expected number, and stability.
 
@@ -585,12 +615,18 @@ def read_outputs(
     ident = shared_stats(sections.get("stats")).get(where or "") if where else None
     after_line = _after_line(memory, got, ident, expected, last_word)
     seen_at = memory.over_seen_at
-    after_exit = memory.after_exit or (
-        seen_at is not None
-        and memory.checked_at is not None
-        # On another host's file system a count or stat may be cached from before the end.
-        and (on_local_fs(where, sections) or memory.checked_at >= seen_at + ATTRIBUTE_CACHE_GRACE)
-        and _wrote(memory, got, ident)
+    # The count asked for an entry modified after the recorded exit (see ``_exit_since``).
+    asked = spec.files is not None and _exit_since(memory) is not None and got.asked_recent
+    after_exit = (
+        memory.after_exit
+        or (asked and got.recent_name is not None)
+        or (
+            seen_at is not None
+            and memory.checked_at is not None
+            # On another host's file system a count or stat may be cached from before the end.
+            and (on_local_fs(where, sections) or memory.checked_at >= seen_at + ATTRIBUTE_CACHE_GRACE)
+            and _wrote(memory, got, ident)
+        )
     )
     new_memory = evolve(
         got.memory,
@@ -602,6 +638,8 @@ def read_outputs(
         line_end=None if last_word is None else last_word.end,
         after_line=after_line,
         over_seen_at=seen_at if seen_at is not None else (meta.now if over else None),
+        exited_at=memory.exited_at if memory.exited_at is not None else exited,
+        exit_scanned=memory.exit_scanned or asked,
         after_exit=after_exit,
     )
     if after_exit:
@@ -611,9 +649,10 @@ def read_outputs(
         return Reading(
             "outputs",
             Says.UNKNOWN,
-            f"{count}/{expected} outputs, but they changed after a check had found the launched"
-            " job over: a later run (or a process the job left behind) wrote them, and they are"
-            " not the launched run's outputs as it left them",
+            f"{count}/{expected} outputs, but outputs were written after the launched job was over"
+            " (a check found them changed after it had found the job over, or an entry's mtime is"
+            " after its recorded exit): a later run (or a process the job left behind) wrote them,"
+            " and they are not the launched run's outputs as it left them",
             evidence,
             meta.now,
             host,
@@ -648,6 +687,11 @@ def read_outputs(
     if count >= expected and stable and got.changed:
         # Same count, but written in place: a file finished only when it stops changing.
         says, detail = Says.WORKING, f"{count}/{expected} outputs, but {got.changed}"
+    elif count >= expected and stable and spec.files and exited is not None and not new_memory.exit_scanned:
+        says, detail = (
+            Says.WORKING,
+            f"{count}/{expected} outputs; confirming none was written after the launched job's exit",
+        )
     elif count >= expected and stable:
         says, detail = Says.DONE, f"{count}/{expected} outputs, unchanged since last check"
     elif count >= expected:
@@ -722,6 +766,7 @@ def _read(
         run_since=facts.run_start,
         last_word=facts.last_word,
         over=facts.launch is not None and facts.launch.over,
+        exited=facts.launch.exited_at if facts.launch is not None else None,
     )
     return reading, new_memory, facts
 
