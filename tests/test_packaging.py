@@ -103,11 +103,17 @@ def _offline(stderr: str) -> bool:
 
 @pytest.fixture(scope="module")
 def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with the wheel (and with it Prefect: its CLI deploys and starts workers)."""
+    """A fresh venv with the wheel (and with it Prefect: its CLI deploys and starts workers).
+
+    Its Prefect is the one these tests run (their server's): a client newer than its server
+    is Prefect's own mismatch (the server refuses the newer fields with a 422), not the
+    wheel's. At the range's floor, every package as its users had it."""
     root = tmp_path_factory.mktemp("venv") / "fresh"
     _run(sys.executable, "-m", "venv", root)
+    running = metadata.version("prefect")
+    pins = ["-c", str(REPO / "constraints" / "oldest.txt")] if running == _floor() else []
     done = subprocess.run(
-        [root / "bin" / "pip", "install", "-q", str(wheel)],
+        [root / "bin" / "pip", "install", "-q", str(wheel), f"prefect=={running}", *pins],
         cwd=root,
         env=_clean(),
         capture_output=True,
@@ -188,7 +194,11 @@ def _user_project(root: Path) -> Path:
             name: my-pipeline
             build: null
             push: null
-            pull: []
+            # As deployments/prefect.yaml: a module-path entrypoint with an empty pull makes
+            # `prefect deploy` before 3.8 split the entrypoint on ":" (a ValueError).
+            pull:
+              - prefect.deployments.steps.set_working_directory:
+                  directory: .
             deployments:
               - name: gate
                 entrypoint: sensors.flows.gate
