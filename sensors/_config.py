@@ -323,6 +323,10 @@ def load_stage_bytes(data: bytes, *, file: str) -> Stage:
     return load_stage_text(text, file=file)
 
 
+#: A run of digits longer than Python reads as an int (its default limit, 4300 digits).
+_LONG_DIGITS = re.compile(r"\d{4300}")
+
+
 def load_stage_text(text: str, *, file: str) -> Stage:
     """The stage a stage file's ``text`` defines (``file`` names it in errors)."""
     name = file
@@ -333,6 +337,12 @@ def load_stage_text(text: str, *, file: str) -> Stage:
         where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise ConfigError(f"{where}{problem}", file=name) from None
+    except ValueError as exc:
+        # PyYAML's int() of a number past Python's digit limit (sys.get_int_max_str_digits):
+        # a ValueError, not a YAMLError. Its line is the first such number's.
+        line = next((n for n, row in enumerate(text.splitlines(), 1) if _LONG_DIGITS.search(row)), None)
+        where = f"line {line}: " if line is not None else ""
+        raise ConfigError(f"{where}a number too large ({str(exc).split(':')[0]})", file=name) from None
     if not isinstance(data, dict):
         raise ConfigError("expected a mapping with at least 'stage' and 'host'", file=name)
     return stage_from_dict(data, file=name)

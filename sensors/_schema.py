@@ -35,7 +35,10 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError("expected a duration like 30s, 15m, 2h or a number of seconds")
     if isinstance(value, (int, float)):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int past any float (a YAML integer of 400 digits)
+            raise ValueError(f"{value!r:.40} is not a duration: give a finite one") from None
     elif isinstance(value, str) and (m := _DURATION.match(value)):
         seconds = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
     else:

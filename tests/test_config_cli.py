@@ -178,7 +178,7 @@ def test_every_number_in_a_stage_file_is_finite_and_bounded() -> None:
     stage_from_dict(FULL)  # the base is valid
     for field in fields:
         section, _, key = field.rpartition(".")
-        for bad in (float("nan"), float("inf"), float("-inf"), 1e30, 10**30, -1):
+        for bad in (float("nan"), float("inf"), float("-inf"), 1e30, 10**30, 10**400, -1):
             data = yaml.safe_load(yaml.safe_dump(FULL))
             node = data
             for part in section.split(".") if section else []:
@@ -189,6 +189,29 @@ def test_every_number_in_a_stage_file_is_finite_and_bounded() -> None:
             with pytest.raises(ConfigError) as info:
                 stage_from_dict(data)
             assert info.value.field == field, (field, bad, str(info.value))
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("1" + "0" * 400, "policy.interval: "),  # an int past any float: OverflowError, exit 1
+        ("1" * 5000, "line 3: "),  # past Python's int string limit: ValueError from the YAML reader
+    ],
+)
+def test_a_huge_integer_in_a_stage_file_is_exit_2_one_line(tmp_path, value, message) -> None:
+    """A YAML integer too large for a float (or for Python's digit limit) was a traceback and
+    exit 1 from `validate`/`status`, and ended `serve` (every other stage unwatched)."""
+    path = tmp_path / "s.yaml"
+    path.write_text(f"stage: s\nprocess: {{match: x}}\npolicy: {{interval: {value}}}\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    for command in ("validate", "status"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "sensors", command, str(path)], capture_output=True, text=True, env=env
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and str(path) in lines[0] and message in lines[0], proc.stderr
 
 
 def test_a_file_too_large_for_a_stage_file_is_refused_unread(tmp_path, capsys) -> None:

@@ -376,13 +376,20 @@ def test_a_stage_file_with_a_bad_number_stops_no_other_stage(tmp_path: Path) -> 
     try:
         _until("the good stage", lambda: len(_jsonl(out)) >= 3)
         for n, (field, value) in enumerate(
-            [("interval", ".inf"), ("stall_after", "99999999999d"), ("timeout", ".nan"), ("settle", "1e400")],
+            [
+                ("interval", ".inf"),
+                ("stall_after", "99999999999d"),
+                ("timeout", ".nan"),
+                ("settle", "1e400"),
+                ("interval", "1" + "0" * 400),  # an int past any float: OverflowError ended serve
+                ("stall_after", "1" * 5000),  # past Python's int digit limit: ValueError ended serve
+            ],
             1,
         ):
             (stages / f"later{n}.yaml").write_text(bad.format(n=n, field=field, value=value))
         _until(
             "the later files to be skipped",
-            lambda: (tmp_path / "serve.err").read_text().count("skipped") >= 5,
+            lambda: (tmp_path / "serve.err").read_text().count("skipped") >= 7,
         )
         count = len(_jsonl(out))
         time.sleep(2.0)
