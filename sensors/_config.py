@@ -337,12 +337,17 @@ def load_stage_text(text: str, *, file: str) -> Stage:
         where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise ConfigError(f"{where}{problem}", file=name) from None
+    except RecursionError:
+        # Lists or mappings nested thousands deep: PyYAML's composer recurses per level.
+        raise ConfigError("nested too deeply to be a stage file", file=name) from None
     except ValueError as exc:
-        # PyYAML's int() of a number past Python's digit limit (sys.get_int_max_str_digits):
-        # a ValueError, not a YAMLError. Its line is the first such number's.
+        # What PyYAML's constructors raise past their YAMLErrors: int() of a number past
+        # Python's digit limit (sys.get_int_max_str_digits), a date like 2001-13-45.
         line = next((n for n, row in enumerate(text.splitlines(), 1) if _LONG_DIGITS.search(row)), None)
-        where = f"line {line}: " if line is not None else ""
-        raise ConfigError(f"{where}a number too large ({str(exc).split(':')[0]})", file=name) from None
+        if line is not None:
+            why = str(exc).split(":")[0]
+            raise ConfigError(f"line {line}: a number too large ({why})", file=name) from None
+        raise ConfigError(f"not a value YAML can hold ({exc})", file=name) from None
     if not isinstance(data, dict):
         raise ConfigError("expected a mapping with at least 'stage' and 'host'", file=name)
     return stage_from_dict(data, file=name)

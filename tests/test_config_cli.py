@@ -125,6 +125,9 @@ def test_bad_config_exit_2_one_line(tmp_path, capsys, name, data, field, message
             "line 6: duplicate key 'expected' (first given on line 4)",
         ),
         ("stage: a\nprocess: {match: x, match: y}\n", "line 2: duplicate key 'match'"),
+        # Not YAMLErrors from PyYAML, each a traceback and exit 1 (and serve ended):
+        ("stage: a\nprocess: {match: 2001-13-45}\n", "not a value YAML can hold (month must be in 1..12)"),
+        ("stage: a\nprocess: " + "[" * 100000 + "]" * 100000 + "\n", "nested too deeply"),
     ],
 )
 def test_unreadable_files(tmp_path, capsys, content, message) -> None:
