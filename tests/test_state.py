@@ -533,6 +533,24 @@ def test_history_has_one_exit_rule_for_text_and_json(tmp_path) -> None:
     }
 
 
+def test_history_leaves_no_wal_or_shm_file_beside_a_store_nobody_has_open(tmp_path) -> None:
+    """With no writer at work (the store's -wal and -shm gone with its last connection),
+    `history` opened it with mode=ro, which creates both and leaves them: files the reader
+    made, owned by the reader (another user's -shm stops the owner's watchers writing)."""
+    state, tag = _recorded(tmp_path)
+    import sqlite3
+
+    conn = sqlite3.connect(state)  # the last connection: its close checkpoints, removes both
+    conn.execute("SELECT count(*) FROM crosscheck_history").fetchone()
+    conn.close()
+    assert not Path(f"{state}-wal").exists() and not Path(f"{state}-shm").exists()
+    before = _tree(state.parent)
+    for form in ((), ("--json",)):
+        found = _cli(state, "history", tag, *form)
+        assert found.returncode == 0 and found.stdout.strip(), (form, found.stderr)
+    assert _tree(state.parent) == before, sorted(_tree(state.parent))
+
+
 def test_history_reads_a_store_on_a_read_only_filesystem(tmp_path) -> None:
     """The same store, its directory bind-mounted read-only (a user and mount namespace):
     history shows every entry, where it said "no history" before."""

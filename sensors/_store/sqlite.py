@@ -390,9 +390,14 @@ class SQLiteStore:
         if problem:
             raise StoreError(problem, location=self.location)
         conn = None
+        # No -wal (and no rollback journal): no writer has the store open and every commit is
+        # in the main file. mode=ro would create -wal and -shm beside it and leave them (the
+        # reader's files, under the reader's name); immutable=1 reads the file and creates
+        # nothing. A writer that starts meanwhile writes to a -wal of its own, not this file.
+        quiet = not any(os.path.lexists(f"{path}{s}") for s in ("-wal", "-journal"))
         try:
             try:
-                conn = self._connect(_uri(path, "ro"), uri=True)
+                conn = self._connect(_uri(path, "ro", immutable=quiet), uri=True)
                 with _garbled_is_corrupt():
                     _tables(conn)
             except sqlite3.OperationalError:
