@@ -608,7 +608,9 @@ class Watcher:
             self.metrics.observe(entry, verdict, took)
         handoff = entry.handoff
         # What this watcher saw of a handed-over stage travels to its gate with the outcome.
-        own = not is_followed(verdict)
+        # News (events, a gate's outcome) is the holder's, as notifications are: not from a
+        # followed verdict, nor from a check whose save found the lease another's.
+        own = not is_followed(verdict) and _holds(entry.checker)
         watched = None
         if handoff is not None and self.desk is not None and own:
             watched = self.desk.saw(handoff, verdict)
@@ -623,7 +625,7 @@ class Watcher:
         if (
             handoff is not None
             and self.desk is not None
-            and not is_followed(verdict)
+            and own
             and self.desk.after(handoff, verdict, entry.checker.run)
         ):
             self._drop(key)

@@ -202,7 +202,16 @@ def test_a_save_renews_the_lease_in_its_round_trip(location):
         )  # fmt: skip
         assert refused is not None and not refused.held
         assert other.acquire(KEY, "w2", ttl=60).holder == "w1"  # still w1's, 60 s more
-        assert store.load(KEY).memory == '{"x": 1}'  # the save itself went through
+        # A save riding on a refused renewal (a watcher frozen past its lease, the stage now
+        # another's) writes nothing over the holder's memory and history.
+        assert store.load(KEY).memory == "{}"
+        news = other.save(
+            KEY, memory='{"x": 2}', fingerprint={}, verdict={"verdict": "stalled"}, version=1, changed=True,
+            renew=("w2", 60),
+        )  # fmt: skip
+        assert news is not None and not news.held
+        assert store.load(KEY).memory == "{}"
+        assert [e.state for e in store.history(KEY.stage, KEY.host)] == ["running"]
         plain = store.save(
             KEY, memory="{}", fingerprint={}, verdict={"verdict": "running"}, version=1, changed=False
         )

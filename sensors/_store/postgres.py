@@ -153,15 +153,31 @@ _FIELDS = ("memory", "fingerprint", "verdict", "saved_at", "version", "seal")
 _LOAD = sa.select(*(memory_t.c[n] for n in (*_FIELDS, "seq"))).where(
     memory_t.c.stage == sa.bindparam("stage"), memory_t.c.host == sa.bindparam("host")
 )
-_up = pg_insert(memory_t).values({n: sa.bindparam(n) for n in ("stage", "host", *_FIELDS)})
-# Unchanged: the memory alone; the counter is left as it is and read back (the next changed
-# save's guess).
-_UPSERT = _up.on_conflict_do_update(
-    index_elements=["stage", "host"], set_={n: _up.excluded[n] for n in _FIELDS}
-).returning(memory_t.c.seq)
+#: A save riding on a lease renewal writes only while the lease is the saver's (the renewal
+#: runs first in the same pipeline): a watcher frozen past its lease writes nothing over the
+#: new holder's memory and history.
+_LEASE_HELD = sa.exists().where(
+    lease_t.c.stage == sa.bindparam("stage"),
+    lease_t.c.host == sa.bindparam("host"),
+    lease_t.c.holder == sa.bindparam("holder"),
+)
 
 
-def _changed_save() -> sa.Select[Any]:
+def _upsert(held: bool) -> Any:
+    """Unchanged: the memory alone; the counter is left as it is and read back (the next
+    changed save's guess). ``held``: only while the lease is the saver's (see _LEASE_HELD)."""
+    binds = sa.select(*(sa.bindparam(n, type_=memory_t.c[n].type) for n in ("stage", "host", *_FIELDS)))
+    rows = binds.where(_LEASE_HELD) if held else binds
+    up = pg_insert(memory_t).from_select(["stage", "host", *_FIELDS], rows)
+    return up.on_conflict_do_update(
+        index_elements=["stage", "host"], set_={n: up.excluded[n] for n in _FIELDS}
+    ).returning(memory_t.c.seq)
+
+
+_UPSERT, _UPSERT_HELD = _upsert(False), _upsert(True)
+
+
+def _changed_save(held: bool = False) -> sa.Select[Any]:
     """A changed save as one statement: memory upserted, history row appended, history pruned.
 
     Why not "max(seq) + 1 from the history" in a CTE behind the row lock: every part of one
@@ -192,6 +208,8 @@ def _changed_save() -> sa.Select[Any]:
     values = sa.select(
         *(b(n, type_=memory_t.c[n].type) for n in ("stage", "host", *_FIELDS)), b("next")
     ).where(~sa.exists().where(*this_h, h.seq >= b("next")))
+    if held:
+        values = values.where(_LEASE_HELD)  # see _LEASE_HELD: nothing written, no row back
     ins = pg_insert(memory_t).from_select(["stage", "host", *_FIELDS, "seq"], values)
     m = (
         ins.on_conflict_do_update(
@@ -233,7 +251,7 @@ class _Sql:
         return cls(str(compiled), {k: v for k, v in compiled.params.items() if v is not None})
 
 
-_CHANGED = _changed_save()
+_CHANGED, _CHANGED_HELD = _changed_save(), _changed_save(held=True)
 #: A wrong guess is retried with the seq the statement saw; only two savers of one stage
 #: racing (which the lease prevents) can make a second guess wrong too.
 _SAVE_ATTEMPTS = 5
@@ -266,6 +284,7 @@ _DROP = watcher_t.delete().where(watcher_t.c.holder == sa.bindparam("holder"))
 # connection itself, without SQLAlchemy's per-execution work (~0.08 ms a statement here, as
 # much as the server's share of an upsert).
 _LOAD_SQL, _UPSERT_SQL, _CHANGED_SQL = _Sql.of(_LOAD), _Sql.of(_UPSERT), _Sql.of(_CHANGED)
+_UPSERT_HELD_SQL, _CHANGED_HELD_SQL = _Sql.of(_UPSERT_HELD), _Sql.of(_CHANGED_HELD)
 _ACQUIRE_SQL, _HELD_BY_SQL, _RELEASE_SQL = _Sql.of(_ACQUIRE), _Sql.of(_HELD_BY), _Sql.of(_RELEASE)
 _HEARTBEAT_SQL, _LIVE_SQL, _DROP_SQL = _Sql.of(_HEARTBEAT), _Sql.of(_LIVE), _Sql.of(_DROP)
 # A watcher's share renewed in one statement: the keys as two arrays, paired by unnest.
@@ -456,15 +475,18 @@ class PostgresStore:
             lease_params = {"stage": key.stage, "host": key.host, "holder": renew[0], "ttl": float(renew[1])}
 
         def with_lease(
-            conn: psycopg.Connection[Any], sql: _Sql, more: Mapping[str, Any]
+            conn: psycopg.Connection[Any], sql: _Sql, held_sql: _Sql, more: Mapping[str, Any]
         ) -> tuple[Any, Lease | None]:
-            """The save, and the lease renewal beside it in one round trip (pipeline mode:
-            both statements are sent before either answer is read)."""
+            """The save, and the lease renewal before it in one round trip (pipeline mode:
+            both statements are sent before either answer is read); the save writes only
+            while the lease is the saver's (``held_sql``)."""
             if lease_params is None:
                 return _execute(conn, sql, {**params, **more}), None
             with conn.pipeline():
-                saved = conn.execute(sql.text, {**sql.defaults, **params, **more})  # type: ignore[call-overload]
                 took = conn.execute(_ACQUIRE_SQL.text, {**_ACQUIRE_SQL.defaults, **lease_params})  # type: ignore[call-overload]
+                saved = conn.execute(  # type: ignore[call-overload]
+                    held_sql.text, {**held_sql.defaults, **params, **more, "holder": lease_params["holder"]}
+                )
             rows = took.fetchall()
             lease = (
                 Lease(held=True, holder=rows[0][0], expires_at=rows[0][1])
@@ -474,7 +496,9 @@ class PostgresStore:
             return saved.fetchall(), lease
 
         def unchanged(conn: psycopg.Connection[Any]) -> Lease | None:
-            ((self._seq[key],),), lease = with_lease(conn, _UPSERT_SQL, {})
+            rows, lease = with_lease(conn, _UPSERT_SQL, _UPSERT_HELD_SQL, {})
+            if rows:  # none: the lease is another's, nothing was written
+                ((self._seq[key],),) = rows
             return lease
 
         def changed_save(conn: psycopg.Connection[Any]) -> Lease | None:
@@ -485,6 +509,7 @@ class PostgresStore:
                 ((written, current),), renewed = with_lease(
                     conn,
                     _CHANGED_SQL,
+                    _CHANGED_HELD_SQL,
                     {
                         "prev": prev,
                         "next": prev + 1,
@@ -493,6 +518,8 @@ class PostgresStore:
                         "row_seal": history_seal(key.stage, key.host, prev + 1, now, state, vd),
                     },
                 )
+                if renewed is not None and not renewed.held:
+                    return renewed  # another's lease: nothing was written, nor is retried
                 if renewed is not None:
                     lease, lease_params = renewed, None  # renewed once, whatever the save does
                 if written is not None:

@@ -578,6 +578,11 @@ class SQLiteStore:
     ) -> Lease | None:
         key = r.key
         lease = _acquire_in(c, key, *r.renew) if r.renew is not None else None
+        if lease is not None and not lease.held:
+            # A save that rode on a lease renewal another watcher refused (this one was frozen
+            # past its lease, and the stage is that watcher's now): its memory and its news are
+            # not written over the holder's.
+            return lease
         c.execute(
             "INSERT INTO crosscheck_memory VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stage, host)"
             " DO UPDATE SET memory = excluded.memory, fingerprint = excluded.fingerprint,"
