@@ -103,9 +103,11 @@ class LaunchEnd(NamedTuple):
     it, whatever signals the stage names).
 
     ``status`` / ``exited_at``: what its launch wrapper recorded (None: nothing recorded, or
-    not readable); ``missing``: the record can be read and is not there (yet); ``over``: the
-    job is over, recorded so or its wrapper gone (or a zombie) from a /proc that shows every
-    process; ``alive``: its wrapper is at work (found in /proc, not a zombie).
+    not readable); ``ended_by``: the latest the job can have ended (BusyBox's ``date`` has
+    no ``%N``: a record in whole seconds is rounded down, by up to a second); ``missing``:
+    the record can be read and is not there (yet); ``over``: the job is over, recorded so or
+    its wrapper gone (or a zombie) from a /proc that shows every process; ``alive``: its
+    wrapper is at work (found in /proc, not a zombie).
     """
 
     status: int | None = None
@@ -113,6 +115,7 @@ class LaunchEnd(NamedTuple):
     over: bool = False
     missing: bool = False
     alive: bool = False
+    ended_by: float | None = None
 
     @property
     def killed_unrecorded(self) -> bool:
@@ -127,7 +130,11 @@ def read_launch_end(sections: Mapping[str, bytes], hidden: bool) -> LaunchEnd:
     record = read_exit_record(sections)
     status, at = record.get("exit_status"), record.get("exited_at")
     if isinstance(status, int):
-        return LaunchEnd(status, at if isinstance(at, float) else None, True)
+        if not isinstance(at, float):
+            return LaunchEnd(status, None, True)
+        stamp = (sections.get("exit") or b"").decode("ascii", "replace").split()[1]
+        fraction = re.match(r"\d+\.\d", stamp) is not None
+        return LaunchEnd(status, at, True, ended_by=at + (0.0 if fraction else 1.0))
     state = (sections.get("launched") or b"").strip()
     gone = state == b"Z" or (state == b"gone" and not hidden)
     alive = bool(state) and state not in (b"Z", b"gone")

@@ -1047,3 +1047,40 @@ def test_an_earlier_line_before_a_watch_that_knew_no_start_is_not_a_later_runs(t
     run2.wait(timeout=30)
     verdicts += [checker.check() for _ in range(3)]
     assert State.COMPLETE not in [v.state for v in verdicts], verdicts[-1].reasons
+
+
+@pytest.mark.skipif(shutil.which("busybox") is None, reason="needs BusyBox (its date has no %N)")
+def test_a_launched_job_recorded_in_whole_seconds_still_completes(tmp_path) -> None:
+    """The other side of "written after the recorded exit": a host whose ``date`` is
+    BusyBox's records the exit in whole seconds, rounded down. The job's completion line,
+    written half a second into that second, is not after its exit: the record is read as
+    "ended by the next second", and the launched job completes."""
+    from sensors import Checker, State, stage_from_dict
+    from sensors._hosts import _WRAPPER, LocalHost
+    from sensors._run import launch_mark_script, parse_launch_mark
+
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "date").symlink_to(shutil.which("busybox"))
+    log_path, exit_file = tmp_path / "job.log", tmp_path / "exit"
+    mark = parse_launch_mark(LocalHost().run_script(launch_mark_script(str(log_path)), timeout=30))
+    # The line lands half a second into a second, and the job ends within that second.
+    script = (
+        f"import time; time.sleep(1.5 - time.time() % 1); print('{COMPLETE_LINE}: 3 samples', flush=True)"
+    )
+    with open(log_path, "a") as log:
+        wrapper = subprocess.Popen(
+            ["/bin/sh", "-c", _WRAPPER, str(exit_file), sys.executable, "-c", script],
+            stdout=log,
+            stderr=log,
+            env={**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}"},
+            start_new_session=True,
+        )
+    wrapper.wait(timeout=30)
+    record = exit_file.read_text().split()
+    whole = record[1].split(".")[0]
+    assert record[0] == "0" and record[1] in (whole, f"{whole}.%N"), record  # BusyBox's: no %N
+    run = replace(mark, pid=wrapper.pid, exit_file=str(exit_file))
+    checker = Checker(stage_from_dict(_launched_stage(tmp_path, "log")), run=run)
+    verdicts = [checker.check() for _ in range(3)]
+    assert verdicts[-1].state is State.COMPLETE, verdicts[-1].reasons

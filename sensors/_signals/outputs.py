@@ -766,7 +766,7 @@ def _read(
         run_since=facts.run_start,
         last_word=facts.last_word,
         over=facts.launch is not None and facts.launch.over,
-        exited=facts.launch.exited_at if facts.launch is not None else None,
+        exited=facts.launch.ended_by if facts.launch is not None else None,
     )
     return reading, new_memory, facts
 
