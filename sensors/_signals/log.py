@@ -725,8 +725,9 @@ def read_log(
         new_memory = evolve(new_memory, superseded=superseded)
         evidence["launch_superseded"] = superseded
         detail = (
-            f"the launched run is over and a later run wrote to the log since ({superseded}):"
-            " no completion line read from now on is the launched run's"
+            f"the log holds words written after the launched run's last ({superseded}): a later"
+            " run's, or a process the job left behind; no completion line read from now on is the"
+            " launched run's"
         )
         return Reading("log", Says.UNKNOWN, detail, evidence, meta.now, host), new_memory
     if new_memory.exit_unclear:
