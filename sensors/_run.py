@@ -113,6 +113,16 @@ class LaunchEnd(NamedTuple):
     over: bool = False
     missing: bool = False
     alive: bool = False
+    coarse: bool = False  # ``exited_at`` is whole seconds, rounded down (a date without %N)
+
+    @property
+    def exited_by(self) -> float | None:
+        """The latest the recorded exit can have been: what was written after it is surely
+        written after the exit (a time in whole seconds stands for any moment of its second;
+        nanosecond file times of the job's last writes fall in it)."""
+        if self.exited_at is None:
+            return None
+        return self.exited_at + 1.0 if self.coarse else self.exited_at
 
     @property
     def killed_unrecorded(self) -> bool:
@@ -127,7 +137,9 @@ def read_launch_end(sections: Mapping[str, bytes], hidden: bool) -> LaunchEnd:
     record = read_exit_record(sections)
     status, at = record.get("exit_status"), record.get("exited_at")
     if isinstance(status, int):
-        return LaunchEnd(status, at if isinstance(at, float) else None, True)
+        return LaunchEnd(
+            status, at if isinstance(at, float) else None, True, coarse=bool(record.get("exited_coarse"))
+        )
     state = (sections.get("launched") or b"").strip()
     gone = state == b"Z" or (state == b"gone" and not hidden)
     alive = bool(state) and state not in (b"Z", b"gone")
@@ -155,7 +167,11 @@ def read_exit_record(sections: Mapping[str, bytes]) -> dict[str, Any]:
     if len(words) >= 2 and words[0].isdigit():
         # busybox's date prints %N as it is: the whole seconds stand.
         at = re.match(r"\d+(?:\.\d+)?", words[1])
-        return {"exit_status": int(words[0]), "exited_at": float(at.group(0)) if at else None}
+        return {
+            "exit_status": int(words[0]),
+            "exited_at": float(at.group(0)) if at else None,
+            "exited_coarse": bool(at) and "." not in at.group(0),  # type: ignore[union-attr]
+        }
     if words == ["unreadable"]:
         return {"exit_status": None, "exited_at": None, "exit_record_unreadable": True}
     return {"exit_status": None, "exited_at": None, "exit_record": "missing"}

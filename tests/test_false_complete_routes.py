@@ -1047,3 +1047,93 @@ def test_an_earlier_line_before_a_watch_that_knew_no_start_is_not_a_later_runs(t
     run2.wait(timeout=30)
     verdicts += [checker.check() for _ in range(3)]
     assert State.COMPLETE not in [v.state for v in verdicts], verdicts[-1].reasons
+
+
+# ------------------------- 11. a launched job's exit recorded to the second (BusyBox date)
+
+
+def _busybox_bin(tmp_path: Path, *tools: str) -> Path:
+    """A directory of ``tools`` that are BusyBox's (its ``date`` has no %N: ``X.%N``)."""
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        pytest.skip("no busybox here")
+    d = tmp_path / "busybox-bin"
+    d.mkdir(exist_ok=True)
+    for tool in tools:
+        (d / tool).symlink_to(busybox)
+    return d
+
+
+def _mid_second() -> str:
+    """Python that waits until the clock is 0.3-0.7 s into a second (what follows it, and
+    the job's exit, fall in that second: the record's whole seconds are before them)."""
+    return (
+        "import time\n"
+        "while not 0.3 <= time.time() % 1 <= 0.7: time.sleep(0.01)\n"
+    )
+
+
+@pytest.mark.parametrize("last", ["log", "outputs"])
+def test_a_launched_job_whose_exit_is_recorded_to_the_second_completes(tmp_path, monkeypatch, last) -> None:
+    """A host whose ``date`` has no %N (BusyBox): the wrapper records the exit in whole
+    seconds, rounded down. A job that wrote its last log line (or its outputs) and exited in
+    the same second, a few hundred ms into it, was "written after the launched job's recorded
+    exit" (nanosecond file times against the whole second): unknown for good, a true
+    completion blocked forever, and the sentence shown is false."""
+    from sensors import Checker, State, stage_from_dict
+    from sensors._hosts import LocalHost
+
+    bb = _busybox_bin(tmp_path, "date")
+    monkeypatch.setenv("PATH", f"{bb}:{os.environ['PATH']}")
+    stage = stage_from_dict(_launched_stage(tmp_path, "log+outputs"))
+    line = f"print('{COMPLETE_LINE}: 3 samples', flush=True)\n"
+    outputs = f"for i in range(3): open('{tmp_path}/out/%d.pt' % i, 'w').write('x')\n"
+    # The other one is written a second earlier: only ``last`` shares the exit's second.
+    first, then = (outputs, line) if last == "log" else (line, outputs)
+    script = first + "import time; time.sleep(1.1)\n" + _mid_second() + then
+    run, pid = _launched(LocalHost(), str(tmp_path / "job.log"), script, f"bb-{uuid.uuid4().hex[:8]}")
+    monkeypatch.setenv("PATH", os.environ["PATH"].split(":", 1)[1])
+    _reaped(pid)
+    _until(lambda: Path(run.exit_file).exists(), timeout=10)
+    record = Path(run.exit_file).read_text()
+    assert record.startswith("0 ") and "%N" in record, record
+    checker = Checker(stage, run=run)
+    verdicts = []
+    for _ in range(4):
+        verdicts.append(checker.check())
+        time.sleep(0.15)
+    assert verdicts[-1].state is State.COMPLETE, verdicts[-1].reasons
+
+
+def test_a_launched_jobs_outputs_with_whole_second_times_written_in_its_exit_second_complete(
+    tmp_path,
+) -> None:
+    """The other way round: the exit recorded to the nanosecond, the outputs' mtimes in whole
+    seconds (a file system that keeps no finer times, or BusyBox's stat). Outputs written a
+    few hundred ms before the exit, in its second, show that second: "modified after" a time
+    reads a whole second as any moment of it, and the after-exit scan found them written after
+    the exit: unknown for good, for a job that finished."""
+    from sensors import Checker, State, stage_from_dict
+    from sensors._hosts import LocalHost
+
+    stage = stage_from_dict(_launched_stage(tmp_path, "log+outputs"))
+    script = (
+        f"print('{COMPLETE_LINE}: 3 samples', flush=True)\n"
+        "import os, time; time.sleep(1.1)\n"
+        + _mid_second()
+        + "for i in range(3):\n"
+        f"    p = '{tmp_path}/out/%d.pt' % i; open(p, 'w').write('x')\n"
+        "    t = int(os.stat(p).st_mtime); os.utime(p, (t, t))  # a file system of whole seconds\n"
+        "time.sleep(0.1)\n"
+    )
+    run, pid = _launched(LocalHost(), str(tmp_path / "job.log"), script, f"coarse-{uuid.uuid4().hex[:8]}")
+    _reaped(pid)
+    _until(lambda: Path(run.exit_file).exists(), timeout=10)
+    at = float(Path(run.exit_file).read_text().split()[1])
+    assert at % 1 > 0.3, at  # the exit, in the outputs' second
+    checker = Checker(stage, run=run)
+    verdicts = []
+    for _ in range(4):
+        verdicts.append(checker.check())
+        time.sleep(0.15)
+    assert verdicts[-1].state is State.COMPLETE, verdicts[-1].reasons

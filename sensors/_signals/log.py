@@ -1342,7 +1342,7 @@ def _read(
         host=facts.host,
         run=facts.run,
         job=facts.job,
-        exited=facts.launch.exited_at if facts.launch is not None else None,
+        exited=facts.launch.exited_by if facts.launch is not None else None,
         over=facts.launch is not None and facts.launch.over,
     )
     if reading.says is Says.DONE and new_memory.complete_end is not None:
