@@ -85,9 +85,14 @@ def exit_record_lines(exit_file: str, pid: int | None) -> list[str]:
     if pid is not None:
         # The state after the command's closing parenthesis (a zombie is over too). Read
         # before the record: a wrapper found gone wrote its record (if ever) before this read.
+        # A PID is the wrapper only while the exit file is one of its arguments (nohup, setsid
+        # and the wrapper's sh all have it): once the wrapper is gone the PID may be reused by
+        # another process ("other"), which is no wrapper at work.
         lines += [
             "sec launched",
-            f'if read -r l </proc/{int(pid)}/stat; then l=${{l##*) }}; echo "${{l%% *}}";'
+            f"if read -r l </proc/{int(pid)}/stat; then l=${{l##*) }}; s=${{l%% *}};"
+            f" if [ \"$s\" != Z ] && ! tr '\\000' '\\n' </proc/{int(pid)}/cmdline"
+            f' | grep -Fxq -- {shlex.quote(exit_file)}; then s=other; fi; echo "$s";'
             " else echo gone; fi 2>/dev/null",
         ]
     lines += [
@@ -141,8 +146,9 @@ def read_launch_end(sections: Mapping[str, bytes], hidden: bool) -> LaunchEnd:
             status, at if isinstance(at, float) else None, True, coarse=bool(record.get("exited_coarse"))
         )
     state = (sections.get("launched") or b"").strip()
-    gone = state == b"Z" or (state == b"gone" and not hidden)
-    alive = bool(state) and state not in (b"Z", b"gone")
+    # "other": the PID is another process's now (reused): the wrapper is gone, seen or not.
+    gone = state in (b"Z", b"other") or (state == b"gone" and not hidden)
+    alive = bool(state) and state not in (b"Z", b"gone", b"other")
     return LaunchEnd(over=gone, missing=record.get("exit_record") == "missing", alive=alive)
 
 

@@ -1067,10 +1067,7 @@ def _busybox_bin(tmp_path: Path, *tools: str) -> Path:
 def _mid_second() -> str:
     """Python that waits until the clock is 0.3-0.7 s into a second (what follows it, and
     the job's exit, fall in that second: the record's whole seconds are before them)."""
-    return (
-        "import time\n"
-        "while not 0.3 <= time.time() % 1 <= 0.7: time.sleep(0.01)\n"
-    )
+    return "import time\nwhile not 0.3 <= time.time() % 1 <= 0.7: time.sleep(0.01)\n"
 
 
 @pytest.mark.parametrize("last", ["log", "outputs"])
@@ -1119,9 +1116,7 @@ def test_a_launched_jobs_outputs_with_whole_second_times_written_in_its_exit_sec
     stage = stage_from_dict(_launched_stage(tmp_path, "log+outputs"))
     script = (
         f"print('{COMPLETE_LINE}: 3 samples', flush=True)\n"
-        "import os, time; time.sleep(1.1)\n"
-        + _mid_second()
-        + "for i in range(3):\n"
+        "import os, time; time.sleep(1.1)\n" + _mid_second() + "for i in range(3):\n"
         f"    p = '{tmp_path}/out/%d.pt' % i; open(p, 'w').write('x')\n"
         "    t = int(os.stat(p).st_mtime); os.utime(p, (t, t))  # a file system of whole seconds\n"
         "time.sleep(0.1)\n"
@@ -1137,3 +1132,55 @@ def test_a_launched_jobs_outputs_with_whole_second_times_written_in_its_exit_sec
         verdicts.append(checker.check())
         time.sleep(0.15)
     assert verdicts[-1].state is State.COMPLETE, verdicts[-1].reasons
+
+
+def _in_pid(pid: int, argv: list[str]) -> subprocess.Popen[bytes] | None:
+    """``argv`` started with PID ``pid`` (a PID reused: ns_last_pid, root's), or None."""
+    for _ in range(20):
+        try:
+            Path("/proc/sys/kernel/ns_last_pid").write_text(str(pid - 1))
+        except OSError:
+            return None
+        proc = subprocess.Popen(argv, start_new_session=True)
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    return None
+
+
+def test_a_killed_wrappers_pid_reused_by_another_process_is_not_its_wrapper_at_work(tmp_path) -> None:
+    """The launched job and its wrapper killed together (no exit record), the outputs and the
+    completion line already written; the wrapper's PID then reused by an unrelated process.
+    The launch's end read only the PID's state: "its launch wrapper is at work and has
+    recorded no exit status", running for as long as that process lives: a false sentence,
+    and a run that did not finish reported as still going. A PID is a process only with its
+    start: one begun after the launch's wrapper ended is not it."""
+    from sensors import Checker, State, stage_from_dict
+    from sensors._hosts import LocalHost
+
+    _needs_root()
+    script = (
+        "import pathlib, time\n"
+        f"for i in range(3): pathlib.Path('{tmp_path}/out/%d.pt' % i).write_text('x')\n"
+        f"print('{COMPLETE_LINE}: 3 samples', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    stage = stage_from_dict(_launched_stage(tmp_path, "log+outputs"))
+    run, pid = _launched(LocalHost(), str(tmp_path / "job.log"), script, f"reuse-{uuid.uuid4().hex[:8]}")
+    _until(lambda: COMPLETE_LINE in (tmp_path / "job.log").read_text(), timeout=20)
+    os.killpg(pid, signal.SIGKILL)
+    _reaped(pid)
+    time.sleep(1.2)  # the other process begins clearly after the wrapper
+    other = _in_pid(pid, ["sleep", "60"])
+    if other is None:
+        pytest.skip("could not reuse the PID")
+    try:
+        checker = Checker(stage, run=run)
+        verdicts = [checker.check() for _ in range(3)]
+    finally:
+        other.kill()
+        other.wait()
+    assert not Path(run.exit_file).exists()
+    assert [v.state for v in verdicts] == [State.UNKNOWN] * 3, verdicts[-1].reasons
+    assert "without recording an exit status" in verdicts[-1].reasons[0], verdicts[-1].reasons
