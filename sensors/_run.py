@@ -85,9 +85,14 @@ def exit_record_lines(exit_file: str, pid: int | None) -> list[str]:
     if pid is not None:
         # The state after the command's closing parenthesis (a zombie is over too). Read
         # before the record: a wrapper found gone wrote its record (if ever) before this read.
+        # A PID is the wrapper only while the exit file is one of its arguments (nohup, setsid
+        # and the wrapper's sh all have it): once the wrapper is gone the PID may be reused by
+        # another process ("other"), which is no wrapper at work.
         lines += [
             "sec launched",
-            f'if read -r l </proc/{int(pid)}/stat; then l=${{l##*) }}; echo "${{l%% *}}";'
+            f"if read -r l </proc/{int(pid)}/stat; then l=${{l##*) }}; s=${{l%% *}};"
+            f" if [ \"$s\" != Z ] && ! tr '\\000' '\\n' </proc/{int(pid)}/cmdline"
+            f' | grep -Fxq -- {shlex.quote(exit_file)}; then s=other; fi; echo "$s";'
             " else echo gone; fi 2>/dev/null",
         ]
     lines += [
@@ -103,11 +108,9 @@ class LaunchEnd(NamedTuple):
     it, whatever signals the stage names).
 
     ``status`` / ``exited_at``: what its launch wrapper recorded (None: nothing recorded, or
-    not readable); ``ended_by``: the latest the job can have ended (BusyBox's ``date`` has
-    no ``%N``: a record in whole seconds is rounded down, by up to a second); ``missing``:
-    the record can be read and is not there (yet); ``over``: the job is over, recorded so or
-    its wrapper gone (or a zombie) from a /proc that shows every process; ``alive``: its
-    wrapper is at work (found in /proc, not a zombie).
+    not readable); ``missing``: the record can be read and is not there (yet); ``over``: the
+    job is over, recorded so or its wrapper gone (or a zombie) from a /proc that shows every
+    process; ``alive``: its wrapper is at work (found in /proc, not a zombie).
     """
 
     status: int | None = None
@@ -115,7 +118,16 @@ class LaunchEnd(NamedTuple):
     over: bool = False
     missing: bool = False
     alive: bool = False
-    ended_by: float | None = None
+    coarse: bool = False  # ``exited_at`` is whole seconds, rounded down (a date without %N)
+
+    @property
+    def exited_by(self) -> float | None:
+        """The latest the recorded exit can have been: what was written after it is surely
+        written after the exit (a time in whole seconds stands for any moment of its second;
+        nanosecond file times of the job's last writes fall in it)."""
+        if self.exited_at is None:
+            return None
+        return self.exited_at + 1.0 if self.coarse else self.exited_at
 
     @property
     def killed_unrecorded(self) -> bool:
@@ -130,14 +142,13 @@ def read_launch_end(sections: Mapping[str, bytes], hidden: bool) -> LaunchEnd:
     record = read_exit_record(sections)
     status, at = record.get("exit_status"), record.get("exited_at")
     if isinstance(status, int):
-        if not isinstance(at, float):
-            return LaunchEnd(status, None, True)
-        stamp = (sections.get("exit") or b"").decode("ascii", "replace").split()[1]
-        fraction = re.match(r"\d+\.\d", stamp) is not None
-        return LaunchEnd(status, at, True, ended_by=at + (0.0 if fraction else 1.0))
+        return LaunchEnd(
+            status, at if isinstance(at, float) else None, True, coarse=bool(record.get("exited_coarse"))
+        )
     state = (sections.get("launched") or b"").strip()
-    gone = state == b"Z" or (state == b"gone" and not hidden)
-    alive = bool(state) and state not in (b"Z", b"gone")
+    # "other": the PID is another process's now (reused): the wrapper is gone, seen or not.
+    gone = state in (b"Z", b"other") or (state == b"gone" and not hidden)
+    alive = bool(state) and state not in (b"Z", b"gone", b"other")
     return LaunchEnd(over=gone, missing=record.get("exit_record") == "missing", alive=alive)
 
 
@@ -162,7 +173,11 @@ def read_exit_record(sections: Mapping[str, bytes]) -> dict[str, Any]:
     if len(words) >= 2 and words[0].isdigit():
         # busybox's date prints %N as it is: the whole seconds stand.
         at = re.match(r"\d+(?:\.\d+)?", words[1])
-        return {"exit_status": int(words[0]), "exited_at": float(at.group(0)) if at else None}
+        return {
+            "exit_status": int(words[0]),
+            "exited_at": float(at.group(0)) if at else None,
+            "exited_coarse": bool(at) and "." not in at.group(0),  # type: ignore[union-attr]
+        }
     if words == ["unreadable"]:
         return {"exit_status": None, "exited_at": None, "exit_record_unreadable": True}
     return {"exit_status": None, "exited_at": None, "exit_record": "missing"}

@@ -1049,38 +1049,138 @@ def test_an_earlier_line_before_a_watch_that_knew_no_start_is_not_a_later_runs(t
     assert State.COMPLETE not in [v.state for v in verdicts], verdicts[-1].reasons
 
 
-@pytest.mark.skipif(shutil.which("busybox") is None, reason="needs BusyBox (its date has no %N)")
-def test_a_launched_job_recorded_in_whole_seconds_still_completes(tmp_path) -> None:
-    """The other side of "written after the recorded exit": a host whose ``date`` is
-    BusyBox's records the exit in whole seconds, rounded down. The job's completion line,
-    written half a second into that second, is not after its exit: the record is read as
-    "ended by the next second", and the launched job completes."""
-    from sensors import Checker, State, stage_from_dict
-    from sensors._hosts import _WRAPPER, LocalHost
-    from sensors._run import launch_mark_script, parse_launch_mark
+# ------------------------- 11. a launched job's exit recorded to the second (BusyBox date)
 
-    bin_ = tmp_path / "bin"
-    bin_.mkdir()
-    (bin_ / "date").symlink_to(shutil.which("busybox"))
-    log_path, exit_file = tmp_path / "job.log", tmp_path / "exit"
-    mark = parse_launch_mark(LocalHost().run_script(launch_mark_script(str(log_path)), timeout=30))
-    # The line lands half a second into a second, and the job ends within that second.
-    script = (
-        f"import time; time.sleep(1.5 - time.time() % 1); print('{COMPLETE_LINE}: 3 samples', flush=True)"
-    )
-    with open(log_path, "a") as log:
-        wrapper = subprocess.Popen(
-            ["/bin/sh", "-c", _WRAPPER, str(exit_file), sys.executable, "-c", script],
-            stdout=log,
-            stderr=log,
-            env={**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}"},
-            start_new_session=True,
-        )
-    wrapper.wait(timeout=30)
-    record = exit_file.read_text().split()
-    whole = record[1].split(".")[0]
-    assert record[0] == "0" and record[1] in (whole, f"{whole}.%N"), record  # BusyBox's: no %N
-    run = replace(mark, pid=wrapper.pid, exit_file=str(exit_file))
-    checker = Checker(stage_from_dict(_launched_stage(tmp_path, "log")), run=run)
-    verdicts = [checker.check() for _ in range(3)]
+
+def _busybox_bin(tmp_path: Path, *tools: str) -> Path:
+    """A directory of ``tools`` that are BusyBox's (its ``date`` has no %N: ``X.%N``)."""
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        pytest.skip("no busybox here")
+    d = tmp_path / "busybox-bin"
+    d.mkdir(exist_ok=True)
+    for tool in tools:
+        (d / tool).symlink_to(busybox)
+    return d
+
+
+def _mid_second() -> str:
+    """Python that waits until the clock is 0.3-0.7 s into a second (what follows it, and
+    the job's exit, fall in that second: the record's whole seconds are before them)."""
+    return "import time\nwhile not 0.3 <= time.time() % 1 <= 0.7: time.sleep(0.01)\n"
+
+
+@pytest.mark.parametrize("last", ["log", "outputs"])
+def test_a_launched_job_whose_exit_is_recorded_to_the_second_completes(tmp_path, monkeypatch, last) -> None:
+    """A host whose ``date`` has no %N (BusyBox): the wrapper records the exit in whole
+    seconds, rounded down. A job that wrote its last log line (or its outputs) and exited in
+    the same second, a few hundred ms into it, was "written after the launched job's recorded
+    exit" (nanosecond file times against the whole second): unknown for good, a true
+    completion blocked forever, and the sentence shown is false."""
+    from sensors import Checker, State, stage_from_dict
+    from sensors._hosts import LocalHost
+
+    bb = _busybox_bin(tmp_path, "date")
+    monkeypatch.setenv("PATH", f"{bb}:{os.environ['PATH']}")
+    stage = stage_from_dict(_launched_stage(tmp_path, "log+outputs"))
+    line = f"print('{COMPLETE_LINE}: 3 samples', flush=True)\n"
+    outputs = f"for i in range(3): open('{tmp_path}/out/%d.pt' % i, 'w').write('x')\n"
+    # The other one is written a second earlier: only ``last`` shares the exit's second.
+    first, then = (outputs, line) if last == "log" else (line, outputs)
+    script = first + "import time; time.sleep(1.1)\n" + _mid_second() + then
+    run, pid = _launched(LocalHost(), str(tmp_path / "job.log"), script, f"bb-{uuid.uuid4().hex[:8]}")
+    monkeypatch.setenv("PATH", os.environ["PATH"].split(":", 1)[1])
+    _reaped(pid)
+    _until(lambda: Path(run.exit_file).exists(), timeout=10)
+    record = Path(run.exit_file).read_text()
+    assert record.startswith("0 ") and "%N" in record, record
+    checker = Checker(stage, run=run)
+    verdicts = []
+    for _ in range(4):
+        verdicts.append(checker.check())
+        time.sleep(0.15)
     assert verdicts[-1].state is State.COMPLETE, verdicts[-1].reasons
+
+
+def test_a_launched_jobs_outputs_with_whole_second_times_written_in_its_exit_second_complete(
+    tmp_path,
+) -> None:
+    """The other way round: the exit recorded to the nanosecond, the outputs' mtimes in whole
+    seconds (a file system that keeps no finer times, or BusyBox's stat). Outputs written a
+    few hundred ms before the exit, in its second, show that second: "modified after" a time
+    reads a whole second as any moment of it, and the after-exit scan found them written after
+    the exit: unknown for good, for a job that finished."""
+    from sensors import Checker, State, stage_from_dict
+    from sensors._hosts import LocalHost
+
+    stage = stage_from_dict(_launched_stage(tmp_path, "log+outputs"))
+    script = (
+        f"print('{COMPLETE_LINE}: 3 samples', flush=True)\n"
+        "import os, time; time.sleep(1.1)\n" + _mid_second() + "for i in range(3):\n"
+        f"    p = '{tmp_path}/out/%d.pt' % i; open(p, 'w').write('x')\n"
+        "    t = int(os.stat(p).st_mtime); os.utime(p, (t, t))  # a file system of whole seconds\n"
+        "time.sleep(0.1)\n"
+    )
+    run, pid = _launched(LocalHost(), str(tmp_path / "job.log"), script, f"coarse-{uuid.uuid4().hex[:8]}")
+    _reaped(pid)
+    _until(lambda: Path(run.exit_file).exists(), timeout=10)
+    at = float(Path(run.exit_file).read_text().split()[1])
+    assert at % 1 > 0.3, at  # the exit, in the outputs' second
+    checker = Checker(stage, run=run)
+    verdicts = []
+    for _ in range(4):
+        verdicts.append(checker.check())
+        time.sleep(0.15)
+    assert verdicts[-1].state is State.COMPLETE, verdicts[-1].reasons
+
+
+def _in_pid(pid: int, argv: list[str]) -> subprocess.Popen[bytes] | None:
+    """``argv`` started with PID ``pid`` (a PID reused: ns_last_pid, root's), or None."""
+    for _ in range(20):
+        try:
+            Path("/proc/sys/kernel/ns_last_pid").write_text(str(pid - 1))
+        except OSError:
+            return None
+        proc = subprocess.Popen(argv, start_new_session=True)
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    return None
+
+
+def test_a_killed_wrappers_pid_reused_by_another_process_is_not_its_wrapper_at_work(tmp_path) -> None:
+    """The launched job and its wrapper killed together (no exit record), the outputs and the
+    completion line already written; the wrapper's PID then reused by an unrelated process.
+    The launch's end read only the PID's state: "its launch wrapper is at work and has
+    recorded no exit status", running for as long as that process lives: a false sentence,
+    and a run that did not finish reported as still going. A PID is a process only with its
+    start: one begun after the launch's wrapper ended is not it."""
+    from sensors import Checker, State, stage_from_dict
+    from sensors._hosts import LocalHost
+
+    _needs_root()
+    script = (
+        "import pathlib, time\n"
+        f"for i in range(3): pathlib.Path('{tmp_path}/out/%d.pt' % i).write_text('x')\n"
+        f"print('{COMPLETE_LINE}: 3 samples', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    stage = stage_from_dict(_launched_stage(tmp_path, "log+outputs"))
+    run, pid = _launched(LocalHost(), str(tmp_path / "job.log"), script, f"reuse-{uuid.uuid4().hex[:8]}")
+    _until(lambda: COMPLETE_LINE in (tmp_path / "job.log").read_text(), timeout=20)
+    os.killpg(pid, signal.SIGKILL)
+    _reaped(pid)
+    time.sleep(1.2)  # the other process begins clearly after the wrapper
+    other = _in_pid(pid, ["sleep", "60"])
+    if other is None:
+        pytest.skip("could not reuse the PID")
+    try:
+        checker = Checker(stage, run=run)
+        verdicts = [checker.check() for _ in range(3)]
+    finally:
+        other.kill()
+        other.wait()
+    assert not Path(run.exit_file).exists()
+    assert [v.state for v in verdicts] == [State.UNKNOWN] * 3, verdicts[-1].reasons
+    assert "without recording an exit status" in verdicts[-1].reasons[0], verdicts[-1].reasons

@@ -112,7 +112,15 @@ def launch_script(argv: Sequence[str], *, log_path: str, cwd: str | None, name: 
         f'f="$d"/{shlex.quote(name)}\n'
         f"{cd}"
         f'nohup setsid sh -c {shlex.quote(_WRAPPER)} "$f" {cmd} </dev/null >>{shlex.quote(log_path)} 2>&1 &\n'
-        'echo "pid $!"\n'
+        # The PID printed once it is the wrapper (nohup, setsid or the wrapper's sh: the exit
+        # file is an argument of each; not the fork before their exec): a watch takes a PID
+        # without it for another process's, the wrapper gone (see exit_record_lines). A second
+        # at most; a wrapper already over (gone, a zombie) is waited for no more.
+        "p=$! n=0\n"
+        'while [ $n -lt 100 ] && read -r l 2>/dev/null </proc/$p/stat && l=${l##*) } && [ "${l%% *}" != Z ]'
+        " && ! tr '\\000' '\\n' 2>/dev/null </proc/$p/cmdline | grep -Fxq -- \"$f\"; do"
+        " n=$((n + 1)); sleep 0.01 2>/dev/null || n=$((n + 10)); done\n"
+        'echo "pid $p"\n'
         'echo "exit $f"\n'
     ).encode()
 

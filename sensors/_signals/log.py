@@ -590,14 +590,14 @@ def read_log(
     job: JobView | None = None,
     exited: float | None = None,
     over: bool = False,
-    ended_by: float | None = None,
+    exited_by: float | None = None,
 ) -> tuple[Reading, LogMemory]:
     """Read the log signal: this run's completion and error lines, progress, staleness.
 
     A completion line counts only when this run wrote it (``run`` and the memory say where
     its bytes begin: see ``sensors._run``), and only as its run's last word (``job``: the
     process signal's view of the job, see ``_whose``; ``exited``: a launched job's recorded
-    end (``ended_by``: the latest it can have been, the record's precision allowing); ``over``:
+    end (``exited_by``: the latest it can have been, the record's precision allowing); ``over``:
     the launched job is over, recorded or not: see ``_launch_over``).
     """
     memory = memory or LogMemory()
@@ -665,7 +665,7 @@ def read_log(
     scan = _remembered_scan(memory) if same else _scan_log(spec, tail or b"", st, memory, resumed=resumed)
     complete_line, complete_end, accepted = _completion(scan, memory, st, run)
     word = _whose(memory, scan, st, complete_line, complete_end, job, run, meta.now, exited)
-    superseded = _launch_over(memory, scan, word, st, change, run, ended_by)
+    superseded = _launch_over(memory, scan, word, st, change, run, exited_by)
     if superseded is not None and word.complete_line is not None:
         word = word._replace(complete_line=None, complete_end=None, demoted=word.complete_line)
     if word.demoted is not None:
@@ -1014,7 +1014,7 @@ def _launch_over(
     st: _LogStat,
     change: str | None,
     run: Run | None,
-    ended_by: float | None,
+    exited_by: float | None,
 ) -> str | None:
     """Why a launched run's log holds a later run's words (None: it does not, as far as known).
 
@@ -1035,9 +1035,9 @@ def _launch_over(
         return f"a completion line followed by a later run's progress: {scan.later_run}"
     if _exit_log_holds(memory) and (change is not None or (st.inode, st.size) != memory.exit_log):
         return "the log changed after a check had found the launched job over"
-    if ended_by is None or memory.foreign_clock:
+    if exited_by is None or memory.foreign_clock:
         return None
-    if st.written > ended_by + _WRITTEN_BY_TICK:
+    if st.written > exited_by + _WRITTEN_BY_TICK:
         what = (
             f"the completion line {word.complete_line.strip()[:120]!r} was"
             if word.complete_line is not None and word.complete_end == st.size
@@ -1347,7 +1347,7 @@ def _read(
         job=facts.job,
         exited=facts.launch.exited_at if facts.launch is not None else None,
         over=facts.launch is not None and facts.launch.over,
-        ended_by=facts.launch.ended_by if facts.launch is not None else None,
+        exited_by=facts.launch.exited_by if facts.launch is not None else None,
     )
     if reading.says is Says.DONE and new_memory.complete_end is not None:
         # Alive now or at the last check: outputs written in between may be its own.

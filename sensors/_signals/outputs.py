@@ -167,15 +167,15 @@ def snippet(spec: OutputsSpec, memory: OutputsMemory, probe: ProbeInputs) -> lis
         # what ties outputs to the run when no log or process can: one entry written since the
         # run began (run_since). Either way every entry is stated: the count comes from the
         # same pass, the one matcher for all three.
+        # And once a launched job's exit is recorded, one entry written after it (by its time
+        # as given: a whole second is not read as any moment of it, see ``_exit_since``).
         since, run_since = _in_place_since(memory, probe), _run_tie_since(memory, probe)
         after = _exit_since(memory)
-        if after is not None:
-            since = after if since is None else min(since, after)
-        if since is None and run_since is None:
+        if since is None and run_since is None and after is None:
             lines = ["sec outputs", *count]
             head = [_COUNT_FILES]
         else:
-            lines = _scan(d, names, since, run_since)
+            lines = _scan(d, names, since, run_since, after)
             head = [_TIMES, _SCAN]  # the helpers it calls, defined once per probe
             shared = False
     if not shared:
@@ -234,10 +234,11 @@ _TIMES = helper(
     ],
 )
 
-# The count with every entry's mtime, in one pass: ``__cc_scan DIR RECENT RUN UNTIL NAME-TESTS``
-# prints the ``outputs`` section as ``__cc_count`` does, then, each one asked (a time, not
-# ``-``), ``outputs_recent``: an entry modified after RECENT, and ``outputs_run``: one written
-# after RUN and not after UNTIL; each ``ok`` and the entry's name (``ok`` alone: none), or
+# The count with every entry's mtime, in one pass: ``__cc_scan DIR RECENT RUN UNTIL EXIT
+# NAME-TESTS`` prints the ``outputs`` section as ``__cc_count`` does, then, each one asked (a
+# time, not ``-``), ``outputs_recent``: an entry modified after RECENT, ``outputs_run``: one
+# written after RUN and not after UNTIL, and ``outputs_exit``: one written after EXIT; each
+# ``ok`` and the entry's name (``ok`` alone: none), or
 # ``failed`` and why. Each matching entry's mtime and inode (``__cc_times``: no name, which
 # could hold a newline, passes the pipe), its mtime as exactly as the tool gives it (BusyBox's
 # stat: whole seconds). "Modified after": a time in whole seconds may stand for any moment of its
@@ -246,26 +247,28 @@ _TIMES = helper(
 _SCAN = helper(
     "__cc_scan",
     [
-        "__d=$1 __rc=$2 __rn=$3 __u=$4; shift 4",
+        "__d=$1 __rc=$2 __rn=$3 __u=$4 __ex=$5; shift 5",
         'if [ -d "$__d" ] && [ -r "$__d" ] && [ -x "$__d" ]; then',
         '  __r=$( { __cc_times "$__d" "$@" 2>/dev/null; echo "status $?"; }'
-        ' | awk -v r="$__rc" -v s="$__rn" -v u="$__u" \''
+        ' | awk -v r="$__rc" -v s="$__rn" -v u="$__u" -v e="$__ex" \''
         '$1 == "status" && NF == 2 { st = $2; next } '
         "NF == 2 && $1 ~ /^[0-9]+([.][0-9]+)?$/ && $2 ~ /^[0-9]+$/ { n++; t = $1 + 0; hi = t; "
         "if ($1 !~ /[.][0-9]*[1-9]/) hi = t + 1; "
         'if (r != "-" && hi > r + 0 && fr == "") fr = $2; '
-        'if (s != "-" && t > s + 0 && t <= u + 0 && fs == "") fs = $2; next } '
+        'if (s != "-" && t > s + 0 && t <= u + 0 && fs == "") fs = $2; '
+        'if (e != "-" && t > e + 0 && fe == "") fe = $2; next } '
         "{ bad = 1 } "
         'END { if (st == "") st = "none"; if (bad) st = "garbled";'
-        ' print st, n + 0, (fr == "" ? "-" : fr), (fs == "" ? "-" : fs) }\')',
+        ' print st, n + 0, (fr == "" ? "-" : fr), (fs == "" ? "-" : fs), (fe == "" ? "-" : fe) }\')',
         # find's status (or garbled), the count, the entries found (inodes, or -).
-        "  __st=${__r%% *}; __r=${__r#* }; __n=${__r%% *}; __r=${__r#* }; __fr=${__r%% *}; __fs=${__r#* }",
+        "  __st=${__r%% *}; __r=${__r#* }; __n=${__r%% *}; __r=${__r#* }; __fr=${__r%% *}; __r=${__r#* }",
+        "  __fs=${__r%% *}; __fe=${__r#* }",
         "  __e=",
         # Why it failed, once more with the error text (only when it did).
         '  [ "$__st" = 0 ] || __e=$(__cc_times "$__d" "$@" 2>&1 >/dev/null | head -c 300)',
         "  sec outputs",
         '  printf \'%s\\nstatus %s\\n%s\\n\' "$__n" "$__st" "$__e"',
-        '  for __w in "recent $__rc $__fr" "run $__rn $__fs"; do',
+        '  for __w in "recent $__rc $__fr" "run $__rn $__fs" "exit $__ex $__fe"; do',
         "    set -f; set -- $__w; set +f",
         '    [ "$2" = - ] && continue',
         "    sec outputs_$1",
@@ -328,8 +331,12 @@ def _in_place_since(memory: OutputsMemory, probe: ProbeInputs) -> float | None:
 
 
 def _exit_since(memory: OutputsMemory) -> float | None:
-    """Once a launched job's exit is recorded, ask once for an entry modified after it (the
-    in-place check's question, from that time: it answers both)."""
+    """Once a launched job's exit is recorded, ask once for an entry written after it (the
+    latest it can have been), by the entry's time as given: a file system or a stat that
+    keeps whole seconds shows the job's last outputs in the second of its exit, and they
+    are not "after" it (the in-place check's "modified after" reads a whole second as any
+    moment of it: a write is never missed, but here that would take the job's own outputs
+    for a later writer's, for good)."""
     if memory.exited_at is None or memory.exit_scanned or memory.after_exit:
         return None
     return memory.exited_at + _WRITTEN_BY_TICK
@@ -384,14 +391,17 @@ def _lines_section(path: str, memory: OutputsMemory) -> list[str]:
     ]
 
 
-def _scan(d: str, names: str, since: float | None, run_since: float | None) -> list[str]:
-    """sh: the count and, each asked, an entry modified after ``since`` (the last check) and
-    one written after ``run_since`` (the run's start) and not after the host's clock (a
-    second of slack): an mtime in the future (a file server with a clock of its own) says
-    nothing of when it was written."""
+def _scan(
+    d: str, names: str, since: float | None, run_since: float | None, exit_since: float | None = None
+) -> list[str]:
+    """sh: the count and, each asked, an entry modified after ``since`` (the last check), one
+    written after ``run_since`` (the run's start) and not after the host's clock (a second of
+    slack): an mtime in the future (a file server with a clock of its own) says nothing of
+    when it was written; and one written after ``exit_since`` (a launched job's exit)."""
     recent = "-" if since is None else f"{since:.6f}"
+    ex = "-" if exit_since is None else f"{exit_since:.6f}"
     if run_since is None:
-        return [f"__cc_scan {d} {recent} - - {names}"]
+        return [f"__cc_scan {d} {recent} - - {ex} {names}"]
     # On a file system whose times come from another clock (NFS, FUSE, ...), newer than the
     # start by the tolerance: a server's clock a little ahead must not date an earlier run's
     # output into this run.
@@ -399,7 +409,7 @@ def _scan(d: str, names: str, since: float | None, run_since: float | None) -> l
     return [
         f'case "$({fstype_request(d)})" in {locals_}) __s={run_since:.6f} ;;'
         f" *) __s={run_since + FILE_CLOCK_TOLERANCE:.6f} ;; esac",
-        f'__cc_scan {d} {recent} "$__s" "$(($(date +%s) + 1))" {names}',
+        f'__cc_scan {d} {recent} "$__s" "$(($(date +%s) + 1))" {ex} {names}',
     ]
 
 
@@ -426,8 +436,8 @@ class _Count(NamedTuple):
     written: bool  # an output was seen written since the run began
     memory: OutputsMemory
     replaced: bool = False  # a JSONL file counted again from its start (replaced, rewritten)
-    asked_recent: bool = False  # the count was asked for an entry modified after a time
-    recent_name: str | None = None  # the one it found
+    asked_exit: bool = False  # the count was asked for an entry written after the exit
+    exit_name: str | None = None  # the one it found
 
 
 def _count_files(
@@ -450,7 +460,8 @@ def _count_files(
     evidence["pattern"] = spec.pattern
     recent = _newer_answer(sections.get("outputs_recent"), "the files modified since the last check")
     run = _newer_answer(sections.get("outputs_run"), "the files written during the run")
-    for answer in (recent, run):
+    after = _newer_answer(sections.get("outputs_exit"), "the files written after the launched job's exit")
+    for answer in (recent, run, after):
         if isinstance(answer, tuple):
             return answer[0]  # a check that could not tell is no "none modified"
     changed = None
@@ -464,8 +475,8 @@ def _count_files(
         changed,
         written,
         OutputsMemory(count=count, checked_at=meta.now, stamp=stamp),
-        asked_recent=recent is not None,
-        recent_name=recent or None,
+        asked_exit=after is not None,
+        exit_name=after or None,
     )
 
 
@@ -615,11 +626,11 @@ def read_outputs(
     ident = shared_stats(sections.get("stats")).get(where or "") if where else None
     after_line = _after_line(memory, got, ident, expected, last_word)
     seen_at = memory.over_seen_at
-    # The count asked for an entry modified after the recorded exit (see ``_exit_since``).
-    asked = spec.files is not None and _exit_since(memory) is not None and got.asked_recent
+    # The count asked for an entry written after the recorded exit (see ``_exit_since``).
+    asked = spec.files is not None and _exit_since(memory) is not None and got.asked_exit
     after_exit = (
         memory.after_exit
-        or (asked and got.recent_name is not None)
+        or (asked and got.exit_name is not None)
         or (
             seen_at is not None
             and memory.checked_at is not None
@@ -766,7 +777,7 @@ def _read(
         run_since=facts.run_start,
         last_word=facts.last_word,
         over=facts.launch is not None and facts.launch.over,
-        exited=facts.launch.ended_by if facts.launch is not None else None,
+        exited=facts.launch.exited_by if facts.launch is not None else None,
     )
     return reading, new_memory, facts
 
