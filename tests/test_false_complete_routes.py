@@ -1094,11 +1094,7 @@ def test_a_launched_job_whose_exit_is_recorded_to_the_second_completes(tmp_path,
     _until(lambda: Path(run.exit_file).exists(), timeout=10)
     record = Path(run.exit_file).read_text()
     assert record.startswith("0 ") and "%N" in record, record
-    checker = Checker(stage, run=run)
-    verdicts = []
-    for _ in range(4):
-        verdicts.append(checker.check())
-        time.sleep(0.15)
+    verdicts = _checked(Checker(stage, run=run))
     assert verdicts[-1].state is State.COMPLETE, verdicts[-1].reasons
 
 
@@ -1126,12 +1122,17 @@ def test_a_launched_jobs_outputs_with_whole_second_times_written_in_its_exit_sec
     _until(lambda: Path(run.exit_file).exists(), timeout=10)
     at = float(Path(run.exit_file).read_text().split()[1])
     assert at % 1 > 0.3, at  # the exit, in the outputs' second
-    checker = Checker(stage, run=run)
-    verdicts = []
-    for _ in range(4):
-        verdicts.append(checker.check())
-        time.sleep(0.15)
+    verdicts = _checked(Checker(stage, run=run))
     assert verdicts[-1].state is State.COMPLETE, verdicts[-1].reasons
+
+
+def _checked(checker, times: int = 4, gap: float = 0.15) -> list:
+    """``times`` checks, ``gap`` seconds apart: the verdicts."""
+    verdicts = []
+    for _ in range(times):
+        verdicts.append(checker.check())
+        time.sleep(gap)
+    return verdicts
 
 
 def _in_pid(pid: int, argv: list[str]) -> subprocess.Popen[bytes] | None:

@@ -507,6 +507,12 @@ def _continuity(memory: LogMemory, st: _LogStat, prev: bytes | None, unchanged: 
     return None
 
 
+#: What a launched run learnt of its end, and whose clock the file's times come from: they
+#: hold whatever happens to the file after (a log rewritten after the launched job was over
+#: is still written after it).
+_KEPT_ACROSS_REWRITES = ("superseded", "exit_log", "exit_log_at", "over_at", "exit_unclear", "foreign_clock")
+
+
 def _bound(
     memory: LogMemory,
     st: _LogStat,
@@ -524,18 +530,12 @@ def _bound(
     if change is not None:
         # Rewritten after a check this watch made: everything in it now is this run's
         # (when bound), and nothing remembered of the old content holds.
-        # What a launched run learnt of its end holds whatever happens to the file after.
         was_bound = memory.run_from is not None
         memory = LogMemory(
             absent=True,
             bound_by=memory.bound_by if was_bound else None,
             bound_at=memory.bound_at,
-            superseded=memory.superseded,
-            exit_log=memory.exit_log,
-            exit_log_at=memory.exit_log_at,
-            over_at=memory.over_at,
-            exit_unclear=memory.exit_unclear,
-            foreign_clock=memory.foreign_clock,
+            **{name: getattr(memory, name) for name in _KEPT_ACROSS_REWRITES},
         )
     if memory.run_from is None:
         memory = replace(
