@@ -379,3 +379,24 @@ def decode_handoffs(rows: list[tuple[Any, ...]], where: str) -> list[Handoff]:
     if bad:
         warn(f"{where}: skipped {bad} unusable handoff{'' if bad == 1 else 's'}")
     return out
+
+
+#: Why a store whose ``crosscheck_meta`` table crosscheck did not write is left alone.
+NOT_OUR_META = "has a crosscheck_meta table that crosscheck did not write"
+
+
+def judge_meta(meta: Mapping[str, Any]) -> str | None:
+    """What is wrong with a store whose ``crosscheck_meta`` holds ``meta`` (None: it is
+    crosscheck's, at a schema version this one reads). One rule for both backends."""
+    try:
+        version = int(meta.get("schema_version", ""))
+    except (ValueError, TypeError):
+        return NOT_OUR_META
+    if meta.get("app") != APP:
+        return NOT_OUR_META
+    if version > SCHEMA_VERSION:
+        return (
+            f"was written by a newer crosscheck (schema version {version}; this one reads "
+            f"{SCHEMA_VERSION}); it is left untouched"
+        )
+    return None

@@ -36,6 +36,7 @@ from sensors._store.base import (
     APP,
     HANDOFF_COLUMNS,
     HANDOFF_NEW,
+    NOT_OUR_META,
     SCHEMA_VERSION,
     Announcement,
     Handoff,
@@ -54,6 +55,7 @@ from sensors._store.base import (
     dumps,
     handoff_row,
     history_seal,
+    judge_meta,
     memory_seal,
     outcome_seal,
     state_of,
@@ -323,16 +325,10 @@ def adopt(engine: sa.Engine, *, readonly: bool = False) -> str | None:
             try:
                 with conn.begin_nested():
                     rows = {k: v for k, v in conn.execute(sa.select(meta.c.key, meta.c.value))}
-                version = int(rows.get("schema_version", ""))
-            except (sa.exc.ProgrammingError, ValueError, TypeError):
-                return "has a crosscheck_meta table that crosscheck did not write"
-            if rows.get("app") != APP:
-                return "has a crosscheck_meta table that crosscheck did not write"
-            if version > SCHEMA_VERSION:
-                return (
-                    f"was written by a newer crosscheck (schema version {version}; this one reads "
-                    f"{SCHEMA_VERSION}); it is left untouched"
-                )
+            except sa.exc.ProgrammingError:
+                return NOT_OUR_META
+            if (wrong := judge_meta(rows)) is not None:
+                return wrong
         if readonly:
             return None
         md.create_all(conn, checkfirst=True)  # additive: a version-1 store gains new tables

@@ -44,6 +44,7 @@ from typing import Any, TypeVar
 from sensors._store.base import (
     APP,
     HANDOFF_COLUMNS,
+    NOT_OUR_META,
     SCHEMA_VERSION,
     Announcement,
     Handoff,
@@ -63,6 +64,7 @@ from sensors._store.base import (
     dumps,
     handoff_row,
     history_seal,
+    judge_meta,
     memory_seal,
     outcome_seal,
     state_of,
@@ -190,17 +192,9 @@ def _whose(conn: sqlite3.Connection, tables: set[str]) -> str | None:
         return f"is a SQLite database of something else (tables: {', '.join(sorted(tables)[:5])})"
     try:
         meta = dict(conn.execute("SELECT key, value FROM crosscheck_meta"))
-        version = int(meta.get("schema_version", ""))
-    except (sqlite3.OperationalError, ValueError, TypeError):
-        return "has a crosscheck_meta table that crosscheck did not write"
-    if meta.get("app") != APP:
-        return "has a crosscheck_meta table that crosscheck did not write"
-    if version > SCHEMA_VERSION:
-        return (
-            f"was written by a newer crosscheck (schema version {version}; this one reads "
-            f"{SCHEMA_VERSION}); it is left untouched"
-        )
-    return None
+    except sqlite3.OperationalError:
+        return NOT_OUR_META
+    return judge_meta(meta)
 
 
 def _peek(path: Path) -> str | None:
