@@ -9,7 +9,7 @@ each, OpenSSH's MAX_LISTEN_SOCKS: 4 processes); each port is a host of its own (
 ``fleet-hNN`` in an ssh config file, HostName 127.0.0.1 and its port), so 50 hosts are 50
 connections. Each host carries 40 stages, and 500 more are local. A stage is small but real:
 a log of a few progress lines, an outputs directory (3 of 100 files), a process pattern.
-Every stage is a stage file in one directory, watched by ``sensors._serve.Watcher`` (the
+Every stage is a stage file in one directory, watched by ``sensors._watch.watcher.Watcher`` (the
 machinery of ``crosscheck serve``) with a SQLite state store in a temporary file. Two mixes:
 
 - ``idle`` (issue 12's): every tenth stage matches one of 8 live ``sleep`` processes
@@ -39,7 +39,7 @@ Each size (a proportional mix: 40 stages per host, hosts and local stages scaled
   stage-check of the batched path (``check_batch``: one probe for all of them) against
   today's per-stage path (each ``Checker.check()`` its own probe), in alternating rounds;
   first with CPython's garbage-collector settings, then with the watcher's (``crosscheck
-  serve`` and ``wait`` set them: ``sensors._gc``), which the fleet runs with too.
+  serve`` and ``wait`` set them: ``sensors._watch.gc``), which the fleet runs with too.
 
 Targets (issue 12, both mixes): one round trip per host per tick; batched CPU per
 stage-check at most 1/10 of the per-stage path (every SSH row, the watcher's settings); lag
@@ -67,15 +67,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sensors._batch import check_batch  # noqa: E402 - after the sys.path line above
-from sensors._check import Checker  # noqa: E402
-from sensors._config import load_stage  # noqa: E402
-from sensors._gc import tune_for_watching  # noqa: E402
+from sensors._check.batch import check_batch  # noqa: E402 - after the sys.path line above
+from sensors._check.checker import Checker  # noqa: E402
+from sensors._config.stage import load_stage  # noqa: E402
 from sensors._hosts import ssh  # noqa: E402
 from sensors._hosts.local import LocalHost  # noqa: E402
-from sensors._schedule import Scheduler  # noqa: E402
-from sensors._serve import Watcher  # noqa: E402
 from sensors._store import open_store  # noqa: E402
+from sensors._watch.gc import tune_for_watching  # noqa: E402
+from sensors._watch.schedule import Scheduler  # noqa: E402
+from sensors._watch.watcher import Watcher  # noqa: E402
 from tests.sshd import SSHD, _children, free_port  # noqa: E402
 
 PER_HOST = 40

@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sensors._config import LogSpec
-from sensors._probe import Meta
-from sensors._regex import compile_user_regex
+from sensors._base.probe import Meta
+from sensors._base.regex import compile_user_regex
+from sensors._config.stage import LogSpec
 from sensors._signals import log as _signals
 from sensors._signals.log import read_log
 

@@ -114,7 +114,7 @@ _GATE_SCRIPT = textwrap.dedent(
     """
     import sys
     from flows.gate import gate
-    from sensors._errors import StageFailed
+    from sensors._base.errors import StageFailed
     try:
         gate(sys.argv[1], timeout=float(sys.argv[2]), since="10m")
     except StageFailed:

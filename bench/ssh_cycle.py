@@ -35,8 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sensors._check import Checker  # noqa: E402 - after the sys.path line above
-from sensors._config import SSHSpec, Stage, stage_from_dict  # noqa: E402
+from sensors._check.checker import Checker  # noqa: E402 - after the sys.path line above
+from sensors._config.stage import SSHSpec, Stage, stage_from_dict  # noqa: E402
 from sensors._hosts import LocalHost  # noqa: E402
 from sensors._hosts.ssh import SSHHost  # noqa: E402
 from tests.sshd import SSHD, running_sshd  # noqa: E402

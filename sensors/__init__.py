@@ -15,9 +15,7 @@ Prefect tasks live in :mod:`sensors.prefect` (imported only when you ask for it)
 helpers in :mod:`sensors.testing`.
 """
 
-from sensors._check import Checker, host_for
-from sensors._config import Stage, load_stage, parse_duration, stage_from_dict
-from sensors._errors import (
+from sensors._base.errors import (
     ConfigError,
     ConnectError,
     CrosscheckError,
@@ -27,8 +25,10 @@ from sensors._errors import (
     ProbeError,
     StageFailed,
 )
+from sensors._base.model import Reading, Says, State, Verdict
+from sensors._check.checker import Checker, host_for
+from sensors._config.stage import Stage, load_stage, parse_duration, stage_from_dict
 from sensors._hosts import Host, LocalHost
-from sensors._model import Reading, Says, State, Verdict
 from sensors._version import __version__
 
 __all__ = [

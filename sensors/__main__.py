@@ -1,3 +1,3 @@
-from sensors._cli import main
+from sensors._cli.main import main
 
 raise SystemExit(main())

@@ -43,9 +43,9 @@ from typing import Any, ClassVar, Literal
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr, model_validator
 
-from sensors._config import SSHMaterial, Stage, stage_from_dict
-from sensors._errors import ConfigError
-from sensors._secrets import run_sync
+from sensors._base.errors import ConfigError
+from sensors._base.secrets import run_sync
+from sensors._config.stage import SSHMaterial, Stage, stage_from_dict
 
 __all__ = [
     "BLOCK_PREFIX",

@@ -33,14 +33,14 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
-from sensors._check import Checker, host_for
-from sensors._config import Stage, parse_duration, stage_from_dict
-from sensors._errors import ConfigError
-from sensors._handover import can_hand_off, handed_over_launch, reference_of, wait_handed_over
-from sensors._model import Says
-from sensors._persist import Persistence
-from sensors._prefect_compat import NO_CACHE
-from sensors._run import Run, launch_mark_script, parse_launch_mark, run_from_record
+from sensors._base.errors import ConfigError
+from sensors._base.model import Says
+from sensors._base.run import Run, launch_mark_script, parse_launch_mark, run_from_record
+from sensors._check.checker import Checker, host_for
+from sensors._check.persist import Persistence
+from sensors._config.stage import Stage, parse_duration, stage_from_dict
+from sensors._prefect.compat import NO_CACHE
+from sensors._prefect.suspend import can_hand_off, handed_over_launch, reference_of, wait_handed_over
 from sensors.prefect import (
     _task_run_name,
     artifact_key,
@@ -106,7 +106,7 @@ def gate(
             ``$CROSSCHECK_STATE``, else ``$XDG_STATE_HOME/crosscheck/state.db``). A gate run
             again on a run the store knows as complete returns at once, announcing nothing.
         hand_off: hand the stage to ``crosscheck serve`` and suspend, so that no worker is
-            held while it runs (see :mod:`sensors._handover`). Default (None): when the flow
+            held while it runs (see :mod:`sensors._prefect.suspend`). Default (None): when the flow
             run has a deployment and a watcher serves the state store; False: wait in the
             worker; True: hand over even if no watcher is alive yet.
 

@@ -30,16 +30,18 @@ from typing import Any
 
 from prefect import task
 
-from sensors._artifacts import (
+from sensors._base.errors import ConfigError
+from sensors._base.model import Verdict
+from sensors._config.stage import Stage, load_stage, parse_duration
+from sensors._prefect.artifacts import (
     artifact_key,
     evidence_markdown,
     failure_message,
     run_slug,
     summary_markdown,
 )
-from sensors._config import Stage, load_stage, parse_duration
-from sensors._errors import ConfigError
-from sensors._gate import (
+from sensors._prefect.compat import NO_CACHE
+from sensors._prefect.gate import (
     DEFAULT_CADENCE,
     EVENT_PREFIX,
     HEARTBEAT_EVENT,
@@ -53,9 +55,7 @@ from sensors._gate import (
     observe_checks,
     resource_id,
 )
-from sensors._model import Verdict
-from sensors._prefect_compat import NO_CACHE
-from sensors._present import evidence_rows, progress_percent
+from sensors._present.evidence import evidence_rows, progress_percent
 
 __all__ = [
     "DEFAULT_CADENCE",
@@ -88,7 +88,7 @@ def as_stage(stage: StageLike | Mapping[str, Any]) -> Stage:
     if isinstance(stage, Stage):
         return stage
     if isinstance(stage, Mapping):
-        from sensors._config import stage_from_dict
+        from sensors._config.stage import stage_from_dict
 
         return stage_from_dict(dict(stage))
     if isinstance(stage, str) and stage.startswith("block:"):
@@ -161,8 +161,8 @@ def check_stage(
         ...     if verdict.advance:
         ...         ...
     """
-    from sensors._check import Checker
-    from sensors._run import run_from_record
+    from sensors._base.run import run_from_record
+    from sensors._check.checker import Checker
 
     with (
         opened_store(state) as store,
@@ -221,8 +221,8 @@ def wait_for_stage(
         ...     wait_for_stage("stages/extract.yaml", timeout="12h")
         ...     train()  # runs only after process, log, outputs and GPU all agree
     """
-    from sensors._check import Checker
-    from sensors._run import run_from_record
+    from sensors._base.run import run_from_record
+    from sensors._check.checker import Checker
 
     spec = as_stage(stage)
     limit = spec.policy.timeout if timeout is None else parse_duration(timeout)

@@ -38,7 +38,7 @@ from typing import Any
 
 import yaml
 
-from sensors._model import Reading, Says
+from sensors._base.model import Reading, Says
 
 SCENARIOS = ("complete", "crash", "stall", "eta0_spin", "post_process", "no_marker")
 COMPLETE_LINE = "Extraction complete"

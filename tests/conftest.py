@@ -14,7 +14,7 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 import pytest
 
 from sensors import LocalHost
-from sensors._probe import split_sections
+from sensors._base.probe import split_sections
 from tests.sshd import ssh_spec, sshd_private, sshd_server  # noqa: F401  (shared fixtures)
 
 
@@ -25,7 +25,7 @@ def host(request):
     if request.param == "local":
         yield LocalHost()
         return
-    from sensors._config import SSHSpec
+    from sensors._config.stage import SSHSpec
     from sensors._hosts.ssh import SSHHost
 
     spec = request.getfixturevalue("ssh_spec")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sensors._errors import ConfigError, ConnectError, HostKeyError
+from sensors._base.errors import ConfigError, ConnectError, HostKeyError
 from sensors._hosts.ssh import SSHHost
 from sensors.blocks import CrosscheckNotifications, CrosscheckSSHHost, CrosscheckStage, is_block_ref
 from sensors.prefect import stage_label

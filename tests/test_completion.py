@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sensors._cli import build_parser
-from sensors._completion import commands
+from sensors._cli.completion import commands
+from sensors._cli.main import build_parser
 
 CROSSCHECK = str(Path(sys.executable).with_name("crosscheck"))
 

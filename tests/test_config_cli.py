@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from sensors import ConfigError, Reading, load_stage, stage_from_dict
-from sensors._cli import main, sample_status
+from sensors._cli.main import main, sample_status
 from sensors._verdict import VerdictMemory, decide
 from sensors.testing import SimulatedJob, reading
 
@@ -172,7 +172,7 @@ FULL = {
 def test_every_number_in_a_stage_file_is_finite_and_bounded() -> None:
     """.nan stopped `serve`, .inf left a stage due never; any number beyond what a clock, a
     heap, a sleep or a count can hold is an error naming its field, whatever the field."""
-    from sensors._config import Stage
+    from sensors._config.stage import Stage
 
     fields = [f for f in _numeric_fields(Stage) if not f.startswith("host.material")]
     assert {"policy.interval", "policy.settle", "outputs.expected", "host.port", "gpu.idle_below"} <= set(

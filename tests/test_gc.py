@@ -1,4 +1,4 @@
-"""A long watch runs with the garbage collector of sensors._gc: what startup made is frozen,
+"""A long watch runs with the garbage collector of sensors._watch.gc: what startup made is frozen,
 the young generation is collected every 50,000 allocations, not 700. Checked in a fresh
 interpreter each time: the settings are process-wide (this test process keeps its own)."""
 
@@ -28,7 +28,7 @@ def _run(code: str, tmp_path: Path) -> dict[str, object]:
 def test_tuning_freezes_what_exists_and_raises_the_thresholds(tmp_path: Path) -> None:
     code = """
 import gc, json
-from sensors._gc import THRESHOLDS, tune_for_watching
+from sensors._watch.gc import THRESHOLDS, tune_for_watching
 before = {"threshold": gc.get_threshold(), "frozen": gc.get_freeze_count()}
 tune_for_watching()
 print(json.dumps({"before": before, "threshold": gc.get_threshold(), "frozen": gc.get_freeze_count(),
@@ -50,7 +50,7 @@ def test_crosscheck_wait_runs_with_the_watchers_settings(tmp_path: Path) -> None
     )
     code = f"""
 import contextlib, gc, io, json
-from sensors._cli import main
+from sensors._cli.main import main
 default = gc.get_threshold()
 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
     status_rc = main(["status", {str(stage)!r}])

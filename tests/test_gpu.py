@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from sensors._config import GpuSpec
-from sensors._model import Says
+from sensors._base.model import Says
+from sensors._config.stage import GpuSpec
 from sensors._signals.gpu import (
     REMOTE_SECTIONS,
     GpuDevice,
@@ -128,7 +128,7 @@ def visible() -> frozenset[int]:
 _READER = textwrap.dedent(
     """
     import dataclasses, json, sys, threading
-    from sensors._config import GpuSpec
+    from sensors._config.stage import GpuSpec
     from sensors._signals.gpu import read_local
     spec = GpuSpec(**json.loads(sys.argv[1]))
     reads, threads = int(sys.argv[2]), int(sys.argv[3])

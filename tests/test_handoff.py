@@ -1,5 +1,5 @@
 """Handoffs without Prefect: a stage written into the store by a gate is watched by the real
-watcher (``sensors._serve.Watcher``) on a real SQLite store, settled once when final or past
+watcher (``sensors._watch.watcher.Watcher``) on a real SQLite store, settled once when final or past
 its deadline, with the outcome a resumed gate reads; requests that cannot be honoured are
 skipped with a reason, and a secret never reaches the store."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from sensors import ConfigError, stage_from_dict
-from sensors._handoff import Desk, new_handoff, read_outcome, request_for
-from sensors._model import State
-from sensors._serve import Watcher
+from sensors._base.model import State
 from sensors._store import Handoff, open_store
+from sensors._watch.handoff import Desk, new_handoff, read_outcome, request_for
+from sensors._watch.watcher import Watcher
 from sensors.testing import SimulatedJob
 
 

@@ -19,17 +19,40 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SENSORS = REPO / "sensors"
 
-#: The Prefect layer: it may import Prefect (and the demo the flows); the core may not.
-PREFECT_LAYER = {
+#: The public modules at the top of the package (everything else lives in a layer's folder).
+PUBLIC = {
+    "sensors",
+    "sensors.__main__",
+    "sensors._version",
     "sensors.prefect",
     "sensors.flows",
     "sensors.blocks",
-    "sensors._demo",
-    "sensors._gate",
-    "sensors._handover",
-    "sensors._serve_prefect",
-    "sensors._prefect_compat",
+    "sensors.testing",
 }
+#: The layers, bottom up: the folders under ``sensors/`` and what each may import at the top of
+#: a module (itself always). The Prefect layer (``_prefect/`` and the public modules on it)
+#: may import anything.
+LAYERS: dict[str, set[str]] = {
+    "_base": set(),
+    "_signals": {"_base"},
+    "_config": {"_base", "_signals"},
+    "_hosts": {"_base", "_config"},
+    "_verdict": {"_base", "_config"},
+    "_store": {"_base"},
+    "_check": {"_base", "_config", "_hosts", "_signals", "_verdict", "_store"},
+    "_present": {"_base", "_config"},
+    "_notify": {"_base", "_config", "_present"},
+    "_watch": {"_base", "_config", "_hosts", "_check", "_store", "_present"},
+    "_cli": {"_base", "_config", "_check", "_present", "_watch", "_version"},
+}
+#: What a layer may import only inside a function, when a command or a stage asks for it.
+LAZY: dict[str, set[str]] = {
+    "_watch": {"_notify", "_prefect"},
+    "_cli": {"_hosts", "_notify", "_store", "_prefect", "blocks"},
+}
+#: The Prefect layer: it may import Prefect (and the demo the flows); the core may not.
+PREFECT_LAYER = {"sensors.prefect", "sensors.flows", "sensors.blocks"}
+
 #: Not imported here: ``testing`` is the public test-helper module (simulated jobs, run as a
 #: script too), ``__main__`` runs the CLI when imported.
 NOT_IMPORTED = {"sensors.testing", "sensors.__main__"}
@@ -53,8 +76,18 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(SENSORS.rglob("*.py"))}
 
 
+def _layer(name: str) -> str:
+    """``sensors._check.batch`` → ``_check``; a public module is its own layer."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else name
+
+
+def _prefect_layer() -> set[str]:
+    return PREFECT_LAYER | {m for m in _modules() if _layer(m) == "_prefect"}
+
+
 def _core() -> list[str]:
-    return sorted(set(_modules()) - PREFECT_LAYER - NOT_IMPORTED)
+    return sorted(set(_modules()) - _prefect_layer() - NOT_IMPORTED)
 
 
 def _imports(path: Path, *, top_level_only: bool = False) -> set[str]:
@@ -77,8 +110,38 @@ def _roots(names: set[str]) -> set[str]:
 
 def test_the_layout_lists_real_modules() -> None:
     modules = set(_modules())
-    assert {"sensors", "sensors._check", "sensors._cli", "sensors._hosts", "sensors._signals.gpu"} <= modules
-    assert modules.issuperset(PREFECT_LAYER | NOT_IMPORTED | SSH_MODULES)
+    assert {
+        "sensors",
+        "sensors._check.checker",
+        "sensors._cli.main",
+        "sensors._hosts",
+        "sensors._signals.gpu",
+    } <= modules
+    assert modules.issuperset(PUBLIC | NOT_IMPORTED | SSH_MODULES)
+    assert {_layer(m) for m in modules} - {_layer(m) for m in PUBLIC} == set(LAYERS) | {"_prefect"}
+
+
+def test_every_module_lives_in_a_layers_folder_or_is_public() -> None:
+    """No new flat module: a private module belongs to a layer, and the tree shows which."""
+    flat = {m for m, path in _modules().items() if path.parent == SENSORS and m not in PUBLIC}
+    assert flat == set(), f"modules outside a layer's folder: {sorted(flat)}"
+
+
+@pytest.mark.parametrize("layer", [*sorted(LAYERS), "_prefect"])
+def test_each_layer_says_what_lives_there(layer: str) -> None:
+    doc = ast.get_docstring(ast.parse((SENSORS / layer / "__init__.py").read_text()))
+    assert doc and len(doc.split()) >= 20, f"sensors/{layer}/__init__.py needs a docstring"
+
+
+@pytest.mark.parametrize("name", sorted(m for m in _modules() if _layer(m) in LAYERS))
+def test_a_layer_imports_only_the_layers_below_it(name: str) -> None:
+    layer = _layer(name)
+    path = _modules()[name]
+    top = {_layer(m) for m in _imports(path, top_level_only=True) if m.startswith("sensors.")} - {layer}
+    everywhere = {_layer(m) for m in _imports(path) if m.startswith("sensors.")} - {layer}
+    assert top <= LAYERS[layer], f"{name} imports {sorted(top - LAYERS[layer])} at the top"
+    allowed = LAYERS[layer] | LAZY.get(layer, set())
+    assert everywhere <= allowed, f"{name} imports {sorted(everywhere - allowed)}"
 
 
 def test_importing_the_core_loads_neither_prefect_nor_paramiko_nor_flows() -> None:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from sensors._model import State, Verdict
-from sensors._nagios import CRITICAL, OK, PLUGIN_STATE, UNKNOWN, WARNING, report, worst
+from sensors._base.model import State, Verdict
+from sensors._cli.nagios import CRITICAL, OK, PLUGIN_STATE, UNKNOWN, WARNING, report, worst
 from sensors.testing import SimulatedJob, reading
 
 CROSSCHECK = str(Path(sys.executable).with_name("crosscheck"))

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sensors._config import NotifySpec
-from sensors._model import Reading, Says, State, Verdict
+from sensors._base.model import Reading, Says, State, Verdict
+from sensors._config.stage import NotifySpec
 from sensors._notify import (
     EMOJI,
     Delivery,
@@ -256,8 +256,8 @@ def test_helpers() -> None:
 
 def test_message_from_a_real_check(tmp_path) -> None:
     # The evidence keys of a real probe (not only hand-built readings) reach the message.
-    from sensors._check import Checker
-    from sensors._config import stage_from_dict
+    from sensors._check.checker import Checker
+    from sensors._config.stage import stage_from_dict
     from sensors.testing import SimulatedJob
 
     job = SimulatedJob(tmp_path, scenario="stall", total=6, step=0.01)

@@ -52,9 +52,9 @@ from prefect.settings import PREFECT_API_URL
 import sensors.prefect
 from flows.gate import gate
 from flows.pipeline import pipeline, with_pid
-from sensors._config import Stage, stage_from_dict
-from sensors._errors import StageFailed
-from sensors._model import State, Verdict
+from sensors._base.errors import StageFailed
+from sensors._base.model import State, Verdict
+from sensors._config.stage import Stage, stage_from_dict
 from sensors.prefect import (
     TIMEOUT_EVENT,
     Cadence,
@@ -336,7 +336,7 @@ def test_a_stalled_gate_shows_its_state_evidence_and_bounded_heartbeats(jobs, mo
 
     real = time.monotonic
     origin = real()
-    monkeypatch.setattr(sensors._gate, "_clock", lambda: origin + 30 * (real() - origin))
+    monkeypatch.setattr(sensors._prefect.gate, "_clock", lambda: origin + 30 * (real() - origin))
     monkeypatch.setattr(sensors.prefect, "DEFAULT_CADENCE", Cadence(heartbeat=60, still=120, refresh=10))
     name = _unique("stall")
     job = jobs("stall", total=10, step=0.02)
@@ -501,12 +501,12 @@ def test_a_resumed_gate_reports_the_watchers_whole_wait(jobs, tmp_path: Path) ->
     suspension: tests/test_deployments_e2e.py."""
     from prefect.runtime import flow_run
 
-    from sensors._artifacts import waiting_key
-    from sensors._check import Checker
-    from sensors._handoff import Desk, new_handoff, request_for
-    from sensors._handover import finish_handed_over, ticket_for
-    from sensors._serve_prefect import PrefectBridge
+    from sensors._check.checker import Checker
+    from sensors._prefect.artifacts import waiting_key
+    from sensors._prefect.bridge import PrefectBridge
+    from sensors._prefect.suspend import finish_handed_over, ticket_for
     from sensors._store import open_store
+    from sensors._watch.handoff import Desk, new_handoff, request_for
 
     name = _unique("handed")
     job = jobs("complete", total=6, step=0.3)

@@ -9,8 +9,9 @@ import warnings
 
 import pytest
 
-from sensors import _regex, stage_from_dict
-from sensors._regex import (
+from sensors import stage_from_dict
+from sensors._base import regex as _regex
+from sensors._base.regex import (
     FALLBACK_SCAN,
     BacktrackingRegexWarning,
     compile_user_regex,

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from sensors import Checker, Says, State, stage_from_dict
-from sensors._check import probe_script as build_script
-from sensors._probe import new_nonce, split_sections
-from sensors._run import launch_mark_script, parse_launch_mark, parse_since
+from sensors._base.probe import new_nonce, split_sections
+from sensors._base.run import launch_mark_script, parse_launch_mark, parse_since
+from sensors._check.checker import probe_script as build_script
 from sensors._signals.procfs import parse_cmdlines, parse_stats
 from sensors.testing import SimulatedJob
 
@@ -361,7 +361,7 @@ def test_the_probes_own_processes_are_left_out_of_the_table_even_when_cut() -> N
     """Only the probe's processes can hold this check's nonce path; on a host of ~20k
     processes the reader's argv is longer than a command line is read, and a cut line
     makes every "no match" unknown: it is not in the table at all, cut or not."""
-    from sensors._probe import nonce_path
+    from sensors._base.probe import nonce_path
     from sensors._signals.process import _ProcessTable
     from sensors._signals.procfs import CMDLINE_PER_PROCESS
 
@@ -448,7 +448,7 @@ def test_record_parsers_accept_only_headers_with_this_checks_prefix() -> None:
     stage = stage_from_dict({"stage": "p", "process": {"match": "x"}})
     script = build_script(stage, nonce).decode()
     assert "/proc/[0-9]*/cmdline" in script
-    from sensors._probe import nonce_path
+    from sensors._base.probe import nonce_path
 
     pre, fake = nonce_path(nonce), nonce_path(other)
     body = (
@@ -597,7 +597,7 @@ def test_the_logs_mtime_is_as_exact_as_stat_gives_it(line: bytes, written: float
     ],
 )
 def test_a_log_born_after_the_runs_start_is_all_this_runs(birth, source, started, whole) -> None:
-    from sensors._run import Run
+    from sensors._base.run import Run
     from sensors._signals.log import LogMemory, _bind, _parse_log_stat
 
     st = _parse_log_stat(f"7 10 2000 {birth} 2000.5 2000.5 regular file".encode(), "/j.log")
@@ -617,7 +617,7 @@ def test_a_log_born_after_the_runs_start_is_all_this_runs(birth, source, started
     ],
 )
 def test_a_run_start_a_tick_after_the_binding_check_is_not_after_it(source, after, uncertain) -> None:
-    from sensors._run import Run
+    from sensors._base.run import Run
     from sensors._signals.log import LogMemory, _bound, _parse_log_stat
 
     bound_at = 1_000_000.0

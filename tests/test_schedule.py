@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from sensors import Checker, LocalHost, State, stage_from_dict
-from sensors._schedule import watch_all
+from sensors._watch.schedule import watch_all
 from sensors.testing import SimulatedJob
 
 
@@ -133,7 +133,7 @@ def test_cli_wait_checks_every_one_of_forty_stages(tmp_path: Path) -> None:
 
 
 def test_many_stages_on_one_ssh_host_cost_one_round_trip_per_tick(tmp_path: Path, ssh_spec) -> None:
-    from sensors._config import SSHSpec
+    from sensors._config.stage import SSHSpec
     from sensors._hosts.ssh import SSHHost
 
     job = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01)
@@ -198,7 +198,7 @@ def test_phased_hosts_are_spread_over_the_interval_and_each_probed_once_a_tick(t
     """`crosscheck serve`'s scheduler: each host has a phase in the interval (a stable hash of
     its identity); its stages are due together there (one probe a tick), a stage added later
     joins its host's phase, and the due time the scheduler used is what the check ran for."""
-    from sensors._schedule import Scheduler
+    from sensors._watch.schedule import Scheduler
 
     job = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01)
     hosts = [NamedHost(f"host-{h}") for h in range(6)]
@@ -247,7 +247,7 @@ def test_phased_hosts_are_spread_over_the_interval_and_each_probed_once_a_tick(t
 def _unchecked(stage: dict, **policy: object):
     """A stage whose policy numbers skipped validation (a Stage built in Python with
     ``model_construct``): the scheduler's own guard is what is tested."""
-    from sensors._config import PolicySpec
+    from sensors._config.stage import PolicySpec
 
     valid = stage_from_dict(stage)
     return valid.model_copy(
@@ -256,7 +256,7 @@ def _unchecked(stage: dict, **policy: object):
 
 
 def test_one_stage_with_a_nan_or_infinite_interval_stalls_no_other(tmp_path: Path) -> None:
-    from sensors._schedule import Scheduler
+    from sensors._watch.schedule import Scheduler
 
     job = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01)
     job.start()
@@ -314,7 +314,7 @@ def test_wait_with_a_timeout_returns_whatever_the_stages_numbers(tmp_path: Path)
 def test_a_stage_hurried_while_its_check_runs_is_checked_again_as_soon_as_it_is_back(tmp_path: Path) -> None:
     """A watcher that takes a stage over while following it (a check in flight) checks it at
     once when that check is back, not an interval later."""
-    from sensors._schedule import Scheduler
+    from sensors._watch.schedule import Scheduler
 
     job = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01)
     checker = Checker(stage_from_dict(_stage(job, "hurried", interval="30s")))

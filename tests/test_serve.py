@@ -97,8 +97,8 @@ def test_a_watcher_renews_its_share_of_leases_in_one_store_call(tmp_path: Path) 
     import threading
     from collections import Counter
 
-    from sensors._serve import Watcher
     from sensors._store import open_store
+    from sensors._watch.watcher import Watcher
 
     jobs = [SimulatedJob(tmp_path / f"j{k}", scenario="stall", total=4, step=0.01) for k in range(6)]
     directory = tmp_path / "stages"
@@ -147,7 +147,7 @@ def test_a_directory_source_offers_one_stage_per_name_from_visible_stage_files(
     """Visible *.yaml and *.yml regular files (or links to one), by stage name; hidden files
     (an editor's copies), other names, directories and dangling links are not stages; a bad
     file is left out; a second file naming the same stage is refused, once, in the log."""
-    from sensors._serve import DirectorySource
+    from sensors._watch.watcher import DirectorySource
 
     job = SimulatedJob(tmp_path / "job", scenario="stall", total=2)
     directory = tmp_path / "stages"
@@ -180,7 +180,7 @@ def _backdate(path: Path, seconds: float = 100.0) -> None:
 def test_a_stage_file_is_its_content_not_its_times(tmp_path: Path) -> None:
     """A rewrite that keeps the file's times (`cp -p`, `rsync -t`, `touch -r`, or one within
     the filesystem's time granularity) is picked up; a touch, or a comment, changes nothing."""
-    from sensors._serve import DirectorySource
+    from sensors._watch.watcher import DirectorySource
 
     job = SimulatedJob(tmp_path / "job", scenario="stall", total=40)
     directory = tmp_path / "stages"
@@ -253,7 +253,7 @@ def coarse_fs(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_a_rewrite_within_one_second_is_picked_up_where_times_are_whole_seconds(coarse_fs: Path) -> None:
-    from sensors._serve import DirectorySource
+    from sensors._watch.watcher import DirectorySource
 
     job = SimulatedJob(coarse_fs / "job", scenario="stall", total=2)
     path = coarse_fs / "s.yaml"
@@ -286,7 +286,7 @@ def job_text(job: SimulatedJob, expected: int) -> str:
 def test_a_directory_source_keeps_its_stages_through_a_missing_directory_and_a_lost_file(
     tmp_path: Path, caplog
 ) -> None:
-    from sensors._serve import DirectorySource
+    from sensors._watch.watcher import DirectorySource
 
     job = SimulatedJob(tmp_path / "job", scenario="stall", total=2)
     directory = tmp_path / "stages"
@@ -314,7 +314,7 @@ def test_a_directory_source_keeps_its_stages_through_a_missing_directory_and_a_l
 def test_two_stage_files_of_one_name_are_never_merged(tmp_path: Path, caplog) -> None:
     """The first keeps the name; the second is refused (once); when the first goes, the
     second is picked up; a file renamed keeps its stage."""
-    from sensors._serve import DirectorySource
+    from sensors._watch.watcher import DirectorySource
 
     job = SimulatedJob(tmp_path / "job", scenario="stall", total=2)
     directory = tmp_path / "stages"
@@ -671,8 +671,8 @@ def test_one_lease_rule_whatever_the_interval(tmp_path: Path) -> None:
     gave 45 s leases (three intervals) and a takeover after 46 s."""
     import threading
 
-    from sensors._serve import Watcher
     from sensors._store import open_store
+    from sensors._watch.watcher import Watcher
 
     job = SimulatedJob(tmp_path / "job", scenario="stall", total=2)
     directory = tmp_path / "stages"

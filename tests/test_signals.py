@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from sensors import Checker, Says, State, stage_from_dict
-from sensors._errors import ProbeError
-from sensors._probe import Meta
+from sensors._base.errors import ProbeError
+from sensors._base.probe import Meta
 from sensors._signals.procfs import children_of, descendants, parse_stat_line
 from sensors._signals.procfs import effective_state as _effective_state
 from sensors._signals.procfs import elapsed as _elapsed
@@ -422,9 +422,9 @@ def test_a_probe_that_times_out_leaves_no_process_behind(tmp_path, host) -> None
 def test_a_probe_script_built_for_a_fifo_log_returns_at_once(tmp_path) -> None:
     # The probe itself never waits on a FIFO (only regular files are read): the script that
     # build_script makes for it ends well within a short deadline, and leaves nothing.
-    from sensors._check import probe_script as build_script
+    from sensors._base.probe import new_nonce, split_sections
+    from sensors._check.checker import probe_script as build_script
     from sensors._hosts import LocalHost
-    from sensors._probe import new_nonce, split_sections
 
     fifo = tmp_path / "pipe.log"
     os.mkfifo(fifo)
@@ -446,7 +446,7 @@ def test_a_probe_script_built_for_a_fifo_log_returns_at_once(tmp_path) -> None:
     ],
 )
 @pytest.mark.timeout(60)  # Python's re alone: ~10 minutes on this log
-@pytest.mark.filterwarnings("ignore::sensors._regex.BacktrackingRegexWarning")
+@pytest.mark.filterwarnings("ignore::sensors._base.regex.BacktrackingRegexWarning")
 def test_a_long_log_line_costs_linear_time(tmp_path, host, error) -> None:
     log = tmp_path / "long.log"
     # One 256 KiB line without a match (a progress bar never ended by a newline, a dumped
@@ -525,8 +525,8 @@ def test_glob_translation_matches_fnmatch(tmp_path, pattern) -> None:
 def test_plain_zombies_cost_the_probe_nothing(host) -> None:
     """Where PID 1 does not reap (containers), zombies pile up: only zombie leaders that
     still have threads get their threads read, so plain zombies add no work."""
-    from sensors._check import probe_script as build_script
-    from sensors._probe import new_nonce, split_sections
+    from sensors._base.probe import new_nonce, split_sections
+    from sensors._check.checker import probe_script as build_script
 
     parent = subprocess.Popen(
         [
@@ -621,7 +621,7 @@ def test_a_jsonl_file_still_growing_is_not_done(tmp_path, host) -> None:
 def test_a_batch_reads_each_stage_as_its_own_check(tmp_path: Path) -> None:
     """Stages of one batch share the process table, its pattern passes and its redaction:
     each still says what its own check says (two stages watching one job, one another)."""
-    from sensors._batch import check_batch
+    from sensors._check.batch import check_batch
 
     tag = f"crosscheck-batch-{os.getpid()}-{time.monotonic_ns()}"
     argv = [
@@ -667,7 +667,7 @@ def test_a_batch_reads_each_stage_as_its_own_check(tmp_path: Path) -> None:
 
 def test_evolve_copies_a_plain_memory_and_refuses_anything_else() -> None:
     """The memories' copy-with-changes (a replace() without a second __init__)."""
-    from sensors._model import Reading
+    from sensors._base.model import Reading
     from sensors._signals.base import evolve
     from sensors._signals.log import LogMemory
 
@@ -679,7 +679,7 @@ def test_evolve_copies_a_plain_memory_and_refuses_anything_else() -> None:
         evolve(memory, sise=12)
     with pytest.raises(TypeError, match="plain frozen dataclasses"):
         evolve(Reading("log", Says.DONE, "x"), detail="y")  # its __post_init__ must run
-    from sensors._run import Run
+    from sensors._base.run import Run
 
     run = Run(source="since", started_at=100.0)
     assert run.to_json()["started_at"].startswith("1970-01-01T00:01:40")
@@ -690,9 +690,9 @@ def test_evolve_copies_a_plain_memory_and_refuses_anything_else() -> None:
 def test_a_helper_function_is_defined_once_per_probe_however_many_stages_call_it(tmp_path) -> None:
     """The log read and the output count are sh functions the probe defines once; each stage
     calls them with its own quoted words."""
-    from sensors._batch import check_batch
+    from sensors._base.probe import build_script, helper
+    from sensors._check.batch import check_batch
     from sensors._hosts import LocalHost
-    from sensors._probe import build_script, helper
 
     checkers = []
     for k in range(3):
@@ -726,9 +726,9 @@ def test_a_stage_whose_job_is_not_running_keeps_the_memory_remember_would_make()
     ``_remember`` makes, for every memory it is taken for and those it is not."""
     import uuid
 
-    from sensors._check import probe_script
+    from sensors._base.probe import new_nonce, parse_meta, split_sections
+    from sensors._check.checker import probe_script
     from sensors._hosts.local import LocalHost
-    from sensors._probe import new_nonce, parse_meta, split_sections
     from sensors._signals import process as P
 
     stage = stage_from_dict(
@@ -785,9 +785,9 @@ def test_a_job_never_seen_gets_the_reading_it_would_be_built_anew_at_this_check(
     import dataclasses
     import uuid
 
-    from sensors._check import probe_script
+    from sensors._base.probe import new_nonce, parse_meta, split_sections
+    from sensors._check.checker import probe_script
     from sensors._hosts.local import LocalHost
-    from sensors._probe import new_nonce, parse_meta, split_sections
     from sensors._signals import process as P
 
     def stage(process: dict[str, object]):  # type: ignore[no-untyped-def]
@@ -887,10 +887,10 @@ def test_an_unchanged_directory_gets_the_reading_it_would_be_built_anew_at_this_
 
 
 def test_a_batch_gives_each_stage_its_own_sections_and_the_shared_ones() -> None:
-    """``sensors._batch._views``: a stage's sections without their ``k<index>.`` prefix, over
+    """``sensors._check.batch._views``: a stage's sections without their ``k<index>.`` prefix, over
     the shared ones; a prefix that is no stage's (``k07``, one past the last) is nobody's, an
     unprefixed section not shared is dropped, and a name met twice keeps its last body."""
-    from sensors._batch import _views
+    from sensors._check.batch import _views
 
     nonce = "ab" * 12
 

@@ -1,4 +1,4 @@
-"""A spool (sensors/_spool.py) on a real pipe that nobody reads: writing never blocks, what
+"""A spool (sensors/_watch/spool.py) on a real pipe that nobody reads: writing never blocks, what
 does not fit is dropped and counted, and the reader who comes back is told how much."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import re
 import time
 
-from sensors._spool import Spool
+from sensors._watch.spool import Spool
 
 
 def test_a_pipe_nobody_reads_never_blocks_a_write_and_the_drops_are_counted() -> None:

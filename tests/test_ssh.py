@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from sensors._config import SSHSpec
-from sensors._errors import ConfigError, ConnectError, HostKeyError, ProbeError
+from sensors._base.errors import ConfigError, ConnectError, HostKeyError, ProbeError
+from sensors._config.stage import SSHSpec
 from sensors._hosts import Host
 from sensors._hosts.ssh import SSHHost, close_all, get_host
 from tests.sshd import (

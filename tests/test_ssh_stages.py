@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from sensors import Checker, ConfigError, Says, stage_from_dict
-from sensors._config import SSHSpec
+from sensors._config.stage import SSHSpec
 from sensors._hosts.ssh import SSHHost
 from sensors.testing import SimulatedJob
 from tests.test_ssh import PAYLOADS as SSH_PAYLOADS
@@ -201,7 +201,7 @@ def test_a_host_with_hundreds_of_stages_is_read_in_one_probe(tmp_path, host) -> 
     """One probe for 150 stages is a script of more than 128 KiB — more than one argument
     may be on Linux (MAX_ARG_STRLEN): it reaches the shell as input, and every stage is read."""
     from sensors import Checker, Says, stage_from_dict
-    from sensors._batch import check_batch
+    from sensors._check.batch import check_batch
 
     checkers = []
     for k in range(150):

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from sensors import Checker, Says, State, stage_from_dict
-from sensors._memory import dumps, loads
+from sensors._check.codec import dumps, loads
 from sensors._store import open_store
 from sensors.testing import SimulatedJob
 
@@ -202,7 +202,7 @@ def test_a_changed_stage_definition_resets_only_what_it_changes(tmp_path, caplog
 
 
 def test_memory_round_trips_and_refuses_foreign_documents() -> None:
-    from sensors._memory import MemoryFormatError
+    from sensors._check.codec import MemoryFormatError
     from sensors._signals.process import ProcessMemory
 
     memory = {"signals": {"process": ProcessMemory("boot", {12: 34}, (1,), {"pid": 1}, (12,))}}
@@ -247,7 +247,7 @@ def test_a_checkers_memory_is_saved_as_the_format_says(tmp_path) -> None:
     refused."""
     import dataclasses
 
-    from sensors._memory import VERSION
+    from sensors._check.codec import VERSION
 
     memories = []
     for scenario in ("complete", "crash", "stall"):
@@ -409,7 +409,7 @@ def test_a_check_costs_one_store_call_once_the_lease_is_held(tmp_path: Path) -> 
 def test_a_batch_of_stages_is_saved_in_one_store_call(tmp_path: Path) -> None:
     """A host's stages checked by one probe are saved together (one SQLite transaction):
     each row as a save of its own would write it, the changes in the history."""
-    from sensors._batch import check_batch
+    from sensors._check.batch import check_batch
 
     jobs = [SimulatedJob(tmp_path / f"j{k}", scenario="stall", total=4, step=0.01) for k in range(5)]
     for job in jobs:

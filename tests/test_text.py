@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sensors import _text
-from sensors._model import Reading, Says, State, Verdict
-from sensors._text import inert, markdown_escape, redact, slack_code
+from sensors._base import text as _text
+from sensors._base.model import Reading, Says, State, Verdict
+from sensors._base.text import inert, markdown_escape, redact, slack_code
 
 ROOT = Path(__file__).parent.parent
 

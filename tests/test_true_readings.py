@@ -36,7 +36,7 @@ import yaml
 
 import sensors
 from sensors import Checker, LocalHost, Says, State, stage_from_dict
-from sensors._probe import split_sections
+from sensors._base.probe import split_sections
 from sensors.testing import SimulatedJob
 from tests.test_false_complete import _waiting
 

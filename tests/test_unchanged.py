@@ -1,6 +1,6 @@
 """Files nobody wrote to since the last check are not read again (issue 12: cheap checks).
 
-One ``stat`` in the probe (``sensors._probe``: the shared stat) covers every log and output
+One ``stat`` in the probe (``sensors._base.probe``: the shared stat) covers every log and output
 directory a check would otherwise read again; a file whose whole line (inode, size, mtime and
 ctime to the nanosecond, type, name) is what it was is not tailed, listed or counted: the last
 reading stands. Every test that takes ``host`` runs locally and over the test sshd.
@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from sensors import Checker, Says, stage_from_dict
-from sensors._batch import check_batch
-from sensors._probe import settled, shared_stats
+from sensors._base.probe import settled, shared_stats
+from sensors._check.batch import check_batch
 
-#: Longer than the moment a stamp needs to be trusted (sensors._probe._SETTLED_FINE).
+#: Longer than the moment a stamp needs to be trusted (sensors._base.probe._SETTLED_FINE).
 SETTLE = 0.3
 
 
@@ -91,7 +91,7 @@ def test_an_idle_log_is_not_read_again_and_a_changed_one_is(tmp_path, host, answ
     time.sleep(SETTLE)
     first, second = checker.check(), checker.check()
     # The first check reads the tail; the shared stat says which file system the log is on
-    # (whether a stamp of it may be kept: sensors._probe.keeps_times).
+    # (whether a stamp of it may be kept: sensors._base.probe.keeps_times).
     assert "log_tail" in answers[0] and "log_same" not in answers[0] and b"ef53" in answers[0]["statfs"]
     assert "log_same" in answers[1] and not {"log_stat", "log_tail", "log_prev"} & answers[1].keys()
     for key in ("last_line", "progress", "size", "inode", "mtime", "complete_line", "error_line"):

@@ -16,8 +16,8 @@ import jsonschema
 import pytest
 import yaml
 
-from sensors._config import _YAMLLoader, stage_from_dict, stage_json_schema
-from sensors._errors import ConfigError
+from sensors._base.errors import ConfigError
+from sensors._config.stage import _YAMLLoader, stage_from_dict, stage_json_schema
 from sensors.testing import SimulatedJob
 
 REPO = Path(__file__).resolve().parent.parent

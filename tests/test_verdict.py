@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from sensors import Reading, Says, State
-from sensors._config import GpuSpec, PolicySpec
+from sensors._config.stage import GpuSpec, PolicySpec
 from sensors._signals.gpu import GpuDevice, GpuProcess, GpuSnapshot, gpu_reading
 from sensors._verdict import VerdictMemory, decide
 from sensors.testing import reading

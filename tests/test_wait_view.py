@@ -10,9 +10,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from sensors._model import Reading, Says, State, Verdict
-from sensors._picture import WaitHistory, data_url, wait_svg
-from sensors._present import age, facts, still_working
+from sensors._base.model import Reading, Says, State, Verdict
+from sensors._present.evidence import age, facts, still_working
+from sensors._present.picture import WaitHistory, data_url, wait_svg
 
 NOW = time.time()
 

@@ -19,7 +19,7 @@ import shlex
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from sensors._errors import ProbeError
+from sensors._base.errors import ProbeError
 from sensors._hosts.local import PROBE_ENV, LocalHost
 
 __all__ = ["PROBE_ENV", "Host", "Launched", "LocalHost", "launch_script", "parsed_launch", "spawn_script"]

@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sensors._errors import ProbeError
+from sensors._base.errors import ProbeError
 
 if TYPE_CHECKING:
     from sensors._hosts import Launched

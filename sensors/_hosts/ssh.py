@@ -20,7 +20,7 @@ are handled here:
   same one: same endpoint, key, trust store, route and secret references.
 
 Example:
-    >>> from sensors._config import SSHSpec
+    >>> from sensors._config.stage import SSHSpec
     >>> host = get_host(SSHSpec(ssh="gpu-box", user="root"))  # doctest: +SKIP
     >>> host.run_script(b"echo hi\\n", timeout=10)  # doctest: +SKIP
     b'hi\\n'
@@ -44,13 +44,13 @@ from tenacity import (
     wait_exponential,
 )
 
-from sensors._config import SSHSpec
-from sensors._errors import ConnectError, ProbeError
+from sensors._base.errors import ConnectError, ProbeError
+from sensors._base.secrets import resolve_secret
+from sensors._config.stage import SSHSpec
 from sensors._hosts import Launched, launch_script, parsed_launch, spawn_script
 from sensors._hosts.ssh_config import route_for
 from sensors._hosts.ssh_connect import SecretResolver, Transient, open_route
 from sensors._hosts.ssh_shell import Deadline, Session
-from sensors._secrets import resolve_secret
 
 __all__ = ["SSHHost", "close_all", "get_host", "resolve_secret"]
 
@@ -86,7 +86,7 @@ class SSHHost:
         sleep: used for the reconnect backoff (tests pass a no-op).
 
     Example:
-        >>> from sensors._config import SSHSpec
+        >>> from sensors._config.stage import SSHSpec
         >>> host = SSHHost(SSHSpec(ssh="gpu-box", user="root", connect_timeout=5))
         >>> out = host.run_script(b"uname -n\\n", timeout=10)  # doctest: +SKIP
         >>> host.close()
@@ -345,7 +345,7 @@ def get_host(spec: SSHSpec, **kwargs: object) -> SSHHost:
     and secret references agree; the first such spec decides the timeouts.
 
     Example:
-        >>> from sensors._config import SSHSpec
+        >>> from sensors._config.stage import SSHSpec
         >>> a = get_host(SSHSpec(ssh="gpu-box", user="root"))
         >>> a is get_host(SSHSpec(ssh="gpu-box", user="root", port=22))
         True

@@ -10,7 +10,7 @@ resolving a route, in ``crosscheck validate`` too. ``Include`` is followed as Op
 missing). Resolving a route touches no network.
 
 Example:
-    >>> from sensors._config import SSHSpec
+    >>> from sensors._config.stage import SSHSpec
     >>> route = route_for(SSHSpec(ssh="gpu-box", user="root", port=2222, config="/dev/null"))
     >>> route.target.label, route.target.user, route.jumps
     ('gpu-box:2222', 'root', ())
@@ -30,8 +30,8 @@ from typing import Any
 
 import paramiko
 
-from sensors._config import SSHSpec
-from sensors._errors import ConfigError
+from sensors._base.errors import ConfigError
+from sensors._config.stage import SSHSpec
 
 __all__ = ["Endpoint", "Route", "endpoint", "load_ssh_config", "route_for"]
 

@@ -27,8 +27,8 @@ from collections.abc import Callable
 
 import paramiko
 
-from sensors._config import SSHMaterial, SSHSpec
-from sensors._errors import ConnectError, HostError, HostKeyError
+from sensors._base.errors import ConnectError, HostError, HostKeyError
+from sensors._config.stage import SSHMaterial, SSHSpec
 from sensors._hosts.ssh_config import Endpoint, Route
 
 __all__ = [

@@ -3,10 +3,10 @@
 Three parts, each usable alone, each in its own module behind this small face:
 
 - :mod:`~sensors._notify.message`, what to send: ``build_message(verdict, ...)`` turns a
-  :class:`~sensors._model.Verdict` into a :class:`Message`: a Slack Block Kit payload (stage
+  :class:`~sensors._base.model.Verdict` into a :class:`Message`: a Slack Block Kit payload (stage
   and host, the verdict at a glance, the reasons, one evidence line per signal, since when, the
   flow-run link) and a plain-text fallback with the same essentials. The evidence in words
-  comes from :mod:`sensors._present`, shared with the terminal and Prefect.
+  comes from :mod:`sensors._present.evidence`, shared with the terminal and Prefect.
 - :mod:`~sensors._notify.policy`, when to send: :class:`Notifier`, a small pure state machine
   with an injected clock, decides *when* a verdict is news (transitions into ``notify.on``;
   ``unknown`` only once it has lasted ``unknown_after``; reminders every ``remind_every``;
@@ -18,7 +18,7 @@ Three parts, each usable alone, each in its own module behind this small face:
 A delivery never raises into the caller's wait loop and never changes a verdict: a failure is
 logged once, with its HTTP status, and returned as a failed :class:`Delivery`.
 
-The Slack webhook URL is a secret (:mod:`sensors._secrets`): its holder's ``repr`` and ``str``
+The Slack webhook URL is a secret (:mod:`sensors._base.secrets`): its holder's ``repr`` and ``str``
 hide it, it is never formatted into a message, log record or exception (errors say "the Slack
 webhook"), and the records httpx/slack_sdk/apprise log about requests are redacted.
 
@@ -37,12 +37,12 @@ from sensors._notify.policy import Notifier
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sensors._config import Stage
-    from sensors._model import Verdict
+    from sensors._base.model import Verdict
+    from sensors._config.stage import Stage
+from sensors._base.secrets import resolve_slack_webhook
 from sensors._notify.senders import PrefectBlockSender, SlackWebhookSender, senders_from_spec
-from sensors._present import COLOUR, EMOJI, evidence_line, fmt_duration
-from sensors._present import outputs_values as _outputs_values  # noqa: F401 (tests read the Slack percentage)
-from sensors._secrets import resolve_slack_webhook
+from sensors._present.evidence import COLOUR, EMOJI, evidence_line, fmt_duration
+from sensors._present.evidence import outputs_values as _outputs_values  # noqa: F401 (tests read the Slack percentage)
 
 __all__ = [
     "COLOUR",

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import httpx
 import tenacity
 
-from sensors._errors import NotificationError
+from sensors._base.errors import NotificationError
 from sensors._notify.message import Message
 
 __all__ = ["Delivery", "Sender", "Sent", "retry_after_seconds"]

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sensors._model import State, Verdict
-from sensors._present import COLOUR, EMOJI, evidence_line, fmt_duration, one_line
-from sensors._text import inert, slack_code
+from sensors._base.model import State, Verdict
+from sensors._base.text import inert, slack_code
+from sensors._present.evidence import COLOUR, EMOJI, evidence_line, fmt_duration, one_line
 
 __all__ = ["Message", "MessageKind", "build_message"]
 

@@ -13,8 +13,8 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 
-from sensors._config import NotifySpec
-from sensors._model import State, Verdict
+from sensors._base.model import State, Verdict
+from sensors._config.stage import NotifySpec
 from sensors._notify.delivery import Delivery, Sender, Sent, describe, log
 from sensors._notify.message import Message, build_message
 from sensors._notify.senders import senders_from_spec

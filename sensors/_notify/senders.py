@@ -1,7 +1,7 @@
 """How to send: the two channels a ``notify:`` section can ask for.
 
 - :class:`SlackWebhookSender` posts a message's Block Kit payload to a Slack incoming webhook
-  (httpx); the URL is a secret (:mod:`sensors._secrets`), resolved at the first send and never
+  (httpx); the URL is a secret (:mod:`sensors._base.secrets`), resolved at the first send and never
   formatted into a message, log record or exception.
 - :class:`PrefectBlockSender` sends the plain text through any saved Prefect notification block
   (the title as its subject, the rest as its body).
@@ -19,8 +19,9 @@ from typing import Any
 
 import httpx
 
-from sensors._config import NotifySpec
-from sensors._errors import NotificationError
+from sensors._base.errors import NotificationError
+from sensors._base.secrets import SlackWebhookURL, register_secret, resolve_slack_webhook, run_sync
+from sensors._config.stage import NotifySpec
 from sensors._notify.delivery import (
     RETRY_EXC,
     Deadline,
@@ -34,7 +35,6 @@ from sensors._notify.delivery import (
     within,
 )
 from sensors._notify.message import Message
-from sensors._secrets import SlackWebhookURL, register_secret, resolve_slack_webhook, run_sync
 
 __all__ = ["PrefectBlockSender", "SlackWebhookSender", "senders_from_spec"]
 

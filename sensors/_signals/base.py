@@ -8,7 +8,7 @@ and the GPU, each seeing what the ones before it learnt (:class:`CheckFacts`).
 Adding a signal: one module holding its schema fragment (a pydantic ``Section``), its
 ``snippet``, its reader, its memory (a small frozen dataclass) and its evidence (a
 ``TypedDict``); then a :class:`Signal` in ``sensors._signals.SIGNALS`` and a field of that
-name in ``sensors._config.Stage``.
+name in ``sensors._config.stage.Stage``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from sensors._model import Reading
-from sensors._probe import Meta
-from sensors._run import LaunchEnd, Run
+from sensors._base.model import Reading
+from sensors._base.probe import Meta
+from sensors._base.run import LaunchEnd, Run
 
 SpecT = TypeVar("SpecT")
 MemoryT = TypeVar("MemoryT")
@@ -64,7 +64,7 @@ class Reread:
 
     For a reading whose evidence and detail are a function of the key alone (every input
     they are built from, not the time): ``again(key, now)`` is the reading built for that key
-    with ``now`` as its time (:meth:`~sensors._model.Reading.restamped`), or None; ``keep``
+    with ``now`` as its time (:meth:`~sensors._base.model.Reading.restamped`), or None; ``keep``
     stores one. Bounded: full, it starts over. Shared by the threads of a watcher (a dict's
     get and set are atomic).
     """

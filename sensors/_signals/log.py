@@ -5,7 +5,7 @@ does), bounded by the size ``stat`` saw so offsets are exact; a log that grew si
 check, from where that check left off (``resume_at``). tqdm's ``\\r`` rewrites are
 split; a completion marker is a whole line ending in ``\\n``. A completion line counts only
 when this run wrote it: the memory keeps where the run's bytes begin (``run_from``, see
-``sensors._run``) and the last bytes before the previous end, so a log replaced, truncated or
+``sensors._base.run``) and the last bytes before the previous end, so a log replaced, truncated or
 rewritten in place (even regrown past its old size) is seen. Staleness is the monitored host's
 ``now - mtime``, both read in one probe (clocks of two hosts differ).
 """
@@ -20,8 +20,8 @@ from typing import NamedTuple, TypedDict
 
 from pydantic import Field
 
-from sensors._model import Reading, Says
-from sensors._probe import (
+from sensors._base.model import Reading, Says
+from sensors._base.probe import (
     ATTRIBUTE_CACHE_GRACE,
     FILE_CLOCK_TOLERANCE,
     STAT_FORMAT,
@@ -36,11 +36,11 @@ from sensors._probe import (
     stat_request,
     unchanged,
 )
-from sensors._regex import UserRegex, compile_user_regex, required_literal
-from sensors._run import FINGERPRINT_BYTES, Run
-from sensors._schema import AbsPath, Regex, Section
+from sensors._base.regex import UserRegex, compile_user_regex, required_literal
+from sensors._base.run import FINGERPRINT_BYTES, Run
+from sensors._base.schema import AbsPath, Regex, Section
+from sensors._base.text import redact
 from sensors._signals.base import CheckFacts, JobView, LastWord, ProbeInputs, Signal, evolve
-from sensors._text import redact
 
 
 class LogSpec(Section):
@@ -124,7 +124,7 @@ class LogMemory:
     # another clock's: whether a later run wrote it since cannot be told, for good.
     exit_unclear: bool = False
     # What the last scan of the tail found besides the lines above, and the stat line that
-    # identifies that tail (``sensors._probe.STAT_FORMAT``: inode, size, mtime and ctime to
+    # identifies that tail (``sensors._base.probe.STAT_FORMAT``: inode, size, mtime and ctime to
     # the nanosecond, type): a log whose line is the same again is not read again (see
     # ``snippet``).
     scanned: str | None = None
@@ -273,7 +273,7 @@ def _snippet_lines(
         call += f"\nsec log_fs\n{fstype_request(shlex.quote(path))}"
     if scanned is None:
         # In the shared stat all the same: its file system says whether a stamp of it may be
-        # kept (sensors._probe.keeps_times).
+        # kept (sensors._base.probe.keeps_times).
         return (_READ_LOG, stat_request(path), call) if shareable(path) else (_READ_LOG, call)
     return (
         _READ_LOG,
@@ -325,7 +325,7 @@ class _LogStat(NamedTuple):
     birth: float  # a lower bound of the file's birth; 0: unknown (the filesystem keeps none)
     written: float  # the mtime as exactly as stat gave it
     resolution: float  # the last write happened in [written, written + resolution)
-    stamp: str  # the line stat printed (see sensors._probe.STAT_FORMAT)
+    stamp: str  # the line stat printed (see sensors._base.probe.STAT_FORMAT)
 
     def identity(self, now: float | None) -> str | None:
         """The stamp a later check can find the log unchanged by (None: not to be trusted)."""
@@ -595,7 +595,7 @@ def read_log(
     """Read the log signal: this run's completion and error lines, progress, staleness.
 
     A completion line counts only when this run wrote it (``run`` and the memory say where
-    its bytes begin: see ``sensors._run``), and only as its run's last word (``job``: the
+    its bytes begin: see ``sensors._base.run``), and only as its run's last word (``job``: the
     process signal's view of the job, see ``_whose``; ``exited``: a launched job's recorded
     end (``exited_by``: the latest it can have been, the record's precision allowing); ``over``:
     the launched job is over, recorded or not: see ``_launch_over``).

@@ -21,8 +21,8 @@ from typing import NamedTuple, TypedDict
 
 from pydantic import Field, field_validator, model_validator
 
-from sensors._model import Reading, Says
-from sensors._probe import (
+from sensors._base.model import Reading, Says
+from sensors._base.probe import (
     ATTRIBUTE_CACHE_GRACE,
     FILE_CLOCK_TOLERANCE,
     LOCAL_FILE_SYSTEMS,
@@ -38,8 +38,8 @@ from sensors._probe import (
     trusted_stamp,
     unchanged,
 )
-from sensors._run import FINGERPRINT_BYTES
-from sensors._schema import AbsPath, Section
+from sensors._base.run import FINGERPRINT_BYTES
+from sensors._base.schema import AbsPath, Section
 from sensors._signals.base import CheckFacts, LastWord, ProbeInputs, Reread, Signal, evolve
 
 DEFAULT_EXCLUDES = (".*", "*.tmp", "*.part", "*.partial", "*.swp", "*~")
@@ -100,7 +100,7 @@ class OutputsMemory:
     written_this_run: bool = False  # an output written since the run began was seen
     at_expected: bool = False  # the count was at the expected number
     # The directory's (or JSONL file's) stamp in the shared stat just before ``count`` was
-    # read (None: not to be trusted to change with the next write, see sensors._probe).
+    # read (None: not to be trusted to change with the next write, see sensors._base.probe).
     stamp: str | None = None
     # The path's line in the shared stat at the last reading (inode, size, birth, mtime and
     # ctime to the nanosecond): a file replaced, or rewritten with the same bytes, differs
@@ -498,7 +498,7 @@ def _found_count(text: str, path: str | None) -> int | str:
 
 def _stamp(path: str | None, sections: Mapping[str, bytes], meta: Meta) -> str | None:
     """The path's line in the shared stat, read before the count, when it can be trusted to
-    move with the next change (see ``sensors._probe.trusted_stamp``)."""
+    move with the next change (see ``sensors._base.probe.trusted_stamp``)."""
     return trusted_stamp(path, sections, meta.now)
 
 

@@ -27,11 +27,12 @@ from typing import Literal, NamedTuple, TypedDict
 
 from pydantic import Field, model_validator
 
-from sensors._model import Reading, Says
-from sensors._probe import Meta, nonce_path
-from sensors._regex import compile_user_regex, required_text, to_utf8
-from sensors._run import Run, describe_exit, read_exit_record
-from sensors._schema import Regex, Section
+from sensors._base.model import Reading, Says
+from sensors._base.probe import Meta, nonce_path
+from sensors._base.regex import compile_user_regex, required_text, to_utf8
+from sensors._base.run import Run, describe_exit, read_exit_record
+from sensors._base.schema import Regex, Section
+from sensors._base.text import redact
 from sensors._signals.base import CheckFacts, JobView, ProbeInputs, Reread, Signal
 from sensors._signals.procfs import (
     ALIVE_STATES,
@@ -51,7 +52,6 @@ from sensors._signals.procfs import (
     parse_task_cmdlines,
     parse_task_stats,
 )
-from sensors._text import redact
 
 _CMD_EVIDENCE = 512
 
@@ -193,7 +193,7 @@ def table_lines(nonce: str) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- reading
 
 
-#: Per thread: while a batch's stages read one probe (``sensors._batch``), the tables parsed
+#: Per thread: while a batch's stages read one probe (``sensors._check.batch``), the tables parsed
 #: from it, keyed by the identity of the section bytes they came from; None outside a batch.
 _batch_tables = threading.local()
 

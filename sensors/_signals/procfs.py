@@ -1,7 +1,7 @@
 """The /proc records the process signal reads, and their framing.
 
 ``head`` names each file it prints (``==> NAME <==``) and every NAME carries this check's
-:func:`~sensors._probe.nonce_path`, so no byte a process controls (argv, or a comm holding a
+:func:`~sensors._base.probe.nonce_path`, so no byte a process controls (argv, or a comm holding a
 newline) can start or end a record. Parsers here are pure functions of the probe's output.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from sensors._probe import Meta, nonce_path
+from sensors._base.probe import Meta, nonce_path
 
 #: Caps on what one section may carry back (bytes). Sized for hosts with ~20k processes.
 STAT_CAP = 16 * 1024 * 1024

@@ -89,7 +89,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sensors._errors import ConfigError
+from sensors._base.errors import ConfigError
 from sensors._store.base import (
     DEFAULT_RETENTION,
     SCHEMA_VERSION,

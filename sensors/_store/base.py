@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sensors._errors import CrosscheckError
+from sensors._base.errors import CrosscheckError
 
 #: The schema this code writes. A store whose ``schema_version`` is higher was written by a
 #: newer crosscheck: it is left untouched (warning, fresh in-process memory).

@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sensors._config import PolicySpec
-from sensors._model import Reading, Says, State, Verdict
-from sensors._run import LaunchEnd, Run
+from sensors._base.model import Reading, Says, State, Verdict
+from sensors._base.run import LaunchEnd, Run
+from sensors._config.stage import PolicySpec
 from sensors._verdict.alive import alive
 from sensors._verdict.gone import HOW_TO_TIE, gone
 from sensors._verdict.no_process import no_process

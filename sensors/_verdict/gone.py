@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sensors._config import PolicySpec
-from sensors._model import Reading, Says, State
+from sensors._base.model import Reading, Says, State
+from sensors._config.stage import PolicySpec
 from sensors._verdict.progress import Clocks, ev, short
 
 #: What a person can do when evidence cannot be tied to the run being watched.

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from sensors._config import PolicySpec
-from sensors._model import Reading, Says
+from sensors._base.model import Reading, Says
+from sensors._config.stage import PolicySpec
 
 
 def ev(r: Reading | None, key: str) -> object:

@@ -5,7 +5,7 @@ replay script calls them): start a run, tell the job to write, end or kill it, e
 definition, skew a file clock, start, check, stop or abandon a watch. Watches are the product
 itself: ``sensors.Checker`` in this process (through the plain local host, or a probe that
 runs in its own PID namespace, or as another user under ``hidepid=2``), ``crosscheck
-status`` and ``crosscheck wait`` as subprocesses, and ``sensors._serve.Watcher`` (the
+status`` and ``crosscheck wait`` as subprocesses, and ``sensors._watch.watcher.Watcher`` (the
 machinery of ``crosscheck serve``) on a thread. Every ``complete`` any of them says is
 judged against :mod:`tests.fuzz.truth`.
 
@@ -40,8 +40,8 @@ from typing import Any
 import yaml
 
 from sensors import Checker, LocalHost, State, stage_from_dict
+from sensors._base.run import Run, launch_mark_script, parse_launch_mark
 from sensors._hosts import _WRAPPER
-from sensors._run import Run, launch_mark_script, parse_launch_mark
 from sensors._store import StoreWarning, open_store
 from tests.fuzz.truth import HARD, OK, SEVERITY, SOFT, Definition, Judgement, RunFacts, Scope, Snapshot, judge
 
@@ -595,7 +595,7 @@ class World:
     ) -> None:
         """Start a watch and (a checker) check once. ``kind``: checker (``sensors.Checker``),
         wait (``crosscheck wait --json`` in a subprocess, ``timeout`` its --timeout), serve
-        (``sensors._serve.Watcher`` on a thread). ``store``: a name; watches naming the same
+        (``sensors._watch.watcher.Watcher`` on a thread). ``store``: a name; watches naming the same
         store share one SQLite file. ``probe``: local, pidns or hidepid (checkers).
         ``launch``: give the watch the last launched run's record (checkers)."""
         self.step_no += 1
@@ -655,7 +655,7 @@ class World:
                     time.sleep(0.02)
                 self._hold_events_after(p, duration)
         elif kind == "serve":
-            from sensors._serve import Watcher
+            from sensors._watch.watcher import Watcher
 
             st = self._open_store(store)
             if st is not None:

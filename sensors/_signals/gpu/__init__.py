@@ -7,7 +7,7 @@ Two readers produce one value, a :class:`GpuSnapshot`:
   without Python; :func:`parse_remote` turns their raw text into the same snapshot.
 
 :func:`gpu_reading` is a pure function from a snapshot, the process signal's PIDs and the
-previous :class:`GpuWindow` to a :class:`~sensors._model.Reading` and the next window.
+previous :class:`GpuWindow` to a :class:`~sensors._base.model.Reading` and the next window.
 
 What the reading says (incident 2: 92 GB allocated at 0 % while the job was still working):
 

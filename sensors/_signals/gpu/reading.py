@@ -1,7 +1,7 @@
 """The GPU signal's reading: the idle window across checks, the evidence, what it says.
 
 :func:`gpu_reading` is a pure function from a snapshot, the process signal's PIDs and the
-previous :class:`GpuWindow` to a :class:`~sensors._model.Reading` and the next window (the
+previous :class:`GpuWindow` to a :class:`~sensors._base.model.Reading` and the next window (the
 package docstring says what each answer means, and why idle needs a window without gaps).
 :func:`read_gpu` reads (NVML here, or the probe's smi sections), decides, and returns the next
 :class:`GpuMemory`.
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sensors._model import Reading, Says
+from sensors._base.model import Reading, Says
 from sensors._signals.gpu.attribution import (
     Attribution,
     attribute,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sensors._model import Reading
+from sensors._base.model import Reading
 from sensors._signals.base import CheckFacts, ProbeInputs, Signal
 from sensors._signals.gpu.reading import GpuMemory, read_gpu
 from sensors._signals.gpu.smi import remote_sections

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
-from sensors._schema import Duration, Section
+from sensors._base.schema import Duration, Section
 
 
 def _devices(value: Any) -> Any:

@@ -1,0 +1,116 @@
+"""One probe for several stages of one host: one round trip, /proc scanned once.
+
+The process signal's table (every ``/proc/PID/stat`` and command line) does not depend on the
+stage — each stage's regex is matched here — so it is read once and shared; every other
+section (a stage's log, outputs, GPU, its job's /proc/PID/io) is written under the stage's
+prefix (``P=k3.`` before its snippet; the frame's ``sec`` adds it), and each Checker reads its
+own view: the shared sections plus its own, unprefixed.
+
+Example:
+    >>> verdicts = check_batch([checker_a, checker_b])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+from sensors._base.errors import HostError, HostKeyError
+from sensors._base.model import Verdict
+from sensors._base.probe import Meta, Static, build_script, new_nonce, parse_meta, sections_of
+from sensors._base.text import redaction_shared
+from sensors._check.checker import Checker, save_checked
+from sensors._signals.process import parse_table_once, table_lines
+
+#: Sections every stage of the batch reads as they are (not prefixed).
+SHARED = ("meta", "stats", "statfs", "stat", "tasks", "taskcmd", "cmdline", "end")
+
+
+def check_batch(checkers: Sequence[Checker]) -> list[Verdict]:
+    """One check of each checker, all on one host, in one probe round trip.
+
+    A checker whose stage another watch holds follows the stored verdict (not probed). Host
+    failures make every probed stage ``unknown``; an unverifiable host key is raised.
+    """
+    verdicts: dict[int, Verdict] = {}
+    locks = [c._lock for c in checkers]
+    for lock in locks:
+        lock.acquire()
+    try:
+        probed = []
+        for k, checker in enumerate(checkers):
+            followed = checker.followed()
+            if followed is not None:
+                verdicts[k] = followed
+            else:
+                probed.append(k)
+        if probed:
+            probed_verdicts = _probe([checkers[k] for k in probed])
+            # The host's stages saved together (one store transaction where it can).
+            save_checked([(checkers[k], v) for k, v in zip(probed, probed_verdicts, strict=True)])
+            verdicts.update(zip(probed, probed_verdicts, strict=True))
+    finally:
+        for lock in locks:
+            lock.release()
+    return [verdicts[k] for k in range(len(checkers))]
+
+
+def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
+    host = checkers[0].host
+    nonce = new_nonce()
+    static = None if any(c._memory.static is None for c in checkers) else checkers[0]._memory.static
+    parts: list[list[str]] = []
+    table = False
+    for k, checker in enumerate(checkers):
+        if not table and checker.stage.process is not None:
+            # The process table: once for the whole batch, unprefixed.
+            parts.append(["P=", *table_lines(nonce)])
+            table = True
+        lines = [f"P=k{k}."]
+        for snippet in checker.snippets(nonce, table=False):
+            lines += snippet
+        parts.append(lines)
+    parts.append(["P="])
+    timeout = max(c.stage.host.check_timeout if c.stage.host != "local" else 60.0 for c in checkers)
+    try:
+        output = host.run_script(build_script(nonce, static, parts), timeout=timeout)
+    except HostKeyError:
+        raise
+    except HostError as exc:
+        return [c._host_failed(exc) for c in checkers]
+    views = _views(output, nonce, len(checkers))
+    # The shared process table: parsed once, not once per stage; the evidence the stages
+    # repeat (the host's boot id, the table's command lines, common lines): redacted once.
+    metas: dict[Static | None, Meta] = {}
+    with parse_table_once(), redaction_shared():
+        verdicts = []
+        for k, checker in enumerate(checkers):
+            known = checker._memory.static
+            if known not in metas:
+                metas[known] = parse_meta(views[k].get("meta"), known, views[k].get("end"))
+            verdicts.append(checker.absorb(views[k], nonce, metas[known]))
+        return verdicts
+
+
+def _views(output: bytes, nonce: str, n: int) -> list[dict[str, bytes]]:
+    """Each stage's sections: the shared ones, and its own without the ``k<index>.`` prefix
+    (one pass over the probe's answer, whatever the number of stages; a name met twice keeps
+    its last body, as ``split_sections`` does)."""
+    shared: dict[str, bytes] = {}
+    own: list[dict[str, bytes]] = [{} for _ in range(n)]
+    prefixes = _prefixes(n)
+    for name, body in sections_of(output, nonce):
+        prefix, dot, rest = name.partition(".")
+        k = prefixes.get(prefix) if dot else None
+        if k is not None:
+            own[k][rest] = body
+        elif name in SHARED:
+            shared[name] = body
+    return [{**shared, **mine} for mine in own]
+
+
+@functools.lru_cache(maxsize=64)
+def _prefixes(n: int) -> dict[str, int]:
+    """``k0`` … ``k<n-1>``, each with its index: the only prefixes a view takes (``k07`` or
+    ``k40`` of a batch of 40 is no stage's)."""
+    return {f"k{k}": k for k in range(n)}

@@ -1,0 +1,539 @@
+"""The Checker: one stage, one host, a memory of earlier checks, one verdict per check.
+
+A check is one probe round trip: the frame (``_base.probe``) plus each configured signal's
+snippet; then each signal reads its sections in registry order (``_signals.SIGNALS``),
+passing on what it learnt (the job's PIDs, where the run begins), and the verdict
+(``_verdict.decide``) turns the readings into one answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sensors._base.errors import ConfigError, HostError, HostKeyError
+from sensors._base.model import Reading, Says, State, Verdict
+from sensors._base.probe import Meta, Static, build_script, new_nonce, parse_meta, split_sections
+from sensors._base.run import LaunchEnd, Run, Since, exit_record_lines, parse_since, read_launch_end
+from sensors._check.persist import NotOurs, OwnRun, Persistence, is_this_run, save_all
+from sensors._config.stage import Stage
+from sensors._hosts import Host, LocalHost
+from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
+from sensors._signals.log import LogMemory, seed_log_memory
+from sensors._verdict import VerdictMemory, decide
+
+log = logging.getLogger("crosscheck")
+
+_LOCAL = LocalHost()
+
+
+def host_for(stage: Stage) -> Host:
+    """The host a stage lives on; SSH hosts are pooled, one connection per (user, host, port)."""
+    if stage.host == "local":
+        return _LOCAL
+    from sensors._hosts import ssh  # paramiko only when a stage needs it
+
+    return ssh.get_host(stage.host)
+
+
+@dataclass
+class _Memory:
+    """Everything a Checker remembers between checks: small values, one per signal."""
+
+    signals: dict[str, Any] = field(default_factory=dict)  # signal name → its memory
+    verdict: VerdictMemory = field(default_factory=VerdictMemory)
+    static: Static | None = None  # clock tick rate, hostname, lxcfs: read once per boot
+    boot_id: str | None = None  # the boot the static facts belong to
+    run: Run | None = None  # where the run being watched begins (launch, since, process)
+    first_check_at: float | None = None  # the host's clock at this watch's first check
+
+
+def probe_script(stage: Stage, nonce: str) -> bytes:
+    """The probe script of a first check of ``stage`` on this machine (for tests and tools)."""
+    return build_script(nonce, None, Checker(stage, host=_LOCAL).snippets(nonce))
+
+
+def save_checked(checked: Sequence[tuple[Checker, Verdict]]) -> None:
+    """Save each checker's memory after its check (those with a state store): the saves of
+    one store in one call where it takes several (see ``sensors._check.persist.save_all``)."""
+    save_all(
+        [(c._persist, c._saved(), verdict) for c, verdict in checked if c._persist is not None and c.saving]
+    )
+
+
+def _configured(stage: Stage) -> tuple[tuple[Signal[Any, Any], Any], ...]:
+    return tuple((signal, spec) for signal in SIGNALS if (spec := getattr(stage, signal.name)) is not None)
+
+
+class Watch(Iterator[Verdict]):
+    """The verdicts of one :meth:`Checker.watch`; ``timed_out`` once it ended at its timeout."""
+
+    def __init__(self, verdicts: Iterator[Verdict]) -> None:
+        self._verdicts = verdicts
+        self.timed_out = False
+
+    def __next__(self) -> Verdict:
+        return next(self._verdicts)
+
+
+class Checker:
+    """Checks one stage: each :meth:`check` is one probe round trip and returns a verdict.
+
+    The checker remembers what earlier checks saw (CPU time, log size, output count,
+    identities, how long a state has held): progress and stalls are judged across checks.
+
+    Example:
+        >>> with Checker(load_stage("extract.yaml")) as checker:  # doctest: +SKIP
+        ...     verdict = checker.check()
+        ...     print(verdict.state, verdict.reasons)
+    """
+
+    def __init__(
+        self,
+        stage: Stage,
+        *,
+        host: Host | None = None,
+        exclude_pids: frozenset[int] | None = None,
+        since: str | float | Since | None = None,
+        run: Run | None = None,
+        state: Any = None,
+    ) -> None:
+        """
+        Args:
+            stage: what to watch.
+            host: where (default: the stage's host; SSH connections are pooled).
+            exclude_pids: PIDs never matched as the job (default: this process, locally).
+            since: when the run began (``2h``, an ISO time, epoch seconds): evidence from
+                before it is an earlier run's. See docs/run-binding.md, "What ties evidence to a run".
+            run: the run as crosscheck launched it (``launch_stage`` records one).
+            state: the durable store (a path, a ``postgresql://`` URL, or an open store) that
+                keeps this stage's memory across restarts: restored now, saved after each
+                check. None: memory lives with this Checker only.
+        """
+        self.stage = stage
+        self.host = host if host is not None else host_for(stage)
+        self.last: Verdict | None = None
+        self._signals_of: tuple[Stage, tuple[tuple[Signal[Any, Any], Any], ...]] = (stage, _configured(stage))
+        self._memory = _Memory(run=run)
+        if run is not None and stage.log is not None:
+            self._memory.signals["log"] = seed_log_memory(run) or LogMemory()
+        try:
+            self._since = parse_since(since)
+        except ValueError as exc:
+            raise ConfigError(str(exc), field="since") from None
+        self._lock = threading.Lock()
+        self._persist: Persistence | None = None
+        self._saving, self._told_not_ours = True, False
+        # What this watch was told of its run (a launch, a start): nothing remembered of
+        # another run may stand for it.
+        self._own: OwnRun = run if run is not None else self._since
+        self._given_run = run
+        if state is not None:
+            self._persist = Persistence(state, stage, self.host.name)
+            self._restore(run)
+        # Never match ourselves: on the local host, crosscheck's own process (and its
+        # ancestors, found by the probe) are excluded from process matching.
+        self._exclude = (
+            exclude_pids
+            if exclude_pids is not None
+            else (frozenset({os.getpid()}) if isinstance(self.host, LocalHost) else frozenset())
+        )
+
+    # ------------------------------------------------------------------ one check
+
+    def check(self) -> Verdict:
+        """One check: read every signal in one round trip, decide, remember.
+
+        Host failures (connection refused, timeout, garbled answer) never raise: every
+        reading is ``unknown`` with the error as evidence. Only :class:`HostKeyError` is
+        raised: an unverifiable host key needs a person, not a retry.
+        """
+        with self._lock:
+            followed = self.followed()
+            if followed is not None:
+                return followed
+            return self.saved(self._check())
+
+    @property
+    def persistence(self) -> Persistence | None:
+        """This stage's view of the state store (None: memory lives with this Checker only)."""
+        return self._persist
+
+    def followed(self) -> Verdict | None:
+        """The stored verdict, when another watch holds this stage (this one then only follows).
+
+        Only a verdict of this watch's run and of this very definition is followed
+        (``Persistence.followed``). Held elsewhere with nothing of that run to follow, this
+        watch checks for itself and keeps what it learns in this process: the stored memory
+        is the holder's (see :attr:`saving`).
+        """
+        persist = self._persist
+        self._saving = True
+        elsewhere = persist.hold() if persist is not None else None
+        if persist is None or elsewhere is None:
+            if persist is not None and persist.following:
+                # Taken over from the watch this one followed: its memory is the latest of the
+                # run (what this watch restored at its start is as old as that start).
+                persist.following = False
+                self._restore(self._given_run)
+            return None
+        followed = persist.followed(elsewhere, self._own)
+        if not isinstance(followed, Verdict):
+            if isinstance(followed, NotOurs) and not self._told_not_ours:
+                log.info("%s: held by %s; %s: checked here", self.stage.stage, elsewhere, followed.why)
+                self._told_not_ours = True
+            self._saving = False
+            return None
+        if followed.state in (State.COMPLETE, State.FAILED):
+            return self._confirmed(followed)
+        self.last = followed
+        return followed
+
+    def _confirmed(self, followed: Verdict) -> Verdict:
+        """The holder's final verdict (``complete`` or ``failed``), confirmed by a check of
+        this watch, or this watch's own verdict where the check disagrees.
+
+        A followed verdict is as old as the holder's last check, and a holder looks at a
+        finished stage ten times less often (``crosscheck serve``), or may be stuck: the job
+        may have been run again since. A final verdict ends a wait and is acted upon (the
+        next stage starts, or the pipeline stops), so it is never taken on another watch's
+        word alone: this watch takes the holder's memory of the run (the same run and
+        definition, or it would not be followed) and checks once, without saving (the row
+        is the holder's).
+        """
+        assert self._persist is not None
+        memory = self._persist.restore().memory or {}
+        if is_this_run(memory.get("run"), self._own) and isinstance(memory.get("last"), Verdict):
+            mem = self._memory
+            mem.signals = dict(memory.get("signals") or {})
+            mem.verdict = memory.get("verdict") or VerdictMemory()
+            mem.static, mem.boot_id = memory.get("static"), memory.get("boot_id")
+            mem.run, mem.first_check_at = memory.get("run"), memory.get("first_check_at")
+        self._saving = False
+        own = self._check()
+        if own.state is followed.state:
+            self.last = followed
+            return followed
+        return own
+
+    @property
+    def own_run(self) -> OwnRun:
+        """What this watch was told of its run: a launch, a start given with ``since``, or
+        None (the latest run)."""
+        return self._own
+
+    @property
+    def saving(self) -> bool:
+        """Whether this check's memory goes to the state store (not while another watch holds
+        the stage: its row is the holder's)."""
+        return self._persist is not None and self._saving
+
+    def saved(self, verdict: Verdict) -> Verdict:
+        """``verdict``, after saving this stage's memory (when a state store keeps it)."""
+        save_checked([(self, verdict)])
+        return verdict
+
+    def announced(self) -> Verdict | None:
+        """This run's complete or failed verdict, when the state store says it was announced
+        already (a gate started again on a finished run): announce it no second time.
+
+        One fresh check first: a job run again since (a newer process) is a new run, and a
+        job alive is no finished run, whatever the store remembers.
+        """
+        if self._persist is None:
+            return None
+        run, last = self._memory.run, self.last
+        known = self._persist.announced(run, last)
+        if known is None:
+            return None
+        fresh = self.check()
+        process = fresh.readings.get("process")
+        if self._memory.run != run or (process is not None and process.says is Says.WORKING):
+            return None
+        return known
+
+    def announce(self, verdict: Verdict) -> bool:
+        """Record ``verdict`` as this run's final one; False when it was announced before."""
+        if self._persist is None:
+            return True
+        return self._persist.announce(self._memory.run, verdict)
+
+    def _saved(self) -> dict[str, Any]:
+        mem = self._memory
+        return {
+            "signals": mem.signals,
+            "verdict": mem.verdict,
+            "static": mem.static,
+            "boot_id": mem.boot_id,
+            "run": mem.run,
+            "first_check_at": mem.first_check_at,
+            "last": self.last,
+        }
+
+    def _restore(self, run: Run | None) -> None:
+        """Go on from the stored memory of this stage, when it is of this watch's run.
+
+        A launch is its own run; a start given with ``--since`` (as a time or as a duration:
+        a duration is resolved anew by every watch) is a new run unless the stored one began
+        at that very time. Memory of another run is not used at all: its identities, offsets,
+        counts and verdicts are that run's.
+        """
+        assert self._persist is not None
+        restored = self._persist.restore()
+        for note in restored.notes:
+            log.warning("%s: %s", self.stage.stage, note)
+        memory = restored.memory
+        if not memory:
+            return
+        stored_run = memory.get("run")
+        if run is not None:
+            same = stored_run is not None and is_this_run(stored_run, run)
+        elif self._since is not None:
+            same = (
+                self._since.at is not None
+                and stored_run is not None
+                and stored_run.source == "since"
+                and stored_run.started_at is not None
+                and abs(stored_run.started_at - self._since.at) <= 1e-3
+            )
+        else:
+            same = True
+        if not same:
+            log.info("%s: a new run: the stored memory of the last one is not used", self.stage.stage)
+            if memory.get("static") is not None:
+                self._memory.static, self._memory.boot_id = memory.get("static"), memory.get("boot_id")
+            return
+        mem = self._memory
+        mem.signals = dict(memory.get("signals") or {})
+        mem.verdict = memory.get("verdict") or VerdictMemory()
+        mem.static, mem.boot_id = memory.get("static"), memory.get("boot_id")
+        mem.run, mem.first_check_at = stored_run, memory.get("first_check_at")
+        self.last = memory.get("last")
+        log.info("%s: memory restored from the state store", self.stage.stage)
+
+    @property
+    def run(self) -> Run | None:
+        """Where the run being watched begins, once known (launch, ``since``, or the job's
+        process first seen alive)."""
+        return self._memory.run
+
+    def _check(self) -> Verdict:
+        nonce = new_nonce()
+        script = build_script(nonce, self._memory.static, self.snippets(nonce))
+        timeout = self.stage.host.check_timeout if self.stage.host != "local" else 60.0
+        try:
+            output = self.host.run_script(script, timeout=timeout)
+        except HostKeyError:
+            # Not transient and not "unknown": a host whose key does not verify is never
+            # asked again until a person decides to trust it.
+            raise
+        except HostError as exc:
+            return self._host_failed(exc)
+        return self.absorb(split_sections(output, nonce), nonce)
+
+    def snippets(self, nonce: str, *, table: bool = True) -> list[list[str]]:
+        """This check's probe snippets, one per configured signal (``table``: the process
+        signal's reads the process table; a batch reads it once, see ``sensors._check.batch``)."""
+        mem, inputs = self._memory, self._probe_inputs(nonce, table)
+        snippets = [
+            signal.snippet(spec, mem.signals.get(signal.name) or signal.new_memory(), inputs)
+            for signal, spec in self._configured()
+        ]
+        if inputs.exit_file:
+            # The launched job's exit record, whatever the signals: every one of them needs
+            # to know that the launched run is over (what is written after is a later run's).
+            snippets.append(exit_record_lines(inputs.exit_file, mem.run.pid if mem.run else None))
+        return snippets
+
+    def _configured(self) -> tuple[tuple[Signal[Any, Any], Any], ...]:
+        """The stage's configured signals and their specs, in registry order (twice per check:
+        listed once per stage, not once per use)."""
+        stage, configured = self._signals_of
+        if stage is not self.stage:
+            self._signals_of = stage, configured = self.stage, _configured(self.stage)
+        return configured
+
+    def absorb(self, sections: dict[str, bytes], nonce: str, meta: Meta | None = None) -> Verdict:
+        """The verdict from this check's probe sections: read every signal, decide, remember.
+
+        ``meta``: the meta section already parsed with this checker's static facts (a batch
+        parses it once for the stages that share them).
+        """
+        stage, mem = self.stage, self._memory
+        if meta is None:
+            meta = parse_meta(sections.get("meta"), mem.static, sections.get("end"))
+        if "end" not in sections or meta.now is None:
+            return self._host_failed(
+                HostError("the probe's answer was cut short or garbled", host=self.host.name)
+            )
+        self._remember_static(meta)
+        if mem.first_check_at is None:
+            mem.first_check_at = meta.now
+        if mem.run is None and self._since is not None:
+            mem.run = Run(source="since", started_at=self._since.resolve(meta.now))
+        facts = CheckFacts(
+            meta=meta,
+            nonce=nonce,
+            host=self.host.name,
+            nvml=self.host.nvml,
+            run=mem.run,
+            first_check_at=mem.first_check_at,
+            exclude_pids=self._exclude,
+            outputs_tie=not (stage.log or stage.process),
+            launch=_launch_end(sections, mem.run, meta),
+        )
+        readings: dict[str, Reading] = {}
+        for signal, spec in self._configured():
+            memory = mem.signals.get(signal.name) or signal.new_memory()
+            known = facts.run
+            reading, mem.signals[signal.name], facts = signal.read(spec, sections, memory, facts)
+            readings[signal.name] = reading
+            if known is not None and facts.run is not known:
+                # A new run of the job (see the process signal): nothing remembered of the
+                # last one (its log offsets, its outputs, its settle streak) holds for it.
+                log.info("%s: a new run of the job began; the last run's memory is set aside", stage.stage)
+                mem.signals = {signal.name: mem.signals[signal.name]}
+                mem.verdict, self.last = VerdictMemory(), None
+                facts = facts._replace(first_check_at=meta.now)
+                mem.first_check_at = meta.now
+        mem.run = facts.run
+        verdict, mem.verdict = decide(
+            stage.stage,
+            self.host.name,
+            readings,
+            stage.policy,
+            mem.verdict,
+            meta.now,
+            run=mem.run,
+            launch=facts.launch,
+        )
+        self.last = verdict
+        return verdict
+
+    def _probe_inputs(self, nonce: str, table: bool = True) -> ProbeInputs:
+        mem, stage = self._memory, self.stage
+        process = mem.signals.get("process")
+        run_start = mem.run.started_at if mem.run is not None and mem.run.started_at else mem.first_check_at
+        return ProbeInputs(
+            nonce=nonce,
+            nvml=self.host.nvml,
+            job_alive=bool(process is not None and process.job_pids),
+            run_start=run_start,
+            outputs_tie=not (stage.log or stage.process),
+            table=table,
+            exit_file=mem.run.exit_file if mem.run is not None else None,
+        )
+
+    def _remember_static(self, meta: Meta) -> None:
+        mem = self._memory
+        if mem.static is not None and meta.boot_id != mem.boot_id:
+            # Rebooted: what was static may not be any more (read again next check).
+            mem.static, mem.boot_id = None, None
+        elif meta.clk_tck:
+            static = mem.static
+            if (
+                static is None
+                or static.clk_tck != meta.clk_tck
+                or static.hostname != meta.hostname
+                or static.uptime_virtualised != meta.uptime_virtualised
+            ):
+                mem.static = Static(meta.clk_tck, meta.hostname, meta.uptime_virtualised)
+            mem.boot_id = meta.boot_id
+
+    def _host_failed(self, exc: HostError) -> Verdict:
+        """Every reading unknown, the error as evidence: a dead link is not a dead process."""
+        evidence = {"host_error": str(exc), "error_type": type(exc).__name__}
+        readings = {
+            name: Reading(name, Says.UNKNOWN, f"host unreachable: {exc}", evidence, None, self.host.name)
+            for name in self.stage.signals
+        }
+        # Keep the memory of earlier readings: a blip must not reset progress tracking.
+        prev = self._memory.verdict
+        verdict, new_mem = decide(
+            self.stage.stage, self.host.name, readings, self.stage.policy, prev, None, run=self._memory.run
+        )
+        self._memory.verdict = VerdictMemory(
+            previous=prev.previous,
+            last_progress_at=prev.last_progress_at,
+            d_since=prev.d_since,
+            gone_since=prev.gone_since,
+            done_streak=0,
+            state=new_mem.state,
+            state_since=new_mem.state_since or time.time(),
+        )
+        verdict = Verdict(
+            stage=verdict.stage,
+            state=verdict.state,
+            reasons=verdict.reasons,
+            readings=verdict.readings,
+            checked_at=time.time(),
+            host=verdict.host,
+            since=self._memory.verdict.state_since,
+            run=verdict.run,
+        )
+        self.last = verdict
+        return verdict
+
+    # ------------------------------------------------------------------ waiting
+
+    def watch(
+        self,
+        *,
+        timeout: float | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> Watch:
+        """Check every ``policy.interval``; yield each verdict; stop after complete or failed.
+
+        Stops at ``timeout`` (default: the policy's); the returned :class:`Watch` then says
+        ``timed_out``. Host errors never end the wait: they are ``unknown`` verdicts, and the
+        next check reconnects.
+
+        Example:
+            >>> watch = checker.watch(timeout=3600)  # doctest: +SKIP
+            >>> for verdict in watch: ...  # doctest: +SKIP
+            >>> watch.timed_out  # doctest: +SKIP
+        """
+        limit = self.stage.policy.timeout if timeout is None else timeout
+        watch: Watch
+
+        def verdicts() -> Iterator[Verdict]:
+            deadline = clock() + limit
+            while True:
+                started = clock()
+                verdict = self.check()
+                yield verdict
+                if verdict.state.value in ("complete", "failed"):
+                    return
+                remaining = deadline - clock()
+                if remaining <= 0:
+                    watch.timed_out = True
+                    return
+                pause = max(0.0, self.stage.policy.interval - (clock() - started))
+                sleep(min(pause, remaining))
+
+        watch = Watch(verdicts())
+        return watch
+
+    def close(self) -> None:
+        # Pooled SSH connections are shared between stages: the pool closes them.
+        if self._persist is not None:
+            self._persist.release()
+
+    def __enter__(self) -> Checker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _launch_end(sections: Mapping[str, bytes], run: Run | None, meta: Meta) -> LaunchEnd | None:
+    """How the launched job ended, as far as this check found (None: not launched so)."""
+    if run is None or not run.exit_file:
+        return None
+    return read_launch_end(sections, meta.hidden is not None)

@@ -1,0 +1,382 @@
+"""The stage file: pydantic at the config boundary, translated errors, plain values inside.
+
+A stage file is YAML; every section but ``stage`` and ``host`` is optional, unknown keys are
+errors (a typo like ``proces:`` must not silently drop a signal), and each error is one line
+naming the file, the field path and what is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
+
+from sensors._base.errors import ConfigError
+from sensors._base.schema import MIN_INTERVAL, AbsPath, Duration, Regex, Section, parse_duration
+from sensors._base.secrets import check_secret_ref
+from sensors._signals.gpu import GpuSpec
+from sensors._signals.log import LogSpec
+from sensors._signals.outputs import DEFAULT_EXCLUDES, OutputsSpec
+from sensors._signals.process import ProcessSpec
+
+__all__ = [
+    "DEFAULT_EXCLUDES",
+    "AbsPath",
+    "Duration",
+    "GpuSpec",
+    "LaunchSpec",
+    "LogSpec",
+    "NotifySpec",
+    "OutputsSpec",
+    "PolicySpec",
+    "ProcessSpec",
+    "Regex",
+    "SSHMaterial",
+    "SSHSpec",
+    "Stage",
+    "load_stage",
+    "load_stage_bytes",
+    "load_stage_text",
+    "parse_duration",
+    "stage_from_dict",
+    "stage_json_schema",
+]
+
+
+class PolicySpec(Section):
+    # At least 100 ms: a stage checked more often would keep a watcher busy for nothing.
+    interval: Duration = Field(30.0, ge=MIN_INTERVAL)
+    stall_after: Duration = 900.0
+    settle: int = Field(2, ge=1, le=1000)
+    timeout: Duration = 48 * 3600.0
+    stuck_in_d_after: Duration = Field(
+        120.0, description="state D this long counts as no progress (the kernel's hung-task time)"
+    )
+    exit_grace: Duration = Field(
+        60.0,
+        description="after the process exits, how long the log and outputs may lag "
+        "(buffered writes, NFS attribute caching) before a disagreement is news",
+    )
+
+
+class SSHMaterial(Section):
+    """A private key and known_hosts held in memory: what a ``CrosscheckSSHHost`` block gives
+    (:mod:`sensors.blocks`), so a worker needs no key or known_hosts file on its disk.
+
+    Never part of a stage file (a stage file references secrets, it never holds them).
+    ``source`` names the holder in messages, e.g. ``block crosscheck-ssh-host/gpu-box``.
+    """
+
+    source: str
+    known_hosts: str = Field(description="known_hosts content, the host keys to trust")
+    private_key: SecretStr | None = Field(None, description="the private key (OpenSSH or PEM text)")
+    passphrase: SecretStr | None = Field(None, description="the private key's passphrase")
+
+
+class SSHSpec(Section):
+    ssh: str = Field(min_length=1, description="hostname or ~/.ssh/config alias")
+    port: int | None = Field(None, gt=0, lt=65536)
+    user: str | None = None
+    key: str | None = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    config: str | None = Field(None, description="ssh config file; default ~/.ssh/config")
+    connect_timeout: Duration = 10.0
+    check_timeout: Duration = Field(60.0, description="wall-clock deadline of one check")
+    password: str | None = Field(
+        None, description="env:NAME or block:NAME (a Prefect Secret); never a literal"
+    )
+    passphrase: str | None = Field(None, description="env:NAME or block:NAME for the key")
+    proxy_jump: str | None = Field(
+        None, description="ProxyJump hops, [user@]host[:port],... (default: the ssh config's)"
+    )
+    # Not in the published JSON Schema: a stage file never holds it.
+    material: SkipJsonSchema[SSHMaterial | None] = Field(
+        None, description="key and known_hosts in memory, from a CrosscheckSSHHost block; never in a file"
+    )
+
+    @field_validator("material")
+    @classmethod
+    def _not_in_a_file(cls, value: SSHMaterial | None, info: ValidationInfo) -> SSHMaterial | None:
+        if value is not None and (info.context or {}).get("file"):
+            raise ValueError("key material belongs in a CrosscheckSSHHost block, never in a stage file")
+        return value
+
+    @field_validator("password", "passphrase")
+    @classmethod
+    def _secret_ref(cls, value: str | None) -> str | None:
+        return check_secret_ref(value, "secrets are referenced, never written: use env:NAME or block:NAME")
+
+    @field_validator("ssh", "user", "proxy_jump")
+    @classmethod
+    def _no_control(cls, value: str | None) -> str | None:
+        if value is not None and any(c in value for c in "\0\n\r"):
+            raise ValueError("may not contain NUL or newline characters")
+        return value
+
+
+class NotifySpec(Section):
+    slack_webhook: str | None = Field(None, description="env:NAME or block:NAME")
+    prefect_block: str | None = Field(None, description="name of a Prefect notification block")
+    on: tuple[Literal["complete", "running", "stalled", "failed", "contradiction", "unknown"], ...] = (
+        "stalled",
+        "contradiction",
+        "failed",
+        "unknown",
+        "complete",
+    )
+    unknown_after: Duration = 300.0
+    remind_every: Duration = 3600.0
+
+    @field_validator("slack_webhook")
+    @classmethod
+    def _secret_ref(cls, value: str | None) -> str | None:
+        # Do not echo the value: it may be the webhook URL itself.
+        return check_secret_ref(value, "the Slack webhook is a secret: use env:NAME or block:NAME")
+
+
+class LaunchSpec(Section):
+    """How the pipeline flow starts the stage's job (detached, on the stage's host)."""
+
+    command: Annotated[
+        tuple[str, ...],
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                    {"type": "string", "minLength": 1},
+                ]
+            }
+        ),
+    ] = Field(min_length=1, description="argv of the job (a list, or one string split as a shell would)")
+    cwd: AbsPath | None = None
+    log: AbsPath | None = Field(None, description="stdout+stderr go here; default: log.path")
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _argv(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            import shlex
+
+            return tuple(shlex.split(value))
+        return value
+
+
+class Stage(Section):
+    """A stage: what to watch, where, and the policy that turns readings into a verdict."""
+
+    stage: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    host: Literal["local"] | SSHSpec = "local"
+    process: ProcessSpec | None = None
+    log: LogSpec | None = None
+    outputs: OutputsSpec | None = None
+    gpu: GpuSpec | None = None
+    policy: PolicySpec = PolicySpec()
+    notify: NotifySpec | None = None
+    launch: LaunchSpec | None = None
+
+    @model_validator(mode="after")
+    def _some_signal(self) -> Stage:
+        if self.gpu is not None and self.gpu.idle_for * 1.5 < self.policy.interval:
+            # GPU idleness is shown by samples no further apart than 1.5 x idle_for
+            # (sensors/_signals/gpu/__init__.py, "Gaps"): checks further apart could never show it.
+            raise ValueError(
+                f"gpu.idle_for ({self.gpu.idle_for:g}s) is too short for policy.interval "
+                f"({self.policy.interval:g}s): use at least {self.policy.interval / 1.5:g}s"
+            )
+        if not any((self.process, self.log, self.outputs, self.gpu)):
+            raise ValueError("no signal configured: give at least one of process, log, outputs, gpu")
+        return self
+
+    @property
+    def signals(self) -> tuple[str, ...]:
+        return tuple(n for n in ("process", "log", "outputs", "gpu") if getattr(self, n))
+
+    @property
+    def host_name(self) -> str:
+        return "local" if self.host == "local" else self.host.ssh
+
+
+#: Where the stage file's JSON Schema is published (``schema/stage.schema.json`` of the
+#: repository; ``crosscheck schema`` prints the same): an editor with yaml-language-server
+#: checks and completes a stage file that starts with
+#: ``# yaml-language-server: $schema=<this URL>``.
+SCHEMA_URL = "https://raw.githubusercontent.com/crosscheck/prefect-crosscheck/main/schema/stage.schema.json"
+
+#: Sections that take exactly one of two keys (their models' validators say so too).
+_ONE_OF = {"ProcessSpec": ("match", "pid"), "OutputsSpec": ("files", "lines")}
+
+
+def stage_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a stage file, generated from :class:`Stage`.
+
+    What an editor can check as you type: the sections and their keys (unknown keys are
+    errors), types, bounds, durations as numbers or ``30s``-like strings, absolute paths, at
+    least one signal, ``match`` or ``pid``, ``files`` or ``lines``. What it cannot (a regex
+    that does not compile, a duration past 365 d, ``gpu.idle_for`` against
+    ``policy.interval``) the models check: ``crosscheck validate``. Key material (a block's)
+    is never part of a stage file, nor of the schema.
+
+    Example:
+        >>> schema = stage_json_schema()
+        >>> schema["required"], sorted(schema["properties"])[:3]
+        (['stage'], ['gpu', 'host', 'launch'])
+    """
+    schema = Stage.model_json_schema()
+    for name, keys in _ONE_OF.items():
+        schema["$defs"][name]["oneOf"] = [{"required": [key]} for key in keys]
+    schema["anyOf"] = [{"required": [signal]} for signal in ("process", "log", "outputs", "gpu")]
+    schema["title"] = "crosscheck stage file"
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_URL, **schema}
+
+
+class _YAMLLoader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 booleans (only true/false) and no duplicate keys.
+
+    YAML 1.1 (PyYAML's default) reads on/off/yes/no as booleans, so the documented
+    ``notify: {on: [stalled]}`` would load as ``{True: [...]}``. PyYAML keeps the last of two
+    equal keys without a word (``expected:`` twice: the second wins); YAML 1.2 says keys are
+    unique, so a second one is an error naming its line, at any depth. Keys merged in with
+    ``<<: *anchor`` may be overridden, as YAML's merge says.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            first: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    line = first.get(key)
+                except TypeError:
+                    continue  # an unhashable key: the constructor below says so
+                if line is not None:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"duplicate key {key!r} (first given on line {line + 1})",
+                        key_node.start_mark,
+                    )
+                first[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+_YAMLLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_YAMLLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def load_stage(path: str | os.PathLike[str]) -> Stage:
+    """Read and validate a stage file.
+
+    Raises:
+        ConfigError: one line naming the file, the field and what is wrong.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "extract.yaml"
+        >>> _ = path.write_text("stage: extract\\nhost: local\\nprocess: {match: extract.py}\\n")
+        >>> stage = load_stage(path)
+        >>> stage.stage, stage.policy.interval
+        ('extract', 30.0)
+    """
+    name = str(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_STAGE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", file=name) from None
+    return load_stage_bytes(data, file=name)
+
+
+#: A stage file is a few hundred bytes; one larger than this is not one (a log or a data file
+#: named *.yaml in a watched directory must not be read whole into memory).
+MAX_STAGE_BYTES = 1024 * 1024
+
+
+def load_stage_bytes(data: bytes, *, file: str) -> Stage:
+    """The stage a stage file's bytes define (at most :data:`MAX_STAGE_BYTES` of them are
+    read; ``file`` names it in errors): :func:`load_stage` once the file is read
+    (``crosscheck serve`` reads each file once, to compare its bytes and to load them)."""
+    if len(data) > MAX_STAGE_BYTES:
+        raise ConfigError(f"larger than {MAX_STAGE_BYTES // 1024} KiB: not a stage file", file=file)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text", file=file) from None
+    return load_stage_text(text, file=file)
+
+
+#: A run of digits longer than Python reads as an int (its default limit, 4300 digits).
+_LONG_DIGITS = re.compile(r"\d{4300}")
+
+
+def load_stage_text(text: str, *, file: str) -> Stage:
+    """The stage a stage file's ``text`` defines (``file`` names it in errors)."""
+    name = file
+    try:
+        data = yaml.load(text, Loader=_YAMLLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{where}{problem}", file=name) from None
+    except RecursionError:
+        # Lists or mappings nested thousands deep: PyYAML's composer recurses per level.
+        raise ConfigError("nested too deeply to be a stage file", file=name) from None
+    except ValueError as exc:
+        # What PyYAML's constructors raise past their YAMLErrors: int() of a number past
+        # Python's digit limit (sys.get_int_max_str_digits), a date like 2001-13-45.
+        line = next((n for n, row in enumerate(text.splitlines(), 1) if _LONG_DIGITS.search(row)), None)
+        if line is not None:
+            why = str(exc).split(":")[0]
+            raise ConfigError(f"line {line}: a number too large ({why})", file=name) from None
+        raise ConfigError(f"not a value YAML can hold ({exc})", file=name) from None
+    if not isinstance(data, dict):
+        raise ConfigError("expected a mapping with at least 'stage' and 'host'", file=name)
+    return stage_from_dict(data, file=name)
+
+
+def stage_from_dict(data: dict[str, Any], *, file: str | None = None) -> Stage:
+    """Validate a stage given as a dict (the same schema as the YAML file)."""
+    try:
+        return Stage.model_validate(data, context={"file": file} if file else None)
+    except ValidationError as exc:
+        raise _translate(exc, file) from None
+
+
+def _translate(exc: ValidationError, file: str | None) -> ConfigError:
+    errors = exc.errors(include_url=False, include_input=False)
+    # A union (host: 'local' or an SSH section) reports one error per branch: the deepest
+    # is the branch the input was meant for (a bad host.check_timeout, not "host: Input
+    # should be 'local'"); on a tie, the first.
+    err = max((e for e in errors if e["loc"][:1] == errors[0]["loc"][:1]), key=lambda e: len(e["loc"]))
+    loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "literal["))]
+    # pydantic puts union branch names ("SSHSpec") into the path: drop them.
+    loc = [p for p in loc if not p[:1].isupper()]
+    field = ".".join(loc) or None
+    kind = err["type"]
+    msg = err["msg"]
+    if kind == "extra_forbidden":
+        msg = "unknown key (check its spelling)"
+    elif kind == "missing":
+        msg = "required"
+    elif msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    return ConfigError(msg, file=file, field=field)

@@ -1,0 +1,288 @@
+"""Evidence in words: one home for how the terminal, Slack and Prefect show a verdict.
+
+Three readers, three shapes of the same facts, built from the same pieces here:
+
+- the terminal (``crosscheck status``/``wait``): :data:`STATE_STYLE`/:data:`SAYS_STYLE` colours
+  and :func:`key_values`, the few values a person looks at first (``pid=4455  cpu=2761.0s``);
+- Slack and plain-text notifications: the emoji and colours of the same tables, and
+  :func:`evidence_line`, one sentence per signal (``pid 4455, cpu 46m 1s``);
+- Prefect artifacts and run logs: :func:`progress_percent`, :func:`progress_detail`,
+  :func:`evidence_rows` and :func:`facts` (the key facts in words and units, ``pid 4455 · R ·
+  CPU 2,761 s · 2 h 32 m old``), :func:`clock` and :func:`age` for times (a local clock time or
+  an age, never an epoch), :func:`still_working` (incident 2's "ETA 0, but still working" in
+  words). :func:`evidence_pairs` keeps every value as ``key=value`` for the raw view.
+
+Everything returned is one line of inert text (job text can neither format nor escape), and
+a percentage is rounded *down*: 37311 of 37312 must not read "100 %" in a tool about false
+"done".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sensors._base.model import State, Verdict
+from sensors._base.text import inert
+
+__all__ = [
+    "COLOUR",
+    "EMOJI",
+    "SAYS_STYLE",
+    "STATE_STYLE",
+    "age",
+    "clock",
+    "evidence_line",
+    "evidence_pairs",
+    "evidence_rows",
+    "facts",
+    "floor_percent",
+    "fmt_duration",
+    "key_values",
+    "number",
+    "one_line",
+    "outputs_values",
+    "progress_detail",
+    "progress_percent",
+    "reasons_text",
+    "still_working",
+    "thousands",
+    "truncate",
+]
+
+
+@dataclass(frozen=True)
+class Style:
+    """How one verdict state (or one signal's ``says``) looks on each output."""
+
+    terminal: str  # a rich style
+    emoji: str
+    colour: str = ""  # Slack's attachment bar (states only)
+
+
+# Slack's own palette for the colours, so the bar reads like Slack's native alerts.
+STATE_STYLE: Mapping[State, Style] = {
+    State.COMPLETE: Style("bold green", "✅", "#2EB67D"),
+    State.RUNNING: Style("bold cyan", "▶️", "#36C5F0"),
+    State.STALLED: Style("bold yellow", "⏸️", "#ECB22E"),
+    State.FAILED: Style("bold red", "❌", "#E01E5A"),
+    State.CONTRADICTION: Style("bold magenta", "🔀", "#E8912D"),
+    State.UNKNOWN: Style("bold white on red", "❔", "#9E9E9E"),
+}
+SAYS_STYLE: Mapping[str, Style] = {
+    "done": Style("green", "✅"),
+    "working": Style("cyan", "⚙️"),
+    "failed": Style("red", "❌"),
+    "unknown": Style("yellow", "❔"),
+}
+EMOJI: Mapping[State, str] = {state: style.emoji for state, style in STATE_STYLE.items()}
+COLOUR: Mapping[State, str] = {state: style.colour for state, style in STATE_STYLE.items()}
+
+from sensors._present.facts import (  # noqa: E402 - the shared pieces, re-exported for the callers
+    _first,
+    _generic_values,
+    _has,
+    _mib,
+    _per_device,
+    age,
+    clock,
+    evidence_pairs,
+    facts,
+    floor_percent,
+    fmt_duration,
+    number,
+    one_line,
+    reasons_text,
+    still_working,
+    thousands,
+    truncate,
+)
+
+# --------------------------------------------------------------------------- terminal
+
+
+def key_values(signal: str, evidence: dict[str, Any] | Any) -> str:
+    """The few evidence values a person looks at first, per signal (one inert line).
+
+    Example:
+        >>> key_values("process", {"pid": 4455, "state": "R", "cpu_seconds": 2761.0})
+        'pid=4455  state=R  cpu=2761.0s'
+    """
+    ev = dict(evidence)
+
+    def fmt(key: str, label: str | None = None, unit: str = "") -> str | None:
+        value = ev.get(key)
+        if value is None:
+            return None
+        if isinstance(value, float):
+            value = f"{value:.1f}"
+        return f"{label or key}={value}{unit}"
+
+    parts: list[str | None]
+    if signal == "process":
+        parts = [
+            fmt("pid"),
+            fmt("state"),
+            fmt("cpu_seconds", "cpu", "s"),
+            fmt("elapsed_seconds", "elapsed", "s"),
+        ]
+    elif signal == "log":
+        parts = [fmt("age_seconds", "age", "s"), fmt("size", "bytes")]
+    elif signal == "outputs":
+        count, expected = ev.get("count"), ev.get("expected")
+        parts = [f"{count if count is not None else '?'}/{expected}"]
+    elif signal == "gpu":
+        devices = ev.get("devices") or []
+        utils = [d.get("utilization_pct") for d in devices if isinstance(d, dict)]
+        parts = [
+            f"util={','.join('?' if u is None else f'{u:.0f}%' for u in utils)}" if utils else None,
+            fmt("job_memory_mib", "job_mem", "MiB"),
+            fmt("samples"),
+        ]
+    else:
+        parts = []
+    return inert("  ".join(p for p in parts if p))
+
+
+# --------------------------------------------------------------------------- notifications
+
+
+def evidence_line(reading: Any) -> str:
+    """One line for one signal: what it says, then its key values.
+
+    Example:
+        >>> from sensors import Reading
+        >>> evidence_line(Reading("outputs", "working", "37300 of 37312",
+        ...                       {"count": 37300, "expected": 37312}))
+        'outputs: working — 37300 of 37312 (count 37300/37312, 99.96%)'
+    """
+    ev = reading.evidence if isinstance(reading.evidence, Mapping) else {}
+    values = _VALUES.get(reading.signal, _generic_values)(ev)
+    if ev.get("error") not in (None, ""):
+        values.append(f"error: {one_line(ev['error'], 120)}")
+    line = f"{reading.signal}: {reading.says}"
+    if reading.detail:
+        line += f" — {one_line(reading.detail, 120)}"
+    if values:
+        line += f" ({', '.join(values)})"
+    return truncate(line, 400)
+
+
+def _process_values(ev: Mapping[str, Any]) -> list[str]:
+    out = []
+    if _has(ev, "pid"):
+        out.append(f"pid {ev['pid']}")
+    if _has(ev, "state"):
+        out.append(f"state {one_line(ev['state'])}")
+    if (cpu := number(ev.get("cpu_seconds"))) is not None:
+        out.append(f"cpu {fmt_duration(cpu)}")
+    if (elapsed := number(ev.get("elapsed_seconds"))) is not None:
+        out.append(f"elapsed {fmt_duration(elapsed)}")
+    for key in ("exit_code", "returncode"):
+        if _has(ev, key):
+            out.append(f"exit {ev[key]}")
+            break
+    return out
+
+
+def _log_values(ev: Mapping[str, Any]) -> list[str]:
+    out = []
+    if _has(ev, "last_line"):
+        out.append(f'last "{one_line(ev["last_line"], 100)}"')
+    if (age := number(ev.get("age_seconds"))) is not None:
+        out.append(f"age {fmt_duration(age)}")
+    progress = ev.get("progress")
+    if isinstance(progress, Mapping) and _has(progress, "done"):
+        total = progress.get("total")
+        out.append(f"progress {progress['done']}/{total if total is not None else '?'}")
+    return out
+
+
+def outputs_values(ev: Mapping[str, Any]) -> list[str]:
+    """``count 37311/37312``, then the percentage rounded down (``99.99%``) when both are numbers."""
+    count, expected = ev.get("count"), ev.get("expected")
+    if count is None and expected is None:
+        return []
+    out = [f"count {count if count is not None else '?'}/{expected if expected else '?'}"]
+    c, e = number(count), number(expected)
+    if c is not None and e:
+        out.append(f"{floor_percent(c, e):.2f}%")
+    return out
+
+
+def _gpu_values(ev: Mapping[str, Any]) -> list[str]:
+    out = []
+    devices = ev.get("devices")
+    rows = [d for d in devices if isinstance(d, Mapping)] if isinstance(devices, list) else []
+    if rows:
+        # The probe's shape: one dict per GPU (sensors/_signals/gpu/).
+        utils = [d.get("utilization_pct") for d in rows]
+        mems = [d.get("memory_used_mib") for d in rows]
+        if any(u is not None for u in utils):
+            out.append(f"util {_per_device(utils, '%')}")
+        if any(m is not None for m in mems):
+            out.append(f"mem {_per_device([_mib(m) for m in mems], '')}")
+    else:
+        # Flat keys, as a hand-built or older reading may carry them.
+        util = _first(ev, "utilisation", "utilization", "utilization_pct", "util")
+        if util is not None:
+            out.append(f"util {_per_device(util, '%')}")
+        mem = _first(ev, "memory_used_mib", "memory_mib", "memory")
+        if mem is not None:
+            mib = _has(ev, "memory_used_mib") or _has(ev, "memory_mib")
+            out.append(f"mem {_per_device(mem, ' MiB' if mib else '')}")
+    if (job_mem := number(ev.get("job_memory_mib"))) is not None:
+        out.append(f"job holds {_mib(job_mem)}")
+    idle = ev.get("idle")
+    if isinstance(idle, bool):
+        out.append("idle" if idle else "busy")
+    elif (idle_s := number(idle)) is not None:
+        out.append(f"idle {fmt_duration(idle_s)}")
+    return out
+
+
+_VALUES: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
+    "process": _process_values,
+    "log": _log_values,
+    "outputs": outputs_values,
+    "gpu": _gpu_values,
+}
+
+
+# --------------------------------------------------------------------------- Prefect
+
+
+def progress_percent(verdict: Verdict) -> float | None:
+    """Outputs written / expected in percent (else the log's progress done/total), or None."""
+    facts: list[Mapping[str, Any]] = []
+    if (outputs := verdict.readings.get("outputs")) is not None:
+        facts.append({"done": outputs.evidence.get("count"), "total": outputs.evidence.get("expected")})
+    if (log := verdict.readings.get("log")) is not None and isinstance(log.evidence.get("progress"), Mapping):
+        facts.append(log.evidence["progress"])
+    for fact in facts:
+        done, total = number(fact.get("done")), number(fact.get("total"))
+        if done is not None and total is not None and total > 0:
+            return max(0.0, min(100.0, floor_percent(done, total)))
+    return None
+
+
+def progress_detail(verdict: Verdict) -> str:
+    reading = verdict.readings.get("outputs")
+    if reading is not None and "count" in reading.evidence:
+        return f"{reading.evidence.get('count')}/{reading.evidence.get('expected')} outputs"
+    return reasons_text(verdict)
+
+
+def evidence_rows(verdict: Verdict) -> list[dict[str, str]]:
+    """One row per signal for a person: signal, says, detail and the key :func:`facts` (each
+    cell one short line of inert text; the raw evidence stays in the verdict JSON)."""
+    return [
+        {
+            "signal": inert(name),
+            "says": str(reading.says),
+            "detail": one_line(reading.detail, 120),
+            "facts": facts(reading),
+        }
+        for name, reading in verdict.readings.items()
+    ]

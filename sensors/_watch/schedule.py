@@ -1,0 +1,372 @@
+"""Many stages, one scheduler: each stage checked at its own interval by a bounded pool.
+
+Not a thread per stage: one loop keeps every stage's next due time in a heap and hands due
+checks to at most ``workers`` threads, at most ``per_host`` probes at once on one host, so a
+host that is down or slow (its checks run until their deadline) delays no stage on another
+host, and a thousand stages cost a heap, not a thousand threads. Every stage due on a host at
+the same tick is read by one probe (``sensors._check.batch``): one round trip per host per tick,
+``/proc`` scanned once for all of them.
+
+With ``phased=True`` (``crosscheck serve``) each *host* has a phase: a stable hash of its
+identity picks where in the interval its stages are due (``t ≡ H (mod interval)`` on the
+scheduler's clock), so the stages of one host stay due together — one probe per host per
+tick — while the hosts are spread over the interval instead of all being due at one instant
+(a thousand stages added at once are no spike of probes queueing for the workers). A stage
+added later is first due at its host's next phase point, and every due a callback asks for
+is moved to its host's nearest phase point (never into the past). :meth:`Scheduler.due` says
+when a stage was due: while its check runs, the time it was handed out for.
+
+:class:`Scheduler` is the loop, shared by ``crosscheck wait`` (:func:`watch_all`: a fixed list
+of stages, each until final or its timeout) and ``crosscheck serve`` (``sensors._watch.watcher``:
+stages added and removed while it runs). Stages are keyed by a string the caller chooses (an
+index, a file name, a store row), so where stages come from is the caller's business.
+
+Example:
+    >>> results = watch_all(checkers, on_verdict=print, timeout=3600)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import itertools
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from sensors._base.model import State, Verdict
+from sensors._base.schema import MAX_DURATION, MIN_DURATION, MIN_INTERVAL
+from sensors._check.batch import check_batch
+from sensors._check.checker import Checker
+from sensors._hosts import Host
+
+#: The verdicts that end a stage's watch.
+FINAL = (State.COMPLETE, State.FAILED)
+
+
+def bounded(seconds: object, *, default: float, floor: float = MIN_DURATION) -> float:
+    """A number of seconds the heap, the clock and a sleep can take: finite, within [``floor``
+    (1 ms), 365 d]; ``default`` for what is not a number at all (NaN included).
+
+    Stage files are bounded when they load (``sensors._base.schema.bounded_duration``); this is the
+    scheduler's own guard, for a Checker built in Python without that check or a callback's
+    arithmetic: one NaN in the heap breaks its order for every stage (``.nan`` stopped
+    ``crosscheck serve``, ``.inf`` left every other stage undue)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or math.isnan(seconds):
+        return default
+    return min(max(float(seconds), floor), MAX_DURATION)
+
+
+#: One probe for the stages due on one host: a verdict per checker, or None for a stage this
+#: round did not look at (``crosscheck serve``: a stage another watcher holds, nothing stored).
+Batch = Callable[[list[Checker]], Sequence[Verdict | None]]
+#: After a check: ``(key, verdict, began)`` → when the stage is due next (the scheduler's
+#: clock), or None to stop watching it.
+OnVerdict = Callable[[str, Verdict, float], float | None]
+#: A batch that raised: ``(keys, error)`` → when those stages are due next, or raise to end
+#: the run (the error propagates out of :meth:`Scheduler.run`).
+OnError = Callable[[list[str], Exception], float | None]
+
+
+@dataclass
+class _Slot:
+    checker: Checker
+    due: float
+    interval: float
+    running: bool = False
+    turn: int = 0  # bumped on every reschedule: older heap items for the slot are stale
+    hurried: bool = False  # asked to be due now while its check ran: due as soon as it is back
+
+
+class Scheduler:
+    """Stages keyed by string, each due at its own time; due stages of a host share a probe.
+
+    :meth:`add` and :meth:`remove` may be called from any thread, also while :meth:`run`
+    runs; the callbacks are called in the thread that runs :meth:`run`.
+    """
+
+    def __init__(
+        self,
+        *,
+        workers: int = 16,
+        per_host: int = 4,
+        batch: Batch = check_batch,
+        clock: Callable[[], float] = time.monotonic,
+        phased: bool = False,
+    ) -> None:
+        self.workers = max(1, workers)
+        self.per_host = max(1, per_host)
+        self.clock = clock
+        self.phased = phased
+        self._phases: dict[Host, float] = {}
+        self._batch = batch
+        self._slots: dict[str, _Slot] = {}
+        self._heap: list[tuple[float, int, str, int]] = []
+        self._order = itertools.count()
+        # Probes running per host *object*, never per name: two SSH hosts may share a name
+        # (one address, two ports) and must not share a probe.
+        self._busy: dict[Host, int] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+
+    # ------------------------------------------------------------------ stages
+
+    def add(
+        self, key: str, checker: Checker, *, due: float | None = None, interval: float | None = None
+    ) -> None:
+        """Watch ``checker`` under ``key`` (replacing what was there), first due at ``due``
+        (by default now, or when phased its host's next phase point), then every
+        ``interval`` (its policy's by default)."""
+        with self._lock:
+            interval = bounded(interval or checker.stage.policy.interval, default=30.0, floor=MIN_INTERVAL)
+            now = self.clock()
+            if due is None:
+                due = self._next_phase(checker.host, interval, now) if self.phased else now
+            elif not math.isfinite(due):
+                due = now
+            slot = _Slot(checker, due, interval)
+            self._slots[key] = slot
+            self._push(key, slot)
+        self._wake.set()
+
+    def remove(self, key: str) -> Checker | None:
+        """Stop watching ``key``; its checker (the caller closes it). A check of it in flight
+        finishes, and its verdict is dropped."""
+        with self._lock:
+            slot = self._slots.pop(key, None)
+        return None if slot is None else slot.checker
+
+    def hurry(self, key: str) -> None:
+        """Make ``key`` due now, once (a stage a watcher has just taken over is checked at
+        once, not at its next phase point); while its check runs, due as soon as it is back."""
+        with self._lock:
+            slot = self._slots.get(key)
+            if slot is None:
+                return
+            if slot.running:
+                slot.hurried = True  # that check may be from before: one more once it is back
+                return
+            slot.due = self.clock()
+            self._push(key, slot)
+        self._wake.set()
+
+    def running(self, key: str) -> bool:
+        with self._lock:
+            slot = self._slots.get(key)
+            return slot is not None and slot.running
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            return list(self._slots)
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def due(self, key: str) -> float | None:
+        """When ``key`` is due (while its check runs: the due time it was handed out for)."""
+        with self._lock:
+            slot = self._slots.get(key)
+            return None if slot is None else slot.due
+
+    # ------------------------------------------------------------------ phases
+
+    def _phase(self, host: Host) -> float:
+        """The host's offset on the clock, in [0, 1 day): a stable hash of its identity (the
+        repr names user, address and port), the same in every process and run."""
+        phase = self._phases.get(host)
+        if phase is None:
+            digest = hashlib.blake2b(repr(host).encode(), digest_size=8).digest()
+            phase = self._phases[host] = int.from_bytes(digest, "big") % 86_400_000 / 1000
+        return phase
+
+    def _next_phase(self, host: Host, interval: float, at: float) -> float:
+        """The host's first phase point at or after ``at``: ``H + k * interval``."""
+        phase = self._phase(host)
+        return phase + math.ceil((at - phase) / interval) * interval
+
+    def _nearest_phase(self, host: Host, interval: float, at: float) -> float:
+        """The host's phase point nearest to ``at`` (a due a callback asked for)."""
+        phase = self._phase(host)
+        return phase + round((at - phase) / interval) * interval
+
+    def _push(self, key: str, slot: _Slot) -> None:
+        slot.turn += 1
+        heapq.heappush(self._heap, (slot.due, next(self._order), key, slot.turn))
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(
+        self,
+        stop: threading.Event,
+        *,
+        on_verdict: OnVerdict,
+        on_error: OnError | None = None,
+        tick: Callable[[], float] | None = None,
+        until_empty: bool = False,
+    ) -> None:
+        """Check due stages until ``stop`` is set (or, with ``until_empty``, no stage is left).
+
+        ``tick()`` is called every turn of the loop, before due stages are handed out (the
+        place to add and remove stages); it returns how many seconds it may wait. Checks in
+        flight when it ends are waited for and their verdicts delivered.
+        """
+        running: dict[Future[Sequence[Verdict | None]], tuple[list[tuple[str, _Slot]], float]] = {}
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            try:
+                while not stop.is_set():
+                    wait_for = bounded(tick(), default=1.0) if tick is not None else 1.0
+                    if until_empty and not self._slots and not running:
+                        break
+                    wait_for = min(wait_for, self._submit(pool, running))
+                    self._wake.clear()
+                    for fut in [f for f in running if f.done()]:
+                        self._finished(*running.pop(fut), fut, on_verdict, on_error)
+                        wait_for = 0.0
+                    if wait_for > 0:
+                        self._wake.wait(max(0.0, min(wait_for, 1.0)))
+            except BaseException:
+                stop.set()
+                for fut in running:
+                    fut.cancel()
+                raise
+            for fut in list(running):
+                fut.exception()  # wait for it
+                self._finished(*running.pop(fut), fut, on_verdict, on_error)
+
+    def _submit(self, pool: ThreadPoolExecutor, running: dict) -> float:
+        """Hand out one probe per host for the stages due there; seconds until the next is due."""
+        now = self.clock()
+        batches: dict[Host, list[tuple[str, _Slot]]] = {}
+        held: list[tuple[float, int, str, int]] = []
+        with self._lock:
+            while self._heap and self._heap[0][0] <= now:
+                item = heapq.heappop(self._heap)
+                _, _, key, turn = item
+                slot = self._slots.get(key)
+                if slot is None or slot.turn != turn or slot.running:
+                    continue  # removed, rescheduled since, or in flight: a stale item
+                host = slot.checker.host
+                if host not in batches and self._busy.get(host, 0) >= self.per_host:
+                    held.append(item)  # its host is full: it goes when a probe there ends
+                    continue
+                slot.running = True
+                batches.setdefault(host, []).append((key, slot))
+            for item in held:
+                heapq.heappush(self._heap, item)
+            for host, members in batches.items():
+                self._busy[host] = self._busy.get(host, 0) + 1
+                fut = pool.submit(self._batch, [slot.checker for _, slot in members])
+                fut.add_done_callback(lambda _: self._wake.set())
+                running[fut] = (members, now)
+            if held:
+                return 0.05
+            return max(0.0, self._heap[0][0] - now) if self._heap else 1.0
+
+    def _finished(
+        self,
+        members: list[tuple[str, _Slot]],
+        began: float,
+        fut: Future[Sequence[Verdict | None]],
+        on_verdict: OnVerdict,
+        on_error: OnError | None,
+    ) -> None:
+        host = members[0][1].checker.host
+        with self._lock:
+            self._busy[host] -= 1
+            for _, slot in members:
+                slot.running = False
+        error = fut.exception()
+        if error is not None:
+            if on_error is None or not isinstance(error, Exception):
+                raise error  # a host key error ends every watch, now
+            due = on_error([key for key, _ in members], error)
+            for key, slot in members:
+                self._reschedule(key, slot, due)
+            return
+        for (key, slot), verdict in zip(members, fut.result(), strict=True):
+            if self._slots.get(key) is not slot:
+                continue  # removed or replaced while it was checked
+            due = began + slot.interval if verdict is None else on_verdict(key, verdict, began)
+            self._reschedule(key, slot, due)
+
+    def _reschedule(self, key: str, slot: _Slot, due: float | None) -> None:
+        with self._lock:
+            if self._slots.get(key) is not slot:
+                return
+            if due is None:
+                del self._slots[key]
+                return
+            now = self.clock()
+            if not math.isfinite(due):  # a callback's arithmetic on a bad number: next interval
+                due = now + slot.interval
+            if slot.hurried:
+                slot.hurried = False
+                slot.due = now
+                self._push(key, slot)
+                return
+            if self.phased:
+                due = self._nearest_phase(slot.checker.host, slot.interval, due)
+                if due < now:
+                    due = self._next_phase(slot.checker.host, slot.interval, now)
+            slot.due = max(due, now)
+            self._push(key, slot)
+
+
+# --------------------------------------------------------------------------- crosscheck wait
+
+
+@dataclass
+class Watched:
+    """How one stage's watch ended: its last verdict, and whether its timeout passed first."""
+
+    last: Verdict | None = None
+    timed_out: bool = False
+    done: bool = False
+
+
+def watch_all(
+    checkers: Sequence[Checker],
+    *,
+    on_verdict: Callable[[int, Verdict], None],
+    timeout: float | None = None,
+    stop: threading.Event | None = None,
+    workers: int = 16,
+    per_host: int = 4,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[Watched]:
+    """Check every stage every ``policy.interval`` until complete, failed or its timeout.
+
+    ``on_verdict(index, verdict)`` is called (in the scheduling thread) after each check. The
+    first error a check raises (an unverifiable host key) stops every watch and is raised
+    here. ``timeout`` overrides each stage's ``policy.timeout``.
+    """
+    stop = stop or threading.Event()
+    start = clock()
+    results = [Watched() for _ in checkers]
+    deadlines = [
+        start + bounded(c.stage.policy.timeout if timeout is None else timeout, default=MAX_DURATION)
+        for c in checkers
+    ]
+    scheduler = Scheduler(workers=min(workers, max(1, len(checkers))), per_host=per_host, clock=clock)
+    for index, checker in enumerate(checkers):
+        scheduler.add(str(index), checker, due=start)
+
+    def record(key: str, verdict: Verdict, began: float) -> float | None:
+        index = int(key)
+        result = results[index]
+        result.last = verdict
+        on_verdict(index, verdict)
+        if verdict.state in FINAL:
+            result.done = True
+            return None
+        if clock() >= deadlines[index]:
+            result.done = result.timed_out = True
+            return None
+        interval = bounded(checkers[index].stage.policy.interval, default=30.0, floor=MIN_INTERVAL)
+        return min(began + interval, deadlines[index])
+
+    scheduler.run(stop, on_verdict=record, until_empty=True)
+    return results
