@@ -1185,3 +1185,177 @@ def test_a_killed_wrappers_pid_reused_by_another_process_is_not_its_wrapper_at_w
     assert not Path(run.exit_file).exists()
     assert [v.state for v in verdicts] == [State.UNKNOWN] * 3, verdicts[-1].reasons
     assert "without recording an exit status" in verdicts[-1].reasons[0], verdicts[-1].reasons
+
+
+# --------------------- 12. outputs a later run wrote after an earlier run's completion line
+
+
+def _unseen_rerun_stage(tmp_path: Path, tag: str, kind: str) -> dict:
+    out = tmp_path / "out"
+    outputs = (
+        {"files": str(out), "pattern": "*.pt", "expected": 3}
+        if kind == "files"
+        else {"lines": str(tmp_path / "records.jsonl"), "expected": 3}
+    )
+    return {
+        "stage": "unseen-rerun",
+        "host": "local",
+        "process": {"match": f"--tag {tag}( |$)"},
+        "log": {"path": str(tmp_path / "job.log"), "complete": f"^{COMPLETE_LINE}"},
+        "outputs": outputs,
+        "policy": {"interval": "100ms", "settle": 1, "exit_grace": "1ms"},
+    }
+
+
+def _tagged(script: str, tag: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["/bin/sh", "-c", script, "--tag", tag], start_new_session=True)
+
+
+def _write_outputs(tmp_path: Path, kind: str) -> str:
+    """sh: the three outputs, written anew (a launcher that cleans them first)."""
+    if kind == "files":
+        return f"rm -rf {tmp_path}/out; mkdir {tmp_path}/out; for i in 1 2 3; do echo x > {tmp_path}/out/$i.pt; done; "
+    return f"rm -f {tmp_path}/records.jsonl; for i in 1 2 3; do echo '{{\"i\": '$i'}}' >> {tmp_path}/records.jsonl; done; "
+
+
+@pytest.mark.parametrize("kind", ["files", "lines"])
+@pytest.mark.parametrize("prelude", [False, True])
+def test_outputs_rewritten_after_the_last_completion_line_by_a_run_nobody_saw_do_not_complete(
+    tmp_path, kind, prelude
+) -> None:
+    """Found by the fuzzer (seed 100490): run 1 wrote its outputs and its completion line and
+    ended; run 2 — its launcher wrote a blank line first, or nothing — cleaned the outputs,
+    wrote them again and was killed before its first log line. A watch begun afterwards,
+    ``--since`` before both runs, found run 1's line as the log's last word, the count at the
+    expected number and no process alive: complete, for a run that was killed. The outputs
+    were modified after the log's last write, and no process of the run was seen at work
+    then: the line is not known to be their run's last word."""
+    from sensors import Checker, State, stage_from_dict
+
+    tag = f"rerun-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "out").mkdir()
+    started = time.time() - 1
+    first = _tagged(
+        _write_outputs(tmp_path, kind) + f"echo '{COMPLETE_LINE}: 3 samples' >> {tmp_path}/job.log", tag
+    )
+    assert first.wait(10) == 0
+    time.sleep(1.1)  # the next run clearly after (whole-second file times included)
+    if prelude:
+        with open(tmp_path / "job.log", "a") as log:
+            log.write("\n")
+        # A later clock tick: writes within one tick of the kernel's file clock (a few ms)
+        # carry the same time, and their order cannot be read from them.
+        time.sleep(0.05)
+    second = _tagged(_write_outputs(tmp_path, kind) + "sleep 60", tag)
+    try:
+        time.sleep(0.5)
+        os.killpg(second.pid, signal.SIGKILL)
+        second.wait(5)
+        stage = stage_from_dict(_unseen_rerun_stage(tmp_path, tag, kind))
+        verdicts = _checked(Checker(stage, since=started))
+        assert all(v.state is not State.COMPLETE for v in verdicts), [
+            (v.state, v.reasons[:2]) for v in verdicts
+        ]
+        outputs = verdicts[-1].readings["outputs"]
+        assert outputs.evidence.get("modified_after_log") is True, outputs.evidence
+        assert "modified after the log was last written" in outputs.detail
+        stage_file = _write(tmp_path / "stage.yaml", _unseen_rerun_stage(tmp_path, tag, kind))
+        _never_complete(
+            _cli(None, "status", str(stage_file), "--json", "--state", "none", "--since", f"@{started}")
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(second.pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("kind", ["files", "lines"])
+def test_a_run_whose_outputs_are_older_than_its_completion_line_completes_for_a_watch_begun_after(
+    tmp_path, kind
+) -> None:
+    """The other side of the rule above: one run that wrote its outputs, then its line, and
+    ended; a watch begun afterwards completes on it (nothing was written after the line)."""
+    from sensors import Checker, State, stage_from_dict
+
+    tag = f"once-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "out").mkdir()
+    started = time.time() - 1
+    job = _tagged(
+        _write_outputs(tmp_path, kind) + f"echo '{COMPLETE_LINE}: 3 samples' >> {tmp_path}/job.log", tag
+    )
+    assert job.wait(10) == 0
+    stage = stage_from_dict(_unseen_rerun_stage(tmp_path, tag, kind))
+    verdicts = _checked(Checker(stage, since=started))
+    assert verdicts[-1].state is State.COMPLETE, verdicts[-1].reasons
+
+
+def test_outputs_a_watched_job_wrote_after_its_completion_line_are_its_own(tmp_path) -> None:
+    """A job that logs its completion line and then writes its last output (post-processing,
+    a file closed late), watched while it does: the process was seen at work after the
+    write, so the output is its own and the stage completes."""
+    from sensors import Checker, State, stage_from_dict
+
+    tag = f"late-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "out").mkdir()
+    stage = stage_from_dict(_unseen_rerun_stage(tmp_path, tag, "files"))
+    checker = Checker(stage, since=time.time() - 1)
+    job = _tagged(
+        f"for i in 1 2; do echo x > {tmp_path}/out/$i.pt; done; echo '{COMPLETE_LINE}: 3 samples' >>"
+        f" {tmp_path}/job.log; sleep 0.3; echo x > {tmp_path}/out/3.pt; sleep 1",
+        tag,
+    )
+    try:
+        _until(lambda: (tmp_path / "out" / "3.pt").exists(), 10)
+        time.sleep(0.2)
+        assert checker.check().readings["process"].says.value == "working"  # seen after the write
+        assert job.wait(10) == 0
+        verdicts = _checked(checker)
+        assert verdicts[-1].state is State.COMPLETE, verdicts[-1].reasons
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+
+
+def test_outputs_written_after_a_completion_line_seen_while_the_log_still_grew_do_not_complete(
+    tmp_path,
+) -> None:
+    """Found by the fuzzer (seed 100427): a stage with no process section, watched from
+    before run 2. Run 2 wrote its completion line and then blank text (the log still being
+    written after the line: not counted yet) and was killed; run 3 appended records and no
+    log line. The next checks found the log quiet, its last word run 2's line, and the
+    records unchanged since: complete. The records were written after this watch had found
+    the line — found while the log was not counted yet is found all the same."""
+    from sensors import Checker, State, stage_from_dict
+
+    log, records = tmp_path / "job.log", tmp_path / "records.jsonl"
+    log.write_text(f"[6/6]\n{COMPLETE_LINE}: run 1\n")
+    records.write_text("".join(f'{{"i": {i}}}\n' for i in range(6)))
+    stage = stage_from_dict(
+        {
+            "stage": "grew-after-line",
+            "host": "local",
+            "log": {"path": str(log), "complete": f"^{COMPLETE_LINE}", "progress": r"\[(\d+)/(\d+)\]"},
+            "outputs": {"lines": str(records), "expected": 6},
+            "policy": {"interval": "100ms", "settle": 1, "exit_grace": "1ms"},
+        }
+    )
+    checker = Checker(stage)
+    checker.check()
+    time.sleep(0.2)
+    with log.open("a") as f:  # run 2: its line, then blank text
+        f.write(f"[6/6]\n{COMPLETE_LINE}: run 2\n")
+    with records.open("a") as f:
+        f.write("".join(f'{{"i": {i}}}\n' for i in range(6)))
+    with log.open("a") as f:
+        f.write("    \n")
+    first = checker.check()
+    assert first.readings["log"].says.value == "working", first.readings["log"].detail
+    with records.open("a") as f:  # run 3: records, no log line
+        f.write("".join(f'{{"i": {i}}}\n' for i in range(3)))
+    # Stamped by a clock behind the log's (a file server's): no file time tells the order
+    # here, only this watch's own checks do.
+    behind = log.stat().st_mtime - 30
+    os.utime(records, (behind, behind))
+    time.sleep(0.3)
+    verdicts = _checked(checker)
+    assert all(v.state is not State.COMPLETE for v in verdicts), [(v.state, v.reasons[:2]) for v in verdicts]
+    assert verdicts[-1].readings["outputs"].evidence.get("written_after_complete_line") is True

@@ -132,6 +132,13 @@ class LastWord(NamedTuple):
 
     end: int  # the offset just after the line
     job_alive: bool  # a process of this run alive now or at the last check (its own work)
+    # The log counts the line (says done). A line found but not counted yet (text after it,
+    # a writer at work) is passed on all the same: outputs written after it are seen as such.
+    done: bool = True
+    # The log's mtime at this check (its stat; None: not read) and whether its times come from
+    # the host's clock: outputs modified after the log's last write were written after the line.
+    log_written: float | None = None
+    log_own_clock: bool = False
 
 
 class CheckFacts(NamedTuple):

@@ -1349,11 +1349,28 @@ def _read(
         over=facts.launch is not None and facts.launch.over,
         exited_by=facts.launch.exited_by if facts.launch is not None else None,
     )
-    if reading.says is Says.DONE and new_memory.complete_end is not None:
+    if new_memory.complete_end is not None:
         # Alive now or at the last check: outputs written in between may be its own.
         alive = facts.job is not None and bool(facts.job.live or facts.job.previous)
-        facts = facts._replace(last_word=LastWord(new_memory.complete_end, alive))
+        stamp = shared_stats(sections.get("stats")).get(spec.path)
+        last_word = LastWord(
+            new_memory.complete_end,
+            alive,
+            done=reading.says is Says.DONE,
+            log_written=_stamp_mtime(stamp),
+            log_own_clock=new_memory.foreign_clock is False,
+        )
+        facts = facts._replace(last_word=last_word)
     return reading, new_memory, facts
+
+
+def _stamp_mtime(stamp: str | None) -> float | None:
+    """The mtime (to the nanosecond, as the file system keeps it) in a shared-stat line."""
+    fields = (stamp or "").split(" ", 6)
+    try:
+        return float(fields[4]) if len(fields) == 7 else None
+    except ValueError:
+        return None
 
 
 SIGNAL: Signal[LogSpec, LogMemory] = Signal("log", LogMemory, snippet, _read)

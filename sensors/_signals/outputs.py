@@ -115,6 +115,9 @@ class OutputsMemory:
     # its wrapper gone), and whether outputs changed after it (for good): a later writer's.
     over_seen_at: float | None = None
     after_exit: bool = False
+    # The last check that found a process of this run alive (its probe's end, host clock):
+    # outputs modified by then may be its own work, after the log's completion line too.
+    job_seen_at: float | None = None
     # The launched job's recorded exit, once a reading found it, and whether a later count
     # asked for an entry modified after it (a directory's; see ``_exit_since``): outputs
     # written after it, before any check of this watch saw them, are a later writer's too.
@@ -137,6 +140,7 @@ class OutputsEvidence(TypedDict, total=False):
     rewritten: bool  # a JSONL file rewritten in place: counted again from the start
     written_this_run: bool  # an output written while this run went on
     written_after_complete_line: bool  # outputs written after the log's completion line was found
+    modified_after_log: bool  # the outputs' mtime after the log's, with no process of the run seen since
     written_after_exit: bool  # outputs written after the launched job was found over
 
 
@@ -597,6 +601,8 @@ def read_outputs(
     last_word: LastWord | None = None,
     over: bool = False,
     exited: float | None = None,
+    launched: bool = False,
+    job_live: bool = False,
 ) -> tuple[Reading, OutputsMemory]:
     """Read the outputs signal: the count against the expected number, and stability.
 
@@ -652,6 +658,7 @@ def read_outputs(
         exited_at=memory.exited_at if memory.exited_at is not None else exited,
         exit_scanned=memory.exit_scanned or asked,
         after_exit=after_exit,
+        job_seen_at=(meta.now_end or meta.now) if job_live else memory.job_seen_at,
     )
     if after_exit:
         evidence["count"] = count
@@ -668,7 +675,25 @@ def read_outputs(
             meta.now,
             host,
         ), new_memory
-    if last_word is not None and after_line == last_word.end:
+    newer = None if launched else _newer_than_log(where, sections, ident, last_word, new_memory.job_seen_at)
+    if newer is not None:
+        evidence["count"] = count
+        evidence["previous_count"] = memory.count
+        evidence["written_this_run"] = written
+        evidence["modified_after_log"] = True
+        return Reading(
+            "outputs",
+            Says.UNKNOWN,
+            f"{count}/{expected} outputs, but {where} was modified after the log was last written"
+            f" ({newer}), and after this watch last saw the job at work: the completion line may"
+            " be an earlier run's and these outputs a later run's, which cannot be told."
+            " Watch the job with a process section while it runs, launch it through crosscheck,"
+            " or have it write its completion line last",
+            evidence,
+            meta.now,
+            host,
+        ), new_memory
+    if last_word is not None and last_word.done and after_line == last_word.end:
         evidence["count"] = count
         evidence["previous_count"] = memory.count
         evidence["written_this_run"] = written
@@ -713,6 +738,50 @@ def read_outputs(
     if same is not None:
         _UNCHANGED.keep(same, reading)
     return reading, new_memory
+
+
+def _newer_than_log(
+    where: str | None,
+    sections: Mapping[str, bytes],
+    ident: str | None,
+    last_word: LastWord | None,
+    job_seen_at: float | None,
+) -> str | None:
+    """How the outputs were found modified after the log's last write, when that makes the
+    log's completion line not known to be their run's last word (None: it does not).
+
+    A completion line found with no process of the job at work cannot be told from an
+    earlier run's by the log alone. Outputs modified after the log was last written were
+    written after that line: by the job's own post-processing, or by a later run that wrote
+    nothing to the log (a launcher that cleans the outputs first, a resumed run killed before
+    its first line). Written no later than this watch last saw a process of the run alive,
+    they may be its own; written after it (or never seen alive: a watch begun after the job,
+    or a process section that does not find it), whose they are cannot be told, as for text
+    after the line (``sensors._signals.log``). A launched run's exit record tells (not here).
+
+    Compared: the outputs path's mtime (a directory's moves with every entry added, removed
+    or renamed; a JSONL file's with every record) and the log's, read by the same ``stat``,
+    and the last sighting on the host's clock; where times come from another clock than the
+    host's, only beyond the tolerance such clocks are given. Equal times are not "after": the
+    kernel stamps files from a clock that moves in ticks of a few milliseconds, and a job that
+    writes its last output and then its line within one tick must complete.
+    """
+    if last_word is None or not last_word.done or last_word.job_alive or last_word.log_written is None:
+        return None
+    fields = (ident or "").split(" ", 6)
+    try:
+        mtime = float(fields[4]) if len(fields) == 7 else None
+    except ValueError:
+        mtime = None
+    if mtime is None:
+        return None
+    own = on_local_fs(where, sections)
+    margin = 0.0 if last_word.log_own_clock and own else FILE_CLOCK_TOLERANCE
+    if mtime <= last_word.log_written + margin:
+        return None
+    if job_seen_at is not None and mtime <= job_seen_at + (0.0 if own else FILE_CLOCK_TOLERANCE):
+        return None
+    return f"its mtime is {mtime - last_word.log_written:.3f} s after the log's"
 
 
 def _after_line(
@@ -778,6 +847,8 @@ def _read(
         last_word=facts.last_word,
         over=facts.launch is not None and facts.launch.over,
         exited=facts.launch.exited_by if facts.launch is not None else None,
+        launched=facts.launch is not None,
+        job_live=facts.job is not None and bool(facts.job.live),
     )
     return reading, new_memory, facts
 
