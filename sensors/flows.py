@@ -42,13 +42,13 @@ from sensors._config.stage import Stage, parse_duration, stage_from_dict
 from sensors._prefect.compat import NO_CACHE
 from sensors._prefect.suspend import can_hand_off, handed_over_launch, reference_of, wait_handed_over
 from sensors.prefect import (
-    _task_run_name,
     artifact_key,
     as_stage,
     opened_store,
     run_slug,
     stage_label,
     state_store,
+    task_run_name,
     wait_for_stage,
 )
 
@@ -152,7 +152,7 @@ def _wait(
     return wait_for_stage(stage, timeout=limit, since=since, run=run, state=state).to_json()
 
 
-@task(cache_policy=NO_CACHE, task_run_name=_task_run_name("launch"))
+@task(cache_policy=NO_CACHE, task_run_name=task_run_name("launch"))
 def launch_stage(stage: Stage, force: bool = False, state: str | None = None) -> dict[str, Any]:
     """Start the stage's ``launch`` command detached on its host; record PID and log path.
 

@@ -48,12 +48,12 @@ from sensors._prefect.gate import (
     TIMEOUT_EVENT,
     Cadence,
     GateReport,
-    _level,
-    _line,
-    _logger,
-    _notifier,
+    log_level,
+    notifier_for,
     observe_checks,
     resource_id,
+    run_logger,
+    verdict_line,
 )
 from sensors._present.evidence import evidence_rows, progress_percent
 
@@ -125,14 +125,14 @@ def stage_label(stage: Any) -> str:
     return str(stage).rsplit("/", 1)[-1].rsplit(".", 1)[0] or "stage"
 
 
-def _task_run_name(verb: str) -> Callable[..., str]:
+def task_run_name(verb: str) -> Callable[..., str]:
     def name(parameters: dict[str, Any]) -> str:
         return f"{verb}-{stage_label(parameters.get('stage'))}"
 
     return name
 
 
-@task(cache_policy=NO_CACHE, task_run_name=_task_run_name("check"))
+@task(cache_policy=NO_CACHE, task_run_name=task_run_name("check"))
 def check_stage(
     stage: StageLike,
     since: str | float | None = None,
@@ -169,11 +169,13 @@ def check_stage(
         Checker(as_stage(stage), since=since, run=run_from_record(run), state=store) as checker,
     ):
         verdict = checker.check()
-    _logger().log(_level(verdict), "%s", _line(verdict), extra={"crosscheck_verdict": verdict.to_json()})
+    run_logger().log(
+        log_level(verdict), "%s", verdict_line(verdict), extra={"crosscheck_verdict": verdict.to_json()}
+    )
     return verdict
 
 
-@task(cache_policy=NO_CACHE, task_run_name=_task_run_name("wait-for"))
+@task(cache_policy=NO_CACHE, task_run_name=task_run_name("wait-for"))
 def wait_for_stage(
     stage: StageLike,
     timeout: float | str | None = None,
@@ -229,7 +231,7 @@ def wait_for_stage(
     cadence = DEFAULT_CADENCE
     if heartbeat is not None:
         cadence = replace(cadence, heartbeat=parse_duration(heartbeat))
-    gate = GateReport(spec, notifier=_notifier(spec), cadence=cadence)
+    gate = GateReport(spec, notifier=notifier_for(spec), cadence=cadence)
     with (
         opened_store(state) as store,
         Checker(spec, since=since, run=run_from_record(run), state=store) as checker,

@@ -603,3 +603,37 @@ def test_a_watch_that_takes_a_stage_over_goes_on_from_the_holders_memory(tmp_pat
     assert verdicts[-1].readings["process"].evidence["seen_alive"] is True
     second.close()
     store.close()
+
+
+def _open_fds_to(path: Path) -> int:
+    """How many of this process's file descriptors point at ``path`` (or its -wal/-shm)."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        found += target.startswith(str(path))
+    return found
+
+
+def test_a_checker_closes_the_store_it_opened_and_leaves_a_given_one_open(tmp_path) -> None:
+    """A Checker given a store's path opened a store that nothing closed (a connection and
+    its file descriptors per Checker, for the life of the process). The store it opens is
+    its own to close; a store given open is its owner's."""
+    log = tmp_path / "job.log"
+    log.write_text("Done\n")
+    stage = stage_from_dict({"stage": "fds", "host": "local", "log": {"path": str(log), "complete": "^Done"}})
+    path = tmp_path / "state.db"
+    checker = Checker(stage, since="1h", state=str(path))
+    checker.check()
+    assert _open_fds_to(path) >= 1
+    checker.close()
+    assert _open_fds_to(path) == 0
+    given = open_store(str(tmp_path / "given.db"))
+    try:
+        with Checker(stage, since="1h", state=given) as other:
+            other.check()
+        assert given.load(other.persistence.key) is not None  # still open, still answering
+    finally:
+        given.close()

@@ -35,6 +35,15 @@ class State(enum.StrEnum):
     CONTRADICTION = "contradiction"
     UNKNOWN = "unknown"
 
+    @property
+    def final(self) -> bool:
+        """Whether the stage is over: ``complete`` or ``failed`` end a wait, a gate and a
+        watch's fast cadence; every other verdict may still change."""
+        return self in _FINAL
+
+
+_FINAL = frozenset({State.COMPLETE, State.FAILED})
+
 
 def _freeze(evidence: Mapping[str, Any] | None) -> Mapping[str, Any]:
     frozen = {}

@@ -33,7 +33,7 @@ def check_batch(checkers: Sequence[Checker]) -> list[Verdict]:
     failures make every probed stage ``unknown``; an unverifiable host key is raised.
     """
     verdicts: dict[int, Verdict] = {}
-    locks = [c._lock for c in checkers]
+    locks = [c.lock for c in checkers]
     for lock in locks:
         lock.acquire()
     try:
@@ -58,7 +58,7 @@ def check_batch(checkers: Sequence[Checker]) -> list[Verdict]:
 def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
     host = checkers[0].host
     nonce = new_nonce()
-    static = None if any(c._memory.static is None for c in checkers) else checkers[0]._memory.static
+    static = None if any(c.static is None for c in checkers) else checkers[0].static
     parts: list[list[str]] = []
     table = False
     for k, checker in enumerate(checkers):
@@ -77,7 +77,7 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
     except HostKeyError:
         raise
     except HostError as exc:
-        return [c._host_failed(exc) for c in checkers]
+        return [c.host_failed(exc) for c in checkers]
     views = _views(output, nonce, len(checkers))
     # The shared process table: parsed once, not once per stage; the evidence the stages
     # repeat (the host's boot id, the table's command lines, common lines): redacted once.
@@ -85,7 +85,7 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
     with parse_table_once(), redaction_shared():
         verdicts = []
         for k, checker in enumerate(checkers):
-            known = checker._memory.static
+            known = checker.static
             if known not in metas:
                 metas[known] = parse_meta(views[k].get("meta"), known, views[k].get("end"))
             verdicts.append(checker.absorb(views[k], nonce, metas[known]))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sensors._base.errors import ConfigError, HostError, HostKeyError
-from sensors._base.model import Reading, Says, State, Verdict
+from sensors._base.model import Reading, Says, Verdict
 from sensors._base.probe import Meta, Static, build_script, new_nonce, parse_meta, split_sections
 from sensors._base.run import LaunchEnd, Run, Since, exit_record_lines, parse_since, read_launch_end
 from sensors._check.persist import NotOurs, OwnRun, Persistence, is_this_run, save_all
@@ -126,7 +126,9 @@ class Checker:
             self._since = parse_since(since)
         except ValueError as exc:
             raise ConfigError(str(exc), field="since") from None
-        self._lock = threading.Lock()
+        #: Held for the length of one check: a batch (``sensors._check.batch``) takes every
+        #: stage's before its one round trip, so no other check of them runs in between.
+        self.lock = threading.Lock()
         self._persist: Persistence | None = None
         self._saving, self._told_not_ours = True, False
         # What this watch was told of its run (a launch, a start): nothing remembered of
@@ -153,7 +155,7 @@ class Checker:
         reading is ``unknown`` with the error as evidence. Only :class:`HostKeyError` is
         raised: an unverifiable host key needs a person, not a retry.
         """
-        with self._lock:
+        with self.lock:
             followed = self.followed()
             if followed is not None:
                 return followed
@@ -189,7 +191,7 @@ class Checker:
                 self._told_not_ours = True
             self._saving = False
             return None
-        if followed.state in (State.COMPLETE, State.FAILED):
+        if followed.state.final:
             return self._confirmed(followed)
         self.last = followed
         return followed
@@ -333,7 +335,7 @@ class Checker:
             # asked again until a person decides to trust it.
             raise
         except HostError as exc:
-            return self._host_failed(exc)
+            return self.host_failed(exc)
         return self.absorb(split_sections(output, nonce), nonce)
 
     def snippets(self, nonce: str, *, table: bool = True) -> list[list[str]]:
@@ -368,7 +370,7 @@ class Checker:
         if meta is None:
             meta = parse_meta(sections.get("meta"), mem.static, sections.get("end"))
         if "end" not in sections or meta.now is None:
-            return self._host_failed(
+            return self.host_failed(
                 HostError("the probe's answer was cut short or garbled", host=self.host.name)
             )
         self._remember_static(meta)
@@ -445,7 +447,13 @@ class Checker:
                 mem.static = Static(meta.clk_tck, meta.hostname, meta.uptime_virtualised)
             mem.boot_id = meta.boot_id
 
-    def _host_failed(self, exc: HostError) -> Verdict:
+    @property
+    def static(self) -> Static | None:
+        """What this checker knows of its host that does not change while it is up (clock
+        ticks, hostname; None: not read yet): a batch sends it to skip reading it again."""
+        return self._memory.static
+
+    def host_failed(self, exc: HostError) -> Verdict:
         """Every reading unknown, the error as evidence: a dead link is not a dead process."""
         evidence = {"host_error": str(exc), "error_type": type(exc).__name__}
         readings = {
@@ -508,7 +516,7 @@ class Checker:
                 started = clock()
                 verdict = self.check()
                 yield verdict
-                if verdict.state.value in ("complete", "failed"):
+                if verdict.state.final:
                     return
                 remaining = deadline - clock()
                 if remaining <= 0:
@@ -521,9 +529,11 @@ class Checker:
         return watch
 
     def close(self) -> None:
-        # Pooled SSH connections are shared between stages: the pool closes them.
+        """Release this stage's lease, and close the state store if this Checker opened it
+        (given a path or URL as ``state``). Pooled SSH connections are shared between stages:
+        the pool closes them."""
         if self._persist is not None:
-            self._persist.release()
+            self._persist.close()
 
     def __enter__(self) -> Checker:
         return self

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from sensors._base.model import State, Verdict
+from sensors._base.model import Verdict
 from sensors._base.run import Run, Since
 from sensors._check.codec import VERSION, MemoryFormatError, dumps, fingerprint, loads
 from sensors._config.stage import Stage
@@ -148,7 +148,9 @@ class Persistence:
     """The store seen from one Checker: load once, save after each check, hold the lease."""
 
     def __init__(self, store: Store | str | os.PathLike[str] | None, stage: Stage, host: str) -> None:
-        self.store = store if _is_store(store) else open_store(store)  # type: ignore[arg-type]
+        # A store given open is the caller's to close; one opened here from a location is ours.
+        self._owns_store = not is_store(store)
+        self.store = store if not self._owns_store else open_store(store)  # type: ignore[arg-type]
         self.key = StageKey(stage.stage, host)
         self.holder = holder_id()
         self.ttl = max(3 * stage.policy.interval, 30.0)
@@ -303,7 +305,7 @@ class Persistence:
 
     def announced(self, run: Run | None, last: Verdict | None) -> Verdict | None:
         """``last`` when it is this run's complete or failed verdict and was announced."""
-        if run is None or last is None or last.state not in (State.COMPLETE, State.FAILED):
+        if run is None or last is None or not last.state.final:
             return None
         try:
             known = self.store.announced(self.key, self.announcement_key(run))
@@ -338,6 +340,16 @@ class Persistence:
         except Exception:  # expiry releases it anyway
             log.debug("state store: release failed", exc_info=True)
 
+    def close(self) -> None:
+        """Release the lease, and close the store when it was opened here (from a path or a
+        URL): a store given open stays open for its owner."""
+        self.release()
+        if self._owns_store:
+            try:
+                self.store.close()
+            except Exception:  # closing is best effort: nothing is lost with the connection
+                log.debug("state store: close failed", exc_info=True)
+
 
 #: How a followed verdict's first reason begins (:meth:`Persistence.followed`).
 FOLLOWED = "watched elsewhere by"
@@ -369,7 +381,7 @@ def run_key(run: Run) -> str:
     return f"{run.source}:{started}" + (f":{run.pid}" if run.pid is not None else "")
 
 
-def _is_store(value: object) -> bool:
+def is_store(value: object) -> bool:
     return all(hasattr(value, name) for name in ("load", "save", "acquire"))
 
 

@@ -59,7 +59,7 @@ def _settling(r: Reading, remaining: float) -> bool:
 
 def _why_stop(verdict: Verdict, remaining: float) -> str | None:
     """Why more checks would not change the verdict now (None: they might: keep sampling)."""
-    if verdict.state in (State.COMPLETE, State.FAILED):
+    if verdict.state.final:
         return f"{verdict.state.value}: final"
     readings = verdict.readings
     stuck = [r for r in readings.values() if not _settling(r, remaining)]

@@ -532,9 +532,9 @@ def _notifier(stage: Stage) -> Any:
     """The stage's :class:`~sensors._notify.policy.Notifier` (None: it notifies nobody)."""
     if stage.notify is None:
         return None
-    from sensors._notify.policy import Notifier  # imported only for stages that notify
+    from sensors._notify.policy import notifier_for  # imported only for stages that notify
 
-    return Notifier(stage.notify, stage=stage.stage)
+    return notifier_for(stage)
 
 
 # --------------------------------------------------------------------------- check

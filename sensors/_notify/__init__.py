@@ -28,18 +28,10 @@ contract: nothing under ``sensors/`` but ``sensors/prefect.py`` imports it at mo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from sensors._base.secrets import resolve_slack_webhook
 from sensors._notify.delivery import Delivery, Sender, Sent, retry_after_seconds
 from sensors._notify.message import Message, MessageKind, build_message
-from sensors._notify.policy import Notifier
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from sensors._base.model import Verdict
-    from sensors._config.stage import Stage
-from sensors._base.secrets import resolve_slack_webhook
+from sensors._notify.policy import Notifier, notifier_for
 from sensors._notify.senders import PrefectBlockSender, SlackWebhookSender, senders_from_spec
 from sensors._present.evidence import COLOUR, EMOJI, evidence_line, fmt_duration
 from sensors._present.evidence import outputs_values as _outputs_values  # noqa: F401 (tests read the Slack percentage)
@@ -63,10 +55,3 @@ __all__ = [
     "retry_after_seconds",
     "senders_from_spec",
 ]
-
-
-def notifier_for(stage: Stage) -> Callable[[Verdict], list[Sent]] | None:
-    """``Notifier(...).observe`` for a stage with a ``notify`` section, else None."""
-    if stage.notify is None:
-        return None
-    return Notifier(stage.notify, stage=stage.stage).observe

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from sensors._base.model import State, Verdict
-from sensors._config.stage import NotifySpec
+from sensors._config.stage import NotifySpec, Stage
 from sensors._notify.delivery import Delivery, Sender, Sent, describe, log
 from sensors._notify.message import Message, build_message
 from sensors._notify.senders import senders_from_spec
@@ -193,3 +193,11 @@ def _log_failure(message: Message, delivery: Delivery) -> None:
         delivery.attempts,
         delivery.error,
     )
+
+
+def notifier_for(stage: Stage) -> Notifier | None:
+    """The stage's :class:`Notifier`: the one factory the CLI, the watcher and the Prefect
+    gate build it with (None: the stage notifies nobody)."""
+    if stage.notify is None:
+        return None
+    return Notifier(stage.notify, stage=stage.stage)

@@ -30,7 +30,7 @@ HEARTBEAT_EVENT = EVENT_PREFIX + "heartbeat"
 #: The last event of a gate that timed out (complete and failed are verdict events).
 TIMEOUT_EVENT = EVENT_PREFIX + "timeout"
 
-_RUN_STATE_NAMES = {
+RUN_STATE_NAMES = {
     State.RUNNING: "Running",
     State.STALLED: "Stalled",
     State.CONTRADICTION: "Contradiction",
@@ -103,31 +103,31 @@ def evidence_markdown(
         f"{'final' if final else 'current'} verdict at **{when}** (local time of the check)",
         _in_state(verdict),
         f"advance: **{'yes' if verdict.advance else 'no'}**",
-        f"host {_md(verdict.host)}",
+        f"host {markdown_escape(verdict.host)}",
         _checks(verdict, checks, first_check, by),
     ]
     if verdict.run:
-        source = _md(verdict.run.get("source", "?"))
-        facts.append(f"this run began {_md(_run_start(verdict.run))} (from the {source})")
+        source = markdown_escape(verdict.run.get("source", "?"))
+        facts.append(f"this run began {markdown_escape(_run_start(verdict.run))} (from the {source})")
     decided = verdict.reasons[0] if verdict.reasons else "(no reasons given)"
     lines = [
-        f"# {_md(verdict.stage)}: {verdict.state}" + (" (timed out)" if timed_out else ""),
+        f"# {markdown_escape(verdict.stage)}: {verdict.state}" + (" (timed out)" if timed_out else ""),
         "",
         " · ".join(f for f in facts if f),
     ]
     lines += [
         "",
         "## Reasons",
-        *[f"- {_md(r)}" for r in verdict.reasons or ("(none)",)],
+        *[f"- {markdown_escape(r)}" for r in verdict.reasons or ("(none)",)],
         "",
         "## Signals",
         "",
         # Three narrow columns: what each signal says in words is already under Reasons.
         "| signal | says | facts |",
         "|---|---|---|",
-        f"| **verdict** | **{verdict.state}** | {_md(decided)} |",
+        f"| **verdict** | **{verdict.state}** | {markdown_escape(decided)} |",
         *[
-            f"| {_md(r['signal'])} | {_says_cell(r['says'])} | {_md(r['facts'])} |"
+            f"| {markdown_escape(r['signal'])} | {_says_cell(r['says'])} | {markdown_escape(r['facts'])} |"
             for r in evidence_rows(verdict)
         ],
         "",
@@ -154,7 +154,7 @@ def _checks(verdict: Verdict, checks: int, first_check: float | None, by: str | 
     if checks > 1 and first_check is not None and checked is not None and checked - first_check >= 1:
         said += f" over {age(checked - first_check)}"
     if by:
-        said += f" by {_md(by)}"
+        said += f" by {markdown_escape(by)}"
     return said
 
 
@@ -184,7 +184,7 @@ def waiting_markdown(
     """
     when = clock(verdict.checked_at)
     counted = _checks(verdict, checks, first_check, None)
-    who = _md(by)
+    who = markdown_escape(by)
     if reported_at is not None:
         decided = (
             f"the last verdict at its deadline was **{verdict.state}** at {when}"
@@ -194,7 +194,7 @@ def waiting_markdown(
         head = (
             f"**Done: {'not complete by its deadline' if timed_out else verdict.state}.** While the"
             f" stage ran, this flow run was suspended and no worker was held: {who} watched"
-            f" {_md(what)} ({counted}), {decided}, and resumed the run; its gate reported the"
+            f" {markdown_escape(what)} ({counted}), {decided}, and resumed the run; its gate reported the"
             f" verdict at {clock(reported_at)}. The evidence and the picture: this run's"
             " `-evidence` and `-picture` artifacts."
         )
@@ -205,7 +205,7 @@ def waiting_markdown(
         )
     else:
         head = (
-            f"**Suspended: no worker is held.** {who} watches {_md(what)} and resumes this flow"
+            f"**Suspended: no worker is held.** {who} watches {markdown_escape(what)} and resumes this flow"
             " run when it is complete or failed, or at its deadline.\n\n"
             f"Latest verdict: **{verdict.state}** at {when} ({counted} by the watcher)."
         )
@@ -239,21 +239,15 @@ def _says_cell(says: str) -> str:
     return f"**{says}**" if says in ("failed", "unknown") else says
 
 
-def _says(verdict: Verdict | None) -> tuple[tuple[str, str], ...]:
+def says_of(verdict: Verdict | None) -> tuple[tuple[str, str], ...]:
     if verdict is None:
         return ()
     return tuple((name, str(r.says)) for name, r in verdict.readings.items())
 
 
-def _line(verdict: Verdict) -> str:
+def verdict_line(verdict: Verdict) -> str:
     # One line of inert text: a log record never carries the job's newlines or escapes.
     return inert(f"{verdict.stage}: {verdict.state} — {reasons_text(verdict)}")
-
-
-def _md(text: str) -> str:
-    """Job text inside markdown (a list item, a table cell): every markdown character
-    escaped, one line, so ``| x |``, ``[click](http://evil)`` or ``<img>`` stay text."""
-    return markdown_escape(text)
 
 
 def _run_start(run: Mapping[str, Any]) -> str:

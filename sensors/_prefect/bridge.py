@@ -28,18 +28,16 @@ from sensors._config.stage import Stage
 from sensors._prefect.artifacts import (
     EVENT_PREFIX,
     HEARTBEAT_EVENT,
-    _md,
+    markdown_escape,
     patch_artifact,
     waiting_key,
     waiting_markdown,
 )
-from sensors._prefect.gate import DEFAULT_CADENCE, Cadence, _emit
+from sensors._prefect.gate import DEFAULT_CADENCE, Cadence, emit_verdict_event
 from sensors._present.evidence import clock, progress_percent
 from sensors._watch.handoff import Watched
 
 log = logging.getLogger("crosscheck.serve")
-
-_FINAL = (State.COMPLETE, State.FAILED)
 
 
 @dataclass
@@ -97,15 +95,17 @@ class PrefectBridge:
         heartbeat = None
         try:
             if seen.heartbeat_at is None or now - seen.heartbeat_at >= self.cadence.heartbeat:
-                heartbeat = _emit(HEARTBEAT_EVENT, verdict, _heartbeat(verdict, checks), related=related)
+                heartbeat = emit_verdict_event(
+                    HEARTBEAT_EVENT, verdict, _heartbeat(verdict, checks), related=related
+                )
                 seen.heartbeat_at = now
                 if watched is not None:
                     watched.heartbeat_at = time.time()
             if changed:
-                final = verdict.state in _FINAL
+                final = verdict.state.final
                 # A handed-over stage's final event is its gate's; any other once per run.
                 if not final or (flow_run_id is None and announce(verdict)):
-                    _emit(
+                    emit_verdict_event(
                         EVENT_PREFIX + str(verdict.state),
                         verdict,
                         verdict.to_json(),
@@ -136,11 +136,13 @@ class PrefectBridge:
             first_check=watched.history.first_at if watched is not None else None,
             by=self.by,
             # A final verdict settles the handoff at this check: the run is resumed next.
-            settled=verdict.state in _FINAL,
+            settled=verdict.state.final,
         )
-        description = f"{_md(verdict.stage)}: waiting, {verdict.state} at {when}"
-        if verdict.state in _FINAL:
-            description = f"{_md(verdict.stage)}: {verdict.state} at {when}, resuming the flow run"
+        description = f"{markdown_escape(verdict.stage)}: waiting, {verdict.state} at {when}"
+        if verdict.state.final:
+            description = (
+                f"{markdown_escape(verdict.stage)}: {verdict.state} at {when}, resuming the flow run"
+            )
         try:
             with get_client(sync_client=True) as client:
                 if seen.artifact is None:

@@ -27,19 +27,19 @@ from sensors._base.model import State, Verdict
 from sensors._base.text import inert
 from sensors._config.stage import Stage
 from sensors._prefect.artifacts import (
-    _RUN_STATE_NAMES,
     EVENT_PREFIX,
     HEARTBEAT_EVENT,
+    RUN_STATE_NAMES,
     TIMEOUT_EVENT,
-    _line,
-    _md,
-    _says,
     artifact_key,
     evidence_markdown,
     failure_message,
+    markdown_escape,
     patch_artifact,
     payload_time,
     run_slug,
+    says_of,
+    verdict_line,
 )
 from sensors._prefect.compat import EventTooLarge
 from sensors._present.evidence import (
@@ -150,7 +150,7 @@ class GateReport:
         self.name = stage.stage
         self.notifier = notifier
         self.cadence = cadence
-        self.log = _logger()
+        self.log = run_logger()
         self.last: Verdict | None = None
         self.history = watched.history if watched is not None else WaitHistory()
         self.by = by
@@ -188,10 +188,12 @@ class GateReport:
             self._state_since = now
         # A signal changing its mind (the log says done while the process still works) is
         # news even when the verdict stays `running`: it is the evidence trail of incident 2.
-        changed = state_changed or _says(verdict) != _says(previous)
+        changed = state_changed or says_of(verdict) != says_of(previous)
         payload = verdict.to_json()
         if changed:
-            self.log.log(_level(verdict), "%s", _line(verdict), extra={"crosscheck_verdict": payload})
+            self.log.log(
+                log_level(verdict), "%s", verdict_line(verdict), extra={"crosscheck_verdict": payload}
+            )
             self._line_at = now
         why = still_working(verdict, previous)
         if why and not self._explained:
@@ -208,13 +210,13 @@ class GateReport:
             self._refresh_at = now
         heartbeat = None
         if self._heartbeat_at is None or now - self._heartbeat_at >= self.cadence.heartbeat:
-            heartbeat = _emit(HEARTBEAT_EVENT, verdict, self._heartbeat_payload(verdict))
+            heartbeat = emit_verdict_event(HEARTBEAT_EVENT, verdict, self._heartbeat_payload(verdict))
             self._heartbeat_at = now
-        final = verdict.state in (State.COMPLETE, State.FAILED)
+        final = verdict.state.final
         if state_changed and (not final or self.announce(verdict)):
             # Events are named after the verdict, so they fire on verdict changes only, and a
             # run's complete or failed once, whoever watched it.
-            _emit(EVENT_PREFIX + str(verdict.state), verdict, payload, follows=heartbeat)
+            emit_verdict_event(EVENT_PREFIX + str(verdict.state), verdict, payload, follows=heartbeat)
         self._notify(verdict)
         for observer in list(_check_observers):
             observer(verdict)
@@ -248,7 +250,7 @@ class GateReport:
             head = f"stage {self.name}: not complete after {timeout:g}s (last verdict {verdict.state})"
             # The last word of this gate for automations: without it, the last event is
             # `stalled` while the flow run has already failed.
-            _emit(
+            emit_verdict_event(
                 TIMEOUT_EVENT,
                 verdict,
                 {**verdict.to_json(), "timeout_seconds": timeout, "reason": head},
@@ -289,7 +291,7 @@ class GateReport:
         }
 
     def _name_run_state(self, verdict: Verdict) -> None:
-        name = _RUN_STATE_NAMES.get(verdict.state)
+        name = RUN_STATE_NAMES.get(verdict.state)
         if name is not None and name != (self._state_name or "Running"):
             self._set_state_name(name)
 
@@ -319,7 +321,9 @@ class GateReport:
         self._upsert(
             "progress",
             value,
-            description=f"{_md(title)} — {_md(progress_detail(verdict))}; last checked {when}",
+            description=(
+                f"{markdown_escape(title)} — {markdown_escape(progress_detail(verdict))}; last checked {when}"
+            ),
             create=lambda **kw: create_progress_artifact(progress=value, **kw),
         )
         markdown = evidence_markdown(
@@ -333,7 +337,7 @@ class GateReport:
         self._upsert(
             "evidence",
             markdown,
-            description=_md(title),
+            description=markdown_escape(title),
             create=lambda **kw: create_markdown_artifact(markdown=markdown, **kw),
         )
         svg = wait_svg(self.history.samples, title=f"{self.name}: the wait, {verdict.state} at {when}")
@@ -345,7 +349,10 @@ class GateReport:
         self._upsert(
             "picture",
             picture,
-            description=f"{_md(self.name)}: signals over time, verdicts as bands ({_md(checks)})",
+            description=(
+                f"{markdown_escape(self.name)}: signals over time, verdicts as bands"
+                f" ({markdown_escape(checks)})"
+            ),
             create=lambda **kw: create_markdown_artifact(markdown=picture, **kw),
         )
 
@@ -386,7 +393,7 @@ class GateReport:
             self.log.warning("%s: notification not delivered: %s", self.name, exc)
 
 
-def _emit(
+def emit_verdict_event(
     event: str,
     verdict: Verdict,
     payload: dict[str, Any],
@@ -431,20 +438,14 @@ def _emit(
         return emit_event(event=event, resource=resource, related=related, payload=slim, follows=follows)
 
 
-def _notifier(stage: Stage) -> Any | None:
+def notifier_for(stage: Stage) -> Any | None:
+    """The stage's notifier (:func:`sensors._notify.policy.notifier_for`), imported only for a
+    stage that notifies."""
     if stage.notify is None:
         return None
-    try:
-        from sensors._notify import Notifier
-    except ImportError:
-        # The notifications module is optional here: without it, warnings in the run log
-        # are the notification.
-        _logger().warning(
-            "%s: notify is configured but sensors._notify is unavailable; logging instead",
-            stage.stage,
-        )
-        return None
-    return Notifier(stage.notify, stage=stage.stage)
+    from sensors._notify.policy import notifier_for as build
+
+    return build(stage)
 
 
 def _flow_run_url() -> str | None:
@@ -457,7 +458,7 @@ def _flow_run_url() -> str | None:
         return None
 
 
-def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
+def run_logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
     try:
         return get_run_logger()
     except MissingContextError:
@@ -465,7 +466,7 @@ def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
         return logging.getLogger("crosscheck.prefect")
 
 
-def _level(verdict: Verdict) -> int:
+def log_level(verdict: Verdict) -> int:
     """``failed`` is an error; what needs a person while the wait goes on, a warning."""
     if verdict.state is State.FAILED:
         return logging.ERROR

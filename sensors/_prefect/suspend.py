@@ -60,7 +60,7 @@ from sensors._watch.handoff import (
     request_for,
     watcher_name,
 )
-from sensors.prefect import _task_run_name, opened_store
+from sensors.prefect import opened_store, task_run_name
 
 #: The server fails a suspended gate this long after its deadline if no watcher resumed it.
 PAUSE_GRACE_S = 600
@@ -138,7 +138,7 @@ def _as_time(since: str | float | None, checker: Any) -> str | float | None:
     return time.time() - given.ago  # the host could not be asked: this machine's clock
 
 
-@task(cache_policy=NO_CACHE, task_run_name=_task_run_name("hand-over"))
+@task(cache_policy=NO_CACHE, task_run_name=task_run_name("hand-over"))
 def hand_over_stage(
     stage: Stage,
     reference: str | None,
@@ -180,7 +180,7 @@ def hand_over_stage(
         return {"ticket": ticket, "deadline": handoff.deadline}
 
 
-@task(cache_policy=NO_CACHE, task_run_name=_task_run_name("finish"))
+@task(cache_policy=NO_CACHE, task_run_name=task_run_name("finish"))
 def finish_handed_over(stage: Stage, ticket: str, timeout: float, state: str | None) -> dict[str, Any]:
     """Report the watcher's outcome as the gate's own verdict, once: the watcher's whole
     wait (its checks, their picture, its heartbeats' cadence), and the waiting artifact's

@@ -80,19 +80,19 @@ EMOJI: Mapping[State, str] = {state: style.emoji for state, style in STATE_STYLE
 COLOUR: Mapping[State, str] = {state: style.colour for state, style in STATE_STYLE.items()}
 
 from sensors._present.facts import (  # noqa: E402 - the shared pieces, re-exported for the callers
-    _first,
-    _generic_values,
-    _has,
-    _mib,
-    _per_device,
     age,
     clock,
     evidence_pairs,
     facts,
+    first_of,
     floor_percent,
     fmt_duration,
+    generic_values,
+    has_value,
+    mib,
     number,
     one_line,
+    per_device,
     reasons_text,
     still_working,
     thousands,
@@ -158,7 +158,7 @@ def evidence_line(reading: Any) -> str:
         'outputs: working — 37300 of 37312 (count 37300/37312, 99.96%)'
     """
     ev = reading.evidence if isinstance(reading.evidence, Mapping) else {}
-    values = _VALUES.get(reading.signal, _generic_values)(ev)
+    values = _VALUES.get(reading.signal, generic_values)(ev)
     if ev.get("error") not in (None, ""):
         values.append(f"error: {one_line(ev['error'], 120)}")
     line = f"{reading.signal}: {reading.says}"
@@ -171,16 +171,16 @@ def evidence_line(reading: Any) -> str:
 
 def _process_values(ev: Mapping[str, Any]) -> list[str]:
     out = []
-    if _has(ev, "pid"):
+    if has_value(ev, "pid"):
         out.append(f"pid {ev['pid']}")
-    if _has(ev, "state"):
+    if has_value(ev, "state"):
         out.append(f"state {one_line(ev['state'])}")
     if (cpu := number(ev.get("cpu_seconds"))) is not None:
         out.append(f"cpu {fmt_duration(cpu)}")
     if (elapsed := number(ev.get("elapsed_seconds"))) is not None:
         out.append(f"elapsed {fmt_duration(elapsed)}")
     for key in ("exit_code", "returncode"):
-        if _has(ev, key):
+        if has_value(ev, key):
             out.append(f"exit {ev[key]}")
             break
     return out
@@ -188,12 +188,12 @@ def _process_values(ev: Mapping[str, Any]) -> list[str]:
 
 def _log_values(ev: Mapping[str, Any]) -> list[str]:
     out = []
-    if _has(ev, "last_line"):
+    if has_value(ev, "last_line"):
         out.append(f'last "{one_line(ev["last_line"], 100)}"')
     if (age := number(ev.get("age_seconds"))) is not None:
         out.append(f"age {fmt_duration(age)}")
     progress = ev.get("progress")
-    if isinstance(progress, Mapping) and _has(progress, "done"):
+    if isinstance(progress, Mapping) and has_value(progress, "done"):
         total = progress.get("total")
         out.append(f"progress {progress['done']}/{total if total is not None else '?'}")
     return out
@@ -220,20 +220,20 @@ def _gpu_values(ev: Mapping[str, Any]) -> list[str]:
         utils = [d.get("utilization_pct") for d in rows]
         mems = [d.get("memory_used_mib") for d in rows]
         if any(u is not None for u in utils):
-            out.append(f"util {_per_device(utils, '%')}")
+            out.append(f"util {per_device(utils, '%')}")
         if any(m is not None for m in mems):
-            out.append(f"mem {_per_device([_mib(m) for m in mems], '')}")
+            out.append(f"mem {per_device([mib(m) for m in mems], '')}")
     else:
         # Flat keys, as a hand-built or older reading may carry them.
-        util = _first(ev, "utilisation", "utilization", "utilization_pct", "util")
+        util = first_of(ev, "utilisation", "utilization", "utilization_pct", "util")
         if util is not None:
-            out.append(f"util {_per_device(util, '%')}")
-        mem = _first(ev, "memory_used_mib", "memory_mib", "memory")
+            out.append(f"util {per_device(util, '%')}")
+        mem = first_of(ev, "memory_used_mib", "memory_mib", "memory")
         if mem is not None:
-            mib = _has(ev, "memory_used_mib") or _has(ev, "memory_mib")
-            out.append(f"mem {_per_device(mem, ' MiB' if mib else '')}")
+            mib = has_value(ev, "memory_used_mib") or has_value(ev, "memory_mib")
+            out.append(f"mem {per_device(mem, ' MiB' if mib else '')}")
     if (job_mem := number(ev.get("job_memory_mib"))) is not None:
-        out.append(f"job holds {_mib(job_mem)}")
+        out.append(f"job holds {mib(job_mem)}")
     idle = ev.get("idle")
     if isinstance(idle, bool):
         out.append("idle" if idle else "busy")

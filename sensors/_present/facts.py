@@ -62,7 +62,7 @@ def reasons_text(verdict: Verdict) -> str:
     return "; ".join(verdict.reasons) or "(no reasons given)"
 
 
-def _generic_values(ev: Mapping[str, Any]) -> list[str]:
+def generic_values(ev: Mapping[str, Any]) -> list[str]:
     # An unknown signal name: show a few scalar facts rather than nothing.
     out = []
     for key, value in ev.items():
@@ -74,25 +74,25 @@ def _generic_values(ev: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _has(ev: Mapping[str, Any], key: str) -> bool:
+def has_value(ev: Mapping[str, Any], key: str) -> bool:
     return ev.get(key) not in (None, "")
 
 
-def _mib(value: Any) -> str:
+def mib(value: Any) -> str:
     n = number(value)
     if n is None:
         return "?"
     return f"{n / 1024:.0f} GiB" if n >= 1024 else f"{n:.0f} MiB"
 
 
-def _first(ev: Mapping[str, Any], *keys: str) -> Any:
+def first_of(ev: Mapping[str, Any], *keys: str) -> Any:
     for key in keys:
-        if _has(ev, key):
+        if has_value(ev, key):
             return ev[key]
     return None
 
 
-def _per_device(value: Any, unit: str) -> str:
+def per_device(value: Any, unit: str) -> str:
     if isinstance(value, Mapping):
         value = list(value.values())
     if isinstance(value, (list, tuple)):
@@ -159,24 +159,24 @@ def facts(reading: Any, *, limit: int = 100) -> str:
         'pid 4455 · R · CPU 2,761 s · 2 h 32 m old'
     """
     ev = reading.evidence if isinstance(reading.evidence, Mapping) else {}
-    parts = _FACTS.get(reading.signal, _generic_values)(ev)
-    if _has(ev, "error"):
+    parts = _FACTS.get(reading.signal, generic_values)(ev)
+    if has_value(ev, "error"):
         parts.append(f"error: {one_line(ev['error'], 80)}")
     return truncate(SEP.join(p for p in parts if p), limit)
 
 
 def _process_facts(ev: Mapping[str, Any]) -> list[str]:
     out = []
-    if _has(ev, "pid"):
+    if has_value(ev, "pid"):
         out.append(f"pid {one_line(ev['pid'], 20)}")
-    if _has(ev, "state"):
+    if has_value(ev, "state"):
         out.append(one_line(ev["state"], 10))
     if (cpu := number(ev.get("cpu_seconds"))) is not None:
         out.append(f"CPU {thousands(cpu, 's')}")
     if (elapsed := number(ev.get("elapsed_seconds"))) is not None:
         out.append(f"{age(elapsed)} old")
     for key in ("exit_code", "returncode"):
-        if _has(ev, key):
+        if has_value(ev, key):
             out.append(f"exit {one_line(ev[key], 10)}")
             break
     if (more := number(ev.get("descendants"))) and more > 0:
@@ -188,16 +188,16 @@ def _process_facts(ev: Mapping[str, Any]) -> list[str]:
 
 def _log_facts(ev: Mapping[str, Any]) -> list[str]:
     out = []
-    if _has(ev, "error_line"):
+    if has_value(ev, "error_line"):
         out.append(f'error "{one_line(ev["error_line"], 60)}"')
-    elif _has(ev, "complete_line"):
+    elif has_value(ev, "complete_line"):
         out.append(f'done "{one_line(ev["complete_line"], 60)}"')
-    elif _has(ev, "last_line"):
+    elif has_value(ev, "last_line"):
         out.append(f'last "{one_line(ev["last_line"], 60)}"')
     if (seconds := number(ev.get("age_seconds"))) is not None:
         out.append(f"written {age(seconds)} ago")
     progress = ev.get("progress")
-    shown = any(_has(ev, k) for k in ("error_line", "complete_line", "last_line"))
+    shown = any(has_value(ev, k) for k in ("error_line", "complete_line", "last_line"))
     if not shown and isinstance(progress, Mapping) and number(progress.get("done")) is not None:
         total = number(progress.get("total"))
         out.append(f"progress {thousands(progress['done'])}/{thousands(total) if total is not None else '?'}")
@@ -212,7 +212,7 @@ def _outputs_facts(ev: Mapping[str, Any]) -> list[str]:
         if expected:
             line += f" ({floor_percent(count, expected):.2f} %)"
         out.append(line)
-    if _has(ev, "pattern"):
+    if has_value(ev, "pattern"):
         out.append(one_line(ev["pattern"], 30))
     return out
 
@@ -225,7 +225,7 @@ def _gpu_facts(ev: Mapping[str, Any]) -> list[str]:
     if any(u is not None for u in utils):
         out.append("util " + "/".join("?" if u is None else f"{u:.0f}" for u in utils[:8]) + " %")
     if (job_mem := number(ev.get("job_memory_mib"))) is not None:
-        out.append(f"job holds {_mib(job_mem)}")
+        out.append(f"job holds {mib(job_mem)}")
     idle = ev.get("idle")
     if isinstance(idle, bool):
         out.append("idle" if idle else "busy")

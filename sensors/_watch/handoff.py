@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sensors._base.errors import ConfigError
-from sensors._base.model import State, Verdict
+from sensors._base.model import Verdict
 from sensors._base.run import Run
 from sensors._check.codec import MemoryFormatError, dumps, loads
 from sensors._config.stage import Stage, stage_from_dict
@@ -37,9 +37,6 @@ log = logging.getLogger("crosscheck.serve")
 #: The end of the registry name of a watcher that resumes gates (``crosscheck serve
 #: --prefect``): a gate hands its stage over by default only when such a watcher is alive.
 RESUMES_GATES = "+gates"
-
-#: An outcome says one of these (a deadline that passed first is ``timed_out`` with the last verdict).
-FINAL = (State.COMPLETE, State.FAILED)
 
 
 def watcher_name(holder: str) -> str:
@@ -248,12 +245,12 @@ class Desk:
     def after(self, handoff: Handoff, verdict: Verdict, run: Run | None) -> bool:
         """After a check of a handed-over stage: True when it is settled (stop watching it)."""
         timed_out = self.clock() >= handoff.deadline
-        if verdict.state not in FINAL and not timed_out:
+        if not verdict.state.final and not timed_out:
             return False
         doc = outcome_doc(
             verdict,
             run,
-            timed_out=timed_out and verdict.state not in FINAL,
+            timed_out=timed_out and not verdict.state.final,
             by=self.by,
             watched=self.watched.get(handoff.ticket),
         )

@@ -37,14 +37,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from sensors._base.model import State, Verdict
+from sensors._base.model import Verdict
 from sensors._base.schema import MAX_DURATION, MIN_DURATION, MIN_INTERVAL
 from sensors._check.batch import check_batch
 from sensors._check.checker import Checker
 from sensors._hosts import Host
-
-#: The verdicts that end a stage's watch.
-FINAL = (State.COMPLETE, State.FAILED)
 
 
 def bounded(seconds: object, *, default: float, floor: float = MIN_DURATION) -> float:
@@ -359,7 +356,7 @@ def watch_all(
         result = results[index]
         result.last = verdict
         on_verdict(index, verdict)
-        if verdict.state in FINAL:
+        if verdict.state.final:
             result.done = True
             return None
         if clock() >= deadlines[index]:

@@ -54,7 +54,7 @@ from sensors._base.output import on_closed
 from sensors._base.run import run_from_record
 from sensors._check.batch import check_batch
 from sensors._check.checker import Checker
-from sensors._check.persist import NotOurs, Persistence, _is_store, dead_here, holder_id, is_followed
+from sensors._check.persist import NotOurs, Persistence, dead_here, holder_id, is_followed, is_store
 from sensors._config.stage import MAX_STAGE_BYTES, Stage, load_stage_bytes
 from sensors._store import Handoff
 from sensors._watch.gc import tune_for_watching
@@ -357,7 +357,7 @@ class Watcher:
         if self.desk is not None:
             self._sources.append(HandoffSource(self.desk))
         self._next_scan = self._next_balance = 0.0
-        self._store = self.store if _is_store(self.store) else None
+        self._store = self.store if is_store(self.store) else None
         # The split needs the registry; a store without one (in-process) watches everything.
         self._split = self._store is not None and hasattr(self._store, "live_watchers")
 
@@ -585,7 +585,7 @@ class Watcher:
             return None
         took = time.monotonic() - began
         interval = entry.stage.policy.interval
-        slow = FINISHED_SLOWDOWN if verdict.state in (State.COMPLETE, State.FAILED) else 1.0
+        slow = FINISHED_SLOWDOWN if verdict.state.final else 1.0
         if entry.last is None or verdict.state is not entry.last.state:
             log.log(
                 logging.WARNING if verdict.state in (State.STALLED, State.CONTRADICTION) else logging.INFO,
@@ -653,9 +653,9 @@ def _holds(checker: Checker) -> bool:
 def _notifier(stage: Stage) -> Notifier | None:
     if stage.notify is None:
         return None
-    from sensors._notify import Notifier  # imported only for stages that notify
+    from sensors._notify.policy import notifier_for  # imported only for stages that notify
 
-    return Notifier(stage.notify, stage=stage.stage)
+    return notifier_for(stage)
 
 
 class Courier:
