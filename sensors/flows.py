@@ -40,7 +40,7 @@ from sensors._check.checker import Checker, host_for
 from sensors._check.persist import Persistence
 from sensors._config.stage import Stage, parse_duration, stage_from_dict
 from sensors._prefect.compat import NO_CACHE
-from sensors._prefect.suspend import can_hand_off, handed_over_launch, reference_of, wait_handed_over
+from sensors._prefect.suspend import can_hand_off, handed_off_launch, reference_of, wait_handed_over
 from sensors.prefect import (
     artifact_key,
     as_stage,
@@ -108,7 +108,7 @@ def gate(
         hand_off: hand the stage to ``crosscheck serve`` and suspend, so that no worker is
             held while it runs (see :mod:`sensors._prefect.suspend`). Default (None): when the flow
             run has a deployment and a watcher serves the state store; False: wait in the
-            worker; True: hand over even if no watcher is alive yet.
+            worker; True: hand off even if no watcher is alive yet.
 
     Returns:
         The complete verdict as the CLI's JSON document.
@@ -291,7 +291,7 @@ def _launch_and_wait(
 ) -> dict[str, Any]:
     # A flow run resumed after handing this stage over runs its body again: the job it
     # launched then is the one to wait for, not a second copy.
-    launched = handed_over_launch(stage, None) if hand_off is not False else None
+    launched = handed_off_launch(stage, None) if hand_off is not False else None
     if launched is None and stage.launch is not None:
         launched = launch_stage(stage)
     result: dict[str, Any] = {"stage": stage.stage, "launched": launched, "verdict": None}

@@ -349,7 +349,7 @@ def _state(api: str, flow_run_id: str) -> dict[str, Any]:
 
 
 def _the_whole_story_is_told(api: str, flow_run_id: str, waiting_before: dict[str, Any]) -> None:
-    """Issue 22: what a handed-over gate leaves is the watcher's whole wait, and true after
+    """Issue 22: what a handed-off gate leaves is the watcher's whole wait, and true after
     the end. Before: a picture of one point "(1 checks)", evidence "1 check · 0 s in this
     state" beside "agreed for 2 consecutive checks", and a waiting artifact that still said
     "Suspended … resumes this flow run when …" after the run had completed."""
@@ -470,7 +470,7 @@ def test_a_gate_handed_to_the_watcher_holds_no_worker_while_its_stage_runs(
         # One name: the stage's (`stage:`), not the stage file's stem ("gate-extraction").
         assert done["name"] == f"gate-{upstream}", done["name"]
 
-        # The stage's events while it was handed over: the watcher's heartbeats (at most one
+        # The stage's events while it was handed off: the watcher's heartbeats (at most one
         # a minute), and one complete, the resumed gate's.
         # Events reach the server's store a little after they are sent.
         def with_complete() -> list[dict[str, Any]] | None:
@@ -507,7 +507,7 @@ def test_a_gate_handed_to_the_watcher_holds_no_worker_while_its_stage_runs(
         triggered = _wait_for("the next stage's flow run", ours, timeout=120, every=2)
         assert triggered[0]["parameters"]["after"] == upstream
         _wait_for("the next stage", lambda: _finished(api, triggered[0]["id"]), timeout=240, every=2)
-        # The next stage's gate handed over too (a watcher is alive): launched once, though
+        # The next stage's gate handed off too (a watcher is alive): launched once, though
         # its flow run ran its body twice (before suspending and after resuming).
         assert len(list(training.outputs_dir.glob("*.pt"))) == 3
         assert training.log_path.read_text().count("Extraction complete") == 1

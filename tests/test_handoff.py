@@ -34,14 +34,14 @@ def _run(watcher: Watcher, until, timeout: float = 30.0) -> None:
 
 
 def _hand_over(store, stage, flow_run_id: str, *, timeout: float) -> None:
-    """What a gate's hand-over task writes for a local stage (ticket: flow run and stage).
+    """What a gate's hand-off task writes for a local stage (ticket: flow run and stage).
 
     The job starts after it, and may end before the watcher's first look on a loaded
     machine: the run's start, given, ties its evidence to it either way.
     """
     since = time.time() - 1
     request = {**request_for(stage, reference=None, since=since, run=None), "flow_run_id": flow_run_id}
-    store.hand_over(new_handoff(f"{flow_run_id}:{stage.stage}", stage, "local", request, timeout=timeout))
+    store.hand_off(new_handoff(f"{flow_run_id}:{stage.stage}", stage, "local", request, timeout=timeout))
 
 
 def _watcher(tmp_path: Path, store, resumed: list) -> Watcher:
@@ -70,7 +70,7 @@ def test_a_handed_over_stage_is_watched_settled_once_and_its_gate_resumed(tmp_pa
         assert {r.signal for r in outcome.verdict.readings.values()} >= {"process", "log", "outputs"}
         assert resumed[0] == ("run-1", "extract")
         # Settled once: a second watcher (or a restart) does not write another outcome.
-        assert store.settle("run-1:extract", {"verdict": "failed"}) is False
+        assert store.record_outcome("run-1:extract", {"verdict": "failed"}) is False
 
 
 def test_a_deadline_that_passes_settles_as_timed_out(tmp_path: Path) -> None:
@@ -103,7 +103,7 @@ def test_requests_that_cannot_be_honoured(tmp_path: Path, caplog: pytest.LogCapt
     assert "block" in request_for(secret, reference="block:remote", since=None, run=None)
     with open_store(tmp_path / "state.db") as store:
         # A block needs the Prefect API to be resolved: without it, skipped with the reason.
-        store.hand_over(
+        store.hand_off(
             Handoff("run-3:remote", "remote", "127.0.0.1", {"block": "block:remote", "flow_run_id": "run-3"},
                     deadline=time.time() + 60, created_at=time.time())
         )  # fmt: skip
@@ -124,7 +124,7 @@ def test_an_unusable_stored_outcome_is_replaced_not_left_to_loop(tmp_path: Path)
     resumed: list = []
     with open_store(path) as store:
         _hand_over(store, stage, "run-4", timeout=60)
-        assert store.settle("run-4:damaged", {"verdict": "x"})
+        assert store.record_outcome("run-4:damaged", {"verdict": "x"})
         with sqlite3.connect(path) as raw:  # damage the stored outcome where SQLite cannot see it
             raw.execute('UPDATE crosscheck_handoff SET outcome = \'{"verdict": "forged"}\'')
         assert store.handoff("run-4:damaged").outcome is None  # the seal fails: no outcome

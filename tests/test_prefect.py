@@ -522,7 +522,7 @@ def test_a_resumed_gate_reports_the_watchers_whole_wait(jobs, tmp_path: Path) ->
             **request_for(stage, reference=None, since=None, run=None),
             "flow_run_id": str(flow_run.id),
         }
-        handoff = store.hand_over(new_handoff(ticket, stage, "local", request, 60))
+        handoff = store.hand_off(new_handoff(ticket, stage, "local", request, 60))
         desk = Desk(store, by="testbox:4242:abcdef+gates")
         bridge = PrefectBridge(by="crosscheck serve on testbox (pid 4242)")
         job.start()

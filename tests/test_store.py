@@ -171,15 +171,15 @@ def test_handoffs(location):
     first = Handoff("run-1", "extract", "local", request, deadline=time.time() + 60, created_at=time.time())
     with open_store(location) as store, open_store(location) as other:
         assert store.handoffs() == [] and store.handoff("run-1") is None
-        stored = store.hand_over(first)
+        stored = store.hand_off(first)
         assert stored == first
         # The same ticket again (a gate's flow run started again): the first request stands.
-        again = other.hand_over(replace(first, request={"other": True}, deadline=1.0))
+        again = other.hand_off(replace(first, request={"other": True}, deadline=1.0))
         assert again == first
-        store.hand_over(Handoff("run-2", "train", "gpu-1", {}, deadline=2.0, created_at=first.created_at + 1))
+        store.hand_off(Handoff("run-2", "train", "gpu-1", {}, deadline=2.0, created_at=first.created_at + 1))
         assert [h.ticket for h in other.handoffs()] == ["run-1", "run-2"]
-        assert store.settle("run-1", {"verdict": "complete"}) is True
-        assert other.settle("run-1", {"verdict": "failed"}) is False  # written once
+        assert store.record_outcome("run-1", {"verdict": "complete"}) is True
+        assert other.record_outcome("run-1", {"verdict": "failed"}) is False  # written once
         assert other.handoff("run-1").outcome == {"verdict": "complete"}
         assert other.handoff("run-2").outcome is None
         store.drop_handoff("run-1")

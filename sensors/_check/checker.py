@@ -62,7 +62,11 @@ def save_checked(checked: Sequence[tuple[Checker, Verdict]]) -> None:
     """Save each checker's memory after its check (those with a state store): the saves of
     one store in one call where it takes several (see ``sensors._check.persist.save_all``)."""
     save_all(
-        [(c._persist, c._saved(), verdict) for c, verdict in checked if c._persist is not None and c.saving]
+        [
+            (c._persist, c._memory_doc(), verdict)
+            for c, verdict in checked
+            if c._persist is not None and c.saving
+        ]
     )
 
 
@@ -159,7 +163,7 @@ class Checker:
             followed = self.followed()
             if followed is not None:
                 return followed
-            return self.saved(self._check())
+            return self.save(self._check())
 
     @property
     def persistence(self) -> Persistence | None:
@@ -235,7 +239,7 @@ class Checker:
         the stage: its row is the holder's)."""
         return self._persist is not None and self._saving
 
-    def saved(self, verdict: Verdict) -> Verdict:
+    def save(self, verdict: Verdict) -> Verdict:
         """``verdict``, after saving this stage's memory (when a state store keeps it)."""
         save_checked([(self, verdict)])
         return verdict
@@ -265,7 +269,8 @@ class Checker:
             return True
         return self._persist.announce(self._memory.run, verdict)
 
-    def _saved(self) -> dict[str, Any]:
+    def _memory_doc(self) -> dict[str, Any]:
+        """What the store keeps of this stage (the memory of every part, encoded by the codec)."""
         mem = self._memory
         return {
             "signals": mem.signals,

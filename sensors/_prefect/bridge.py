@@ -5,9 +5,9 @@
   store decides) and ``crosscheck.stage.heartbeat`` at a bounded cadence (default at most one
   a minute per stage), so the deployments' reactive and proactive automations work the same
   whether a stage is watched by a gate or by the watcher.
-- For a stage a gate handed over (:mod:`sensors._prefect.suspend`): its final event is the gate's
+- For a stage a gate handed off (:mod:`sensors._prefect.suspend`): its final event is the gate's
   (the resumed gate announces and reports it, with every check the watcher made and the
-  heartbeats' cadence it kept: :class:`~sensors._watch.handoff.Watched`); the watcher keeps one
+  heartbeats' cadence it kept: :class:`~sensors._watch.handoff.HandoffSeen`); the watcher keeps one
   "waiting" artifact on the suspended flow run (what it waits for, the latest verdict and
   its evidence, updated in place at each change and at most every ``refresh`` seconds; at
   the final verdict, that it resumes the run) and resumes the run when the stage is
@@ -35,7 +35,7 @@ from sensors._prefect.artifacts import (
 )
 from sensors._prefect.gate import DEFAULT_CADENCE, Cadence, emit_verdict_event
 from sensors._present.evidence import clock, progress_percent
-from sensors._watch.handoff import Watched
+from sensors._watch.handoff import HandoffSeen
 
 log = logging.getLogger("crosscheck.serve")
 
@@ -80,7 +80,7 @@ class PrefectBridge:
         flow_run_id: str | None,
         announce: Callable[[Verdict], bool],
         waiting_for: str = "",
-        watched: Watched | None = None,
+        watched: HandoffSeen | None = None,
     ) -> None:
         """Report one check of a stage (``flow_run_id``: the gate that handed it over;
         ``watched``: what the watcher saw of it, this check included, where the time of
@@ -103,7 +103,7 @@ class PrefectBridge:
                     watched.heartbeat_at = time.time()
             if changed:
                 final = verdict.state.final
-                # A handed-over stage's final event is its gate's; any other once per run.
+                # A handed-off stage's final event is its gate's; any other once per run.
                 if not final or (flow_run_id is None and announce(verdict)):
                     emit_verdict_event(
                         EVENT_PREFIX + str(verdict.state),
@@ -124,7 +124,7 @@ class PrefectBridge:
         self._seen.pop((stage, host, flow_run_id or ""), None)
 
     def _waiting_artifact(
-        self, seen: _Seen, verdict: Verdict, flow_run_id: str, waiting_for: str, watched: Watched | None
+        self, seen: _Seen, verdict: Verdict, flow_run_id: str, waiting_for: str, watched: HandoffSeen | None
     ) -> None:
         from prefect.client.orchestration import get_client
 

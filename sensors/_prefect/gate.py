@@ -51,7 +51,7 @@ from sensors._present.evidence import (
     still_working,
 )
 from sensors._present.picture import WaitHistory, markdown_image, wait_svg
-from sensors._watch.handoff import Watched
+from sensors._watch.handoff import HandoffSeen
 
 #: Verdicts that deserve a person's attention while the wait goes on.
 _ATTENTION = (State.STALLED, State.CONTRADICTION)
@@ -143,7 +143,7 @@ class GateReport:
         *,
         notifier: Any | None,
         cadence: Cadence = DEFAULT_CADENCE,
-        watched: Watched | None = None,
+        watched: HandoffSeen | None = None,
         by: str | None = None,
     ) -> None:
         self.stage = stage
@@ -171,7 +171,7 @@ class GateReport:
 
     @property
     def checks(self) -> int:
-        """The checks this report stands on (the watcher's too, for a handed-over stage)."""
+        """The checks this report stands on (the watcher's too, for a handed-off stage)."""
         return self.history.checks
 
     def observe(self, verdict: Verdict, *, counted: bool = False) -> None:

@@ -16,7 +16,7 @@ a gate that ends at once and lets an event finish it:
 The steps, all idempotent because a resumed flow run runs the flow function again from the
 top (Prefect re-executes it; its suspend calls return at once for keys already used):
 
-1. ``hand-over`` (a task): a run the store knows as announced returns at once; else the
+1. ``hand-off`` (a task): a run the store knows as announced returns at once; else the
    request (stage definition, ``since``, the launch record, the deadline) is written under
    the flow run's id. The same flow run running again finds its handoff and keeps its deadline.
 2. The flow suspends with a key per round, the pause timeout a little past the deadline (if
@@ -27,7 +27,7 @@ top (Prefect re-executes it; its suspend calls return at once for keys already u
    that waited in its worker: the ``complete`` event (which starts the next stage's
    deployment), the evidence artifacts, the run's end state.
 
-The gate hands over only when it can be resumed: the flow run has a deployment, the store
+The gate hands off only when it can be resumed: the flow run has a deployment, the store
 is shared (not ``:memory:``/``none``) and a watcher is alive on it (or ``hand_off=True``).
 Otherwise it waits in its worker, as it always did, and says why.
 """
@@ -103,13 +103,13 @@ def can_hand_off(
 
 
 def ticket_for(stage: Stage) -> str:
-    """The handoff's key: this flow run and the stage (a pipeline hands over two stages)."""
+    """The handoff's key: this flow run and the stage (a pipeline hands off two stages)."""
     from prefect.runtime import flow_run
 
     return f"{flow_run.get_id()}:{stage.stage}"
 
 
-def handed_over_launch(stage: Stage, state: str | None) -> dict[str, Any] | None:
+def handed_off_launch(stage: Stage, state: str | None) -> dict[str, Any] | None:
     """The launch record of this flow run's handoff of ``stage``, when there is one: a
     resumed flow run runs its body again, and must not launch the job a second time."""
     with opened_store(state) as store:
@@ -138,7 +138,7 @@ def _as_time(since: str | float | None, checker: Any) -> str | float | None:
     return time.time() - given.ago  # the host could not be asked: this machine's clock
 
 
-@task(cache_policy=NO_CACHE, task_run_name=task_run_name("hand-over"))
+@task(cache_policy=NO_CACHE, task_run_name=task_run_name("hand-off"))
 def hand_over_stage(
     stage: Stage,
     reference: str | None,
@@ -158,7 +158,7 @@ def hand_over_stage(
     with opened_store(state) as store:
         known = store.handoff(ticket)
         if known is not None:
-            log.info("%s: handed over before (this flow run resumed)", stage.stage)
+            log.info("%s: handed off before (this flow run resumed)", stage.stage)
             return {"ticket": ticket, "deadline": known.deadline}
         with Checker(stage, since=since, run=run_from_record(run), state=store) as checker:
             announced = checker.announced()
@@ -169,7 +169,7 @@ def hand_over_stage(
             return {"ticket": ticket, "already": dumps(announced)}
         request = request_for(stage, reference=reference, since=since, run=run)
         request["flow_run_id"] = str(flow_run.get_id())
-        handoff = store.hand_over(new_handoff(ticket, stage, host, request, timeout))
+        handoff = store.hand_off(new_handoff(ticket, stage, host, request, timeout))
         log.info(
             "%s: handed to crosscheck serve on %s; this flow run suspends (no worker is held) and "
             "resumes when the stage is complete or failed, or at its deadline %s",
@@ -264,7 +264,7 @@ def wait_handed_over(
     run: dict[str, Any] | None,
     state: str | None,
 ) -> dict[str, Any]:
-    """The flow body of a gate that hands over (see the module docstring)."""
+    """The flow body of a gate that hands off (see the module docstring)."""
     from prefect import suspend_flow_run
 
     handed = hand_over_stage(stage, reference, timeout, since, run, state)
@@ -289,5 +289,5 @@ def wait_handed_over(
 
 
 def reference_of(stage: Any) -> str | None:
-    """``block:NAME`` when the gate was given a block (handed over by name, not by value)."""
+    """``block:NAME`` when the gate was given a block (handed off by name, not by value)."""
     return stage if isinstance(stage, str) and stage.startswith("block:") else None

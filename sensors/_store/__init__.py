@@ -22,11 +22,11 @@ Interface (the records are frozen dataclasses, in :mod:`sensors._store.base`)::
     store.announce(key, run, state, verdict) -> Announcement   # first=True exactly once
     store.announced(key, run) -> Announcement | None           # the earliest for this run
     store.history(stage, host=None, *, limit=None) -> list[HistoryEntry]   # oldest first
-    store.hand_over(handoff) -> Handoff            # a gate hands its stage to the watcher;
+    store.hand_off(handoff) -> Handoff            # a gate hands its stage to the watcher;
                                                    # the stored one if the ticket is known
     store.handoffs() -> list[Handoff]              # every handoff, oldest first
     store.handoff(ticket) -> Handoff | None
-    store.settle(ticket, outcome, *, replace=False) -> bool   # the watcher's final word, once
+    store.record_outcome(ticket, outcome, *, replace=False) -> bool   # the watcher's final word, once
                                                    # (replace: over an unusable one)
     store.drop_handoff(ticket) -> None
     store.heartbeat_watcher(holder, ttl, about="") -> None   # crosscheck serve: I am alive

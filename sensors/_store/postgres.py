@@ -132,7 +132,7 @@ announce_t = sa.Table(
     sa.Column("decided_at", sa.Double, nullable=False),
     sa.Column("seal", sa.Text, nullable=False),
 )
-# Stages handed over by gates: a table more in schema 1 (create_all adds it to older stores;
+# Stages handed off by gates: a table more in schema 1 (create_all adds it to older stores;
 # older code never looks at it).
 handoff_t = sa.Table(
     "crosscheck_handoff",
@@ -632,7 +632,7 @@ class PostgresStore:
         rows.reverse()
         return decode_history(rows, self.location)
 
-    def hand_over(self, handoff: Handoff) -> Handoff:
+    def hand_off(self, handoff: Handoff) -> Handoff:
         stmt = (
             pg_insert(handoff_t)
             .values(dict(zip(HANDOFF_NEW, handoff_row(handoff), strict=True)))
@@ -661,7 +661,7 @@ class PostgresStore:
         found = decode_handoffs(rows, self.location)
         return found[0] if found else None
 
-    def settle(self, ticket: str, outcome: Mapping[str, Any], *, replace: bool = False) -> bool:
+    def record_outcome(self, ticket: str, outcome: Mapping[str, Any], *, replace: bool = False) -> bool:
         doc = dumps(dict(outcome))
         where = [handoff_t.c.ticket == ticket] + ([] if replace else [handoff_t.c.outcome.is_(None)])
         stmt = handoff_t.update().where(*where).values(outcome=doc, outcome_seal=outcome_seal(ticket, doc))

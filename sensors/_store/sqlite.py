@@ -91,7 +91,7 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS crosscheck_announce (stage TEXT NOT NULL, host TEXT NOT NULL,"
     " run TEXT NOT NULL, state TEXT NOT NULL, verdict TEXT NOT NULL, decided_at REAL NOT NULL,"
     " seal TEXT NOT NULL, PRIMARY KEY (stage, host, run, state))",
-    # Stages handed over by gates (added in schema 1 without a version bump: a table more is
+    # Stages handed off by gates (added in schema 1 without a version bump: a table more is
     # invisible to older code, and CREATE TABLE IF NOT EXISTS gives it to older stores).
     "CREATE TABLE IF NOT EXISTS crosscheck_handoff (ticket TEXT PRIMARY KEY, stage TEXT NOT NULL,"
     " host TEXT NOT NULL, request TEXT NOT NULL, deadline REAL NOT NULL, created_at REAL NOT NULL,"
@@ -708,7 +708,7 @@ class SQLiteStore:
 
     _HANDOFF_COLS = f"SELECT {', '.join(HANDOFF_COLUMNS)} FROM crosscheck_handoff"
 
-    def hand_over(self, handoff: Handoff) -> Handoff:
+    def hand_off(self, handoff: Handoff) -> Handoff:
         row = handoff_row(handoff)
 
         def go(c: sqlite3.Connection) -> list[tuple[Any, ...]]:
@@ -734,7 +734,7 @@ class SQLiteStore:
         found = decode_handoffs(rows, self.location)
         return found[0] if found else None
 
-    def settle(self, ticket: str, outcome: Mapping[str, Any], *, replace: bool = False) -> bool:
+    def record_outcome(self, ticket: str, outcome: Mapping[str, Any], *, replace: bool = False) -> bool:
         doc = dumps(dict(outcome))
         only_new = "" if replace else " AND outcome IS NULL"
 

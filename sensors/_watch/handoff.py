@@ -12,7 +12,7 @@ Prefect here (the resume is the Prefect layer's, in :mod:`sensors._prefect.bridg
 
 A request holds the stage *definition*, not a path: the watcher may run on another machine.
 A definition with a secret inline (an SSH private key or passphrase from a block) is never
-written to the store: the gate hands over the block's name instead (``block:NAME``, resolved
+written to the store: the gate hands off the block's name instead (``block:NAME``, resolved
 by the watcher through the Prefect API), or, given a bare ``Stage`` with a key in it, waits
 in its worker as before.
 """
@@ -68,13 +68,13 @@ def request_for(
     run: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """What a gate asks the watcher to watch. ``reference`` is ``block:NAME`` when the stage
-    came from a block (the only way a stage with a secret inline is handed over)."""
+    came from a block (the only way a stage with a secret inline is handed off)."""
     if reference is not None and reference.startswith("block:"):
         return {"block": reference, "since": since, "run": run}
     if has_inline_secret(stage):
         raise ConfigError(
             f"stage {stage.stage}: its host holds key material (from a block); it is not "
-            "written to the state store (hand over the block's name, or use a key file)"
+            "written to the state store (hand off the block's name, or use a key file)"
         )
     return {"stage": stage.model_dump(mode="json"), "since": since, "run": run}
 
@@ -107,8 +107,8 @@ def stage_of(handoff: Handoff, resolve_block: Any = None) -> Stage:
 
 
 @dataclass
-class Watched:
-    """What the watcher saw of a handed-over stage, kept for the gate that reports it: every
+class HandoffSeen:
+    """What the watcher saw of a handed-off stage, kept for the gate that reports it: every
     check (counted, and the picture's samples, bounded) and when the watcher last sent the
     stage's heartbeat (epoch seconds), so the resumed gate tells the whole wait and keeps
     the heartbeats' cadence. A watcher that took the stage over (or restarted) tells what it
@@ -122,7 +122,7 @@ class Watched:
         return {"history": self.history.to_json(), "heartbeat_at": self.heartbeat_at}
 
     @classmethod
-    def from_json(cls, doc: Any) -> Watched | None:
+    def from_json(cls, doc: Any) -> HandoffSeen | None:
         """What :meth:`to_json` wrote; None for anything else (an older outcome has none)."""
         if not isinstance(doc, dict):
             return None
@@ -143,11 +143,11 @@ class Outcome:
     timed_out: bool
     decided_at: float
     by: str
-    watched: Watched | None = None
+    watched: HandoffSeen | None = None
 
 
 def outcome_doc(
-    verdict: Verdict, run: Run | None, *, timed_out: bool, by: str, watched: Watched | None = None
+    verdict: Verdict, run: Run | None, *, timed_out: bool, by: str, watched: HandoffSeen | None = None
 ) -> dict[str, Any]:
     """The outcome as stored (the memory codec keeps the Verdict and Run whole)."""
     doc = {
@@ -182,13 +182,13 @@ def read_outcome(handoff: Handoff) -> Outcome | None:
         timed_out=bool(doc.get("timed_out")),
         decided_at=float(doc.get("decided_at") or 0.0),
         by=str(doc.get("by") or ""),
-        watched=Watched.from_json(doc.get("watched")),
+        watched=HandoffSeen.from_json(doc.get("watched")),
     )
 
 
 @dataclass
 class Desk:
-    """The watcher's side of handoffs: which stages gates handed over, and what to do after
+    """The watcher's side of handoffs: which stages gates handed off, and what to do after
     each check of one (settle it when final or past its deadline, then resume its gate).
 
     ``resume(flow_run_id, stage) -> "resumed" | "waiting" | "gone"`` (resumes the run only
@@ -207,7 +207,7 @@ class Desk:
     resolve_block: Any = None
     clock: Any = time.time
     resumed: set[str] = field(default_factory=set)  # tickets whose gate this watcher resumed
-    watched: dict[str, Watched] = field(default_factory=dict)  # by ticket, until settled
+    watched: dict[str, HandoffSeen] = field(default_factory=dict)  # by ticket, until settled
 
     def scan(self) -> dict[str, Handoff]:
         """The handoffs still to watch (no outcome yet), by ticket; settled ones are resumed
@@ -235,15 +235,15 @@ class Desk:
     def stage(self, handoff: Handoff) -> Stage:
         return stage_of(handoff, self.resolve_block)
 
-    def saw(self, handoff: Handoff, verdict: Verdict) -> Watched:
-        """Record a check of a handed-over stage (this watcher's own, not a followed one);
+    def saw(self, handoff: Handoff, verdict: Verdict) -> HandoffSeen:
+        """Record a check of a handed-off stage (this watcher's own, not a followed one);
         what was seen so far, for the Prefect side (its heartbeats) and the outcome."""
-        watched = self.watched.setdefault(handoff.ticket, Watched())
+        watched = self.watched.setdefault(handoff.ticket, HandoffSeen())
         watched.history.add(verdict, at=time.time())
         return watched
 
     def after(self, handoff: Handoff, verdict: Verdict, run: Run | None) -> bool:
-        """After a check of a handed-over stage: True when it is settled (stop watching it)."""
+        """After a check of a handed-off stage: True when it is settled (stop watching it)."""
         timed_out = self.clock() >= handoff.deadline
         if not verdict.state.final and not timed_out:
             return False
@@ -255,19 +255,19 @@ class Desk:
             watched=self.watched.get(handoff.ticket),
         )
         try:
-            if not self.store.settle(handoff.ticket, doc):
+            if not self.store.record_outcome(handoff.ticket, doc):
                 # An outcome is stored already. Unusable (its seal fails: it read as none, so
                 # the stage was watched again)? Then this one replaces it; else it stands.
                 stored = self.store.handoff(handoff.ticket)
                 if stored is not None and stored.outcome is None:
-                    self.store.settle(handoff.ticket, doc, replace=True)
+                    self.store.record_outcome(handoff.ticket, doc, replace=True)
         except Exception as exc:
             log.warning(
                 "%s: the outcome could not be stored (%s): asked again next check", handoff.stage, exc
             )
             return False
         log.info(
-            "%s: handed over by flow run %s: %s%s; resuming it",
+            "%s: handed off by flow run %s: %s%s; resuming it",
             handoff.stage,
             handoff.request.get("flow_run_id"),
             verdict.state,

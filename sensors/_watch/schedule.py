@@ -316,7 +316,7 @@ class Scheduler:
 
 
 @dataclass
-class Watched:
+class HandoffSeen:
     """How one stage's watch ended: its last verdict, and whether its timeout passed first."""
 
     last: Verdict | None = None
@@ -333,7 +333,7 @@ def watch_all(
     workers: int = 16,
     per_host: int = 4,
     clock: Callable[[], float] = time.monotonic,
-) -> list[Watched]:
+) -> list[HandoffSeen]:
     """Check every stage every ``policy.interval`` until complete, failed or its timeout.
 
     ``on_verdict(index, verdict)`` is called (in the scheduling thread) after each check. The
@@ -342,7 +342,7 @@ def watch_all(
     """
     stop = stop or threading.Event()
     start = clock()
-    results = [Watched() for _ in checkers]
+    results = [HandoffSeen() for _ in checkers]
     deadlines = [
         start + bounded(c.stage.policy.timeout if timeout is None else timeout, default=MAX_DURATION)
         for c in checkers

@@ -83,7 +83,7 @@ class Found:
     version: object
     name: str
     since: str | float | None = None
-    run: Any = None  # a launch record (a handed-over stage that crosscheck launched)
+    run: Any = None  # a launch record (a handed-off stage that crosscheck launched)
     handoff: Handoff | None = None
 
 
@@ -281,7 +281,7 @@ def _problem(exc: CrosscheckError) -> str:
 
 @dataclass
 class HandoffSource:
-    """The stages gates handed over (:mod:`sensors._watch.handoff`), until each is settled."""
+    """The stages gates handed off (:mod:`sensors._watch.handoff`), until each is settled."""
 
     desk: Desk
     _bad: set[str] = field(default_factory=set)
@@ -317,7 +317,7 @@ class _Entry:
     notifier: Notifier | None
     last: Verdict | None = None
     checked_at: float | None = None
-    handoff: Handoff | None = None  # a stage a gate handed over (not a file)
+    handoff: Handoff | None = None  # a stage a gate handed off (not a file)
 
 
 @dataclass
@@ -340,7 +340,7 @@ class Watcher:
     emit: Callable[[Verdict], None] = field(default=lambda verdict: None)
     metrics: Any = None
     lease: float | None = None
-    #: Stages handed over by gates (read from the store), and the Prefect side (events,
+    #: Stages handed off by gates (read from the store), and the Prefect side (events,
     #: resuming gates): both None for a watcher of files only.
     desk: Desk | None = None
     bridge: Any = None
@@ -451,7 +451,7 @@ class Watcher:
                 checker = Checker(
                     item.stage, state=self.store, since=item.since, run=run_from_record(item.run)
                 )
-            except CrosscheckError as exc:  # a handed-over `since` that does not parse
+            except CrosscheckError as exc:  # a handed-off `since` that does not parse
                 log.error("%s: skipped: %s", item.name, exc)
                 continue
             persist = checker.persistence
@@ -607,7 +607,7 @@ class Watcher:
         if self.metrics is not None:
             self.metrics.observe(entry, verdict, took)
         handoff = entry.handoff
-        # What this watcher saw of a handed-over stage travels to its gate with the outcome.
+        # What this watcher saw of a handed-off stage travels to its gate with the outcome.
         # News (events, a gate's outcome) is the holder's, as notifications are: not from a
         # followed verdict, nor from a check whose save found the lease another's.
         own = not is_followed(verdict) and _holds(entry.checker)
@@ -939,7 +939,7 @@ def _serve(
 
         bridge = PrefectBridge() if heartbeat is None else PrefectBridge.every(heartbeat)
     desk = None
-    # A watcher that can resume gates says so in its name: only then do gates hand over to it.
+    # A watcher that can resume gates says so in its name: only then do gates hand off to it.
     holder = holder_id() + (RESUMES_GATES if bridge is not None else "")
     if bridge is not None:
         bridge.by = watcher_name(holder)
