@@ -860,7 +860,9 @@ def test_outputs_rewritten_after_an_earlier_completion_line_do_not_complete_a_hi
                 (v.state.value, v.reasons[:2]) for v in verdicts
             ]
             evidence = verdicts[-1].readings["outputs"].evidence
-            assert evidence.get("written_after_complete_line") is True, evidence
+            # Told by this watch's own checks, or (where the clocks let it) by the records'
+            # mtime after the log's: either way not the line's run's.
+            assert evidence.get("written_after_complete_line") or evidence.get("modified_after_log"), evidence
         finally:
             os.killpg(second.pid, signal.SIGKILL)
             second.wait(5)
