@@ -1214,13 +1214,16 @@ def _tagged(script: str, tag: str) -> subprocess.Popen[bytes]:
 
 
 def _write_outputs(tmp_path: Path, kind: str) -> str:
-    """sh: the three outputs, written anew (a launcher that cleans them first)."""
+    """sh: the three outputs, written anew (a launcher that cleans them first), or for
+    ``in-place``, the directory's three files written over where they are (its mtime stays)."""
+    if kind == "in-place":
+        return f"for i in 1 2 3; do echo y > {tmp_path}/out/$i.pt; done; "
     if kind == "files":
         return f"rm -rf {tmp_path}/out; mkdir {tmp_path}/out; for i in 1 2 3; do echo x > {tmp_path}/out/$i.pt; done; "
     return f"rm -f {tmp_path}/records.jsonl; for i in 1 2 3; do echo '{{\"i\": '$i'}}' >> {tmp_path}/records.jsonl; done; "
 
 
-@pytest.mark.parametrize("kind", ["files", "lines"])
+@pytest.mark.parametrize("kind", ["files", "lines", "in-place"])
 @pytest.mark.parametrize("prelude", [False, True])
 def test_outputs_rewritten_after_the_last_completion_line_by_a_run_nobody_saw_do_not_complete(
     tmp_path, kind, prelude
@@ -1237,8 +1240,9 @@ def test_outputs_rewritten_after_the_last_completion_line_by_a_run_nobody_saw_do
     tag = f"rerun-{uuid.uuid4().hex[:8]}"
     (tmp_path / "out").mkdir()
     started = time.time() - 1
+    layout = "files" if kind == "in-place" else kind
     first = _tagged(
-        _write_outputs(tmp_path, kind) + f"echo '{COMPLETE_LINE}: 3 samples' >> {tmp_path}/job.log", tag
+        _write_outputs(tmp_path, layout) + f"echo '{COMPLETE_LINE}: 3 samples' >> {tmp_path}/job.log", tag
     )
     assert first.wait(10) == 0
     time.sleep(1.1)  # the next run clearly after (whole-second file times included)
@@ -1253,7 +1257,7 @@ def test_outputs_rewritten_after_the_last_completion_line_by_a_run_nobody_saw_do
         time.sleep(0.5)
         os.killpg(second.pid, signal.SIGKILL)
         second.wait(5)
-        stage = stage_from_dict(_unseen_rerun_stage(tmp_path, tag, kind))
+        stage = stage_from_dict(_unseen_rerun_stage(tmp_path, tag, layout))
         verdicts = _checked(Checker(stage, since=started))
         assert all(v.state is not State.COMPLETE for v in verdicts), [
             (v.state, v.reasons[:2]) for v in verdicts
@@ -1261,7 +1265,7 @@ def test_outputs_rewritten_after_the_last_completion_line_by_a_run_nobody_saw_do
         outputs = verdicts[-1].readings["outputs"]
         assert outputs.evidence.get("modified_after_log") is True, outputs.evidence
         assert "modified after the log was last written" in outputs.detail
-        stage_file = _write(tmp_path / "stage.yaml", _unseen_rerun_stage(tmp_path, tag, kind))
+        stage_file = _write(tmp_path / "stage.yaml", _unseen_rerun_stage(tmp_path, tag, layout))
         _never_complete(
             _cli(None, "status", str(stage_file), "--json", "--state", "none", "--since", f"@{started}")
         )
@@ -1361,3 +1365,22 @@ def test_outputs_written_after_a_completion_line_seen_while_the_log_still_grew_d
     verdicts = _checked(checker)
     assert all(v.state is not State.COMPLETE for v in verdicts), [(v.state, v.reasons[:2]) for v in verdicts]
     assert verdicts[-1].readings["outputs"].evidence.get("written_after_complete_line") is True
+
+
+def test_a_launched_runs_end_is_read_before_its_log_and_outputs_in_one_probe(tmp_path) -> None:
+    """Seen under load: the job wrote its completion line and exited between the probe's read
+    of its log and the read of its exit record (both in one probe). The check found the job
+    over with the log as it was before the line; at the next check the log had changed "after
+    the job was over", and the line was taken for a later run's, for good. Read first, an end
+    found means everything the job wrote is in what the same probe reads after it."""
+    from sensors import Checker, stage_from_dict
+    from sensors._base.run import Run
+
+    run = Run("launch", time.time(), 1, 0, None, 4242, str(tmp_path / "exit"))
+    stage = stage_from_dict(_launched_stage(tmp_path, "log+outputs"))
+    script = "\n".join(line for snippet in Checker(stage, run=run).snippets("n0nce") for line in snippet)
+    assert "sec launched" in script and "sec exit" in script
+    reads = [script.find(marker) for marker in ("__cc_log ", "__cc_count ", "__cc_scan ", "sec outputs")]
+    assert [at for at in reads if at >= 0], script
+    first_read = min(at for at in reads if at >= 0)
+    assert script.index("sec launched") < script.index("sec exit") < first_read

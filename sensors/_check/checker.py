@@ -354,7 +354,11 @@ class Checker:
         if inputs.exit_file:
             # The launched job's exit record, whatever the signals: every one of them needs
             # to know that the launched run is over (what is written after is a later run's).
-            snippets.append(exit_record_lines(inputs.exit_file, mem.run.pid if mem.run else None))
+            # Read first: a log or a directory read after it holds all the job wrote if it
+            # finds the job over. Read after them, a job that wrote its last line and exited
+            # in between was found over with its log as it was before that line, and the line
+            # was then taken for a later run's (a stage unknown for good).
+            snippets.insert(0, exit_record_lines(inputs.exit_file, mem.run.pid if mem.run else None))
         return snippets
 
     def _configured(self) -> tuple[tuple[Signal[Any, Any], Any], ...]:

@@ -118,6 +118,13 @@ class OutputsMemory:
     # The last check that found a process of this run alive (its probe's end, host clock):
     # outputs modified by then may be its own work, after the log's completion line too.
     job_seen_at: float | None = None
+    # A directory's entries modified after the log's last write (``log_basis``, the log's
+    # mtime when its completion line was last found its last word with no process of the run
+    # alive) and after ``job_seen_at``: asked of the next count as ``log_after`` (by each
+    # entry's time as given), for outputs rewritten in place, which leave the directory's
+    # own mtime as it was (see ``_newer_than_log``).
+    log_basis: float | None = None
+    log_after: float | None = None
     # The launched job's recorded exit, once a reading found it, and whether a later count
     # asked for an entry modified after it (a directory's; see ``_exit_since``): outputs
     # written after it, before any check of this watch saw them, are a later writer's too.
@@ -175,11 +182,12 @@ def snippet(spec: OutputsSpec, memory: OutputsMemory, probe: ProbeInputs) -> lis
         # as given: a whole second is not read as any moment of it, see ``_exit_since``).
         since, run_since = _in_place_since(memory, probe), _run_tie_since(memory, probe)
         after = _exit_since(memory)
-        if since is None and run_since is None and after is None:
+        log_after = memory.log_after
+        if since is None and run_since is None and after is None and log_after is None:
             lines = ["sec outputs", *count]
             head = [_COUNT_FILES]
         else:
-            lines = _scan(d, names, since, run_since, after)
+            lines = _scan(d, names, since, run_since, after, log_after)
             head = [_TIMES, _SCAN]  # the helpers it calls, defined once per probe
             shared = False
     if not shared:
@@ -251,28 +259,30 @@ _TIMES = helper(
 _SCAN = helper(
     "__cc_scan",
     [
-        "__d=$1 __rc=$2 __rn=$3 __u=$4 __ex=$5; shift 5",
+        "__d=$1 __rc=$2 __rn=$3 __u=$4 __ex=$5 __lg=$6; shift 6",
         'if [ -d "$__d" ] && [ -r "$__d" ] && [ -x "$__d" ]; then',
         '  __r=$( { __cc_times "$__d" "$@" 2>/dev/null; echo "status $?"; }'
-        ' | awk -v r="$__rc" -v s="$__rn" -v u="$__u" -v e="$__ex" \''
+        ' | awk -v r="$__rc" -v s="$__rn" -v u="$__u" -v e="$__ex" -v l="$__lg" \''
         '$1 == "status" && NF == 2 { st = $2; next } '
         "NF == 2 && $1 ~ /^[0-9]+([.][0-9]+)?$/ && $2 ~ /^[0-9]+$/ { n++; t = $1 + 0; hi = t; "
         "if ($1 !~ /[.][0-9]*[1-9]/) hi = t + 1; "
         'if (r != "-" && hi > r + 0 && fr == "") fr = $2; '
         'if (s != "-" && t > s + 0 && t <= u + 0 && fs == "") fs = $2; '
-        'if (e != "-" && t > e + 0 && fe == "") fe = $2; next } '
+        'if (e != "-" && t > e + 0 && fe == "") fe = $2; '
+        'if (l != "-" && t > l + 0 && fl == "") fl = $2; next } '
         "{ bad = 1 } "
         'END { if (st == "") st = "none"; if (bad) st = "garbled";'
-        ' print st, n + 0, (fr == "" ? "-" : fr), (fs == "" ? "-" : fs), (fe == "" ? "-" : fe) }\')',
+        ' print st, n + 0, (fr == "" ? "-" : fr), (fs == "" ? "-" : fs), (fe == "" ? "-" : fe),'
+        ' (fl == "" ? "-" : fl) }\')',
         # find's status (or garbled), the count, the entries found (inodes, or -).
         "  __st=${__r%% *}; __r=${__r#* }; __n=${__r%% *}; __r=${__r#* }; __fr=${__r%% *}; __r=${__r#* }",
-        "  __fs=${__r%% *}; __fe=${__r#* }",
+        "  __fs=${__r%% *}; __r=${__r#* }; __fe=${__r%% *}; __fl=${__r#* }",
         "  __e=",
         # Why it failed, once more with the error text (only when it did).
         '  [ "$__st" = 0 ] || __e=$(__cc_times "$__d" "$@" 2>&1 >/dev/null | head -c 300)',
         "  sec outputs",
         '  printf \'%s\\nstatus %s\\n%s\\n\' "$__n" "$__st" "$__e"',
-        '  for __w in "recent $__rc $__fr" "run $__rn $__fs" "exit $__ex $__fe"; do',
+        '  for __w in "recent $__rc $__fr" "run $__rn $__fs" "exit $__ex $__fe" "log $__lg $__fl"; do',
         "    set -f; set -- $__w; set +f",
         '    [ "$2" = - ] && continue',
         "    sec outputs_$1",
@@ -396,7 +406,12 @@ def _lines_section(path: str, memory: OutputsMemory) -> list[str]:
 
 
 def _scan(
-    d: str, names: str, since: float | None, run_since: float | None, exit_since: float | None = None
+    d: str,
+    names: str,
+    since: float | None,
+    run_since: float | None,
+    exit_since: float | None = None,
+    log_after: float | None = None,
 ) -> list[str]:
     """sh: the count and, each asked, an entry modified after ``since`` (the last check), one
     written after ``run_since`` (the run's start) and not after the host's clock (a second of
@@ -404,8 +419,9 @@ def _scan(
     when it was written; and one written after ``exit_since`` (a launched job's exit)."""
     recent = "-" if since is None else f"{since:.6f}"
     ex = "-" if exit_since is None else f"{exit_since:.6f}"
+    lg = "-" if log_after is None else f"{log_after:.6f}"
     if run_since is None:
-        return [f"__cc_scan {d} {recent} - - {ex} {names}"]
+        return [f"__cc_scan {d} {recent} - - {ex} {lg} {names}"]
     # On a file system whose times come from another clock (NFS, FUSE, ...), newer than the
     # start by the tolerance: a server's clock a little ahead must not date an earlier run's
     # output into this run.
@@ -413,7 +429,7 @@ def _scan(
     return [
         f'case "$({fstype_request(d)})" in {locals_}) __s={run_since:.6f} ;;'
         f" *) __s={run_since + FILE_CLOCK_TOLERANCE:.6f} ;; esac",
-        f'__cc_scan {d} {recent} "$__s" "$(($(date +%s) + 1))" {ex} {names}',
+        f'__cc_scan {d} {recent} "$__s" "$(($(date +%s) + 1))" {ex} {lg} {names}',
     ]
 
 
@@ -442,6 +458,7 @@ class _Count(NamedTuple):
     replaced: bool = False  # a JSONL file counted again from its start (replaced, rewritten)
     asked_exit: bool = False  # the count was asked for an entry written after the exit
     exit_name: str | None = None  # the one it found
+    log_name: str | None = None  # an entry modified after the log's last write (``log_after``)
 
 
 def _count_files(
@@ -465,7 +482,8 @@ def _count_files(
     recent = _newer_answer(sections.get("outputs_recent"), "the files modified since the last check")
     run = _newer_answer(sections.get("outputs_run"), "the files written during the run")
     after = _newer_answer(sections.get("outputs_exit"), "the files written after the launched job's exit")
-    for answer in (recent, run, after):
+    after_log = _newer_answer(sections.get("outputs_log"), "the files modified after the log's last write")
+    for answer in (recent, run, after, after_log):
         if isinstance(answer, tuple):
             return answer[0]  # a check that could not tell is no "none modified"
     changed = None
@@ -481,6 +499,7 @@ def _count_files(
         OutputsMemory(count=count, checked_at=meta.now, stamp=stamp),
         asked_exit=after is not None,
         exit_name=after or None,
+        log_name=after_log or None,
     )
 
 
@@ -676,6 +695,11 @@ def read_outputs(
             host,
         ), new_memory
     newer = None if launched else _newer_than_log(where, sections, ident, last_word, new_memory.job_seen_at)
+    if newer is None and not launched and got.log_name and _still_last(last_word, memory.log_basis):
+        # An entry rewritten in place after the log's last write (the directory's own mtime
+        # stays): asked of this count by the last reading's ``log_after``.
+        newer = f"{got.log_name.rsplit('/', 1)[-1]} was modified after it"
+    new_memory = evolve(new_memory, **_log_question(spec, sections, where, last_word, new_memory, launched))
     if newer is not None:
         evidence["count"] = count
         evidence["previous_count"] = memory.count
@@ -782,6 +806,45 @@ def _newer_than_log(
     if job_seen_at is not None and mtime <= job_seen_at + (0.0 if own else FILE_CLOCK_TOLERANCE):
         return None
     return f"its mtime is {mtime - last_word.log_written:.3f} s after the log's"
+
+
+def _still_last(last_word: LastWord | None, basis: float | None) -> bool:
+    """Whether the log is as it was when the question was asked: its completion line its
+    last word, counted, no process of the run alive, its mtime the same."""
+    return (
+        last_word is not None
+        and last_word.done
+        and not last_word.job_alive
+        and basis is not None
+        and last_word.log_written == basis
+    )
+
+
+def _log_question(
+    spec: OutputsSpec,
+    sections: Mapping[str, bytes],
+    where: str | None,
+    last_word: LastWord | None,
+    memory: OutputsMemory,
+    launched: bool,
+) -> dict[str, float | None]:
+    """What the next count asks of a directory's entries (``log_after``): one modified after
+    the log's last write and after the run's job was last seen alive, while the log's
+    completion line is its last word with no process of the run alive (None: nothing)."""
+    if (
+        launched
+        or spec.files is None
+        or last_word is None
+        or not last_word.done
+        or last_word.job_alive
+        or last_word.log_written is None
+    ):
+        return {"log_basis": None, "log_after": None}
+    own = on_local_fs(where, sections)
+    after = last_word.log_written + (0.0 if last_word.log_own_clock and own else FILE_CLOCK_TOLERANCE)
+    if memory.job_seen_at is not None:
+        after = max(after, memory.job_seen_at + (0.0 if own else FILE_CLOCK_TOLERANCE))
+    return {"log_basis": last_word.log_written, "log_after": after}
 
 
 def _after_line(
