@@ -69,6 +69,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check sensors prefect_crosscheck flows tests bench
 	$(BIN)/ruff format --check sensors prefect_crosscheck flows tests bench
+	$(BIN)/mypy
 
 bench: $(STAMP) system-deps
 	$(BIN)/python bench/local_probe.py

@@ -83,7 +83,9 @@ class CrosscheckSSHHost(Block):
     _block_type_name: ClassVar[str] = "Crosscheck SSH Host"
     _block_type_slug: ClassVar[str] = "crosscheck-ssh-host"
     _description: ClassVar[str] = "An SSH host crosscheck gates stages on: address, key, trusted host keys."
-    _documentation_url: ClassVar[str] = _DOCS
+    # Prefect declares it HttpUrl | None; its BlockType validates this str into one (prefect-slack's
+    # blocks give a str too).
+    _documentation_url: ClassVar[str] = _DOCS  # type: ignore[assignment]
 
     hostname: str = Field(min_length=1, description="The host's name or address.")
     port: int = Field(22, gt=0, lt=65536, description="The SSH port.")
@@ -122,6 +124,11 @@ class CrosscheckSSHHost(Block):
         return section
 
 
+def _default_news() -> list[Literal["complete", "running", "stalled", "failed", "contradiction", "unknown"]]:
+    """``CrosscheckNotifications.on`` by default: the verdicts worth a message."""
+    return ["stalled", "contradiction", "failed", "unknown", "complete"]
+
+
 class CrosscheckNotifications(Block):
     """Where and when a gate speaks: the stage file's ``notify:`` section as a block.
 
@@ -137,14 +144,16 @@ class CrosscheckNotifications(Block):
     _block_type_name: ClassVar[str] = "Crosscheck Notifications"
     _block_type_slug: ClassVar[str] = "crosscheck-notifications"
     _description: ClassVar[str] = "When and where crosscheck gates send messages (Slack, other blocks)."
-    _documentation_url: ClassVar[str] = _DOCS
+    # Prefect declares it HttpUrl | None; its BlockType validates this str into one (prefect-slack's
+    # blocks give a str too).
+    _documentation_url: ClassVar[str] = _DOCS  # type: ignore[assignment]
 
     slack_webhook: str | None = Field(
         None, description="env:NAME or block:NAME (a Secret or SlackWebhook block), never the URL."
     )
     prefect_block: str | None = Field(None, description="The name of a Prefect notification block.")
     on: list[Literal["complete", "running", "stalled", "failed", "contradiction", "unknown"]] = Field(
-        default_factory=lambda: ["stalled", "contradiction", "failed", "unknown", "complete"],
+        default_factory=_default_news,
         description="The verdicts worth a message.",
     )
     unknown_after: float = Field(300.0, ge=0, description="Seconds unknown must last before it is news.")
@@ -173,7 +182,9 @@ class CrosscheckStage(Block):
     _description: ClassVar[str] = (
         "A pipeline stage crosscheck gates: its process, log, outputs and GPU signals, as in a stage file."
     )
-    _documentation_url: ClassVar[str] = _DOCS
+    # Prefect declares it HttpUrl | None; its BlockType validates this str into one (prefect-slack's
+    # blocks give a str too).
+    _documentation_url: ClassVar[str] = _DOCS  # type: ignore[assignment]
 
     definition: dict[str, Any] = Field(
         description="The stage, the same schema as a stage file (stage, host, process, log, outputs, ...)."

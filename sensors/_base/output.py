@@ -126,7 +126,7 @@ def guarded_streams() -> Iterator[Guarded]:
     saved = sys.stdout, sys.stderr
     out = sys.stdout if isinstance(sys.stdout, Guarded) else Guarded(sys.stdout)
     err = sys.stderr if isinstance(sys.stderr, Guarded) else Guarded(sys.stderr)
-    sys.stdout, sys.stderr = out, err  # type: ignore[assignment]
+    sys.stdout, sys.stderr = out, err
     try:
         yield out
     finally:

@@ -111,6 +111,12 @@ class Match(Protocol):
     def groupdict(self) -> dict[str, Any]: ...
 
 
+class _Searcher(Protocol):
+    """What :meth:`UserRegex.search` calls on a compiled pattern (``re``'s and RE2's have it)."""
+
+    def search(self, text: str, pos: int = ..., /) -> Match | None: ...
+
+
 class _Untranslatable(Exception):
     pass
 
@@ -238,15 +244,16 @@ class UserRegex:
     def search(self, text: str) -> Match | None:
         """The first match in ``text``, or None."""
         if self.engine == "regex":
-            return self._timed(text, None)
+            found: Match | None = self._timed(text, None)  # stopped: None, no match
+            return found
+        rx: _Searcher = self._compiled  # RE2's or re's compiled pattern
         if self.engine == "re2":
             try:
-                return self._compiled.search(text)
+                return rx.search(text)
             except UnicodeEncodeError:
                 # RE2 reads UTF-8; a lone surrogate cannot be encoded (decoded log text
                 # never holds one, but this must never raise): match it as '?'.
-                return self._compiled.search(text.encode("utf-8", "replace").decode("utf-8"))
-        rx = self._compiled
+                return rx.search(text.encode("utf-8", "replace").decode("utf-8"))
         if not self.multiline:
             # pos, not a slice: '^' still means the real start of the line.
             return rx.search(text, max(0, len(text) - FALLBACK_SCAN))
@@ -292,7 +299,8 @@ class UserRegex:
         if raw is None:
             return self.search(text) is not None
         data = utf8 if utf8 is not None else to_utf8(text)
-        return raw.Match(_UNANCHORED, data, 0, len(data))[0] != _NULL_SPAN
+        span: tuple[int, int] = raw.Match(_UNANCHORED, data, 0, len(data))[0]  # the whole match's
+        return span != _NULL_SPAN
 
     def _timed(self, text: str, stopped: Any) -> Any:
         """The regex module's search, stopped after FALLBACK_TIMEOUT: ``stopped`` when it was
@@ -360,7 +368,8 @@ def required_literal(pattern: str) -> str | None:
         True
     """
     try:
-        from re import _parser  # the parser re.compile uses; private, hence the guard
+        # The parser re.compile uses; private, hence the guard (typeshed has no stub for it).
+        from re import _parser  # type: ignore[attr-defined]
 
         parsed = _parser.parse(pattern, 0)
         if parsed.state.flags & re.IGNORECASE:

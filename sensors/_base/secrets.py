@@ -176,7 +176,8 @@ def _webhook_from_block(name: str) -> str:
         from prefect_slack import SlackWebhook
 
         block = run_sync(SlackWebhook.load(name))
-        return block.url.get_secret_value()
+        url: str = block.url.get_secret_value()  # prefect-slack ships no types: a SecretStr's value
+        return url
     except ImportError:
         errors.append("prefect-slack is not installed")
     except Exception as exc:  # not found, wrong type, server down: try the next kind

@@ -120,7 +120,7 @@ def redact(text: str) -> str:
     """
     if not text or text in _clean or _inert_to_redaction(text):
         return text
-    cache = getattr(_shared, "cache", None)
+    cache: dict[str, str] | None = getattr(_shared, "cache", None)  # redaction_shared's, if any
     if cache is not None and text in cache:
         return cache[text]
     redacted = _redact(text)

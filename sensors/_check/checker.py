@@ -25,6 +25,7 @@ from sensors._config.stage import Stage
 from sensors._hosts import Host, LocalHost
 from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
 from sensors._signals.log import LogMemory, seed_log_memory
+from sensors._store import Store
 from sensors._verdict import VerdictMemory, decide
 
 log = logging.getLogger("crosscheck")
@@ -105,7 +106,7 @@ class Checker:
         exclude_pids: frozenset[int] | None = None,
         since: str | float | Since | None = None,
         run: Run | None = None,
-        state: Any = None,
+        state: Store | str | os.PathLike[str] | None = None,
     ) -> None:
         """
         Args:

@@ -155,7 +155,7 @@ def _encoder_for(kind: type) -> Callable[[Any], Any]:
             seen = getattr(_readings, "seen", None)
             if seen is None:
                 return encode_dataclass(value)
-            hit = seen.get(id(value))
+            hit: tuple[Reading, dict[str, Any]] | None = seen.get(id(value))  # (reading, its encoding)
             if hit is None or hit[0] is not value:
                 # The reading is held with its encoding: its id is not reused meanwhile.
                 hit = seen[id(value)] = (value, encode_dataclass(value))

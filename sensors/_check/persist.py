@@ -25,13 +25,16 @@ import uuid
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sensors._base.model import Verdict
 from sensors._base.run import Run, Since
 from sensors._check.codec import VERSION, MemoryFormatError, dumps, fingerprint, loads
 from sensors._config.stage import Stage
 from sensors._store import Lease, SaveRequest, StageKey, Store, StoreWarning, open_store
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs  # typing's own from Python 3.13; mypy brings this one
 
 log = logging.getLogger("crosscheck")
 
@@ -149,8 +152,11 @@ class Persistence:
 
     def __init__(self, store: Store | str | os.PathLike[str] | None, stage: Stage, host: str) -> None:
         # A store given open is the caller's to close; one opened here from a location is ours.
-        self._owns_store = not is_store(store)
-        self.store = store if not self._owns_store else open_store(store)  # type: ignore[arg-type]
+        self.store: Store
+        if is_store(store):
+            self._owns_store, self.store = False, store
+        else:
+            self._owns_store, self.store = True, open_store(store)
         self.key = StageKey(stage.stage, host)
         self.holder = holder_id()
         self.ttl = max(3 * stage.policy.interval, 30.0)
@@ -381,7 +387,7 @@ def run_key(run: Run) -> str:
     return f"{run.source}:{started}" + (f":{run.pid}" if run.pid is not None else "")
 
 
-def is_store(value: object) -> bool:
+def is_store(value: object) -> TypeIs[Store]:
     return all(hasattr(value, name) for name in ("load", "save", "acquire"))
 
 

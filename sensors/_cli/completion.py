@@ -55,7 +55,9 @@ def commands(parser: argparse.ArgumentParser) -> list[Command]:
     helps = {a.dest: a.help or "" for a in sub._choices_actions}
     found = []
     for name, cmd in sub.choices.items():
-        options, positional, choices, many = [], "", (), False
+        options: list[Option] = []
+        choices: tuple[str, ...] = ()
+        positional, many = "", False
         for action in cmd._actions:
             if action.option_strings:
                 takes = action.nargs != 0

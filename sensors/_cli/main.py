@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
+from typing import Any, NoReturn
 
 from sensors._base.errors import ConfigError, CrosscheckError, HostKeyError
 from sensors._base.model import State, Verdict
@@ -69,7 +69,7 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self._on_error = on_error  # a subcommand's own answer to a usage error (check: UNKNOWN)
 
-    def error(self, message: str) -> None:  # exit 2 with one line, like a config error
+    def error(self, message: str) -> NoReturn:  # exit 2 with one line, like a config error
         self.print_usage(sys.stderr)
         if self._on_error is not None:
             raise SystemExit(self._on_error(message))

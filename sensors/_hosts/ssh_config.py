@@ -83,7 +83,7 @@ def load_ssh_config(path: str | None) -> paramiko.SSHConfig:
         raise ConfigError(f"cannot parse ssh config {path}: {exc}", field="host.config") from None
 
 
-class _InertSSHConfig(paramiko.SSHConfig):
+class _InertSSHConfig(paramiko.SSHConfig):  # type: ignore[misc]  # paramiko ships no types: Any
     """paramiko's ssh config, minus the one thing a lookup would do beyond reading: run a
     ``Match exec`` command (paramiko runs it with invoke, a shell, ``%h`` replaced by the
     alias). A lookup that reaches one (the criteria before it on its line match, as ssh

@@ -24,6 +24,7 @@ import os
 import shlex
 import socket
 from collections.abc import Callable
+from typing import NoReturn
 
 import paramiko
 
@@ -61,10 +62,10 @@ class _Unknown(Exception):
         super().__init__(name)
 
 
-class _RefuseUnknown(paramiko.RejectPolicy):
+class _RefuseUnknown(paramiko.RejectPolicy):  # type: ignore[misc]  # paramiko ships no types: Any
     """RejectPolicy that keeps the offered key, so the error can show its fingerprint."""
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> NoReturn:
         raise _Unknown(hostname, key)
 
 

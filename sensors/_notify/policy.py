@@ -150,8 +150,8 @@ class Notifier:
             return []  # not news for this reader
         if state in _REMINDABLE:
             self._notified_since, self._last_sent = since, now
-        held = now - since if state is State.UNKNOWN else None
-        return [build_message(verdict, kind="transition", held_for=held, flow_run_url=url)]
+        held_for = now - since if state is State.UNKNOWN else None
+        return [build_message(verdict, kind="transition", held_for=held_for, flow_run_url=url)]
 
     def _deliver(self, message: Message) -> Sent:
         deliveries: list[Delivery] = []

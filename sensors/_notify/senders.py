@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -35,6 +35,9 @@ from sensors._notify.delivery import (
     within,
 )
 from sensors._notify.message import Message
+
+if TYPE_CHECKING:
+    import tenacity
 
 __all__ = ["PrefectBlockSender", "SlackWebhookSender", "senders_from_spec"]
 
@@ -112,15 +115,23 @@ class SlackWebhookSender(RetryingSender):
                     raise RetryableStatus(response.status_code, response.headers.get("retry-after"))
                 return response.status_code
 
+            def retrying_in(rs: tenacity.RetryCallState) -> None:
+                # Retried only after an attempt that raised (retry_if_exception): its outcome
+                # is there and holds the exception.
+                assert rs.outcome is not None
+                failure = rs.outcome.exception()
+                assert failure is not None
+                log.debug(
+                    "the Slack webhook: attempt %d failed (%s); retrying in %.1fs",
+                    rs.attempt_number,
+                    describe(failure)[1],
+                    rs.upcoming_sleep,
+                )
+
             return self._deliver(
                 attempt,
                 lambda exc: isinstance(exc, (*RETRY_EXC, RetryableStatus)),
-                before_sleep=lambda rs: log.debug(
-                    "the Slack webhook: attempt %d failed (%s); retrying in %.1fs",
-                    rs.attempt_number,
-                    describe(rs.outcome.exception())[1],
-                    rs.upcoming_sleep,
-                ),
+                before_sleep=retrying_in,
             )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID, uuid4
@@ -356,9 +356,17 @@ class GateReport:
             create=lambda **kw: create_markdown_artifact(markdown=picture, **kw),
         )
 
-    def _upsert(self, what: str, data: Any, *, description: str, create: Callable[..., UUID]) -> None:
+    def _upsert(
+        self,
+        what: str,
+        data: Any,
+        *,
+        description: str,
+        create: Callable[..., UUID | Coroutine[Any, Any, UUID]],
+    ) -> None:
         """Create the run's ``what`` artifact once (``create(key=, description=)``), then
-        update it in place: one artifact per run, not one per change."""
+        update it in place: one artifact per run, not one per change. (Prefect's artifact
+        functions are sync and async in one, typed so: called here, in a sync flow, a UUID.)"""
         if what not in self._ids:
             create.__name__ = f"create_{what}_artifact"
             self._ids[what] = self.best_effort(create, key=self.keys[what], description=description)

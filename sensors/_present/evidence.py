@@ -230,8 +230,8 @@ def _gpu_values(ev: Mapping[str, Any]) -> list[str]:
             out.append(f"util {per_device(util, '%')}")
         mem = first_of(ev, "memory_used_mib", "memory_mib", "memory")
         if mem is not None:
-            mib = has_value(ev, "memory_used_mib") or has_value(ev, "memory_mib")
-            out.append(f"mem {per_device(mem, ' MiB' if mib else '')}")
+            in_mib = has_value(ev, "memory_used_mib") or has_value(ev, "memory_mib")
+            out.append(f"mem {per_device(mem, ' MiB' if in_mib else '')}")
     if (job_mem := number(ev.get("job_memory_mib"))) is not None:
         out.append(f"job holds {mib(job_mem)}")
     idle = ev.get("idle")

@@ -10,13 +10,16 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from sensors._base.model import Verdict
 from sensors._base.output import is_terminal
 from sensors._base.text import inert
 from sensors._config.stage import Stage
 from sensors._present.evidence import SAYS_STYLE, STATE_STYLE, key_values
+
+if TYPE_CHECKING:  # rich is imported when something is shown
+    from rich.console import Console
 
 
 def print_json(verdict: Verdict, out: TextIO | None = None) -> None:
@@ -29,7 +32,7 @@ def print_json(verdict: Verdict, out: TextIO | None = None) -> None:
 UNWRAPPED = 1_000_000
 
 
-def new_console():  # type: ignore[no-untyped-def]
+def new_console() -> Console:
     from rich.console import Console
 
     # Job text reaches this console only as rich ``Text`` built by ``text`` below, never

@@ -34,7 +34,8 @@ def evolve(value: T, **changes: Any) -> T:
     (no ``__post_init__``, no ``init=False`` field, nothing cached from the fields: a copy
     would carry it over stale): ``_plain`` checks."""
     cls = type(value)
-    if not _plain(cls):
+    plain_class: type = cls  # mypy does not see type[T] as the Hashable functools.cache takes
+    if not _plain(plain_class):
         raise TypeError(f"evolve() is for plain frozen dataclasses, not {cls.__name__}")
     state = value.__dict__.copy()
     for name in changes:

@@ -157,6 +157,7 @@ class LogEvidence(TypedDict, total=False):
     followed_by: str  # text after the completion line that may be a later run's
     complete_writers: list[int]  # the job's PIDs alive before the completion line was written
     superseded_by_pid: int  # a process of this run that began after the completion line
+    launch_superseded: str  # words written after the launched run's last: a later run's
     file_time_ahead_seconds: float  # the log's mtime/birth this far ahead of the host's clock
     replaced: bool
     rotated: bool
@@ -259,7 +260,7 @@ def _snippet_lines(
     words = [
         shlex.quote(path),
         str(int(t)),
-        str(int(inode)) if known else "-",
+        str(int(inode)) if inode is not None else "-",
         str(int(size)),
         str(int(resume)) if known and resume is not None else "-",
         str(int(size - n)) if n is not None else "-",
@@ -659,9 +660,9 @@ def read_log(
     )
     if resumed and change is not None:
         # Rewritten in place: the bytes before this read are new too, and were not read.
-        evidence = {"path": spec.path, change: True}
+        rewritten = {"path": spec.path, change: True}
         why = f"the log was {change} since the last check; it is read whole at the next check"
-        return Reading("log", Says.UNKNOWN, why, evidence, meta.now, host), memory
+        return Reading("log", Says.UNKNOWN, why, rewritten, meta.now, host), memory
     scan = _remembered_scan(memory) if same else _scan_log(spec, tail or b"", st, memory, resumed=resumed)
     complete_line, complete_end, accepted = _completion(scan, memory, st, run)
     word = _whose(memory, scan, st, complete_line, complete_end, job, run, meta.now, exited)
@@ -826,7 +827,7 @@ def _evidence(
     if change:
         evidence[change] = True  # type: ignore[literal-required]
         if change in ("replaced", "truncated"):
-            evidence["rotated" if change == "replaced" else "truncated"] = True  # type: ignore[literal-required]
+            evidence["rotated" if change == "replaced" else "truncated"] = True
     return evidence
 
 

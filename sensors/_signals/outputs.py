@@ -451,7 +451,8 @@ def _newer_answer(raw: bytes | None, what: str) -> str | tuple[str] | None:
 class _Count(NamedTuple):
     """One check's count, what changed besides it, and the memory it leaves."""
 
-    count: int
+    # A field named as tuple's count method, which it hides (a NamedTuple's field may).
+    count: int  # type: ignore[assignment]
     changed: str | None  # why an unchanged count is not yet done
     written: bool  # an output was seen written since the run began
     memory: OutputsMemory
@@ -486,6 +487,8 @@ def _count_files(
     for answer in (recent, run, after, after_log):
         if isinstance(answer, tuple):
             return answer[0]  # a check that could not tell is no "none modified"
+    # Every (why,) returned above: each answer left is a name, "" or None.
+    assert not isinstance(recent, tuple) and not isinstance(after, tuple)
     changed = None
     if recent is not None:
         evidence["in_place_writes"] = recent or None

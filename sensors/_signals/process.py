@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Literal, NamedTuple, TypedDict
+from typing import Literal, NamedTuple, NotRequired, TypedDict
 
 from pydantic import Field, model_validator
 
@@ -100,6 +100,21 @@ class ProcessMemory:
     superseded_by: int | None = None
 
 
+class ProcessEntry(TypedDict):
+    """One matched process in the evidence (``processes``), as :func:`_describe` writes it."""
+
+    pid: int
+    ppid: int
+    state: str
+    threads: int
+    cpu_seconds: float
+    elapsed_seconds: float | None
+    start_ticks: int
+    cmdline: str  # redacted, then cut
+    elapsed_unknown: NotRequired[str]  # why elapsed_seconds is None
+    note: NotRequired[str]  # what effective_state saw past a zombie leader
+
+
 class ProcessEvidence(TypedDict, total=False):
     """The process reading's evidence (the JSON the CLI prints, key for key)."""
 
@@ -112,7 +127,7 @@ class ProcessEvidence(TypedDict, total=False):
     alive: int
     matched: int
     descendants: int
-    processes: list[dict[str, object]]
+    processes: list[ProcessEntry]
     boot_id: str | None
     started_at: float | None  # the earliest live job process's start (host clock)
     last_seen_alive: dict[str, object]
@@ -267,7 +282,7 @@ class _ProcessTable:
         get = sections.get
         bodies = (get("stat"), get("cmdline"), get("tasks"), get("taskcmd"))
         key = (nonce, id(bodies[0]), id(bodies[1]), id(bodies[2]), id(bodies[3]))
-        hit = cache.get(key)
+        hit: tuple[object, _ProcessTable | str] | None = cache.get(key)  # (bodies, table) or None
         if hit is None:
             cache[key] = hit = (bodies, cls._parse(sections, nonce))
         return hit[1]
@@ -302,10 +317,10 @@ class _ProcessTable:
 
 def _describe(
     candidates: list[int], table: _ProcessTable, meta: Meta
-) -> tuple[list[dict[str, object]], list[int], list[int], float | None]:
+) -> tuple[list[ProcessEntry], list[int], list[int], float | None]:
     """Evidence per candidate process, the live ones, those listed without a stat, and when
     the earliest live one started (host clock)."""
-    processes: list[dict[str, object]] = []
+    processes: list[ProcessEntry] = []
     alive_pids: list[int] = []
     missing_stat: list[int] = []
     earliest: float | None = None
@@ -319,7 +334,7 @@ def _describe(
             continue
         state, note = effective_state(st, table.tasks)
         age, elapsed_why = elapsed(st, meta)
-        entry: dict[str, object] = {
+        entry: ProcessEntry = {
             "pid": pid,
             "ppid": st.ppid,
             "state": state,
@@ -345,7 +360,7 @@ def _describe(
 
 def _alive_detail(
     main: Mapping[str, object] | None,
-    processes: list[dict[str, object]],
+    processes: list[ProcessEntry],
     alive_pids: list[int],
     evidence: Mapping[str, object],
 ) -> str:
@@ -409,7 +424,8 @@ def _matching(pattern: str, table: _ProcessTable) -> frozenset[int]:
     cache = getattr(_batch_tables, "cache", None)
     key = ("match", id(table), pattern)
     if cache is not None and key in cache:
-        return cache[key][1]
+        shared: frozenset[int] = cache[key][1]  # stored below: (table, pids)
+        return shared
     rx = compile_user_regex(pattern)
     # Only lines holding the text every match spells can match (see required_text).
     needed = required_text(pattern)
@@ -439,7 +455,8 @@ def _excluded_once(meta: Meta, table: _ProcessTable, exclude_pids: frozenset[int
     key = ("excluded", id(table), meta.script_pid, exclude_pids)
     if key not in cache:
         cache[key] = (table, frozenset(_excluded(meta, table.stats, exclude_pids)))
-    return cache[key][1]
+    excluded: frozenset[int] = cache[key][1]  # (table, excluded), stored just above or earlier
+    return excluded
 
 
 def read_process(
@@ -465,6 +482,8 @@ def read_process(
     memory = memory or ProcessMemory()
 
     def unknown(why: str, **evidence: object) -> tuple[Reading, ProcessMemory, frozenset[int]]:
+        # memory is never None here: set just above, and later only to _after_launch's memory.
+        assert memory is not None
         return Reading("process", Says.UNKNOWN, why, evidence, meta.now, host), memory, frozenset()
 
     table = _ProcessTable.parse(sections, nonce)
@@ -575,9 +594,7 @@ def read_process(
 START_SLACK = 1.0
 
 
-def _earlier_runs(
-    processes: list[dict[str, object]], alive: list[int], run: Run | None, now: float
-) -> list[int]:
+def _earlier_runs(processes: list[ProcessEntry], alive: list[int], run: Run | None, now: float) -> list[int]:
     """The live matches that began before the run did: an earlier run's processes (a start
     given with --since, or a launch: both exact; a start learnt from the job itself is the
     earliest such start by construction, and so is a watch without a start)."""
@@ -591,7 +608,7 @@ def _earlier_runs(
         elapsed_s = entry.get("elapsed_seconds")
         # A start that cannot be read (implausible clocks) is not shown to be this run's.
         if not isinstance(elapsed_s, (int, float)) or now - elapsed_s < begins:
-            earlier.append(int(entry["pid"]))  # type: ignore[call-overload]
+            earlier.append(int(entry["pid"]))
     return earlier
 
 
@@ -604,7 +621,7 @@ def _after_launch(
     run: Run | None,
     launched_pid: int | None,
     exit_record: Mapping[str, object] | None,
-    processes: list[dict[str, object]],
+    processes: list[ProcessEntry],
     alive: list[int],
     table: _ProcessTable,
     meta: Meta,
@@ -635,7 +652,7 @@ def _after_launch(
     # virtualised (see START_SLACK).
     slack = START_SLACK if meta.uptime_virtualised else _TICK_SLACK
     later = sorted(
-        int(entry["pid"])  # type: ignore[call-overload]
+        int(entry["pid"])
         for entry in processes
         if entry["pid"] in alive
         and entry["pid"] not in ours
@@ -680,12 +697,12 @@ _NOT_FOUND = Reread()
 class _Job:
     """The matched processes of one check, summed: the job as this check sees it."""
 
-    processes: list[dict[str, object]]
+    processes: list[ProcessEntry]
     alive: list[int]
     descendants: set[int]
     cpu_seconds: float | None
     io_bytes: int | None
-    main: dict[str, object] | None
+    main: ProcessEntry | None
     started_at: float | None  # the earliest live process's start (host clock)
     earlier: tuple[int, ...] = ()  # live ones that began before this run: an earlier run's
 
@@ -701,7 +718,7 @@ class _Job:
     @classmethod
     def of(
         cls,
-        processes: list[dict[str, object]],
+        processes: list[ProcessEntry],
         alive: list[int],
         table: _ProcessTable,
         sections: Mapping[str, bytes],
@@ -748,10 +765,10 @@ def _evidence(
     main = job.main
     evidence = ProcessEvidence(
         how=found.how,
-        pid=main["pid"] if main else None,  # type: ignore[typeddict-item]
-        state=main["state"] if main else None,  # type: ignore[typeddict-item]
+        pid=main["pid"] if main else None,
+        state=main["state"] if main else None,
         cpu_seconds=job.cpu_seconds,
-        elapsed_seconds=main["elapsed_seconds"] if main else None,  # type: ignore[typeddict-item]
+        elapsed_seconds=main["elapsed_seconds"] if main else None,
         io_bytes=job.io_bytes,
         alive=len(job.alive),
         matched=len(job.processes),
@@ -791,7 +808,7 @@ def _remember(
     main = job.main
     return ProcessMemory(
         boot_id=meta.boot_id,
-        identities=remembered,  # type: ignore[arg-type]
+        identities=remembered,
         first_pids=memory.first_pids or tuple(job.alive),
         # Seen alive: this run's job only (an earlier run's process, still alive when the
         # run began, is no evidence that this run's job ran and exited).
@@ -812,7 +829,7 @@ def _gone_detail(
     spec: ProcessSpec,
     found: _Found,
     boot_changed: bool,
-    processes: list[dict[str, object]],
+    processes: list[ProcessEntry],
     memory: ProcessMemory,
     meta: Meta,
 ) -> str:

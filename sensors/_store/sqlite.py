@@ -343,7 +343,8 @@ class SQLiteStore:
             if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
                 return False
             ours = ino is not None and self._ours == ino
-            if _corrupt(exc) and ours and not retried and self._set_aside(ino, exc):
+            # ours implies ino is not None; said again for mypy, which cannot see through ours.
+            if _corrupt(exc) and ours and not retried and ino is not None and self._set_aside(ino, exc):
                 self._open(retried=True)
             elif _corrupt(exc) and not ours:
                 self._fall_back(
@@ -688,6 +689,7 @@ class SQLiteStore:
 
     def history(self, stage: str, host: str | None = None, *, limit: int | None = None) -> list[HistoryEntry]:
         cols = "SELECT stage, host, seq, at, state, verdict, seal FROM crosscheck_history"
+        args: tuple[str | int, ...]
         if host is None:
             sql, args = (
                 f"{cols} WHERE stage = ? ORDER BY id DESC LIMIT ?",

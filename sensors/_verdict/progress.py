@@ -88,7 +88,8 @@ def clocks(
     # answers every other check must not hide a hung job.
     appeared = p is not None and p.says is Says.WORKING and (pp is None or pp.says is Says.DONE)
     restart = moved or first or appeared or last_progress_at is None
-    last_progress = now if restart else last_progress_at
+    # restart covers last_progress_at is None; said again for mypy, which cannot see through it.
+    last_progress = now if restart or last_progress_at is None else last_progress_at
     in_d = p is not None and p.says is Says.WORKING and ev(p, "state") == "D"
     d_since = (d_since or now) if in_d else None
     stuck_d = in_d and d_since is not None and now - d_since >= policy.stuck_in_d_after

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sensors._base.errors import ConfigError
 from sensors._base.model import Verdict
@@ -30,7 +31,7 @@ from sensors._base.run import Run
 from sensors._check.codec import MemoryFormatError, dumps, loads
 from sensors._config.stage import Stage, stage_from_dict
 from sensors._present.picture import WaitHistory
-from sensors._store import Handoff
+from sensors._store import Handoff, Store
 
 log = logging.getLogger("crosscheck.serve")
 
@@ -91,7 +92,29 @@ def new_handoff(ticket: str, stage: Stage, host: str, request: dict[str, Any], t
     )
 
 
-def stage_of(handoff: Handoff, resolve_block: Any = None) -> Stage:
+class ResumeGate(Protocol):
+    """``resume(flow_run_id, stage)``: resume the gate's flow run if it is suspended on
+    ``stage``: ``"resumed"``, ``"waiting"`` (asked again later) or ``"gone"`` (the Prefect
+    layer's :meth:`~sensors._prefect.bridge.PrefectBridge.resume`)."""
+
+    def __call__(self, flow_run_id: str, stage: str, /) -> str: ...
+
+
+class FlowRunOver(Protocol):
+    """``over(flow_run_id)``: whether the gate's flow run has ended, or is gone (the Prefect
+    layer's :meth:`~sensors._prefect.bridge.PrefectBridge.over`)."""
+
+    def __call__(self, flow_run_id: str, /) -> bool: ...
+
+
+class ResolveBlock(Protocol):
+    """``resolve_block(reference)``: the stage a ``block:NAME`` request names (the Prefect
+    layer's :meth:`~sensors._prefect.bridge.PrefectBridge.resolve_block`)."""
+
+    def __call__(self, reference: str, /) -> Stage: ...
+
+
+def stage_of(handoff: Handoff, resolve_block: ResolveBlock | None = None) -> Stage:
     """The stage a handoff asks for. ``resolve_block(name) -> Stage`` loads ``block:NAME``
     requests (the Prefect layer's); without it such a request is a :class:`ConfigError`."""
     request = handoff.request
@@ -130,8 +153,9 @@ class HandoffSeen:
         if history is None:
             return None
         beat = doc.get("heartbeat_at")
-        number = isinstance(beat, (int, float)) and not isinstance(beat, bool)
-        return cls(history, float(beat) if number else None)
+        if isinstance(beat, bool) or not isinstance(beat, (int, float)):  # a number, or no time
+            return cls(history, None)
+        return cls(history, float(beat))
 
 
 @dataclass(frozen=True)
@@ -200,12 +224,12 @@ class Desk:
     handoff is dropped).
     """
 
-    store: Any
+    store: Store
     by: str
-    resume: Any = None
-    over: Any = None
-    resolve_block: Any = None
-    clock: Any = time.time
+    resume: ResumeGate | None = None
+    over: FlowRunOver | None = None
+    resolve_block: ResolveBlock | None = None
+    clock: Callable[[], float] = time.time
     resumed: set[str] = field(default_factory=set)  # tickets whose gate this watcher resumed
     watched: dict[str, HandoffSeen] = field(default_factory=dict)  # by ticket, until settled
 

@@ -56,9 +56,9 @@ from sensors._check.batch import check_batch
 from sensors._check.checker import Checker
 from sensors._check.persist import NotOurs, Persistence, dead_here, holder_id, is_followed, is_store
 from sensors._config.stage import MAX_STAGE_BYTES, Stage, load_stage_bytes
-from sensors._store import Handoff
+from sensors._store import Handoff, Store
 from sensors._watch.gc import tune_for_watching
-from sensors._watch.handoff import RESUMES_GATES, Desk, watcher_name
+from sensors._watch.handoff import RESUMES_GATES, Desk, HandoffSeen, watcher_name
 from sensors._watch.schedule import Scheduler
 from sensors._watch.spool import Spool
 
@@ -221,8 +221,9 @@ class DirectorySource:
         if known is not None and known.digest == digest:
             known.signature, known.trusted_until = signature, trusted_until
             return back
+        found: Found | None
         try:
-            found: Found | None = Found(load_stage_bytes(data, file=str(file)), None, file.name)
+            found = Found(load_stage_bytes(data, file=str(file)), None, file.name)
             found = replace(found, version=found.stage)  # the definition is the version
         except CrosscheckError as exc:
             if known is not None and known.found is not None:
@@ -320,6 +321,32 @@ class _Entry:
     handoff: Handoff | None = None  # a stage a gate handed off (not a file)
 
 
+class GateBridge(Protocol):
+    """A watcher's Prefect side (the Prefect layer's
+    :class:`~sensors._prefect.bridge.PrefectBridge`): after each check of a stage, its events
+    and the waiting gate's artifact; when the stage goes, what it kept of it."""
+
+    def observe(
+        self,
+        verdict: Verdict,
+        *,
+        flow_run_id: str | None,
+        announce: Callable[[Verdict], bool],
+        waiting_for: str = ...,
+        watched: HandoffSeen | None = ...,
+    ) -> None: ...
+
+    def forget(self, stage: str, host: str, flow_run_id: str | None) -> None: ...
+
+
+class WatchMetrics(Protocol):
+    """What a watcher tells its metrics (:class:`Metrics`): each check, each delivery."""
+
+    def observe(self, entry: _Entry, verdict: Verdict, took: float) -> None: ...
+
+    def delivered(self, stage: str, sent: Sequence[Sent]) -> None: ...
+
+
 @dataclass
 class Watcher:
     """Watches every ``*.yaml``/``*.yml`` stage file in ``directory`` (and the stages of any
@@ -333,17 +360,17 @@ class Watcher:
     """
 
     directory: Path
-    store: Any = None
+    store: Store | str | os.PathLike[str] | None = None
     rescan_every: float = 5.0
     workers: int = 16
     per_host: int = 4
-    emit: Callable[[Verdict], None] = field(default=lambda verdict: None)
-    metrics: Any = None
+    emit: Callable[[Verdict], object] = field(default=lambda verdict: None)
+    metrics: WatchMetrics | None = None
     lease: float | None = None
     #: Stages handed off by gates (read from the store), and the Prefect side (events,
     #: resuming gates): both None for a watcher of files only.
     desk: Desk | None = None
-    bridge: Any = None
+    bridge: GateBridge | None = None
     sources: list[StageSource] = field(default_factory=list)
     entries: dict[str, _Entry] = field(default_factory=dict)
     holder: str = field(default_factory=holder_id)
@@ -396,6 +423,7 @@ class Watcher:
             for key in list(self.entries):
                 self._drop(key)
             if self._split:
+                assert self._store is not None  # a split watcher has a store (__post_init__)
                 try:
                     self._store.drop_watcher(self.holder)
                 except Exception:  # its heartbeat expires anyway
@@ -492,6 +520,7 @@ class Watcher:
         stages nobody holds, or whose lease expired, are claimed up to the share. Who gets a
         contested stage is the store's conditional upsert (a row lock on PostgreSQL)."""
         store = self._store
+        assert store is not None  # balance runs only split (_tick), and a split has a store
         try:
             store.heartbeat_watcher(self.holder, self.written_ttl, f"{socket.gethostname()} {self.directory}")
             live = set(store.live_watchers())
@@ -502,24 +531,25 @@ class Watcher:
         except Exception as exc:
             log.warning("state store: watcher registry: %s", exc)
             return
-        leased = [e for e in self.entries.values() if e.checker.persistence is not None]
+        # Each stage kept with its lease (its Persistence), the stages without one left out.
+        leased = [(e, p) for e in self.entries.values() if (p := e.checker.persistence) is not None]
         share = math.ceil(len(leased) / max(1, len(live | {self.holder})))
-        mine = sorted((e for e in leased if e.checker.persistence.held), key=lambda e: e.key)
-        for entry in mine[share:]:
+        mine = sorted(((e, p) for e, p in leased if p.held), key=lambda ep: ep[0].key)
+        for entry, persist in mine[share:]:
             if not self.scheduler.running(entry.key):
-                entry.checker.persistence.release()
+                persist.release()
                 log.info("%s: released to another watcher (share %d)", entry.stage.stage, share)
-        kept = self._renew([entry.checker.persistence for entry in mine[:share]])
+        kept = self._renew([persist for _, persist in mine[:share]])
         # The others in an order of this watcher's own, so watchers that start together try
         # different stages first.
         others = sorted(
-            (e for e in leased if not e.checker.persistence.held),
-            key=lambda e: hashlib.blake2b(f"{self.holder}{e.key}".encode(), digest_size=8).digest(),
+            ((e, p) for e, p in leased if not p.held),
+            key=lambda ep: hashlib.blake2b(f"{self.holder}{ep[0].key}".encode(), digest_size=8).digest(),
         )
-        for entry in others:
+        for entry, persist in others:
             if kept >= share:
                 break
-            if entry.checker.persistence.claim() is None:
+            if persist.claim() is None:
                 kept += 1
                 if _overdue(entry):
                     # Its holder stopped checking it (died, hung): checked now, not at its next
@@ -536,9 +566,11 @@ class Watcher:
         for persist in held:
             by_ttl[persist.ttl].append(persist)
         kept = 0
+        store = self._store
+        assert store is not None  # called by balance only: a split watcher's, which has a store
         for ttl, group in by_ttl.items():
             try:
-                renewed = self._store.renew_leases(self.holder, ttl, [p.key for p in group])
+                renewed = store.renew_leases(self.holder, ttl, [p.key for p in group])
             except Exception as exc:
                 log.warning("state store: renewing leases: %s", exc)
                 renewed = set()
@@ -637,6 +669,7 @@ def _overdue(entry: _Entry) -> bool:
     """Whether the stage's last saved check is older than its interval (by the saver's clock:
     watchers' clocks agree to a few seconds), or there is none."""
     persist = entry.checker.persistence
+    assert persist is not None  # asked by balance of a leased stage only: it has a Persistence
     try:
         stored = persist.store.load(persist.key)
     except Exception:  # cannot tell: a check now costs one probe
@@ -857,7 +890,7 @@ def configure_logging(level: str, stream: Any = None) -> logging.Handler:
 def serve(
     directory: str,
     *,
-    store: Any,
+    store: Store | None,
     as_json: bool,
     metrics_port: int | None,
     rescan_every: float,
@@ -907,7 +940,7 @@ def serve(
 def _serve(
     path: Path,
     *,
-    store: Any,
+    store: Store | None,
     out: Spool | None,
     as_json: bool,
     spools: list[Spool],
@@ -963,9 +996,10 @@ def _serve(
     )
     server = None
     if metrics_port is not None:
-        watcher.metrics = Metrics(watcher, spools=spools)
+        metrics = Metrics(watcher, spools=spools)
+        watcher.metrics = metrics
         try:
-            server = watcher.metrics.serve(metrics_port, metrics_host)
+            server = metrics.serve(metrics_port, metrics_host)
         except OSError as exc:  # in use, or not ours to take: one line, as for any usage error
             print(
                 f"crosscheck: --metrics-host {metrics_host} --metrics-port {metrics_port}: cannot listen"
