@@ -1,21 +1,14 @@
 """Prefect blocks: a stage, an SSH host and notification settings, saved on the Prefect server.
 
-A worker that has only prefect-crosscheck installed and a ``PREFECT_API_URL`` can gate a
-stage on an SSH host with nothing mounted: the stage, the private key and the host keys to
-trust are blocks, edited in the UI or saved from Python, and every place that takes a stage
-(``check_stage``, ``wait_for_stage``, the gate flow, the CLI) takes ``block:NAME`` too.
-
-- :class:`CrosscheckStage`: the stage, as the same schema as a stage file (``definition``),
-  with an optional :class:`CrosscheckSSHHost` (replacing the definition's ``host``) and
-  optional :class:`CrosscheckNotifications` (replacing its ``notify``).
-- :class:`CrosscheckSSHHost`: hostname, port, user, the private key and its passphrase
-  (``SecretStr``), the known_hosts content, a ProxyJump. The key reaches paramiko from memory
-  and host keys are verified against the block's known_hosts, as against a file.
-- :class:`CrosscheckNotifications`: the ``notify:`` section (its Slack webhook, as in a stage
-  file, is a reference to a Secret or SlackWebhook block, never the URL).
-
-Register the types once per server with ``prefect block register -m prefect_crosscheck``.
-Part of the Prefect layer: nothing in the core imports this module.
+A worker with only prefect-crosscheck and a ``PREFECT_API_URL`` gates a stage on an SSH host
+with nothing mounted: the stage, the private key and the host keys to trust are blocks, and
+every place that takes a stage takes ``block:NAME`` too (docs/blocks.md).
+:class:`CrosscheckStage` holds the stage (``definition``, a stage file's schema), with an
+optional :class:`CrosscheckSSHHost` (hostname, port, user, the private key and passphrase as
+``SecretStr``, known_hosts, a ProxyJump) and :class:`CrosscheckNotifications` (the
+``notify:`` section) replacing its ``host`` and ``notify``. Register the types once per server
+with ``prefect block register -m prefect_crosscheck``. Part of the Prefect layer: nothing in
+the core imports this module.
 
 Example:
     >>> stage = CrosscheckStage(
@@ -23,17 +16,7 @@ Example:
     ... )
     >>> stage.to_stage().stage
     'extract'
-    >>> host = CrosscheckSSHHost(
-    ...     hostname="gpu-box", user="ml", private_key="-----BEGIN OPENSSH PRIVATE KEY-----...",
-    ...     known_hosts="gpu-box ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI...",
-    ... )
-    >>> host.private_key
-    SecretStr('**********')
-    >>> CrosscheckStage(definition={"stage": "extract", "process": {"pid": 4455}},
-    ...                 ssh_host=host).to_stage().host.ssh
-    'gpu-box'
     >>> stage.save("extract")  # doctest: +SKIP
-    >>> wait_for_stage("block:extract", timeout="12h")  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -8,12 +8,8 @@ re-export them as files a user reads and copies. The library itself never import
 
 - :func:`gate` waits until a stage is really finished; its ``crosscheck.stage.complete``
   event is what starts the next stage's deployment, so no worker is held between stages.
-- :func:`pipeline`: extraction → gate → training. Each stage is launched as a command (its
-  stage file's ``launch:`` section), detached on the stage's host (locally, or over SSH with
-  nohup), with its PID and log path recorded. The gate waits until process, log and outputs
-  agree; only a ``complete`` verdict launches the next stage. ``failed`` fails the flow with
-  the evidence in its message; ``stalled`` and ``contradiction`` notify and the wait goes on
-  until the policy's timeout.
+- :func:`pipeline`: extraction → gate → training, each stage launched from its stage file's
+  ``launch:`` section; only a ``complete`` verdict launches the next (docs/prefect.md).
 - :func:`start_stage` launches (and gates) one stage: what the completion trigger runs.
 - :func:`stall_alert` fails loudly when a gate stops sending heartbeats.
 

@@ -2,19 +2,12 @@
 
 Prefect has no sensor concept (PrefectHQ/prefect#9330), so a sensor here is a task that polls
 inside its own body: :func:`wait_for_stage` runs :meth:`Checker.watch` in one task run and
-returns only when every signal agrees the stage is ``complete``. It never asks Prefect to
-re-run it (``cache_policy=NO_CACHE``, no task retries): a host that cannot be asked makes a
-verdict ``unknown`` inside the Checker, and the wait goes on.
-
-While it waits it leaves what a person or an automation needs to follow along:
-
-- a progress artifact (outputs written / expected), an evidence artifact and a picture of the
-  wait, each updated in place at every verdict change and at most every 10 seconds between
-  changes (:class:`Cadence`);
-- an event at each verdict change (``crosscheck.stage.<verdict>``, resource
-  ``crosscheck.stage.<name>``, payload: the verdict JSON) and a ``crosscheck.stage.heartbeat``
-  event at most once a minute (``heartbeat=``), for reactive and proactive automations;
-- one log line per verdict change (never one per check).
+returns only when every signal agrees the stage is ``complete`` (:func:`check_stage` checks
+once). It never asks Prefect to re-run it (``cache_policy=NO_CACHE``, no task retries): a host
+that cannot be asked makes a verdict ``unknown`` inside the Checker, and the wait goes on.
+While it waits it keeps progress, evidence and picture artifacts up to date (:class:`Cadence`),
+emits an event at each verdict change and a heartbeat event, and logs one line per verdict
+change: what a person or an automation sees is in docs/prefect.md.
 
 This module and the Prefect layer built on it (:mod:`sensors.flows`, the demo) are the only
 ones under ``sensors/`` that import prefect at module level.

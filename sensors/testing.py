@@ -4,17 +4,13 @@
 log with progress lines and one output file per sample — in one of the scenarios that fool
 single-signal checks:
 
-==============  ==============================================================================
-scenario        what the job does
-==============  ==============================================================================
-complete        writes every output, logs ``Extraction complete``, exits 0
-crash           writes half, logs a Traceback (``CUDA error``), exits 1
-stall           writes half, then sleeps forever: alive, nothing moves
-eta0_spin       logs ``ETA 0 minutes`` with one output left, spins on the CPU (incident 2),
-                then writes the rest, logs completion and exits
-post_process    writes everything, logs completion, then spins on the CPU before exiting
-no_marker       writes everything and exits 0 without a completion line
-==============  ==============================================================================
+- ``complete``: writes every output, logs ``Extraction complete``, exits 0.
+- ``crash``: writes half, logs a Traceback (``CUDA error``), exits 1.
+- ``stall``: writes half, then sleeps forever: alive, nothing moves.
+- ``eta0_spin``: logs ``ETA 0 minutes`` with one output left, spins on the CPU (incident 2),
+  then writes the rest, logs completion and exits.
+- ``post_process``: writes everything, logs completion, then spins on the CPU before exiting.
+- ``no_marker``: writes everything and exits 0 without a completion line.
 
 Example:
     >>> job = SimulatedJob(tmp_path, scenario="eta0_spin", total=20)  # doctest: +SKIP

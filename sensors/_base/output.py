@@ -1,16 +1,12 @@
 """The command's standard streams, made safe for pipes that close early.
 
-``crosscheck history STAGE --json | head -c 600`` or ``crosscheck status s.yaml | head -1``:
-the reader goes away after what it wanted, and the next write to the pipe fails
-(``BrokenPipeError``: Python ignores ``SIGPIPE``). Left alone, that write ends the command with
-a traceback and exit code 1, whatever the verdict was. :func:`guarded_streams` wraps
-``sys.stdout`` and ``sys.stderr`` for the length of a command, so every output path — JSON
-lines, rich tables, ``wait``'s verdict lines, ``serve``'s JSON lines and log lines, in any
-thread — goes through one place: a write to a closed pipe is dropped, the stream's file
-descriptor is pointed at ``/dev/null`` (so the interpreter's own flush at exit cannot fail
-either, https://docs.python.org/3/library/signal.html#note-on-sigpipe), and the callbacks
-registered with :func:`on_closed` run once. A command whose output is gone stops at its next
-write (``wait``, ``serve``) and exits quietly with the exit code of what it had decided.
+:func:`guarded_streams` wraps ``sys.stdout`` and ``sys.stderr`` for the length of a command,
+so that a reader that goes away early (``crosscheck status s.yaml | head -1``) ends the
+command quietly, with the exit code of what it had decided, where the next write would have
+raised ``BrokenPipeError`` (a traceback and exit code 1): a write to a closed pipe is dropped,
+the stream's file descriptor is pointed at ``/dev/null``, and the callbacks registered with
+:func:`on_closed` run once. Why, and what goes through it: docs/architecture.md, "Design
+notes".
 
 Example:
     >>> import io

@@ -1,49 +1,13 @@
 """User regexes in linear time: RE2 first, Python's ``re`` only where RE2 cannot say it.
 
 The stage file's regexes (``process.match``, ``log.complete``, ``log.error``,
-``log.progress``) run on text the job controls: command lines and log lines. Python's ``re``
-backtracks: ``.*(Traceback|CUDA error)`` over one 64 KB line without a match is quadratic
-(tens of seconds per check). RE2 (the ``google-re2`` package, module ``re2``) runs in time
-linear in the text whatever the pattern, so every pattern RE2 can express runs under it.
-
-The pattern language stays Python's: a pattern is first compiled with ``re`` (that is what
-docs/signals.md documents and what a config error reports), then translated to RE2's syntax
-where the two spell the same thing differently, so a match means what ``re.search`` means:
-
-- ``\\Z`` (end of text) is RE2's ``\\z``; RE2 rejects ``\\Z``.
-- ``{,n}`` is ``{0,n}`` in ``re``; RE2 reads ``{,n}`` as literal text.
-- ``\\d``, ``\\w``, ``\\s`` are Unicode classes in ``re`` (str patterns) and ASCII in RE2:
-  they become ``\\p{Nd}``, ``[\\p{L}\\p{N}_]`` and ``[\\t\\n\\v\\f\\r\\x1c-\\x1f\\x85\\p{Z}]``,
-  checked equal to ``re``'s over every code point assigned in Python's Unicode tables.
-- ``\\uXXXX``, ``\\UXXXXXXXX``, ``\\N{NAME}`` become ``\\x{...}``; ``[\\b]`` (backspace) ``\\x08``.
-
-Differences left, by design: ``\\b``/``\\B`` are ASCII word boundaries under RE2 (RE2 has no
-Unicode ``\\b``), and ``$`` without multiline mode matches only at the very end (``re`` also
-matches before a final newline); crosscheck searches single lines, which hold no newline.
-
-What RE2 cannot express — lookaround, backreferences, possessive and atomic groups,
-conditionals, verbose mode, repetition counts over 1000, ``\\W``/``\\S`` inside a class,
-``(?a)``, nested sets — falls back to ``re``, with a warning when the stage file is loaded
-(:class:`BacktrackingRegexWarning`). A fallback pattern sees only the last
-:data:`FALLBACK_SCAN` characters of each line it is searched in, so a quadratic pattern
-costs at most ``FALLBACK_SCAN**2`` steps per line; only a pattern with nested repetition
-(``(a+)+$``) can still be exponential, which is what the warning is about.
-
-Lookaround and backreferences are allowed rather than a config error: they are how a user
-says "an error line, but not this harmless one" in one pattern, and rejecting them would push
-users to weaker patterns (missed failures) rather than to safer ones. The warning names the
-field and the construct, so the choice is made knowingly.
-
-Where google-re2 is not installed (it has no wheel for musl, glibc before 2.28, PyPy, some
-architectures; pyproject.toml's markers leave it out where they can tell), every pattern runs
-under the ``regex`` module instead (:data:`ENGINE` is ``"regex"``): Python's syntax, and each
-search stopped after :data:`FALLBACK_TIMEOUT` seconds, so no pattern can hold a check for
-long whatever the job writes. A search stopped that way has no answer: ``search`` says no
-match (no completion, error or progress line is claimed from it), ``found`` says a match (a
-live job is never taken for gone because its pattern was slow), and the pattern is not
-searched again for :data:`FALLBACK_COOLDOWN` seconds (answered the same way), so a check
-pays for at most one such search per pattern; each stop is logged. ``crosscheck --version``
-and ``status --json`` say which engine is in use.
+``log.progress``) run on text the job controls. :func:`compile_user_regex` reads a pattern as
+Python's ``re`` does and runs it under RE2 (google-re2: time linear in the text), translated
+where the two spell the same thing differently. What RE2 cannot express falls back to ``re``
+(:class:`BacktrackingRegexWarning`; each line's last :data:`FALLBACK_SCAN` characters); where
+google-re2 is not installed, every pattern runs under the ``regex`` module, each search
+stopped after :data:`FALLBACK_TIMEOUT` seconds (:data:`ENGINE` says which runs). The
+translations, the fallbacks and why: docs/signals.md, "How the regexes run".
 
 Example:
     >>> rx = compile_user_regex(r"step (?P<done>\\d+)/(?P<total>\\d+)")
@@ -64,7 +28,7 @@ from typing import Any, Literal, Protocol
 
 try:
     import re2
-except ImportError:  # no google-re2 here (see the module's docstring): ENGINE says what runs
+except ImportError:  # no google-re2 here (docs/signals.md, "How the regexes run"): ENGINE says what runs
     re2 = None
 try:
     import regex

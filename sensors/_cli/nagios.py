@@ -1,27 +1,11 @@
 """``crosscheck check``: a verdict as a Nagios/Icinga check (the monitoring-plugins convention).
 
 A check plugin exits 0 OK, 1 WARNING, 2 CRITICAL or 3 UNKNOWN and prints one status line on
-stdout, its performance data after a ``|``, then lines of detail
-(https://www.monitoring-plugins.org/doc/guidelines.html). ``status``'s own codes (1 "not yet"
-for running and unknown alike, 3 failed) read wrongly there: an unreachable host looked like a
-running stage, and a failed one like UNKNOWN.
-
-How verdicts map, from the product's principles (docs/cli.md, "As a Nagios or Icinga check"):
-
-- ``complete`` and ``running`` are OK. A long stage runs for hours or days: a check that said
-  WARNING all that time would keep the service non-OK for the whole run and teach people to
-  ignore it. A running stage that stops progressing is ``stalled``, and that is the warning.
-- ``stalled`` and ``contradiction`` are WARNING: alive without progress, or signals that
-  disagree (done long ago yet never exited; gone yet its GPU held): a person should look, and
-  nothing has been shown to fail; either may clear.
-- ``failed`` is CRITICAL.
-- ``unknown`` is UNKNOWN: unknown is not no. A host that cannot be read (SSH down, a probe
-  past its deadline), a job not seen yet, writes that may still land: neither OK nor a
-  failure. So is anything that keeps the check from being made (a stage file that does not
-  load, a bad option, no verdict within ``--timeout``), as the guidelines say.
-
-Several stages in one check: the worst, CRITICAL > WARNING > UNKNOWN > OK (monitoring-plugins'
-``max_state_alt``: an unknown stage is not hidden behind an OK one).
+stdout, its performance data after a ``|``, then lines of detail; ``status``'s own codes
+read wrongly there. :data:`PLUGIN_STATE` maps each verdict to a plugin state (``complete`` and
+``running`` OK, ``stalled`` and ``contradiction`` WARNING, ``failed`` CRITICAL, ``unknown``
+UNKNOWN), and several stages in one check report the worst. Why each verdict maps as it does:
+docs/cli.md, "As a Nagios or Icinga check".
 
 Example:
     >>> OK, WARNING, CRITICAL, UNKNOWN
@@ -57,7 +41,7 @@ __all__ = [
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 _NAMES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
 
-#: A verdict's plugin state (see the module's docstring for why).
+#: A verdict's plugin state (docs/cli.md, "As a Nagios or Icinga check", says why).
 PLUGIN_STATE: dict[State, int] = {
     State.COMPLETE: OK,
     State.RUNNING: OK,

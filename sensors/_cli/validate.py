@@ -2,17 +2,12 @@
 
 For each file: whether it loads (the one error line a ``status`` would give, if not), what
 each configured signal will read and when it counts as done or failed, the policy in words,
-and warnings about a stage that loads but will not behave as its author likely expects:
-
-- a regex RE2 cannot run (``BacktrackingRegexWarning``: its cost per check depends on the
-  pattern and the job's output);
-- a stage that can never complete on its own: one whose only evidence is the process (and
-  perhaps a GPU), with no log, no outputs and no launch. An exit and a kill look alike from
-  /proc, so its process gone is ``unknown`` (docs/run-binding.md, "What an exit status proves"); a GPU at
-  rest tells no run either, so a stage of a GPU alone never completes;
-- the same stage name in two files (``serve`` watches one of them; ``status`` refuses both);
-- an SSH host that cannot be resolved here (its ssh config): the route is worked out from
-  ``~/.ssh/config`` as a check would, with no connection made.
+and warnings about a stage that loads but will not behave as its author likely expects: a
+regex RE2 cannot run (``BacktrackingRegexWarning``); a stage that can never complete on its
+own (only a process signal, perhaps with a GPU; no log, no outputs, no launch); the same
+stage name in two files; an SSH host that cannot be resolved here through its ssh config (no
+connection made). Why each is a warning: docs/stage-file.md, "Checking a stage file before
+it runs".
 
 Example:
     >>> from sensors._config.stage import stage_from_dict

@@ -1,23 +1,14 @@
 """The SSH host: one persistent paramiko connection per host, one round trip per check.
 
+Each connection keeps remote shells started by ``exec /bin/sh -s`` and sends one probe per
+check on stdin (spawning a job goes through the same shells); every check has a wall-clock
+deadline, at most :data:`MAX_CHANNELS` channels are open per connection, and stages on one
+host share one connection (:func:`get_host`) only when they would open the same one.
 Paramiko is imported by this module and the three beside it, and by nothing else:
 :mod:`~sensors._hosts.ssh_config` (where to connect: ``~/.ssh/config``, ProxyJump),
 :mod:`~sensors._hosts.ssh_connect` (socket, host keys, authentication) and
-:mod:`~sensors._hosts.ssh_shell` (the kept remote shells). Each connection keeps remote
-shells started by ``exec /bin/sh -s`` and sends one probe per check on stdin, so the remote
-side needs only POSIX sh, and the remote *login* shell (bash, tcsh, fish) parses nothing but
-those three words. Spawning a job goes through the same shells. Failure modes and how they
-are handled here:
-
-- paramiko's keepalive never notices a dead server and ``is_active()`` can stay True, so
-  every check has a wall-clock deadline of its own; a transport error drops the connection
-  and the next check reconnects, with a bounded tenacity backoff; a timeout fails the check
-  alone while the connection still answers.
-- sshd refuses channels beyond its MaxSessions, and paramiko cannot tell that from a dying
-  connection: at most :data:`MAX_CHANNELS` channels are open per connection, and further
-  checks wait for a free one until their deadline.
-- Stages on one host share one connection (:func:`get_host`) only when they would open the
-  same one: same endpoint, key, trust store, route and secret references.
+:mod:`~sensors._hosts.ssh_shell` (the kept remote shells). The failure modes and how they are
+handled: docs/ssh.md, "How a connection is kept".
 
 Example:
     >>> from sensors._config.stage import SSHSpec

@@ -3,27 +3,17 @@
 Three parts, each usable alone, each in its own module behind this small face:
 
 - :mod:`~sensors._notify.message`, what to send: ``build_message(verdict, ...)`` turns a
-  :class:`~sensors._base.model.Verdict` into a :class:`Message`: a Slack Block Kit payload (stage
-  and host, the verdict at a glance, the reasons, one evidence line per signal, since when, the
-  flow-run link) and a plain-text fallback with the same essentials. The evidence in words
-  comes from :mod:`sensors._present.evidence`, shared with the terminal and Prefect.
+  :class:`~sensors._base.model.Verdict` into a :class:`Message` (Slack Block Kit, and a
+  plain-text fallback).
 - :mod:`~sensors._notify.policy`, when to send: :class:`Notifier`, a small pure state machine
-  with an injected clock, decides *when* a verdict is news (transitions into ``notify.on``;
-  ``unknown`` only once it has lasted ``unknown_after``; reminders every ``remind_every``;
-  "resolved" when a problem clears).
-- :mod:`~sensors._notify.senders`, how to send: :class:`SlackWebhookSender` (httpx) and
-  :class:`PrefectBlockSender` (any saved Prefect notification block), both retried with
-  tenacity within a bounded total time (:mod:`~sensors._notify.delivery`).
+  with an injected clock, decides when a verdict is news.
+- :mod:`~sensors._notify.senders`, how to send: :class:`SlackWebhookSender` and
+  :class:`PrefectBlockSender`, retried within a bounded total time
+  (:mod:`~sensors._notify.delivery`).
 
-A delivery never raises into the caller's wait loop and never changes a verdict: a failure is
-logged once, with its HTTP status, and returned as a failed :class:`Delivery`.
-
-The Slack webhook URL is a secret (:mod:`sensors._base.secrets`): its holder's ``repr`` and ``str``
-hide it, it is never formatted into a message, log record or exception (errors say "the Slack
-webhook"), and the records httpx/slack_sdk/apprise log about requests are redacted.
-
-Prefect is imported lazily, only where a ``block:`` secret or a ``prefect_block`` is used (the
-contract: nothing under ``sensors/`` but ``sensors/prefect.py`` imports it at module level).
+A delivery never raises into the caller's wait loop and never changes a verdict, and the
+Slack webhook URL is a secret. What a message holds, when it is sent, how a failure and the
+secret are handled: docs/notifications.md, "Inside the notifications".
 """
 
 from __future__ import annotations

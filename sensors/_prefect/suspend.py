@@ -1,35 +1,13 @@
 """A gate that holds no worker while it waits: hand the stage to ``crosscheck serve``, suspend.
 
-Why suspend/resume (Prefect 3's ``suspend_flow_run``), not reschedule-style short runs or
-a gate that ends at once and lets an event finish it:
-
-- the gate stays *one flow run* from start to verdict: it ends ``Completed`` with the verdict
-  or ``Failed`` with the evidence, so ``run_deployment(...)``, subflows and the UI's run list
-  keep meaning what they meant; an event-driven gate would end before its stage does;
-- while suspended, no process of the flow run exists anywhere: the worker's process (or
-  container, or pod) exits, and the server keeps only a ``Suspended`` state. Reschedule-style
-  runs would start a process per check (a container pull per check, on Kubernetes) and still
-  need somewhere to keep the memory between them, which the watcher already has;
-- the watcher does the checking it does for every other stage (one probe per host per tick,
-  the durable memory, the lease), and only talks to Prefect to say it is done.
-
-The steps, all idempotent because a resumed flow run runs the flow function again from the
-top (Prefect re-executes it; its suspend calls return at once for keys already used):
-
-1. ``hand-off`` (a task): a run the store knows as announced returns at once; else the
-   request (stage definition, ``since``, the launch record, the deadline) is written under
-   the flow run's id. The same flow run running again finds its handoff and keeps its deadline.
-2. The flow suspends with a key per round, the pause timeout a little past the deadline (if
-   no watcher ever answers, the server fails the run then).
-3. The watcher settles the handoff (complete, failed, or the deadline passed: the outcome
-   with its evidence) and resumes the flow run.
-4. ``finish`` (a task): the outcome is announced (once per run) and reported like a gate
-   that waited in its worker: the ``complete`` event (which starts the next stage's
-   deployment), the evidence artifacts, the run's end state.
-
-The gate hands off only when it can be resumed: the flow run has a deployment, the store
-is shared (not ``:memory:``/``none``) and a watcher is alive on it (or ``hand_off=True``).
-Otherwise it waits in its worker, as it always did, and says why.
+The gate hands its stage off (the ``hand-off`` task writes the request under the flow run's
+id), suspends (Prefect 3's ``suspend_flow_run``, the pause timeout a little past the
+deadline), is resumed by the watcher once it has settled the handoff, and reports the outcome
+(the ``finish`` task) like a gate that waited in its worker. Every step is idempotent: a
+resumed flow run runs the flow function again from the top. It hands off only when it can be
+resumed (a deployment, a shared store and a live watcher, or ``hand_off=True``); otherwise it
+waits in its worker and says why. Why suspend and resume, and the steps: docs/deployments.md,
+"Gates that hold no worker".
 """
 
 from __future__ import annotations
@@ -71,7 +49,7 @@ MAX_ROUNDS = 1000
 def can_hand_off(
     hand_off: bool | None, stage: Stage, reference: str | None, store: Store | None, log: Any
 ) -> bool:
-    """Whether this gate hands its stage over (see the module docstring); says why not."""
+    """Whether this gate hands its stage over (docs/deployments.md); says why not."""
     if hand_off is False:
         return False
     from prefect.runtime import deployment, flow_run
@@ -264,7 +242,7 @@ def wait_handed_over(
     run: dict[str, Any] | None,
     state: str | None,
 ) -> dict[str, Any]:
-    """The flow body of a gate that hands off (see the module docstring)."""
+    """The flow body of a gate that hands off (docs/deployments.md, "Gates that hold no worker")."""
     from prefect import suspend_flow_run
 
     handed = hand_over_stage(stage, reference, timeout, since, run, state)

@@ -1,29 +1,10 @@
 """The SQLite store: the standard library's ``sqlite3``, one connection per Store.
 
-- ``journal_mode=WAL`` (readers beside one writer), ``synchronous=NORMAL`` (in WAL mode a
-  commit survives the process being killed; only a power cut can lose the last commits, and
-  never corrupts — the price of FULL is an fsync per check), a busy timeout, and every write
-  in ``BEGIN IMMEDIATE … COMMIT``: the write lock is taken before the first read, so a
-  read-then-write (lease, history sequence) cannot interleave with another process's.
-- A store is created only where nothing stands: a path that does not exist (its missing
-  directories are created, mode 0700; the file 0600) or an empty file. Anything else is read
-  before it is written: not a regular file, or not starting with SQLite's header → left
-  untouched (a ``--state`` that names a stage file by mistake loses nothing); a SQLite file
-  without ``crosscheck_meta`` saying ``app=crosscheck`` → *foreign*; a newer
-  ``schema_version`` → *newer*. None of those is written: a warning, and this Store keeps
-  memory in this process only.
-- A store this process has shown to be ours (it read our ``crosscheck_meta`` from that very
-  inode) that SQLite later reports corrupt (``SQLITE_CORRUPT``/``SQLITE_NOTADB``) is renamed
-  aside to ``NAME.corrupt-TIME.PID`` (with its ``-wal``/``-shm``, under a lock file) and a
-  fresh store starts at the path: gates wait for days, and every later watch would otherwise
-  start from nothing again; the bad bytes stay for whoever wants to look. A file that is
-  corrupt before its ``crosscheck_meta`` could be read is not provably ours (a user's
-  database, half overwritten): it is left untouched, with a warning saying so. Other
-  processes notice the new inode on their next call and reopen.
-- A file that cannot be opened at all (permissions, a directory): warning, in-process memory.
-- ``readonly`` (``crosscheck history``): ``mode=ro`` (``immutable=1`` on a read-only
-  filesystem), nothing created, adopted, repaired or set aside; a missing store is
-  :class:`StoreMissing`, an unusable one :class:`StoreError`.
+WAL mode, every write in ``BEGIN IMMEDIATE … COMMIT``; a file is created only where nothing
+stands and written only once it is shown to be ours; a store of ours that SQLite later
+reports corrupt is set aside and started afresh; ``readonly`` (``crosscheck history``)
+creates, adopts and repairs nothing. The rules and why: docs/state-store.md, "The SQLite
+store".
 """
 
 from __future__ import annotations

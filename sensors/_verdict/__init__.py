@@ -1,24 +1,13 @@
 """The verdict: a pure function of this check's readings and what earlier checks saw.
 
-The rules, first that applies wins (numbered as in docs/verdict.md's table; each is labelled
-with its number where it is written):
-
-1. The host could not be asked → ``unknown`` (a failed SSH connection is not a dead process).
-2. Process signal unknown → ``unknown``.
-3-5. Process alive (``alive``): no progress for ``stall_after`` with the log already complete
-   → ``contradiction``; no progress → ``stalled``; otherwise ``running``, also with "ETA 0",
-   every output present, a completion line or an idle GPU (incident 2).
-6-15. Process gone (``gone``): an error line → ``failed``; its PIDs still on a GPU →
-   ``contradiction``; never seen alive nor launched, and no completion line of this run →
-   ``unknown``; lagging within ``exit_grace`` → ``unknown``; outputs short → ``failed``;
-   outputs complete but no completion line → ``contradiction``; no completion line and no
-   outputs → ``failed``; any signal unknown → ``unknown``; a signal not done yet →
-   ``running``; every signal done → ``complete`` after ``settle`` consecutive checks.
-16. No process signal (``no_process``): failed > complete (settled; without a log only when
-   an output was written during the run) > unknown > stalled > running.
-
-``complete`` requires every configured signal to say done; the :class:`Verdict` constructor
-refuses anything else, so no rule can advance on a partial picture.
+:func:`decide` applies the rules of docs/verdict.md's table, first that applies wins: the
+host or the process signal unknown (1-2) here, then by what the process signal says —
+:mod:`~sensors._verdict.alive` (rules 3-5, the process alive), :mod:`~sensors._verdict.gone`
+(6-15, gone), :mod:`~sensors._verdict.no_process` (16, no process signal) — with
+:mod:`~sensors._verdict.progress` for what moved between two checks; each rule is labelled
+with its number where it is written. ``complete`` requires every configured signal to say done; the
+:class:`Verdict` constructor refuses anything else, so no rule can advance on a partial
+picture.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """Many stages, one scheduler: each stage checked at its own interval by a bounded pool.
 
-Not a thread per stage: one loop keeps every stage's next due time in a heap and hands due
-checks to at most ``workers`` threads, at most ``per_host`` probes at once on one host, so a
-host that is down or slow (its checks run until their deadline) delays no stage on another
-host, and a thousand stages cost a heap, not a thousand threads. Every stage due on a host at
-the same tick is read by one probe (``sensors._check.batch``): one round trip per host per tick,
-``/proc`` scanned once for all of them.
-
-With ``phased=True`` (``crosscheck serve``) each *host* has a phase: a stable hash of its
-identity picks where in the interval its stages are due (``t ≡ H (mod interval)`` on the
-scheduler's clock), so the stages of one host stay due together — one probe per host per
-tick — while the hosts are spread over the interval instead of all being due at one instant
-(a thousand stages added at once are no spike of probes queueing for the workers). A stage
-added later is first due at its host's next phase point, and every due a callback asks for
-is moved to its host's nearest phase point (never into the past). :meth:`Scheduler.due` says
-when a stage was due: while its check runs, the time it was handed out for.
-
-:class:`Scheduler` is the loop, shared by ``crosscheck wait`` (:func:`watch_all`: a fixed list
-of stages, each until final or its timeout) and ``crosscheck serve`` (``sensors._watch.watcher``:
-stages added and removed while it runs). Stages are keyed by a string the caller chooses (an
-index, a file name, a store row), so where stages come from is the caller's business.
+:class:`Scheduler` keeps every stage's next due time in a heap and hands due checks to at
+most ``workers`` threads, at most ``per_host`` probes at once on one host; the stages due on
+one host at the same tick are read by one probe (``sensors._check.batch``). With
+``phased=True`` (``crosscheck serve``) each host's stages are due at a phase of the interval
+of their own. It is shared by ``crosscheck wait`` (:func:`watch_all`) and ``crosscheck serve``
+(``sensors._watch.watcher``), with stages keyed by a string the caller chooses. Why, and how
+the phases work: docs/serve.md, "In the code".
 
 Example:
     >>> results = watch_all(checkers, on_verdict=print, timeout=3600)  # doctest: +SKIP

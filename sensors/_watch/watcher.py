@@ -1,30 +1,13 @@
 """``crosscheck serve DIR``: one long-lived watcher for every stage file in a directory.
 
-Stage files are picked up as they are added, changed or removed (the directory is scanned
-every few seconds; a file is its content, and a reload that leaves the definition unchanged
-changes nothing: :class:`DirectorySource`); a file that does not load is logged once and
-skipped, the others go on.
-Every stage is checked at its own interval by the scheduler of ``sensors._watch.schedule`` (a
-bounded pool; the stages due on one host share one probe), its memory kept in the state store,
-so a restart loses nothing. A stage that reached complete or failed is looked at ten times
-less often, so a new run of its job is still noticed.
-
-Several watchers on one store split the stages (:meth:`Watcher.balance`): each heartbeats in
-the store's watcher registry every cycle and holds at most ``ceil(stages / live watchers)``
-leases — renewing its share, releasing the excess, claiming stages nobody holds (or whose
-lease expired, or whose holder died on this machine) up to its share. The store's lease upsert
-decides a contested claim (a row lock on PostgreSQL). One lease rule, ``--lease``
-(:attr:`Watcher.written_ttl`). A stage held elsewhere is never probed here: its stored verdict
-is followed ("watched elsewhere by ..."), and news is the holder's: a follower never notifies
-(its notifier follows along, so a takeover repeats nothing). Notifications go out from a
-thread of their own (:class:`Courier`), ``--json`` lines and the log through spools
-(:mod:`sensors._watch.spool`): nothing a reader or a webhook does holds a check or a lease renewal.
-Stages come from sources (:class:`StageSource`, keyed by a string id; the directory is one).
-SIGTERM (or SIGINT) ends it cleanly: the checks in flight finish, leases are released.
-
-``--metrics-port`` serves ``/metrics`` (Prometheus: per-stage verdict, seconds since the last
-check, check duration, host errors, stages held, notifications sent and failed) and
-``/healthz``, on ``--metrics-host`` (127.0.0.1 unless told otherwise).
+:class:`Watcher` takes its stages from sources (:class:`StageSource`; the directory is one,
+:class:`DirectorySource`, picking files up as they are added, changed or removed), has each
+checked at its own interval by the scheduler of :mod:`sensors._watch.schedule`, keeps their
+memory in the state store, and splits them with the other watchers on that store by leases
+(:meth:`Watcher.balance`; one lease rule, :attr:`Watcher.written_ttl`). Notifications go out
+from a thread of their own (:class:`Courier`), ``--json`` lines and the log through spools
+(:mod:`sensors._watch.spool`); ``--metrics-port`` serves ``/metrics`` and ``/healthz``. What
+it does and why: docs/serve.md (its last section names the parts here).
 """
 
 from __future__ import annotations

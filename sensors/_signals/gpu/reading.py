@@ -1,8 +1,8 @@
 """The GPU signal's reading: the idle window across checks, the evidence, what it says.
 
 :func:`gpu_reading` is a pure function from a snapshot, the process signal's PIDs and the
-previous :class:`GpuWindow` to a :class:`~sensors._base.model.Reading` and the next window (the
-package docstring says what each answer means, and why idle needs a window without gaps).
+previous :class:`GpuWindow` to a :class:`~sensors._base.model.Reading` and the next window
+(docs/gpu.md says what each answer means, and why idle needs a window without gaps).
 :func:`read_gpu` reads (NVML here, or the probe's smi sections), decides, and returns the next
 :class:`GpuMemory`.
 """
@@ -40,7 +40,7 @@ __all__ = [
 #: Each read adds at most this many (max-folded) samples per GPU to the window.
 MAX_BUCKETS_PER_READ = 8
 
-#: Samples of a GPU more than this many ``idle_for`` apart break its idle span (module docstring).
+#: Samples of a GPU more than this many ``idle_for`` apart break its idle span (docs/gpu.md).
 MAX_GAP_FACTOR = 1.5
 
 _Entry = tuple[float, str, float, int]  # (timestamp_s, uuid, max_pct, n_samples)
@@ -271,7 +271,7 @@ def _attribution_evidence(
 def _idle_span(
     window: GpuWindow, relevant: list[GpuDevice], now: float, max_gap: float
 ) -> tuple[int, float, list[float]]:
-    """Samples and span of idle since the last gap in sampling (package docstring, "Gaps"),
+    """Samples and span of idle since the last gap in sampling (docs/gpu.md, "Samples and gaps"),
     over the GPUs that count, and the gaps that broke it."""
     unbroken = {d.uuid: _since_last_gap(window.for_uuid(d.uuid), now, max_gap) for d in relevant}
     n_samples = sum(s[3] for entries, _ in unbroken.values() for s in entries)
