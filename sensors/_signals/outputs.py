@@ -488,7 +488,7 @@ def _count_files(
         if isinstance(answer, tuple):
             return answer[0]  # a check that could not tell is no "none modified"
     # Every (why,) returned above: each answer left is a name, "" or None.
-    assert not isinstance(recent, tuple) and not isinstance(after, tuple)
+    assert not isinstance(recent, tuple) and not isinstance(after, tuple) and not isinstance(after_log, tuple)
     changed = None
     if recent is not None:
         evidence["in_place_writes"] = recent or None
