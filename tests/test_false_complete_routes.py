@@ -1194,11 +1194,12 @@ def test_a_killed_wrappers_pid_reused_by_another_process_is_not_its_wrapper_at_w
 
 def _unseen_rerun_stage(tmp_path: Path, tag: str, kind: str) -> dict:
     out = tmp_path / "out"
-    outputs = (
-        {"files": str(out), "pattern": "*.pt", "expected": 3}
-        if kind == "files"
-        else {"lines": str(tmp_path / "records.jsonl"), "expected": 3}
-    )
+    if kind == "lines":
+        outputs: dict = {"lines": str(tmp_path / "records.jsonl"), "expected": 3}
+    elif kind == "nested":  # checkpoint directories, each with its shard
+        outputs = {"files": str(out), "pattern": "ckpt-*", "expected": 3}
+    else:
+        outputs = {"files": str(out), "pattern": "*.pt", "expected": 3}
     return {
         "stage": "unseen-rerun",
         "host": "local",
@@ -1213,17 +1214,43 @@ def _tagged(script: str, tag: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(["/bin/sh", "-c", script, "--tag", tag], start_new_session=True)
 
 
+#: How each kind of history's first run lays its outputs out (the second run's by kind below).
+_LAYOUT = {"in-place": "files", "restored": "files", "touched-back": "lines"}
+
+
 def _write_outputs(tmp_path: Path, kind: str) -> str:
-    """sh: the three outputs, written anew (a launcher that cleans them first), or for
-    ``in-place``, the directory's three files written over where they are (its mtime stays)."""
-    if kind == "in-place":
-        return f"for i in 1 2 3; do echo y > {tmp_path}/out/$i.pt; done; "
-    if kind == "files":
-        return f"rm -rf {tmp_path}/out; mkdir {tmp_path}/out; for i in 1 2 3; do echo x > {tmp_path}/out/$i.pt; done; "
-    return f"rm -f {tmp_path}/records.jsonl; for i in 1 2 3; do echo '{{\"i\": '$i'}}' >> {tmp_path}/records.jsonl; done; "
+    """sh: the three outputs as a run writes them. ``files``/``lines``: written anew (a
+    launcher that cleans them first); ``in-place``: the directory's files written over where
+    they are (its mtime stays); ``restored``: cleaned, then copied back from a stale copy
+    with its times (``cp -a``: every mtime an hour old); ``touched-back``: a JSONL rewritten,
+    then its mtime set an hour back; ``nested``: a shard inside each checkpoint directory
+    written over; ``symlink``: the blob behind each output's link written over."""
+    t = tmp_path
+    return {
+        "files": f"rm -rf {t}/out; mkdir {t}/out; for i in 1 2 3; do echo x > {t}/out/$i.pt; done; ",
+        "lines": f"rm -f {t}/records.jsonl; for i in 1 2 3; do echo '{{\"i\": '$i'}}' >> {t}/records.jsonl; done; ",
+        "in-place": f"for i in 1 2 3; do echo y > {t}/out/$i.pt; done; ",
+        "restored": f"rm -rf {t}/out; cp -a {t}/stale {t}/out; ",
+        "touched-back": f"printf 'a\\nb\\nc\\n' > {t}/records.jsonl; touch -d '1 hour ago' {t}/records.jsonl; ",
+        "nested": f"mkdir -p {t}/out/ckpt-1 {t}/out/ckpt-2 {t}/out/ckpt-3;"
+        f" for i in 1 2 3; do echo x > {t}/out/ckpt-$i/model.bin; done; ",
+        "symlink": f"mkdir -p {t}/blobs; for i in 1 2 3; do echo x > {t}/blobs/$i; ln -sf ../blobs/$i {t}/out/$i.pt; done; ",
+    }[kind]
 
 
-@pytest.mark.parametrize("kind", ["files", "lines", "in-place"])
+def _rewrite(tmp_path: Path, kind: str) -> str:
+    """sh: what the later run does to the outputs (see ``_write_outputs``)."""
+    t = tmp_path
+    if kind == "nested":
+        return f"echo partial > {t}/out/ckpt-1/model.bin; "
+    if kind == "symlink":
+        return f"echo partial > {t}/blobs/1; "
+    return _write_outputs(tmp_path, kind)
+
+
+@pytest.mark.parametrize(
+    "kind", ["files", "lines", "in-place", "restored", "touched-back", "nested", "symlink"]
+)
 @pytest.mark.parametrize("prelude", [False, True])
 def test_outputs_rewritten_after_the_last_completion_line_by_a_run_nobody_saw_do_not_complete(
     tmp_path, kind, prelude
@@ -1239,8 +1266,14 @@ def test_outputs_rewritten_after_the_last_completion_line_by_a_run_nobody_saw_do
 
     tag = f"rerun-{uuid.uuid4().hex[:8]}"
     (tmp_path / "out").mkdir()
+    if kind == "restored":  # a stale copy of the outputs, an hour old
+        (tmp_path / "stale").mkdir()
+        for k in (1, 2, 3):
+            (tmp_path / "stale" / f"{k}.pt").write_text("stale")
+        subprocess.run(["touch", "-d", "1 hour ago", *tmp_path.joinpath("stale").iterdir()], check=True)
+        subprocess.run(["touch", "-d", "1 hour ago", str(tmp_path / "stale")], check=True)
     started = time.time() - 1
-    layout = "files" if kind == "in-place" else kind
+    layout = _LAYOUT.get(kind, kind)
     first = _tagged(
         _write_outputs(tmp_path, layout) + f"echo '{COMPLETE_LINE}: 3 samples' >> {tmp_path}/job.log", tag
     )
@@ -1252,7 +1285,7 @@ def test_outputs_rewritten_after_the_last_completion_line_by_a_run_nobody_saw_do
         # A later clock tick: writes within one tick of the kernel's file clock (a few ms)
         # carry the same time, and their order cannot be read from them.
         time.sleep(0.05)
-    second = _tagged(_write_outputs(tmp_path, kind) + "sleep 60", tag)
+    second = _tagged(_rewrite(tmp_path, kind) + "sleep 60", tag)
     try:
         time.sleep(0.5)
         os.killpg(second.pid, signal.SIGKILL)
@@ -1264,7 +1297,7 @@ def test_outputs_rewritten_after_the_last_completion_line_by_a_run_nobody_saw_do
         ]
         outputs = verdicts[-1].readings["outputs"]
         assert outputs.evidence.get("modified_after_log") is True, outputs.evidence
-        assert "modified after the log was last written" in outputs.detail
+        assert "after the log's last write" in outputs.detail, outputs.detail
         stage_file = _write(tmp_path / "stage.yaml", _unseen_rerun_stage(tmp_path, tag, layout))
         _never_complete(
             _cli(None, "status", str(stage_file), "--json", "--state", "none", "--since", f"@{started}")
@@ -1274,22 +1307,28 @@ def test_outputs_rewritten_after_the_last_completion_line_by_a_run_nobody_saw_do
             os.killpg(second.pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("kind", ["files", "lines"])
+@pytest.mark.parametrize("kind", ["files", "lines", "nested", "symlink", "not-an-output-after"])
 def test_a_run_whose_outputs_are_older_than_its_completion_line_completes_for_a_watch_begun_after(
     tmp_path, kind
 ) -> None:
     """The other side of the rule above: one run that wrote its outputs, then its line, and
-    ended; a watch begun afterwards completes on it (nothing was written after the line)."""
+    ended; a watch begun afterwards completes on it (no output changed after the line). A
+    file that is not an output (its name not the pattern's: a summary, a lock file removed)
+    written after the line is no output changed."""
     from sensors import Checker, State, stage_from_dict
 
     tag = f"once-{uuid.uuid4().hex[:8]}"
     (tmp_path / "out").mkdir()
     started = time.time() - 1
+    layout = "files" if kind == "not-an-output-after" else kind
+    after = f"sleep 0.05; echo '{{}}' > {tmp_path}/out/metrics.json" if kind == "not-an-output-after" else ":"
     job = _tagged(
-        _write_outputs(tmp_path, kind) + f"echo '{COMPLETE_LINE}: 3 samples' >> {tmp_path}/job.log", tag
+        _write_outputs(tmp_path, layout)
+        + f"echo '{COMPLETE_LINE}: 3 samples' >> {tmp_path}/job.log; {after}",
+        tag,
     )
     assert job.wait(10) == 0
-    stage = stage_from_dict(_unseen_rerun_stage(tmp_path, tag, kind))
+    stage = stage_from_dict(_unseen_rerun_stage(tmp_path, tag, layout))
     verdicts = _checked(Checker(stage, since=started))
     assert verdicts[-1].state is State.COMPLETE, verdicts[-1].reasons
 
@@ -1329,42 +1368,50 @@ def test_outputs_written_after_a_completion_line_seen_while_the_log_still_grew_d
     written after the line: not counted yet) and was killed; run 3 appended records and no
     log line. The next checks found the log quiet, its last word run 2's line, and the
     records unchanged since: complete. The records were written after this watch had found
-    the line — found while the log was not counted yet is found all the same."""
+    the line — found while the log was not counted yet is found all the same. The records
+    live on a file server whose clock is an hour behind: no file time tells the order here,
+    only this watch's own checks do."""
     from sensors import Checker, State, stage_from_dict
+    from tests import skewfs
 
-    log, records = tmp_path / "job.log", tmp_path / "records.jsonl"
-    log.write_text(f"[6/6]\n{COMPLETE_LINE}: run 1\n")
-    records.write_text("".join(f'{{"i": {i}}}\n' for i in range(6)))
-    stage = stage_from_dict(
-        {
-            "stage": "grew-after-line",
-            "host": "local",
-            "log": {"path": str(log), "complete": f"^{COMPLETE_LINE}", "progress": r"\[(\d+)/(\d+)\]"},
-            "outputs": {"lines": str(records), "expected": 6},
-            "policy": {"interval": "100ms", "settle": 1, "exit_grace": "1ms"},
-        }
-    )
-    checker = Checker(stage)
-    checker.check()
-    time.sleep(0.2)
-    with log.open("a") as f:  # run 2: its line, then blank text
-        f.write(f"[6/6]\n{COMPLETE_LINE}: run 2\n")
-    with records.open("a") as f:
-        f.write("".join(f'{{"i": {i}}}\n' for i in range(6)))
-    with log.open("a") as f:
-        f.write("    \n")
-    first = checker.check()
-    assert first.readings["log"].says.value == "working", first.readings["log"].detail
-    with records.open("a") as f:  # run 3: records, no log line
-        f.write("".join(f'{{"i": {i}}}\n' for i in range(3)))
-    # Stamped by a clock behind the log's (a file server's): no file time tells the order
-    # here, only this watch's own checks do.
-    behind = log.stat().st_mtime - 30
-    os.utime(records, (behind, behind))
-    time.sleep(0.3)
-    verdicts = _checked(checker)
+    why = skewfs.available()
+    if why is not None:
+        pytest.skip(why)
+    with skewfs.skewed_mount(tmp_path / "backing", tmp_path / "mnt", -3600.0) as mnt:
+        log, records = tmp_path / "job.log", mnt / "records.jsonl"
+        log.write_text(f"[6/6]\n{COMPLETE_LINE}: run 1\n")
+        records.write_text("".join(f'{{"i": {i}}}\n' for i in range(6)))
+        stage = stage_from_dict(
+            {
+                "stage": "grew-after-line",
+                "host": "local",
+                "log": {"path": str(log), "complete": f"^{COMPLETE_LINE}", "progress": r"\[(\d+)/(\d+)\]"},
+                "outputs": {"lines": str(records), "expected": 6},
+                "policy": {"interval": "100ms", "settle": 1, "exit_grace": "1ms"},
+            }
+        )
+        checker = Checker(stage)
+        try:
+            checker.check()
+            time.sleep(0.2)
+            with log.open("a") as f:  # run 2: its line, then blank text
+                f.write(f"[6/6]\n{COMPLETE_LINE}: run 2\n")
+            with records.open("a") as f:
+                f.write("".join(f'{{"i": {i}}}\n' for i in range(6)))
+            with log.open("a") as f:
+                f.write("    \n")
+            first = checker.check()
+            assert first.readings["log"].says.value == "working", first.readings["log"].detail
+            with records.open("a") as f:  # run 3: records, no log line
+                f.write("".join(f'{{"i": {i}}}\n' for i in range(3)))
+            time.sleep(0.3)
+            verdicts = _checked(checker)
+        finally:
+            checker.close()
     assert all(v.state is not State.COMPLETE for v in verdicts), [(v.state, v.reasons[:2]) for v in verdicts]
-    assert verdicts[-1].readings["outputs"].evidence.get("written_after_complete_line") is True
+    evidence = verdicts[-1].readings["outputs"].evidence
+    assert evidence.get("written_after_complete_line") is True, evidence
+    assert not evidence.get("modified_after_log"), evidence  # told by the checks, not the clocks
 
 
 def test_a_launched_runs_end_is_read_before_its_log_and_outputs_in_one_probe(tmp_path) -> None:

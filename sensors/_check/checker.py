@@ -439,6 +439,7 @@ class Checker:
             outputs_tie=not (stage.log or stage.process),
             table=table,
             exit_file=mem.run.exit_file if mem.run is not None else None,
+            has_log=stage.log is not None,
         )
 
     def _remember_static(self, meta: Meta) -> None:

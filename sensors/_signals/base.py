@@ -96,6 +96,7 @@ class ProbeInputs(NamedTuple):
     outputs_tie: bool = False  # neither log nor process: outputs must show a write in the run
     table: bool = True  # the process snippet reads the table (a batch reads it once for all)
     exit_file: str | None = None  # where the launch wrapper records the job's exit status
+    has_log: bool = False  # the stage has a log signal (its completion line may be an earlier run's)
 
 
 class JobView(NamedTuple):

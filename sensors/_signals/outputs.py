@@ -118,13 +118,6 @@ class OutputsMemory:
     # The last check that found a process of this run alive (its probe's end, host clock):
     # outputs modified by then may be its own work, after the log's completion line too.
     job_seen_at: float | None = None
-    # A directory's entries modified after the log's last write (``log_basis``, the log's
-    # mtime when its completion line was last found its last word with no process of the run
-    # alive) and after ``job_seen_at``: asked of the next count as ``log_after`` (by each
-    # entry's time as given), for outputs rewritten in place, which leave the directory's
-    # own mtime as it was (see ``_newer_than_log``).
-    log_basis: float | None = None
-    log_after: float | None = None
     # The launched job's recorded exit, once a reading found it, and whether a later count
     # asked for an entry modified after it (a directory's; see ``_exit_since``): outputs
     # written after it, before any check of this watch saw them, are a later writer's too.
@@ -182,13 +175,22 @@ def snippet(spec: OutputsSpec, memory: OutputsMemory, probe: ProbeInputs) -> lis
         # as given: a whole second is not read as any moment of it, see ``_exit_since``).
         since, run_since = _in_place_since(memory, probe), _run_tie_since(memory, probe)
         after = _exit_since(memory)
-        log_after = memory.log_after
-        if since is None and run_since is None and after is None and log_after is None:
+        if since is None and run_since is None and after is None:
             lines = ["sec outputs", *count]
             head = [_COUNT_FILES]
         else:
-            lines = _scan(d, names, since, run_since, after, log_after)
+            lines = _scan(d, names, since, run_since, after)
             head = [_TIMES, _SCAN]  # the helpers it calls, defined once per probe
+            shared = False
+        if probe.has_log and probe.exit_file is None and memory.at_expected and not probe.job_alive:
+            # Outputs that could decide completion, no process of the run at work: when was
+            # anything under them last changed (``_newer_than_log``)?
+            lines = [
+                *lines,
+                "sec outputs_newest",
+                f"__cc_newest {d} {_path_tests(spec.files, spec.pattern, tuple(spec.exclude))}",
+            ]
+            head = [*head, _NEWEST]
             shared = False
     if not shared:
         # The path's stamp all the same: outputs replaced or rewritten since the last check
@@ -259,30 +261,28 @@ _TIMES = helper(
 _SCAN = helper(
     "__cc_scan",
     [
-        "__d=$1 __rc=$2 __rn=$3 __u=$4 __ex=$5 __lg=$6; shift 6",
+        "__d=$1 __rc=$2 __rn=$3 __u=$4 __ex=$5; shift 5",
         'if [ -d "$__d" ] && [ -r "$__d" ] && [ -x "$__d" ]; then',
         '  __r=$( { __cc_times "$__d" "$@" 2>/dev/null; echo "status $?"; }'
-        ' | awk -v r="$__rc" -v s="$__rn" -v u="$__u" -v e="$__ex" -v l="$__lg" \''
+        ' | awk -v r="$__rc" -v s="$__rn" -v u="$__u" -v e="$__ex" \''
         '$1 == "status" && NF == 2 { st = $2; next } '
         "NF == 2 && $1 ~ /^[0-9]+([.][0-9]+)?$/ && $2 ~ /^[0-9]+$/ { n++; t = $1 + 0; hi = t; "
         "if ($1 !~ /[.][0-9]*[1-9]/) hi = t + 1; "
         'if (r != "-" && hi > r + 0 && fr == "") fr = $2; '
         'if (s != "-" && t > s + 0 && t <= u + 0 && fs == "") fs = $2; '
-        'if (e != "-" && t > e + 0 && fe == "") fe = $2; '
-        'if (l != "-" && t > l + 0 && fl == "") fl = $2; next } '
+        'if (e != "-" && t > e + 0 && fe == "") fe = $2; next } '
         "{ bad = 1 } "
         'END { if (st == "") st = "none"; if (bad) st = "garbled";'
-        ' print st, n + 0, (fr == "" ? "-" : fr), (fs == "" ? "-" : fs), (fe == "" ? "-" : fe),'
-        ' (fl == "" ? "-" : fl) }\')',
+        ' print st, n + 0, (fr == "" ? "-" : fr), (fs == "" ? "-" : fs), (fe == "" ? "-" : fe) }\')',
         # find's status (or garbled), the count, the entries found (inodes, or -).
         "  __st=${__r%% *}; __r=${__r#* }; __n=${__r%% *}; __r=${__r#* }; __fr=${__r%% *}; __r=${__r#* }",
-        "  __fs=${__r%% *}; __r=${__r#* }; __fe=${__r%% *}; __fl=${__r#* }",
+        "  __fs=${__r%% *}; __fe=${__r#* }",
         "  __e=",
         # Why it failed, once more with the error text (only when it did).
         '  [ "$__st" = 0 ] || __e=$(__cc_times "$__d" "$@" 2>&1 >/dev/null | head -c 300)',
         "  sec outputs",
         '  printf \'%s\\nstatus %s\\n%s\\n\' "$__n" "$__st" "$__e"',
-        '  for __w in "recent $__rc $__fr" "run $__rn $__fs" "exit $__ex $__fe" "log $__lg $__fl"; do',
+        '  for __w in "recent $__rc $__fr" "run $__rn $__fs" "exit $__ex $__fe"; do',
         "    set -f; set -- $__w; set +f",
         '    [ "$2" = - ] && continue',
         "    sec outputs_$1",
@@ -295,6 +295,50 @@ _SCAN = helper(
         'elif [ -e "$__d" ]; then sec outputs; echo unreadable; else sec outputs; echo missing; fi',
     ],
 )
+
+
+# The last change under a directory's outputs: ``__cc_newest DIR PATH-TESTS`` prints ``ok
+# CTIME NAME`` for the entry (an output, or anything inside one, links followed) whose inode
+# changed last, ``ok`` alone for none, or ``failed`` and why. The ctime, not the mtime: a
+# write, a rename, a time set back (``touch -d``, ``cp -a``, ``tar x``) all move it, and
+# nothing sets it back. BusyBox (no ``-printf``): stat's whole seconds, never later than the
+# change was.
+_NEWEST = helper(
+    "__cc_newest",
+    [
+        "__d=$1; shift",
+        "if find \"$__d\" -maxdepth 0 -printf '' 2>/dev/null; then",
+        '  { find -L "$__d" -mindepth 1 "$@" -printf \'%C@ %P\\n\' 2>/dev/null; echo "status $?"; }',
+        "else",
+        '  { find -L "$__d" -mindepth 1 "$@" -exec stat -L -c \'%Z %n\' -- {} + 2>/dev/null;'
+        ' echo "status $?"; }',
+        'fi | awk \'$1 == "status" && NF == 2 { st = $2; next } '
+        '$1 ~ /^[0-9]+([.][0-9]+)?$/ && (n == "" || $1 + 0 > m + 0) '
+        '{ m = $1; n = $0; sub(/^[^ ]* /, "", n) } '
+        'END { if (st != "0") print "failed (find exited " st ")"; '
+        'else if (n == "") print "ok"; else print "ok " m " " substr(n, 1, 300) }\'',
+    ],
+)
+
+
+def _glob_escaped(path: str) -> str:
+    """``path`` as a literal inside a find ``-path`` pattern."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", path)
+
+
+@functools.lru_cache(maxsize=4096)
+def _path_tests(files: str, pattern: str, exclude: tuple[str, ...]) -> str:
+    """find tests for every output under ``files`` and everything inside one (a checkpoint
+    directory's shards): the top-level name matched as the count matches it, by path. A
+    ``*`` in ``-path`` also spans a ``/``: a deeper path may match too, which can only ask
+    about more, never less."""
+    q = shlex.quote
+    d = _glob_escaped(files.rstrip("/") or "/")
+    tests = f"\\( -path {q(f'{d}/{pattern}')} -o -path {q(f'{d}/{pattern}/*')} \\)"
+    for x in exclude:
+        if not _disjoint(pattern, x):
+            tests += f" ! -path {q(f'{d}/{x}')} ! -path {q(f'{d}/{x}/*')}"
+    return tests
 
 
 @functools.lru_cache(maxsize=8192)
@@ -406,12 +450,7 @@ def _lines_section(path: str, memory: OutputsMemory) -> list[str]:
 
 
 def _scan(
-    d: str,
-    names: str,
-    since: float | None,
-    run_since: float | None,
-    exit_since: float | None = None,
-    log_after: float | None = None,
+    d: str, names: str, since: float | None, run_since: float | None, exit_since: float | None = None
 ) -> list[str]:
     """sh: the count and, each asked, an entry modified after ``since`` (the last check), one
     written after ``run_since`` (the run's start) and not after the host's clock (a second of
@@ -419,9 +458,8 @@ def _scan(
     when it was written; and one written after ``exit_since`` (a launched job's exit)."""
     recent = "-" if since is None else f"{since:.6f}"
     ex = "-" if exit_since is None else f"{exit_since:.6f}"
-    lg = "-" if log_after is None else f"{log_after:.6f}"
     if run_since is None:
-        return [f"__cc_scan {d} {recent} - - {ex} {lg} {names}"]
+        return [f"__cc_scan {d} {recent} - - {ex} {names}"]
     # On a file system whose times come from another clock (NFS, FUSE, ...), newer than the
     # start by the tolerance: a server's clock a little ahead must not date an earlier run's
     # output into this run.
@@ -429,7 +467,7 @@ def _scan(
     return [
         f'case "$({fstype_request(d)})" in {locals_}) __s={run_since:.6f} ;;'
         f" *) __s={run_since + FILE_CLOCK_TOLERANCE:.6f} ;; esac",
-        f'__cc_scan {d} {recent} "$__s" "$(($(date +%s) + 1))" {ex} {lg} {names}',
+        f'__cc_scan {d} {recent} "$__s" "$(($(date +%s) + 1))" {ex} {names}',
     ]
 
 
@@ -448,6 +486,25 @@ def _newer_answer(raw: bytes | None, what: str) -> str | tuple[str] | None:
     return (f"{what} could not be read: {why}",)
 
 
+def _newest_answer(raw: bytes | None) -> tuple[float, str] | str | None:
+    """``__cc_newest``'s answer: (ctime, name) of the last change, None (not asked, or
+    nothing there), or why it could not be read."""
+    if raw is None:
+        return None
+    text = raw.decode("utf-8", "replace").strip()
+    if text == "ok":
+        return None
+    if text.startswith("ok "):
+        at, _, name = text[3:].partition(" ")
+        try:
+            return float(at), name
+        except ValueError:
+            pass
+    return (
+        f"the last change under the outputs could not be read: {' '.join(text.split())[:300] or 'no answer'}"
+    )
+
+
 class _Count(NamedTuple):
     """One check's count, what changed besides it, and the memory it leaves."""
 
@@ -459,7 +516,7 @@ class _Count(NamedTuple):
     replaced: bool = False  # a JSONL file counted again from its start (replaced, rewritten)
     asked_exit: bool = False  # the count was asked for an entry written after the exit
     exit_name: str | None = None  # the one it found
-    log_name: str | None = None  # an entry modified after the log's last write (``log_after``)
+    newest: tuple[float, str] | None = None  # the last change under the outputs (ctime, name), when asked
 
 
 def _count_files(
@@ -483,12 +540,14 @@ def _count_files(
     recent = _newer_answer(sections.get("outputs_recent"), "the files modified since the last check")
     run = _newer_answer(sections.get("outputs_run"), "the files written during the run")
     after = _newer_answer(sections.get("outputs_exit"), "the files written after the launched job's exit")
-    after_log = _newer_answer(sections.get("outputs_log"), "the files modified after the log's last write")
-    for answer in (recent, run, after, after_log):
+    newest = _newest_answer(sections.get("outputs_newest"))
+    if isinstance(newest, str):
+        return newest
+    for answer in (recent, run, after):
         if isinstance(answer, tuple):
             return answer[0]  # a check that could not tell is no "none modified"
     # Every (why,) returned above: each answer left is a name, "" or None.
-    assert not isinstance(recent, tuple) and not isinstance(after, tuple) and not isinstance(after_log, tuple)
+    assert not isinstance(recent, tuple) and not isinstance(after, tuple)
     changed = None
     if recent is not None:
         evidence["in_place_writes"] = recent or None
@@ -502,7 +561,7 @@ def _count_files(
         OutputsMemory(count=count, checked_at=meta.now, stamp=stamp),
         asked_exit=after is not None,
         exit_name=after or None,
-        log_name=after_log or None,
+        newest=newest,
     )
 
 
@@ -697,25 +756,36 @@ def read_outputs(
             meta.now,
             host,
         ), new_memory
-    newer = None if launched else _newer_than_log(where, sections, ident, last_word, new_memory.job_seen_at)
-    if newer is None and not launched and got.log_name and _still_last(last_word, memory.log_basis):
-        # An entry rewritten in place after the log's last write (the directory's own mtime
-        # stays): asked of this count by the last reading's ``log_after``.
-        newer = f"{got.log_name.rsplit('/', 1)[-1]} was modified after it"
-    new_memory = evolve(new_memory, **_log_question(spec, sections, where, last_word, new_memory, launched))
+    newer = (
+        None
+        if launched
+        else _newer_than_log(
+            where, sections, ident, got.newest, spec.files is not None, last_word, new_memory.job_seen_at
+        )
+    )
     if newer is not None:
         evidence["count"] = count
         evidence["previous_count"] = memory.count
         evidence["written_this_run"] = written
         evidence["modified_after_log"] = True
+        if new_memory.job_seen_at is not None:
+            why = (
+                "after this watch last saw the job at work: by the job after its completion line,"
+                " or by a later run, which cannot be told, nor whether that writer ended well."
+                " Have the job write its completion line last (after closing its outputs), or"
+                " launch it through crosscheck (its exit status is recorded)"
+            )
+        else:
+            why = (
+                "and no process of the run was seen at work since: the completion line may be an"
+                " earlier run's and these outputs a later run's, which cannot be told. Watch the job"
+                " with a process section while it runs, launch it through crosscheck, or have it"
+                " write its completion line last"
+            )
         return Reading(
             "outputs",
             Says.UNKNOWN,
-            f"{count}/{expected} outputs, but {where} was modified after the log was last written"
-            f" ({newer}), and after this watch last saw the job at work: the completion line may"
-            " be an earlier run's and these outputs a later run's, which cannot be told."
-            " Watch the job with a process section while it runs, launch it through crosscheck,"
-            " or have it write its completion line last",
+            f"{count}/{expected} outputs, but {newer}, {why}",
             evidence,
             meta.now,
             host,
@@ -771,83 +841,51 @@ def _newer_than_log(
     where: str | None,
     sections: Mapping[str, bytes],
     ident: str | None,
+    newest: tuple[float, str] | None,
+    files: bool,
     last_word: LastWord | None,
     job_seen_at: float | None,
 ) -> str | None:
-    """How the outputs were found modified after the log's last write, when that makes the
+    """How the outputs were found changed after the log's last write, when that makes the
     log's completion line not known to be their run's last word (None: it does not).
 
     A completion line found with no process of the job at work cannot be told from an
-    earlier run's by the log alone. Outputs modified after the log was last written were
-    written after that line: by the job's own post-processing, or by a later run that wrote
-    nothing to the log (a launcher that cleans the outputs first, a resumed run killed before
-    its first line). Written no later than this watch last saw a process of the run alive,
-    they may be its own; written after it (or never seen alive: a watch begun after the job,
-    or a process section that does not find it), whose they are cannot be told, as for text
-    after the line (``sensors._signals.log``). A launched run's exit record tells (not here).
+    earlier run's by the log alone. Outputs changed after the log was last written were
+    changed after that line: by the job's own post-processing (a file closed after the line
+    was logged), or by a later run that wrote nothing to the log (a launcher that cleans the
+    outputs first, a resumed run killed before its first line). Changed no later than this
+    watch last saw a process of the run alive, they may be its own; changed after it (or
+    never seen alive: a watch begun after the job, or a process section that does not find
+    it), whose they are, and whether that writer ended well, cannot be told, as for text after
+    the line (``sensors._signals.log``). A launched run's exit record tells (not here).
 
-    Compared: the outputs path's mtime (a directory's moves with every entry added, removed
-    or renamed; a JSONL file's with every record) and the log's, read by the same ``stat``,
-    and the last sighting on the host's clock; where times come from another clock than the
-    host's, only beyond the tolerance such clocks are given. Equal times are not "after": the
-    kernel stamps files from a clock that moves in ticks of a few milliseconds, and a job that
+    Compared: the last change under the outputs (a directory's: every output and what is
+    inside one, links followed, by ``__cc_newest``; a JSONL file's own) by its ctime, which
+    every change moves and nothing sets back, with the log's mtime (the same probe), and the
+    last sighting on the host's clock; where times come from another clock than the host's,
+    only beyond the tolerance such clocks are given. Equal times are not "after": the kernel
+    stamps files from a clock that moves in ticks of a few milliseconds, and a job that
     writes its last output and then its line within one tick must complete.
     """
     if last_word is None or not last_word.done or last_word.job_alive or last_word.log_written is None:
         return None
-    fields = (ident or "").split(" ", 6)
-    try:
-        mtime = float(fields[4]) if len(fields) == 7 else None
-    except ValueError:
-        mtime = None
-    if mtime is None:
-        return None
+    if files:
+        if newest is None:
+            return None
+        changed, name = newest
+    else:
+        fields = (ident or "").split(" ", 6)
+        try:
+            changed, name = float(fields[5]), where or ""
+        except (IndexError, ValueError):
+            return None
     own = on_local_fs(where, sections)
     margin = 0.0 if last_word.log_own_clock and own else FILE_CLOCK_TOLERANCE
-    if mtime <= last_word.log_written + margin:
+    if changed <= last_word.log_written + margin:
         return None
-    if job_seen_at is not None and mtime <= job_seen_at + (0.0 if own else FILE_CLOCK_TOLERANCE):
+    if job_seen_at is not None and changed <= job_seen_at + (0.0 if own else FILE_CLOCK_TOLERANCE):
         return None
-    return f"its mtime is {mtime - last_word.log_written:.3f} s after the log's"
-
-
-def _still_last(last_word: LastWord | None, basis: float | None) -> bool:
-    """Whether the log is as it was when the question was asked: its completion line its
-    last word, counted, no process of the run alive, its mtime the same."""
-    return (
-        last_word is not None
-        and last_word.done
-        and not last_word.job_alive
-        and basis is not None
-        and last_word.log_written == basis
-    )
-
-
-def _log_question(
-    spec: OutputsSpec,
-    sections: Mapping[str, bytes],
-    where: str | None,
-    last_word: LastWord | None,
-    memory: OutputsMemory,
-    launched: bool,
-) -> dict[str, float | None]:
-    """What the next count asks of a directory's entries (``log_after``): one modified after
-    the log's last write and after the run's job was last seen alive, while the log's
-    completion line is its last word with no process of the run alive (None: nothing)."""
-    if (
-        launched
-        or spec.files is None
-        or last_word is None
-        or not last_word.done
-        or last_word.job_alive
-        or last_word.log_written is None
-    ):
-        return {"log_basis": None, "log_after": None}
-    own = on_local_fs(where, sections)
-    after = last_word.log_written + (0.0 if last_word.log_own_clock and own else FILE_CLOCK_TOLERANCE)
-    if memory.job_seen_at is not None:
-        after = max(after, memory.job_seen_at + (0.0 if own else FILE_CLOCK_TOLERANCE))
-    return {"log_basis": last_word.log_written, "log_after": after}
+    return f"{name} changed {changed - last_word.log_written:.3f} s after the log's last write"
 
 
 def _after_line(
