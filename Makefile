@@ -16,27 +16,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# What the tests need from the system: OpenSSH's sshd (a real server on 127.0.0.1), a
-# login shell that is not sh, zsh (its completion script is sourced), fuse (a FUSE mount whose
-# file times run ahead or stand still), BusyBox (a host whose tools are BusyBox's applets), and
-# PostgreSQL's server binaries (the store tests start their
-# own cluster; the package's default one is never used). Installed only when missing and
-# only as root.
+# What the tests need from the system (sshd, tcsh, zsh, gcc, fuse, BusyBox, PostgreSQL's
+# server binaries): .ci/system-packages says which and why. Installed only when missing and
+# only as root; otherwise the missing ones are named (the tests that need them are skipped).
 system-deps:
-	@missing=""; \
-	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
-	command -v tcsh >/dev/null 2>&1 || missing="$$missing tcsh"; \
-	command -v zsh >/dev/null 2>&1 || missing="$$missing zsh"; \
-	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
-	command -v fusermount >/dev/null 2>&1 || missing="$$missing fuse"; \
-	command -v busybox >/dev/null 2>&1 || missing="$$missing busybox-static"; \
-	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing:$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-	  else echo "note: missing$$missing (tests that need them are skipped)"; fi; \
-	fi
+	@.ci/system-packages
 
 # The newest Prefect the range allows (what `pip install -e '.[dev]'` resolves to).
 test: $(STAMP) system-deps

@@ -28,7 +28,7 @@ from pydantic import Field, SecretStr, model_validator
 
 from sensors._base.errors import ConfigError
 from sensors._base.secrets import run_sync
-from sensors._config.stage import SSHMaterial, Stage, stage_from_dict
+from sensors._config.stage import DEFAULT_CHECK_TIMEOUT, SSHMaterial, Stage, stage_from_dict
 
 __all__ = [
     "BLOCK_PREFIX",
@@ -84,7 +84,9 @@ class CrosscheckSSHHost(Block):
     )
     proxy_jump: str | None = Field(None, description="ProxyJump hops: [user@]host[:port],...")
     connect_timeout: float = Field(10.0, gt=0, description="Seconds for each connect and handshake.")
-    check_timeout: float = Field(60.0, gt=0, description="Wall-clock deadline of one check, seconds.")
+    check_timeout: float = Field(
+        DEFAULT_CHECK_TIMEOUT, gt=0, description="Wall-clock deadline of one check, seconds."
+    )
 
     def host_section(self, source: str) -> dict[str, Any]:
         """The stage's ``host:`` section for this host, its key material held in memory."""

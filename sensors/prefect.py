@@ -254,9 +254,7 @@ def opened_store(location: str | None) -> Iterator[Any]:
 def state_store(location: str | None) -> Any:
     """The state store a task uses: ``location``, else ``$CROSSCHECK_STATE``, else the default
     file; ``"none"``: no store (memory lives with the task run)."""
-    location = location or os.environ.get("CROSSCHECK_STATE")
-    if location is not None and location.strip().lower() == "none":
-        return None
-    from sensors._store import open_store
+    from sensors._store import open_store, store_location
 
-    return open_store(location)
+    where = store_location(location)
+    return None if where is None else open_store(where)

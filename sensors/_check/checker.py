@@ -333,7 +333,7 @@ class Checker:
     def _check(self) -> Verdict:
         nonce = new_nonce()
         script = build_script(nonce, self._memory.static, self.snippets(nonce))
-        timeout = self.stage.host.check_timeout if self.stage.host != "local" else 60.0
+        timeout = self.stage.check_timeout
         try:
             output = self.host.run_script(script, timeout=timeout)
         except HostKeyError:

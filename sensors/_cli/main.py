@@ -259,11 +259,11 @@ class _Options:
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> _Options:
-        location = args.state or os.environ.get("CROSSCHECK_STATE")
-        if location is not None and location.strip().lower() == "none":
-            return cls(args.since, None)
-        from sensors._store import open_store
+        from sensors._store import open_store, store_location
 
+        location = store_location(args.state)
+        if location is None:
+            return cls(args.since, None)
         return cls(args.since, open_store(location))
 
     def checker(self, stage: Stage) -> Checker:
@@ -630,13 +630,13 @@ def _history(args: argparse.Namespace) -> int:
     for the text and the JSON forms: 0 when there are entries, 1 when the store has none for
     the stage (or there is no store at the location yet), 2 when there is no store to read
     (``--state none``) or the location is not a store that can be read."""
-    from sensors._store import StoreError, StoreMissing, open_store
+    from sensors._store import StoreError, StoreMissing, open_store, store_location
 
     name = args.stage
     if name.endswith((".yaml", ".yml")) and os.path.exists(name):
         name = load_stage(name).stage
-    location = args.state or os.environ.get("CROSSCHECK_STATE")
-    if location is not None and location.strip().lower() == "none":
+    location = store_location(args.state)
+    if location is None:
         raise ConfigError("history reads the state store, and --state none means no store: name one")
     try:
         store = open_store(location, readonly=True)

@@ -32,6 +32,7 @@ from sensors._signals.outputs import DEFAULT_EXCLUDES, OutputsSpec
 from sensors._signals.process import ProcessSpec
 
 __all__ = [
+    "DEFAULT_CHECK_TIMEOUT",
     "DEFAULT_EXCLUDES",
     "AbsPath",
     "Duration",
@@ -85,6 +86,11 @@ class SSHMaterial(Section):
     passphrase: SecretStr | None = Field(None, description="the private key's passphrase")
 
 
+#: The wall-clock deadline of one check, in seconds, where the stage file names none: an SSH
+#: host's ``check_timeout`` default and the deadline of every check on the local host.
+DEFAULT_CHECK_TIMEOUT = 60.0
+
+
 class SSHSpec(Section):
     ssh: str = Field(min_length=1, description="hostname or ~/.ssh/config alias")
     port: int | None = Field(None, gt=0, lt=65536)
@@ -93,7 +99,7 @@ class SSHSpec(Section):
     known_hosts: str = "~/.ssh/known_hosts"
     config: str | None = Field(None, description="ssh config file; default ~/.ssh/config")
     connect_timeout: Duration = 10.0
-    check_timeout: Duration = Field(60.0, description="wall-clock deadline of one check")
+    check_timeout: Duration = Field(DEFAULT_CHECK_TIMEOUT, description="wall-clock deadline of one check")
     password: str | None = Field(
         None, description="env:NAME or block:NAME (a Prefect Secret); never a literal"
     )
@@ -206,6 +212,12 @@ class Stage(Section):
     @property
     def host_name(self) -> str:
         return "local" if self.host == "local" else self.host.ssh
+
+    @property
+    def check_timeout(self) -> float:
+        """The wall-clock deadline of one check of this stage, in seconds: the SSH host's
+        ``check_timeout``, or :data:`DEFAULT_CHECK_TIMEOUT` on the local host."""
+        return DEFAULT_CHECK_TIMEOUT if self.host == "local" else self.host.check_timeout
 
 
 #: Where the stage file's JSON Schema is published (``schema/stage.schema.json`` of the

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+from uuid import UUID
 
 from sensors._base.model import State, Verdict
 from sensors._base.text import inert, markdown_escape
@@ -65,6 +66,22 @@ def patch_artifact(client: Any, artifact_id: Any, *, data: str, description: str
         json={"data": data, "description": description},
     )
     response.raise_for_status()
+
+
+def upsert_artifact(
+    artifact_id: UUID | None, *, create: Callable[[], UUID], data: Any, description: str | None
+) -> UUID:
+    """One artifact per run, updated in place (a gate's evidence, progress and picture; the
+    watcher's waiting artifact): no ``artifact_id`` yet, ``create()`` it and answer its id;
+    else replace its ``data`` and ``description`` (:func:`patch_artifact`, with Prefect's
+    sync client) and answer ``artifact_id``. An error is the caller's to log."""
+    if artifact_id is None:
+        return create()
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        patch_artifact(client, artifact_id, data=data, description=description)
+    return artifact_id
 
 
 def artifact_key(stage_name: str, what: str, *, run: str | None = None) -> str:

@@ -20,7 +20,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 from uuid import UUID
 
 from sensors._base.model import State, Verdict
@@ -29,15 +28,19 @@ from sensors._prefect.artifacts import (
     EVENT_PREFIX,
     HEARTBEAT_EVENT,
     markdown_escape,
-    patch_artifact,
+    upsert_artifact,
     waiting_key,
     waiting_markdown,
 )
-from sensors._prefect.gate import DEFAULT_CADENCE, Cadence, emit_verdict_event
-from sensors._present.evidence import clock, progress_percent
+from sensors._prefect.gate import DEFAULT_CADENCE, Cadence, emit_verdict_event, heartbeat_payload
+from sensors._present.evidence import clock
 from sensors._watch.handoff import HandoffSeen
 
 log = logging.getLogger("crosscheck.serve")
+
+#: Who sent a heartbeat, in the watcher's: the command, not :attr:`PrefectBridge.by` (its host
+#: and pid), so that the payload is the same whichever watcher sent it.
+_HEARTBEAT_BY = "crosscheck serve"
 
 
 @dataclass
@@ -95,9 +98,8 @@ class PrefectBridge:
         heartbeat = None
         try:
             if seen.heartbeat_at is None or now - seen.heartbeat_at >= self.cadence.heartbeat:
-                heartbeat = emit_verdict_event(
-                    HEARTBEAT_EVENT, verdict, _heartbeat(verdict, checks), related=related
-                )
+                payload = heartbeat_payload(verdict, checks, by=_HEARTBEAT_BY)
+                heartbeat = emit_verdict_event(HEARTBEAT_EVENT, verdict, payload, related=related)
                 seen.heartbeat_at = now
                 if watched is not None:
                     watched.heartbeat_at = time.time()
@@ -143,23 +145,26 @@ class PrefectBridge:
             description = (
                 f"{markdown_escape(verdict.stage)}: {verdict.state} at {when}, resuming the flow run"
             )
-        try:
-            with get_client(sync_client=True) as client:
-                if seen.artifact is None:
-                    from prefect.client.schemas.actions import ArtifactCreate
 
-                    created = client.create_artifact(
-                        ArtifactCreate(
-                            key=waiting_key(verdict.stage, flow_run_id),
-                            type="markdown",
-                            data=markdown,
-                            description=description,
-                            flow_run_id=UUID(flow_run_id),
-                        )
+        def create() -> UUID:
+            from prefect.client.schemas.actions import ArtifactCreate
+
+            with get_client(sync_client=True) as client:
+                created = client.create_artifact(
+                    ArtifactCreate(
+                        key=waiting_key(verdict.stage, flow_run_id),
+                        type="markdown",
+                        data=markdown,
+                        description=description,
+                        flow_run_id=UUID(flow_run_id),
                     )
-                    seen.artifact = created.id
-                else:
-                    patch_artifact(client, seen.artifact, data=markdown, description=description)
+                )
+            return created.id
+
+        try:
+            seen.artifact = upsert_artifact(
+                seen.artifact, create=create, data=markdown, description=description
+            )
         except Exception as exc:
             log.warning(
                 "%s: the waiting artifact of flow run %s not written: %s", verdict.stage, flow_run_id, exc
@@ -201,18 +206,6 @@ class PrefectBridge:
         except Exception:  # the API cannot answer: keep it
             return False
         return run.state is None or run.state.is_final()
-
-
-def _heartbeat(verdict: Verdict, checks: int) -> dict[str, Any]:
-    """The payload a gate's heartbeat has, and who sent it."""
-    return {
-        "verdict": str(verdict.state),
-        "reasons": list(verdict.reasons),
-        "checked_at": verdict.to_json()["checked_at"],
-        "check": checks,
-        "progress": progress_percent(verdict),
-        "by": "crosscheck serve",
-    }
 
 
 def _flow_run_related(flow_run_id: str | None) -> list[dict[str, str]]:

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from uuid import UUID, uuid4
 
 from prefect import get_run_logger
@@ -35,10 +35,10 @@ from sensors._prefect.artifacts import (
     evidence_markdown,
     failure_message,
     markdown_escape,
-    patch_artifact,
     payload_time,
     run_slug,
     says_of,
+    upsert_artifact,
     verdict_line,
 )
 from sensors._prefect.compat import EventTooLarge
@@ -210,7 +210,7 @@ class GateReport:
             self._refresh_at = now
         heartbeat = None
         if self._heartbeat_at is None or now - self._heartbeat_at >= self.cadence.heartbeat:
-            heartbeat = emit_verdict_event(HEARTBEAT_EVENT, verdict, self._heartbeat_payload(verdict))
+            heartbeat = emit_verdict_event(HEARTBEAT_EVENT, verdict, heartbeat_payload(verdict, self.checks))
             self._heartbeat_at = now
         final = verdict.state.final
         if state_changed and (not final or self.announce(verdict)):
@@ -280,15 +280,6 @@ class GateReport:
             text += f" — {why}"
         self.log.log(level, "%s", inert(text, 600))
         self._line_at = now
-
-    def _heartbeat_payload(self, verdict: Verdict) -> dict[str, Any]:
-        return {
-            "verdict": str(verdict.state),
-            "reasons": list(verdict.reasons),
-            "checked_at": verdict.to_json()["checked_at"],
-            "check": self.checks,
-            "progress": progress_percent(verdict),
-        }
 
     def _name_run_state(self, verdict: Verdict) -> None:
         name = RUN_STATE_NAMES.get(verdict.state)
@@ -367,20 +358,23 @@ class GateReport:
         """Create the run's ``what`` artifact once (``create(key=, description=)``), then
         update it in place: one artifact per run, not one per change. (Prefect's artifact
         functions are sync and async in one, typed so: called here, in a sync flow, a UUID.)"""
-        if what not in self._ids:
-            create.__name__ = f"create_{what}_artifact"
-            self._ids[what] = self.best_effort(create, key=self.keys[what], description=description)
-            return
-        artifact_id = self._ids[what]
-        if artifact_id is None:
+        created = what in self._ids
+        artifact_id = self._ids.get(what)
+        if created and artifact_id is None:
             return  # creating it failed (logged): the wait goes on without it
-        from prefect.client.orchestration import get_client
 
-        def update_artifact() -> None:
-            with get_client(sync_client=True) as client:
-                patch_artifact(client, artifact_id, data=data, description=description)
+        def upsert() -> UUID:
+            return upsert_artifact(
+                artifact_id,
+                create=lambda: cast(UUID, create(key=self.keys[what], description=description)),
+                data=data,
+                description=description,
+            )
 
-        self.best_effort(update_artifact)
+        upsert.__name__ = "update_artifact" if created else f"create_{what}_artifact"
+        answer = self.best_effort(upsert)
+        if not created:
+            self._ids[what] = answer
 
     def best_effort(self, call: Any, *args: Any, **kwargs: Any) -> Any:
         """An API call that cannot end the wait: one error (a 5xx, a timeout) must not fail
@@ -399,6 +393,23 @@ class GateReport:
         except NotificationError as exc:
             # A notification that cannot be delivered never changes a verdict or a gate.
             self.log.warning("%s: notification not delivered: %s", self.name, exc)
+
+
+def heartbeat_payload(verdict: Verdict, checks: int, *, by: str | None = None) -> dict[str, Any]:
+    """The payload of a ``crosscheck.stage.heartbeat`` event: the verdict, its reasons, when
+    it was checked, the number of ``checks`` so far and the progress; ``by`` who sent it when
+    not the gate itself (the watcher's heartbeats say ``"crosscheck serve"``; a gate's have
+    no ``by``)."""
+    payload: dict[str, Any] = {
+        "verdict": str(verdict.state),
+        "reasons": list(verdict.reasons),
+        "checked_at": verdict.to_json()["checked_at"],
+        "check": checks,
+        "progress": progress_percent(verdict),
+    }
+    if by is not None:
+        payload["by"] = by
+    return payload
 
 
 def emit_verdict_event(

@@ -38,6 +38,7 @@ from sensors._store.sqlite import SQLiteStore
 
 __all__ = [
     "DEFAULT_RETENTION",
+    "NO_STORE",
     "SCHEMA_VERSION",
     "Announcement",
     "Handoff",
@@ -52,6 +53,7 @@ __all__ = [
     "Stored",
     "default_location",
     "open_store",
+    "store_location",
 ]
 
 _PG_SCHEMES = ("postgresql", "postgresql+psycopg", "postgres")
@@ -63,6 +65,27 @@ def default_location() -> str:
         return os.environ["CROSSCHECK_STATE"]
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return os.path.join(base, "crosscheck", "state.db")
+
+
+#: The location that means no store: a gate's memory lives in its process (or task run) only.
+NO_STORE = "none"
+
+
+def store_location(location: str | None = None) -> str | None:
+    """Where a command or a task keeps its state store: ``location`` (``--state``, a flow's
+    ``state``), else ``$CROSSCHECK_STATE``, else :func:`default_location`'s file; ``None``
+    when that names no store (:data:`NO_STORE`, any case, spaces around it ignored).
+
+    The answer is given to :func:`open_store` as it is.
+
+    Example:
+        >>> store_location("/tmp/state.db"), store_location(" None ")
+        ('/tmp/state.db', None)
+    """
+    where = location or os.environ.get("CROSSCHECK_STATE")
+    if where is None:
+        return default_location()
+    return None if where.strip().lower() == NO_STORE else where
 
 
 def open_store(
