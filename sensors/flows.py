@@ -31,7 +31,7 @@ from prefect.artifacts import create_table_artifact
 
 from sensors._base.errors import ConfigError
 from sensors._base.model import Says
-from sensors._base.run import Run, launch_mark_script, parse_launch_mark, run_from_record
+from sensors._base.run import Run, launch_mark_script, launch_record, parse_launch_mark, run_from_record
 from sensors._check.checker import Checker, host_for
 from sensors._check.persist import Persistence
 from sensors._config.stage import Stage, parse_duration, stage_from_dict
@@ -191,21 +191,23 @@ def launch_stage(stage: Stage, force: bool = False, state: str | None = None) ->
     # other signals cannot.
     name = f"{stage.stage}-{int(mark.started_at or time.time())}-{uuid.uuid4().hex[:8]}"
     pid, exit_file = host.launch(stage.launch.command, log_path=log_path, cwd=stage.launch.cwd, name=name)
-    record = {
-        "stage": stage.stage,
-        "host": stage.host_name,
-        "pid": pid,
-        "log": log_path,
-        "command": " ".join(stage.launch.command),
-        "cwd": stage.launch.cwd or "",
-        "exit_file": exit_file,
-        "run": {
-            "started_at": mark.started_at,
-            "log_inode": mark.log_inode,
-            "log_offset": mark.log_offset,
-            "log_fingerprint": mark.log_fingerprint,
-        },
-    }
+    launched = Run(
+        source="launch",
+        started_at=mark.started_at,
+        log_inode=mark.log_inode,
+        log_offset=mark.log_offset,
+        log_fingerprint=mark.log_fingerprint,
+        pid=pid,
+        exit_file=exit_file,
+    )
+    record = launch_record(
+        stage.stage,
+        stage.host_name,
+        launched,
+        log=log_path,
+        command=" ".join(stage.launch.command),
+        cwd=stage.launch.cwd,
+    )
     get_run_logger().info("%s: launched on %s as PID %d, log %s", stage.stage, stage.host_name, pid, log_path)
     _remember_launch(stage, host, run_from_record(record), state)
     slug = run_slug({"source": "launch", "started_at": _iso(mark.started_at)})
@@ -244,22 +246,15 @@ def _live_launch(stage: Stage, host: Any, state: str | None) -> dict[str, Any] |
     if process is None or process.says is not Says.WORKING or not process.evidence.get("launched"):
         return None
     assert stage.launch is not None
-    return {
-        "stage": stage.stage,
-        "host": stage.host_name,
-        "pid": run.pid,
-        "log": stage.launch.log or (stage.log.path if stage.log else None),
-        "command": " ".join(stage.launch.command),
-        "cwd": stage.launch.cwd or "",
-        "exit_file": run.exit_file,
-        "run": {
-            "started_at": run.started_at,
-            "log_inode": run.log_inode,
-            "log_offset": run.log_offset,
-            "log_fingerprint": run.log_fingerprint,
-        },
-        "existing": True,
-    }
+    record = launch_record(
+        stage.stage,
+        stage.host_name,
+        run,
+        log=stage.launch.log or (stage.log.path if stage.log else None),
+        command=" ".join(stage.launch.command),
+        cwd=stage.launch.cwd,
+    )
+    return {**record, "existing": True}
 
 
 def _iso(epoch: float | None) -> str | None:

@@ -629,3 +629,22 @@ def test_a_run_start_a_tick_after_the_binding_check_is_not_after_it(source, afte
     run = Run(source=source, started_at=bound_at + after)
     kept, change = _bound(memory, st, None, run, bound_at + 10, unchanged=True)
     assert change is None and kept.before_uncertain is uncertain
+
+
+def test_a_launch_record_reads_back_as_the_run_it_was_written_from() -> None:
+    """One home for the launch record's keys (``launch_stage``'s result and a running launch
+    found again): what ``launch_record`` writes, ``run_from_record`` reads back whole."""
+    from sensors._base.run import Run, launch_record, run_from_record
+
+    run = Run(
+        source="launch",
+        started_at=1796300000.25,
+        log_inode=42,
+        log_offset=1024,
+        log_fingerprint="0a",
+        pid=4455,
+        exit_file="/tmp/x.exit",
+    )
+    record = launch_record("extract", "gpu-1", run, log="/data/extract.log", command="python x.py", cwd=None)
+    assert record["cwd"] == "" and record["pid"] == 4455 and record["log"] == "/data/extract.log"
+    assert run_from_record(record) == run

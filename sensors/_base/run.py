@@ -303,8 +303,30 @@ def parse_launch_mark(output: bytes, *, pid: int | None = None) -> Run:
     )
 
 
+def launch_record(
+    stage: str, host: str, run: Run, *, log: str | None, command: str, cwd: str | None
+) -> dict[str, Any]:
+    """A launched run as ``launch_stage`` returns it (and a gate or the watcher is given it):
+    the one place its keys are written; :func:`run_from_record` reads it back."""
+    return {
+        "stage": stage,
+        "host": host,
+        "pid": run.pid,
+        "log": log,
+        "command": command,
+        "cwd": cwd or "",
+        "exit_file": run.exit_file,
+        "run": {
+            "started_at": run.started_at,
+            "log_inode": run.log_inode,
+            "log_offset": run.log_offset,
+            "log_fingerprint": run.log_fingerprint,
+        },
+    }
+
+
 def run_from_record(record: Mapping[str, Any] | Run | None) -> Run | None:
-    """A :class:`Run` from a launch record (``launch_stage``'s dict) or a Run."""
+    """A :class:`Run` from a launch record (:func:`launch_record`'s dict) or a Run."""
     if record is None or isinstance(record, Run):
         return record
     run = record.get("run")
