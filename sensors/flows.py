@@ -36,7 +36,7 @@ from sensors._check.checker import Checker, host_for
 from sensors._check.persist import Persistence
 from sensors._config.stage import Stage, parse_duration, stage_from_dict
 from sensors._prefect.compat import NO_CACHE
-from sensors._prefect.suspend import can_hand_off, handed_off_launch, reference_of, wait_handed_over
+from sensors._prefect.suspend import can_hand_off, handed_off_launch, reference_of, wait_handed_off
 from sensors.prefect import (
     artifact_key,
     as_stage,
@@ -144,7 +144,7 @@ def _wait(
     with opened_store(state) as store:
         handing = can_hand_off(hand_off, stage, reference, store, get_run_logger())
     if handing:
-        return wait_handed_over(stage, reference=reference, timeout=limit, since=since, run=run, state=state)
+        return wait_handed_off(stage, reference=reference, timeout=limit, since=since, run=run, state=state)
     return wait_for_stage(stage, timeout=limit, since=since, run=run, state=state).to_json()
 
 

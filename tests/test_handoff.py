@@ -33,7 +33,7 @@ def _run(watcher: Watcher, until, timeout: float = 30.0) -> None:
         thread.join(30)
 
 
-def _hand_over(store, stage, flow_run_id: str, *, timeout: float) -> None:
+def _hand_off(store, stage, flow_run_id: str, *, timeout: float) -> None:
     """What a gate's hand-off task writes for a local stage (ticket: flow run and stage).
 
     The job starts after it, and may end before the watcher's first look on a loaded
@@ -51,12 +51,12 @@ def _watcher(tmp_path: Path, store, resumed: list) -> Watcher:
     return Watcher(empty, store=store, rescan_every=0.2, desk=desk)
 
 
-def test_a_handed_over_stage_is_watched_settled_once_and_its_gate_resumed(tmp_path: Path) -> None:
+def test_a_handed_off_stage_is_watched_settled_once_and_its_gate_resumed(tmp_path: Path) -> None:
     job = SimulatedJob(tmp_path, scenario="complete", total=4, step=0.1)
     stage = stage_from_dict(job.stage_dict(name="extract", interval="200ms", exit_grace="300ms"))
     resumed: list = []
     with open_store(tmp_path / "state.db") as store:
-        _hand_over(store, stage, "run-1", timeout=60)
+        _hand_off(store, stage, "run-1", timeout=60)
         job.start()
         try:
             _run(_watcher(tmp_path, store, resumed), lambda: bool(resumed))
@@ -78,7 +78,7 @@ def test_a_deadline_that_passes_settles_as_timed_out(tmp_path: Path) -> None:
     stage = stage_from_dict(job.stage_dict(name="stuck", interval="200ms", stall_after="1h"))
     resumed: list = []
     with open_store(tmp_path / "state.db") as store:
-        _hand_over(store, stage, "run-2", timeout=1.5)
+        _hand_off(store, stage, "run-2", timeout=1.5)
         job.start()
         try:
             _run(_watcher(tmp_path, store, resumed), lambda: bool(resumed))
@@ -123,7 +123,7 @@ def test_an_unusable_stored_outcome_is_replaced_not_left_to_loop(tmp_path: Path)
     path = tmp_path / "state.db"
     resumed: list = []
     with open_store(path) as store:
-        _hand_over(store, stage, "run-4", timeout=60)
+        _hand_off(store, stage, "run-4", timeout=60)
         assert store.record_outcome("run-4:damaged", {"verdict": "x"})
         with sqlite3.connect(path) as raw:  # damage the stored outcome where SQLite cannot see it
             raw.execute('UPDATE crosscheck_handoff SET outcome = \'{"verdict": "forged"}\'')

@@ -504,7 +504,7 @@ def test_a_resumed_gate_reports_the_watchers_whole_wait(jobs, tmp_path: Path) ->
     from sensors._check.checker import Checker
     from sensors._prefect.artifacts import waiting_key
     from sensors._prefect.bridge import PrefectBridge
-    from sensors._prefect.suspend import finish_handed_over, ticket_for
+    from sensors._prefect.suspend import finish_handed_off, ticket_for
     from sensors._store import open_store
     from sensors._watch.handoff import Desk, new_handoff, request_for
 
@@ -542,7 +542,7 @@ def test_a_resumed_gate_reports_the_watchers_whole_wait(jobs, tmp_path: Path) ->
                     break
                 time.sleep(0.2)
         store.close()
-        return flow_run.id, finish_handed_over(stage, ticket, 60, state)
+        return flow_run.id, finish_handed_off(stage, ticket, 60, state)
 
     flow_run_id, doc = handed()
     assert doc["verdict"] == "complete"

@@ -117,7 +117,7 @@ def _as_time(since: str | float | None, checker: Any) -> str | float | None:
 
 
 @task(cache_policy=NO_CACHE, task_run_name=task_run_name("hand-off"))
-def hand_over_stage(
+def hand_off_stage(
     stage: Stage,
     reference: str | None,
     timeout: float,
@@ -159,7 +159,7 @@ def hand_over_stage(
 
 
 @task(cache_policy=NO_CACHE, task_run_name=task_run_name("finish"))
-def finish_handed_over(stage: Stage, ticket: str, timeout: float, state: str | None) -> dict[str, Any]:
+def finish_handed_off(stage: Stage, ticket: str, timeout: float, state: str | None) -> dict[str, Any]:
     """Report the watcher's outcome as the gate's own verdict, once: the watcher's whole
     wait (its checks, their picture, its heartbeats' cadence), and the waiting artifact's
     last words (what happened).
@@ -233,7 +233,7 @@ def _close_waiting(report: GateReport, outcome: Outcome, handoff: Handoff, by: s
     report.best_effort(close_waiting_artifact)
 
 
-def wait_handed_over(
+def wait_handed_off(
     stage: Stage,
     *,
     reference: str | None,
@@ -245,7 +245,7 @@ def wait_handed_over(
     """The flow body of a gate that hands off (docs/deployments.md, "Gates that hold no worker")."""
     from prefect import suspend_flow_run
 
-    handed = hand_over_stage(stage, reference, timeout, since, run, state)
+    handed = hand_off_stage(stage, reference, timeout, since, run, state)
     if "already" in handed:
         report = GateReport(stage, notifier=None)
         return report.already(loads(handed["already"])).to_json()
@@ -263,7 +263,7 @@ def wait_handed_over(
         suspend_flow_run(timeout=pause, key=f"crosscheck-{stage.stage}-{round_}")
     else:
         raise StageFailed(f"stage {stage.stage}: resumed {MAX_ROUNDS} times without an outcome")
-    return finish_handed_over(stage, ticket, timeout, state)
+    return finish_handed_off(stage, ticket, timeout, state)
 
 
 def reference_of(stage: Any) -> str | None:
