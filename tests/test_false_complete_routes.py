@@ -1431,3 +1431,30 @@ def test_a_launched_runs_end_is_read_before_its_log_and_outputs_in_one_probe(tmp
     assert [at for at in reads if at >= 0], script
     first_read = min(at for at in reads if at >= 0)
     assert script.index("sec launched") < script.index("sec exit") < first_read
+
+
+def test_a_directory_the_probe_may_not_enter_beside_the_outputs_does_not_keep_them_unknown(open_dir) -> None:
+    """The outputs directory is a mount's root, with a ``lost+found`` only root may read, and
+    the watch runs as another user. Asking for the last change under the outputs must not
+    enter what is not an output: a find that cannot read it fails, and the stage would stay
+    unknown for good."""
+    from sensors import Checker, State, stage_from_dict
+
+    _needs_root()
+    tag = f"lostfound-{uuid.uuid4().hex[:8]}"
+    out = open_dir / "out"
+    out.mkdir()
+    out.chmod(0o755)
+    (out / "lost+found").mkdir(mode=0o700)
+    started = time.time() - 1
+    job = _tagged(
+        f"for i in 1 2 3; do echo x > {out}/$i.pt; done; echo '{COMPLETE_LINE}: 3 samples' >> {open_dir}/job.log",
+        tag,
+    )
+    assert job.wait(10) == 0
+    # Readable by the other user as the job left them (umask 022): a chmod now would be a
+    # change after the line (their ctime moves), which is what the rule looks for.
+    assert all(path.stat().st_mode & 0o044 == 0o044 for path in (open_dir / "job.log", *out.glob("*.pt")))
+    stage = stage_from_dict(_unseen_rerun_stage(open_dir, tag, "files"))
+    verdicts = _checked(Checker(stage, host=_AsNobody(), since=started))
+    assert verdicts[-1].state is State.COMPLETE, verdicts[-1].reasons

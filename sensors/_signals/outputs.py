@@ -328,17 +328,19 @@ def _glob_escaped(path: str) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _path_tests(files: str, pattern: str, exclude: tuple[str, ...]) -> str:
-    """find tests for every output under ``files`` and everything inside one (a checkpoint
-    directory's shards): the top-level name matched as the count matches it, by path. A
-    ``*`` in ``-path`` also spans a ``/``: a deeper path may match too, which can only ask
-    about more, never less."""
+    """find's expression for every output under ``files`` and everything inside one (a
+    checkpoint directory's shards), the top-level name matched as the count matches it, by
+    path: what is not an output (an excluded name, a ``lost+found`` the probe may not read) is
+    pruned, never entered; what follows it (``-printf``) applies to the rest. A ``*`` in
+    ``-path`` also spans a ``/``: a deeper path may match too, which can only ask about more,
+    never less."""
     q = shlex.quote
     d = _glob_escaped(files.rstrip("/") or "/")
-    tests = f"\\( -path {q(f'{d}/{pattern}')} -o -path {q(f'{d}/{pattern}/*')} \\)"
+    other = f"! -path {q(f'{d}/{pattern}')} ! -path {q(f'{d}/{pattern}/*')}"
     for x in exclude:
         if not _disjoint(pattern, x):
-            tests += f" ! -path {q(f'{d}/{x}')} ! -path {q(f'{d}/{x}/*')}"
-    return tests
+            other += f" -o -path {q(f'{d}/{x}')} -o -path {q(f'{d}/{x}/*')}"
+    return f"\\( {other} \\) -prune -o"
 
 
 @functools.lru_cache(maxsize=8192)
