@@ -1458,3 +1458,47 @@ def test_a_directory_the_probe_may_not_enter_beside_the_outputs_does_not_keep_th
     stage = stage_from_dict(_unseen_rerun_stage(open_dir, tag, "files"))
     verdicts = _checked(Checker(stage, host=_AsNobody(), since=started))
     assert verdicts[-1].state is State.COMPLETE, verdicts[-1].reasons
+
+
+def test_a_run_begun_as_the_line_was_found_is_not_its_writer_and_its_outputs_are_not_the_lines(
+    tmp_path,
+) -> None:
+    """Found by the fuzzer (seed 111483): a watch found a completion line no process of the
+    run was seen to write; within a second a later run began (too close to the line for /proc's
+    start times to call it later), wrote one output over in place, was seen alive, and was
+    SIGKILLed; the log's file times ran 5 s ahead of the host's. "Changed while a process of
+    the run was alive" took the later run for the line's own post-processing, and the stage
+    completed for a killed run. Only the line's writers (seen before it, or their children)
+    make a change theirs; a change after this watch found the line is after the line, whatever
+    the log's times say."""
+    from sensors import Checker, State, stage_from_dict
+
+    tag = f"close-{uuid.uuid4().hex[:8]}"
+    out, log = tmp_path / "out", tmp_path / "job.log"
+    out.mkdir()
+    stage = stage_from_dict(_unseen_rerun_stage(tmp_path, tag, "files"))
+    checker = Checker(stage, since=time.time() - 5)
+    try:
+        # An earlier run, between two checks: its outputs, its line, a blank line.
+        first = _tagged(
+            _write_outputs(tmp_path, "files") + f"printf '{COMPLETE_LINE}: 3\\n \\n' >> {log}", tag
+        )
+        assert first.wait(10) == 0
+        time.sleep(0.3)
+        found = checker.check()
+        assert found.readings["log"].says.value == "done", found.readings["log"].detail
+        ahead = time.time() + 5
+        os.utime(log, (ahead, ahead))  # then the log's times run ahead (a server's clock)
+        later = _tagged(f"echo partial > {out}/1.pt; sleep 60", tag)
+        try:
+            _until(lambda: (out / "1.pt").read_text() == "partial\n", 10)
+            seen = checker.check()
+            assert seen.readings["process"].says.value == "working", seen.readings["process"].detail
+        finally:
+            os.killpg(later.pid, signal.SIGKILL)
+            later.wait(5)
+        verdicts = _checked(checker)
+    finally:
+        checker.close()
+    assert all(v.state is not State.COMPLETE for v in verdicts), [(v.state, v.reasons[:2]) for v in verdicts]
+    assert verdicts[-1].readings["outputs"].evidence.get("modified_after_log") is True

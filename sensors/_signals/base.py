@@ -141,6 +141,13 @@ class LastWord(NamedTuple):
     # the host's clock: outputs modified after the log's last write were written after the line.
     log_written: float | None = None
     log_own_clock: bool = False
+    # When this watch first found the line (the host's clock): a change made after it was
+    # made after the line, whatever the log's file times say.
+    seen_at: float | None = None
+    # One of the line's writers (a process of the run seen before the line was written, or
+    # its child) is alive at this check: what changes while it lives may be its own work. A
+    # process that began about when the line was found (a later run?) is no writer.
+    writer_alive: bool = False
 
 
 class CheckFacts(NamedTuple):

@@ -1354,15 +1354,46 @@ def _read(
         # Alive now or at the last check: outputs written in between may be its own.
         alive = facts.job is not None and bool(facts.job.live or facts.job.previous)
         stamp = shared_stats(sections.get("stats")).get(spec.path)
+        writer_alive = _writer_alive(new_memory, facts)
         last_word = LastWord(
             new_memory.complete_end,
             alive,
             done=reading.says is Says.DONE,
             log_written=_stamp_mtime(stamp),
             log_own_clock=new_memory.foreign_clock is False,
+            seen_at=new_memory.complete_seen_at,
+            writer_alive=writer_alive,
         )
         facts = facts._replace(last_word=last_word)
     return reading, new_memory, facts
+
+
+def _writer_alive(memory: LogMemory, facts: CheckFacts) -> bool:
+    """Whether one of the completion line's writers is alive at this check: a process of the
+    run seen before the line was written (``writers``), its child, or one that /proc says
+    began no later than the line was written, when that is known (the line the log's last
+    bytes, on the host's clock) — to a clock tick, or, where /proc/uptime is virtualised and
+    starts are whole seconds, clearly before. A process that began after the line, or about
+    when an undated line was found, may be a later run: no writer."""
+    job = facts.job
+    if job is None or not job.live:
+        return False
+    writers = frozenset(memory.writers)
+    at = memory.complete_at
+    for pid in job.live:
+        if pid in writers or (writers and job.descends(pid, writers)):
+            return True
+        start = job.starts.get(pid)
+        if at is None or start is None:
+            continue
+        if start <= (at - _PROCESS_START_SLACK if facts.meta.uptime_virtualised else at + _START_PRECISION):
+            return True
+    return False
+
+
+#: How far a process start read from /proc start ticks against /proc/uptime may be off: a
+#: clock tick or two (10 ms each).
+_START_PRECISION = 0.02
 
 
 def _stamp_mtime(stamp: str | None) -> float | None:

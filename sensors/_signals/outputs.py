@@ -115,9 +115,10 @@ class OutputsMemory:
     # its wrapper gone), and whether outputs changed after it (for good): a later writer's.
     over_seen_at: float | None = None
     after_exit: bool = False
-    # The last check that found a process of this run alive (its probe's end, host clock):
-    # outputs modified by then may be its own work, after the log's completion line too.
-    job_seen_at: float | None = None
+    # The last check that found one of the log's completion line's writers alive (its
+    # probe's end, host clock; for the line ending at ``line_end``): outputs changed by then
+    # may be its own work, after the line too.
+    writer_seen_at: float | None = None
     # The launched job's recorded exit, once a reading found it, and whether a later count
     # asked for an entry modified after it (a directory's; see ``_exit_since``): outputs
     # written after it, before any check of this watch saw them, are a later writer's too.
@@ -685,7 +686,6 @@ def read_outputs(
     over: bool = False,
     exited: float | None = None,
     launched: bool = False,
-    job_live: bool = False,
 ) -> tuple[Reading, OutputsMemory]:
     """Read the outputs signal: the count against the expected number, and stability.
 
@@ -741,7 +741,7 @@ def read_outputs(
         exited_at=memory.exited_at if memory.exited_at is not None else exited,
         exit_scanned=memory.exit_scanned or asked,
         after_exit=after_exit,
-        job_seen_at=(meta.now_end or meta.now) if job_live else memory.job_seen_at,
+        writer_seen_at=_writer_seen_at(memory, last_word, meta),
     )
     if after_exit:
         evidence["count"] = count
@@ -762,7 +762,7 @@ def read_outputs(
         None
         if launched
         else _newer_than_log(
-            where, sections, ident, got.newest, spec.files is not None, last_word, new_memory.job_seen_at
+            where, sections, ident, got.newest, spec.files is not None, last_word, new_memory.writer_seen_at
         )
     )
     if newer is not None:
@@ -770,7 +770,7 @@ def read_outputs(
         evidence["previous_count"] = memory.count
         evidence["written_this_run"] = written
         evidence["modified_after_log"] = True
-        if new_memory.job_seen_at is not None:
+        if new_memory.writer_seen_at is not None:
             why = (
                 "after this watch last saw the job at work: by the job after its completion line,"
                 " or by a later run, which cannot be told, nor whether that writer ended well."
@@ -827,6 +827,13 @@ def read_outputs(
             Says.WORKING,
             f"{count}/{expected} outputs; confirming none was written after the launched job's exit",
         )
+    elif count >= expected and stable and _unasked(spec, sections, last_word, launched):
+        # The probe did not ask for the last change under the outputs (the job was alive at
+        # the last check): whether it came after the log's completion line is the next check's.
+        says, detail = (
+            Says.WORKING,
+            f"{count}/{expected} outputs; confirming none changed after the log's completion line",
+        )
     elif count >= expected and stable:
         says, detail = Says.DONE, f"{count}/{expected} outputs, unchanged since last check"
     elif count >= expected:
@@ -846,7 +853,7 @@ def _newer_than_log(
     newest: tuple[float, str] | None,
     files: bool,
     last_word: LastWord | None,
-    job_seen_at: float | None,
+    writer_seen_at: float | None,
 ) -> str | None:
     """How the outputs were found changed after the log's last write, when that makes the
     log's completion line not known to be their run's last word (None: it does not).
@@ -856,7 +863,7 @@ def _newer_than_log(
     changed after that line: by the job's own post-processing (a file closed after the line
     was logged), or by a later run that wrote nothing to the log (a launcher that cleans the
     outputs first, a resumed run killed before its first line). Changed no later than this
-    watch last saw a process of the run alive, they may be its own; changed after it (or
+    watch last saw one of the line's writers alive, they may be its own; changed after it (or
     never seen alive: a watch begun after the job, or a process section that does not find
     it), whose they are, and whether that writer ended well, cannot be told, as for text after
     the line (``sensors._signals.log``). A launched run's exit record tells (not here).
@@ -869,7 +876,7 @@ def _newer_than_log(
     stamps files from a clock that moves in ticks of a few milliseconds, and a job that
     writes its last output and then its line within one tick must complete.
     """
-    if last_word is None or not last_word.done or last_word.job_alive or last_word.log_written is None:
+    if last_word is None or not last_word.done or last_word.writer_alive:
         return None
     if files:
         if newest is None:
@@ -883,11 +890,41 @@ def _newer_than_log(
             return None
     own = on_local_fs(where, sections)
     margin = 0.0 if last_word.log_own_clock and own else FILE_CLOCK_TOLERANCE
-    if changed <= last_word.log_written + margin:
+    after_log = last_word.log_written is not None and changed > last_word.log_written + margin
+    # Changed after this watch had found the line (host clock, outputs stamped by it): after
+    # the line, whatever the log's own times say (another clock's, or set ahead).
+    after_seen = own and last_word.seen_at is not None and changed > last_word.seen_at
+    if not (after_log or after_seen):
         return None
-    if job_seen_at is not None and changed <= job_seen_at + (0.0 if own else FILE_CLOCK_TOLERANCE):
+    if writer_seen_at is not None and changed <= writer_seen_at + (0.0 if own else FILE_CLOCK_TOLERANCE):
         return None
-    return f"{name} changed {changed - last_word.log_written:.3f} s after the log's last write"
+    if after_log and last_word.log_written is not None:
+        return f"{name} changed {changed - last_word.log_written:.3f} s after the log's last write"
+    return f"{name} changed after this watch had found the log's completion line"
+
+
+def _unasked(
+    spec: OutputsSpec, sections: Mapping[str, bytes], last_word: LastWord | None, launched: bool
+) -> bool:
+    """Whether a directory's outputs could complete a stage on a completion line that this
+    check could not weigh them against: the last change under them was not asked for."""
+    return (
+        spec.files is not None
+        and not launched
+        and last_word is not None
+        and last_word.done
+        and not last_word.writer_alive
+        and "outputs_newest" not in sections
+    )
+
+
+def _writer_seen_at(memory: OutputsMemory, last_word: LastWord | None, meta: Meta) -> float | None:
+    """The last check that found one of the completion line's writers alive (for this line:
+    another line has other writers, and an earlier line's sighting says nothing of them)."""
+    if last_word is None:
+        return None
+    before = memory.writer_seen_at if memory.line_end == last_word.end else None
+    return (meta.now_end or meta.now) if last_word.writer_alive else before
 
 
 def _after_line(
@@ -954,7 +991,6 @@ def _read(
         over=facts.launch is not None and facts.launch.over,
         exited=facts.launch.exited_by if facts.launch is not None else None,
         launched=facts.launch is not None,
-        job_live=facts.job is not None and bool(facts.job.live),
     )
     return reading, new_memory, facts
 
