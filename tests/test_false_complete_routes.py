@@ -1502,3 +1502,46 @@ def test_a_run_begun_as_the_line_was_found_is_not_its_writer_and_its_outputs_are
         checker.close()
     assert all(v.state is not State.COMPLETE for v in verdicts), [(v.state, v.reasons[:2]) for v in verdicts]
     assert verdicts[-1].readings["outputs"].evidence.get("modified_after_log") is True
+
+
+def test_a_rerun_begun_within_a_second_of_its_predecessors_line_does_not_finish_on_it(tmp_path) -> None:
+    """Found by the fuzzer (seed 200948): a run wrote its completion line and exited; a re-run
+    began 30 ms later, wrote nothing, and was killed. A watch (given a start before both)
+    first read the log while the re-run was alive: the line was the log's last, dated by its
+    mtime, but the re-run's /proc start was within the second of slack that /proc's start
+    times need of it, so it passed for the line's writer, and the stage completed when it was
+    killed. A process begun that close to an undated-by-us line is neither the line's known
+    writer nor known to be later: whose the line is cannot be told, through the real CLI."""
+    tag = f"close-line-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "job.log"
+    stage = {
+        "stage": "close-line",
+        "host": "local",
+        "process": {"match": f"--tag {tag}( |$)"},
+        "log": {"path": str(log), "complete": f"^{COMPLETE_LINE}"},
+        "policy": {"interval": "150ms", "settle": 2, "exit_grace": "200ms"},
+    }
+    stage_file = _write(tmp_path / "s.yaml", stage)
+    began = time.time() - 1
+    earlier = _tagged(f"printf 'step 1\\n{COMPLETE_LINE}: 6 files\\n' >> {log}", tag)
+    assert earlier.wait(10) == 0
+    later = _tagged("sleep 60", tag)  # the re-run, begun at once: nothing written yet
+    try:
+        out = subprocess.Popen(
+            [sys.executable, "-m", "sensors", "wait", str(stage_file), "--json", "--timeout", "5s",
+             "--state", "none", "--since", f"@{began:.3f}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(None),
+        )  # fmt: skip
+        assert out.stdout is not None
+        first = out.stdout.readline()  # the watch has begun, the re-run alive
+        assert '"verdict"' in first, first
+        os.killpg(later.pid, signal.SIGTERM)
+        stdout, stderr = out.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(later.pid, signal.SIGKILL)
+        later.wait(5)
+    verdicts = _never_complete(subprocess.CompletedProcess(out.args, out.returncode, first + stdout, stderr))
+    log_reading = verdicts[-1]["signals"]["log"]
+    assert log_reading["says"] == "unknown", log_reading
+    assert f"pid {later.pid}" in log_reading["detail"] and "too close" in log_reading["detail"], log_reading

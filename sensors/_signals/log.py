@@ -939,6 +939,9 @@ def _whose(
         seen_at = now
         # Undated, the line may be older than a live process of this run not known to have
         # begun before it: that process may be a later run that wrote no line of its own.
+        # Dated, so may a process begun within /proc's start-time slack of it (either side):
+        # too close to call it the line's writer or a later run (fuzzer seed 200948: a re-run
+        # begun 30 ms after its predecessor's completion line, then killed).
         undatable_by = (
             min(
                 (
@@ -947,10 +950,11 @@ def _whose(
                     if pid not in writers
                     and not job.descends(pid, writers)
                     and job.starts.get(pid, written_after) >= written_after - _PROCESS_START_SLACK
+                    and (at is None or job.starts.get(pid, at) <= at + _PROCESS_START_SLACK)
                 ),
                 default=None,
             )
-            if at is None and job is not None
+            if job is not None
             else None
         )
         # Seen alive at the previous check, when the line was not there yet: no text after
@@ -1077,12 +1081,18 @@ def _log_says(
             " written after it",
         )
     if complete_line is not None and word is not None and word.undatable_by is not None:
+        when = (
+            f"it was written within {_PROCESS_START_SLACK:g}s of that process's start, too close for"
+            " /proc's start times to order them"
+            if word.complete_at is not None
+            else "when the line was written cannot be read (it is not the log's last line, or the"
+            " log's times are not the host's clock's)"
+        )
         return (
             Says.UNKNOWN,
             f"a completion line ({complete_line.strip()[:120]}) was in the log when this watch first"
-            f" read it, while pid {word.undatable_by} of this run was alive, and when the line was"
-            " written cannot be read (it is not the log's last line, or the log's times are not the"
-            " host's clock's): whether that process is a later run, begun after the line and"
+            f" read it, while pid {word.undatable_by} of this run was alive, and {when}:"
+            " whether that process is a later run, begun after the line and"
             " with no completion line of its own, cannot be told. Watch the job from before it"
             " ends, or launch it through crosscheck",
         )

@@ -632,8 +632,12 @@ class World:
             if p is not None:
                 self._hold_events_after(p, duration)
         elif kind == "wait":
+            # Its own copy of the stage file: the definition it loads is the one of now, not
+            # one written while its process starts (a wait reads its file once, when it is up).
+            own = self.dir / f"stage-{name}.yaml"
+            shutil.copyfile(self.stage_file, own)
             argv = [
-                sys.executable, "-m", "sensors", "wait", str(self.stage_file), "--json",
+                sys.executable, "-m", "sensors", "wait", str(own), "--json",
                 "--timeout", f"{timeout}s", "--state", str(self.dir / f"{store}.db") if store else "none",
             ]  # fmt: skip
             if value is not None:
