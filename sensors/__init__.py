@@ -27,6 +27,7 @@ from sensors._base.errors import (
 )
 from sensors._base.model import Reading, Says, State, Verdict
 from sensors._check.checker import Checker, host_for
+from sensors._check.span import SpanChecker, checker_for
 from sensors._config.stage import Stage, load_stage, parse_duration, stage_from_dict
 from sensors._hosts import Host, LocalHost
 from sensors._version import __version__
@@ -44,11 +45,13 @@ __all__ = [
     "ProbeError",
     "Reading",
     "Says",
+    "SpanChecker",
     "Stage",
     "StageFailed",
     "State",
     "Verdict",
     "__version__",
+    "checker_for",
     "host_for",
     "load_stage",
     "parse_duration",

@@ -179,10 +179,14 @@ def test_every_number_in_a_stage_file_is_finite_and_bounded() -> None:
         fields
     )
     stage_from_dict(FULL)  # the base is valid
+    # A stage over several hosts: its pattern's numbers, with no host: beside it.
+    spans = {k: v for k, v in FULL.items() if k != "host"}
+    spans["hosts"] = {**FULL["host"], "ssh": "gpu-{n}", "count": 2, "first": 1}
+    stage_from_dict(spans)
     for field in fields:
         section, _, key = field.rpartition(".")
         for bad in (float("nan"), float("inf"), float("-inf"), 1e30, 10**30, 10**400, -1):
-            data = yaml.safe_load(yaml.safe_dump(FULL))
+            data = yaml.safe_load(yaml.safe_dump(spans if field.startswith("hosts.") else FULL))
             node = data
             for part in section.split(".") if section else []:
                 node = node.setdefault(part, {})

@@ -2,6 +2,7 @@
 
 - :mod:`~sensors._check.checker`: the ``Checker`` (one stage, one host, its memory).
 - :mod:`~sensors._check.batch`: one probe for several stages of one host (the watcher's).
+- :mod:`~sensors._check.span`: a stage over several hosts, one Checker per host, one verdict.
 - :mod:`~sensors._check.sampling`: how many quick checks ``crosscheck status`` takes.
 - :mod:`~sensors._check.codec`: a Checker's memory as JSON text and back (what a store keeps).
 - :mod:`~sensors._check.persist`: that memory in the durable store, keyed by stage, host, run

@@ -20,39 +20,45 @@ from sensors._base.model import Verdict
 from sensors._base.probe import Meta, Static, build_script, new_nonce, parse_meta, sections_of
 from sensors._base.text import redaction_shared
 from sensors._check.checker import Checker, save_checked
+from sensors._check.span import SpanChecker
 from sensors._signals.process import parse_table_once, table_lines
 
 #: Sections every stage of the batch reads as they are (not prefixed).
 SHARED = ("meta", "stats", "statfs", "stat", "tasks", "taskcmd", "cmdline", "end")
 
 
-def check_batch(checkers: Sequence[Checker]) -> list[Verdict]:
+def check_batch(checkers: Sequence[Checker | SpanChecker]) -> list[Verdict]:
     """One check of each checker, all on one host, in one probe round trip.
 
     A checker whose stage another watch holds follows the stored verdict (not probed). Host
     failures make every probed stage ``unknown``; an unverifiable host key is raised.
     """
+    if any(isinstance(c, SpanChecker) for c in checkers):
+        # A stage over several hosts is its own group (its scheduler key is its Span): each
+        # node's probe is its host's round trip.
+        return [c.check() for c in checkers]
+    singles = [c for c in checkers if isinstance(c, Checker)]
     verdicts: dict[int, Verdict] = {}
-    locks = [c.lock for c in checkers]
+    locks = [c.lock for c in singles]
     for lock in locks:
         lock.acquire()
     try:
         probed = []
-        for k, checker in enumerate(checkers):
+        for k, checker in enumerate(singles):
             followed = checker.followed()
             if followed is not None:
                 verdicts[k] = followed
             else:
                 probed.append(k)
         if probed:
-            probed_verdicts = _probe([checkers[k] for k in probed])
+            probed_verdicts = _probe([singles[k] for k in probed])
             # The host's stages saved together (one store transaction where it can).
-            save_checked([(checkers[k], v) for k, v in zip(probed, probed_verdicts, strict=True)])
+            save_checked([(singles[k], v) for k, v in zip(probed, probed_verdicts, strict=True)])
             verdicts.update(zip(probed, probed_verdicts, strict=True))
     finally:
         for lock in locks:
             lock.release()
-    return [verdicts[k] for k in range(len(checkers))]
+    return [verdicts[k] for k in range(len(singles))]
 
 
 def _probe(checkers: Sequence[Checker]) -> list[Verdict]:

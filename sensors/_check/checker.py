@@ -120,6 +120,12 @@ class Checker:
                 keeps this stage's memory across restarts: restored now, saved after each
                 check. None: memory lives with this Checker only.
         """
+        if stage.hosts is not None:
+            raise ConfigError(
+                "a stage over several hosts (hosts:) is checked by crosscheck status and wait"
+                " (sensors.SpanChecker); serve and the Prefect gate do not take one yet",
+                field="hosts",
+            )
         self.stage = stage
         self.host = host if host is not None else host_for(stage)
         self.last: Verdict | None = None

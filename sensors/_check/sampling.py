@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sensors._base.model import Reading, Says, State, Verdict
-from sensors._check.checker import Checker
+from sensors._check.span import AnyChecker
 
 #: ``status`` stops sampling after this many seconds (and after ``settle + 2`` checks).
 STATUS_MAX_SECONDS = 10.0
@@ -73,7 +73,7 @@ def _why_stop(verdict: Verdict, remaining: float) -> str | None:
 
 
 def sample_status(
-    checker: Checker,
+    checker: AnyChecker,
     *,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,

@@ -25,6 +25,7 @@ from sensors._base.schema import bounded_duration
 from sensors._base.text import inert
 from sensors._check.checker import Checker
 from sensors._check.sampling import StatusSampling, sample_status
+from sensors._check.span import SpanChecker, checker_for
 from sensors._config.stage import Stage, load_stage
 from sensors._present.evidence import STATE_STYLE
 from sensors._present.terminal import (
@@ -266,8 +267,8 @@ class _Options:
             return cls(args.since, None)
         return cls(args.since, open_store(location))
 
-    def checker(self, stage: Stage) -> Checker:
-        return Checker(stage, since=self.since, state=self.store)
+    def checker(self, stage: Stage) -> Checker | SpanChecker:
+        return checker_for(stage, since=self.since, state=self.store)
 
 
 def _since_arg(value: str) -> Since:

@@ -37,6 +37,7 @@ __all__ = [
     "AbsPath",
     "Duration",
     "GpuSpec",
+    "HostsPattern",
     "LaunchSpec",
     "LogSpec",
     "NotifySpec",
@@ -60,6 +61,11 @@ class PolicySpec(Section):
     # At least 100 ms: a stage checked more often would keep a watcher busy for nothing.
     interval: Duration = Field(30.0, ge=MIN_INTERVAL)
     stall_after: Duration = 900.0
+    success: Literal["all", "chief"] = Field(
+        "all",
+        description="a stage over several hosts: all (every host's signals say done) or chief"
+        " (node 0's signals say done and every other host's job processes are gone)",
+    )
     settle: int = Field(2, ge=1, le=1000)
     timeout: Duration = 48 * 3600.0
     stuck_in_d_after: Duration = Field(
@@ -132,6 +138,39 @@ class SSHSpec(Section):
         return value
 
 
+class HostsPattern(SSHSpec):
+    """Hosts named by a pattern: ``ssh: gpu-{n:02d}`` with ``count: 4`` and ``first: 1`` is
+    gpu-01 … gpu-04, each with the other settings given here."""
+
+    count: int = Field(ge=1, le=4096, description="how many hosts")
+    first: int = Field(0, ge=0, le=10**9, description="the number of the first host ({n} in ssh)")
+
+    @field_validator("ssh")
+    @classmethod
+    def _has_n(cls, value: str) -> str:
+        if not _N_FIELD.search(value):
+            raise ValueError("a hosts pattern names its hosts with {n} (e.g. gpu-{n:02d})")
+        return value
+
+    def expand(self) -> tuple[SSHSpec, ...]:
+        base = self.model_dump(exclude={"count", "first", "ssh"}, exclude_unset=True)
+        return tuple(
+            SSHSpec.model_validate({**base, "ssh": _numbered(self.ssh, n)})
+            for n in range(self.first, self.first + self.count)
+        )
+
+
+def _numbered(pattern: str, n: int) -> str:
+    return _N_FIELD.sub(lambda m: format(n, m[1] or ""), pattern)
+
+
+#: ``{n}`` or ``{n:02d}`` in a hosts pattern.
+_N_FIELD = re.compile(r"\{n(?::(0?\d{0,2}d))?\}")
+
+#: What a per-host template may name: the host (its ``ssh`` name) and its node rank (0, 1, …).
+_TEMPLATE = re.compile(r"\{(host|node)\}")
+
+
 class NotifySpec(Section):
     slack_webhook: str | None = Field(None, description="env:NAME or block:NAME")
     prefect_block: str | None = Field(None, description="name of a Prefect notification block")
@@ -184,6 +223,11 @@ class Stage(Section):
 
     stage: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
     host: Literal["local"] | SSHSpec = "local"
+    hosts: tuple[Literal["local"] | SSHSpec, ...] | HostsPattern | None = Field(
+        None,
+        description="a stage over several hosts (instead of host): a list, or a pattern with a count;"
+        " {host} and {node} in log.path and process.match name each host and its node rank",
+    )
     process: ProcessSpec | None = None
     log: LogSpec | None = None
     outputs: OutputsSpec | None = None
@@ -203,7 +247,92 @@ class Stage(Section):
             )
         if not any((self.process, self.log, self.outputs, self.gpu)):
             raise ValueError("no signal configured: give at least one of process, log, outputs, gpu")
+        if self.hosts is None:
+            if self.process is not None and self.process.per_host is not None:
+                raise ValueError("process.per_host is for a stage over several hosts (hosts:)")
+            if self.policy.success != "all":
+                raise ValueError("policy.success is for a stage over several hosts (hosts:)")
+            return self
+        return self._spans()
+
+    def _spans(self) -> Stage:
+        if "host" in self.model_fields_set:
+            raise ValueError("give host (one host) or hosts (several), not both")
+        if isinstance(self.hosts, HostsPattern):
+            object.__setattr__(self, "hosts", self.hosts.expand())
+        assert isinstance(self.hosts, tuple)
+        if not self.hosts:
+            raise ValueError("hosts: name at least one host")
+        labels = [_label(h, self.hosts) for h in self.hosts]
+        if len(set(labels)) != len(labels):
+            raise ValueError("hosts: a host is named twice")
+        if self.launch is not None:
+            raise ValueError("launch: is for a stage on one host (a launch across hosts is not built)")
+        per_host_log = self.log is not None and bool(_TEMPLATE.search(self.log.path))
+        if self.process is None and self.gpu is None and not per_host_log:
+            raise ValueError(
+                "a stage over several hosts needs a signal read on every host: process, gpu,"
+                " or a log path with {host} or {node}"
+            )
         return self
+
+    @property
+    def nodes(self) -> tuple[Stage, ...]:
+        """A stage over several hosts as one stage per host, node 0 first (one host: itself).
+
+        Each node's stage reads the process and GPU signals of its host, and its own log where
+        ``log.path`` names ``{host}`` or ``{node}``; the outputs (shared storage) and a log
+        without a template are read once, on node 0. ``{host}`` and ``{node}`` in
+        ``process.match`` and ``log.path`` become the node's host name and rank.
+        """
+        if self.hosts is None:
+            return (self,)
+        assert isinstance(self.hosts, tuple)
+        return tuple(self._node(k, host) for k, host in enumerate(self.hosts))
+
+    def _node(self, k: int, host: Literal["local"] | SSHSpec) -> Stage:
+        assert isinstance(self.hosts, tuple)
+        label = _label(host, self.hosts)
+        name = "local" if host == "local" else host.ssh
+
+        def fill(text: str, *, regex: bool) -> str:
+            return _TEMPLATE.sub(
+                lambda m: str(k) if m[1] == "node" else (re.escape(name) if regex else name), text
+            )
+
+        process = self.process
+        if process is not None:
+            update: dict[str, Any] = {"per_host": None}
+            if process.match is not None:
+                update["match"] = fill(process.match, regex=True)
+            process = process.model_copy(update=update)
+        log = self.log
+        if log is not None:
+            if _TEMPLATE.search(log.path):
+                log = log.model_copy(update={"path": fill(log.path, regex=False)})
+            elif k:
+                log = None
+        return self.model_copy(
+            update={
+                # Not a name a stage file may give (``#``): a node's memory in the state store
+                # is never another stage's.
+                "stage": f"{self.stage}#{label}",
+                "host": host,
+                "hosts": None,
+                "process": process,
+                "log": log,
+                "outputs": self.outputs if k == 0 else None,
+                "policy": self.policy.model_copy(update={"success": "all"}),
+            }
+        )
+
+    @property
+    def host_labels(self) -> tuple[str, ...]:
+        """Each host's name as the verdict writes it (``name:port`` where two share a name)."""
+        if self.hosts is None:
+            return (self.host_name,)
+        assert isinstance(self.hosts, tuple)
+        return tuple(_label(h, self.hosts) for h in self.hosts)
 
     @property
     def signals(self) -> tuple[str, ...]:
@@ -218,6 +347,13 @@ class Stage(Section):
         """The wall-clock deadline of one check of this stage, in seconds: the SSH host's
         ``check_timeout``, or :data:`DEFAULT_CHECK_TIMEOUT` on the local host."""
         return DEFAULT_CHECK_TIMEOUT if self.host == "local" else self.host.check_timeout
+
+
+def _label(host: Literal["local"] | SSHSpec, hosts: tuple[Literal["local"] | SSHSpec, ...]) -> str:
+    if host == "local":
+        return "local"
+    same = [h for h in hosts if h != "local" and h.ssh == host.ssh]
+    return host.ssh if len(same) == 1 else f"{host.ssh}:{host.port or 22}"
 
 
 #: Where the stage file's JSON Schema is published (``schema/stage.schema.json`` of the

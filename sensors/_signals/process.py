@@ -71,6 +71,14 @@ class ProcessSpec(Section):
         " visible: the job always runs where the probe sees it (the same user, the same container)",
     )
 
+    per_host: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="a stage over several hosts: how many job processes each host runs (its ranks, e.g. 8);"
+        " fewer alive while the others wait is a rank lost",
+    )
+
     @model_validator(mode="after")
     def _one_of(self) -> ProcessSpec:
         if (self.match is None) == (self.pid is None):

@@ -27,8 +27,12 @@ from dataclasses import dataclass
 from sensors._base.model import Verdict
 from sensors._base.schema import MAX_DURATION, MIN_DURATION, MIN_INTERVAL
 from sensors._check.batch import check_batch
-from sensors._check.checker import Checker
+from sensors._check.span import AnyChecker, Span
 from sensors._hosts import Host
+
+#: What a scheduler groups checks by: a host (its stages share a probe), or a stage over
+#: several hosts (its own group).
+HostKey = Host | Span
 
 
 def bounded(seconds: object, *, default: float, floor: float = MIN_DURATION) -> float:
@@ -46,7 +50,7 @@ def bounded(seconds: object, *, default: float, floor: float = MIN_DURATION) -> 
 
 #: One probe for the stages due on one host: a verdict per checker, or None for a stage this
 #: round did not look at (``crosscheck serve``: a stage another watcher holds, nothing stored).
-Batch = Callable[[list[Checker]], Sequence[Verdict | None]]
+Batch = Callable[[list[AnyChecker]], Sequence[Verdict | None]]
 #: After a check: ``(key, verdict, began)`` → when the stage is due next (the scheduler's
 #: clock), or None to stop watching it.
 OnVerdict = Callable[[str, Verdict, float], float | None]
@@ -57,7 +61,7 @@ OnError = Callable[[list[str], Exception], float | None]
 
 @dataclass
 class _Slot:
-    checker: Checker
+    checker: AnyChecker
     due: float
     interval: float
     running: bool = False
@@ -85,21 +89,21 @@ class Scheduler:
         self.per_host = max(1, per_host)
         self.clock = clock
         self.phased = phased
-        self._phases: dict[Host, float] = {}
+        self._phases: dict[HostKey, float] = {}
         self._batch = batch
         self._slots: dict[str, _Slot] = {}
         self._heap: list[tuple[float, int, str, int]] = []
         self._order = itertools.count()
         # Probes running per host *object*, never per name: two SSH hosts may share a name
         # (one address, two ports) and must not share a probe.
-        self._busy: dict[Host, int] = {}
+        self._busy: dict[HostKey, int] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
 
     # ------------------------------------------------------------------ stages
 
     def add(
-        self, key: str, checker: Checker, *, due: float | None = None, interval: float | None = None
+        self, key: str, checker: AnyChecker, *, due: float | None = None, interval: float | None = None
     ) -> None:
         """Watch ``checker`` under ``key`` (replacing what was there), first due at ``due``
         (by default now, or when phased its host's next phase point), then every
@@ -116,7 +120,7 @@ class Scheduler:
             self._push(key, slot)
         self._wake.set()
 
-    def remove(self, key: str) -> Checker | None:
+    def remove(self, key: str) -> AnyChecker | None:
         """Stop watching ``key``; its checker (the caller closes it). A check of it in flight
         finishes, and its verdict is dropped."""
         with self._lock:
@@ -157,7 +161,7 @@ class Scheduler:
 
     # ------------------------------------------------------------------ phases
 
-    def _phase(self, host: Host) -> float:
+    def _phase(self, host: HostKey) -> float:
         """The host's offset on the clock, in [0, 1 day): a stable hash of its identity (the
         repr names user, address and port), the same in every process and run."""
         phase = self._phases.get(host)
@@ -166,12 +170,12 @@ class Scheduler:
             phase = self._phases[host] = int.from_bytes(digest, "big") % 86_400_000 / 1000
         return phase
 
-    def _next_phase(self, host: Host, interval: float, at: float) -> float:
+    def _next_phase(self, host: HostKey, interval: float, at: float) -> float:
         """The host's first phase point at or after ``at``: ``H + k * interval``."""
         phase = self._phase(host)
         return phase + math.ceil((at - phase) / interval) * interval
 
-    def _nearest_phase(self, host: Host, interval: float, at: float) -> float:
+    def _nearest_phase(self, host: HostKey, interval: float, at: float) -> float:
         """The host's phase point nearest to ``at`` (a due a callback asked for)."""
         phase = self._phase(host)
         return phase + round((at - phase) / interval) * interval
@@ -223,7 +227,7 @@ class Scheduler:
     def _submit(self, pool: ThreadPoolExecutor, running: dict) -> float:
         """Hand out one probe per host for the stages due there; seconds until the next is due."""
         now = self.clock()
-        batches: dict[Host, list[tuple[str, _Slot]]] = {}
+        batches: dict[HostKey, list[tuple[str, _Slot]]] = {}
         held: list[tuple[float, int, str, int]] = []
         with self._lock:
             while self._heap and self._heap[0][0] <= now:
@@ -312,7 +316,7 @@ class HandoffSeen:
 
 
 def watch_all(
-    checkers: Sequence[Checker],
+    checkers: Sequence[AnyChecker],
     *,
     on_verdict: Callable[[int, Verdict], None],
     timeout: float | None = None,

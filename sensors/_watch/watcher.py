@@ -38,6 +38,7 @@ from sensors._base.run import run_from_record
 from sensors._check.batch import check_batch
 from sensors._check.checker import Checker
 from sensors._check.persist import NotOurs, Persistence, dead_here, holder_id, is_followed, is_store
+from sensors._check.span import AnyChecker
 from sensors._config.stage import MAX_STAGE_BYTES, Stage, load_stage_bytes
 from sensors._store import Handoff, Store
 from sensors._watch.gc import tune_for_watching
@@ -567,12 +568,14 @@ class Watcher:
 
     # ------------------------------------------------------------------ checks
 
-    def _batch(self, checkers: list[Checker]) -> list[Verdict | None]:
+    def _batch(self, checkers: list[AnyChecker]) -> list[Verdict | None]:
         """One probe for the stages this watcher holds; the others follow the stored verdict
         (None when nothing is stored yet: nothing to say, and no probe of someone else's)."""
         out: list[Verdict | None] = [None] * len(checkers)
         probed = []
         for k, checker in enumerate(checkers):
+            # A stage over several hosts never reaches the watcher (Checker refuses one).
+            assert isinstance(checker, Checker)
             persist = checker.persistence
             if persist is None or persist.take or persist.held:
                 probed.append(k)

@@ -1,0 +1,51 @@
+"""One rank of a simulated multi-node job (tests/test_span.py): started once per rank as
+``python span_job.py TAG --node N --rank R DIR`` (the tag and node in its command line are
+what a stage's ``process.match`` finds, one host's ranks apart from another's).
+
+It works while ``DIR/finish`` and ``DIR/hang`` are absent: local rank 0 of each node appends
+a step line to ``DIR/node<N>.log`` and each rank burns a little CPU. With ``DIR/hang`` it
+waits, as a rank blocked in a collective whose peer is gone does (no CPU, no log). With
+``DIR/finish`` it ends: global rank 0 writes the outputs into ``DIR/out`` (shared storage),
+each node's local rank 0 writes ``node N done`` to its log, and the rank exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+
+def main() -> int:
+    _tag, _, node_s, _, rank_s, folder = sys.argv[1:7]
+    node, rank = int(node_s), int(rank_s)
+    log = os.path.join(folder, f"node{node}.log")
+    step = 0
+    while True:
+        if os.path.exists(os.path.join(folder, "finish")):
+            break
+        if os.path.exists(os.path.join(folder, "hang")):
+            time.sleep(0.1)
+            continue
+        if rank == 0:
+            with open(log, "a") as f:
+                f.write(f"step {step}\n")
+        step += 1
+        end = time.process_time() + 0.01
+        while time.process_time() < end:
+            pass
+        time.sleep(0.1)
+    if node == 0 and rank == 0:
+        out = os.path.join(folder, "out")
+        os.makedirs(out, exist_ok=True)
+        for k in range(2):
+            with open(os.path.join(out, f"part-{k}.bin"), "wb") as f:
+                f.write(b"x" * 64)
+    if rank == 0:
+        with open(log, "a") as f:
+            f.write(f"node {node} done\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

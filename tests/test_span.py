@@ -1,0 +1,570 @@
+"""A stage over several hosts (issue 25): several real sshd hosts on 127.0.0.1, simulated
+ranks (tests/span_job.py), the real CLI, and the verdict across hosts table-tested.
+
+Each test sshd runs in a mount namespace of its own where /usr/local/sbin (first on the
+probe's PATH) holds a fake ``nvidia-smi`` with that host's GPU state: every host has its own
+GPUs, as it would. /proc is the machine's, so each host's ranks are told apart by the
+``--node N`` in their command lines (``process.match`` names ``{node}``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sensors import ConfigError, Reading, Says, State, Verdict, stage_from_dict
+from sensors._config.stage import PolicySpec
+from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
+
+REPO = Path(__file__).resolve().parent.parent
+JOB = Path(__file__).resolve().parent / "span_job.py"
+GPU_UUID = "GPU-5a1e7c3d-0b2f-4e6a-9c11-2d3e4f5a6b{:02d}"
+
+
+# --------------------------------------------------------------------------- the stage file
+
+
+def _base(**extra: Any) -> dict[str, Any]:
+    return {"stage": "train", "process": {"match": "train.py --node {node} "}, **extra}
+
+
+def test_hosts_as_a_list_or_a_pattern_with_a_count() -> None:
+    listed = stage_from_dict(_base(hosts=[{"ssh": "gpu-01"}, {"ssh": "gpu-02", "port": 2202}]))
+    assert listed.host_labels == ("gpu-01", "gpu-02")
+    pattern = stage_from_dict(_base(hosts={"ssh": "gpu-{n:02d}", "count": 3, "first": 1, "user": "ml"}))
+    assert pattern.host_labels == ("gpu-01", "gpu-02", "gpu-03")
+    assert {h.user for h in pattern.hosts} == {"ml"}  # type: ignore[union-attr]
+    # Two hosts of one name (one address, two ports) are told apart by port.
+    same = stage_from_dict(
+        _base(hosts=[{"ssh": "10.0.0.5", "port": 2201}, {"ssh": "10.0.0.5", "port": 2202}])
+    )
+    assert same.host_labels == ("10.0.0.5:2201", "10.0.0.5:2202")
+
+
+def test_each_node_reads_its_own_host_and_the_shared_parts_once() -> None:
+    stage = stage_from_dict(
+        _base(
+            hosts=[{"ssh": "gpu-01"}, {"ssh": "gpu-02"}],
+            log={"path": "/logs/{host}-rank{node}.log", "complete": "done"},
+            outputs={"files": "/shared/out", "expected": 4},
+        )
+    )
+    first, second = stage.nodes
+    assert (first.host.ssh, second.host.ssh) == ("gpu-01", "gpu-02")  # type: ignore[union-attr]
+    assert first.process.match == "train.py --node 0 " and second.process.match == "train.py --node 1 "  # type: ignore[union-attr]
+    assert (first.log.path, second.log.path) == ("/logs/gpu-01-rank0.log", "/logs/gpu-02-rank1.log")  # type: ignore[union-attr]
+    # Shared storage is counted once, on node 0.
+    assert first.outputs is not None and second.outputs is None
+    # A log without a template is one shared file: read on node 0 only.
+    shared = stage_from_dict(
+        _base(
+            hosts=[{"ssh": "gpu-01"}, {"ssh": "gpu-02"}],
+            log={"path": "/shared/train.log", "complete": "done"},
+        )
+    )
+    assert shared.nodes[0].log is not None and shared.nodes[1].log is None
+    # A node's memory in the state store is never another stage's (a name no stage file may give).
+    assert {n.stage for n in stage.nodes} == {"train#gpu-01", "train#gpu-02"}
+
+
+def test_a_host_name_in_a_match_is_matched_as_text() -> None:
+    stage = stage_from_dict(
+        {"stage": "t", "hosts": [{"ssh": "gpu.01"}], "process": {"match": "train.py --host {host}$"}}
+    )
+    assert stage.nodes[0].process.match == r"train.py --host gpu\.01$"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ({"host": "local", "hosts": [{"ssh": "a"}]}, "not both"),
+        ({"hosts": [{"ssh": "a"}, {"ssh": "a"}]}, "named twice"),
+        ({"hosts": {"ssh": "gpu", "count": 2}}, "{n}"),
+        ({"host": "local", "process": {"match": "x", "per_host": 8}}, "several hosts"),
+        ({"host": "local", "policy": {"success": "chief"}}, "several hosts"),
+        ({"hosts": [{"ssh": "a"}], "launch": {"command": "x"}}, "launch"),
+    ],
+)
+def test_what_a_stage_over_several_hosts_refuses(extra: dict[str, Any], says: str) -> None:
+    with pytest.raises(ConfigError, match=says.replace("{", r"\{").replace("}", r"\}")):
+        stage_from_dict(_base(**extra))
+
+
+def test_a_signal_must_be_read_on_every_host() -> None:
+    with pytest.raises(ConfigError, match="read on every host"):
+        stage_from_dict(
+            {"stage": "t", "hosts": [{"ssh": "a"}, {"ssh": "b"}], "outputs": {"files": "/o", "expected": 1}}
+        )
+
+
+def test_a_checker_of_one_host_refuses_a_stage_over_several() -> None:
+    from sensors import Checker
+
+    stage = stage_from_dict(_base(hosts=[{"ssh": "a"}, {"ssh": "b"}]))
+    with pytest.raises(ConfigError, match="several hosts"):
+        Checker(stage)
+
+
+# --------------------------------------------------------------------------- the verdict, pure
+
+NOW = 1_000_000.0
+POLICY = PolicySpec(stall_after=60.0)
+
+
+def _r(signal: str, says: Says, read_at: float | None = NOW, **evidence: Any) -> Reading:
+    return Reading(signal, says, f"{signal} {says}", evidence, read_at)
+
+
+def _node(host: str, state: State, *readings: Reading) -> NodeCheck:
+    return NodeCheck(
+        host, Verdict("t", state, (f"{host} {state}",), {r.signal: r for r in readings}, NOW, host)
+    )
+
+
+GONE = _r("process", Says.DONE, alive=0, seen_alive=True, cpu_seconds=9.0)
+GONE_UNSEEN = _r("process", Says.DONE, alive=0, seen_alive=False, cpu_seconds=0.0)
+LOG_DONE = _r("log", Says.DONE, size=10)
+LOG_WORKING = _r("log", Says.WORKING, size=10)
+OUT_DONE = _r("outputs", Says.DONE, count=4)
+
+
+def _alive(n: int, cpu: float = 1.0) -> Reading:
+    return _r("process", Says.WORKING, alive=n, seen_alive=True, cpu_seconds=cpu)
+
+
+def _decide(nodes: list[NodeCheck], *, per_host: int | None = None, success: str = "all", memory=None):
+    policy = POLICY.model_copy(update={"success": success})
+    return decide_across("t", nodes, policy, per_host, memory or AcrossMemory(), NOW)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "per_host", "success", "state", "reason"),
+    [
+        # Every host agrees.
+        (
+            [_node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE), _node("b", State.UNKNOWN, GONE, LOG_DONE)],
+            None,
+            "all",
+            State.COMPLETE,
+            "every host agrees",
+        ),
+        # A host that cannot be read is unknown for the stage, never done.
+        (
+            [
+                _node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE),
+                _node("b", State.UNKNOWN, _r("process", Says.UNKNOWN, None, host_error="refused")),
+            ],
+            None,
+            "all",
+            State.UNKNOWN,
+            "b cannot be read",
+        ),
+        # Node 0 not complete: its verdict holds the stage.
+        (
+            [_node("a", State.RUNNING, _alive(2), LOG_WORKING), _node("b", State.UNKNOWN, GONE, LOG_DONE)],
+            None,
+            "all",
+            State.RUNNING,
+            "a (node 0): running",
+        ),
+        # Another host's log without its completion line: under all, not done...
+        (
+            [
+                _node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE),
+                _node("b", State.UNKNOWN, GONE, LOG_WORKING),
+            ],
+            None,
+            "all",
+            State.UNKNOWN,
+            "b: log working",
+        ),
+        # ...under chief, its ranks gone is enough (the log is left out of the evidence, said so).
+        (
+            [
+                _node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE),
+                _node("b", State.UNKNOWN, GONE, LOG_WORKING),
+            ],
+            None,
+            "chief",
+            State.COMPLETE,
+            "every host agrees",
+        ),
+        # Never seen alive in this watch, nothing of its own says it finished: it may never have run.
+        (
+            [_node("a", State.COMPLETE, GONE, OUT_DONE), _node("b", State.UNKNOWN, GONE_UNSEEN)],
+            None,
+            "all",
+            State.UNKNOWN,
+            "may never have run",
+        ),
+        # An error line on any host is a failure, whatever node 0 says.
+        (
+            [_node("a", State.RUNNING, _alive(2)), _node("b", State.FAILED, GONE, _r("log", Says.FAILED))],
+            None,
+            "chief",
+            State.FAILED,
+            "b: log failed",
+        ),
+        # Ranks alive on another host: not done.
+        (
+            [_node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE), _node("b", State.RUNNING, _alive(2))],
+            None,
+            "all",
+            State.RUNNING,
+            "b: process working",
+        ),
+    ],
+)
+def test_the_verdict_across_hosts(nodes, per_host, success, state, reason) -> None:
+    verdict, _ = _decide(nodes, per_host=per_host, success=success)
+    assert verdict.state is state, verdict.reasons
+    assert reason in verdict.reasons[0], verdict.reasons
+    assert verdict.advance is (state is State.COMPLETE)
+
+
+def test_under_chief_a_working_log_is_left_out_of_a_complete_verdict_and_said_so() -> None:
+    nodes = [
+        _node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE),
+        _node("b", State.UNKNOWN, GONE, LOG_WORKING),
+    ]
+    verdict, _ = _decide(nodes, success="chief")
+    assert "log@b" not in verdict.readings and "process@b" in verdict.readings
+    assert any("log@b: not needed under success: chief" in r for r in verdict.reasons)
+
+
+def test_fewer_ranks_than_expected_is_not_all_gone() -> None:
+    memory = AcrossMemory()
+    # Only 7 of 8 ranks were ever seen on b; all gone now.
+    _, memory = _decide(
+        [_node("a", State.RUNNING, _alive(8)), _node("b", State.RUNNING, _alive(7))],
+        per_host=8,
+        memory=memory,
+    )
+    verdict, _ = _decide(
+        [_node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE), _node("b", State.UNKNOWN, GONE, LOG_DONE)],
+        per_host=8,
+        memory=memory,
+    )
+    assert verdict.state is not State.COMPLETE
+    assert "at most 7 of 8 ranks seen" in verdict.reasons[0]
+
+
+def test_a_lost_rank_with_the_others_quiet_for_stall_after_is_a_hung_collective() -> None:
+    busy = _r("gpu", Says.WORKING, job_gpu_busy=True)
+    memory = AcrossMemory()
+    nodes = [
+        _node("a", State.RUNNING, _alive(2, cpu=5.0), busy),
+        _node("b", State.RUNNING, _alive(2, cpu=5.0), busy),
+    ]
+    _, memory = decide_across("t", nodes, POLICY, 2, memory, NOW - 70)
+    # b lost a rank; nothing moves anywhere (the GPUs spin at 100 %: not progress).
+    nodes = [
+        _node("a", State.RUNNING, _alive(2, cpu=5.0), busy),
+        _node("b", State.RUNNING, _alive(1, cpu=5.0), busy),
+    ]
+    verdict, memory = decide_across("t", nodes, POLICY, 2, memory, NOW - 30)
+    assert verdict.state is State.RUNNING  # not yet stall_after without progress
+    assert "1 of 2 ranks on b gone" in verdict.reasons[0]
+    verdict, memory = decide_across("t", nodes, POLICY, 2, memory, NOW + 1)
+    assert verdict.state is State.FAILED, verdict.reasons
+    assert (
+        "1 of 2 ranks on b gone" in verdict.reasons[0]
+        and "a collective waiting for a lost rank" in verdict.reasons[0]
+    )
+    assert "GPUs busy on a, b" in verdict.reasons[0]
+    # CPU time that moves is progress: not a hang.
+    moving = [
+        _node("a", State.RUNNING, _alive(2, cpu=50.0), busy),
+        _node("b", State.RUNNING, _alive(1, cpu=5.0), busy),
+    ]
+    again, _ = decide_across("t", moving, POLICY, 2, memory, NOW + 2)
+    assert again.state is State.RUNNING, again.reasons
+
+
+# --------------------------------------------------------------------------- over several sshd
+
+
+def _needs_sshd_root() -> None:
+    from tests.sshd import sshd_available
+
+    if not sshd_available():
+        pytest.skip("no sshd")
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a mount namespace per test host for its GPUs)")
+
+
+class _Host:
+    """One test host: an sshd whose own /usr/local/sbin holds a fake nvidia-smi."""
+
+    def __init__(self, root: Path, index: int) -> None:
+        from tests.fake_nvml import install_fake_smi
+        from tests.sshd import SSHD
+
+        self.bin = root / f"bin{index}"
+        self.smi = install_fake_smi(self.bin)
+        self.index = index
+        self.pids: list[int] = []
+        self.busy = 0
+        wrap = [
+            "unshare", "-m", "--propagation", "private", "sh", "-c",
+            f'mount --bind {self.bin} /usr/local/sbin && exec "$@"', "sh",
+        ]  # fmt: skip
+        self.sshd = SSHD(wrap=wrap)
+        self.sshd.start()
+        self.write_gpu()
+
+    def write_gpu(self) -> None:
+        at = time.strftime("%Y/%m/%d %H:%M:%S.000", time.gmtime())
+        uuid_ = GPU_UUID.format(self.index)
+        (self.smi / "gpu.csv").write_text(
+            f"{at}, 0, {uuid_}, NVIDIA H200, {self.busy}, 40000, 143771, 580.82.07\n"
+        )
+        (self.smi / "apps.csv").write_text("".join(f"{uuid_}, {pid}, python3, 20000\n" for pid in self.pids))
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[list[_Host]]:
+    _needs_sshd_root()
+    made: list[_Host] = []
+    try:
+        for k in range(2):
+            made.append(_Host(tmp_path, k))
+        yield made
+    finally:
+        for host in made:
+            host.sshd.cleanup()
+
+
+class _Ranks:
+    """The ranks of one simulated job: ``per_host`` on each node."""
+
+    def __init__(self, folder: Path, nodes: int, per_host: int) -> None:
+        self.folder = folder
+        self.tag = f"span-{uuid.uuid4().hex[:8]}"
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o755)
+        self.procs = {
+            (node, rank): subprocess.Popen(
+                [sys.executable, str(JOB), self.tag, "--node", str(node), "--rank", str(rank), str(folder)],
+                start_new_session=True,
+            )
+            for node in range(nodes)
+            for rank in range(per_host)
+        }
+
+    @property
+    def match(self) -> str:
+        return f"{self.tag} --node {{node}} "
+
+    def finish(self) -> None:
+        (self.folder / "finish").touch()
+
+    def wait(self) -> None:
+        for proc in self.procs.values():
+            assert proc.wait(30) == 0
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+def _stage(tmp_path: Path, hosts: list[_Host], ranks: _Ranks, **policy: Any) -> Path:
+    stage = {
+        "stage": "train",
+        "hosts": [h.sshd.spec() for h in hosts],
+        "process": {"match": ranks.match, "per_host": 2},
+        "log": {
+            "path": str(ranks.folder / "node{node}.log"),
+            "complete": r"node \d+ done",
+            "progress": r"^step",
+        },
+        "outputs": {"files": str(ranks.folder / "out"), "expected": 2},
+        "policy": {"interval": "300ms", "settle": 1, "exit_grace": "300ms", "stall_after": "2s", **policy},
+    }
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(stage, sort_keys=False))
+    return path
+
+
+class _Wait:
+    """``crosscheck wait --json`` on the stage file, its verdict lines read as they come."""
+
+    def __init__(self, stage_file: Path, timeout: str) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sensors",
+                "wait",
+                str(stage_file),
+                "--json",
+                "--timeout",
+                timeout,
+                "--state",
+                "none",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        self.verdicts: list[dict[str, Any]] = []
+        self.times: list[float] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.verdicts.append(json.loads(line))
+                self.times.append(time.monotonic())
+
+    def until(self, test, timeout: float = 30.0) -> dict[str, Any]:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for verdict in list(self.verdicts):
+                if test(verdict):
+                    return verdict
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.05)
+        raise AssertionError([(v["verdict"], v["reasons"][:1]) for v in self.verdicts[-5:]])
+
+    def end(self, timeout: float = 60.0) -> int:
+        rc = self.proc.wait(timeout)
+        self._reader.join(5)
+        return rc
+
+
+def _alive_everywhere(verdict: dict[str, Any], hosts: list[_Host], per_host: int = 2) -> bool:
+    keys = [f"process@127.0.0.1:{h.sshd.port}" for h in hosts]
+    signals = verdict["signals"]
+    return all(signals.get(k, {}).get("evidence", {}).get("alive") == per_host for k in keys)
+
+
+def test_a_job_over_two_hosts_completes_when_every_host_agrees(tmp_path: Path, hosts: list[_Host]) -> None:
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2)
+    try:
+        waiting = _Wait(_stage(tmp_path, hosts, ranks), "60s")
+        waiting.until(lambda v: _alive_everywhere(v, hosts))
+        ranks.finish()
+        ranks.wait()
+        assert waiting.end() == 0, waiting.verdicts[-3:]
+    finally:
+        ranks.stop()
+    last = waiting.verdicts[-1]
+    assert last["verdict"] == "complete" and last["advance"] is True
+    assert last["reasons"][0].startswith("every host agrees")
+    a, b = (f"127.0.0.1:{h.sshd.port}" for h in hosts)
+    assert last["host"] == f"{a}, {b}"
+    # Each host's process and log as its own row; the shared outputs once, counted once.
+    assert {f"process@{a}", f"process@{b}", f"log@{a}", f"log@{b}", "outputs"} <= set(last["signals"])
+    assert last["signals"]["outputs"]["evidence"]["count"] == 2
+    assert not [v for v in waiting.verdicts[:-1] if v["verdict"] == "complete"]
+
+
+def test_a_rank_killed_while_the_others_wait_is_a_hung_collective_named(
+    tmp_path: Path, hosts: list[_Host]
+) -> None:
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2)
+    stop = threading.Event()
+    for k, host in enumerate(hosts):
+        host.pids = [ranks.procs[(k, r)].pid for r in range(2)]
+        host.busy = 100
+
+    def gpus() -> None:  # the fake GPUs' clock follows the host's, 100 % busy all along
+        while not stop.is_set():
+            for host in hosts:
+                host.write_gpu()
+            stop.wait(0.2)
+
+    refresher = threading.Thread(target=gpus, daemon=True)
+    refresher.start()
+    stage_file = _stage(tmp_path, hosts, ranks)
+    stage = yaml.safe_load(stage_file.read_text())
+    stage["gpu"] = {"devices": "all", "idle_below": 5, "idle_for": "1s"}
+    stage_file.write_text(yaml.safe_dump(stage, sort_keys=False))
+    try:
+        waiting = _Wait(stage_file, "60s")
+        waiting.until(lambda v: _alive_everywhere(v, hosts))
+        (ranks.folder / "hang").touch()
+        victim = ranks.procs[(1, 1)]
+        os.kill(victim.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        rc = waiting.end()
+    finally:
+        stop.set()
+        ranks.stop()
+    last = waiting.verdicts[-1]
+    assert rc == 3 and last["verdict"] == "failed", [
+        (v["verdict"], v["reasons"][:1]) for v in waiting.verdicts[-3:]
+    ]
+    b = f"127.0.0.1:{hosts[1].sshd.port}"
+    why = last["reasons"][0]
+    assert f"1 of 2 ranks on {b} gone" in why and "a collective waiting for a lost rank" in why, why
+    assert "GPUs busy on" in why, why  # named, and not taken for progress
+    took = waiting.times[-1] - killed_at
+    # stall_after (2 s) + an interval, with room for a loaded 2-CPU machine's SSH checks.
+    assert took < 2.0 + 0.3 + 8.0, took
+    assert not [v for v in waiting.verdicts if v["verdict"] == "complete"]
+
+
+def test_a_host_that_cannot_be_read_is_unknown_never_complete(tmp_path: Path, hosts: list[_Host]) -> None:
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2)
+    try:
+        waiting = _Wait(_stage(tmp_path, hosts, ranks), "8s")
+        waiting.until(lambda v: _alive_everywhere(v, hosts))
+        hosts[1].sshd.stop()  # host 2 goes down; the job finishes everywhere
+        ranks.finish()
+        ranks.wait()
+        rc = waiting.end()
+    finally:
+        ranks.stop()
+    assert rc == 4, waiting.verdicts[-1]  # timed out: never complete
+    assert not [v for v in waiting.verdicts if v["verdict"] == "complete" or v["advance"]]
+    last = waiting.verdicts[-1]
+    b = f"127.0.0.1:{hosts[1].sshd.port}"
+    assert last["verdict"] == "unknown" and last["reasons"][0].startswith(f"{b} cannot be read"), last[
+        "reasons"
+    ]
+
+
+@pytest.mark.parametrize(("success", "rc"), [("chief", 0), ("all", 3)])
+def test_the_chief_policy(tmp_path: Path, hosts: list[_Host], success: str, rc: int) -> None:
+    """Only rank 0 writes its completion line (as many jobs do): complete under chief once
+    every rank is gone; under all, node 1's job ended without its line: failed."""
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2)
+    try:
+        waiting = _Wait(_stage(tmp_path, hosts, ranks, success=success), "30s")
+        waiting.until(lambda v: _alive_everywhere(v, hosts))
+        # Node 1's log will never get its line: its ranks are told to end before they write it.
+        for rank in range(2):
+            ranks.procs[(1, rank)].send_signal(signal.SIGTERM)
+        ranks.procs[(1, 0)].wait(10)
+        ranks.finish()
+        code = waiting.end()
+    finally:
+        ranks.stop()
+    last = waiting.verdicts[-1]
+    assert code == rc, (last["verdict"], last["reasons"][:2])
+    if success == "chief":
+        assert last["verdict"] == "complete"
+        b = f"127.0.0.1:{hosts[1].sshd.port}"
+        assert f"process@{b}" in last["signals"] and f"log@{b}" not in last["signals"]
+    else:
+        assert last["verdict"] == "failed"
