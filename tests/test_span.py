@@ -568,3 +568,33 @@ def test_the_chief_policy(tmp_path: Path, hosts: list[_Host], success: str, rc: 
         assert f"process@{b}" in last["signals"] and f"log@{b}" not in last["signals"]
     else:
         assert last["verdict"] == "failed"
+
+
+def test_validate_says_where_each_part_of_a_stage_over_several_hosts_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "train.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            _base(
+                hosts={"ssh": "gpu-{n:02d}", "count": 6, "first": 1, "user": "ml"},
+                process={"match": "train.py --node {node} ", "per_host": 8},
+                log={"path": "/shared/train.log", "complete": "done"},
+                outputs={"files": "/shared/out", "expected": 4},
+                policy={"success": "chief"},
+            )
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "sensors", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "this machine" not in text  # the one-host wording would be false here
+    assert "6 hosts, each checked as a stage of its own" in text and "ml@gpu-01:22" in text
+    assert "and 2 more" in text
+    assert "8 per host (ranks)" in text
+    assert "one shared file, read on node 0" in text and "read once, on node 0 (shared storage)" in text
+    assert "success: chief" in text

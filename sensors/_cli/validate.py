@@ -111,6 +111,8 @@ def warnings_of(stage: Stage) -> list[str]:
 
 def describe(stage: Stage) -> list[tuple[str, str]]:
     """What each part of ``stage`` will read and decide, in words, one line per part."""
+    if stage.hosts is not None:
+        return _describe_span(stage)
     parts = [("host", _host(stage))]
     p = stage.process
     if p is not None:
@@ -174,6 +176,45 @@ def describe(stage: Stage) -> list[tuple[str, str]]:
     return [(part, inert(text)) for part, text in parts]
 
 
+def _describe_span(stage: Stage) -> list[tuple[str, str]]:
+    """A stage over several hosts: its hosts, then node 0's parts with where each is read."""
+    nodes = stage.nodes
+    shown = [_host(n) for n in nodes[:4]]
+    more = f"; and {len(nodes) - 4} more" if len(nodes) > 4 else ""
+    parts = [
+        (
+            "hosts",
+            f"{len(nodes)} hosts, each checked as a stage of its own, in parallel: {'; '.join(shown)}{more}",
+        )
+    ]
+    per_host_log = stage.log is not None and nodes[-1].log is not None and len(nodes) > 1
+    where = {
+        "process": "as node 0 reads it; every host reads its own, {node} and {host} filled in"
+        + (
+            f"; {stage.process.per_host} per host (ranks)"
+            if stage.process is not None and stage.process.per_host
+            else ""
+        ),
+        "log": "as node 0 reads it; every host reads its own, {node} and {host} filled in"
+        if per_host_log
+        else "one shared file, read on node 0",
+        "outputs": "read once, on node 0 (shared storage)",
+        "gpu": "on every host",
+    }
+    success = (
+        "complete when every host's signals say done"
+        if stage.policy.success == "all"
+        else "complete when node 0's signals say done and every other host's job processes are gone"
+    )
+    for part, text in describe(nodes[0])[1:]:
+        if part in where:
+            text = f"{text} — {where[part]}"
+        elif part == "policy":
+            text = f"{text}; success: {stage.policy.success} ({success})"
+        parts.append((part, text))
+    return [(part, inert(text)) for part, text in parts]
+
+
 def _host(stage: Stage) -> str:
     if stage.host == "local":
         return "this machine"
@@ -191,6 +232,8 @@ def _host(stage: Stage) -> str:
 
 def _route_problem(stage: Stage) -> str | None:
     """Why an SSH stage's route cannot be worked out here (its ssh config), or None."""
+    if stage.hosts is not None:
+        return next((why for node in stage.nodes if (why := _route_problem(node)) is not None), None)
     if stage.host == "local":
         return None
     from sensors._hosts.ssh_config import route_for
