@@ -6,8 +6,8 @@ signal     reads                                     module
 process    /proc/*/stat and command lines, framed    ``process`` (+ ``procfs``: the records)
 log        stat, the tail, the bytes at the last end ``log``
 outputs    a directory's count or a JSONL's records  ``outputs``
-gpu        NVML here, or nvidia-smi in the probe     ``gpu/`` (a package: NVML, smi, attribution,
-                                                     reading, spec, signal)
+gpu        NVML here, or nvidia-smi in the probe     ``gpu/`` (a package: snapshot, NVML, smi,
+                                                     attribution, reading, spec, signal)
 =========  ========================================  ==========================================
 
 The process signal comes first: it learns the job's PIDs (the GPU attribution) and, when it
