@@ -13,6 +13,8 @@ gpu        NVML here, or nvidia-smi in the probe     ``gpu/`` (a package: snapsh
 The process signal comes first: it learns the job's PIDs (the GPU attribution) and, when it
 first sees the job alive, where the run begins (the log's binding). See ``base`` for what a
 signal is and how to add one.
+
+May import :mod:`sensors._base` only.
 """
 
 from __future__ import annotations
