@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import sensors._signals.log as log_signal
 from sensors._base.probe import Meta
 from sensors._base.regex import compile_user_regex
 from sensors._config.stage import LogSpec
-from sensors._signals import log as _signals
 from sensors._signals.log import read_log
 
 PATTERN = r".*(Traceback|CUDA error)"
@@ -54,12 +54,12 @@ class _BacktrackingOnly:
 
 @contextlib.contextmanager
 def _engine(factory):
-    saved = _signals.compile_user_regex
-    _signals.compile_user_regex = factory
+    saved = log_signal.compile_user_regex
+    log_signal.compile_user_regex = factory
     try:
         yield
     finally:
-        _signals.compile_user_regex = saved
+        log_signal.compile_user_regex = saved
 
 
 def main() -> int:

@@ -2,11 +2,12 @@
 
 ``pipeline`` launches each stage (its stage file's ``launch:`` section) detached on the
 stage's host, gates it, and starts the next only after a ``complete`` verdict;
-``start_stage`` is what the ``crosscheck.stage.complete`` trigger runs
-(``entrypoint: flows.pipeline.start_stage``), ``stall_alert`` what the no-heartbeat
-automation runs (``flows.pipeline.stall_alert``). They are defined in :mod:`sensors.flows`;
-this file is the name the deployments import. ``crosscheck demo`` runs ``pipeline`` on this
-machine with simulated jobs (so does ``python -m flows.pipeline [WORKDIR]``).
+``start_stage`` is what the ``crosscheck.stage.complete`` trigger runs, ``stall_alert`` what
+the no-heartbeat automation runs. They are defined in :mod:`sensors.flows`, and
+``deployments/prefect.yaml``'s entrypoints are the installed ``sensors.flows.start_stage`` and
+``sensors.flows.stall_alert``; this file re-exports them, a copy to read. ``crosscheck demo``
+runs ``pipeline`` on this machine with simulated jobs (so does ``python -m flows.pipeline
+[WORKDIR]``).
 
 Example:
     >>> pipeline("stages/extract.yaml", "stages/train.yaml")  # doctest: +SKIP

@@ -280,7 +280,7 @@ def with_pid(stage: Stage, pid: int) -> Stage:
 def _launch_and_wait(
     stage: Stage, *, wait: bool, timeout: float | str | None, hand_off: bool | None = None
 ) -> dict[str, Any]:
-    # A flow run resumed after handing this stage over runs its body again: the job it
+    # A flow run resumed after handing this stage off runs its body again: the job it
     # launched then is the one to wait for, not a second copy.
     launched = handed_off_launch(stage, None) if hand_off is not False else None
     if launched is None and stage.launch is not None:

@@ -3,13 +3,15 @@
 The core (every module under ``sensors/`` but the Prefect layer) imports neither Prefect nor
 anything from ``flows/``, and paramiko only in the SSH host modules, which nothing imports
 until a stage names an SSH host. Checked twice: in a fresh interpreter (what an import really
-pulls in) and statically (an import inside a function the first check would not reach).
+pulls in) and statically (an import inside a function the first check would not reach). Each
+layer's ``__init__`` says what it may import, and the tables here check that it says it right.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -131,6 +133,27 @@ def test_every_module_lives_in_a_layers_folder_or_is_public() -> None:
 def test_each_layer_says_what_lives_there(layer: str) -> None:
     doc = ast.get_docstring(ast.parse((SENSORS / layer / "__init__.py").read_text()))
     assert doc and len(doc.split()) >= 20, f"sensors/{layer}/__init__.py needs a docstring"
+
+
+def _named(name: str, text: str) -> bool:
+    """Whether ``text`` names the layer or module ``name``: ``_config``, ``sensors._config`` or
+    ``sensors._config.stage``; a public module (``blocks``) only with its package,
+    ``sensors.blocks``, where the bare word is English."""
+    prefix = r"(?:(?<=\bsensors\.)|(?<![\w.]))" if name.startswith("_") else r"(?<=\bsensors\.)"
+    return re.search(prefix + re.escape(name) + r"(?!\w)", text) is not None
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_each_layer_says_what_it_may_import(layer: str) -> None:
+    """A folder's ``__init__`` docstring says what it may import, as LAYERS and LAZY have it:
+    every layer it may import is named, and no other layer of the core."""
+    doc = ast.get_docstring(ast.parse((SENSORS / layer / "__init__.py").read_text())) or ""
+    assert "May import" in doc, f"sensors/{layer}/__init__.py does not say what it may import"
+    allowed = LAYERS[layer] | LAZY.get(layer, set())
+    unnamed = sorted(name for name in allowed if not _named(name, doc))
+    assert unnamed == [], f"sensors/{layer}/__init__.py may import {unnamed} and does not say so"
+    wrong = sorted(other for other in set(LAYERS) - allowed - {layer} if _named(other, doc))
+    assert wrong == [], f"sensors/{layer}/__init__.py names {wrong}, which it may not import"
 
 
 @pytest.mark.parametrize("name", sorted(m for m in _modules() if _layer(m) in LAYERS))

@@ -398,8 +398,8 @@ def test_installing_beside_a_users_prefect_changes_none_of_its_files(
 
 
 def _without_re2(bin_: Path, wheel: Path, tmp_path: Path) -> None:
-    """The README's install without google-re2 (where it has no wheel): the wheel alone, then
-    its requirements but google-re2. The stage regexes run under `regex`, each search
+    """docs/install.md's install without google-re2 (where it has no wheel): the wheel alone,
+    then its requirements but google-re2. The stage regexes run under `regex`, each search
     bounded: a catastrophic pattern over the job's log costs a bounded time, not hours."""
     _run(bin_ / "pip", "uninstall", "-y", "google-re2")
     _pip_install(bin_, "--no-deps", wheel)
@@ -437,7 +437,8 @@ def _forward(change: str) -> bool:
     return bool(arrow) and Version(new) > Version(old)
 
 
-#: The README's line: the installed wheel's requirements, less google-re2 and the extras'.
+#: docs/install.md's line (one requirement a word here, not a line): the installed wheel's
+#: requirements, less google-re2 and the extras'.
 _REQUIREMENTS_BUT_RE2 = (
     "from importlib.metadata import requires; "
     "print(' '.join(r.split(';')[0].replace(' ', '') for r in requires('prefect-crosscheck') "

@@ -80,11 +80,12 @@ def test_the_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.chdir(tmp_path)
     trained: list[bool] = []
     namespace: dict[str, Any] = {"start_training": lambda: trained.append(True)}
-    # A finished job and a fresh Checker: give the run's start, as the README says to.
+    # docs/api.md's "In Python" block, on a finished job with a fresh Checker: give it the run's
+    # start (``since``), as docs/run-binding.md says to.
     exec(
         compile(
             block.replace('load_stage("extract.yaml"))', 'load_stage("extract.yaml"), since="10m")'),
-            "README",
+            "docs/api.md",
             "exec",
         ),
         namespace,

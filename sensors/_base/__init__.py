@@ -1,4 +1,4 @@
-"""The ground every other layer stands on; it imports nothing else of ``sensors``.
+"""The ground every other layer stands on. May import nothing else of ``sensors``.
 
 - :mod:`~sensors._base.model`: readings and verdicts, small frozen values (``Reading``,
   ``Says``, ``State``, ``Verdict``).

@@ -10,7 +10,7 @@ string. Secrets on a job's command line (``--hf-token hf_…``) must not travel 
   output (``--json``, events, artifacts, Slack) sees only redacted text.
 - :func:`inert` makes one display-safe line: terminal escapes and control characters become
   visible escapes, so nothing the job wrote can colour, move the cursor, hyperlink or break a
-  line. The medium escapers (:func:`slack_escape`, :func:`markdown_escape`) build on it.
+  line. The medium escapers (:func:`slack_code`, :func:`markdown_escape`) build on it.
 
 Every pattern here has bounded repetition inside each alternative and no nested
 quantifiers: the work is linear in the text's length (a 256 KiB log tail included).

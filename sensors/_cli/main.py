@@ -176,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--prefect",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="send events and resume the gates that handed stages over (default: if PREFECT_API_URL is set)",
+        help="send events and resume the gates that handed their stages off"
+        " (default: if PREFECT_API_URL is set)",
     )
     serve.add_argument(
         "--heartbeat",

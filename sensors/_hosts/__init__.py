@@ -10,6 +10,8 @@ readings by construction.
   in :mod:`~sensors._hosts.ssh_connect`, ``~/.ssh/config`` and ProxyJump in
   :mod:`~sensors._hosts.ssh_config`. These are the only modules importing paramiko, and
   nothing imports them until a stage names an SSH host: ``import sensors`` does not.
+
+May import :mod:`sensors._base` and :mod:`sensors._config`.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ Three parts, each usable alone, each in its own module behind this small face:
 A delivery never raises into the caller's wait loop and never changes a verdict, and the
 Slack webhook URL is a secret. What a message holds, when it is sent, how a failure and the
 secret are handled: docs/notifications.md, "Inside the notifications".
+
+May import :mod:`sensors._base`, :mod:`sensors._config` and :mod:`sensors._present`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,6 @@
 - :mod:`~sensors._prefect.compat`: what differs between the Prefect versions we support.
 - :mod:`~sensors._prefect.demo`: ``make demo``'s two-stage pipeline.
 
-The only place (with the public modules above it) that imports Prefect; the core never
-imports anything from here except inside a function.
+The only place (with the public modules above it) that imports Prefect at module level; the
+core never imports anything from here except inside a function. May import any layer.
 """

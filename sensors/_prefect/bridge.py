@@ -85,7 +85,7 @@ class PrefectBridge:
         waiting_for: str = "",
         watched: HandoffSeen | None = None,
     ) -> None:
-        """Report one check of a stage (``flow_run_id``: the gate that handed it over;
+        """Report one check of a stage (``flow_run_id``: the gate that handed it off;
         ``watched``: what the watcher saw of it, this check included, where the time of
         each heartbeat is kept for the gate that reports it)."""
         seen = self._seen.setdefault((verdict.stage, verdict.host, flow_run_id or ""), _Seen())

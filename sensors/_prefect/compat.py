@@ -1,8 +1,9 @@
 """What differs between the Prefect releases crosscheck supports, in one place.
 
-pyproject.toml's range (``prefect>=3.0,<4``) is tested at both ends by ``make test-compat``
-(constraints/oldest.txt and constraints/newest.txt). Names a later release added are
-imported here with the older spelling, or a stand-in, behind them:
+pyproject.toml's range (``prefect>=3.1.12,<4``) is tested at both ends by ``make test-compat``:
+the oldest pinned by constraints/oldest.txt, the newest resolved anew into ``.venv-newest`` on
+each run. Names a later release added are imported here with the older spelling, or a
+stand-in, behind them:
 
 - ``NO_CACHE`` (3.1.x): the same policy as ``NONE``, which every 3.x has.
 - ``EventTooLarge`` (3.6): before it, no event's size is checked before it is sent, so

@@ -49,7 +49,7 @@ MAX_ROUNDS = 1000
 def can_hand_off(
     hand_off: bool | None, stage: Stage, reference: str | None, store: Store | None, log: Any
 ) -> bool:
-    """Whether this gate hands its stage over (docs/deployments.md); says why not."""
+    """Whether this gate hands its stage off (docs/deployments.md); says why not."""
     if hand_off is False:
         return False
     from prefect.runtime import deployment, flow_run

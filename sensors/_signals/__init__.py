@@ -6,13 +6,15 @@ signal     reads                                     module
 process    /proc/*/stat and command lines, framed    ``process`` (+ ``procfs``: the records)
 log        stat, the tail, the bytes at the last end ``log``
 outputs    a directory's count or a JSONL's records  ``outputs``
-gpu        NVML here, or nvidia-smi in the probe     ``gpu/`` (a package: NVML, smi, attribution,
-                                                     reading, spec, signal)
+gpu        NVML here, or nvidia-smi in the probe     ``gpu/`` (a package: snapshot, NVML, smi,
+                                                     attribution, reading, spec, signal)
 =========  ========================================  ==========================================
 
 The process signal comes first: it learns the job's PIDs (the GPU attribution) and, when it
 first sees the job alive, where the run begins (the log's binding). See ``base`` for what a
 signal is and how to add one.
+
+May import :mod:`sensors._base` only.
 """
 
 from __future__ import annotations

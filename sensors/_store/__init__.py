@@ -10,6 +10,8 @@ only for ``:memory:``. Its records (:class:`StageKey`, :class:`Stored`, :class:`
 :class:`StoreWarning` and fresh memory, while the calls that decide who watches and who
 notifies raise :class:`StoreError` when the store cannot answer. The interface, the
 locations, the failure policy and the two backends: docs/state-store.md, "Inside the store".
+
+May import :mod:`sensors._base` only.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ host or the process signal unknown (1-2) here, then by what the process signal s
 with its number where it is written. ``complete`` requires every configured signal to say done; the
 :class:`Verdict` constructor refuses anything else, so no rule can advance on a partial
 picture.
+
+May import :mod:`sensors._base` and :mod:`sensors._config`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@
 - :mod:`~sensors._watch.spool`: output that never holds a watch.
 - :mod:`~sensors._watch.gc`: the garbage collector tuned for a long-running watcher.
 
-May import every core layer (:mod:`sensors._base`, ``_config``, ``_hosts``, ``_check``,
-``_store``, ``_present``, ``_notify``); the Prefect layer only inside a function, when a
-watcher is asked to resume gates.
+May import :mod:`sensors._base`, :mod:`sensors._config`, :mod:`sensors._hosts`,
+:mod:`sensors._check`, :mod:`sensors._store` and :mod:`sensors._present`; only inside a
+function: :mod:`sensors._notify` (for stages that notify) and the Prefect layer
+(:mod:`sensors._prefect`, when a watcher is asked to resume gates).
 """

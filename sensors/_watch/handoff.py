@@ -1,6 +1,6 @@
 """A stage a gate hands to the watcher service, and the watcher's final word on it.
 
-A Prefect gate that hands its stage over writes a :class:`~sensors._store.Handoff` into the
+A Prefect gate that hands its stage off writes a :class:`~sensors._store.Handoff` into the
 state store (keyed by its flow run id) and suspends: its worker process exits. ``crosscheck
 serve`` on the same store picks the handoff up, checks the stage like any other, and when
 the stage is complete or failed, or the gate's deadline passed, writes the *outcome* (the
@@ -36,7 +36,7 @@ from sensors._store import Handoff, Store
 log = logging.getLogger("crosscheck.serve")
 
 #: The end of the registry name of a watcher that resumes gates (``crosscheck serve
-#: --prefect``): a gate hands its stage over by default only when such a watcher is alive.
+#: --prefect``): a gate hands its stage off by default only when such a watcher is alive.
 RESUMES_GATES = "+gates"
 
 

@@ -1,6 +1,7 @@
 /*
- * A fake libnvidia-ml.so.1 for crosscheck's tests: just the NVML calls sensors/_gpu.py makes,
- * with ABI-compatible signatures, so the real nvidia-ml-py bindings load and drive it.
+ * A fake libnvidia-ml.so.1 for crosscheck's tests: just the NVML calls
+ * sensors/_signals/gpu/nvml.py makes, with ABI-compatible signatures, so the real
+ * nvidia-ml-py bindings load and drive it.
  *
  * State comes from the file named by $FAKE_NVML_STATE, re-read on every call so a test can
  * change it between reads. One directive a line ('#' starts a comment):

@@ -79,7 +79,8 @@ _AVAILABLE: dict[str, bool] = {}
 
 def probe_available(name: str) -> bool:
     """Whether this machine can run that probe (namespaces and mounts need root): where it
-    cannot, a history's hidden watch probes locally and says so (``hidden_unavailable``)."""
+    cannot, a watch that names it probes locally, and the history's notes say so (``watch NAME:
+    no PROBE probe on this machine (needs root): probed locally``)."""
     if name == "local":
         return True
     if name not in _AVAILABLE:

@@ -10,12 +10,16 @@ docs/gpu.md.
 
 Layout (one module per job; this package re-exports what other code uses):
 
+- :mod:`~sensors._signals.gpu.spec`: :class:`GpuSpec`, the stage's ``gpu:`` section (which GPUs,
+  what idle means).
 - :mod:`~sensors._signals.gpu.snapshot`: the values both readers produce (:class:`GpuSnapshot`).
 - :mod:`~sensors._signals.gpu.nvml`: :func:`read_local`, NVML in this process.
 - :mod:`~sensors._signals.gpu.smi`: :data:`REMOTE_SECTIONS` (the probe's snippets), :func:`parse_remote`.
 - :mod:`~sensors._signals.gpu.attribution`: NSpid maps and whose GPU processes are the job's.
 - :mod:`~sensors._signals.gpu.reading`: the idle window, :func:`gpu_reading`, :class:`GpuMemory` and
   :func:`read_gpu` (what the signal calls).
+- :mod:`~sensors._signals.gpu.signal`: :data:`SIGNAL`, the registration (the probe's
+  :func:`snippet` and the reader).
 """
 
 from sensors._signals.gpu.attribution import local_nspid_map, parse_nspid
@@ -31,7 +35,7 @@ from sensors._signals.gpu.reading import (
 from sensors._signals.gpu.signal import SIGNAL, snippet
 from sensors._signals.gpu.smi import REMOTE_SECTIONS, parse_remote, remote_nspid_map, remote_sections
 from sensors._signals.gpu.snapshot import BOGUS_PIDS, GpuDevice, GpuProcess, GpuSnapshot, matches
-from sensors._signals.gpu.spec import GpuSpec  # first: the modules below use it
+from sensors._signals.gpu.spec import GpuSpec  # sensors._config.stage imports it from here
 
 __all__ = [
     "BOGUS_PIDS",
