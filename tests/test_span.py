@@ -102,8 +102,8 @@ def test_what_a_stage_over_several_hosts_refuses(extra: dict[str, Any], says: st
         stage_from_dict(_base(**extra))
 
 
-def test_a_signal_must_be_read_on_every_host() -> None:
-    with pytest.raises(ConfigError, match="read on every host"):
+def test_every_host_must_show_its_ranks_gone() -> None:
+    with pytest.raises(ConfigError, match=r"needs process\.match"):
         stage_from_dict(
             {"stage": "t", "hosts": [{"ssh": "a"}, {"ssh": "b"}], "outputs": {"files": "/o", "expected": 1}}
         )
@@ -127,9 +127,9 @@ def _r(signal: str, says: Says, read_at: float | None = NOW, **evidence: Any) ->
     return Reading(signal, says, f"{signal} {says}", evidence, read_at)
 
 
-def _node(host: str, state: State, *readings: Reading) -> NodeCheck:
+def _node(host: str, state: State, *readings: Reading, at: float = NOW) -> NodeCheck:
     return NodeCheck(
-        host, Verdict("t", state, (f"{host} {state}",), {r.signal: r for r in readings}, NOW, host)
+        host, Verdict("t", state, (f"{host} {state}",), {r.signal: r for r in readings}, at, host)
     )
 
 
@@ -154,7 +154,7 @@ def _decide(nodes: list[NodeCheck], *, per_host: int | None = None, success: str
     [
         # Every host agrees.
         (
-            [_node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE), _node("b", State.UNKNOWN, GONE, LOG_DONE)],
+            [_node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE), _node("b", State.COMPLETE, GONE, LOG_DONE)],
             None,
             "all",
             State.COMPLETE,
@@ -173,13 +173,13 @@ def _decide(nodes: list[NodeCheck], *, per_host: int | None = None, success: str
         ),
         # Node 0 not complete: its verdict holds the stage.
         (
-            [_node("a", State.RUNNING, _alive(2), LOG_WORKING), _node("b", State.UNKNOWN, GONE, LOG_DONE)],
+            [_node("a", State.RUNNING, _alive(2), LOG_WORKING), _node("b", State.COMPLETE, GONE, LOG_DONE)],
             None,
             "all",
             State.RUNNING,
             "a (node 0): running",
         ),
-        # Another host's log without its completion line: under all, not done...
+        # Another host with its own log: its own verdict holds (unknown: within its exit grace)...
         (
             [
                 _node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE),
@@ -188,13 +188,24 @@ def _decide(nodes: list[NodeCheck], *, per_host: int | None = None, success: str
             None,
             "all",
             State.UNKNOWN,
-            "b: log working",
+            "b: unknown",
+        ),
+        # ...and gone without its completion line, under all, it failed (rule 12 on b)...
+        (
+            [
+                _node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE),
+                _node("b", State.FAILED, GONE, LOG_WORKING),
+            ],
+            None,
+            "all",
+            State.FAILED,
+            "b: b failed",
         ),
         # ...under chief, its ranks gone is enough (the log is left out of the evidence, said so).
         (
             [
                 _node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE),
-                _node("b", State.UNKNOWN, GONE, LOG_WORKING),
+                _node("b", State.FAILED, GONE, LOG_WORKING),
             ],
             None,
             "chief",
@@ -223,7 +234,7 @@ def _decide(nodes: list[NodeCheck], *, per_host: int | None = None, success: str
             None,
             "all",
             State.RUNNING,
-            "b: process working",
+            "b: running",
         ),
     ],
 )
@@ -237,7 +248,7 @@ def test_the_verdict_across_hosts(nodes, per_host, success, state, reason) -> No
 def test_under_chief_a_working_log_is_left_out_of_a_complete_verdict_and_said_so() -> None:
     nodes = [
         _node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE),
-        _node("b", State.UNKNOWN, GONE, LOG_WORKING),
+        _node("b", State.FAILED, GONE, LOG_WORKING),
     ]
     verdict, _ = _decide(nodes, success="chief")
     assert "log@b" not in verdict.readings and "process@b" in verdict.readings
@@ -253,7 +264,7 @@ def test_fewer_ranks_than_expected_is_not_all_gone() -> None:
         memory=memory,
     )
     verdict, _ = _decide(
-        [_node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE), _node("b", State.UNKNOWN, GONE, LOG_DONE)],
+        [_node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE), _node("b", State.COMPLETE, GONE, LOG_DONE)],
         per_host=8,
         memory=memory,
     )
@@ -264,20 +275,24 @@ def test_fewer_ranks_than_expected_is_not_all_gone() -> None:
 def test_a_lost_rank_with_the_others_quiet_for_stall_after_is_a_hung_collective() -> None:
     busy = _r("gpu", Says.WORKING, job_gpu_busy=True)
     memory = AcrossMemory()
+    # Each host's times are its own clock's (its check's checked_at).
     nodes = [
-        _node("a", State.RUNNING, _alive(2, cpu=5.0), busy),
-        _node("b", State.RUNNING, _alive(2, cpu=5.0), busy),
+        _node("a", State.RUNNING, _alive(2, cpu=5.0), busy, at=NOW - 70),
+        _node("b", State.RUNNING, _alive(2, cpu=5.0), busy, at=NOW - 70),
     ]
     _, memory = decide_across("t", nodes, POLICY, 2, memory, NOW - 70)
+
     # b lost a rank; nothing moves anywhere (the GPUs spin at 100 %: not progress).
-    nodes = [
-        _node("a", State.RUNNING, _alive(2, cpu=5.0), busy),
-        _node("b", State.RUNNING, _alive(1, cpu=5.0), busy),
-    ]
-    verdict, memory = decide_across("t", nodes, POLICY, 2, memory, NOW - 30)
+    def quiet(at: float) -> list[NodeCheck]:
+        return [
+            _node("a", State.RUNNING, _alive(2, cpu=5.0), busy, at=at),
+            _node("b", State.RUNNING, _alive(1, cpu=5.0), busy, at=at),
+        ]
+
+    verdict, memory = decide_across("t", quiet(NOW - 30), POLICY, 2, memory, NOW - 30)
     assert verdict.state is State.RUNNING  # not yet stall_after without progress
     assert "1 of 2 ranks on b gone" in verdict.reasons[0]
-    verdict, memory = decide_across("t", nodes, POLICY, 2, memory, NOW + 1)
+    verdict, memory = decide_across("t", quiet(NOW + 1), POLICY, 2, memory, NOW + 1)
     assert verdict.state is State.FAILED, verdict.reasons
     assert (
         "1 of 2 ranks on b gone" in verdict.reasons[0]
@@ -286,7 +301,7 @@ def test_a_lost_rank_with_the_others_quiet_for_stall_after_is_a_hung_collective(
     assert "GPUs busy on a, b" in verdict.reasons[0]
     # CPU time that moves is progress: not a hang.
     moving = [
-        _node("a", State.RUNNING, _alive(2, cpu=50.0), busy),
+        _node("a", State.RUNNING, _alive(2, cpu=50.0), busy, at=NOW + 2),
         _node("b", State.RUNNING, _alive(1, cpu=5.0), busy),
     ]
     again, _ = decide_across("t", moving, POLICY, 2, memory, NOW + 2)

@@ -148,8 +148,8 @@ class HostsPattern(SSHSpec):
     @field_validator("ssh")
     @classmethod
     def _has_n(cls, value: str) -> str:
-        if not _N_FIELD.search(value):
-            raise ValueError("a hosts pattern names its hosts with {n} (e.g. gpu-{n:02d})")
+        if not _N_FIELD.search(value) or "{" in _N_FIELD.sub("", value):
+            raise ValueError("a hosts pattern names its hosts with {n} or {n:0Nd} (e.g. gpu-{n:02d})")
         return value
 
     def expand(self) -> tuple[SSHSpec, ...]:
@@ -165,7 +165,7 @@ def _numbered(pattern: str, n: int) -> str:
 
 
 #: ``{n}`` or ``{n:02d}`` in a hosts pattern.
-_N_FIELD = re.compile(r"\{n(?::(0?\d{0,2}d))?\}")
+_N_FIELD = re.compile(r"\{n(?::(0\d{1,2}d))?\}")
 
 #: What a per-host template may name: the host (its ``ssh`` name) and its node rank (0, 1, …).
 _TEMPLATE = re.compile(r"\{(host|node)\}")
@@ -268,11 +268,27 @@ class Stage(Section):
             raise ValueError("hosts: a host is named twice")
         if self.launch is not None:
             raise ValueError("launch: is for a stage on one host (a launch across hosts is not built)")
-        per_host_log = self.log is not None and bool(_TEMPLATE.search(self.log.path))
-        if self.process is None and self.gpu is None and not per_host_log:
+        if self.process is None or self.process.match is None:
+            # Every host must show its ranks gone, and a PID names a process of one host only.
             raise ValueError(
-                "a stage over several hosts needs a signal read on every host: process, gpu,"
-                " or a log path with {host} or {node}"
+                "a stage over several hosts needs process.match (with {node} or {host} where one"
+                " host's ranks must be told from another's): every host must show its ranks gone"
+            )
+        templated = {
+            "log.complete": self.log.complete if self.log else None,
+            "log.error": self.log.error if self.log else None,
+            "log.progress": self.log.progress if self.log else None,
+            "outputs.files": self.outputs.files if self.outputs else None,
+            "outputs.lines": self.outputs.lines if self.outputs else None,
+            "outputs.pattern": self.outputs.pattern if self.outputs else None,
+        }
+        for where, text in templated.items():
+            if text is not None and _TEMPLATE.search(text):
+                raise ValueError(f"{where}: only log.path and process.match take {{host}} and {{node}}")
+        uses_host = any("{host}" in text for text in (self.process.match, self.log.path if self.log else ""))
+        if uses_host and any(":" in label for label in labels):
+            raise ValueError(
+                "{host} would name two hosts alike (one name, two ports): use {node}, each host's rank"
             )
         return self
 

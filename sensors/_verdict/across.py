@@ -64,36 +64,40 @@ def decide_across(
     memory: AcrossMemory,
     now: float | None,
 ) -> tuple[Verdict, AcrossMemory]:
-    """The stage's verdict from its nodes' verdicts (node 0 first), and the new memory."""
+    """The stage's verdict from its nodes' verdicts (node 0 first), and the new memory.
+
+    Each host's times are its own clock's (its check's ``checked_at``): what is measured
+    between two checks of a host (progress, when ranks were found gone) never mixes clocks.
+    """
     alive = {n.host: _alive(n.verdict) for n in nodes}
     most = dict(memory.most_alive)
     for host, count in alive.items():
         if count is not None:
             most[host] = max(most.get(host, 0), count)
-    lost = {n.host for n in nodes if _lost(n.host, alive[n.host], most.get(n.host, 0), per_host, n.verdict)}
+    lost = {n.host for n in nodes if _lost(alive[n.host], most.get(n.host, 0), per_host, n)}
     lost_at = {h: t for h, t in memory.lost_at.items() if h in lost}
-    for host in lost:
-        if host not in lost_at and now is not None:
-            lost_at[host] = now
     marks, moved_at = dict(memory.marks), dict(memory.moved_at)
+    idle: dict[str, float] = {}
     for node in nodes:
+        at = node.verdict.checked_at
+        if node.host in lost and node.host not in lost_at and at is not None:
+            lost_at[node.host] = at
         mark = _mark(node.verdict)
-        if mark is None:
+        if mark is None or at is None:
             continue  # not read: neither progress nor its absence
-        if marks.get(node.host) != mark and now is not None:
-            moved_at[node.host] = now
+        if marks.get(node.host) != mark:
+            moved_at[node.host] = at
         marks[node.host] = mark
+        idle[node.host] = at - moved_at[node.host]
     new_memory = AcrossMemory(most_alive=most, lost_at=lost_at, marks=marks, moved_at=moved_at)
-    idle = {h: (now - t if now is not None else 0.0) for h, t in moved_at.items()}
     state, reasons, shown = _rules(nodes, policy, per_host, alive, most, lost, lost_at, idle)
-    hosts = [n.host for n in nodes]
     verdict = Verdict(
         stage=stage,
         state=state,
         reasons=tuple(reasons),
         readings=shown,
         checked_at=now,
-        host=", ".join(hosts),
+        host=", ".join(n.host for n in nodes),
         since=None,
         run=nodes[0].verdict.run,
     )
@@ -122,12 +126,10 @@ def _rules(
     # Progress is CPU time, I/O, the log and the outputs (``_mark``): a GPU busy is not, for
     # NCCL spins at 100 % while it waits for a peer that is gone.
     waiting = [n for n in nodes if (alive[n.host] or 0) > 0]
-    if lost and waiting and all(idle.get(n.host, 0.0) >= policy.stall_after for n in waiting):
-        gone = "; ".join(
-            _lost_words(h, alive[h], most.get(h, 0), per_host, lost_at.get(h)) for h in sorted(lost)
-        )
+    if lost and waiting and all(n.host in idle and idle[n.host] >= policy.stall_after for n in waiting):
+        gone = _all_lost(lost, alive, most, per_host, lost_at)
         live = ", ".join(f"{n.host} ({alive[n.host]})" for n in waiting)
-        quiet = min(idle.get(n.host, 0.0) for n in waiting)
+        quiet = min(idle[n.host] for n in waiting)
         busy = [n.host for n in waiting if _gpu_busy(n.verdict)]
         return (
             State.FAILED,
@@ -146,7 +148,12 @@ def _rules(
             why = next(iter(node.verdict.readings.values())).detail
             return State.UNKNOWN, [f"{node.host} cannot be read: {why}", *_others(nodes, node)], every
     # Rule 4: node 0 complete and every other node done.
-    held = [why for k, node in enumerate(nodes) if (why := _not_done(k, node, policy, per_host, most))]
+    start = _run_start(chief.verdict)
+    held = [
+        (node, why)
+        for k, node in enumerate(nodes)
+        if (why := _not_done(k, node, policy, per_host, most, start))
+    ]
     if not held:
         shown = {
             key: r
@@ -159,22 +166,20 @@ def _rules(
         return State.COMPLETE, [f"every host agrees ({hosts})", *chief.verdict.reasons, *notes], shown
     # Rule 5: the gravest of node 0's verdict and those of the nodes alive or holding it back;
     # with no rank alive anywhere, nothing is running: what holds the stage is unknown.
-    holding = {h.split(":", 1)[0] for h in held}
+    holding = {node.host for node, _ in held}
     states = [chief.verdict.state] + [
         n.verdict.state for n in nodes[1:] if (alive[n.host] or 0) > 0 or n.host in holding
     ]
     fallback = State.RUNNING if waiting else State.UNKNOWN
     state = next((s for s in _GRAVITY if s in states), fallback)
+    reasons = [why for _, why in held]
     if lost and waiting and state is State.RUNNING:
-        gone = "; ".join(
-            _lost_words(h, alive[h], most.get(h, 0), per_host, lost_at.get(h)) for h in sorted(lost)
-        )
-        held.insert(
+        reasons.insert(
             0,
-            f"{gone}; if the others make no progress for {policy.stall_after:g}s,"
-            " it is a collective waiting for a lost rank",
+            f"{_all_lost(lost, alive, most, per_host, lost_at)}; if the others make no progress"
+            f" for {policy.stall_after:g}s, it is a collective waiting for a lost rank",
         )
-    return state, held, every
+    return state, reasons, every
 
 
 def _readings(nodes: Sequence[NodeCheck]) -> dict[str, Reading]:
@@ -212,25 +217,59 @@ def _per_host_log(nodes: Sequence[NodeCheck]) -> bool:
     return sum(1 for n in nodes if "log" in n.verdict.readings) > 1
 
 
+#: Process states of a live process (not a zombie, not dead).
+_GONE_STATES = frozenset({"Z", "X", "x"})
+
+
 def _alive(verdict: Verdict) -> int | None:
-    """How many job processes the node's probe saw alive (None: not read)."""
+    """How many of the job's ranks the node's probe saw alive (None: not read): the live
+    matched processes whose parent is not matched too (a rank's forked workers, such as
+    DataLoader's, share its command line), or every live match where the list was cut."""
     p = verdict.readings.get("process")
     if p is None or p.says is Says.UNKNOWN:
         return None
     count = p.evidence.get("alive")
-    return count if isinstance(count, int) else None
+    if not isinstance(count, int):
+        return None
+    listed = p.evidence.get("processes")
+    matched = p.evidence.get("matched")
+    if isinstance(listed, (list, tuple)) and isinstance(matched, int) and len(listed) == matched:
+        pids = {e.get("pid") for e in listed if isinstance(e, Mapping)}
+        return sum(
+            1
+            for e in listed
+            if isinstance(e, Mapping) and e.get("state") not in _GONE_STATES and e.get("ppid") not in pids
+        )
+    return count
 
 
-def _lost(host: str, alive: int | None, most: int, per_host: int | None, verdict: Verdict) -> bool:
-    if alive is None or most == 0:
+def _finished(node: NodeCheck) -> bool:
+    """The node's own evidence says its job finished (its own verdict complete, or its own
+    log's completion line): its ranks gone is no loss."""
+    lg = node.verdict.readings.get("log")
+    return node.verdict.state is State.COMPLETE or (lg is not None and lg.says is Says.DONE)
+
+
+def _lost(alive: int | None, most: int, per_host: int | None, node: NodeCheck) -> bool:
+    if alive is None or most == 0 or _finished(node):
         return False
     if per_host is not None:
         return most >= per_host and alive < per_host
     return alive == 0
 
 
-def _lost_words(host: str, alive: int | None, most: int, per_host: int | None, at: float | None) -> str:
-    when = f" (found gone at {_hms(at)})" if at is not None else ""
+def _all_lost(
+    lost: set[str],
+    alive: Mapping[str, int | None],
+    most: Mapping[str, int],
+    per_host: int | None,
+    lost_at: Mapping[str, float],
+) -> str:
+    return "; ".join(_lost_words(h, alive[h], per_host, lost_at.get(h)) for h in sorted(lost))
+
+
+def _lost_words(host: str, alive: int | None, per_host: int | None, at: float | None) -> str:
+    when = f" (found gone at {_hms(at)}, its clock)" if at is not None else ""
     if per_host is not None and alive:
         return f"{per_host - alive} of {per_host} ranks on {host} gone{when}"
     return f"every rank on {host} gone{when}"
@@ -245,28 +284,79 @@ def _unreadable(verdict: Verdict) -> bool:
     return all(r.read_at is None for r in verdict.readings.values())
 
 
+def _run_start(verdict: Verdict) -> float | None:
+    """Where node 0's run begins (its host's clock), as its verdict records it."""
+    started = (verdict.run or {}).get("started_at")
+    if not isinstance(started, str):
+        return None
+    try:
+        return _dt.datetime.fromisoformat(started).timestamp()
+    except ValueError:
+        return None
+
+
+#: How far apart two hosts' clocks may be (NTP keeps them closer): a rank last seen alive
+#: this long before node 0's run began was an earlier run's.
+_CLOCKS_APART = 1.0
+
+
 def _not_done(
-    k: int, node: NodeCheck, policy: PolicySpec, per_host: int | None, most: Mapping[str, int]
+    k: int,
+    node: NodeCheck,
+    policy: PolicySpec,
+    per_host: int | None,
+    most: Mapping[str, int],
+    start: float | None,
 ) -> str:
     """Why node ``k`` is not done ("" when it is)."""
     v = node.verdict
     if k == 0 and v.state is not State.COMPLETE:
         return f"{node.host} (node 0): {v.state}: {v.reasons[0] if v.reasons else ''}".rstrip(": ")
     chief_only = policy.success == "chief" and k > 0
+    if k > 0:
+        said = f"{node.host}: {v.state}: {v.reasons[0] if v.reasons else ''}"
+        if "process" not in v.readings:
+            return f"{node.host}: no process signal read there: nothing shows its ranks gone"
+        own = "log" in v.readings or "outputs" in v.readings
+        # What the node's own verdict may be and the node still done: with its own log, every
+        # rule of one host holds for it too (the exit grace, the settle count, run binding):
+        # complete — or under chief, gone without its own completion line (failed by rule 12);
+        # without one, unknown as rule 12b says (nothing of its own tells success from a crash).
+        if own:
+            allowed = {State.COMPLETE, State.FAILED} if chief_only else {State.COMPLETE}
+        else:
+            allowed = {State.COMPLETE, State.UNKNOWN}
+        if v.state not in allowed:
+            return said
     for name, r in v.readings.items():
         if r.says is Says.DONE or (chief_only and name == "log"):
             continue
         return f"{node.host}: {name} {r.says}: {r.detail}"
     p, own_log = v.readings.get("process"), v.readings.get("log")
-    unseen = p is not None and not (p.evidence.get("seen_alive") or p.evidence.get("launched"))
-    if k > 0 and unseen and (own_log is None or own_log.says is not Says.DONE):
-        return (
-            f"{node.host}: no job process seen in this watch, and nothing of its own says its"
-            " ranks finished (a log path with {host} or {node}); they may never have run"
-        )
-    seen = most.get(node.host, 0)
-    if per_host is not None and 0 < seen < per_host:
-        return f"{node.host}: at most {seen} of {per_host} ranks seen alive: the others were never seen"
+    if k > 0 and p is not None:
+        last = p.evidence.get("last_seen_alive")
+        last_at = last.get("at") if isinstance(last, Mapping) else None
+        earlier = isinstance(last_at, (int, float)) and start is not None and last_at < start - _CLOCKS_APART
+        seen = (p.evidence.get("seen_alive") and not earlier) or p.evidence.get("launched")
+        if not seen and (own_log is None or own_log.says is not Says.DONE):
+            return (
+                f"{node.host}: no job process seen in this watch"
+                + (" since node 0's run began" if earlier else "")
+                + ", and nothing of its own says its ranks finished (a log path with {host} or"
+                " {node}); they may never have run"
+            )
+        if (
+            isinstance(last_at, (int, float))
+            and v.checked_at is not None
+            and v.checked_at - last_at < policy.exit_grace
+        ):
+            return (
+                f"{node.host}: its ranks were last seen alive {v.checked_at - last_at:.0f}s ago:"
+                f" waiting {policy.exit_grace:g}s (exit_grace) for what they wrote last"
+            )
+    seen_most = most.get(node.host, 0)
+    if per_host is not None and 0 < seen_most < per_host:
+        return f"{node.host}: at most {seen_most} of {per_host} ranks seen alive: the others were never seen"
     return ""
 
 
