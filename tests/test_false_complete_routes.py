@@ -609,8 +609,10 @@ def test_a_writers_child_begun_after_the_completion_line_is_its_runs_own_work(tm
     the line is its run's last word: complete."""
     log = tmp_path / "job.log"
     tag = f"child-{uuid.uuid4().hex[:8]}"
+    # Its line written a while after it began (a job works before it is done): a line within
+    # /proc's start-time precision of its start could be a predecessor's (seed 200948).
     script = (
-        f"echo '[4/4]' >> {log}; echo '{COMPLETE_LINE}' >> {log}; sleep 1.5; "
+        f"sleep 1.2; echo '[4/4]' >> {log}; echo '{COMPLETE_LINE}' >> {log}; sleep 1.5; "
         f"sh -c 'sleep 3' --tag {tag}; exit 0"
     )
     stage = {
@@ -1344,7 +1346,9 @@ def test_outputs_a_watched_job_wrote_after_its_completion_line_are_its_own(tmp_p
     stage = stage_from_dict(_unseen_rerun_stage(tmp_path, tag, "files"))
     checker = Checker(stage, since=time.time() - 1)
     job = _tagged(
-        f"for i in 1 2; do echo x > {tmp_path}/out/$i.pt; done; echo '{COMPLETE_LINE}: 3 samples' >>"
+        # At work a while before its line (one within /proc's start precision of its start
+        # could be a predecessor's: seed 200948).
+        f"sleep 1.2; for i in 1 2; do echo x > {tmp_path}/out/$i.pt; done; echo '{COMPLETE_LINE}: 3 samples' >>"
         f" {tmp_path}/job.log; sleep 0.3; echo x > {tmp_path}/out/3.pt; sleep 1",
         tag,
     )
