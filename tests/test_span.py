@@ -154,7 +154,10 @@ def _decide(nodes: list[NodeCheck], *, per_host: int | None = None, success: str
     [
         # Every host agrees.
         (
-            [_node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE), _node("b", State.COMPLETE, GONE, LOG_DONE)],
+            [
+                _node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE),
+                _node("b", State.COMPLETE, GONE, LOG_DONE),
+            ],
             None,
             "all",
             State.COMPLETE,
@@ -613,3 +616,29 @@ def test_validate_says_where_each_part_of_a_stage_over_several_hosts_is_read(tmp
     assert "8 per host (ranks)" in text
     assert "one shared file, read on node 0" in text and "read once, on node 0 (shared storage)" in text
     assert "success: chief" in text
+
+
+def test_a_watch_checks_until_final_or_its_timeout_whatever_checks() -> None:
+    """``Watch.of``: the loop a Checker's and a SpanChecker's ``watch`` share."""
+    from sensors._check.checker import Watch
+
+    states = iter([State.RUNNING, State.RUNNING, State.COMPLETE, State.RUNNING])
+    now = [0.0]
+    slept: list[float] = []
+
+    def check() -> Verdict:
+        state = next(states)
+        readings = {"process": _r("process", Says.DONE)} if state is State.COMPLETE else {}
+        return Verdict("t", state, ("r",), readings, NOW, "a")
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    policy = PolicySpec(interval=5.0)
+    watch = Watch.of(check, policy, timeout=None, sleep=sleep, clock=lambda: now[0])
+    assert [v.state for v in watch] == [State.RUNNING, State.RUNNING, State.COMPLETE]
+    assert slept == [5.0, 5.0] and not watch.timed_out
+    short = Watch.of(lambda: Verdict("t", State.RUNNING, ("r",), {}, NOW, "a"), policy, timeout=7.0,
+                     sleep=sleep, clock=lambda: now[0])  # fmt: skip
+    assert len(list(short)) == 2 and short.timed_out

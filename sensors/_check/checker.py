@@ -21,7 +21,7 @@ from sensors._base.model import Reading, Says, Verdict
 from sensors._base.probe import Meta, Static, build_script, new_nonce, parse_meta, split_sections
 from sensors._base.run import LaunchEnd, Run, Since, exit_record_lines, parse_since, read_launch_end
 from sensors._check.persist import NotOurs, OwnRun, Persistence, is_this_run, save_all
-from sensors._config.stage import Stage
+from sensors._config.stage import PolicySpec, Stage
 from sensors._hosts import Host, LocalHost
 from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
 from sensors._signals.log import LogMemory, seed_log_memory
@@ -84,6 +84,38 @@ class Watch(Iterator[Verdict]):
 
     def __next__(self) -> Verdict:
         return next(self._verdicts)
+
+    @classmethod
+    def of(
+        cls,
+        check: Callable[[], Verdict],
+        policy: PolicySpec,
+        *,
+        timeout: float | None,
+        sleep: Callable[[float], None],
+        clock: Callable[[], float],
+    ) -> Watch:
+        """``check()`` every ``policy.interval`` until complete, failed or ``timeout`` (the
+        policy's by default): a :class:`Checker`'s watch, or a stage's over several hosts."""
+        limit = policy.timeout if timeout is None else timeout
+        watch: Watch
+
+        def verdicts() -> Iterator[Verdict]:
+            deadline = clock() + limit
+            while True:
+                started = clock()
+                verdict = check()
+                yield verdict
+                if verdict.state.final:
+                    return
+                remaining = deadline - clock()
+                if remaining <= 0:
+                    watch.timed_out = True
+                    return
+                sleep(min(max(0.0, policy.interval - (clock() - started)), remaining))
+
+        watch = cls(verdicts())
+        return watch
 
 
 class Checker:
@@ -524,26 +556,7 @@ class Checker:
             >>> for verdict in watch: ...  # doctest: +SKIP
             >>> watch.timed_out  # doctest: +SKIP
         """
-        limit = self.stage.policy.timeout if timeout is None else timeout
-        watch: Watch
-
-        def verdicts() -> Iterator[Verdict]:
-            deadline = clock() + limit
-            while True:
-                started = clock()
-                verdict = self.check()
-                yield verdict
-                if verdict.state.final:
-                    return
-                remaining = deadline - clock()
-                if remaining <= 0:
-                    watch.timed_out = True
-                    return
-                pause = max(0.0, self.stage.policy.interval - (clock() - started))
-                sleep(min(pause, remaining))
-
-        watch = Watch(verdicts())
-        return watch
+        return Watch.of(self.check, self.stage.policy, timeout=timeout, sleep=sleep, clock=clock)
 
     def close(self) -> None:
         """Release this stage's lease, and close the state store if this Checker opened it

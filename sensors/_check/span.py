@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -93,25 +93,7 @@ class SpanChecker:
         clock: Callable[[], float] = time.monotonic,
     ) -> Watch:
         """As :meth:`Checker.watch`: a check every ``policy.interval`` until final or timeout."""
-        limit = self.stage.policy.timeout if timeout is None else timeout
-        watch: Watch
-
-        def verdicts() -> Iterator[Verdict]:
-            deadline = clock() + limit
-            while True:
-                started = clock()
-                verdict = self.check()
-                yield verdict
-                if verdict.state.final:
-                    return
-                remaining = deadline - clock()
-                if remaining <= 0:
-                    watch.timed_out = True
-                    return
-                sleep(min(max(0.0, self.stage.policy.interval - (clock() - started)), remaining))
-
-        watch = Watch(verdicts())
-        return watch
+        return Watch.of(self.check, self.stage.policy, timeout=timeout, sleep=sleep, clock=clock)
 
     def close(self) -> None:
         for node in self.nodes:
