@@ -641,4 +641,4 @@ def test_a_watch_checks_until_final_or_its_timeout_whatever_checks() -> None:
     assert slept == [5.0, 5.0] and not watch.timed_out
     short = Watch.of(lambda: Verdict("t", State.RUNNING, ("r",), {}, NOW, "a"), policy, timeout=7.0,
                      sleep=sleep, clock=lambda: now[0])  # fmt: skip
-    assert len(list(short)) == 2 and short.timed_out
+    assert len(list(short)) == 3 and short.timed_out  # at 0, 5 and the deadline, 7
