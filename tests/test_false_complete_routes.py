@@ -1549,3 +1549,55 @@ def test_a_rerun_begun_within_a_second_of_its_predecessors_line_does_not_finish_
     log_reading = verdicts[-1]["signals"]["log"]
     assert log_reading["says"] == "unknown", log_reading
     assert f"pid {later.pid}" in log_reading["detail"] and "too close" in log_reading["detail"], log_reading
+
+
+def test_a_follower_keeps_what_it_saw_itself_when_it_confirms_the_holders_verdict(tmp_path) -> None:
+    """Found by the fuzzer (seed 303081): two watches of one launched run share a state store;
+    the holder settled the run complete. A later run began; the follower, confirming the
+    holder's complete with a check of its own, saw it at work and said so. The later run was
+    SIGKILLed; the holder, which never saw it, kept its complete; the follower's next
+    confirming check took the holder's memory again — losing the later run it had seen — and
+    confirmed complete for a run that was superseded. What a watch saw on the host itself is
+    never replaced by another watch's memory."""
+    from sensors import Checker, State, stage_from_dict
+    from sensors._hosts import LocalHost
+
+    host, tag = LocalHost(), f"follower-{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "out"
+    out.mkdir()
+    log_path = str(tmp_path / "job.log")
+    write = f"import pathlib; [pathlib.Path('{out}', f'{{i}}.pt').write_text('x') for i in range(2)]"
+    run1, pid1 = _launched(host, log_path, f"import time; time.sleep(1.0); {write}", tag)
+    stage = stage_from_dict(
+        {
+            "stage": "follower",
+            "process": {"match": f"{tag}$"},
+            "outputs": {"files": str(out), "pattern": "*.pt", "expected": 2},
+            "policy": {"interval": "100ms", "settle": 1, "exit_grace": "1ms"},
+        }
+    )
+    store = str(tmp_path / "state.db")
+    holder = Checker(stage, run=run1, state=store)
+    follower = Checker(stage, run=run1, state=store)
+    try:
+        assert holder.check().readings["process"].says.value == "working"  # seen at work
+        _reaped(pid1)
+        settled = [holder.check() for _ in range(3)]
+        assert settled[-1].state is State.COMPLETE, settled[-1].reasons
+        assert follower.check().state is State.COMPLETE  # followed and confirmed: true then
+        # A later run (not the watched launch) begins; it writes nothing before it is killed.
+        _run2, pid2 = _launched(host, log_path, "import time; time.sleep(60)", tag)
+        try:
+            time.sleep(0.3)
+            during = follower.check()
+            assert during.state is not State.COMPLETE, during.reasons
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid2, signal.SIGKILL)
+            _reaped(pid2)
+        assert holder.check().state is State.COMPLETE  # it never saw run 2: no trace of it left
+        after = [follower.check() for _ in range(3)]
+    finally:
+        holder.close()
+        follower.close()
+    assert all(v.state is not State.COMPLETE for v in after), [(v.state, v.reasons[:2]) for v in after]

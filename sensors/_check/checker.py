@@ -174,6 +174,9 @@ class Checker:
         self.lock = threading.Lock()
         self._persist: Persistence | None = None
         self._saving, self._told_not_ours = True, False
+        # Whether this watch has read the host itself: what it saw (a later run at work, say)
+        # is in its memory and nowhere else; the holder's memory never replaces it.
+        self._checked_here = False
         # What this watch was told of its run (a launch, a start): nothing remembered of
         # another run may stand for it.
         self._own: OwnRun = run if run is not None else self._since
@@ -223,9 +226,12 @@ class Checker:
         if persist is None or elsewhere is None:
             if persist is not None and persist.following:
                 # Taken over from the watch this one followed: its memory is the latest of the
-                # run (what this watch restored at its start is as old as that start).
+                # run (what this watch restored at its start is as old as that start) — unless
+                # this watch has read the host itself since (to confirm a final verdict): then
+                # its own memory holds what it saw there, which the holder's may lack.
                 persist.following = False
-                self._restore(self._given_run)
+                if not self._checked_here:
+                    self._restore(self._given_run)
             return None
         followed = persist.followed(elsewhere, self._own)
         if not isinstance(followed, Verdict):
@@ -247,13 +253,19 @@ class Checker:
         finished stage ten times less often (``crosscheck serve``), or may be stuck: the job
         may have been run again since. A final verdict ends a wait and is acted upon (the
         next stage starts, or the pipeline stops), so it is never taken on another watch's
-        word alone: this watch takes the holder's memory of the run (the same run and
-        definition, or it would not be followed) and checks once, without saving (the row
-        is the holder's).
+        word alone: this watch checks once, without saving (the row is the holder's), with its
+        own memory where it has read the host itself before — what it saw there (a later run
+        at work, say) the holder may never have seen (fuzzer seed 303081) — and otherwise with
+        the holder's memory of the run (the same run and definition, or it would not be
+        followed).
         """
         assert self._persist is not None
         memory = self._persist.restore().memory or {}
-        if is_this_run(memory.get("run"), self._own) and isinstance(memory.get("last"), Verdict):
+        if (
+            not self._checked_here
+            and is_this_run(memory.get("run"), self._own)
+            and isinstance(memory.get("last"), Verdict)
+        ):
             mem = self._memory
             mem.signals = dict(memory.get("signals") or {})
             mem.verdict = memory.get("verdict") or VerdictMemory()
@@ -422,6 +434,7 @@ class Checker:
                 HostError("the probe's answer was cut short or garbled", host=self.host.name)
             )
         self._remember_static(meta)
+        self._checked_here = True
         if mem.first_check_at is None:
             mem.first_check_at = meta.now
         if mem.run is None and self._since is not None:
