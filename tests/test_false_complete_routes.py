@@ -1505,7 +1505,14 @@ def test_a_run_begun_as_the_line_was_found_is_not_its_writer_and_its_outputs_are
     finally:
         checker.close()
     assert all(v.state is not State.COMPLETE for v in verdicts), [(v.state, v.reasons[:2]) for v in verdicts]
-    assert verdicts[-1].readings["outputs"].evidence.get("modified_after_log") is True
+    # Two rules hold it back: the outputs changed after the line, with none of its writers at
+    # work; and (since an adversary's review of seed 200948's fix) the later run, begun within
+    # /proc's start-time slack of the line (or the line undated) and seen at a later check,
+    # leaves the line unknown.
+    last = verdicts[-1].readings
+    assert last["outputs"].evidence.get("modified_after_log") is True or (
+        last["log"].says.value == "unknown" and "of this run was alive" in last["log"].detail
+    ), (last["outputs"].evidence, last["log"].detail)
 
 
 def test_a_rerun_begun_within_a_second_of_its_predecessors_line_does_not_finish_on_it(tmp_path) -> None:

@@ -175,7 +175,7 @@ class Checker:
         self._persist: Persistence | None = None
         self._saving, self._told_not_ours = True, False
         # Whether this watch has read the host itself: what it saw (a later run at work, say)
-        # is in its memory and nowhere else; the holder's memory never replaces it.
+        # is in its memory and nowhere else, so a confirmation checks with it too.
         self._checked_here = False
         # What this watch was told of its run (a launch, a start): nothing remembered of
         # another run may stand for it.
@@ -226,12 +226,9 @@ class Checker:
         if persist is None or elsewhere is None:
             if persist is not None and persist.following:
                 # Taken over from the watch this one followed: its memory is the latest of the
-                # run (what this watch restored at its start is as old as that start) — unless
-                # this watch has read the host itself since (to confirm a final verdict): then
-                # its own memory holds what it saw there, which the holder's may lack.
+                # run (what this watch restored at its start is as old as that start).
                 persist.following = False
-                if not self._checked_here:
-                    self._restore(self._given_run)
+                self._restore(self._given_run)
             return None
         followed = persist.followed(elsewhere, self._own)
         if not isinstance(followed, Verdict):
@@ -246,37 +243,49 @@ class Checker:
         return followed
 
     def _confirmed(self, followed: Verdict) -> Verdict:
-        """The holder's final verdict (``complete`` or ``failed``), confirmed by a check of
-        this watch, or this watch's own verdict where the check disagrees.
+        """The holder's final verdict (``complete`` or ``failed``), confirmed by this watch's
+        own checks, or the least advanced of them where one disagrees.
 
         A followed verdict is as old as the holder's last check, and a holder looks at a
         finished stage ten times less often (``crosscheck serve``), or may be stuck: the job
         may have been run again since. A final verdict ends a wait and is acted upon (the
         next stage starts, or the pipeline stops), so it is never taken on another watch's
-        word alone: this watch checks once, without saving (the row is the holder's), with its
-        own memory where it has read the host itself before — what it saw there (a later run
-        at work, say) the holder may never have seen (fuzzer seed 303081) — and otherwise with
-        the holder's memory of the run (the same run and definition, or it would not be
-        followed).
+        word alone. This watch checks without saving (the row is the holder's): with the
+        holder's memory of the run (the same run and definition, or it would not be
+        followed), and — where it has read the host itself before — once more with its own
+        memory, which holds what it saw there and the holder may never have (a later run at
+        work: fuzzer seed 303081). Both must agree with the holder; where one does not, its
+        verdict stands, and never a ``complete`` over one that is not.
         """
         assert self._persist is not None
         memory = self._persist.restore().memory or {}
-        if (
-            not self._checked_here
-            and is_this_run(memory.get("run"), self._own)
-            and isinstance(memory.get("last"), Verdict)
-        ):
-            mem = self._memory
-            mem.signals = dict(memory.get("signals") or {})
-            mem.verdict = memory.get("verdict") or VerdictMemory()
-            mem.static, mem.boot_id = memory.get("static"), memory.get("boot_id")
-            mem.run, mem.first_check_at = memory.get("run"), memory.get("first_check_at")
         self._saving = False
-        own = self._check()
-        if own.state is followed.state:
+        checks = []
+        if is_this_run(memory.get("run"), self._own) and isinstance(memory.get("last"), Verdict):
+            own_memory = self._memory if self._checked_here else None
+            self._memory = _Memory()
+            self._adopt(memory)
+            checks.append(self._check())
+            if own_memory is not None:
+                self._memory = own_memory  # kept: what this watch saw itself
+                checks.append(self._check())
+        else:
+            checks.append(self._check())
+        if all(c.state is followed.state for c in checks):
             self.last = followed
             return followed
-        return own
+        holding_back = [c for c in checks if not c.advance]
+        if holding_back:
+            return next((c for c in holding_back if c.state is not followed.state), holding_back[0])
+        return followed  # the holder's failed, though a check of this watch found done: not done
+
+    def _adopt(self, memory: Mapping[str, Any]) -> None:
+        """Go on from ``memory`` (a stored memory of this watch's run)."""
+        mem = self._memory
+        mem.signals = dict(memory.get("signals") or {})
+        mem.verdict = memory.get("verdict") or VerdictMemory()
+        mem.static, mem.boot_id = memory.get("static"), memory.get("boot_id")
+        mem.run, mem.first_check_at = memory.get("run"), memory.get("first_check_at")
 
     @property
     def own_run(self) -> OwnRun:
@@ -366,11 +375,7 @@ class Checker:
             if memory.get("static") is not None:
                 self._memory.static, self._memory.boot_id = memory.get("static"), memory.get("boot_id")
             return
-        mem = self._memory
-        mem.signals = dict(memory.get("signals") or {})
-        mem.verdict = memory.get("verdict") or VerdictMemory()
-        mem.static, mem.boot_id = memory.get("static"), memory.get("boot_id")
-        mem.run, mem.first_check_at = stored_run, memory.get("first_check_at")
+        self._adopt(memory)
         self.last = memory.get("last")
         log.info("%s: memory restored from the state store", self.stage.stage)
 

@@ -175,6 +175,7 @@ class Persistence:
         # When the lease was last renewed (monotonic): a save renews it in its own round trip,
         # so the check after it need not (see :meth:`hold`).
         self._renewed_at: float | None = None
+        self._ever_held = False
 
     # ------------------------------------------------------------------ restore
 
@@ -252,6 +253,12 @@ class Persistence:
     def claim(self) -> str | None:
         """Take or renew the lease, whatever ``take`` says; the holder's name when refused.
         The store's conditional upsert decides (a row lock for PostgreSQL): never two holders."""
+        # Held before, but not renewed for a whole lease: another watch may have held the
+        # stage meanwhile, and its memory is then the latest of the run (an adversary's review:
+        # a holder frozen past its lease came back on the memory it froze with).
+        lapsed = self._ever_held and (
+            self._renewed_at is None or time.monotonic() - self._renewed_at >= self.ttl
+        )
         try:
             lease = self.store.acquire(self.key, self.holder, self.ttl)
             if not lease.held and dead_here(lease.holder):
@@ -263,6 +270,10 @@ class Persistence:
             warnings.warn(f"state store: lease for {self.key.stage}: {exc}", StoreWarning, stacklevel=2)
             return None
         self._lease_is(lease)
+        if self.held:
+            if lapsed:
+                self.following = True  # go on from the stored memory (Checker.followed)
+            self._ever_held = True
         return self.elsewhere
 
     def renewed(self) -> None:

@@ -395,7 +395,7 @@ def stage_json_schema() -> dict[str, Any]:
     Example:
         >>> schema = stage_json_schema()
         >>> schema["required"], sorted(schema["properties"])[:3]
-        (['stage'], ['gpu', 'host', 'launch'])
+        (['stage'], ['gpu', 'host', 'hosts'])
     """
     schema = Stage.model_json_schema()
     for name, keys in _ONE_OF.items():

@@ -163,6 +163,7 @@ class CheckFacts(NamedTuple):
     job_pids: frozenset[int] | None = None  # from the process signal (None: not configured)
     outputs_tie: bool = False
     job: JobView | None = None  # from the process signal (None: not configured, or unknown)
+    job_unread: bool = False  # the process signal is configured but could not tell at this check
     last_word: LastWord | None = None  # from the log signal (None: no completion line of this run)
     launch: LaunchEnd | None = None  # a launched job's end as this check found it (None: not launched)
 

@@ -459,6 +459,10 @@ def _ahead(st: _LogStat, latest: float) -> float | None:
 #: which is whole seconds. A start given with --since is taken as exact.
 _PROCESS_START_SLACK = 1.0
 
+#: A few clock ticks: how far a start read from /proc may be off where uptime is not
+#: virtualised (start ticks are 10 ms; a file time is a kernel tick behind the clock).
+_TICK_SLACK = 0.05
+
 
 def _start_slack(source: str) -> float:
     return 0.0 if source == "since" else _PROCESS_START_SLACK
@@ -592,6 +596,7 @@ def read_log(
     exited: float | None = None,
     over: bool = False,
     exited_by: float | None = None,
+    job_unread: bool = False,
 ) -> tuple[Reading, LogMemory]:
     """Read the log signal: this run's completion and error lines, progress, staleness.
 
@@ -599,7 +604,8 @@ def read_log(
     its bytes begin: see ``sensors._base.run``), and only as its run's last word (``job``: the
     process signal's view of the job, see ``_whose``; ``exited``: a launched job's recorded
     end (``exited_by``: the latest it can have been, the record's precision allowing); ``over``:
-    the launched job is over, recorded or not: see ``_launch_over``).
+    the launched job is over, recorded or not: see ``_launch_over``; ``job_unread``: the
+    process signal is configured but could not read the processes at this check).
     """
     memory = memory or LogMemory()
     looked = memory.foreign_clock is not None  # read at an earlier check (a launch seeds the rest)
@@ -665,7 +671,12 @@ def read_log(
         return Reading("log", Says.UNKNOWN, why, rewritten, meta.now, host), memory
     scan = _remembered_scan(memory) if same else _scan_log(spec, tail or b"", st, memory, resumed=resumed)
     complete_line, complete_end, accepted = _completion(scan, memory, st, run)
-    word = _whose(memory, scan, st, complete_line, complete_end, job, run, meta.now, exited)
+    # How far a start read from /proc may be off: a few clock ticks, or whole seconds where
+    # /proc/uptime is virtualised (the process signal's slack, for the same reason).
+    start_slack = _PROCESS_START_SLACK if meta.uptime_virtualised else _TICK_SLACK
+    word = _whose(
+        memory, scan, st, complete_line, complete_end, job, run, meta.now, exited, job_unread, start_slack
+    )
     superseded = _launch_over(memory, scan, word, st, change, run, exited_by)
     if superseded is not None and word.complete_line is not None:
         word = word._replace(complete_line=None, complete_end=None, demoted=word.complete_line)
@@ -878,6 +889,8 @@ def _whose(
     run: Run | None,
     now: float,
     exited: float | None = None,
+    job_unread: bool = False,
+    start_slack: float = _PROCESS_START_SLACK,
 ) -> _Word:
     """Whether this run's completion line is its run's last word, by the processes that can
     have written what is in the log (issue 21: the latest run decides).
@@ -942,24 +955,19 @@ def _whose(
         # Dated, so may a process begun within /proc's start-time slack of it (either side):
         # too close to call it the line's writer or a later run (fuzzer seed 200948: a re-run
         # begun 30 ms after its predecessor's completion line, then killed).
-        undatable_by = (
-            min(
-                (
-                    pid
-                    for pid in job.live
-                    if pid not in writers
-                    and not job.descends(pid, writers)
-                    and job.starts.get(pid, written_after) >= written_after - _PROCESS_START_SLACK
-                    and (at is None or job.starts.get(pid, at) <= at + _PROCESS_START_SLACK)
-                ),
-                default=None,
-            )
-            if job is not None
-            else None
-        )
+        undatable_by = _undatable(job, writers, at, written_after, start_slack)
         # Seen alive at the previous check, when the line was not there yet: no text after
         # it was written by then.
         alive_at = None
+        if job is None and job_unread:
+            # The process signal could not read the processes at this first sighting: who
+            # was alive when the line was found is not known, so it is not settled now — the
+            # next check that can see them finds the line anew (seed 200948, one probe cut short).
+            seen_at = None
+    if undatable_by is None and same:
+        # Not only at the first sighting: a process first seen at a later check, begun as
+        # close to the line, is as undatable (an adversary's review of seed 200948's fix).
+        undatable_by = _undatable(job, writers, at, at if at is not None else 0.0, start_slack)
     live = job.live if job is not None else frozenset()
     if live.intersection(writers) and not _written_by(st, alive_at):
         alive_at = now  # moved only when the log's last write needs it: an idle log's memory stands
@@ -1003,6 +1011,27 @@ def _whose(
         unattributed,
         alive_at=alive_at,
         undatable_by=undatable_by,
+    )
+
+
+def _undatable(
+    job: JobView | None, writers: tuple[int, ...], at: float | None, written_after: float, start_slack: float
+) -> int | None:
+    """A live process of this run that may have begun after the completion line (None: none):
+    not one of its writers nor their child, and — the line undated — not known to have begun
+    before it, or — dated by ``at`` — not known to have begun before it (``start_slack``: how
+    far /proc's start times may be off) nor clearly after it, or begun when /proc cannot tell."""
+    if job is None:
+        return None
+
+    def close(pid: int) -> bool:
+        if at is None:
+            return job.starts.get(pid, written_after) >= written_after - _PROCESS_START_SLACK
+        return at - start_slack <= job.starts.get(pid, at) <= at + _PROCESS_START_SLACK
+
+    return min(
+        (pid for pid in job.live if pid not in writers and not job.descends(pid, writers) and close(pid)),
+        default=None,
     )
 
 
@@ -1082,8 +1111,8 @@ def _log_says(
         )
     if complete_line is not None and word is not None and word.undatable_by is not None:
         when = (
-            f"it was written within {_PROCESS_START_SLACK:g}s of that process's start, too close for"
-            " /proc's start times to order them"
+            "it was written too close to that process's start for /proc's start times to tell"
+            " which came first"
             if word.complete_at is not None
             else "when the line was written cannot be read (it is not the log's last line, or the"
             " log's times are not the host's clock's)"
@@ -1359,6 +1388,7 @@ def _read(
         exited=facts.launch.exited_at if facts.launch is not None else None,
         over=facts.launch is not None and facts.launch.over,
         exited_by=facts.launch.exited_by if facts.launch is not None else None,
+        job_unread=facts.job_unread,
     )
     if new_memory.complete_end is not None:
         # Alive now or at the last check: outputs written in between may be its own.

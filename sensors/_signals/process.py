@@ -614,8 +614,10 @@ def _earlier_runs(processes: list[ProcessEntry], alive: list[int], run: Run | No
         if entry["pid"] not in alive:
             continue
         elapsed_s = entry.get("elapsed_seconds")
-        # A start that cannot be read (implausible clocks) is not shown to be this run's.
-        if not isinstance(elapsed_s, (int, float)) or now - elapsed_s < begins:
+        # A start that cannot be read (implausible clocks) is not shown to be an earlier run's
+        # either: it stays the job's (alive, it holds the stage back; an adversary's review: a
+        # re-run /proc could not date was set aside and the stage completed on the line before).
+        if isinstance(elapsed_s, (int, float)) and now - elapsed_s < begins:
             earlier.append(int(entry["pid"]))
     return earlier
 
@@ -887,7 +889,12 @@ def _read(
     return (
         reading,
         new_memory,
-        facts._replace(job_pids=job_pids, run=run, job=_job_view(reading, memory, new_memory)),
+        facts._replace(
+            job_pids=job_pids,
+            run=run,
+            job=(view := _job_view(reading, memory, new_memory)),
+            job_unread=view is None,
+        ),
     )
 
 
