@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -1608,3 +1609,52 @@ def test_a_follower_keeps_what_it_saw_itself_when_it_confirms_the_holders_verdic
         holder.close()
         follower.close()
     assert all(v.state is not State.COMPLETE for v in after), [(v.state, v.reasons[:2]) for v in after]
+
+
+@pytest.mark.parametrize("when", ["at its recorded exit", "while it ran"])
+def test_a_process_the_launched_job_did_not_start_is_not_its_own(tmp_path, when) -> None:
+    """Found by the fuzzer (seed 507217): a process-only stage, launched; run 1 exited 0 and
+    run 2, not launched, began at once — within /proc's precision of run 1's recorded exit,
+    so "begun after the launched job ended" could not call it a later run and it passed for
+    run 1's own. Once it exited, the watch said complete on run 1's recorded status 0.
+
+    A match the launched job did not start, begun while it ran ("while it ran": not its
+    descendant) or too close to its end to order ("at its recorded exit": started the moment
+    the wrapper wrote the record), may be another run: the launched run's end is no evidence
+    for good, and the verdict says why."""
+    from sensors import Checker, State, stage_from_dict
+    from sensors._hosts import LocalHost
+
+    host, tag = LocalHost(), f"unordered-{uuid.uuid4().hex[:8]}"
+    log_path = str(tmp_path / "job.log")
+    run1, pid1 = _launched(host, log_path, "import time; time.sleep(0.6)", tag)
+    run2_argv = f"exec {shlex.quote(sys.executable)} -c 'import time; time.sleep(4)' {tag}"
+    if when == "at its recorded exit":
+        # Spins until the wrapper writes the record, then starts run 2 at once (microseconds).
+        script = f"while [ ! -s {shlex.quote(str(run1.exit_file))} ]; do :; done; {run2_argv}"
+    else:
+        script = f"sleep 0.2; {run2_argv}"
+    run2 = subprocess.Popen(["/bin/sh", "-c", script], start_new_session=True)
+    stage = stage_from_dict(
+        {
+            "stage": "unordered",
+            "process": {"match": f"{tag}$"},
+            "policy": {"interval": "100ms", "settle": 1, "exit_grace": "1ms"},
+        }
+    )
+    checker = Checker(stage, run=run1)
+    try:
+        verdicts = [checker.check()]
+        _reaped(pid1)
+        _until(lambda: Path(run1.exit_file).exists(), timeout=10)
+        time.sleep(0.2)
+        verdicts += [checker.check() for _ in range(2)]
+        assert run2.poll() is None  # run 2 was at work for these checks
+        run2.wait(timeout=30)
+        verdicts += [checker.check() for _ in range(3)]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run2.pid, signal.SIGKILL)
+    assert State.COMPLETE not in [v.state for v in verdicts], verdicts[-1].reasons
+    assert verdicts[-1].state is State.UNKNOWN, verdicts[-1].reasons
+    assert "did not start" in verdicts[-1].readings["process"].detail, verdicts[-1].readings["process"].detail

@@ -106,6 +106,11 @@ class ProcessMemory:
     # what is read from now on is that later run's.
     launched_gone_at: float | None = None
     superseded_by: int | None = None
+    # When this watch last found the launched PID alive (the launched end is later), and
+    # whether ``superseded_by`` began too close to that end to be ordered against it (seed
+    # 507217: a re-run begun at once after the recorded exit passed for the launched job's).
+    launched_alive_at: float | None = None
+    unordered: bool = False
 
 
 class ProcessEntry(TypedDict):
@@ -541,14 +546,30 @@ def read_process(
     exit_record = read_exit_record(sections) if run is not None and run.exit_file else None
     memory, later = _after_launch(memory, run, launched_pid, exit_record, processes, alive_pids, table, meta)
     if memory.superseded_by is not None:
+        if memory.unordered:
+            why = (
+                f"a process matching the job that the launched job (pid {launched_pid}) did not"
+                f" start (pid {memory.superseded_by}) began while it was at work or too close to"
+                " its end to tell which came first: whether the log and outputs hold the launched"
+                " run's work or another run's cannot be told"
+            )
+        else:
+            why = (
+                f"the launched run is over and a later run of the job is at work or was (pid"
+                f" {memory.superseded_by}, begun after the launched job (pid {launched_pid}) ended):"
+                " what the log and outputs hold now is that run's, not the launched run's"
+            )
         return (
             Reading(
                 "process",
                 Says.UNKNOWN,
-                f"the launched run is over and a later run of the job is at work or was (pid"
-                f" {memory.superseded_by}, begun after the launched job (pid {launched_pid}) ended):"
-                " what the log and outputs hold now is that run's, not the launched run's",
-                {"superseded_by_pid": memory.superseded_by, "launched": True, "later_runs": later[:16]},
+                why,
+                {
+                    "superseded_by_pid": memory.superseded_by,
+                    "launched": True,
+                    "later_runs": later[:16],
+                    "unordered": memory.unordered,
+                },
                 meta.now,
                 host,
             ),
@@ -642,36 +663,62 @@ def _after_launch(
     its PID gone (a probe that cannot see every process finds nothing gone). A live match
     that is neither the launched PID nor its descendant and began after that is a later run:
     the launched run is superseded for good (its log lines and outputs may be overwritten).
+    One that began while the launched job was at work but not by it, or too close to its end
+    to order against it (within /proc's precision of the recorded exit; after this watch last
+    saw the launched PID alive, where no exit is recorded), may be another run: the launched
+    run's end is then no evidence for good, too.
     """
     if run is None or run.source != "launch" or launched_pid is None or meta.now is None:
         return memory, []
     if memory.superseded_by is not None:
         return memory, []
     exited = exit_record.get("exited_at") if exit_record else None
-    ended = float(exited) if isinstance(exited, (int, float)) else None
+    coarse = bool(exit_record.get("exited_coarse")) if exit_record else False
     gone_at = memory.launched_gone_at
-    if gone_at is None and launched_pid not in table.stats and not meta.hidden:
+    if launched_pid in table.stats:
+        memory = replace(memory, launched_alive_at=meta.now)
+    elif gone_at is None and not meta.hidden:
         gone_at = meta.now
         memory = replace(memory, launched_gone_at=gone_at)
-    if ended is None:
-        ended = gone_at
-    if ended is None or not alive:
+    # The launched job ended within [ends_from, ends_by]: at its recorded exit (a time in whole
+    # seconds stands for any moment of its second), else after this watch last found it alive
+    # (or its launch) and by when it first found it gone.
+    ends_from: float | None
+    ends_by: float | None
+    if isinstance(exited, (int, float)):
+        ends_from, ends_by = float(exited), float(exited) + (1.0 if coarse else 0.0)
+    elif gone_at is not None:
+        ends_from = memory.launched_alive_at if memory.launched_alive_at is not None else run.started_at
+        ends_by = gone_at
+    else:
+        # At work: a match it did not start, begun since the launch, is another run's.
+        ends_from, ends_by = run.started_at, None
+    if not alive:
         return memory, []
     ours = {launched_pid} | descendants([launched_pid], table.stats, table.children)
     # A start read from /proc is exact to a clock tick, but to whole seconds where uptime is
     # virtualised (see START_SLACK).
     slack = START_SLACK if meta.uptime_virtualised else _TICK_SLACK
-    later = sorted(
-        int(entry["pid"])
-        for entry in processes
-        if entry["pid"] in alive
-        and entry["pid"] not in ours
-        and isinstance(elapsed := entry.get("elapsed_seconds"), (int, float))
-        and meta.now - elapsed > ended + slack
-    )
+    later: list[int] = []
+    unordered: list[int] = []
+    for entry in processes:
+        elapsed = entry.get("elapsed_seconds")
+        if entry["pid"] not in alive or entry["pid"] in ours or not isinstance(elapsed, (int, float)):
+            continue
+        began = meta.now - elapsed
+        if ends_by is not None and began > ends_by + slack:
+            later.append(int(entry["pid"]))
+        elif ends_from is None or began >= ends_from - slack:
+            # Not surely begun before the launched job ended (its own process, orphaned when
+            # its wrapper exited) nor surely after (a later run): begun while the launched job
+            # was at work but not by it, or too close to its end to order. Which run the log
+            # and outputs now show cannot be told.
+            unordered.append(int(entry["pid"]))
     if later:
-        memory = replace(memory, superseded_by=later[0])
-    return memory, later
+        memory = replace(memory, superseded_by=min(later))
+    elif unordered:
+        memory = replace(memory, superseded_by=min(unordered), unordered=True)
+    return memory, sorted(later or unordered)
 
 
 def _not_found(
@@ -832,6 +879,8 @@ def _remember(
         run_pids=tuple(sorted(p for p in job.alive if p not in job.earlier))[:64],
         launched_gone_at=memory.launched_gone_at,
         superseded_by=memory.superseded_by,
+        launched_alive_at=memory.launched_alive_at,
+        unordered=memory.unordered,
     )
 
 
