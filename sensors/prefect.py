@@ -155,11 +155,11 @@ def check_stage(
         ...         ...
     """
     from sensors._base.run import run_from_record
-    from sensors._check.checker import Checker
+    from sensors._check.span import checker_for
 
     with (
         opened_store(state) as store,
-        Checker(as_stage(stage), since=since, run=run_from_record(run), state=store) as checker,
+        checker_for(as_stage(stage), since=since, run=run_from_record(run), state=store) as checker,
     ):
         verdict = checker.check()
     run_logger().log(
@@ -217,7 +217,7 @@ def wait_for_stage(
         ...     train()  # runs only after process, log, outputs and GPU all agree
     """
     from sensors._base.run import run_from_record
-    from sensors._check.checker import Checker
+    from sensors._check.span import checker_for
 
     spec = as_stage(stage)
     limit = spec.policy.timeout if timeout is None else parse_duration(timeout)
@@ -227,7 +227,7 @@ def wait_for_stage(
     gate = GateReport(spec, notifier=notifier_for(spec), cadence=cadence)
     with (
         opened_store(state) as store,
-        Checker(spec, since=since, run=run_from_record(run), state=store) as checker,
+        checker_for(spec, since=since, run=run_from_record(run), state=store) as checker,
     ):
         known = checker.announced()
         if known is not None:

@@ -9,6 +9,7 @@ GPUs, as it would. /proc is the machine's, so each host's ranks are told apart b
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -77,6 +78,19 @@ def test_each_node_reads_its_own_host_and_the_shared_parts_once() -> None:
     assert shared.nodes[0].log is not None and shared.nodes[1].log is None
     # A node's memory in the state store is never another stage's (a name no stage file may give).
     assert {n.stage for n in stage.nodes} == {"train#gpu-01", "train#gpu-02"}
+
+
+def test_a_stage_over_several_hosts_is_written_as_it_is_read() -> None:
+    """A gate's handoff and a flow's parameters write the stage and read it back: written
+    with ``host`` (its default) beside ``hosts``, it was refused as both forms."""
+    from sensors import Stage
+
+    stage = stage_from_dict(_base(hosts={"ssh": "gpu-{n:02d}", "count": 2}, policy={"success": "chief"}))
+    written = stage.model_dump(mode="json")
+    assert "host" not in written
+    again = Stage.model_validate(written)
+    assert again == stage and again.host_labels == ("gpu-00", "gpu-01")
+    assert "host" in stage_from_dict(_base()).model_dump()  # one host: written as before
 
 
 def test_a_host_name_in_a_match_is_matched_as_text() -> None:
@@ -642,3 +656,191 @@ def test_a_watch_checks_until_final_or_its_timeout_whatever_checks() -> None:
     short = Watch.of(lambda: Verdict("t", State.RUNNING, ("r",), {}, NOW, "a"), policy, timeout=7.0,
                      sleep=sleep, clock=lambda: now[0])  # fmt: skip
     assert len(list(short)) == 3 and short.timed_out  # at 0, 5 and the deadline, 7
+
+
+# --------------------------------------------------------------------------- the store, serve
+
+
+def test_a_restarted_watch_goes_on_from_what_it_saw_across_hosts(tmp_path: Path, hosts: list[_Host]) -> None:
+    """The state store keeps a stage over several hosts as one row: every node's memory and
+    the memory across them. A first watch saw only one of node 1's two ranks; a second watch
+    (a new process, as a restarted `wait` or a watcher taking over) finds every rank gone and
+    node 0's line written. It remembers that node 1 never showed both ranks: not complete,
+    and it says so (before, the nodes' memories were restored without the memory across
+    hosts, and the count had nothing to compare: complete)."""
+    from sensors import SpanChecker, load_stage
+
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2)
+    db = tmp_path / "state.db"
+    try:
+        ranks.procs[(1, 1)].kill()  # one of node 1's ranks never runs with the others
+        ranks.procs[(1, 1)].wait()
+        stage = load_stage(_stage(tmp_path, hosts, ranks))
+        with SpanChecker(stage, state=db) as first:
+            seen = [first.check() for _ in range(3)]
+        assert not [v for v in seen if v.state is State.COMPLETE]
+        ranks.finish()
+        for key, proc in ranks.procs.items():
+            if key != (1, 1):
+                assert proc.wait(30) == 0
+        with SpanChecker(stage, state=db) as second:
+            after = [second.check() for _ in range(4)]
+    finally:
+        ranks.stop()
+    assert [v.state for v in after if v.state is State.COMPLETE] == [], after[-1].reasons
+    b = f"127.0.0.1:{hosts[1].sshd.port}"
+    assert f"{b}: at most 1 of 2 ranks seen alive" in " ".join(after[-1].reasons), after[-1].reasons
+
+
+def test_serve_watches_a_stage_over_several_hosts_as_one_stage(tmp_path: Path, hosts: list[_Host]) -> None:
+    """`crosscheck serve` on a directory holding a stage over two hosts: one stage, one
+    stored verdict (its host: every host), complete once every host agrees, and its history
+    one row per change of that verdict."""
+    import sqlite3
+
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2)
+    stages = tmp_path / "stages"
+    stages.mkdir()
+    _stage(tmp_path, hosts, ranks).rename(stages / "train.yaml")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CROSSCHECK_STATE": str(tmp_path / "state.db")}
+    out = tmp_path / "serve.jsonl"
+    with open(out, "w") as fo, open(tmp_path / "serve.err", "w") as fe:
+        served = subprocess.Popen(
+            [sys.executable, "-m", "sensors", "serve", str(stages), "--json", "--rescan", "300ms"],
+            stdout=fo,
+            stderr=fe,
+            env=env,
+        )
+
+    def docs() -> list[dict[str, Any]]:
+        return [json.loads(line) for line in out.read_text().splitlines() if line.startswith("{")]
+
+    def until(ok: Any, timeout: float = 60.0) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if ok():
+                return
+            assert served.poll() is None, (tmp_path / "serve.err").read_text()[-2000:]
+            time.sleep(0.2)
+        raise AssertionError(((tmp_path / "serve.err").read_text()[-2000:], docs()[-2:]))
+
+    try:
+        until(lambda: any(_alive_everywhere(d, hosts) for d in docs()))
+        ranks.finish()
+        ranks.wait()
+        until(lambda: any(d["verdict"] == "complete" for d in docs()))
+    finally:
+        served.send_signal(signal.SIGTERM)
+        served.wait(30)
+        ranks.stop()
+    a, b = (f"127.0.0.1:{h.sshd.port}" for h in hosts)
+    seen = docs()
+    assert {d["stage"] for d in seen} == {"train"} and {d["host"] for d in seen} == {f"{a}, {b}"}
+    first_complete = next(k for k, d in enumerate(seen) if d["verdict"] == "complete")
+    assert all(_alive_everywhere(d, hosts) is False for d in seen[first_complete:])
+    log = (tmp_path / "serve.err").read_text()
+    assert f"watching stage train on {a}, {b}" in log, log[-2000:]
+    with sqlite3.connect(tmp_path / "state.db") as conn:
+        rows = conn.execute("SELECT stage, host FROM crosscheck_memory").fetchall()
+        history = [s for (s,) in conn.execute("SELECT state FROM crosscheck_history ORDER BY id")]
+    assert rows == [("train", f"{a}, {b}")], rows  # one row: no node keeps a row of its own
+    assert history[-1] == "complete" and history.count("complete") == 1, history
+    assert all(x != y for x, y in itertools.pairwise(history)), history  # one row per change
+
+
+@pytest.mark.prefect
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_gate_on_a_stage_over_several_hosts_completes_on_a_prefect_server(
+    tmp_path: Path, hosts: list[_Host]
+) -> None:
+    """The Prefect gate (``wait_for_stage`` in a flow run on a real Prefect API) on a stage
+    over two hosts: it waits while the ranks run, completes once every host agrees, and its
+    evidence artifact and events name the stage, with a row per host's signal."""
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from sensors import load_stage
+    from sensors.prefect import wait_for_stage
+
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2)
+    name = f"train-{uuid.uuid4().hex[:6]}"
+    stage = load_stage(_stage(tmp_path, hosts, ranks)).model_copy(update={"stage": name})
+
+    def finish_later() -> None:
+        time.sleep(3.0)
+        ranks.finish()
+
+    @flow
+    def gate_over_hosts() -> Any:
+        threading.Thread(target=finish_later, daemon=True).start()
+        return wait_for_stage(stage, timeout=90)
+
+    try:
+        verdict = gate_over_hosts()
+        ranks.wait()
+    finally:
+        ranks.stop()
+    a, b = (f"127.0.0.1:{h.sshd.port}" for h in hosts)
+    assert verdict.state is State.COMPLETE and verdict.advance, verdict.reasons
+    assert verdict.host == f"{a}, {b}" and verdict.reasons[0].startswith("every host agrees")
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_=f"crosscheck-{name}-%"))
+        )
+    (evidence,) = [x for x in found if x.key.endswith("-evidence")]
+    assert f"# {name}: complete" in evidence.data, evidence.data
+    for host in (a, b):
+        assert f"process@{host}" in evidence.data.replace("\\", ""), evidence.data
+
+
+def test_a_gate_hands_a_stage_over_several_hosts_to_the_watcher(tmp_path: Path, hosts: list[_Host]) -> None:
+    """A suspending gate's handoff (what its hand-off task writes into the store) of a stage
+    over two hosts: the watcher watches it as one stage, settles it once complete, and
+    resumes the gate with an outcome whose verdict is across hosts."""
+    from sensors import load_stage
+    from sensors._store import open_store
+    from sensors._watch.handoff import Desk, new_handoff, read_outcome, request_for
+    from sensors._watch.watcher import Watcher
+
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2)
+    stage = load_stage(_stage(tmp_path, hosts, ranks))
+    resumed: list[tuple[str, str]] = []
+    empty = tmp_path / "stages"
+    empty.mkdir()
+    with open_store(tmp_path / "state.db") as store:
+        request = {**request_for(stage, reference=None, since=None, run=None), "flow_run_id": "run-1"}
+        store.hand_off(new_handoff("run-1:train", stage, stage.host_name, request, timeout=90))
+        desk = Desk(
+            store, by="test-watcher", resume=lambda run, name: resumed.append((run, name)) or "resumed"
+        )
+        watcher = Watcher(empty, store=store, rescan_every=0.2, desk=desk)
+        stop = threading.Event()
+        thread = threading.Thread(target=watcher.run, args=(stop,), daemon=True)
+        thread.start()
+        try:
+            end = time.monotonic() + 30
+            while not any(
+                e.checker.last is not None and e.checker.last.state is State.RUNNING
+                for e in list(watcher.entries.values())
+            ):
+                assert time.monotonic() < end, "never watched"
+                time.sleep(0.1)
+            ranks.finish()
+            ranks.wait()
+            end = time.monotonic() + 60
+            while not resumed:
+                assert time.monotonic() < end, "never settled"
+                time.sleep(0.1)
+        finally:
+            stop.set()
+            thread.join(30)
+            ranks.stop()
+        handoff = store.handoff("run-1:train")
+        assert handoff is not None
+        outcome = read_outcome(handoff)
+    a, b = (f"127.0.0.1:{h.sshd.port}" for h in hosts)
+    assert resumed == [("run-1", "train")]
+    assert outcome is not None and outcome.verdict.state is State.COMPLETE, outcome
+    assert outcome.verdict.host == f"{a}, {b}"
+    assert {f"process@{a}", f"process@{b}"} <= set(outcome.verdict.readings)

@@ -257,7 +257,7 @@ def test_a_checkers_memory_is_saved_as_the_format_says(tmp_path) -> None:
             checker = Checker(stage_from_dict(job.stage_dict(interval="100ms")), since="1m")
             for _ in range(4):
                 checker.check()
-                memories.append(checker._memory_doc())
+                memories.append(checker.memory_doc())
                 time.sleep(0.1)
         finally:
             job.stop()

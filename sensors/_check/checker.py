@@ -64,7 +64,7 @@ def save_checked(checked: Sequence[tuple[Checker, Verdict]]) -> None:
     one store in one call where it takes several (see ``sensors._check.persist.save_all``)."""
     save_all(
         [
-            (c._persist, c._memory_doc(), verdict)
+            (c._persist, c.memory_doc(), verdict)
             for c, verdict in checked
             if c._persist is not None and c.saving
         ]
@@ -154,8 +154,8 @@ class Checker:
         """
         if stage.hosts is not None:
             raise ConfigError(
-                "a stage over several hosts (hosts:) is checked by crosscheck status and wait"
-                " (sensors.SpanChecker); serve and the Prefect gate do not take one yet",
+                "a stage over several hosts (hosts:) is checked by sensors.SpanChecker"
+                " (sensors.checker_for gives the checker of any stage)",
                 field="hosts",
             )
         self.stage = stage
@@ -287,6 +287,21 @@ class Checker:
         mem.static, mem.boot_id = memory.get("static"), memory.get("boot_id")
         mem.run, mem.first_check_at = memory.get("run"), memory.get("first_check_at")
 
+    def kept(self) -> tuple[Any, ...]:
+        """What this watch knows (its memory, its last verdict, whether it read the host):
+        put back with :meth:`put_back` after checks from another memory (a confirmation of a
+        stage over several hosts, ``sensors._check.span``)."""
+        return (self._memory, self.last, self._checked_here)
+
+    def put_back(self, kept: tuple[Any, ...]) -> None:
+        self._memory, self.last, self._checked_here = kept
+
+    def forget(self) -> None:
+        """Start from fresh memory (what this watch was told of its run stays)."""
+        self._memory, self.last, self._checked_here = _Memory(run=self._given_run), None, False
+        if self._given_run is not None and self.stage.log is not None:
+            self._memory.signals["log"] = seed_log_memory(self._given_run) or LogMemory()
+
     @property
     def own_run(self) -> OwnRun:
         """What this watch was told of its run: a launch, a start given with ``since``, or
@@ -329,7 +344,7 @@ class Checker:
             return True
         return self._persist.announce(self._memory.run, verdict)
 
-    def _memory_doc(self) -> dict[str, Any]:
+    def memory_doc(self) -> dict[str, Any]:
         """What the store keeps of this stage (the memory of every part, encoded by the codec)."""
         mem = self._memory
         return {
@@ -354,7 +369,12 @@ class Checker:
         restored = self._persist.restore()
         for note in restored.notes:
             log.warning("%s: %s", self.stage.stage, note)
-        memory = restored.memory
+        self.go_on_from(restored.memory, run)
+
+    def go_on_from(self, memory: Mapping[str, Any] | None, run: Run | None = None) -> None:
+        """Go on from a stored memory of this stage (:meth:`memory_doc`), when it is of this
+        watch's run (see :meth:`_restore`); a stage over several hosts keeps its nodes'
+        memories in its own document (``sensors._check.span``)."""
         if not memory:
             return
         stored_run = memory.get("run")

@@ -34,6 +34,7 @@ from sensors._signals.log import LogMemory
 from sensors._signals.outputs import OutputsMemory
 from sensors._signals.process import ProcessMemory
 from sensors._verdict import VerdictMemory
+from sensors._verdict.across import AcrossMemory
 
 #: Bumped when a memory's shape changes incompatibly: an older document is then fresh memory.
 VERSION = 1
@@ -47,6 +48,7 @@ _TYPES: dict[str, type] = {
         GpuMemory,
         GpuWindow,
         VerdictMemory,
+        AcrossMemory,
         Reading,
         Verdict,
         Run,

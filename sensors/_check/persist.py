@@ -58,11 +58,19 @@ def stage_parts(stage: Stage) -> dict[str, Any]:
     # "local" is the machine the watch runs on: one store shared by several machines
     # (PostgreSQL, or the default file in a home directory on NFS) holds one row per stage
     # name, and another machine's memory or verdict of its own job is not this one's.
-    parts["host"] = (
-        {"local": socket.gethostname()} if stage.host == "local" else stage.host.model_dump(mode="json")
-    )
+    parts["host"] = _host_part(stage.host)
     parts["policy"] = {name: getattr(stage.policy, name) for name in _DECISIVE_POLICY}
+    if stage.hosts is not None:
+        # A stage over several hosts: every host, in order (node k is the k-th), and the
+        # success policy (``all`` or ``chief`` decide differently from the same readings).
+        assert isinstance(stage.hosts, tuple)  # a pattern is expanded when the stage loads
+        parts["host"] = [_host_part(host) for host in stage.hosts]
+        parts["policy"]["success"] = stage.policy.success
     return parts
+
+
+def _host_part(host: Any) -> Any:
+    return {"local": socket.gethostname()} if host == "local" else host.model_dump(mode="json")
 
 
 #: What a watch was told of its run: a launch (a Run), a start given with --since, or nothing
@@ -425,6 +433,13 @@ def _without(memory: Any, changed: list[str]) -> dict[str, Any] | None:
         return None
     if "host" in changed:
         return None  # another host: nothing known of this one
+    if "nodes" in memory:
+        # A stage over several hosts (``sensors._check.span``): each node's memory as a
+        # stage's; what the verdict across them remembered was made under the old definition.
+        if not changed:
+            return memory
+        nodes = {label: _without(doc, changed) for label, doc in dict(memory["nodes"]).items()}
+        return {**memory, "nodes": nodes, "across": None, "last": None}
     if "process" in changed:
         return {"static": memory.get("static"), "boot_id": memory.get("boot_id")}
     if not changed:

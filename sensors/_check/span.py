@@ -4,25 +4,38 @@ Each node is a single-host stage (``Stage.nodes``) checked by its own :class:`Ch
 same probe, one round trip per host, the same rules — so a slow or dead host delays no other
 beyond the check's deadline, and its failure is that node's ``unknown``, never a dead job.
 The verdict across them is ``_verdict.across.decide_across``.
+
+With a state store, the stage is one row: one lease, one stored verdict (the one across
+hosts), and one memory document holding every node's memory and the memory across them
+(the ranks seen alive on each host, when ranks were lost, when each host last moved). A
+restarted watch, or a watcher taking the stage over, goes on from all of it; a node's memory
+is never kept apart from the others' (a node's row of its own, restored without the memory
+across hosts, let a second watch forget the ranks a first one had seen).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
-from sensors._base.model import Verdict
-from sensors._base.run import Since
+from sensors._base.errors import ConfigError
+from sensors._base.model import Says, Verdict
+from sensors._base.run import Run, Since, parse_since
 from sensors._check.checker import Checker, Watch
+from sensors._check.persist import NotOurs, OwnRun, Persistence, is_store, is_this_run, save_all
 from sensors._config.stage import Stage
-from sensors._store import Store
+from sensors._store import Store, open_store
 from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
 
-__all__ = ["AnyChecker", "SpanChecker", "checker_for"]
+__all__ = ["AnyChecker", "Span", "SpanChecker", "checker_for"]
+
+log = logging.getLogger("crosscheck")
 
 
 @dataclass(frozen=True)
@@ -36,7 +49,12 @@ class Span:
 
 class SpanChecker:
     """Checks a stage over several hosts: each :meth:`check` checks every node at once and
-    returns the one verdict across them (``complete`` only when every host agrees)."""
+    returns the one verdict across them (``complete`` only when every host agrees).
+
+    It answers as a :class:`Checker` does where a watch needs it (``followed``, ``save``,
+    ``persistence``, ``announce``, ``announced``, ``run``, ``own_run``): ``crosscheck
+    serve`` and the Prefect gate take either.
+    """
 
     def __init__(
         self,
@@ -44,46 +62,218 @@ class SpanChecker:
         *,
         since: str | float | Since | None = None,
         state: Store | str | os.PathLike[str] | None = None,
+        run: Run | None = None,
     ) -> None:
+        if stage.hosts is None:
+            raise ConfigError("SpanChecker is for a stage over several hosts (hosts:)", field="hosts")
+        if run is not None:
+            raise ConfigError(
+                "a stage over several hosts has no launch record (a launch across hosts is not built)",
+                field="launch",
+            )
+        try:
+            self._since = parse_since(since)
+        except ValueError as exc:
+            raise ConfigError(str(exc), field="since") from None
         self.stage = stage
-        self.nodes = tuple(Checker(node, since=since, state=state) for node in stage.nodes)
+        # The nodes keep no row of their own: their memories are this stage's document.
+        self.nodes = tuple(Checker(node, since=self._since) for node in stage.nodes)
         self.host = Span(", ".join(stage.host_labels), stage.stage)
         self.labels = stage.host_labels
         self.lock = threading.Lock()
         self.last: Verdict | None = None
         self._memory = AcrossMemory()
         self._pool = ThreadPoolExecutor(max_workers=min(32, len(self.nodes)), thread_name_prefix="span")
+        self._persist: Persistence | None = None
+        self._store_owned: Store | None = None
+        self._saving = True
+        self._checked_here = False
+        self._told_not_ours = False
+        if state is not None:
+            store = state if is_store(state) else open_store(state)
+            if not is_store(state):
+                self._store_owned = store
+            self._persist = Persistence(store, stage, self.host.name)
+            self._restore()
 
-    def followed(self) -> Verdict | None:
-        """None: a stage over several hosts is always checked by the watch that asks."""
-        return None
+    # ------------------------------------------------------------------ one check
 
     def check(self) -> Verdict:
-        """One check of every node, in parallel; the verdict across them."""
+        """One check of every node, in parallel; the verdict across them (another watch's,
+        followed, where it holds the stage)."""
         with self.lock:
-            verdicts = list(self._pool.map(lambda c: c.check(), self.nodes))
-            nodes = [NodeCheck(label, v) for label, v in zip(self.labels, verdicts, strict=True)]
-            now = max((v.checked_at for v in verdicts if v.checked_at is not None), default=time.time())
-            per_host = self.stage.process.per_host if self.stage.process is not None else None
-            verdict, self._memory = decide_across(
-                self.stage.stage, nodes, self.stage.policy, per_host, self._memory, now
-            )
-            if self.last is not None and self.last.state is verdict.state and self.last.since is not None:
-                since = self.last.since
-            else:
-                since = now
-            verdict = Verdict(
-                stage=verdict.stage,
-                state=verdict.state,
-                reasons=verdict.reasons,
-                readings=verdict.readings,
-                checked_at=now,
-                host=verdict.host,
-                since=since,
-                run=verdict.run,
-            )
-            self.last = verdict
-            return verdict
+            followed = self.followed()
+            if followed is not None:
+                return followed
+            return self.save(self._check())
+
+    def _check(self) -> Verdict:
+        verdicts = list(self._pool.map(lambda c: c.check(), self.nodes))
+        self._checked_here = True
+        nodes = [NodeCheck(label, v) for label, v in zip(self.labels, verdicts, strict=True)]
+        now = max((v.checked_at for v in verdicts if v.checked_at is not None), default=time.time())
+        per_host = self.stage.process.per_host if self.stage.process is not None else None
+        verdict, self._memory = decide_across(
+            self.stage.stage, nodes, self.stage.policy, per_host, self._memory, now
+        )
+        held = self.last is not None and self.last.state is verdict.state and self.last.since is not None
+        verdict = replace(verdict, since=self.last.since if held and self.last is not None else now)
+        self.last = verdict
+        return verdict
+
+    # ------------------------------------------------------------------ the store
+
+    @property
+    def persistence(self) -> Persistence | None:
+        """This stage's row in the state store (None: memory lives with this checker only)."""
+        return self._persist
+
+    @property
+    def saving(self) -> bool:
+        return self._persist is not None and self._saving
+
+    @property
+    def own_run(self) -> OwnRun:
+        """What this watch was told of its run: a start given with ``since``, or None."""
+        return self._since
+
+    @property
+    def run(self) -> Run | None:
+        """Where node 0's run begins, once known: the stage's run (its announcements are
+        keyed by it)."""
+        return self.nodes[0].run
+
+    def followed(self) -> Verdict | None:
+        """The stored verdict, when another watch holds this stage (as :meth:`Checker.followed`:
+        only this run's and this definition's; a final one is confirmed by checks of this watch)."""
+        persist = self._persist
+        self._saving = True
+        elsewhere = persist.hold() if persist is not None else None
+        if persist is None or elsewhere is None:
+            if persist is not None and persist.following:
+                # Taken over from the watch this one followed: its memory is the latest.
+                persist.following = False
+                self._restore()
+            return None
+        followed = persist.followed(elsewhere, self._since)
+        if not isinstance(followed, Verdict):
+            if isinstance(followed, NotOurs) and not self._told_not_ours:
+                log.info("%s: held by %s; %s: checked here", self.stage.stage, elsewhere, followed.why)
+                self._told_not_ours = True
+            self._saving = False
+            return None
+        if followed.state.final:
+            return self._confirmed(followed)
+        self.last = followed
+        return followed
+
+    def _confirmed(self, followed: Verdict) -> Verdict:
+        """The holder's final verdict, confirmed as :meth:`Checker._confirmed` does: checked
+        here without saving, with the holder's memory of every node and of the hosts together,
+        and — where this watch has read the hosts itself — with its own too; both must agree,
+        and never a ``complete`` over a check that is not."""
+        assert self._persist is not None
+        memory = self._persist.restore().memory or {}
+        self._saving = False
+        checks = []
+        if is_this_run(memory.get("run"), self._since) and isinstance(memory.get("last"), Verdict):
+            own = self._snapshot() if self._checked_here else None
+            self._reset()
+            self._go_on_from(memory)
+            checks.append(self._check())
+            if own is not None:
+                self._put_back(own)
+                checks.append(self._check())
+        else:
+            checks.append(self._check())
+        if all(c.state is followed.state for c in checks):
+            self.last = followed
+            return followed
+        holding_back = [c for c in checks if not c.advance]
+        if holding_back:
+            return next((c for c in holding_back if c.state is not followed.state), holding_back[0])
+        return followed
+
+    def _snapshot(self) -> tuple[Any, ...]:
+        return ([node.kept() for node in self.nodes], self._memory, self.last)
+
+    def _put_back(self, snapshot: tuple[Any, ...]) -> None:
+        nodes, self._memory, self.last = snapshot
+        for node, kept in zip(self.nodes, nodes, strict=True):
+            node.put_back(kept)
+
+    def _reset(self) -> None:
+        for node in self.nodes:
+            node.forget()
+        self._memory, self.last = AcrossMemory(), None
+
+    def memory_doc(self) -> dict[str, Any]:
+        """What the store keeps of this stage: every node's memory, the memory across them,
+        the run (node 0's) and the last verdict."""
+        return {
+            "nodes": {label: node.memory_doc() for label, node in zip(self.labels, self.nodes, strict=True)},
+            "across": self._memory,
+            "run": self.run,
+            "last": self.last,
+        }
+
+    def _restore(self) -> None:
+        assert self._persist is not None
+        restored = self._persist.restore()
+        for note in restored.notes:
+            log.warning("%s: %s", self.stage.stage, note)
+        if restored.memory:
+            self._go_on_from(restored.memory)
+
+    def _go_on_from(self, memory: Mapping[str, Any]) -> None:
+        """Go on from a stored document of this stage, where it is of this watch's run: each
+        node from its own memory (as a Checker does), the hosts together only when every node
+        went on from the same document's run."""
+        nodes = memory.get("nodes")
+        if not isinstance(nodes, Mapping) or not is_this_run(memory.get("run"), self._since):
+            return
+        for label, node in zip(self.labels, self.nodes, strict=True):
+            node.go_on_from(nodes.get(label))
+        if self.nodes[0].run != memory.get("run"):
+            return  # node 0 did not go on from it (another run): nothing across hosts either
+        across = memory.get("across")
+        if isinstance(across, AcrossMemory):
+            self._memory = across
+        last = memory.get("last")
+        self.last = last if isinstance(last, Verdict) else None
+
+    def save(self, verdict: Verdict) -> Verdict:
+        """``verdict``, after saving this stage's memory (when a state store keeps it)."""
+        if self._persist is not None and self._saving:
+            save_all([(self._persist, self.memory_doc(), verdict)])
+        return verdict
+
+    def announced(self) -> Verdict | None:
+        """This run's final verdict when the store says it was announced already (a gate
+        started again on a finished run), after one fresh check: a rank alive on any host,
+        or node 0 on a new run, is no finished run."""
+        if self._persist is None:
+            return None
+        run, last = self.run, self.last
+        known = self._persist.announced(run, last)
+        if known is None:
+            return None
+        self.check()
+        alive = any(
+            (r := v.readings.get("process")) is not None and r.says is Says.WORKING
+            for v in [n.last for n in self.nodes if n.last is not None]
+        )
+        if self.run != run or alive:
+            return None
+        return known
+
+    def announce(self, verdict: Verdict) -> bool:
+        """Record ``verdict`` as this run's final one; False when it was announced before."""
+        if self._persist is None:
+            return True
+        return self._persist.announce(self.run, verdict)
+
+    # ------------------------------------------------------------------ waiting
 
     def watch(
         self,
@@ -96,8 +286,16 @@ class SpanChecker:
         return Watch.of(self.check, self.stage.policy, timeout=timeout, sleep=sleep, clock=clock)
 
     def close(self) -> None:
+        """Release the stage's lease; close the store when it was opened here."""
         for node in self.nodes:
             node.close()
+        if self._persist is not None:
+            self._persist.release()
+        if self._store_owned is not None:
+            try:
+                self._store_owned.close()
+            except Exception:  # closing is best effort: nothing is lost with the connection
+                log.debug("state store: close failed", exc_info=True)
         self._pool.shutdown(wait=False)
 
     def __enter__(self) -> SpanChecker:
@@ -112,12 +310,13 @@ def checker_for(
     *,
     since: str | float | Since | None = None,
     state: Store | str | os.PathLike[str] | None = None,
+    run: Run | None = None,
 ) -> Checker | SpanChecker:
     """The checker of ``stage``: a :class:`Checker` for one host, a :class:`SpanChecker` for
     a stage over several (``hosts:``)."""
     if stage.hosts is not None:
-        return SpanChecker(stage, since=since, state=state)
-    return Checker(stage, since=since, state=state)
+        return SpanChecker(stage, since=since, state=state, run=run)
+    return Checker(stage, since=since, state=state, run=run)
 
 
 #: What checks a stage: one host's :class:`Checker`, or a :class:`SpanChecker` over several.

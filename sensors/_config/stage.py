@@ -15,10 +15,12 @@ import yaml
 from pydantic import (
     Field,
     SecretStr,
+    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
     WithJsonSchema,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
@@ -236,6 +238,16 @@ class Stage(Section):
     notify: NotifySpec | None = None
     launch: LaunchSpec | None = None
 
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A stage over several hosts is written without ``host`` (its default, written too,
+        would be read back as both forms, which is refused: a gate's handoff, a flow's
+        parameter)."""
+        data = handler(self)
+        if self.hosts is not None and isinstance(data, dict):
+            data.pop("host", None)
+        return data
+
     @model_validator(mode="after")
     def _some_signal(self) -> Stage:
         if self.gpu is not None and self.gpu.idle_for * 1.5 < self.policy.interval:
@@ -356,6 +368,9 @@ class Stage(Section):
 
     @property
     def host_name(self) -> str:
+        """Where the stage runs, in words: its host, or every host of a stage over several."""
+        if self.hosts is not None:
+            return ", ".join(self.host_labels)
         return "local" if self.host == "local" else self.host.ssh
 
     @property

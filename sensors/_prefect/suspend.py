@@ -129,7 +129,7 @@ def hand_off_stage(
     from prefect.runtime import flow_run
 
     from sensors._base.run import run_from_record
-    from sensors._check.checker import Checker
+    from sensors._check.span import checker_for
 
     log = get_run_logger()
     ticket = ticket_for(stage)
@@ -138,7 +138,7 @@ def hand_off_stage(
         if known is not None:
             log.info("%s: handed off before (this flow run resumed)", stage.stage)
             return {"ticket": ticket, "deadline": known.deadline}
-        with Checker(stage, since=since, run=run_from_record(run), state=store) as checker:
+        with checker_for(stage, since=since, run=run_from_record(run), state=store) as checker:
             announced = checker.announced()
             host = checker.host.name
             if announced is None:

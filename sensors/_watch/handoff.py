@@ -57,8 +57,8 @@ def watcher_name(holder: str) -> str:
 def has_inline_secret(stage: Stage) -> bool:
     """Whether the stage carries key material itself (from a ``CrosscheckSSHHost`` block),
     not a reference to a key file or a secret."""
-    host = stage.host
-    return host != "local" and host.material is not None
+    hosts = stage.hosts if isinstance(stage.hosts, tuple) else (stage.host,)
+    return any(host != "local" and host.material is not None for host in hosts)
 
 
 def request_for(

@@ -36,9 +36,8 @@ from sensors._base.model import State, Verdict
 from sensors._base.output import on_closed
 from sensors._base.run import run_from_record
 from sensors._check.batch import check_batch
-from sensors._check.checker import Checker
 from sensors._check.persist import NotOurs, Persistence, dead_here, holder_id, is_followed, is_store
-from sensors._check.span import AnyChecker
+from sensors._check.span import AnyChecker, checker_for
 from sensors._config.stage import MAX_STAGE_BYTES, Stage, load_stage_bytes
 from sensors._store import Handoff, Store
 from sensors._watch.gc import tune_for_watching
@@ -298,7 +297,7 @@ class _Entry:
     name: str
     version: object
     stage: Stage
-    checker: Checker
+    checker: AnyChecker
     notifier: Notifier | None
     last: Verdict | None = None
     checked_at: float | None = None
@@ -460,7 +459,7 @@ class Watcher:
                 log.info("%s: stage %s changed: watched with its new definition", item.name, item.stage.stage)
                 self._drop(key)
             try:
-                checker = Checker(
+                checker = checker_for(
                     item.stage, state=self.store, since=item.since, run=run_from_record(item.run)
                 )
             except CrosscheckError as exc:  # a handed-off `since` that does not parse
@@ -574,8 +573,6 @@ class Watcher:
         out: list[Verdict | None] = [None] * len(checkers)
         probed = []
         for k, checker in enumerate(checkers):
-            # A stage over several hosts never reaches the watcher (Checker refuses one).
-            assert isinstance(checker, Checker)
             persist = checker.persistence
             if persist is None or persist.take or persist.held:
                 probed.append(k)
@@ -663,7 +660,7 @@ def _overdue(entry: _Entry) -> bool:
     return stored is None or time.time() - stored.saved_at >= entry.stage.policy.interval
 
 
-def _holds(checker: Checker) -> bool:
+def _holds(checker: AnyChecker) -> bool:
     """Whether this watcher holds ``checker``'s stage (or watches it alone)."""
     persist = checker.persistence
     return persist is None or persist.take or persist.held
