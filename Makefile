@@ -61,6 +61,7 @@ bench: $(STAMP) system-deps
 	$(BIN)/python bench/regex.py
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/fleet.py
+	$(BIN)/python bench/span.py
 
 # The ground-truth fuzzer's long run (issue 21): histories of one stage against real jobs,
 # files and watches; no complete the truth does not allow. `make test` runs 64 seeds of it.

@@ -98,16 +98,28 @@ class Fleet:
     served by ceil(50 / 16) = 4 sshd processes of tests/sshd.py, each on up to 16 ports.
     """
 
-    def __init__(self, root: Path, hosts: int, local: int) -> None:
+    def __init__(
+        self,
+        root: Path,
+        hosts: int,
+        local: int,
+        *,
+        ports_per_sshd: int = PORTS_PER_SSHD,
+        wrap: Callable[[int], list[str]] | None = None,
+    ) -> None:
+        """``ports_per_sshd``: hosts one sshd serves (1: an sshd per host, as bench/span.py
+        has); ``wrap``: the command prefix the k-th sshd runs under (``SSHD(wrap=...)``)."""
         self.root = root
         self.hosts, self.local = hosts, local
         self.servers: list[SSHD] = []
         self.host_server: list[SSHD] = []  # host index -> the sshd serving its port
         self.ports: list[int] = []
-        for first in range(0, hosts, PORTS_PER_SSHD):
-            server = SSHD(root / f"sshd-{len(self.servers)}")
+        per_sshd = min(ports_per_sshd, PORTS_PER_SSHD)
+        for first in range(0, hosts, per_sshd):
+            k = len(self.servers)
+            server = SSHD(root / f"sshd-{k}", wrap=wrap(k) if wrap is not None else None)
             ports = [server.port]
-            while len(ports) < min(PORTS_PER_SSHD, hosts - first):
+            while len(ports) < min(per_sshd, hosts - first):
                 port = free_port()
                 if port not in ports and port not in self.ports:
                     ports.append(port)
@@ -133,12 +145,16 @@ class Fleet:
         self.jobs: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> None:
-        for server in self.servers:
-            server.start()
+        self.start_servers()
         for j in range(1, SLEEPS + 1):
             self.jobs.append(subprocess.Popen(["sleep", f"100000.{j}"], start_new_session=True))
         for k in range(1, PER_HOST + 1):  # the busy mix's jobs: the k-th stage of every host
             self.jobs.append(subprocess.Popen(["sleep", f"300000.{k}"], start_new_session=True))
+
+    def start_servers(self) -> None:
+        """The sshd processes alone (the fleet's jobs are :meth:`start`'s)."""
+        for server in self.servers:
+            server.start()
 
     def stop(self) -> None:
         for job in self.jobs:
