@@ -125,3 +125,42 @@ def test_the_picture_is_one_small_svg_with_a_band_per_verdict() -> None:
     assert "GPU utilisation (%)" not in texts  # no GPU readings: no empty panel
     assert len(svg) < 20_000
     assert base64.b64decode(data_url(svg).split(",", 1)[1]).decode() == svg
+
+
+def _span_verdict(state: State, at: float, cpu: dict[str, float], gpu: dict[str, float]) -> Verdict:
+    """A verdict across hosts as ``decide_across`` writes it: each host's readings keyed
+    ``SIGNAL@HOST``, the shared outputs once."""
+    readings = {"outputs": Reading("outputs", Says.WORKING, "", {"count": 1, "expected": 2})}
+    for host in cpu:
+        readings[f"process@{host}"] = Reading("process", Says.WORKING, "", {"cpu_seconds": cpu[host]})
+        readings[f"gpu@{host}"] = Reading(
+            "gpu", Says.WORKING, "", {"devices": [{"utilization_pct": gpu[host]}, {"utilization_pct": 3.0}]}
+        )
+    return Verdict("train", state, ("r",), readings, at, ", ".join(cpu))
+
+
+def test_the_picture_of_a_stage_over_several_hosts_has_a_line_per_host() -> None:
+    """Issue 25: the picture of a stage over several hosts draws each host's CPU time and GPU
+    use as a line of its own, named (before, no host's readings were drawn at all: they are
+    keyed ``process@HOST``), and keeps them through a watcher's handoff (its JSON)."""
+    history = WaitHistory(limit=16)
+    for i in range(6):
+        # gpu-02 stops making progress after the third check: its line goes flat.
+        cpu = {"gpu-01": 10.0 * i, "gpu-02:2202": 10.0 * min(i, 2)}
+        history.add(_span_verdict(State.RUNNING, NOW + i, cpu, {"gpu-01": 90.0, "gpu-02:2202": 100.0}))
+    again = WaitHistory.from_json(history.to_json())
+    assert again is not None and again.samples == history.samples
+    svg = wait_svg(again.samples, title="train")
+    root = ET.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    texts = [t.text for t in root.iter(f"{ns}text")]
+    assert "CPU time (s)" in texts and "GPU utilisation (%)" in texts and "outputs written" in texts
+    assert "log age (s)" not in texts  # no log read: no empty panel
+    assert texts.count("gpu-01") == 2 and texts.count("gpu-02:2202") == 2  # CPU and GPU panels
+    lines = root.findall(f".//{ns}polyline")
+    assert len(lines) == 5  # outputs once; CPU and GPU, one line per host
+    assert len({line.get("stroke") for line in lines}) >= 2
+    # A one-host history from before (six values per sample) still reads.
+    old = {"checks": 1, "first_at": NOW, "samples": [[NOW, "running", 1.0, 2.0, 3.0, 4.0]]}
+    (sample,) = WaitHistory.from_json(old).samples  # type: ignore[union-attr]
+    assert sample.per_host == () and sample.cpu_seconds == 1.0

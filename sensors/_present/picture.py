@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
@@ -40,6 +40,9 @@ class Sample:
     outputs: float | None = None
     log_age: float | None = None
     gpu_util: float | None = None
+    #: A stage over several hosts: each host's (name, CPU time, log age, GPU use), one line
+    #: per host in the picture (its readings are ``process@HOST``, ``log@HOST``, ``gpu@HOST``).
+    per_host: tuple[tuple[str, float | None, float | None, float | None], ...] = ()
 
     @classmethod
     def of(cls, verdict: Verdict, *, at: float) -> Sample:
@@ -47,23 +50,56 @@ class Sample:
             reading = verdict.readings.get(signal)
             return number(reading.evidence.get(key)) if reading is not None else None
 
-        gpu = None
-        if (reading := verdict.readings.get("gpu")) is not None:
-            devices = reading.evidence.get("devices")
-            utils = [
-                u
-                for d in (devices if isinstance(devices, list) else [])
-                if isinstance(d, dict) and (u := number(d.get("utilization_pct"))) is not None
-            ]
-            gpu = max(utils) if utils else None
+        hosts: dict[str, list[float | None]] = {}
+        for name, reading in verdict.readings.items():
+            signal, at_sign, host = name.partition("@")
+            if at_sign and signal in _PER_HOST:
+                values = hosts.setdefault(host, [None, None, None])
+                values[_PER_HOST.index(signal)] = (
+                    _gpu_use(reading.evidence)
+                    if signal == "gpu"
+                    else number(reading.evidence.get(_KEY[signal]))
+                )
+        gpu = verdict.readings.get("gpu")
         return cls(
             at=number(verdict.checked_at) or at,
             state=verdict.state,
             cpu_seconds=ev("process", "cpu_seconds"),
             outputs=ev("outputs", "count"),
             log_age=ev("log", "age_seconds"),
-            gpu_util=gpu,
+            gpu_util=_gpu_use(gpu.evidence) if gpu is not None else None,
+            per_host=tuple((host, *values) for host, values in hosts.items()),  # type: ignore[misc]
         )
+
+    def value(self, attr: str, host: str | None = None) -> float | None:
+        """``attr`` of this check (``cpu_seconds``, ``outputs``, ...), of ``host`` if given."""
+        if host is None:
+            value: float | None = getattr(self, attr)
+            return value
+        if attr not in _HOST_ATTRS:
+            return None
+        for name, cpu, log_age, gpu in self.per_host:
+            if name == host:
+                return (cpu, log_age, gpu)[_HOST_ATTRS.index(attr)]
+        return None
+
+
+#: The signals drawn per host, in the order of a ``per_host`` row, the evidence each is read
+#: from, and the sample's attribute each is drawn in.
+_PER_HOST = ("process", "log", "gpu")
+_KEY = {"process": "cpu_seconds", "log": "age_seconds"}
+_HOST_ATTRS = ("cpu_seconds", "log_age", "gpu_util")
+
+
+def _gpu_use(evidence: object) -> float | None:
+    """The busiest device's utilisation (a GPU reading's evidence)."""
+    devices = evidence.get("devices") if isinstance(evidence, Mapping) else None
+    utils = [
+        u
+        for d in (devices if isinstance(devices, list) else [])
+        if isinstance(d, dict) and (u := number(d.get("utilization_pct"))) is not None
+    ]
+    return max(utils) if utils else None
 
 
 class WaitHistory:
@@ -96,12 +132,14 @@ class WaitHistory:
 
     def to_json(self) -> dict[str, object]:
         """Plain JSON: the counts and one short list per sample (``[at, state, cpu, outputs,
-        log age, gpu]``), about 50 bytes each."""
+        log age, gpu]``, about 50 bytes each; a stage over several hosts adds its hosts' rows)."""
         return {
             "checks": self.checks,
             "first_at": self.first_at,
             "samples": [
-                [s.at, str(s.state), s.cpu_seconds, s.outputs, s.log_age, s.gpu_util] for s in self.samples
+                [s.at, str(s.state), s.cpu_seconds, s.outputs, s.log_age, s.gpu_util]
+                + ([[list(row) for row in s.per_host]] if s.per_host else [])
+                for s in self.samples
             ],
         }
 
@@ -114,8 +152,14 @@ class WaitHistory:
         try:
             for row in doc["samples"]:
                 at, state, *values = row
+                hosts = values.pop() if len(values) == 5 else []
                 cpu, outputs, log_age, gpu = (number(v) for v in values)
-                history.samples.append(Sample(float(at), State(state), cpu, outputs, log_age, gpu))
+                per_host = tuple((str(name), *(number(v) for v in rest)) for name, *rest in hosts)
+                if any(len(r) != 4 for r in per_host):
+                    return None
+                history.samples.append(
+                    Sample(float(at), State(state), cpu, outputs, log_age, gpu, per_host)  # type: ignore[arg-type]
+                )
         except (TypeError, ValueError):
             return None
         history.samples = history.samples[-history.limit :]
@@ -136,7 +180,12 @@ _WIDTH, _LEFT, _RIGHT, _TOP, _PANEL, _GAP = 860, 150, 20, 34, 64, 14
 
 def wait_svg(samples: Sequence[Sample], *, title: str) -> str:
     """The SVG document (a string) for ``samples``, oldest first."""
-    panels = [p for p in _PANELS if any(getattr(s, p[0]) is not None for s in samples)]
+    hosts = list(dict.fromkeys(row[0] for s in samples for row in s.per_host))
+    panels = [
+        p
+        for p in _PANELS
+        if any(s.value(p[0]) is not None or any(s.value(p[0], h) is not None for h in hosts) for s in samples)
+    ]
     height = _TOP + len(panels) * (_PANEL + _GAP) + 44
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" '
@@ -150,7 +199,7 @@ def wait_svg(samples: Sequence[Sample], *, title: str) -> str:
     frame = _Frame(samples[0].at, samples[-1].at, _TOP + len(panels) * (_PANEL + _GAP) - _GAP)
     out += _bands(samples, frame)
     for n, panel in enumerate(panels):
-        out += _panel(samples, frame, _TOP + n * (_PANEL + _GAP), *panel)
+        out += _panel(samples, frame, _TOP + n * (_PANEL + _GAP), *panel, hosts=hosts)
     out += _axis_and_legend(samples, frame)
     out.append("</svg>")
     return "".join(out)
@@ -196,11 +245,26 @@ def _bands(samples: Sequence[Sample], frame: _Frame) -> list[str]:
 
 
 def _panel(
-    samples: Sequence[Sample], frame: _Frame, top: int, attr: str, label: str, colour: str
+    samples: Sequence[Sample],
+    frame: _Frame,
+    top: int,
+    attr: str,
+    label: str,
+    colour: str,
+    *,
+    hosts: Sequence[str] = (),
 ) -> list[str]:
-    """One signal over time: a framed panel, its label and scale, the line of its values."""
-    values = [(s.at, getattr(s, attr)) for s in samples if getattr(s, attr) is not None]
-    high = max(v for _, v in values) if values else 0.0
+    """One signal over time: a framed panel, its label and scale, the line of its values —
+    for a stage over several hosts, one line per host, each named at its end."""
+    lines: list[tuple[str | None, str, list[tuple[float, float]]]] = []
+    own = [(s.at, v) for s in samples if (v := s.value(attr)) is not None]
+    if own:
+        lines.append((None, colour, own))
+    for k, host in enumerate(hosts):
+        values = [(s.at, v) for s in samples if (v := s.value(attr, host)) is not None]
+        if values:
+            lines.append((host, _HOST_COLOURS[k % len(_HOST_COLOURS)], values))
+    high = max((v for _, _, values in lines for _, v in values), default=0.0)
     high = 100.0 if attr == "gpu_util" else (high if high > 0 else 1.0)
 
     def y(v: float) -> float:
@@ -211,13 +275,24 @@ def _panel(
         f'<text x="{_LEFT - 8}" y="{top + _PANEL / 2 + 4:.0f}" text-anchor="end">{escape(label)}</text>'
         f'<text x="{_LEFT - 8}" y="{top + 10}" text-anchor="end" fill="#57606a">{_num(high)}</text>'
     ]
-    if len(values) == 1:
-        t, v = values[0]
-        out.append(f'<circle cx="{frame.x(t):.1f}" cy="{y(v):.1f}" r="2.5" fill="{colour}"/>')
-    elif values:
-        points = " ".join(f"{frame.x(t):.1f},{y(v):.1f}" for t, v in values)
-        out.append(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="1.8"/>')
+    for named, stroke, values in lines:
+        if len(values) == 1:
+            t, v = values[0]
+            out.append(f'<circle cx="{frame.x(t):.1f}" cy="{y(v):.1f}" r="2.5" fill="{stroke}"/>')
+        else:
+            points = " ".join(f"{frame.x(t):.1f},{y(v):.1f}" for t, v in values)
+            out.append(f'<polyline points="{points}" fill="none" stroke="{stroke}" stroke-width="1.8"/>')
+        if named is not None:
+            t, v = values[-1]
+            out.append(
+                f'<text x="{frame.x(t) - 4:.1f}" y="{y(v) - 3:.1f}" text-anchor="end" font-size="9" '
+                f'fill="{stroke}">{escape(named)}</text>'
+            )
     return out
+
+
+#: One colour per host (a stage over several hosts), in the hosts' order, then again.
+_HOST_COLOURS = ("#1f6feb", "#cf222e", "#2da44e", "#8250df", "#bf8700", "#0a7b83", "#d1242f", "#6e7781")
 
 
 def _axis_and_legend(samples: Sequence[Sample], frame: _Frame) -> list[str]:
