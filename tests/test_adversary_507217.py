@@ -264,3 +264,22 @@ def test_a_launched_jobs_worker_that_is_not_its_descendant(tmp_path, how) -> Non
     assert Path(run1.exit_file).read_text().split()[0] == "0"
     assert any(v.readings["process"].says.value == "working" for v in verdicts)
     assert verdicts[-1].state is State.COMPLETE, verdicts[-1].reasons
+
+
+def test_a_launched_job_alone_whose_start_cannot_be_read_still_completes(tmp_path, monkeypatch) -> None:
+    """The other side of 3.: a start /proc cannot tell does not hold back a launched job that
+    runs alone (its processes are the wrapper and its descendants)."""
+    from sensors import Checker, State
+    from sensors._hosts import LocalHost
+    from sensors._signals import process as process_signal
+
+    monkeypatch.setattr(process_signal, "elapsed", lambda st, meta: (None, "no trustworthy boot clock"))
+    host, tag = LocalHost(), f"adv-alone-{uuid.uuid4().hex[:8]}"
+    script = "import subprocess, sys, time; subprocess.run([sys.executable, '-c', 'import time; time.sleep(0.8)']); time.sleep(0.1)"
+    run1, pid1 = _launched(host, str(tmp_path / "job.log"), script, tag)
+    checker = Checker(_stage(tag), run=run1)
+    verdicts = [checker.check(), checker.check()]
+    _reaped(pid1)
+    _until(lambda: Path(run1.exit_file).exists(), timeout=10)
+    verdicts += [checker.check() for _ in range(3)]
+    assert verdicts[-1].state is State.COMPLETE, verdicts[-1].reasons

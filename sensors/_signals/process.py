@@ -544,7 +544,11 @@ def read_process(
             seen_alive=False,
         )
     exit_record = read_exit_record(sections) if run is not None and run.exit_file else None
-    memory, later = _after_launch(memory, run, launched_pid, exit_record, processes, alive_pids, table, meta)
+    # The probe's word on the launched PID: "other" once another process holds it (reused).
+    launched_state = (sections.get("launched") or b"").strip() if launched_pid is not None else b""
+    memory, later = _after_launch(
+        memory, run, launched_pid, exit_record, processes, alive_pids, table, meta, launched_state
+    )
     if memory.superseded_by is not None:
         if memory.unordered:
             why = (
@@ -656,6 +660,7 @@ def _after_launch(
     alive: list[int],
     table: _ProcessTable,
     meta: Meta,
+    launched_state: bytes = b"",
 ) -> tuple[ProcessMemory, list[int]]:
     """A launched run's end, and the later runs begun after it (see ``ProcessMemory``).
 
@@ -675,9 +680,14 @@ def _after_launch(
     exited = exit_record.get("exited_at") if exit_record else None
     coarse = bool(exit_record.get("exited_coarse")) if exit_record else False
     gone_at = memory.launched_gone_at
-    if launched_pid in table.stats:
+    # The launched PID is the wrapper only while the probe did not find it another process's
+    # ("other": the exit file is not among its arguments, see exit_record_lines): a PID reused
+    # by a later run (or its shell) is neither the launched job nor its parent, and the
+    # wrapper is gone, seen or not.
+    reused = launched_state == b"other"
+    if launched_pid in table.stats and not reused:
         memory = replace(memory, launched_alive_at=meta.now)
-    elif gone_at is None and not meta.hidden:
+    elif gone_at is None and (reused or not meta.hidden):
         gone_at = meta.now
         memory = replace(memory, launched_gone_at=gone_at)
     # The launched job ended within [ends_from, ends_by]: at its recorded exit (a time in whole
@@ -695,7 +705,7 @@ def _after_launch(
         ends_from, ends_by = run.started_at, None
     if not alive:
         return memory, []
-    ours = {launched_pid} | descendants([launched_pid], table.stats, table.children)
+    ours = set() if reused else {launched_pid} | descendants([launched_pid], table.stats, table.children)
     # A start read from /proc is exact to a clock tick, but to whole seconds where uptime is
     # virtualised (see START_SLACK).
     slack = START_SLACK if meta.uptime_virtualised else _TICK_SLACK
@@ -703,7 +713,13 @@ def _after_launch(
     unordered: list[int] = []
     for entry in processes:
         elapsed = entry.get("elapsed_seconds")
-        if entry["pid"] not in alive or entry["pid"] in ours or not isinstance(elapsed, (int, float)):
+        if entry["pid"] not in alive or entry["pid"] in ours:
+            continue
+        if not isinstance(elapsed, (int, float)):
+            # A start /proc cannot tell (uptime virtualised without btime, boot clocks that
+            # disagree) orders nothing: not shown to be the launched job's own, nor an earlier
+            # run's (see _earlier_runs), it may be another run's.
+            unordered.append(int(entry["pid"]))
             continue
         began = meta.now - elapsed
         if ends_by is not None and began > ends_by + slack:
