@@ -191,7 +191,7 @@ def test_a_worker_that_outlives_the_launched_wrapper_does_not_complete_on_its_st
     host, tag = LocalHost(), f"adv-orphan-{uuid.uuid4().hex[:8]}"
     # The launched job starts its worker in the background and returns 0 (run.sh's last line
     # ``nohup python train.py &``, and a moment's more work); the worker fails after 1.5s.
-    worker = f"import time, sys; time.sleep(1.5); sys.exit(1)"
+    worker = "import time, sys; time.sleep(1.5); sys.exit(1)"
     script = (
         "import subprocess, sys; "
         f"subprocess.Popen([sys.executable, '-c', {worker!r}, {tag!r}]); import time; time.sleep(0.5)"
@@ -245,7 +245,9 @@ def test_a_launched_jobs_worker_that_is_not_its_descendant(tmp_path, how) -> Non
             f"subprocess.run(['/bin/sh', '-c', '(' + ' '.join(map(__import__('shlex').quote, [sys.executable, '-c', {worker!r}, {tag!r}])) + ' &)'])"
         )
     # The client waits for the worker to finish, as ``docker run`` / ``srun`` do.
-    script = f"{client}; import time, pathlib\nwhile not pathlib.Path({str(done)!r}).exists(): time.sleep(0.05)"
+    script = (
+        f"{client}; import time, pathlib\nwhile not pathlib.Path({str(done)!r}).exists(): time.sleep(0.05)"
+    )
     run1, pid1 = _launched(host, str(tmp_path / "job.log"), script, f"client-{tag}")
     stage = _stage(tag)
     checker = Checker(stage, run=run1)
