@@ -184,14 +184,19 @@ def test_a_match_whose_start_cannot_be_read_is_not_the_launched_jobs_own(tmp_pat
 #    No record tells how a process the wrapper did not wait for ended.
 
 
+def _alive_with(text: str) -> bool:
+    out = subprocess.run(["pgrep", "-f", text], capture_output=True, text=True).stdout
+    return bool(out.strip())
+
+
 def test_a_worker_that_outlives_the_launched_wrapper_does_not_complete_on_its_status(tmp_path) -> None:
     from sensors import Checker, State
     from sensors._hosts import LocalHost
 
     host, tag = LocalHost(), f"adv-orphan-{uuid.uuid4().hex[:8]}"
     # The launched job starts its worker in the background and returns 0 (run.sh's last line
-    # ``nohup python train.py &``, and a moment's more work); the worker fails after 1.5s.
-    worker = "import time, sys; time.sleep(1.5); sys.exit(1)"
+    # ``nohup python train.py &``, and a moment's more work); the worker fails later.
+    worker = "import time, sys; time.sleep(5); sys.exit(1)  # worker"
     script = (
         "import subprocess, sys; "
         f"subprocess.Popen([sys.executable, '-c', {worker!r}, {tag!r}]); import time; time.sleep(0.5)"
@@ -201,8 +206,9 @@ def test_a_worker_that_outlives_the_launched_wrapper_does_not_complete_on_its_st
     verdicts = [checker.check()]
     _reaped(pid1)
     _until(lambda: Path(run1.exit_file).exists(), timeout=10)
+    assert _alive_with(f"# worker {tag}")  # the worker outlives the wrapper
     verdicts += [checker.check() for _ in range(2)]
-    time.sleep(2.0)  # the worker has failed by now
+    _until(lambda: not _alive_with(f"# worker {tag}"), timeout=30)  # it has failed (status 1)
     verdicts += [checker.check() for _ in range(3)]
     assert Path(run1.exit_file).read_text().split()[0] == "0"
     assert State.COMPLETE not in _states(verdicts), verdicts[-1].reasons
