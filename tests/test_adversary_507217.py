@@ -222,9 +222,13 @@ def test_a_worker_that_outlives_the_launched_wrapper_does_not_complete_on_its_st
 #    (conmon's), ``tmux new -d``/``systemd-run``, or a job that double-forks its worker and
 #    waits for it. Here a "runtime daemon" started before the launch runs the worker on the
 #    client's request, as containerd-shim does; and a job double-forks. A false unknown, never
-#    a false complete: these tests document it (they fail on 626ed4d by design of that fix).
+#    a false complete: these tests document it (strict xfail: they fail since 626ed4d, by
+#    design of that fix).
 
 
+@pytest.mark.xfail(
+    strict=True, reason="false unknown since 626ed4d: a match that is not the wrapper's descendant"
+)
 @pytest.mark.parametrize("how", ["a runtime daemon runs it", "the job double-forks it"])
 def test_a_launched_jobs_worker_that_is_not_its_descendant(tmp_path, how) -> None:
     from sensors import Checker, State
