@@ -544,14 +544,19 @@ def read_process(
             seen_alive=False,
         )
     exit_record = read_exit_record(sections) if run is not None and run.exit_file else None
-    memory, later = _after_launch(memory, run, launched_pid, exit_record, processes, alive_pids, table, meta)
+    # The probe's word on the launched PID: "other" once another process holds it (reused).
+    launched_state = (sections.get("launched") or b"").strip() if launched_pid is not None else b""
+    memory, later = _after_launch(
+        memory, run, launched_pid, exit_record, processes, alive_pids, table, meta, launched_state
+    )
     if memory.superseded_by is not None:
         if memory.unordered:
             why = (
-                f"a process matching the job that the launched job (pid {launched_pid}) did not"
-                f" start (pid {memory.superseded_by}) began while it was at work or too close to"
-                " its end to tell which came first: whether the log and outputs hold the launched"
-                " run's work or another run's cannot be told"
+                f"a process matching the job that is not the launched job (pid {launched_pid}) nor"
+                f" its descendant (pid {memory.superseded_by}: the launched job did not start it,"
+                " or left it behind, its end in no record) began while it was at work or too close"
+                " to its end to tell which came first: whether the log and outputs hold the launched"
+                " run's work or another run's, and how that process ends, cannot be told"
             )
         else:
             why = (
@@ -656,6 +661,7 @@ def _after_launch(
     alive: list[int],
     table: _ProcessTable,
     meta: Meta,
+    launched_state: bytes = b"",
 ) -> tuple[ProcessMemory, list[int]]:
     """A launched run's end, and the later runs begun after it (see ``ProcessMemory``).
 
@@ -675,27 +681,22 @@ def _after_launch(
     exited = exit_record.get("exited_at") if exit_record else None
     coarse = bool(exit_record.get("exited_coarse")) if exit_record else False
     gone_at = memory.launched_gone_at
-    if launched_pid in table.stats:
+    # The launched PID is the wrapper only while the probe did not find it another process's
+    # ("other": the exit file is not among its arguments, see exit_record_lines): a PID reused
+    # by a later run (or its shell) is neither the launched job nor its parent, and the
+    # wrapper is gone, seen or not.
+    reused = launched_state == b"other"
+    if launched_pid in table.stats and not reused:
         memory = replace(memory, launched_alive_at=meta.now)
-    elif gone_at is None and not meta.hidden:
+    elif gone_at is None and (reused or not meta.hidden):
         gone_at = meta.now
         memory = replace(memory, launched_gone_at=gone_at)
-    # The launched job ended within [ends_from, ends_by]: at its recorded exit (a time in whole
-    # seconds stands for any moment of its second), else after this watch last found it alive
-    # (or its launch) and by when it first found it gone.
-    ends_from: float | None
-    ends_by: float | None
-    if isinstance(exited, (int, float)):
-        ends_from, ends_by = float(exited), float(exited) + (1.0 if coarse else 0.0)
-    elif gone_at is not None:
-        ends_from = memory.launched_alive_at if memory.launched_alive_at is not None else run.started_at
-        ends_by = gone_at
-    else:
-        # At work: a match it did not start, begun since the launch, is another run's.
-        ends_from, ends_by = run.started_at, None
+    # The launched job ended by ``ends_by``: its recorded exit (a time in whole seconds stands
+    # for any moment of its second), else when this watch first found it gone; at work, not yet.
+    ends_by = float(exited) + (1.0 if coarse else 0.0) if isinstance(exited, (int, float)) else gone_at
     if not alive:
         return memory, []
-    ours = {launched_pid} | descendants([launched_pid], table.stats, table.children)
+    ours = set() if reused else {launched_pid} | descendants([launched_pid], table.stats, table.children)
     # A start read from /proc is exact to a clock tick, but to whole seconds where uptime is
     # virtualised (see START_SLACK).
     slack = START_SLACK if meta.uptime_virtualised else _TICK_SLACK
@@ -703,16 +704,24 @@ def _after_launch(
     unordered: list[int] = []
     for entry in processes:
         elapsed = entry.get("elapsed_seconds")
-        if entry["pid"] not in alive or entry["pid"] in ours or not isinstance(elapsed, (int, float)):
+        if entry["pid"] not in alive or entry["pid"] in ours:
+            continue
+        if not isinstance(elapsed, (int, float)):
+            # A start /proc cannot tell (uptime virtualised without btime, boot clocks that
+            # disagree) orders nothing: not shown to be the launched job's own, nor an earlier
+            # run's (see _earlier_runs), it may be another run's.
+            unordered.append(int(entry["pid"]))
             continue
         began = meta.now - elapsed
         if ends_by is not None and began > ends_by + slack:
             later.append(int(entry["pid"]))
-        elif ends_from is None or began >= ends_from - slack:
-            # Not surely begun before the launched job ended (its own process, orphaned when
-            # its wrapper exited) nor surely after (a later run): begun while the launched job
-            # was at work but not by it, or too close to its end to order. Which run the log
-            # and outputs now show cannot be told.
+        elif run.started_at is None or began >= run.started_at - slack:
+            # Begun since the launch, not surely after its end, and neither the wrapper nor its
+            # descendant now: begun while the launched job was at work but not by it, or too
+            # close to its end to order (another run), or the launched job's own left behind
+            # by its wrapper (its exit is in no record). Whether this watch saw it before or
+            # only after the wrapper's end, which run the log and outputs show, and how this
+            # process ends, cannot be told.
             unordered.append(int(entry["pid"]))
     if later:
         memory = replace(memory, superseded_by=min(later))
