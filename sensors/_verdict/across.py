@@ -217,7 +217,7 @@ def _per_host_log(nodes: Sequence[NodeCheck]) -> bool:
     return sum(1 for n in nodes if "log" in n.verdict.readings) > 1
 
 
-#: Process states of a live process (not a zombie, not dead).
+#: Process states of a process that is gone (a zombie, dead): not a live rank.
 _GONE_STATES = frozenset({"Z", "X", "x"})
 
 
