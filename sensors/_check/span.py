@@ -179,7 +179,7 @@ class SpanChecker:
         if is_this_run(memory.get("run"), self._since) and isinstance(memory.get("last"), Verdict):
             own = self._snapshot() if self._checked_here else None
             self._reset()
-            self._go_on_from(memory)
+            self._adopt(memory)
             checks.append(self._check())
             if own is not None:
                 self._put_back(own)
@@ -236,6 +236,27 @@ class SpanChecker:
             node.go_on_from(nodes.get(label))
         if self.nodes[0].run != memory.get("run"):
             return  # node 0 did not go on from it (another run): nothing across hosts either
+        across = memory.get("across")
+        if isinstance(across, AcrossMemory):
+            self._memory = across
+        last = memory.get("last")
+        self.last = last if isinstance(last, Verdict) else None
+
+    def _adopt(self, memory: Mapping[str, Any]) -> None:
+        """Go on from the holder's document whole (its run was found this watch's run): every
+        node's memory as the holder had it, as :meth:`Checker._confirmed` adopts a holder's
+        memory. Not through :meth:`_go_on_from`: a node's memory is of this run there only
+        where its run is this watch's ``since`` exactly, and a holder told nothing of the run
+        (serve) began its nodes' runs with their processes: the check "with the holder's
+        memory" was a fresh one, ranks gone before this watch looked were never seen, and a
+        follower given ``since`` never confirmed a finished stage (an adversary's review)."""
+        nodes = memory.get("nodes")
+        if not isinstance(nodes, Mapping):
+            return
+        for label, node in zip(self.labels, self.nodes, strict=True):
+            doc = nodes.get(label)
+            if isinstance(doc, Mapping):
+                node.adopt(doc)
         across = memory.get("across")
         if isinstance(across, AcrossMemory):
             self._memory = across
