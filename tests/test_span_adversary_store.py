@@ -19,7 +19,7 @@ from sensors import State, Verdict
 from tests.test_span import _Host, _Ranks, hosts  # noqa: F401  (the fixture)
 
 
-def _shared_log_stage(tmp_path: Path, hosts: list[_Host], ranks: _Ranks, **policy: Any) -> Any:
+def _shared_log_stage(tmp_path: Path, hosts: list[_Host], ranks: _Ranks, **policy: Any) -> Any:  # noqa: F811
     """The stage of tests/test_span.py's ``_stage``, but with ONE shared log (no ``{node}``):
     node 1 has no log of its own, so only its ranks seen alive in this watch (and how many)
     tell that they ran."""
@@ -59,7 +59,8 @@ def _until_complete(checker: Any, timeout: float = 30.0) -> Verdict:
 
 
 def test_S1_an_edit_to_the_policy_does_not_forget_how_many_ranks_a_host_showed(
-    tmp_path: Path, hosts: list[_Host]  # noqa: F811
+    tmp_path: Path,
+    hosts: list[_Host],  # noqa: F811
 ) -> None:
     """A first watch sees only one of node 1's two ranks (the other never ran). The stage
     file's policy is then edited (stall_after 20s -> 30s: nothing the counts depend on) and
@@ -99,7 +100,8 @@ def test_S1_an_edit_to_the_policy_does_not_forget_how_many_ranks_a_host_showed(
 
 
 def test_S2_a_follower_given_since_confirms_the_holders_complete(
-    tmp_path: Path, hosts: list[_Host]  # noqa: F811
+    tmp_path: Path,
+    hosts: list[_Host],  # noqa: F811
 ) -> None:
     """`crosscheck serve` (told nothing of the run) holds the stage and finds it complete;
     a gate or a `wait --since T` (T before the job began: the same run) follows it. The
@@ -147,7 +149,16 @@ def _run_again(ranks: _Ranks, *, without: set[tuple[int, int]]) -> None:
     (ranks.folder / "finish").unlink()
     ranks.procs = {
         (node, rank): subprocess.Popen(
-            [sys.executable, str(JOB), ranks.tag, "--node", str(node), "--rank", str(rank), str(ranks.folder)],
+            [
+                sys.executable,
+                str(JOB),
+                ranks.tag,
+                "--node",
+                str(node),
+                "--rank",
+                str(rank),
+                str(ranks.folder),
+            ],
             start_new_session=True,
         )
         for node in range(2)
@@ -157,7 +168,8 @@ def _run_again(ranks: _Ranks, *, without: set[tuple[int, int]]) -> None:
 
 
 def test_S3_a_second_run_is_not_counted_with_the_ranks_the_first_one_showed(
-    tmp_path: Path, hosts: list[_Host]  # noqa: F811
+    tmp_path: Path,
+    hosts: list[_Host],  # noqa: F811
 ) -> None:
     """`crosscheck serve` watches a stage over two hosts run after run (or a `wait` told
     nothing of its run is started again on the next run: the stored run is the latest one
