@@ -238,8 +238,9 @@ class SpanChecker:
 
     def _go_on_from(self, memory: Mapping[str, Any]) -> None:
         """Go on from a stored document of this stage, where it is of this watch's run: each
-        node from its own memory (as a Checker does), the hosts together only when every node
-        went on from the same document's run."""
+        node from its own memory where it is of this watch's run (as a Checker does), the
+        hosts together only when node 0 went on from it (the document's run is node 0's; a
+        node whose own memory was not of the run starts afresh beside it)."""
         nodes = memory.get("nodes")
         if not isinstance(nodes, Mapping) or not is_this_run(memory.get("run"), self._since):
             return
