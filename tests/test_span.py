@@ -683,6 +683,7 @@ def test_a_restarted_watch_goes_on_from_what_it_saw_across_hosts(tmp_path: Path,
         for key, proc in ranks.procs.items():
             if key != (1, 1):
                 assert proc.wait(30) == 0
+        time.sleep(0.4)  # past exit_grace (0.3s): four checks may all fall inside it
         with SpanChecker(stage, state=db) as second:
             after = [second.check() for _ in range(4)]
     finally:

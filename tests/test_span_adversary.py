@@ -334,6 +334,8 @@ def test_F8_a_host_blip_with_skewed_clocks_is_not_a_hung_collective() -> None:
     }
 
     class Fake:
+        run = None  # a node's run, once known (SpanChecker starts its memory across hosts anew on another)
+
         def __init__(self, label: str) -> None:
             self.seq = iter(script[label])
 
@@ -346,6 +348,7 @@ def test_F8_a_host_blip_with_skewed_clocks_is_not_a_hung_collective() -> None:
     span.lock = __import__("threading").Lock()
     span.last, span._memory = None, AcrossMemory()
     span._persist, span._saving, span._checked_here = None, True, False
+    span._across_run = None
     span._pool = ThreadPoolExecutor(2)
     try:
         span.check()

@@ -287,6 +287,14 @@ class Checker:
         mem.static, mem.boot_id = memory.get("static"), memory.get("boot_id")
         mem.run, mem.first_check_at = memory.get("run"), memory.get("first_check_at")
 
+    def adopt(self, memory: Mapping[str, Any]) -> None:
+        """Go on from ``memory`` whole, its last verdict too: a holder's memory of a run this
+        watch was found to share (a confirmation of a stage over several hosts, as
+        :meth:`_confirmed` adopts the holder's memory of one host)."""
+        self._adopt(memory)
+        last = memory.get("last")
+        self.last = last if isinstance(last, Verdict) else None
+
     def kept(self) -> tuple[Any, ...]:
         """What this watch knows (its memory, its last verdict, whether it read the host):
         put back with :meth:`put_back` after checks from another memory (a confirmation of a

@@ -435,11 +435,17 @@ def _without(memory: Any, changed: list[str]) -> dict[str, Any] | None:
         return None  # another host: nothing known of this one
     if "nodes" in memory:
         # A stage over several hosts (``sensors._check.span``): each node's memory as a
-        # stage's; what the verdict across them remembered was made under the old definition.
+        # stage's, and the last verdict (made under the old definition) goes. The memory
+        # across hosts is what the hosts' processes showed (how many ranks each, when they
+        # were lost, when each last moved): it goes with the nodes' process memory, never
+        # without it. Dropped alone (a policy or log edit), a node's ranks still counted as
+        # seen alive while the count of them was gone: the per-host check had nothing to
+        # compare, and a host that never showed all its ranks was done (an adversary's review).
         if not changed:
             return memory
         nodes = {label: _without(doc, changed) for label, doc in dict(memory["nodes"]).items()}
-        return {**memory, "nodes": nodes, "across": None, "last": None}
+        across = None if "process" in changed else memory.get("across")
+        return {**memory, "nodes": nodes, "across": across, "last": None}
     if "process" in changed:
         return {"static": memory.get("static"), "boot_id": memory.get("boot_id")}
     if not changed:

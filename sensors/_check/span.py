@@ -83,6 +83,9 @@ class SpanChecker:
         self.lock = threading.Lock()
         self.last: Verdict | None = None
         self._memory = AcrossMemory()
+        #: Node 0's run when the memory across hosts was last added to: another run of node 0
+        #: starts that memory afresh.
+        self._across_run: Run | None = None
         self._pool = ThreadPoolExecutor(max_workers=min(32, len(self.nodes)), thread_name_prefix="span")
         self._persist: Persistence | None = None
         self._store_owned: Store | None = None
@@ -110,6 +113,14 @@ class SpanChecker:
     def _check(self) -> Verdict:
         verdicts = list(self._pool.map(lambda c: c.check(), self.nodes))
         self._checked_here = True
+        run = self.nodes[0].run
+        if run is not None and self._across_run is not None and run != self._across_run:
+            # A new run of the job (node 0's Checker set its last run's memory aside): what
+            # the hosts showed was that run's. Kept, the most ranks a host showed in run 1
+            # stood for run 2's, and a host that showed 1 of 2 passed the per-host check
+            # (an adversary's review: serve and the store keep this memory run after run).
+            self._memory = AcrossMemory()
+        self._across_run = run if run is not None else self._across_run
         nodes = [NodeCheck(label, v) for label, v in zip(self.labels, verdicts, strict=True)]
         now = max((v.checked_at for v in verdicts if v.checked_at is not None), default=time.time())
         per_host = self.stage.process.per_host if self.stage.process is not None else None
@@ -179,7 +190,7 @@ class SpanChecker:
         if is_this_run(memory.get("run"), self._since) and isinstance(memory.get("last"), Verdict):
             own = self._snapshot() if self._checked_here else None
             self._reset()
-            self._go_on_from(memory)
+            self._adopt(memory)
             checks.append(self._check())
             if own is not None:
                 self._put_back(own)
@@ -195,17 +206,17 @@ class SpanChecker:
         return followed
 
     def _snapshot(self) -> tuple[Any, ...]:
-        return ([node.kept() for node in self.nodes], self._memory, self.last)
+        return ([node.kept() for node in self.nodes], self._memory, self._across_run, self.last)
 
     def _put_back(self, snapshot: tuple[Any, ...]) -> None:
-        nodes, self._memory, self.last = snapshot
+        nodes, self._memory, self._across_run, self.last = snapshot
         for node, kept in zip(self.nodes, nodes, strict=True):
             node.put_back(kept)
 
     def _reset(self) -> None:
         for node in self.nodes:
             node.forget()
-        self._memory, self.last = AcrossMemory(), None
+        self._memory, self._across_run, self.last = AcrossMemory(), None, None
 
     def memory_doc(self) -> dict[str, Any]:
         """What the store keeps of this stage: every node's memory, the memory across them,
@@ -227,8 +238,9 @@ class SpanChecker:
 
     def _go_on_from(self, memory: Mapping[str, Any]) -> None:
         """Go on from a stored document of this stage, where it is of this watch's run: each
-        node from its own memory (as a Checker does), the hosts together only when every node
-        went on from the same document's run."""
+        node from its own memory where it is of this watch's run (as a Checker does), the
+        hosts together only when node 0 went on from it (the document's run is node 0's; a
+        node whose own memory was not of the run starts afresh beside it)."""
         nodes = memory.get("nodes")
         if not isinstance(nodes, Mapping) or not is_this_run(memory.get("run"), self._since):
             return
@@ -238,7 +250,28 @@ class SpanChecker:
             return  # node 0 did not go on from it (another run): nothing across hosts either
         across = memory.get("across")
         if isinstance(across, AcrossMemory):
-            self._memory = across
+            self._memory, self._across_run = across, memory.get("run")
+        last = memory.get("last")
+        self.last = last if isinstance(last, Verdict) else None
+
+    def _adopt(self, memory: Mapping[str, Any]) -> None:
+        """Go on from the holder's document whole (its run was found this watch's run): every
+        node's memory as the holder had it, as :meth:`Checker._confirmed` adopts a holder's
+        memory. Not through :meth:`_go_on_from`: a node's memory is of this run there only
+        where its run is this watch's ``since`` exactly, and a holder told nothing of the run
+        (serve) began its nodes' runs with their processes: the check "with the holder's
+        memory" was a fresh one, ranks gone before this watch looked were never seen, and a
+        follower given ``since`` never confirmed a finished stage (an adversary's review)."""
+        nodes = memory.get("nodes")
+        if not isinstance(nodes, Mapping):
+            return
+        for label, node in zip(self.labels, self.nodes, strict=True):
+            doc = nodes.get(label)
+            if isinstance(doc, Mapping):
+                node.adopt(doc)
+        across = memory.get("across")
+        if isinstance(across, AcrossMemory):
+            self._memory, self._across_run = across, memory.get("run")
         last = memory.get("last")
         self.last = last if isinstance(last, Verdict) else None
 
