@@ -28,7 +28,15 @@ from sensors._base.errors import ConfigError
 from sensors._base.model import Says, Verdict
 from sensors._base.run import Run, Since, parse_since
 from sensors._check.checker import Checker, Watch
-from sensors._check.persist import NotOurs, OwnRun, Persistence, is_store, is_this_run, save_all
+from sensors._check.persist import (
+    NotOurs,
+    OwnRun,
+    Persistence,
+    is_followed,
+    is_store,
+    is_this_run,
+    save_all,
+)
 from sensors._config.stage import Stage
 from sensors._store import Store, open_store
 from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
@@ -291,7 +299,11 @@ class SpanChecker:
         known = self._persist.announced(run, last)
         if known is None:
             return None
-        self.check()
+        fresh = self.check()
+        if is_followed(fresh) and not fresh.state.final:
+            # Another watch's verdict, not confirmed here: the nodes' last verdicts are not
+            # of a check made now, and say nothing of ranks alive now.
+            return None
         alive = any(
             (r := v.readings.get("process")) is not None and r.says is Says.WORKING
             for v in [n.last for n in self.nodes if n.last is not None]
