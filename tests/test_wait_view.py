@@ -164,3 +164,35 @@ def test_the_picture_of_a_stage_over_several_hosts_has_a_line_per_host() -> None
     old = {"checks": 1, "first_at": NOW, "samples": [[NOW, "running", 1.0, 2.0, 3.0, 4.0]]}
     (sample,) = WaitHistory.from_json(old).samples  # type: ignore[union-attr]
     assert sample.per_host == () and sample.cpu_seconds == 1.0
+
+
+def test_the_evidence_table_of_a_stage_over_several_hosts_has_a_row_per_host_and_rank() -> None:
+    """Issue 25: a row per host's signal, and under each host's process row a row per rank
+    (a live match whose parent is not matched: a rank's DataLoader worker is not a rank)."""
+    from sensors._present.evidence import evidence_rows
+
+    listed = [
+        {"pid": 11, "ppid": 1, "state": "R", "cpu_seconds": 120.0, "elapsed_seconds": 600.0},
+        {"pid": 12, "ppid": 1, "state": "S", "cpu_seconds": 118.0, "elapsed_seconds": 600.0},
+        {"pid": 13, "ppid": 11, "state": "S", "cpu_seconds": 4.0, "elapsed_seconds": 590.0},  # a worker
+    ]
+    process = Reading("process", Says.WORKING, "3 alive", {"alive": 3, "matched": 3, "processes": listed})
+    verdict = Verdict(
+        "train",
+        State.RUNNING,
+        ("r",),
+        {"process@gpu-01": process, "process@gpu-02": Reading("process", Says.UNKNOWN, "unreachable", {})},
+        NOW,
+        "gpu-01, gpu-02",
+    )
+    rows = evidence_rows(verdict)
+    assert [r["signal"] for r in rows] == [
+        "process@gpu-01",
+        "process@gpu-01 rank pid 11",
+        "process@gpu-01 rank pid 12",
+        "process@gpu-02",
+    ]
+    assert rows[1]["facts"].startswith("pid 11 · R · CPU 120 s"), rows[1]
+    # One host's stage keeps its one row.
+    one = Verdict("x", State.RUNNING, ("r",), {"process": process}, NOW, "local")
+    assert [r["signal"] for r in evidence_rows(one)] == ["process"]

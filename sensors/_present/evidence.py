@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sensors._base.model import State, Verdict
+from sensors._base.model import Reading, Says, State, Verdict
 from sensors._base.text import inert
 
 __all__ = [
@@ -276,13 +276,56 @@ def progress_detail(verdict: Verdict) -> str:
 
 def evidence_rows(verdict: Verdict) -> list[dict[str, str]]:
     """One row per signal for a person: signal, says, detail and the key :func:`facts` (each
-    cell one short line of inert text; the raw evidence stays in the verdict JSON)."""
-    return [
+    cell one short line of inert text; the raw evidence stays in the verdict JSON). A stage
+    over several hosts has a row per host's signal (``process@HOST``) and, under each host's
+    process row, a row per rank it lists (a live match whose parent is not matched too)."""
+    rows = []
+    for name, reading in verdict.readings.items():
+        rows.append(
+            {
+                "signal": inert(name),
+                "says": str(reading.says),
+                "detail": one_line(reading.detail, 120),
+                "facts": facts(reading),
+            }
+        )
+        if reading.signal == "process" and "@" in name:
+            rows += _rank_rows(name, reading.evidence)
+    return rows
+
+
+#: Ranks listed under a host's process row, at most (the verdict's JSON lists every match).
+_RANK_ROWS = 16
+_GONE = frozenset({"Z", "X", "x"})
+
+
+def _rank_rows(name: str, evidence: Mapping[str, Any]) -> list[dict[str, str]]:
+    listed = evidence.get("processes") if isinstance(evidence, Mapping) else None
+    if not isinstance(listed, (list, tuple)):
+        return []
+    entries = [e for e in listed if isinstance(e, Mapping)]
+    pids = {e.get("pid") for e in entries}
+    ranks = [e for e in entries if e.get("ppid") not in pids]
+    rows = [
         {
-            "signal": inert(name),
-            "says": str(reading.says),
-            "detail": one_line(reading.detail, 120),
-            "facts": facts(reading),
+            "signal": inert(f"{name} rank pid {e.get('pid')}"),
+            "says": "done" if e.get("state") in _GONE else "working",
+            "detail": "",
+            "facts": _entry_facts(e),
         }
-        for name, reading in verdict.readings.items()
+        for e in ranks[:_RANK_ROWS]
     ]
+    if len(ranks) > _RANK_ROWS:
+        rows.append(
+            {
+                "signal": inert(f"{name} ranks"),
+                "says": "",
+                "detail": "",
+                "facts": f"{len(ranks) - _RANK_ROWS} more",
+            }
+        )
+    return rows
+
+
+def _entry_facts(entry: Mapping[str, Any]) -> str:
+    return facts(Reading("process", Says.WORKING, "", dict(entry)))
