@@ -118,7 +118,111 @@ class Watch(Iterator[Verdict]):
         return watch
 
 
-class Checker:
+class Following:
+    """What a watch of a stage does where another watch holds it: follow the stored verdict
+    of its own run and definition, and confirm a final one by checks of its own. One rule for
+    :class:`Checker` and a stage over several hosts (``sensors._check.span``); each says how
+    it takes over, keeps its own memory aside, and goes on from the holder's.
+    """
+
+    stage: Stage
+    last: Verdict | None
+    _persist: Persistence | None
+    _saving: bool
+    _told_not_ours: bool
+    _checked_here: bool
+
+    @property
+    def own_run(self) -> OwnRun:
+        raise NotImplementedError
+
+    def _check(self) -> Verdict:
+        raise NotImplementedError
+
+    def _take_over(self) -> None:
+        """Go on from the stored memory: the holder's, the latest of the run."""
+        raise NotImplementedError
+
+    def _own_memory(self) -> Any:
+        """This watch's memory, set aside while it checks with the holder's."""
+        raise NotImplementedError
+
+    def _as_holder(self, memory: Mapping[str, Any]) -> None:
+        """Go on from the holder's ``memory`` (of this watch's run) instead of its own."""
+        raise NotImplementedError
+
+    def _restore_own(self, kept: Any) -> None:
+        """Put back what :meth:`_own_memory` set aside."""
+        raise NotImplementedError
+
+    def followed(self) -> Verdict | None:
+        """The stored verdict, when another watch holds this stage (this one then only follows).
+
+        Only a verdict of this watch's run and of this very definition is followed
+        (``Persistence.followed``). Held elsewhere with nothing of that run to follow, this
+        watch checks for itself and keeps what it learns in this process: the stored memory
+        is the holder's (see ``saving``).
+        """
+        persist = self._persist
+        self._saving = True
+        elsewhere = persist.hold() if persist is not None else None
+        if persist is None or elsewhere is None:
+            if persist is not None and persist.following:
+                # Taken over from the watch this one followed: its memory is the latest of the
+                # run (what this watch restored at its start is as old as that start).
+                persist.following = False
+                self._take_over()
+            return None
+        followed = persist.followed(elsewhere, self.own_run)
+        if not isinstance(followed, Verdict):
+            if isinstance(followed, NotOurs) and not self._told_not_ours:
+                log.info("%s: held by %s; %s: checked here", self.stage.stage, elsewhere, followed.why)
+                self._told_not_ours = True
+            self._saving = False
+            return None
+        if followed.state.final:
+            return self._confirmed(followed)
+        self.last = followed
+        return followed
+
+    def _confirmed(self, followed: Verdict) -> Verdict:
+        """The holder's final verdict (``complete`` or ``failed``), confirmed by this watch's
+        own checks, or the least advanced of them where one disagrees.
+
+        A followed verdict is as old as the holder's last check, and a holder looks at a
+        finished stage ten times less often (``crosscheck serve``), or may be stuck: the job
+        may have been run again since. A final verdict ends a wait and is acted upon (the
+        next stage starts, or the pipeline stops), so it is never taken on another watch's
+        word alone. This watch checks without saving (the row is the holder's): with the
+        holder's memory of the run (the same run and definition, or it would not be
+        followed), and — where it has read the host itself before — once more with its own
+        memory, which holds what it saw there and the holder may never have (a later run at
+        work: fuzzer seed 303081). Both must agree with the holder; where one does not, its
+        verdict stands, and never a ``complete`` over one that is not.
+        """
+        assert self._persist is not None
+        memory = self._persist.restore().memory or {}
+        self._saving = False
+        checks = []
+        if is_this_run(memory.get("run"), self.own_run) and isinstance(memory.get("last"), Verdict):
+            own = self._own_memory() if self._checked_here else None
+            self._as_holder(memory)
+            checks.append(self._check())
+            if own is not None:
+                self._restore_own(own)  # kept: what this watch saw itself
+                checks.append(self._check())
+        else:
+            checks.append(self._check())
+        if all(c.state is followed.state for c in checks):
+            self.last = followed
+            return followed
+        holding_back = [c for c in checks if not c.advance]
+        if holding_back:
+            return next((c for c in holding_back if c.state is not followed.state), holding_back[0])
+        return followed  # the holder's failed, though a check of this watch found done: not done
+
+
+class Checker(Following):
     """Checks one stage: each :meth:`check` is one probe round trip and returns a verdict.
 
     The checker remembers what earlier checks saw (CPU time, log size, output count,
@@ -212,72 +316,18 @@ class Checker:
         """This stage's view of the state store (None: memory lives with this Checker only)."""
         return self._persist
 
-    def followed(self) -> Verdict | None:
-        """The stored verdict, when another watch holds this stage (this one then only follows).
+    def _take_over(self) -> None:
+        self._restore(self._given_run)
 
-        Only a verdict of this watch's run and of this very definition is followed
-        (``Persistence.followed``). Held elsewhere with nothing of that run to follow, this
-        watch checks for itself and keeps what it learns in this process: the stored memory
-        is the holder's (see :attr:`saving`).
-        """
-        persist = self._persist
-        self._saving = True
-        elsewhere = persist.hold() if persist is not None else None
-        if persist is None or elsewhere is None:
-            if persist is not None and persist.following:
-                # Taken over from the watch this one followed: its memory is the latest of the
-                # run (what this watch restored at its start is as old as that start).
-                persist.following = False
-                self._restore(self._given_run)
-            return None
-        followed = persist.followed(elsewhere, self._own)
-        if not isinstance(followed, Verdict):
-            if isinstance(followed, NotOurs) and not self._told_not_ours:
-                log.info("%s: held by %s; %s: checked here", self.stage.stage, elsewhere, followed.why)
-                self._told_not_ours = True
-            self._saving = False
-            return None
-        if followed.state.final:
-            return self._confirmed(followed)
-        self.last = followed
-        return followed
+    def _own_memory(self) -> Any:
+        return self._memory
 
-    def _confirmed(self, followed: Verdict) -> Verdict:
-        """The holder's final verdict (``complete`` or ``failed``), confirmed by this watch's
-        own checks, or the least advanced of them where one disagrees.
+    def _as_holder(self, memory: Mapping[str, Any]) -> None:
+        self._memory = _Memory()
+        self._adopt(memory)
 
-        A followed verdict is as old as the holder's last check, and a holder looks at a
-        finished stage ten times less often (``crosscheck serve``), or may be stuck: the job
-        may have been run again since. A final verdict ends a wait and is acted upon (the
-        next stage starts, or the pipeline stops), so it is never taken on another watch's
-        word alone. This watch checks without saving (the row is the holder's): with the
-        holder's memory of the run (the same run and definition, or it would not be
-        followed), and — where it has read the host itself before — once more with its own
-        memory, which holds what it saw there and the holder may never have (a later run at
-        work: fuzzer seed 303081). Both must agree with the holder; where one does not, its
-        verdict stands, and never a ``complete`` over one that is not.
-        """
-        assert self._persist is not None
-        memory = self._persist.restore().memory or {}
-        self._saving = False
-        checks = []
-        if is_this_run(memory.get("run"), self._own) and isinstance(memory.get("last"), Verdict):
-            own_memory = self._memory if self._checked_here else None
-            self._memory = _Memory()
-            self._adopt(memory)
-            checks.append(self._check())
-            if own_memory is not None:
-                self._memory = own_memory  # kept: what this watch saw itself
-                checks.append(self._check())
-        else:
-            checks.append(self._check())
-        if all(c.state is followed.state for c in checks):
-            self.last = followed
-            return followed
-        holding_back = [c for c in checks if not c.advance]
-        if holding_back:
-            return next((c for c in holding_back if c.state is not followed.state), holding_back[0])
-        return followed  # the holder's failed, though a check of this watch found done: not done
+    def _restore_own(self, kept: Any) -> None:
+        self._memory = kept
 
     def _adopt(self, memory: Mapping[str, Any]) -> None:
         """Go on from ``memory`` (a stored memory of this watch's run)."""

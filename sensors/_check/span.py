@@ -27,9 +27,8 @@ from typing import Any
 from sensors._base.errors import ConfigError
 from sensors._base.model import Says, Verdict
 from sensors._base.run import Run, Since, parse_since
-from sensors._check.checker import Checker, Watch
+from sensors._check.checker import Checker, Following, Watch
 from sensors._check.persist import (
-    NotOurs,
     OwnRun,
     Persistence,
     is_followed,
@@ -55,7 +54,7 @@ class Span:
     stage: str
 
 
-class SpanChecker:
+class SpanChecker(Following):
     """Checks a stage over several hosts: each :meth:`check` checks every node at once and
     returns the one verdict across them (``complete`` only when every host agrees).
 
@@ -162,56 +161,18 @@ class SpanChecker:
         keyed by it)."""
         return self.nodes[0].run
 
-    def followed(self) -> Verdict | None:
-        """The stored verdict, when another watch holds this stage (as :meth:`Checker.followed`:
-        only this run's and this definition's; a final one is confirmed by checks of this watch)."""
-        persist = self._persist
-        self._saving = True
-        elsewhere = persist.hold() if persist is not None else None
-        if persist is None or elsewhere is None:
-            if persist is not None and persist.following:
-                # Taken over from the watch this one followed: its memory is the latest.
-                persist.following = False
-                self._restore()
-            return None
-        followed = persist.followed(elsewhere, self._since)
-        if not isinstance(followed, Verdict):
-            if isinstance(followed, NotOurs) and not self._told_not_ours:
-                log.info("%s: held by %s; %s: checked here", self.stage.stage, elsewhere, followed.why)
-                self._told_not_ours = True
-            self._saving = False
-            return None
-        if followed.state.final:
-            return self._confirmed(followed)
-        self.last = followed
-        return followed
+    def _take_over(self) -> None:
+        self._restore()
 
-    def _confirmed(self, followed: Verdict) -> Verdict:
-        """The holder's final verdict, confirmed as :meth:`Checker._confirmed` does: checked
-        here without saving, with the holder's memory of every node and of the hosts together,
-        and — where this watch has read the hosts itself — with its own too; both must agree,
-        and never a ``complete`` over a check that is not."""
-        assert self._persist is not None
-        memory = self._persist.restore().memory or {}
-        self._saving = False
-        checks = []
-        if is_this_run(memory.get("run"), self._since) and isinstance(memory.get("last"), Verdict):
-            own = self._snapshot() if self._checked_here else None
-            self._reset()
-            self._adopt(memory)
-            checks.append(self._check())
-            if own is not None:
-                self._put_back(own)
-                checks.append(self._check())
-        else:
-            checks.append(self._check())
-        if all(c.state is followed.state for c in checks):
-            self.last = followed
-            return followed
-        holding_back = [c for c in checks if not c.advance]
-        if holding_back:
-            return next((c for c in holding_back if c.state is not followed.state), holding_back[0])
-        return followed
+    def _own_memory(self) -> Any:
+        return self._snapshot()
+
+    def _as_holder(self, memory: Mapping[str, Any]) -> None:
+        self._reset()
+        self._adopt(memory)
+
+    def _restore_own(self, kept: Any) -> None:
+        self._put_back(kept)
 
     def _snapshot(self) -> tuple[Any, ...]:
         return ([node.kept() for node in self.nodes], self._memory, self._across_run, self.last)
