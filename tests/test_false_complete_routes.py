@@ -1658,3 +1658,79 @@ def test_a_process_the_launched_job_did_not_start_is_not_its_own(tmp_path, when)
     assert State.COMPLETE not in [v.state for v in verdicts], verdicts[-1].reasons
     assert verdicts[-1].state is State.UNKNOWN, verdicts[-1].reasons
     assert "did not start" in verdicts[-1].readings["process"].detail, verdicts[-1].readings["process"].detail
+
+
+@pytest.mark.parametrize("ahead", [0.3, 0.8])
+def test_a_log_time_set_ahead_of_a_local_clock_does_not_date_an_earlier_line_into_the_run(
+    tmp_path, ahead
+) -> None:
+    """Found by the fuzzer (seed 702132): run 1 finished; its log's mtime was then set ahead
+    (as a file server's clock stamps it, here by a tool on a local file system) and, seconds
+    later, a watch began with --since a moment before its first check. The mtime was less
+    than a second ahead of the host's clock by then — within the tolerance a file server's
+    clock is given — so it dated run 1's completion line after the start: complete, with no
+    run since. On a file system whose times the host's kernel stamps, a time ahead of the
+    clock is no write at all (the kernel's clock lags, never leads): not evidence."""
+    from sensors import Checker, State, stage_from_dict
+
+    log, records = tmp_path / "job.log", tmp_path / "records.jsonl"
+    log.write_text("[2/2]\nExtraction complete\n")
+    records.write_text('{"i": 1}\n{"i": 2}\n')
+    past = time.time() - 30
+    os.utime(records, (past, past))
+    stage = stage_from_dict(
+        {
+            "stage": "ahead",
+            "process": {"match": f"--tag {uuid.uuid4().hex}( |$)"},
+            "log": {
+                "path": str(log),
+                "complete": "^Extraction complete",
+                "progress": r"\[(?P<done>\d+)/(?P<total>\d+)\]",
+            },
+            "outputs": {"lines": str(records), "expected": 2},
+            "policy": {"interval": "100ms", "settle": 1, "exit_grace": "1ms"},
+        }
+    )
+    checker = Checker(stage, since="1ms")
+    stamped = time.time() + ahead
+    os.utime(log, (stamped, stamped))
+    verdicts = [checker.check()]
+    for _ in range(3):
+        time.sleep(0.1)
+        verdicts.append(checker.check())
+    assert State.COMPLETE not in [v.state for v in verdicts], verdicts[-1].reasons
+
+
+@pytest.mark.parametrize("kind", ["files", "lines"])
+def test_output_times_set_ahead_of_a_local_clock_are_not_written_during_the_run(tmp_path, kind) -> None:
+    """The outputs' side of seed 702132: an outputs-only stage, an earlier run's outputs
+    stamped a moment ahead of the host's clock (within a file server's tolerance), a watch
+    given a start a moment before its first check: they passed for outputs written during
+    the run. On a local file system a time ahead of the clock is no write at all."""
+    from sensors import Checker, State, stage_from_dict
+
+    out = tmp_path / "out"
+    out.mkdir()
+    records = tmp_path / "records.jsonl"
+    section = (
+        {"files": str(out), "expected": 2} if kind == "files" else {"lines": str(records), "expected": 2}
+    )
+    stage = stage_from_dict(
+        {"stage": "ahead-out", "outputs": section, "policy": {"interval": "100ms", "settle": 1}}
+    )
+    checker = Checker(stage, since="1ms")
+    stamped = time.time() + 0.6
+    if kind == "files":
+        for i in (1, 2):
+            (out / f"{i}.pt").write_text("x")
+            os.utime(out / f"{i}.pt", (stamped, stamped))
+        os.utime(out, (stamped, stamped))
+    else:
+        records.write_text('{"i": 1}\n{"i": 2}\n')
+        os.utime(records, (stamped, stamped))
+    verdicts = [checker.check()]
+    # Until the stamped time has passed and the outputs have settled: complete, before.
+    while time.time() < stamped + 1.0:
+        time.sleep(0.1)
+        verdicts.append(checker.check())
+    assert State.COMPLETE not in [v.state for v in verdicts], verdicts[-1].reasons

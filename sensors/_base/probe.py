@@ -309,6 +309,12 @@ TIMES_KEPT = frozenset(magic for magic, (_, kept) in FILE_SYSTEMS.items() if kep
 #: write made a moment ago. Beyond it, a file time is seen to be wrong (not evidence).
 FILE_CLOCK_TOLERANCE = 1.0
 
+#: How far ahead of the host's clock a file time may be where the host's kernel stamps it
+#: (a local file system): none, but for a probe's own clock read (its ``date`` a few ms
+#: before the file was read) — the kernel's file clock lags the host's, it never leads. A
+#: time further ahead was set by a tool (``touch -d``, ``cp -p``, an archive): not evidence.
+OWN_CLOCK_SLACK = 0.05
+
 
 #: How long a network file system's client may show a file's size or a directory's entries as
 #: they were (seconds): NFS caches attributes up to acregmax/acdirmax, 60 s by default; FUSE's

@@ -24,6 +24,7 @@ from sensors._base.model import Reading, Says
 from sensors._base.probe import (
     ATTRIBUTE_CACHE_GRACE,
     FILE_CLOCK_TOLERANCE,
+    OWN_CLOCK_SLACK,
     STAT_FORMAT,
     Meta,
     fstype_request,
@@ -403,7 +404,7 @@ def _bind(
     if run is None or run.source not in ("since", "process") or run.started_at is None:
         # No run start: only what is written while this watch looks is this run's.
         return replace(base, run_from=st.size, before_uncertain=True, bound_by="watch")
-    if _ahead(st, latest or now) is not None:
+    if _ahead(st, latest or now, own) is not None:
         # A file time the host's clock has not reached yet (a file server with its own
         # clock) says nothing of when the file was written: not born after the run began, not
         # written before it. What was there is of a run that cannot be told.
@@ -433,12 +434,12 @@ def _bind(
 _FILE_CLOCK_TOLERANCE = FILE_CLOCK_TOLERANCE
 
 
-def _time_impossible(st: _LogStat, run: Run | None, latest: float) -> bool:
+def _time_impossible(st: _LogStat, run: Run | None, latest: float, own: bool) -> bool:
     """Whether the log's file times cannot be true on the host's clock: ahead of it, before
     the file's birth, or, for a launched run's log changed since the launch, before the launch
     (set back by a tool, or a file server's clock): they are then no evidence of when it was
     written."""
-    if _ahead(st, latest) is not None:
+    if _ahead(st, latest, own) is not None:
         return True
     if st.birth and st.written + st.resolution < st.birth - _WRITTEN_BY_TICK:
         return True  # last written before it was born: set back (the birth is the kernel's)
@@ -448,10 +449,14 @@ def _time_impossible(st: _LogStat, run: Run | None, latest: float) -> bool:
     return changed and st.written + st.resolution < run.started_at - _WRITTEN_BY_TICK
 
 
-def _ahead(st: _LogStat, latest: float) -> float | None:
-    """How far the log's mtime or birth is ahead of ``latest`` (None: neither is)."""
+def _ahead(st: _LogStat, latest: float, own: bool) -> float | None:
+    """How far the log's mtime or birth is ahead of ``latest`` (None: neither is, beyond what
+    the file system's clock allows: a few ticks where the host's kernel stamps the times —
+    its clock lags, never leads, so a time ahead was set by a tool — and the tolerance where
+    a file server's clock does). A time ahead within the tolerance on the host's own clock
+    dated an earlier run's line after a start given a moment before (fuzzer seed 702132)."""
     ahead = max(st.written, st.birth) - latest
-    return round(ahead, 3) if ahead > _FILE_CLOCK_TOLERANCE else None
+    return round(ahead, 3) if ahead > (OWN_CLOCK_SLACK if own else _FILE_CLOCK_TOLERANCE) else None
 
 
 #: How far a run start read from /proc may be from the truth (seconds): it is now minus the
@@ -652,7 +657,10 @@ def read_log(
     prev = _previous_bytes(memory, st, tail, sections.get("log_prev"))
     if "log_fs" in sections:
         memory = replace(memory, foreign_clock=not own_clock(sections.get("log_fs")))
-    if not memory.foreign_clock and _time_impossible(st, run, meta.now_end or meta.now):
+    # Whose clock stamps the file: the host's unless the file system says another's (not
+    # read yet: taken as the host's, where fewer file times are believed).
+    own_times = memory.foreign_clock is not True
+    if not memory.foreign_clock and _time_impossible(st, run, meta.now_end or meta.now, own_times):
         memory = replace(memory, foreign_clock=True)
     memory, change = _bound(
         memory,
@@ -693,7 +701,7 @@ def read_log(
     )
     age = round(meta.now - st.mtime, 1)
     evidence = _evidence(spec, scan, st, memory, complete_line, age, change, accepted)
-    ahead = _ahead(st, meta.now_end or meta.now)
+    ahead = _ahead(st, meta.now_end or meta.now, memory.foreign_clock is not True)
     if ahead is not None:
         evidence["file_time_ahead_seconds"] = ahead
     if word.writers:

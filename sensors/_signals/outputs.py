@@ -26,6 +26,7 @@ from sensors._base.probe import (
     ATTRIBUTE_CACHE_GRACE,
     FILE_CLOCK_TOLERANCE,
     LOCAL_FILE_SYSTEMS,
+    OWN_CLOCK_SLACK,
     Meta,
     fstype_request,
     helper,
@@ -98,6 +99,10 @@ class OutputsMemory:
     checked_at: float | None = None  # the monitored host's clock at this check
     first_count: int | None = None  # the count at this watch's first reading
     written_this_run: bool = False  # an output written since the run began was seen
+    # An output's time was once ahead of the host's clock where its kernel stamps the times:
+    # set by a tool, so the outputs' times date nothing any more (once the clock has passed
+    # such a time it looks like a write of this run: fuzzer seed 702132's outputs side).
+    times_ahead: bool = False
     at_expected: bool = False  # the count was at the expected number
     # The directory's (or JSONL file's) stamp in the shared stat just before ``count`` was
     # read (None: not to be trusted to change with the next write, see sensors._base.probe).
@@ -140,6 +145,7 @@ class OutputsEvidence(TypedDict, total=False):
     size: int
     rewritten: bool  # a JSONL file rewritten in place: counted again from the start
     written_this_run: bool  # an output written while this run went on
+    times_ahead: bool  # an output's time was seen ahead of the host's clock: times date nothing
     written_after_complete_line: bool  # outputs written after the log's completion line was found
     modified_after_log: bool  # the outputs' mtime after the log's, with no process of the run seen since
     written_after_exit: bool  # outputs written after the launched job was found over
@@ -253,7 +259,9 @@ _TIMES = helper(
 # NAME-TESTS`` prints the ``outputs`` section as ``__cc_count`` does, then, each one asked (a
 # time, not ``-``), ``outputs_recent``: an entry modified after RECENT, ``outputs_run``: one
 # written after RUN and not after UNTIL, and ``outputs_exit``: one written after EXIT; each
-# ``ok`` and the entry's name (``ok`` alone: none), or
+# ``ok`` and the entry's name (``ok`` alone: none), and, RUN asked with UNTIL the host's clock
+# to the nanosecond (a local file system's), ``outputs_ahead``: one whose time is ahead of it
+# (set by a tool: a kernel's file clock never leads the host's), or
 # ``failed`` and why. Each matching entry's mtime and inode (``__cc_times``: no name, which
 # could hold a newline, passes the pipe), its mtime as exactly as the tool gives it (BusyBox's
 # stat: whole seconds). "Modified after": a time in whole seconds may stand for any moment of its
@@ -271,19 +279,23 @@ _SCAN = helper(
         "if ($1 !~ /[.][0-9]*[1-9]/) hi = t + 1; "
         'if (r != "-" && hi > r + 0 && fr == "") fr = $2; '
         'if (s != "-" && t > s + 0 && t <= u + 0 && fs == "") fs = $2; '
-        'if (e != "-" && t > e + 0 && fe == "") fe = $2; next } '
+        'if (e != "-" && t > e + 0 && fe == "") fe = $2; '
+        'if (s != "-" && u ~ /^[0-9]+[.][0-9]+$/ && t > u + '
+        + str(OWN_CLOCK_SLACK)
+        + ' && fa == "") fa = $2; next } '
         "{ bad = 1 } "
         'END { if (st == "") st = "none"; if (bad) st = "garbled";'
-        ' print st, n + 0, (fr == "" ? "-" : fr), (fs == "" ? "-" : fs), (fe == "" ? "-" : fe) }\')',
+        ' print st, n + 0, (fr == "" ? "-" : fr), (fs == "" ? "-" : fs), (fe == "" ? "-" : fe),'
+        ' (fa == "" ? "-" : fa) }\')',
         # find's status (or garbled), the count, the entries found (inodes, or -).
         "  __st=${__r%% *}; __r=${__r#* }; __n=${__r%% *}; __r=${__r#* }; __fr=${__r%% *}; __r=${__r#* }",
-        "  __fs=${__r%% *}; __fe=${__r#* }",
+        "  __fs=${__r%% *}; __r=${__r#* }; __fe=${__r%% *}; __fa=${__r#* }",
         "  __e=",
         # Why it failed, once more with the error text (only when it did).
         '  [ "$__st" = 0 ] || __e=$(__cc_times "$__d" "$@" 2>&1 >/dev/null | head -c 300)',
         "  sec outputs",
         '  printf \'%s\\nstatus %s\\n%s\\n\' "$__n" "$__st" "$__e"',
-        '  for __w in "recent $__rc $__fr" "run $__rn $__fs" "exit $__ex $__fe"; do',
+        '  for __w in "recent $__rc $__fr" "run $__rn $__fs" "exit $__ex $__fe" "ahead $__rn $__fa"; do',
         "    set -f; set -- $__w; set +f",
         '    [ "$2" = - ] && continue',
         "    sec outputs_$1",
@@ -466,11 +478,15 @@ def _scan(
     # On a file system whose times come from another clock (NFS, FUSE, ...), newer than the
     # start by the tolerance: a server's clock a little ahead must not date an earlier run's
     # output into this run.
+    # Not after the host's clock either: on a local file system, whose times the kernel
+    # stamps (lagging the clock, never leading it), not after now (to the nanosecond; where
+    # date has no %N, whole seconds rounded down: a write of this very second is counted at
+    # the next check); on another, the tolerance ahead.
     locals_ = "|".join(sorted(LOCAL_FILE_SYSTEMS))
     return [
-        f'case "$({fstype_request(d)})" in {locals_}) __s={run_since:.6f} ;;'
-        f" *) __s={run_since + FILE_CLOCK_TOLERANCE:.6f} ;; esac",
-        f'__cc_scan {d} {recent} "$__s" "$(($(date +%s) + 1))" {ex} {names}',
+        f'case "$({fstype_request(d)})" in {locals_}) __s={run_since:.6f} __u=$(date +%s.%N 2>/dev/null) ;;'
+        f" *) __s={run_since + FILE_CLOCK_TOLERANCE:.6f} __u=$(($(date +%s) + 1)) ;; esac",
+        f'__cc_scan {d} {recent} "$__s" "$__u" {ex} {names}',
     ]
 
 
@@ -520,6 +536,7 @@ class _Count(NamedTuple):
     asked_exit: bool = False  # the count was asked for an entry written after the exit
     exit_name: str | None = None  # the one it found
     newest: tuple[float, str] | None = None  # the last change under the outputs (ctime, name), when asked
+    ahead: bool = False  # an output's time was ahead of the host's clock (set by a tool)
 
 
 def _count_files(
@@ -543,14 +560,15 @@ def _count_files(
     recent = _newer_answer(sections.get("outputs_recent"), "the files modified since the last check")
     run = _newer_answer(sections.get("outputs_run"), "the files written during the run")
     after = _newer_answer(sections.get("outputs_exit"), "the files written after the launched job's exit")
+    ahead = _newer_answer(sections.get("outputs_ahead"), "the files stamped ahead of the host's clock")
     newest = _newest_answer(sections.get("outputs_newest"))
     if isinstance(newest, str):
         return newest
-    for answer in (recent, run, after):
+    for answer in (recent, run, after, ahead):
         if isinstance(answer, tuple):
             return answer[0]  # a check that could not tell is no "none modified"
     # Every (why,) returned above: each answer left is a name, "" or None.
-    assert not isinstance(recent, tuple) and not isinstance(after, tuple)
+    assert not isinstance(recent, tuple) and not isinstance(after, tuple) and not isinstance(ahead, tuple)
     changed = None
     if recent is not None:
         evidence["in_place_writes"] = recent or None
@@ -565,6 +583,7 @@ def _count_files(
         asked_exit=after is not None,
         exit_name=after or None,
         newest=newest,
+        ahead=bool(ahead),
     )
 
 
@@ -666,12 +685,17 @@ def _count_lines(
     # Written during the run: after its start, and not in the host's future (file times come
     # from whoever wrote the file: a file server's clock may be ahead; on such a file system,
     # after the start by the tolerance too).
-    latest = (meta.now_end or meta.now or 0.0) + FILE_CLOCK_TOLERANCE
+    # On the host's own clock (a local file system, or not known), a time ahead of it was set
+    # by a tool, not written (see OWN_CLOCK_SLACK).
+    foreign = "lines_fs" in sections and not own_clock(sections.get("lines_fs"))
+    latest = (meta.now_end or meta.now or 0.0) + (FILE_CLOCK_TOLERANCE if foreign else OWN_CLOCK_SLACK)
     earliest = None if run_since is None else run_since
-    if earliest is not None and "lines_fs" in sections and not own_clock(sections.get("lines_fs")):
+    if earliest is not None and foreign:
         earliest += FILE_CLOCK_TOLERANCE
     replaced = base == 0 and memory.lines_size > 0
-    return _Count(count, changed, earliest is not None and earliest <= mtime <= latest, new_memory, replaced)
+    ahead = earliest is not None and not foreign and mtime > latest
+    written = earliest is not None and earliest <= mtime <= latest
+    return _Count(count, changed, written, new_memory, replaced, ahead=ahead)
 
 
 def read_outputs(
@@ -711,7 +735,8 @@ def read_outputs(
         return Reading("outputs", Says.UNKNOWN, got, unknown, meta.now, host), memory
     count, expected = got.count, spec.expected
     first = memory.first_count if memory.first_count is not None else count
-    written = memory.written_this_run or got.written or count != first
+    times_ahead = memory.times_ahead or got.ahead
+    written = memory.written_this_run or (got.written and not times_ahead) or count != first
     ident = shared_stats(sections.get("stats")).get(where or "") if where else None
     after_line = _after_line(memory, got, ident, expected, last_word)
     seen_at = memory.over_seen_at
@@ -733,6 +758,7 @@ def read_outputs(
         checked_at=meta.now,
         first_count=first,
         written_this_run=written,
+        times_ahead=times_ahead,
         at_expected=count >= expected,
         ident=ident if ident is not None else memory.ident,
         line_end=None if last_word is None else last_word.end,
@@ -769,6 +795,8 @@ def read_outputs(
         evidence["count"] = count
         evidence["previous_count"] = memory.count
         evidence["written_this_run"] = written
+        if times_ahead:
+            evidence["times_ahead"] = True
         evidence["modified_after_log"] = True
         if new_memory.writer_seen_at is not None:
             why = (
@@ -796,6 +824,8 @@ def read_outputs(
         evidence["count"] = count
         evidence["previous_count"] = memory.count
         evidence["written_this_run"] = written
+        if times_ahead:
+            evidence["times_ahead"] = True
         evidence["written_after_complete_line"] = True
         return Reading(
             "outputs",
@@ -818,6 +848,8 @@ def read_outputs(
     evidence["count"] = count
     evidence["previous_count"] = memory.count
     evidence["written_this_run"] = written
+    if times_ahead:
+        evidence["times_ahead"] = True
     stable = memory.count is not None and memory.count == count
     if count >= expected and stable and got.changed:
         # Same count, but written in place: a file finished only when it stops changing.
