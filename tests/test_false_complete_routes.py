@@ -390,7 +390,9 @@ def test_a_local_stages_memory_from_another_machine_is_not_this_machines(tmp_pat
     _needs_root()
     scratch, state = tmp_path / "scratch", tmp_path / "state.db"
     scratch.mkdir()
-    job = SimulatedJob(scratch, scenario="complete", total=4, step=0.3)
+    # Long enough for machine A's wait to see the job alive on a loaded machine (at 0.3 s a
+    # step, a wait that started late found it gone and timed out: no run start known).
+    job = SimulatedJob(scratch, scenario="complete", total=4, step=1.0)
     stage = job.stage_dict(interval="200ms", exit_grace="200ms", settle=1)
     stage["process"]["scope"] = "visible"
     stage_file = _write(tmp_path / "s.yaml", stage)
