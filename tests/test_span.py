@@ -693,6 +693,87 @@ def test_a_restarted_watch_goes_on_from_what_it_saw_across_hosts(tmp_path: Path,
     assert f"{b}: at most 1 of 2 ranks seen alive" in " ".join(after[-1].reasons), after[-1].reasons
 
 
+def _count_probes(host: _Host, counts: Path) -> None:
+    """Restart the host's sshd so that what its shells are given (a probe is one script to a
+    kept ``sh -s``) is also written to ``counts``: the round trips as the monitored host saw
+    them, one ``printf '\\n@@crosscheck-done`` line each."""
+    host.sshd.stop()
+    with open(host.sshd.config, "a") as config:
+        config.write(f"ForceCommand tee -a {counts} | /bin/sh -s\n")
+    host.sshd.start()
+
+
+def _probes(counts: Path) -> int:
+    return sum(
+        1 for line in counts.read_text().splitlines() if line.startswith("printf '\\n@@crosscheck-done")
+    )
+
+
+@pytest.mark.parametrize("phased", [True, False], ids=["serve", "wait"])
+def test_a_host_with_a_node_and_stages_of_its_own_is_probed_once_a_cycle(
+    tmp_path: Path, hosts: list[_Host], phased: bool
+) -> None:
+    """Each host carries a node of a stage over both and a stage of its own: one round trip
+    per host and cycle, as a host of single stages has (before, the stage over several hosts
+    was a group of its own: two round trips a cycle on each host). Counted by the sshd
+    hosts themselves, with the phases of ``crosscheck serve`` and with ``crosscheck wait``'s
+    schedule; the stage over several hosts is added last, after the hosts' own stages were
+    given their hosts' phases."""
+    from sensors import checker_for, load_stage
+    from sensors._watch.schedule import Scheduler
+
+    counts = [tmp_path / f"probes{k}" for k in range(2)]
+    for host, count in zip(hosts, counts, strict=True):
+        _count_probes(host, count)
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2)
+    own = []
+    for k, host in enumerate(hosts):
+        doc = {
+            "stage": f"own{k}",
+            "host": host.sshd.spec(),
+            "process": {"match": f"{ranks.tag} --node {k} --rank 0 "},
+            "log": {"path": str(ranks.folder / f"node{k}.log"), "complete": r"^never$", "progress": r"^step"},
+            "policy": {"interval": "1s"},
+        }
+        own.append(stage_from_dict(doc))
+    span = load_stage(_stage(tmp_path, hosts, ranks, interval="1s"))
+    checkers = [checker_for(stage) for stage in [*own, span]]
+    seen: dict[str, list[Verdict]] = {}
+
+    def record(key: str, verdict: Verdict, began: float) -> float:
+        seen.setdefault(key, []).append(verdict)
+        return began + 1.0
+
+    scheduler = Scheduler(phased=phased)
+    for k, checker in enumerate(checkers):
+        scheduler.add(str(k), checker)
+    stop = threading.Event()
+    runner = threading.Thread(target=scheduler.run, args=(stop,), kwargs={"on_verdict": record})
+    try:
+        runner.start()
+        time.sleep(6.5)
+        stop.set()
+        runner.join(30)
+    finally:
+        stop.set()
+        ranks.stop()
+        for checker in checkers:
+            checker.close()
+    assert not runner.is_alive()
+    rounds = len(seen.get("2", []))
+    assert rounds >= 4, {k: len(v) for k, v in seen.items()}
+    # Every round of the stage over both hosts read both hosts, and was a real reading.
+    assert all(v.state is not State.UNKNOWN for v in seen["2"]), [v.reasons[:1] for v in seen["2"]]
+    for k, count in enumerate(counts):
+        probes = _probes(count)
+        own_rounds = len(seen.get(str(k), []))
+        assert own_rounds >= rounds - 1, (own_rounds, rounds)
+        # One round trip a cycle: the stage's own checks and the node's in the same probe
+        # (a first one apart, at most, where the host's phase was its own before the stage
+        # over several hosts was added).
+        assert probes <= max(rounds, own_rounds) + 1, (k, probes, rounds, own_rounds)
+
+
 def test_serve_watches_a_stage_over_several_hosts_as_one_stage(tmp_path: Path, hosts: list[_Host]) -> None:
     """`crosscheck serve` on a directory holding a stage over two hosts: one stage, one
     stored verdict (its host: every host), complete once every host agrees, and its history

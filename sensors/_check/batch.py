@@ -20,24 +20,20 @@ from sensors._base.model import Verdict
 from sensors._base.probe import Meta, Static, build_script, new_nonce, parse_meta, sections_of
 from sensors._base.text import redaction_shared
 from sensors._check.checker import Checker, save_checked
-from sensors._check.span import SpanChecker
 from sensors._signals.process import parse_table_once, table_lines
 
 #: Sections every stage of the batch reads as they are (not prefixed).
 SHARED = ("meta", "stats", "statfs", "stat", "tasks", "taskcmd", "cmdline", "end")
 
 
-def check_batch(checkers: Sequence[Checker | SpanChecker]) -> list[Verdict]:
-    """One check of each checker, all on one host, in one probe round trip.
+def check_batch(checkers: Sequence[Checker]) -> list[Verdict]:
+    """One check of each checker, all on one host, in one probe round trip (the nodes of a
+    stage over several hosts among them: ``SpanChecker.nodes``, see ``sensors._watch.schedule``).
 
     A checker whose stage another watch holds follows the stored verdict (not probed). Host
     failures make every probed stage ``unknown``; an unverifiable host key is raised.
     """
-    if any(isinstance(c, SpanChecker) for c in checkers):
-        # A stage over several hosts is its own group (its scheduler key is its Span): each
-        # node's probe is its host's round trip.
-        return [c.check() for c in checkers]
-    singles = [c for c in checkers if isinstance(c, Checker)]
+    singles = list(checkers)
     verdicts: dict[int, Verdict] = {}
     locks = [c.lock for c in singles]
     for lock in locks:

@@ -2,7 +2,9 @@
 
 Each node is a single-host stage (``Stage.nodes``) checked by its own :class:`Checker` — the
 same probe, one round trip per host, the same rules — so a slow or dead host delays no other
-beyond the check's deadline, and its failure is that node's ``unknown``, never a dead job.
+beyond the check's deadline, and its failure is that node's ``unknown``, never a dead job. A
+scheduler (``crosscheck wait``, ``serve``) reads each node in its host's batch with the host's
+other stages, around :meth:`SpanChecker.begin` and :meth:`SpanChecker.finish`.
 The verdict across them is ``_verdict.across.decide_across``.
 
 With a state store, the stage is one row: one lease, one stored verdict (the one across
@@ -19,7 +21,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -28,16 +30,9 @@ from sensors._base.errors import ConfigError
 from sensors._base.model import Says, Verdict
 from sensors._base.run import Run, Since, parse_since
 from sensors._check.checker import Checker, Following, Watch
-from sensors._check.persist import (
-    OwnRun,
-    Persistence,
-    is_followed,
-    is_store,
-    is_this_run,
-    save_all,
-)
+from sensors._check.persist import OwnRun, Persistence, is_followed, is_this_run, save_all
 from sensors._config.stage import Stage
-from sensors._store import Store, open_store
+from sensors._store import Store
 from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
 
 __all__ = ["AnyChecker", "Span", "SpanChecker", "checker_for"]
@@ -47,8 +42,8 @@ log = logging.getLogger("crosscheck")
 
 @dataclass(frozen=True)
 class Span:
-    """The hosts of a stage over several hosts, as a scheduler groups checks: its own group
-    (the nodes' probes are each their host's round trip)."""
+    """The hosts of a stage over several hosts, as a scheduler knows them: the phase its
+    hosts share (its nodes are probed in their hosts' batches: ``sensors._watch.schedule``)."""
 
     name: str
     stage: str
@@ -95,15 +90,12 @@ class SpanChecker(Following):
         self._across_run: Run | None = None
         self._pool = ThreadPoolExecutor(max_workers=min(32, len(self.nodes)), thread_name_prefix="span")
         self._persist: Persistence | None = None
-        self._store_owned: Store | None = None
         self._saving = True
         self._checked_here = False
         self._told_not_ours = False
         if state is not None:
-            store = state if is_store(state) else open_store(state)
-            if not is_store(state):
-                self._store_owned = store
-            self._persist = Persistence(store, stage, self.host.name)
+            # A store given open is the caller's; one opened from a location, the row's.
+            self._persist = Persistence(state, stage, self.host.name)
             self._restore()
 
     # ------------------------------------------------------------------ one check
@@ -111,14 +103,56 @@ class SpanChecker(Following):
     def check(self) -> Verdict:
         """One check of every node, in parallel; the verdict across them (another watch's,
         followed, where it holds the stage)."""
-        with self.lock:
+        followed = self.begin()
+        if followed is not None:
+            return followed
+        try:
+            verdicts = self._probe_nodes()
+        except BaseException:
+            self.abandon()
+            raise
+        return self.finish(verdicts)
+
+    # A check in two halves, for a scheduler that probes each node with its host's other
+    # stages (one round trip per host and cycle, ``sensors._watch.schedule``): begin, the
+    # nodes' verdicts from their hosts' batches, then finish (or abandon).
+
+    def begin(self) -> Verdict | None:
+        """Begin a check: the verdict followed from another watch that holds the stage (the
+        check ends there), or None: the nodes are to be checked, and their verdicts handed
+        to :meth:`finish` (or the check ended by :meth:`abandon`); until then this checker
+        is locked."""
+        self.lock.acquire()
+        try:
             followed = self.followed()
-            if followed is not None:
-                return followed
-            return self.save(self._check())
+        except BaseException:
+            self.lock.release()
+            raise
+        if followed is not None:
+            self.lock.release()
+        return followed
+
+    def finish(self, verdicts: Sequence[Verdict]) -> Verdict:
+        """End a check :meth:`begin` began: the verdict across the nodes' ``verdicts`` (one per
+        node, in order), saved."""
+        try:
+            if len(verdicts) != len(self.nodes):
+                raise ValueError(f"{len(verdicts)} verdicts for {len(self.nodes)} hosts")
+            return self.save(self._combine(verdicts))
+        finally:
+            self.lock.release()
+
+    def abandon(self) -> None:
+        """End a check :meth:`begin` began without a verdict (a node's probe raised)."""
+        self.lock.release()
+
+    def _probe_nodes(self) -> list[Verdict]:
+        return list(self._pool.map(lambda c: c.check(), self.nodes))
 
     def _check(self) -> Verdict:
-        verdicts = list(self._pool.map(lambda c: c.check(), self.nodes))
+        return self._combine(self._probe_nodes())
+
+    def _combine(self, verdicts: Sequence[Verdict]) -> Verdict:
         self._checked_here = True
         run = self.nodes[0].run
         if run is not None and self._across_run is not None and run != self._across_run:
@@ -217,11 +251,7 @@ class SpanChecker(Following):
             node.go_on_from(nodes.get(label))
         if self.nodes[0].run != memory.get("run"):
             return  # node 0 did not go on from it (another run): nothing across hosts either
-        across = memory.get("across")
-        if isinstance(across, AcrossMemory):
-            self._memory, self._across_run = across, memory.get("run")
-        last = memory.get("last")
-        self.last = last if isinstance(last, Verdict) else None
+        self._across_from(memory)
 
     def _adopt(self, memory: Mapping[str, Any]) -> None:
         """Go on from the holder's document whole (its run was found this watch's run): every
@@ -238,6 +268,10 @@ class SpanChecker(Following):
             doc = nodes.get(label)
             if isinstance(doc, Mapping):
                 node.adopt(doc)
+        self._across_from(memory)
+
+    def _across_from(self, memory: Mapping[str, Any]) -> None:
+        """The memory across hosts and the last verdict, from a stored document."""
         across = memory.get("across")
         if isinstance(across, AcrossMemory):
             self._memory, self._across_run = across, memory.get("run")
@@ -296,12 +330,7 @@ class SpanChecker(Following):
         for node in self.nodes:
             node.close()
         if self._persist is not None:
-            self._persist.release()
-        if self._store_owned is not None:
-            try:
-                self._store_owned.close()
-            except Exception:  # closing is best effort: nothing is lost with the connection
-                log.debug("state store: close failed", exc_info=True)
+            self._persist.close()
         self._pool.shutdown(wait=False)
 
     def __enter__(self) -> SpanChecker:

@@ -2,11 +2,13 @@
 
 :class:`Scheduler` keeps every stage's next due time in a heap and hands due checks to at
 most ``workers`` threads, at most ``per_host`` probes at once on one host; the stages due on
-one host at the same tick are read by one probe (``sensors._check.batch``). With
-``phased=True`` (``crosscheck serve``) each host's stages are due at a phase of the interval
-of their own. It is shared by ``crosscheck wait`` (:func:`watch_all`) and ``crosscheck serve``
-(``sensors._watch.watcher``), with stages keyed by a string the caller chooses. Why, and how
-the phases work: docs/serve.md, "In the code".
+one host at the same tick are read by one probe (``sensors._check.batch``). A stage over
+several hosts is checked in that same probe of each of its hosts: its nodes join their hosts'
+batches, and the verdict across them is made when the last one is back. With ``phased=True``
+(``crosscheck serve``) each host's stages are due at a phase of the interval of their own,
+shared by every host of a stage over several. It is shared by ``crosscheck wait``
+(:func:`watch_all`) and ``crosscheck serve`` (``sensors._watch.watcher``), with stages keyed by
+a string the caller chooses. Why, and how the phases work: docs/serve.md, "In the code".
 
 Example:
     >>> results = watch_all(checkers, on_verdict=print, timeout=3600)  # doctest: +SKIP
@@ -27,11 +29,12 @@ from dataclasses import dataclass
 from sensors._base.model import Verdict
 from sensors._base.schema import MAX_DURATION, MIN_DURATION, MIN_INTERVAL
 from sensors._check.batch import check_batch
-from sensors._check.span import AnyChecker, Span
+from sensors._check.checker import Checker
+from sensors._check.span import AnyChecker, Span, SpanChecker
 from sensors._hosts import Host
 
-#: What a scheduler groups checks by: a host (its stages share a probe), or a stage over
-#: several hosts (its own group).
+#: What a phase belongs to: a host, or a stage over several hosts (whose hosts share its
+#: phase, so that each is probed once in a cycle for that stage and its own).
 HostKey = Host | Span
 
 
@@ -48,15 +51,102 @@ def bounded(seconds: object, *, default: float, floor: float = MIN_DURATION) -> 
     return min(max(float(seconds), floor), MAX_DURATION)
 
 
-#: One probe for the stages due on one host: a verdict per checker, or None for a stage this
-#: round did not look at (``crosscheck serve``: a stage another watcher holds, nothing stored).
-Batch = Callable[[list[AnyChecker]], Sequence[Verdict | None]]
+#: One probe for the stages due on one host (a node of a stage over several hosts among them):
+#: a verdict per checker, or None for a stage this round did not look at (``crosscheck
+#: serve``: a stage another watcher holds, nothing stored).
+Batch = Callable[[list[Checker]], Sequence[Verdict | None]]
+#: How a check of a stage over several hosts begins: ``(True, None)``: its nodes are probed
+#: (``SpanChecker.begin`` returned None, and the checker waits for ``finish``); ``(False,
+#: verdict)``: no probe, this is the check's verdict (followed from another watch; None:
+#: nothing to say this round).
+Begin = Callable[[SpanChecker], tuple[bool, Verdict | None]]
 #: After a check: ``(key, verdict, began)`` → when the stage is due next (the scheduler's
 #: clock), or None to stop watching it.
 OnVerdict = Callable[[str, Verdict, float], float | None]
 #: A batch that raised: ``(keys, error)`` → when those stages are due next, or raise to end
 #: the run (the error propagates out of :meth:`Scheduler.run`).
 OnError = Callable[[list[str], Exception], float | None]
+
+
+def begin_span(span: SpanChecker) -> tuple[bool, Verdict | None]:
+    """The default :data:`Begin`: the span's own rule (follow another watch that holds it)."""
+    followed = span.begin()
+    return followed is None, followed
+
+
+class _Round:
+    """One check of a stage over several hosts whose nodes are probed in their hosts'
+    batches: begun once (by the first batch to reach it), finished by the last one back.
+    ``future`` holds its verdict (a list of one, as a batch's)."""
+
+    def __init__(self, span: SpanChecker, begin: Begin) -> None:
+        self.span = span
+        self.future: Future[Sequence[Verdict | None]] = Future()
+        self._begin = begin
+        self._lock = threading.Lock()
+        self._probe: bool | None = None  # None: not begun yet
+        self._verdicts: list[Verdict | None] = [None] * len(span.nodes)
+        self._left = len(span.nodes)
+        self._error: BaseException | None = None
+
+    def start(self) -> bool:
+        """Whether the nodes are to be probed (the same answer for every batch)."""
+        with self._lock:
+            if self._probe is None:
+                self._probe = False
+                try:
+                    probe, verdict = self._begin(self.span)
+                except Exception as exc:  # a store that failed: the stage's error, not the host's
+                    self._settle(error=exc)
+                else:
+                    self._probe = probe
+                    if not probe:
+                        self._settle(verdict=verdict)
+            return self._probe
+
+    def put(self, index: int, verdict: Verdict | None = None, error: BaseException | None = None) -> None:
+        """Node ``index``'s verdict (or its batch's error); the last one back ends the check."""
+        with self._lock:
+            self._verdicts[index] = verdict
+            if self._error is None:
+                self._error = error
+            self._left -= 1
+            if self._left:
+                return
+        verdicts = [v for v in self._verdicts if v is not None]
+        if self._error is not None or len(verdicts) != len(self._verdicts):
+            self.span.abandon()
+            if self._error is not None:
+                self._settle(error=self._error)
+            else:  # a batch that did not look at a node (no verdict): nothing to say
+                self._settle(verdict=None)
+            return
+        try:
+            verdict = self.span.finish(verdicts)
+        except Exception as exc:
+            self._settle(error=exc)
+        else:
+            self._settle(verdict=verdict)
+
+    def _settle(self, *, verdict: Verdict | None = None, error: BaseException | None = None) -> None:
+        if self.future.done():  # cancelled: the scheduler's run ended meanwhile
+            return
+        if error is not None:
+            self.future.set_exception(error)
+        else:
+            self.future.set_result([verdict])
+
+
+@dataclass(frozen=True)
+class _Part:
+    """Node ``index`` of a stage over several hosts, in its host's batch."""
+
+    round: _Round
+    index: int
+
+    @property
+    def node(self) -> Checker:
+        return self.round.span.nodes[self.index]
 
 
 @dataclass
@@ -67,6 +157,19 @@ class _Slot:
     running: bool = False
     turn: int = 0  # bumped on every reschedule: older heap items for the slot are stale
     hurried: bool = False  # asked to be due now while its check ran: due as soon as it is back
+
+
+_Future = Future[Sequence[Verdict | None]]
+
+
+@dataclass(frozen=True)
+class _Running:
+    """A probe (or a round across hosts) in flight: the host it keeps busy (None: a round,
+    whose probes are its hosts' batches), the stages whose verdicts it brings, when handed out."""
+
+    host: Host | Span | None
+    members: list[tuple[str, _Slot]]
+    began: float
 
 
 class Scheduler:
@@ -82,6 +185,7 @@ class Scheduler:
         workers: int = 16,
         per_host: int = 4,
         batch: Batch = check_batch,
+        begin: Begin = begin_span,
         clock: Callable[[], float] = time.monotonic,
         phased: bool = False,
     ) -> None:
@@ -90,7 +194,11 @@ class Scheduler:
         self.clock = clock
         self.phased = phased
         self._phases: dict[HostKey, float] = {}
+        #: Whose phase a host or a stage over several hosts keeps: the stage over several
+        #: hosts it belongs to (the least by name, where several share a host), or its own.
+        self._phase_of: dict[HostKey, HostKey] = {}
         self._batch = batch
+        self._begin = begin
         self._slots: dict[str, _Slot] = {}
         self._heap: list[tuple[float, int, str, int]] = []
         self._order = itertools.count()
@@ -109,6 +217,8 @@ class Scheduler:
         (by default now, or when phased its host's next phase point), then every
         ``interval`` (its policy's by default)."""
         with self._lock:
+            if isinstance(checker, SpanChecker):
+                self._link(checker)
             interval = bounded(interval or checker.stage.policy.interval, default=30.0, floor=MIN_INTERVAL)
             now = self.clock()
             if due is None:
@@ -161,13 +271,27 @@ class Scheduler:
 
     # ------------------------------------------------------------------ phases
 
+    def _link(self, span: SpanChecker) -> None:
+        """Give the span's hosts (and every host and span already sharing a phase with one of
+        them) one phase: the least span's by name, whatever order they were added in."""
+        keys: list[HostKey] = [span.host, *(node.host for node in span.nodes)]
+        owners = {self._phase_of.get(k, k) for k in keys}
+        owner = min((o for o in owners if isinstance(o, Span)), key=repr)
+        for key, mine in list(self._phase_of.items()):
+            if mine in owners:
+                self._phase_of[key] = owner
+        for key in keys:
+            self._phase_of[key] = owner
+
     def _phase(self, host: HostKey) -> float:
         """The host's offset on the clock, in [0, 1 day): a stable hash of its identity (the
-        repr names user, address and port), the same in every process and run."""
-        phase = self._phases.get(host)
+        repr names user, address and port; a host of a stage over several: that stage's),
+        the same in every process and run."""
+        owner = self._phase_of.get(host, host)
+        phase = self._phases.get(owner)
         if phase is None:
-            digest = hashlib.blake2b(repr(host).encode(), digest_size=8).digest()
-            phase = self._phases[host] = int.from_bytes(digest, "big") % 86_400_000 / 1000
+            digest = hashlib.blake2b(repr(owner).encode(), digest_size=8).digest()
+            phase = self._phases[owner] = int.from_bytes(digest, "big") % 86_400_000 / 1000
         return phase
 
     def _next_phase(self, host: HostKey, interval: float, at: float) -> float:
@@ -201,7 +325,7 @@ class Scheduler:
         place to add and remove stages); it returns how many seconds it may wait. Checks in
         flight when it ends are waited for and their verdicts delivered.
         """
-        running: dict[Future[Sequence[Verdict | None]], tuple[list[tuple[str, _Slot]], float]] = {}
+        running: dict[_Future, _Running] = {}
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             try:
                 while not stop.is_set():
@@ -211,7 +335,7 @@ class Scheduler:
                     wait_for = min(wait_for, self._submit(pool, running))
                     self._wake.clear()
                     for fut in [f for f in running if f.done()]:
-                        self._finished(*running.pop(fut), fut, on_verdict, on_error)
+                        self._finished(running.pop(fut), fut, on_verdict, on_error)
                         wait_for = 0.0
                     if wait_for > 0:
                         self._wake.wait(max(0.0, min(wait_for, 1.0)))
@@ -222,13 +346,15 @@ class Scheduler:
                 raise
             for fut in list(running):
                 fut.exception()  # wait for it
-                self._finished(*running.pop(fut), fut, on_verdict, on_error)
+                self._finished(running.pop(fut), fut, on_verdict, on_error)
 
-    def _submit(self, pool: ThreadPoolExecutor, running: dict) -> float:
-        """Hand out one probe per host for the stages due there; seconds until the next is due."""
+    def _submit(self, pool: ThreadPoolExecutor, running: dict[_Future, _Running]) -> float:
+        """Hand out one probe per host for the stages due there (and the nodes of the stages
+        over several hosts due now); seconds until the next is due."""
         now = self.clock()
-        batches: dict[HostKey, list[tuple[str, _Slot]]] = {}
+        batches: dict[Host | Span, list[tuple[str, _Slot] | _Part]] = {}
         held: list[tuple[float, int, str, int]] = []
+        wake = lambda _: self._wake.set()  # noqa: E731 - a done callback
         with self._lock:
             while self._heap and self._heap[0][0] <= now:
                 item = heapq.heappop(self._heap)
@@ -236,36 +362,70 @@ class Scheduler:
                 slot = self._slots.get(key)
                 if slot is None or slot.turn != turn or slot.running:
                     continue  # removed, rescheduled since, or in flight: a stale item
-                host = slot.checker.host
-                if host not in batches and self._busy.get(host, 0) >= self.per_host:
-                    held.append(item)  # its host is full: it goes when a probe there ends
+                checker = slot.checker
+                hosts = (
+                    [n.host for n in checker.nodes] if isinstance(checker, SpanChecker) else [checker.host]
+                )
+                if any(h not in batches and self._busy.get(h, 0) >= self.per_host for h in hosts):
+                    held.append(item)  # a host of it is full: it goes when a probe there ends
                     continue
                 slot.running = True
-                batches.setdefault(host, []).append((key, slot))
+                if isinstance(checker, SpanChecker):
+                    # Each node in its host's batch; the verdict across them is this round's.
+                    round_ = _Round(checker, self._begin)
+                    for index, node in enumerate(checker.nodes):
+                        batches.setdefault(node.host, []).append(_Part(round_, index))
+                    round_.future.add_done_callback(wake)
+                    running[round_.future] = _Running(None, [(key, slot)], now)
+                else:
+                    batches.setdefault(checker.host, []).append((key, slot))
             for item in held:
                 heapq.heappush(self._heap, item)
             for host, members in batches.items():
                 self._busy[host] = self._busy.get(host, 0) + 1
-                fut = pool.submit(self._batch, [slot.checker for _, slot in members])
-                fut.add_done_callback(lambda _: self._wake.set())
-                running[fut] = (members, now)
+                singles = [m for m in members if not isinstance(m, _Part)]
+                parts = [m for m in members if isinstance(m, _Part)]
+                fut = pool.submit(self._probe, [slot.checker for _, slot in singles], parts)
+                fut.add_done_callback(wake)
+                running[fut] = _Running(host, singles, now)
             if held:
                 return 0.05
             return max(0.0, self._heap[0][0] - now) if self._heap else 1.0
 
+    def _probe(self, checkers: list[AnyChecker], parts: list[_Part]) -> Sequence[Verdict | None]:
+        """One host's batch: its own stages and the nodes of stages over several hosts
+        (those whose check began: not another watch's), in one probe."""
+        probing: list[_Part] = []
+        try:
+            for part in parts:
+                if part.round.start():
+                    probing.append(part)
+            if not checkers and not probing:
+                return []
+            verdicts = self._batch([*checkers, *(p.node for p in probing)])  # type: ignore[list-item]
+        except BaseException as exc:
+            for part in probing:
+                part.round.put(part.index, error=exc)
+            raise
+        for part, verdict in zip(probing, verdicts[len(checkers) :], strict=True):
+            part.round.put(part.index, verdict)
+        return verdicts[: len(checkers)]
+
     def _finished(
         self,
-        members: list[tuple[str, _Slot]],
-        began: float,
+        done: _Running,
         fut: Future[Sequence[Verdict | None]],
         on_verdict: OnVerdict,
         on_error: OnError | None,
     ) -> None:
-        host = members[0][1].checker.host
+        members, began = done.members, done.began
         with self._lock:
-            self._busy[host] -= 1
+            if done.host is not None:
+                self._busy[done.host] -= 1
             for _, slot in members:
                 slot.running = False
+        if not members:
+            return  # a probe of nodes only: their stage's round says how it went
         error = fut.exception()
         if error is not None:
             if on_error is None or not isinstance(error, Exception):
@@ -338,7 +498,14 @@ def watch_all(
         start + bounded(c.stage.policy.timeout if timeout is None else timeout, default=MAX_DURATION)
         for c in checkers
     ]
-    scheduler = Scheduler(workers=min(workers, max(1, len(checkers))), per_host=per_host, clock=clock)
+    # A thread per stage, and per host of a stage over several (its probes run in parallel:
+    # one dead host delays no other).
+    hosts = {
+        h for c in checkers for h in ([n.host for n in c.nodes] if isinstance(c, SpanChecker) else [c.host])
+    }
+    scheduler = Scheduler(
+        workers=min(workers, max(1, len(checkers), len(hosts))), per_host=per_host, clock=clock
+    )
     for index, checker in enumerate(checkers):
         scheduler.add(str(index), checker, due=start)
 

@@ -36,8 +36,9 @@ from sensors._base.model import State, Verdict
 from sensors._base.output import on_closed
 from sensors._base.run import run_from_record
 from sensors._check.batch import check_batch
+from sensors._check.checker import Checker
 from sensors._check.persist import NotOurs, Persistence, dead_here, holder_id, is_followed, is_store
-from sensors._check.span import AnyChecker, checker_for
+from sensors._check.span import AnyChecker, SpanChecker, checker_for
 from sensors._config.stage import MAX_STAGE_BYTES, Stage, load_stage_bytes
 from sensors._store import Handoff, Store
 from sensors._watch.gc import tune_for_watching
@@ -361,7 +362,7 @@ class Watcher:
     def __post_init__(self) -> None:
         self.courier = Courier(on_sent=self._delivered)
         self.scheduler = Scheduler(
-            workers=self.workers, per_host=self.per_host, batch=self._batch, phased=True
+            workers=self.workers, per_host=self.per_host, batch=self._batch, begin=self._begin, phased=True
         )
         self._sources: list[StageSource] = [DirectorySource(Path(self.directory)), *self.sources]
         if self.desk is not None:
@@ -567,25 +568,28 @@ class Watcher:
 
     # ------------------------------------------------------------------ checks
 
-    def _batch(self, checkers: list[AnyChecker]) -> list[Verdict | None]:
+    def _batch(self, checkers: list[Checker]) -> list[Verdict | None]:
         """One probe for the stages this watcher holds; the others follow the stored verdict
         (None when nothing is stored yet: nothing to say, and no probe of someone else's)."""
         out: list[Verdict | None] = [None] * len(checkers)
         probed = []
         for k, checker in enumerate(checkers):
-            persist = checker.persistence
-            if persist is None or persist.take or persist.held:
+            probe, out[k] = _stored(checker)
+            if probe:
                 probed.append(k)
-                continue
-            followed = persist.followed(persist.elsewhere or "another watcher", checker.own_run)
-            if isinstance(followed, NotOurs):
-                probed.append(k)  # another run's or definition's: checked here, not saved
-            else:
-                out[k] = followed
         if probed:
             for k, verdict in zip(probed, check_batch([checkers[k] for k in probed]), strict=True):
                 out[k] = verdict
         return out
+
+    def _begin(self, span: SpanChecker) -> tuple[bool, Verdict | None]:
+        """How a check of a stage over several hosts begins here: as :meth:`_batch` decides
+        for a stage of one host (its nodes then probed in their hosts' batches)."""
+        probe, verdict = _stored(span)
+        if not probe:
+            return False, verdict
+        followed = span.begin()
+        return followed is None, followed
 
     def _failed(self, keys: list[str], exc: Exception) -> float:
         if not isinstance(exc, CrosscheckError):
@@ -658,6 +662,19 @@ def _overdue(entry: _Entry) -> bool:
     except Exception:  # cannot tell: a check now costs one probe
         return True
     return stored is None or time.time() - stored.saved_at >= entry.stage.policy.interval
+
+
+def _stored(checker: AnyChecker) -> tuple[bool, Verdict | None]:
+    """Whether this watcher probes ``checker``'s stage, or its stored verdict instead (None:
+    nothing stored yet): probed where it holds the stage, or has no store, or what is stored
+    is another run's or definition's (checked here, not saved)."""
+    persist = checker.persistence
+    if persist is None or persist.take or persist.held:
+        return True, None
+    followed = persist.followed(persist.elsewhere or "another watcher", checker.own_run)
+    if isinstance(followed, NotOurs):
+        return True, None
+    return False, followed
 
 
 def _holds(checker: AnyChecker) -> bool:
