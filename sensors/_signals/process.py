@@ -106,10 +106,9 @@ class ProcessMemory:
     # what is read from now on is that later run's.
     launched_gone_at: float | None = None
     superseded_by: int | None = None
-    # When this watch last found the launched PID alive (the launched end is later), and
-    # whether ``superseded_by`` began too close to that end to be ordered against it (seed
-    # 507217: a re-run begun at once after the recorded exit passed for the launched job's).
-    launched_alive_at: float | None = None
+    # Whether ``superseded_by`` began too close to the launched job's end to be ordered
+    # against it (seed 507217: a re-run begun at once after the recorded exit passed for the
+    # launched job's).
     unordered: bool = False
 
 
@@ -686,9 +685,7 @@ def _after_launch(
     # by a later run (or its shell) is neither the launched job nor its parent, and the
     # wrapper is gone, seen or not.
     reused = launched_state == b"other"
-    if launched_pid in table.stats and not reused:
-        memory = replace(memory, launched_alive_at=meta.now)
-    elif gone_at is None and (reused or not meta.hidden):
+    if (launched_pid not in table.stats or reused) and gone_at is None and (reused or not meta.hidden):
         gone_at = meta.now
         memory = replace(memory, launched_gone_at=gone_at)
     # The launched job ended by ``ends_by``: its recorded exit (a time in whole seconds stands
@@ -888,7 +885,6 @@ def _remember(
         run_pids=tuple(sorted(p for p in job.alive if p not in job.earlier))[:64],
         launched_gone_at=memory.launched_gone_at,
         superseded_by=memory.superseded_by,
-        launched_alive_at=memory.launched_alive_at,
         unordered=memory.unordered,
     )
 
