@@ -7,6 +7,11 @@ a step line to ``DIR/node<N>.log`` and each rank burns a little CPU. With ``DIR/
 waits, as a rank blocked in a collective whose peer is gone does (no CPU, no log). With
 ``DIR/finish`` it ends: global rank 0 writes the outputs into ``DIR/out`` (shared storage),
 each node's local rank 0 writes ``node N done`` to its log, and the rank exits 0.
+
+With ``SPAN_RANK_LOGS=P`` (P ranks a node) each rank also writes a log of its own,
+``DIR/rank<G>.log`` (G = N * P + R, its global rank): a step line as it works and ``rank G
+done`` as it ends; with ``DIR/mute-rank<G>`` it ends without that line, and with
+``DIR/error-rank<G>`` it writes ``ERROR rank G`` and exits 1 at once.
 """
 
 from __future__ import annotations
@@ -20,10 +25,19 @@ def main() -> int:
     _tag, _, node_s, _, rank_s, folder = sys.argv[1:7]
     node, rank = int(node_s), int(rank_s)
     log = os.path.join(folder, f"node{node}.log")
+    per_node = int(os.environ.get("SPAN_RANK_LOGS", "0"))
+    mine = os.path.join(folder, f"rank{node * per_node + rank}.log") if per_node else None
     step = 0
     while True:
         if os.path.exists(os.path.join(folder, "finish")):
             break
+        if mine is not None and os.path.exists(os.path.join(folder, f"error-rank{node * per_node + rank}")):
+            with open(mine, "a") as f:
+                f.write(f"ERROR rank {node * per_node + rank}\n")
+            return 1
+        if mine is not None:
+            with open(mine, "a") as f:
+                f.write(f"step {step}\n")
         if os.path.exists(os.path.join(folder, "hang")):
             time.sleep(0.1)
             continue
@@ -44,6 +58,9 @@ def main() -> int:
     if rank == 0:
         with open(log, "a") as f:
             f.write(f"node {node} done\n")
+    if mine is not None and not os.path.exists(os.path.join(folder, f"mute-rank{node * per_node + rank}")):
+        with open(mine, "a") as f:
+            f.write(f"rank {node * per_node + rank} done\n")
     return 0
 
 

@@ -37,6 +37,7 @@ class _Span(SpanChecker):
     ) -> None:  # no super: no Stage of hosts
         self.stage = _stage(name)
         self.nodes = tuple(Checker(_stage(f"{name}-node{k}"), host=h) for k, h in enumerate(hosts))
+        self.probes = self.nodes
         self.host = Span(", ".join(h.name for h in hosts), name)
         self.lock = threading.Lock()
         self._persist = None

@@ -93,6 +93,23 @@ def test_a_stage_over_several_hosts_is_written_as_it_is_read() -> None:
     assert "host" in stage_from_dict(_base()).model_dump()  # one host: written as before
 
 
+def test_a_log_per_rank_is_each_hosts_ranks_logs() -> None:
+    stage = stage_from_dict(
+        _base(
+            hosts=[{"ssh": "a"}, {"ssh": "b"}],
+            process={"match": "train.py --node {node} ", "per_host": 3},
+            log={"path": "/logs/{host}/rank{rank}.log", "complete": "done"},
+        )
+    )
+    assert [n.log.path for n in stage.nodes] == ["/logs/a/rank0.log", "/logs/b/rank3.log"]  # type: ignore[union-attr]
+    others = [[(r.stage, r.log.path, r.host.ssh) for r in ranks] for ranks in stage.rank_logs]  # type: ignore[union-attr]
+    assert others == [
+        [("train#a#rank1", "/logs/a/rank1.log", "a"), ("train#a#rank2", "/logs/a/rank2.log", "a")],
+        [("train#b#rank4", "/logs/b/rank4.log", "b"), ("train#b#rank5", "/logs/b/rank5.log", "b")],
+    ]
+    assert all(r.process is None and r.outputs is None for ranks in stage.rank_logs for r in ranks)
+
+
 def test_a_host_name_in_a_match_is_matched_as_text() -> None:
     stage = stage_from_dict(
         {"stage": "t", "hosts": [{"ssh": "gpu.01"}], "process": {"match": "train.py --host {host}$"}}
@@ -109,6 +126,12 @@ def test_a_host_name_in_a_match_is_matched_as_text() -> None:
         ({"host": "local", "process": {"match": "x", "per_host": 8}}, "several hosts"),
         ({"host": "local", "policy": {"success": "chief"}}, "several hosts"),
         ({"hosts": [{"ssh": "a"}], "launch": {"command": "x"}}, "launch"),
+        # A log per rank needs the ranks of each host; {rank} names a log, not a process.
+        ({"hosts": [{"ssh": "a"}], "log": {"path": "/l/rank{rank}.log", "complete": "x"}}, "per_host"),
+        (
+            {"hosts": [{"ssh": "a"}], "process": {"match": "train.py --rank {rank}", "per_host": 2}},
+            "only log.path takes {rank}",
+        ),
     ],
 )
 def test_what_a_stage_over_several_hosts_refuses(extra: dict[str, Any], says: str) -> None:
@@ -262,6 +285,33 @@ def test_the_verdict_across_hosts(nodes, per_host, success, state, reason) -> No
     assert verdict.advance is (state is State.COMPLETE)
 
 
+@pytest.mark.parametrize(
+    ("rank1", "success", "state", "reason"),
+    [
+        (LOG_DONE, "all", State.COMPLETE, "every host agrees"),
+        (LOG_WORKING, "all", State.UNKNOWN, "a: log#rank1 working"),  # every rank's line, under all
+        (_r("log", Says.FAILED), "all", State.FAILED, "a: log failed"),  # an error line: failed
+        (LOG_WORKING, "chief", State.COMPLETE, "every host agrees"),  # rank 0's line is node 0's log
+        (
+            _r("log", Says.FAILED),
+            "chief",
+            State.FAILED,
+            "a: log failed",
+        ),  # an error line, whatever the policy
+        (_r("log", Says.UNKNOWN, None), "all", State.UNKNOWN, "a: log#rank1 unknown"),
+    ],
+)
+def test_the_logs_of_a_nodes_other_ranks(rank1: Reading, success: str, state: State, reason: str) -> None:
+    """``log.path`` with ``{rank}``: node 0's own log is rank 0's, rank 1's comes with it."""
+    a = _node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE)
+    a = NodeCheck(a.host, a.verdict, {"log#rank1": rank1})
+    verdict, _ = _decide([a, _node("b", State.COMPLETE, GONE, LOG_DONE)], success=success)
+    assert verdict.state is state and verdict.reasons[0].startswith(reason), verdict.reasons
+    if state is State.COMPLETE and success == "chief":
+        assert "log#rank1@a" not in verdict.readings  # left out, and said so
+        assert any("not needed under success: chief" in r for r in verdict.reasons)
+
+
 def test_under_chief_a_working_log_is_left_out_of_a_complete_verdict_and_said_so() -> None:
     nodes = [
         _node("a", State.COMPLETE, GONE, LOG_DONE, OUT_DONE),
@@ -382,15 +432,17 @@ def hosts(tmp_path: Path) -> Iterator[list[_Host]]:
 class _Ranks:
     """The ranks of one simulated job: ``per_host`` on each node."""
 
-    def __init__(self, folder: Path, nodes: int, per_host: int) -> None:
+    def __init__(self, folder: Path, nodes: int, per_host: int, *, rank_logs: bool = False) -> None:
         self.folder = folder
         self.tag = f"span-{uuid.uuid4().hex[:8]}"
         folder.mkdir(parents=True, exist_ok=True)
         folder.chmod(0o755)
+        env = {**os.environ, "SPAN_RANK_LOGS": str(per_host)} if rank_logs else None
         self.procs = {
             (node, rank): subprocess.Popen(
                 [sys.executable, str(JOB), self.tag, "--node", str(node), "--rank", str(rank), str(folder)],
                 start_new_session=True,
+                env=env,
             )
             for node in range(nodes)
             for rank in range(per_host)
@@ -600,6 +652,54 @@ def test_the_chief_policy(tmp_path: Path, hosts: list[_Host], success: str, rc: 
         assert f"process@{b}" in last["signals"] and f"log@{b}" not in last["signals"]
     else:
         assert last["verdict"] == "failed"
+
+
+@pytest.mark.parametrize(
+    ("rank3", "rc", "verdict"),
+    [(None, 0, "complete"), ("mute", 4, "unknown"), ("error", 3, "failed")],
+    ids=["every rank done", "rank 3 writes no line", "rank 3 errors"],
+)
+def test_a_log_per_rank_is_read_for_every_rank(
+    tmp_path: Path, hosts: list[_Host], rank3: str | None, rc: int, verdict: str
+) -> None:
+    """``log.path: rank{rank}.log`` with 2 ranks a host: ranks 0-1 on node 0, 2-3 on node 1,
+    each log read on its rank's host, in its probe. Under ``all`` every rank's log must show
+    its line: rank 3 (node 1's second rank, whose log no node reads as its own) ending
+    without one is never complete, and an error line in it fails the stage, named."""
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2, rank_logs=True)
+    path = _stage(tmp_path, hosts, ranks)
+    doc = yaml.safe_load(path.read_text())
+    doc["log"] = {
+        "path": str(ranks.folder / "rank{rank}.log"),
+        "complete": r"rank \d+ done",
+        "error": r"^ERROR",
+        "progress": r"^step",
+    }
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    b = f"127.0.0.1:{hosts[1].sshd.port}"
+    try:
+        waiting = _Wait(path, "12s")
+        waiting.until(lambda v: _alive_everywhere(v, hosts) and f"log#rank3@{b}" in v["signals"])
+        if rank3 == "error":
+            (ranks.folder / "error-rank3").touch()
+            assert ranks.procs[(1, 1)].wait(10) == 1
+        elif rank3 == "mute":
+            (ranks.folder / "mute-rank3").touch()
+        ranks.finish()
+        code = waiting.end()
+    finally:
+        ranks.stop()
+    last = waiting.verdicts[-1]
+    assert (code, last["verdict"]) == (rc, verdict), (last["reasons"][:3], waiting.proc.stderr.read()[-3000:])
+    assert not [v for v in waiting.verdicts if v["verdict"] == "complete"] or verdict == "complete"
+    if verdict == "complete":
+        a = f"127.0.0.1:{hosts[0].sshd.port}"
+        assert {f"log@{a}", f"log#rank1@{a}", f"log@{b}", f"log#rank3@{b}"} <= set(last["signals"])
+        assert last["signals"][f"log#rank3@{b}"]["says"] == "done"
+    elif verdict == "failed":
+        assert "ERROR rank 3" in " ".join(last["reasons"]) and b in last["reasons"][0], last["reasons"]
+    else:
+        assert any(r.startswith(f"{b}: log#rank3") for r in last["reasons"]), last["reasons"]
 
 
 def test_validate_says_where_each_part_of_a_stage_over_several_hosts_is_read(tmp_path: Path) -> None:

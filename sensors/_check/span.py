@@ -27,8 +27,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sensors._base.errors import ConfigError
-from sensors._base.model import Says, Verdict
+from sensors._base.model import Reading, Says, Verdict
 from sensors._base.run import Run, Since, parse_since
+from sensors._check.batch import check_batch
 from sensors._check.checker import Checker, Following, Watch
 from sensors._check.persist import OwnRun, Persistence, is_followed, is_this_run, save_all
 from sensors._config.stage import Stage
@@ -80,6 +81,17 @@ class SpanChecker(Following):
         self.stage = stage
         # The nodes keep no row of their own: their memories are this stage's document.
         self.nodes = tuple(Checker(node, since=self._since) for node in stage.nodes)
+        #: Each node's other ranks' logs (``log.path`` with ``{rank}``), a Checker each, read
+        #: on the node's host in its probe: ``(node index, rank, checker)``.
+        self.rank_logs = tuple(
+            (k, _rank_of(rank_stage), Checker(rank_stage, host=self.nodes[k].host, since=self._since))
+            for k, ranks in enumerate(stage.rank_logs)
+            for rank_stage in ranks
+        )
+        #: Every checker a check of this stage probes: the nodes, then the ranks' logs. A
+        #: scheduler adds each to its host's batch and hands their verdicts, in this order, to
+        #: :meth:`finish`.
+        self.probes: tuple[Checker, ...] = (*self.nodes, *(c for _, _, c in self.rank_logs))
         self.host = Span(", ".join(stage.host_labels), stage.stage)
         self.labels = stage.host_labels
         self.lock = threading.Lock()
@@ -136,8 +148,8 @@ class SpanChecker(Following):
         """End a check :meth:`begin` began: the verdict across the nodes' ``verdicts`` (one per
         node, in order), saved."""
         try:
-            if len(verdicts) != len(self.nodes):
-                raise ValueError(f"{len(verdicts)} verdicts for {len(self.nodes)} hosts")
+            if len(verdicts) != len(self.probes):
+                raise ValueError(f"{len(verdicts)} verdicts for {len(self.probes)} probes")
             return self.save(self._combine(verdicts))
         finally:
             self.lock.release()
@@ -147,7 +159,18 @@ class SpanChecker(Following):
         self.lock.release()
 
     def _probe_nodes(self) -> list[Verdict]:
-        return list(self._pool.map(lambda c: c.check(), self.nodes))
+        """Every probe's verdict, in :attr:`probes` order: one round trip per host, the hosts
+        in parallel."""
+        by_host: dict[Any, list[int]] = {}
+        for k, checker in enumerate(self.probes):
+            by_host.setdefault(checker.host, []).append(k)
+        groups = list(by_host.values())
+        verdicts: list[Verdict | None] = [None] * len(self.probes)
+        answers = self._pool.map(lambda g: check_batch([self.probes[k] for k in g]), groups)
+        for group, answer in zip(groups, answers, strict=True):
+            for k, verdict in zip(group, answer, strict=True):
+                verdicts[k] = verdict
+        return [v for v in verdicts if v is not None]
 
     def _check(self) -> Verdict:
         return self._combine(self._probe_nodes())
@@ -162,7 +185,13 @@ class SpanChecker(Following):
             # (an adversary's review: serve and the store keep this memory run after run).
             self._memory = AcrossMemory()
         self._across_run = run if run is not None else self._across_run
-        nodes = [NodeCheck(label, v) for label, v in zip(self.labels, verdicts, strict=True)]
+        ranks: list[dict[str, Reading]] = [{} for _ in self.nodes]
+        for (k, rank, _), rank_verdict in zip(self.rank_logs, verdicts[len(self.nodes) :], strict=True):
+            reading = rank_verdict.readings.get("log")
+            if reading is not None:
+                ranks[k][f"log#rank{rank}"] = reading
+        verdicts = verdicts[: len(self.nodes)]
+        nodes = [NodeCheck(label, v, r) for label, v, r in zip(self.labels, verdicts, ranks, strict=True)]
         now = max((v.checked_at for v in verdicts if v.checked_at is not None), default=time.time())
         per_host = self.stage.process.per_host if self.stage.process is not None else None
         verdict, self._memory = decide_across(
@@ -209,16 +238,16 @@ class SpanChecker(Following):
         self._put_back(kept)
 
     def _snapshot(self) -> tuple[Any, ...]:
-        return ([node.kept() for node in self.nodes], self._memory, self._across_run, self.last)
+        return ([probe.kept() for probe in self.probes], self._memory, self._across_run, self.last)
 
     def _put_back(self, snapshot: tuple[Any, ...]) -> None:
-        nodes, self._memory, self._across_run, self.last = snapshot
-        for node, kept in zip(self.nodes, nodes, strict=True):
-            node.put_back(kept)
+        probes, self._memory, self._across_run, self.last = snapshot
+        for probe, kept in zip(self.probes, probes, strict=True):
+            probe.put_back(kept)
 
     def _reset(self) -> None:
-        for node in self.nodes:
-            node.forget()
+        for probe in self.probes:
+            probe.forget()
         self._memory, self._across_run, self.last = AcrossMemory(), None, None
 
     def memory_doc(self) -> dict[str, Any]:
@@ -226,6 +255,7 @@ class SpanChecker(Following):
         the run (node 0's) and the last verdict."""
         return {
             "nodes": {label: node.memory_doc() for label, node in zip(self.labels, self.nodes, strict=True)},
+            "ranks": {str(rank): c.memory_doc() for _, rank, c in self.rank_logs},
             "across": self._memory,
             "run": self.run,
             "last": self.last,
@@ -249,6 +279,9 @@ class SpanChecker(Following):
             return
         for label, node in zip(self.labels, self.nodes, strict=True):
             node.go_on_from(nodes.get(label))
+        ranks = memory.get("ranks")
+        for _, rank, checker in self.rank_logs:
+            checker.go_on_from(ranks.get(str(rank)) if isinstance(ranks, Mapping) else None)
         if self.nodes[0].run != memory.get("run"):
             return  # node 0 did not go on from it (another run): nothing across hosts either
         self._across_from(memory)
@@ -264,10 +297,13 @@ class SpanChecker(Following):
         nodes = memory.get("nodes")
         if not isinstance(nodes, Mapping):
             return
-        for label, node in zip(self.labels, self.nodes, strict=True):
-            doc = nodes.get(label)
+        ranks = memory.get("ranks")
+        ranks = ranks if isinstance(ranks, Mapping) else {}
+        own = [*zip(self.labels, self.nodes, strict=True), *((str(r), c) for _, r, c in self.rank_logs)]
+        for k, (key, checker) in enumerate(own):
+            doc = (nodes if k < len(self.nodes) else ranks).get(key)
             if isinstance(doc, Mapping):
-                node.adopt(doc)
+                checker.adopt(doc)
         self._across_from(memory)
 
     def _across_from(self, memory: Mapping[str, Any]) -> None:
@@ -327,8 +363,8 @@ class SpanChecker(Following):
 
     def close(self) -> None:
         """Release the stage's lease; close the store when it was opened here."""
-        for node in self.nodes:
-            node.close()
+        for probe in self.probes:
+            probe.close()
         if self._persist is not None:
             self._persist.close()
         self._pool.shutdown(wait=False)
@@ -338,6 +374,11 @@ class SpanChecker(Following):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _rank_of(stage: Stage) -> int:
+    """The rank a log of a rank's stage is (its name ends ``#rank<N>``: ``Stage.rank_logs``)."""
+    return int(stage.stage.rpartition("#rank")[2])
 
 
 def checker_for(

@@ -195,7 +195,12 @@ def _describe_span(stage: Stage) -> list[tuple[str, str]]:
             if stage.process is not None and stage.process.per_host
             else ""
         ),
-        "log": "as node 0 reads it; every host reads its own, {node} and {host} filled in"
+        "log": (
+            "as node 0 reads it (its first rank's); every host reads a log per rank, in its probe,"
+            " {rank} (node * per_host + local rank), {node} and {host} filled in"
+            if any(stage.rank_logs)
+            else "as node 0 reads it; every host reads its own, {node} and {host} filled in"
+        )
         if per_host_log
         else "one shared file, read on node 0",
         "outputs": "read once, on node 0 (shared storage)",

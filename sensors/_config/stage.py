@@ -162,6 +162,15 @@ class HostsPattern(SSHSpec):
         )
 
 
+def _fill(text: str, node: int, host: Literal["local"] | SSHSpec, *, regex: bool) -> str:
+    """``{node}`` and ``{host}`` in ``text`` as node ``node`` on ``host`` has them (the host's
+    name escaped where ``text`` is a regex: matched as text)."""
+    name = "local" if host == "local" else host.ssh
+    return _TEMPLATE.sub(
+        lambda m: str(node) if m[1] == "node" else (re.escape(name) if regex else name), text
+    )
+
+
 def _numbered(pattern: str, n: int) -> str:
     return _N_FIELD.sub(lambda m: format(n, m[1] or ""), pattern)
 
@@ -169,8 +178,10 @@ def _numbered(pattern: str, n: int) -> str:
 #: ``{n}`` or ``{n:02d}`` in a hosts pattern.
 _N_FIELD = re.compile(r"\{n(?::(0\d{1,2}d))?\}")
 
-#: What a per-host template may name: the host (its ``ssh`` name) and its node rank (0, 1, …).
+#: What a per-host template may name: the host (its ``ssh`` name) and its node rank (0, 1, …);
+#: in ``log.path`` also a rank (``{rank}``: the job's global rank, ``node * per_host + local``).
 _TEMPLATE = re.compile(r"\{(host|node)\}")
+_RANK = re.compile(r"\{rank\}")
 
 
 class NotifySpec(Section):
@@ -297,6 +308,14 @@ class Stage(Section):
         for where, text in templated.items():
             if text is not None and _TEMPLATE.search(text):
                 raise ValueError(f"{where}: only log.path and process.match take {{host}} and {{node}}")
+        for where, text in {**templated, "process.match": self.process.match}.items():
+            if text is not None and _RANK.search(text):
+                raise ValueError(f"{where}: only log.path takes {{rank}} (a log per rank)")
+        if self.log is not None and _RANK.search(self.log.path) and self.process.per_host is None:
+            raise ValueError(
+                "log.path names {rank}: give process.per_host (how many ranks each host runs),"
+                " so that each host's ranks, node * per_host to node * per_host + per_host - 1, are known"
+            )
         uses_host = any("{host}" in text for text in (self.process.match, self.log.path if self.log else ""))
         if uses_host and any(":" in label for label in labels):
             raise ValueError(
@@ -321,12 +340,9 @@ class Stage(Section):
     def _node(self, k: int, host: Literal["local"] | SSHSpec) -> Stage:
         assert isinstance(self.hosts, tuple)
         label = _label(host, self.hosts)
-        name = "local" if host == "local" else host.ssh
 
         def fill(text: str, *, regex: bool) -> str:
-            return _TEMPLATE.sub(
-                lambda m: str(k) if m[1] == "node" else (re.escape(name) if regex else name), text
-            )
+            return _fill(text, k, host, regex=regex)
 
         process = self.process
         if process is not None:
@@ -336,8 +352,9 @@ class Stage(Section):
             process = process.model_copy(update=update)
         log = self.log
         if log is not None:
-            if _TEMPLATE.search(log.path):
-                log = log.model_copy(update={"path": fill(log.path, regex=False)})
+            if _TEMPLATE.search(log.path) or _RANK.search(log.path):
+                # A log per rank: the node's own is its first rank's (local rank 0).
+                log = log.model_copy(update={"path": self._rank_path(fill(log.path, regex=False), k, 0)})
             elif k:
                 log = None
         return self.model_copy(
@@ -353,6 +370,41 @@ class Stage(Section):
                 "policy": self.policy.model_copy(update={"success": "all"}),
             }
         )
+
+    def _rank_path(self, path: str, node: int, local: int) -> str:
+        per_host = self.process.per_host if self.process is not None else None
+        return _RANK.sub(lambda _: str(node * (per_host or 1) + local), path)
+
+    @property
+    def rank_logs(self) -> tuple[tuple[Stage, ...], ...]:
+        """For each node, the logs of its other ranks where ``log.path`` names ``{rank}``:
+        one stage of that log alone per local rank 1 … ``per_host`` - 1, on the node's host
+        (its first rank's log is the node's own). Empty tuples otherwise."""
+        nodes = self.nodes
+        if self.hosts is None or self.log is None or not _RANK.search(self.log.path):
+            return tuple(() for _ in nodes)
+        assert self.process is not None and self.process.per_host is not None
+        per_host = self.process.per_host
+        out = []
+        for k, node in enumerate(nodes):
+            assert isinstance(self.hosts, tuple) and node.log is not None
+            label = _label(self.hosts[k], self.hosts)
+            path = _fill(self.log.path, k, self.hosts[k], regex=False)
+            out.append(
+                tuple(
+                    node.model_copy(
+                        update={
+                            "stage": f"{self.stage}#{label}#rank{k * per_host + local}",
+                            "process": None,
+                            "outputs": None,
+                            "gpu": None,
+                            "log": node.log.model_copy(update={"path": self._rank_path(path, k, local)}),
+                        }
+                    )
+                    for local in range(1, per_host)
+                )
+            )
+        return tuple(out)
 
     @property
     def host_labels(self) -> tuple[str, ...]:

@@ -2,7 +2,10 @@
 
 Each host (a *node*, node 0 first) is checked as a stage of its own (``Stage.nodes``): its
 process and GPU signals, its own log where the log path names ``{host}`` or ``{node}``; the
-outputs and a shared log are read once, on node 0. Node 0's verdict is the full single-host
+outputs and a shared log are read once, on node 0. Where the log path names ``{rank}``, the
+node's log is its first rank's, and its other ranks' logs come with its verdict as readings
+``log#rankN`` (``NodeCheck.ranks``): any of them with an error line fails the stage (rule 1),
+and under ``all`` each must show its completion line (rule 4). Node 0's verdict is the full single-host
 verdict (every rule of docs/verdict.md); the other nodes add what only they can tell: whether
 their job processes (their *ranks*) are gone, alive, or were lost while others wait.
 
@@ -36,10 +39,17 @@ __all__ = ["AcrossMemory", "NodeCheck", "decide_across"]
 
 @dataclass(frozen=True)
 class NodeCheck:
-    """One node's check: its host's name as the verdict writes it, and its verdict."""
+    """One node's check: its host's name as the verdict writes it, its verdict, and its other
+    ranks' log readings (``log#rankN``, where the log path names ``{rank}``)."""
 
     host: str
     verdict: Verdict
+    ranks: Mapping[str, Reading] = field(default_factory=dict)
+
+    @property
+    def readings(self) -> dict[str, Reading]:
+        """The node's own readings and its ranks' logs."""
+        return {**self.verdict.readings, **self.ranks}
 
 
 @dataclass(frozen=True)
@@ -82,7 +92,7 @@ def decide_across(
         at = node.verdict.checked_at
         if node.host in lost and node.host not in lost_at and at is not None:
             lost_at[node.host] = at
-        mark = _mark(node.verdict)
+        mark = _mark(node)
         if mark is None or at is None:
             continue  # not read: neither progress nor its absence
         if marks.get(node.host) != mark:
@@ -118,7 +128,7 @@ def _rules(
     every = _readings(nodes)
     # Rule 1: a failure some node's own evidence shows.
     for k, node in enumerate(nodes):
-        failed = [r for r in node.verdict.readings.values() if r.says is Says.FAILED]
+        failed = [r for r in node.readings.values() if r.says is Says.FAILED]
         if failed or (node.verdict.state is State.FAILED and (k == 0 or policy.success == "all")):
             why = failed[0].detail if failed else node.verdict.reasons[0]
             return State.FAILED, [f"{node.host}: {why}", *_others(nodes, node)], every
@@ -187,23 +197,28 @@ def _readings(nodes: Sequence[NodeCheck]) -> dict[str, Reading]:
     log) by its signal's name alone."""
     out: dict[str, Reading] = {}
     for node in nodes:
-        for name, reading in node.verdict.readings.items():
+        for name, reading in node.readings.items():
             once = name == "outputs" or (name == "log" and not _per_host_log(nodes))
             out[name if once else f"{name}@{node.host}"] = reading
     return out
 
 
-def _mark(verdict: Verdict) -> tuple[object, ...] | None:
-    """What moves when a node's job makes progress: its CPU time and I/O, its log's size, the
+def _mark(node: NodeCheck) -> tuple[object, ...] | None:
+    """What moves when a node's job makes progress: its CPU time and I/O, its logs' sizes, the
     output count (None: the node could not be read)."""
-    if _unreadable(verdict):
+    if _unreadable(node.verdict):
         return None
-    r = verdict.readings
-    p, lg, o = r.get("process"), r.get("log"), r.get("outputs")
+    r = node.readings
+    p, o = r.get("process"), r.get("outputs")
+    logs = [
+        (k, lg.evidence.get("inode"), lg.evidence.get("size"))
+        for k, lg in sorted(r.items())
+        if lg.signal == "log"
+    ]
     return (
         p.evidence.get("cpu_seconds") if p else None,
         p.evidence.get("io_bytes") if p else None,
-        (lg.evidence.get("inode"), lg.evidence.get("size")) if lg else None,
+        tuple(logs) or None,
         o.evidence.get("count") if o else None,
     )
 
@@ -328,8 +343,11 @@ def _not_done(
             allowed = {State.COMPLETE, State.UNKNOWN}
         if v.state not in allowed:
             return said
-    for name, r in v.readings.items():
-        if r.says is Says.DONE or (chief_only and name == "log"):
+    for name, r in node.readings.items():
+        # Under chief, rank 0's completion line is node 0's own log: no other log need say done.
+        if r.says is Says.DONE or (
+            policy.success == "chief" and r.signal == "log" and (k > 0 or name != "log")
+        ):
             continue
         return f"{node.host}: {name} {r.says}: {r.detail}"
     p, own_log = v.readings.get("process"), v.readings.get("log")

@@ -85,8 +85,8 @@ class _Round:
         self._begin = begin
         self._lock = threading.Lock()
         self._probe: bool | None = None  # None: not begun yet
-        self._verdicts: list[Verdict | None] = [None] * len(span.nodes)
-        self._left = len(span.nodes)
+        self._verdicts: list[Verdict | None] = [None] * len(span.probes)
+        self._left = len(span.probes)
         self._error: BaseException | None = None
 
     def start(self) -> bool:
@@ -139,14 +139,15 @@ class _Round:
 
 @dataclass(frozen=True)
 class _Part:
-    """Node ``index`` of a stage over several hosts, in its host's batch."""
+    """Probe ``index`` of a stage over several hosts (a node, or a rank's log: ``probes``), in
+    its host's batch."""
 
     round: _Round
     index: int
 
     @property
     def node(self) -> Checker:
-        return self.round.span.nodes[self.index]
+        return self.round.span.probes[self.index]
 
 
 @dataclass
@@ -364,7 +365,7 @@ class Scheduler:
                     continue  # removed, rescheduled since, or in flight: a stale item
                 checker = slot.checker
                 hosts = (
-                    [n.host for n in checker.nodes] if isinstance(checker, SpanChecker) else [checker.host]
+                    [n.host for n in checker.probes] if isinstance(checker, SpanChecker) else [checker.host]
                 )
                 if any(h not in batches and self._busy.get(h, 0) >= self.per_host for h in hosts):
                     held.append(item)  # a host of it is full: it goes when a probe there ends
@@ -373,7 +374,7 @@ class Scheduler:
                 if isinstance(checker, SpanChecker):
                     # Each node in its host's batch; the verdict across them is this round's.
                     round_ = _Round(checker, self._begin)
-                    for index, node in enumerate(checker.nodes):
+                    for index, node in enumerate(checker.probes):
                         batches.setdefault(node.host, []).append(_Part(round_, index))
                     round_.future.add_done_callback(wake)
                     running[round_.future] = _Running(None, [(key, slot)], now)
