@@ -608,6 +608,46 @@ def test_a_rank_killed_while_the_others_wait_is_a_hung_collective_named(
     assert not [v for v in waiting.verdicts if v["verdict"] == "complete"]
 
 
+@pytest.mark.parametrize("log", ["per host", "shared"])
+def test_a_host_rebooted_while_the_others_wait_is_a_hung_collective_named(
+    tmp_path: Path, hosts: list[_Host], log: str
+) -> None:
+    """Host 1 reboots mid-run (its sshd goes down, its ranks with it, and it comes back with
+    another boot id: bind-mounted over /proc/sys/kernel/random/boot_id in its namespace) while
+    node 0's ranks block in a collective: ``failed``, every rank on host 1 named gone."""
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2)
+    stage_file = _stage(tmp_path, hosts, ranks)
+    if log == "shared":  # node 0's log only: host 1 has nothing of its own to say it failed
+        doc = yaml.safe_load(stage_file.read_text())
+        doc["log"]["path"] = str(ranks.folder / "node0.log")
+        stage_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    try:
+        waiting = _Wait(stage_file, "60s")
+        waiting.until(lambda v: _alive_everywhere(v, hosts))
+        b = hosts[1].sshd
+        b.stop()
+        (ranks.folder / "hang").touch()
+        for rank in range(2):
+            ranks.procs[(1, rank)].kill()
+            ranks.procs[(1, rank)].wait()
+        boot_id = tmp_path / "boot_id"
+        boot_id.write_text(f"{uuid.uuid4()}\n")
+        b.wrap[-2] = f"mount --bind {boot_id} /proc/sys/kernel/random/boot_id && {b.wrap[-2]}"
+        b.start()
+        rc = waiting.end()
+    finally:
+        ranks.stop()
+    last = waiting.verdicts[-1]
+    assert rc == 3 and last["verdict"] == "failed", [
+        (v["verdict"], v["reasons"][:1]) for v in waiting.verdicts[-3:]
+    ]
+    # Named: with a log of its own, host 1's job is gone without its line (rule 1), and its
+    # ranks lost while node 0's are alive are said; without, the hung collective (rule 2).
+    why = " ".join(last["reasons"][:2])
+    assert f"every rank on 127.0.0.1:{b.port} gone" in why and "a collective" in why, last["reasons"]
+    assert not [v for v in waiting.verdicts if v["verdict"] == "complete"]
+
+
 def test_a_host_that_cannot_be_read_is_unknown_never_complete(tmp_path: Path, hosts: list[_Host]) -> None:
     ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2)
     try:

@@ -127,15 +127,25 @@ def _rules(
     chief = nodes[0]
     every = _readings(nodes)
     # Rule 1: a failure some node's own evidence shows.
+    waiting = [n for n in nodes if (alive[n.host] or 0) > 0]
     for k, node in enumerate(nodes):
         failed = [r for r in node.readings.values() if r.says is Says.FAILED]
         if failed or (node.verdict.state is State.FAILED and (k == 0 or policy.success == "all")):
             why = failed[0].detail if failed else node.verdict.reasons[0]
-            return State.FAILED, [f"{node.host}: {why}", *_others(nodes, node)], every
+            # Ranks lost while others are alive: say so (the others may wait for them).
+            left = (
+                [
+                    f"{_all_lost(lost, alive, most, per_host, lost_at)}; ranks alive on "
+                    + ", ".join(f"{n.host} ({alive[n.host]})" for n in waiting)
+                    + ": a collective may be waiting for a lost rank"
+                ]
+                if lost and waiting
+                else []
+            )
+            return State.FAILED, [f"{node.host}: {why}", *left, *_others(nodes, node)], every
     # Rule 2: ranks lost on a node while the others wait without progress.
     # Progress is CPU time, I/O, the log and the outputs (``_mark``): a GPU busy is not, for
     # NCCL spins at 100 % while it waits for a peer that is gone.
-    waiting = [n for n in nodes if (alive[n.host] or 0) > 0]
     if lost and waiting and all(n.host in idle and idle[n.host] >= policy.stall_after for n in waiting):
         gone = _all_lost(lost, alive, most, per_host, lost_at)
         live = ", ".join(f"{n.host} ({alive[n.host]})" for n in waiting)
