@@ -354,6 +354,10 @@ class Scheduler:
         now = self.clock()
         batches: dict[Host | Span, list[tuple[str, _Slot] | _Part]] = {}
         held: list[tuple[float, int, str, int]] = []
+        # A probe kept on each host of a held stage, for it: no later stage takes the last one
+        # there first (one over several hosts, held while its hosts were full in turn, was
+        # passed over for ever by each host's own stages).
+        kept: dict[Host, int] = {}
         wake = lambda _: self._wake.set()  # noqa: E731 - a done callback
         with self._lock:
             while self._heap and self._heap[0][0] <= now:
@@ -366,8 +370,12 @@ class Scheduler:
                 hosts = (
                     [n.host for n in checker.nodes] if isinstance(checker, SpanChecker) else [checker.host]
                 )
-                if any(h not in batches and self._busy.get(h, 0) >= self.per_host for h in hosts):
+                if any(
+                    h not in batches and self._busy.get(h, 0) + kept.get(h, 0) >= self.per_host for h in hosts
+                ):
                     held.append(item)  # a host of it is full: it goes when a probe there ends
+                    for h in set(hosts) - batches.keys():
+                        kept[h] = kept.get(h, 0) + 1
                     continue
                 slot.running = True
                 if isinstance(checker, SpanChecker):

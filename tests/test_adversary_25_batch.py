@@ -1,0 +1,52 @@
+"""An adversary's review of issue 25's scheduling (commit 471affa): a stage over several hosts
+whose nodes are read in their hosts' batches. Where the scheduler's logic is the subject, the
+batch and the span's halves are recorded (tests/test_schedule_span.py's fakes); elsewhere the
+hosts are real sshd hosts on 127.0.0.1 (tests/test_span.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from sensors import Checker
+from sensors._watch.schedule import Scheduler
+from tests.test_schedule_span import _Host, _Span, _stage
+
+
+def test_a_stage_over_two_busy_hosts_is_not_held_for_ever_by_their_own_stages() -> None:
+    """per_host 1, each host busy in turn with a stage of its own (a probe longer than its
+    interval, the two out of step): the stage over both hosts found one of them full at every
+    turn, while each host's own stage took the probe that had just ended there. It was never
+    checked (before issue 25 it was a group of its own)."""
+    a, b = _Host("a"), _Host("b")
+    span = _Span("train", [a, b])
+
+    def batch(checkers: list[Checker]) -> list[Any]:
+        time.sleep(0.3)
+        host = checkers[0].host.name
+        return [f"{c.stage.stage}@{host}" for c in checkers]
+
+    scheduler = Scheduler(batch=batch, per_host=1)
+    now = time.monotonic()
+    scheduler.add("own-a", Checker(_stage("own-a", "0.1s"), host=a), due=now)
+    scheduler.add("own-b", Checker(_stage("own-b", "0.1s"), host=b), due=now + 0.15)
+    scheduler.add("train", span, due=now + 0.05)
+    seen: list[tuple[str, Any]] = []
+
+    def record(key: str, verdict: Any, began: float) -> float:
+        seen.append((key, verdict))
+        return began + 0.1
+
+    stop = threading.Event()
+    timer = threading.Timer(3.0, stop.set)
+    timer.start()
+    try:
+        scheduler.run(stop, on_verdict=record)
+    finally:
+        timer.cancel()
+    rounds = [v for k, v in seen if k == "train"]
+    assert rounds, seen  # checked, within a few probes of its hosts
+    assert set(rounds) == {"across:train-node0@a+train-node1@b"}
+    assert {"own-a", "own-b"} <= {k for k, _ in seen}  # and the hosts' own stages still are
+    assert not span.lock.locked()
