@@ -9,6 +9,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from sensors import Checker
 from sensors._watch.schedule import Scheduler
 from tests.test_schedule_span import _Host, _Span, _stage
@@ -50,3 +52,34 @@ def test_a_stage_over_two_busy_hosts_is_not_held_for_ever_by_their_own_stages() 
     assert set(rounds) == {"across:train-node0@a+train-node1@b"}
     assert {"own-a", "own-b"} <= {k for k, _ in seen}  # and the hosts' own stages still are
     assert not span.lock.locked()
+
+
+def test_a_run_ended_by_an_error_leaves_no_stage_over_several_hosts_locked() -> None:
+    """A host key error on a third host ends the run while a stage over two hosts is half
+    read: its first host's batch began it (the span locked), its second host's batch was
+    still waiting for a worker and was cancelled. Nothing finished or abandoned the check:
+    the span stayed locked, and the next check of it (a watch run again after the host key was
+    fixed) waited for ever."""
+    from sensors._base.errors import HostKeyError
+
+    a, b, c, d = _Host("a"), _Host("b"), _Host("c"), _Host("d")
+    span = _Span("train", [a, b])
+
+    def batch(checkers: list[Checker]) -> list[Any]:
+        host = checkers[0].host.name
+        if host == "c":
+            time.sleep(0.1)  # then a's batch takes this worker
+            raise HostKeyError("host key changed", host="c")
+        time.sleep(0.5)
+        return [f"{c.stage.stage}@{host}" for c in checkers]
+
+    scheduler = Scheduler(batch=batch, workers=2)  # c's and d's batches; then a's, b's waits
+    now = time.monotonic()
+    scheduler.add("own-c", Checker(_stage("own-c"), host=c), due=now)
+    scheduler.add("own-d", Checker(_stage("own-d"), host=d), due=now)
+    scheduler.add("train", span, due=now)
+    with pytest.raises(HostKeyError):
+        scheduler.run(threading.Event(), on_verdict=lambda key, verdict, began: began + 1.0)
+    assert span.begun == 1  # a's batch began it: the case this test is about
+    assert not span.lock.locked()
+    assert span.abandoned == 1 and span.finished == 0

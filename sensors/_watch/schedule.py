@@ -23,7 +23,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from sensors._base.model import Verdict
@@ -115,7 +115,8 @@ class _Round:
                 return
         verdicts = [v for v in self._verdicts if v is not None]
         if self._error is not None or len(verdicts) != len(self._verdicts):
-            self.span.abandon()
+            if self._probe:  # begun (not where every batch of it was cancelled unrun)
+                self.span.abandon()
             if self._error is not None:
                 self._settle(error=self._error)
             else:  # a batch that did not look at a node (no verdict): nothing to say
@@ -165,11 +166,13 @@ _Future = Future[Sequence[Verdict | None]]
 @dataclass(frozen=True)
 class _Running:
     """A probe (or a round across hosts) in flight: the host it keeps busy (None: a round,
-    whose probes are its hosts' batches), the stages whose verdicts it brings, when handed out."""
+    whose probes are its hosts' batches), the stages whose verdicts it brings, when handed out,
+    the nodes of stages over several hosts it reads."""
 
     host: Host | Span | None
     members: list[tuple[str, _Slot]]
     began: float
+    parts: tuple[_Part, ...] = ()
 
 
 class Scheduler:
@@ -341,8 +344,12 @@ class Scheduler:
                         self._wake.wait(max(0.0, min(wait_for, 1.0)))
             except BaseException:
                 stop.set()
-                for fut in running:
-                    fut.cancel()
+                for fut, done in running.items():
+                    if fut.cancel():
+                        # A batch never run: the checks across hosts it had a node of end
+                        # without it (one begun by another batch is abandoned: unlocked).
+                        for part in done.parts:
+                            part.round.put(part.index, error=CancelledError())
                 raise
             for fut in list(running):
                 fut.exception()  # wait for it
@@ -395,7 +402,7 @@ class Scheduler:
                 parts = [m for m in members if isinstance(m, _Part)]
                 fut = pool.submit(self._probe, [slot.checker for _, slot in singles], parts)
                 fut.add_done_callback(wake)
-                running[fut] = _Running(host, singles, now)
+                running[fut] = _Running(host, singles, now, tuple(parts))
             if held:
                 return 0.05
             return max(0.0, self._heap[0][0] - now) if self._heap else 1.0
