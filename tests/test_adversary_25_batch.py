@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from sensors import Checker
+from sensors._check.span import Span, SpanChecker
 from sensors._watch.schedule import Scheduler
 from tests.test_schedule_span import _Host, _Span, _stage
 
@@ -83,3 +84,55 @@ def test_a_run_ended_by_an_error_leaves_no_stage_over_several_hosts_locked() -> 
     assert span.begun == 1  # a's batch began it: the case this test is about
     assert not span.lock.locked()
     assert span.abandoned == 1 and span.finished == 0
+
+
+class _Halves(SpanChecker):
+    """A stage over ``hosts`` checked by SpanChecker's own halves (``begin`` takes its lock
+    and waits for it, as the real one does); nothing followed, nothing stored."""
+
+    def __init__(self, hosts: list[_Host]) -> None:  # no super: no Stage of hosts
+        self.stage = _stage("train")
+        self.nodes = tuple(Checker(_stage(f"train-node{k}"), host=h) for k, h in enumerate(hosts))
+        self.host = Span(", ".join(h.name for h in hosts), "train")
+        self.lock = threading.Lock()
+        self._persist = None
+
+    def followed(self) -> Any:
+        return None
+
+    def _combine(self, verdicts: Any) -> Any:
+        return "across:" + "+".join(verdicts)
+
+    def save(self, verdict: Any) -> Any:
+        return verdict
+
+
+def test_one_stage_over_several_hosts_watched_under_two_keys_does_not_hang_the_run() -> None:
+    """The same SpanChecker twice (``watch_all([span, span])``, or added under a second key):
+    both due at once, each node's batch held both checks; the first batch began the first
+    and waited in the second's ``begin`` for the span's lock, which the first held until its
+    other batch was back, and that batch waited for the second check's begin: every batch
+    stuck, and the run with them (before issue 25 each check was its own, one after the
+    other)."""
+    a, b = _Host("a"), _Host("b")
+    span = _Halves([a, b])
+    scheduler = Scheduler(batch=lambda checkers: [f"{c.stage.stage}" for c in checkers])
+    scheduler.add("0", span)
+    scheduler.add("1", span)
+    seen: list[tuple[str, Any]] = []
+
+    def record(key: str, verdict: Any, began: float) -> float | None:
+        seen.append((key, verdict))
+        return None if len([k for k, _ in seen if k == key]) >= 2 else began + 0.2
+
+    runner = threading.Thread(
+        target=scheduler.run,
+        args=(threading.Event(),),
+        kwargs={"on_verdict": record, "until_empty": True},
+        daemon=True,
+    )
+    runner.start()
+    runner.join(10)
+    assert not runner.is_alive(), seen
+    assert sorted(seen) == [(k, "across:train-node0+train-node1") for k in ("0", "0", "1", "1")]
+    assert not span.lock.locked()

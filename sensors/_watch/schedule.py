@@ -208,6 +208,10 @@ class Scheduler:
         # Probes running per host *object*, never per name: two SSH hosts may share a name
         # (one address, two ports) and must not share a probe.
         self._busy: dict[HostKey, int] = {}
+        #: Stages over several hosts whose check is in flight: one watched under two keys
+        #: waits for it (a second check begun meanwhile waited for the first's lock in a
+        #: batch the first needed: every batch of both stuck).
+        self._checking: set[SpanChecker] = set()
         self._lock = threading.Lock()
         self._wake = threading.Event()
 
@@ -374,6 +378,9 @@ class Scheduler:
                 if slot is None or slot.turn != turn or slot.running:
                     continue  # removed, rescheduled since, or in flight: a stale item
                 checker = slot.checker
+                if checker in self._checking:
+                    held.append(item)  # its check under another key is in flight
+                    continue
                 hosts = (
                     [n.host for n in checker.nodes] if isinstance(checker, SpanChecker) else [checker.host]
                 )
@@ -387,6 +394,7 @@ class Scheduler:
                 slot.running = True
                 if isinstance(checker, SpanChecker):
                     # Each node in its host's batch; the verdict across them is this round's.
+                    self._checking.add(checker)
                     round_ = _Round(checker, self._begin)
                     for index, node in enumerate(checker.nodes):
                         batches.setdefault(node.host, []).append(_Part(round_, index))
@@ -437,6 +445,8 @@ class Scheduler:
         with self._lock:
             if done.host is not None:
                 self._busy[done.host] -= 1
+            else:  # a round across hosts
+                self._checking.difference_update(slot.checker for _, slot in members)
             for _, slot in members:
                 slot.running = False
         if not members:
