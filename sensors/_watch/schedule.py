@@ -23,7 +23,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from sensors._base.model import Verdict
@@ -115,7 +115,8 @@ class _Round:
                 return
         verdicts = [v for v in self._verdicts if v is not None]
         if self._error is not None or len(verdicts) != len(self._verdicts):
-            self.span.abandon()
+            if self._probe:  # begun (not where every batch of it was cancelled unrun)
+                self.span.abandon()
             if self._error is not None:
                 self._settle(error=self._error)
             else:  # a batch that did not look at a node (no verdict): nothing to say
@@ -166,11 +167,13 @@ _Future = Future[Sequence[Verdict | None]]
 @dataclass(frozen=True)
 class _Running:
     """A probe (or a round across hosts) in flight: the host it keeps busy (None: a round,
-    whose probes are its hosts' batches), the stages whose verdicts it brings, when handed out."""
+    whose probes are its hosts' batches), the stages whose verdicts it brings, when handed out,
+    the nodes of stages over several hosts it reads."""
 
     host: Host | Span | None
     members: list[tuple[str, _Slot]]
     began: float
+    parts: tuple[_Part, ...] = ()
 
 
 class Scheduler:
@@ -206,6 +209,10 @@ class Scheduler:
         # Probes running per host *object*, never per name: two SSH hosts may share a name
         # (one address, two ports) and must not share a probe.
         self._busy: dict[HostKey, int] = {}
+        #: Stages over several hosts whose check is in flight: one watched under two keys
+        #: waits for it (a second check begun meanwhile waited for the first's lock in a
+        #: batch the first needed: every batch of both stuck).
+        self._checking: set[SpanChecker] = set()
         self._lock = threading.Lock()
         self._wake = threading.Event()
 
@@ -342,8 +349,12 @@ class Scheduler:
                         self._wake.wait(max(0.0, min(wait_for, 1.0)))
             except BaseException:
                 stop.set()
-                for fut in running:
-                    fut.cancel()
+                for fut, done in running.items():
+                    if fut.cancel():
+                        # A batch never run: the checks across hosts it had a node of end
+                        # without it (one begun by another batch is abandoned: unlocked).
+                        for part in done.parts:
+                            part.round.put(part.index, error=CancelledError())
                 raise
             for fut in list(running):
                 fut.exception()  # wait for it
@@ -355,6 +366,10 @@ class Scheduler:
         now = self.clock()
         batches: dict[Host | Span, list[tuple[str, _Slot] | _Part]] = {}
         held: list[tuple[float, int, str, int]] = []
+        # A probe kept on each host of a held stage, for it: no later stage takes the last one
+        # there first (one over several hosts, held while its hosts were full in turn, was
+        # passed over for ever by each host's own stages).
+        kept: dict[Host, int] = {}
         wake = lambda _: self._wake.set()  # noqa: E731 - a done callback
         with self._lock:
             while self._heap and self._heap[0][0] <= now:
@@ -364,15 +379,23 @@ class Scheduler:
                 if slot is None or slot.turn != turn or slot.running:
                     continue  # removed, rescheduled since, or in flight: a stale item
                 checker = slot.checker
+                if checker in self._checking:
+                    held.append(item)  # its check under another key is in flight
+                    continue
                 hosts = (
                     [n.host for n in checker.probes] if isinstance(checker, SpanChecker) else [checker.host]
                 )
-                if any(h not in batches and self._busy.get(h, 0) >= self.per_host for h in hosts):
+                if any(
+                    h not in batches and self._busy.get(h, 0) + kept.get(h, 0) >= self.per_host for h in hosts
+                ):
                     held.append(item)  # a host of it is full: it goes when a probe there ends
+                    for h in set(hosts) - batches.keys():
+                        kept[h] = kept.get(h, 0) + 1
                     continue
                 slot.running = True
                 if isinstance(checker, SpanChecker):
                     # Each node in its host's batch; the verdict across them is this round's.
+                    self._checking.add(checker)
                     round_ = _Round(checker, self._begin)
                     for index, node in enumerate(checker.probes):
                         batches.setdefault(node.host, []).append(_Part(round_, index))
@@ -388,7 +411,7 @@ class Scheduler:
                 parts = [m for m in members if isinstance(m, _Part)]
                 fut = pool.submit(self._probe, [slot.checker for _, slot in singles], parts)
                 fut.add_done_callback(wake)
-                running[fut] = _Running(host, singles, now)
+                running[fut] = _Running(host, singles, now, tuple(parts))
             if held:
                 return 0.05
             return max(0.0, self._heap[0][0] - now) if self._heap else 1.0
@@ -423,6 +446,8 @@ class Scheduler:
         with self._lock:
             if done.host is not None:
                 self._busy[done.host] -= 1
+            else:  # a round across hosts
+                self._checking.difference_update(slot.checker for _, slot in members)
             for _, slot in members:
                 slot.running = False
         if not members:
