@@ -93,6 +93,7 @@ class _Halves(SpanChecker):
     def __init__(self, hosts: list[_Host]) -> None:  # no super: no Stage of hosts
         self.stage = _stage("train")
         self.nodes = tuple(Checker(_stage(f"train-node{k}"), host=h) for k, h in enumerate(hosts))
+        self.probes = self.nodes
         self.host = Span(", ".join(h.name for h in hosts), "train")
         self.lock = threading.Lock()
         self._persist = None
@@ -136,3 +137,32 @@ def test_one_stage_over_several_hosts_watched_under_two_keys_does_not_hang_the_r
     assert not runner.is_alive(), seen
     assert sorted(seen) == [(k, "across:train-node0+train-node1") for k in ("0", "0", "1", "1")]
     assert not span.lock.locked()
+
+
+def test_one_stage_of_one_host_given_twice_to_a_batch_is_checked_once(tmp_path: Any) -> None:
+    """``watch_all([c, c])`` (or a span's node also watched as a stage of its own): both in
+    one batch, whose thread took the checker's lock twice: the run hung (older than 471affa,
+    found by the same review). Real processes and the local probe."""
+    from sensors import State, stage_from_dict
+    from sensors._watch.schedule import watch_all
+    from sensors.testing import SimulatedJob
+
+    job = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01)
+    job.start()
+    seen: list[int] = []
+    try:
+        checker = Checker(stage_from_dict(job.stage_dict(name="twice", interval="200ms", stall_after="1h")))
+        done: list[Any] = []
+        runner = threading.Thread(
+            target=lambda: done.append(
+                watch_all([checker, checker], on_verdict=lambda i, v: seen.append(i), timeout=1.5)
+            ),
+            daemon=True,
+        )
+        runner.start()
+        runner.join(20)
+    finally:
+        job.stop()
+    assert not runner.is_alive(), "the run hung"
+    assert {0, 1} <= set(seen)
+    assert all(r.last is not None and r.last.state is State.RUNNING for r in done[0])

@@ -33,7 +33,9 @@ def check_batch(checkers: Sequence[Checker]) -> list[Verdict]:
     A checker whose stage another watch holds follows the stored verdict (not probed). Host
     failures make every probed stage ``unknown``; an unverifiable host key is raised.
     """
-    singles = list(checkers)
+    # A checker given twice (one stage watched under two keys, a span's node also watched as a
+    # stage of its own) is checked once: its lock taken twice by this thread was a deadlock.
+    singles = list(dict.fromkeys(checkers))
     verdicts: dict[int, Verdict] = {}
     locks = [c.lock for c in singles]
     for lock in locks:
@@ -54,7 +56,8 @@ def check_batch(checkers: Sequence[Checker]) -> list[Verdict]:
     finally:
         for lock in locks:
             lock.release()
-    return [verdicts[k] for k in range(len(singles))]
+    by_checker = {id(c): verdicts[k] for k, c in enumerate(singles)}
+    return [by_checker[id(c)] for c in checkers]
 
 
 def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
