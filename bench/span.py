@@ -13,17 +13,19 @@ host's process table: a host's 8 ranks are ``sleep`` processes whose command lin
 
 The stage: ``hosts:`` (16 entries), ``process.per_host: 8``, a log per host
 (``node{node}.log``), outputs on shared storage (read on node 0), and the GPUs. Checked by
-``SpanChecker`` (what ``crosscheck wait`` and ``status`` use for it), with the watcher's
+``SpanChecker`` (what ``crosscheck status`` and the Prefect gate use for it; ``wait`` and
+``serve`` put each host's probe in that host's batch), with the watcher's
 garbage-collector settings (``wait`` sets them). Side by side, in alternating rounds: one
-tick of the span (``SpanChecker.check()``: every node's ``Checker`` in parallel threads, one
-verdict across hosts), then today's per-stage path on the same hosts: the 16 one-host stages
-the span is made of (``Stage.nodes``, each its own ``Checker``), checked one after another.
-The first rounds (connecting, the first values of every memory) are left out. Measured:
+tick of the span (``SpanChecker.check()``: each host's probe — ``check_batch`` of its node's
+``Checker`` — in parallel threads, one verdict across hosts), then today's per-stage path on
+the same hosts: the 16 one-host stages the span is made of (``Stage.nodes``, each its own
+``Checker``), checked one after another. The first rounds (connecting, the first values of
+every memory) are left out. Measured:
 
 - round trips per tick: ``run_script`` calls per host object (the host seam every probe
   passes), and how many host objects;
-- wall per tick (``SpanChecker.check()``) against the slowest node's ``Checker.check()`` in
-  that tick and the slowest probe round trip (``run_script``) in it;
+- wall per tick (``SpanChecker.check()``) against the slowest host's check in that tick (its
+  ``check_batch``) and the slowest probe round trip (``run_script``) in it;
 - this process's CPU (``time.process_time``: every thread; not sshd, not the probes' shells)
   per host-check: the tick's CPU over its hosts, against the same per one-host check of the
   per-stage path (all 16, and host 0 alone: the node with outputs).
@@ -59,6 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.fleet import Fleet, machine  # noqa: E402 - after the sys.path line above
+from sensors._check import span as span_module  # noqa: E402
 from sensors._check.checker import Checker  # noqa: E402
 from sensors._check.span import SpanChecker  # noqa: E402
 from sensors._config.stage import load_stage  # noqa: E402
@@ -176,13 +179,14 @@ def remote_cpu(fleet: Fleet) -> float:
 
 
 class Seen:
-    """Every probe (host seam) and every ``Checker.check()``, timed, while ``on``."""
+    """Every probe (host seam) and every host's check (a span's ``check_batch``), timed,
+    while ``on``."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.on = False
         self.probes: list[tuple[int, float]] = []  # id(host), seconds
-        self.checks: list[float] = []  # seconds of each Checker.check()
+        self.checks: list[float] = []  # seconds of each host's check
 
     def install(self) -> None:
         seen = self
@@ -198,18 +202,18 @@ class Seen:
                         seen.probes.append((id(self), time.monotonic() - t))
 
         ssh.SSHHost.run_script = run_script  # type: ignore[method-assign]
-        check = Checker.check
+        check = span_module.check_batch
 
-        def timed_check(self: Checker) -> Any:
+        def timed_check(checkers: Any) -> Any:
             t = time.monotonic()
             try:
-                return check(self)
+                return check(checkers)
             finally:
                 if seen.on:
                     with seen.lock:
                         seen.checks.append(time.monotonic() - t)
 
-        Checker.check = timed_check  # type: ignore[method-assign]
+        span_module.check_batch = timed_check  # the name SpanChecker calls
 
     def take(self) -> tuple[list[tuple[int, float]], list[float]]:
         with self.lock:
