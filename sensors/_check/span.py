@@ -28,12 +28,14 @@ from typing import Any
 
 from sensors._base.errors import ConfigError
 from sensors._base.model import Reading, Says, Verdict
+from sensors._base.probe import Meta
 from sensors._base.run import Run, Since, parse_since
 from sensors._check.batch import check_batch
 from sensors._check.checker import Checker, Following, Watch
 from sensors._check.persist import OwnRun, Persistence, is_followed, is_this_run, save_all
 from sensors._config.stage import Stage
 from sensors._store import Store
+from sensors._verdict import VerdictMemory
 from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
 
 __all__ = ["AnyChecker", "Span", "SpanChecker", "checker_for"]
@@ -84,7 +86,7 @@ class SpanChecker(Following):
         #: Each node's other ranks' logs (``log.path`` with ``{rank}``), a Checker each, read
         #: on the node's host in its probe: ``(node index, rank, checker)``.
         self.rank_logs = tuple(
-            (k, _rank_of(rank_stage), Checker(rank_stage, host=self.nodes[k].host, since=self._since))
+            (k, _rank_of(rank_stage), _RankLog(rank_stage, self.nodes[k], since=self._since))
             for k, ranks in enumerate(stage.rank_logs)
             for rank_stage in ranks
         )
@@ -374,6 +376,28 @@ class SpanChecker(Following):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _RankLog(Checker):
+    """The log of one of a node's other ranks (``Stage.rank_logs``), read on the node's host in
+    its probe, after the node: a log of its own, bound to the node's run as the node's own log
+    is (the node's ranks first seen alive, or ``since``). A new run of the node (its ranks
+    begun again) sets this log's memory aside: what it held (a completion line found, where
+    the run's bytes began) was the last run's. Kept, a rank that wrote nothing in run 2 showed
+    run 1's line, found while a watch looked at run 1, as run 2's (an adversary's review)."""
+
+    def __init__(self, stage: Stage, node: Checker, *, since: Since | None) -> None:
+        super().__init__(stage, host=node.host, since=since)
+        self.node = node
+
+    def absorb(self, sections: dict[str, bytes], nonce: str, meta: Meta | None = None) -> Verdict:
+        mem, run, name = self._memory, self.node.run, self.stage.stage
+        if run is not None and run != mem.run:
+            if mem.run is not None:
+                log.info("%s: its node's job began again: the last run's memory is set aside", name)
+                mem.signals, mem.verdict, mem.first_check_at, self.last = {}, VerdictMemory(), None, None
+            mem.run = run
+        return super().absorb(sections, nonce, meta)
 
 
 def _rank_of(stage: Stage) -> int:

@@ -1,0 +1,135 @@
+"""An adversary's review of issue 25's logs per rank (commit 6cc0a7c: ``log.path`` with
+``{rank}``): each rank's log read on its host in its host's probe, as a log of its own. The
+hosts are real sshd hosts on 127.0.0.1 (tests/test_span.py's), the ranks real processes, the
+logs real files written by the test as each rank would."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sensors import State, Verdict, stage_from_dict
+from sensors._check.span import SpanChecker
+from tests.test_span import _Host, _needs_sshd_root
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[list[_Host]]:
+    _needs_sshd_root()
+    made: list[_Host] = []
+    try:
+        for k in range(2):
+            made.append(_Host(tmp_path, k))
+        yield made
+    finally:
+        for host in made:
+            host.sshd.cleanup()
+
+
+class _Job:
+    """A run of a job over two nodes of ``per_host`` ranks: each rank a real process whose
+    command line names its node; its log (``rank<G>.log``) written by the test as it would."""
+
+    def __init__(self, folder: Path, per_host: int = 2, nodes: int = 2) -> None:
+        self.folder, self.per_host = folder, per_host
+        self.tag = f"rk-{uuid.uuid4().hex[:8]}"
+        folder.mkdir(parents=True, exist_ok=True)
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.nodes = nodes
+
+    @property
+    def match(self) -> str:
+        return f"{self.tag} --node {{node}} "
+
+    def start(self) -> None:
+        code = "import sys, time; time.sleep(600)"
+        self.procs = {
+            node * self.per_host + local: subprocess.Popen(
+                [sys.executable, "-c", code, self.tag, "--node", str(node), "--rank", str(local)],
+                start_new_session=True,
+            )
+            for node in range(self.nodes)
+            for local in range(self.per_host)
+        }
+
+    def write(self, rank: int, text: str) -> None:
+        with open(self.folder / f"rank{rank}.log", "a") as f:
+            f.write(text)
+
+    def end(self, rank: int | None = None) -> None:
+        for g, proc in self.procs.items():
+            if rank is None or g == rank:
+                proc.kill()
+                proc.wait()
+
+    def stage(self, hosts: list[_Host], **extra: Any) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "stage": "train",
+            "hosts": [h.sshd.spec() for h in hosts],
+            "process": {"match": self.match, "per_host": self.per_host},
+            "log": {
+                "path": str(self.folder / "rank{rank}.log"),
+                "complete": r"^rank \d+ done",
+                "error": r"^ERROR",
+                "progress": r"^step",
+            },
+            "policy": {"interval": "300ms", "settle": 1, "exit_grace": "300ms", "stall_after": "30s"},
+        }
+        doc.update(extra)
+        return doc
+
+
+def _until(checker: SpanChecker, test: Any, timeout: float = 20.0) -> Verdict:
+    end = time.monotonic() + timeout
+    seen: list[Verdict] = []
+    while time.monotonic() < end:
+        verdict = checker.check()
+        seen.append(verdict)
+        if test(verdict):
+            return verdict
+        time.sleep(0.3)
+    raise AssertionError([(v.state, v.reasons[:2]) for v in seen[-3:]])
+
+
+def _all_alive(verdict: Verdict, per_host: int = 2) -> bool:
+    procs = [r for k, r in verdict.readings.items() if k.startswith("process@")]
+    return len(procs) == 2 and all(r.evidence.get("alive") == per_host for r in procs)
+
+
+def test_a_watch_going_on_into_a_second_run_does_not_take_run_1s_rank_line(
+    tmp_path: Path, hosts: list[_Host]
+) -> None:
+    """serve watches run after run: rank 1 of run 2 is killed without writing a byte to its
+    log (its output buffered), the others finish. Run 1's ``rank 1 done``, found while this
+    watch looked at run 1, is no line of run 2's: node 0 knew run 2 began (its ranks' start)."""
+    job = _Job(tmp_path / "job")
+    stage = stage_from_dict(job.stage(hosts))
+    with SpanChecker(stage) as checker:
+        job.start()
+        for g in range(4):
+            job.write(g, "step 0\n")
+        _until(checker, _all_alive)
+        for g in range(4):
+            job.write(g, f"rank {g} done\n")
+        job.end()
+        first = _until(checker, lambda v: v.state.final)
+        assert first.state is State.COMPLETE, first.reasons
+        time.sleep(1.5)
+        # Run 2: rank 1 writes nothing and is killed; the others work and finish.
+        job.start()
+        for g in (0, 2, 3):
+            job.write(g, "step 0\n")
+        _until(checker, lambda v: _all_alive(v) and v.state is State.RUNNING)
+        job.end(1)
+        for g in (0, 2, 3):
+            job.write(g, f"rank {g} done\n")
+        job.end()
+        verdicts = [checker.check() for _ in range(8) if not time.sleep(0.3)]
+    assert all(v.state is not State.COMPLETE for v in verdicts), [(v.state, v.reasons[:2]) for v in verdicts]
