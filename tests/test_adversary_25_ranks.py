@@ -133,3 +133,39 @@ def test_a_watch_going_on_into_a_second_run_does_not_take_run_1s_rank_line(
         job.end()
         verdicts = [checker.check() for _ in range(8) if not time.sleep(0.3)]
     assert all(v.state is not State.COMPLETE for v in verdicts), [(v.state, v.reasons[:2]) for v in verdicts]
+
+
+def test_a_changed_log_definition_starts_the_rank_logs_memory_afresh(
+    tmp_path: Path, hosts: list[_Host]
+) -> None:
+    """A watch restarted mid-run with ``log.complete`` tightened (``done`` also matched ``rank
+    1 not done: shard lost``): the nodes' log memory starts afresh, and so must the ranks'
+    logs'. Kept, rank 1's line found under the old pattern stood as its completion line under
+    the new one, which it does not match: complete."""
+    job = _Job(tmp_path / "job")
+    store = tmp_path / "state.db"
+    loose = job.stage(hosts)
+    loose["log"]["complete"] = "done"
+    job.start()
+    try:
+        for g in range(4):
+            job.write(g, "step 0\n")
+        with SpanChecker(stage_from_dict(loose), state=store) as checker:
+            _until(checker, _all_alive)
+            job.write(1, "rank 1 not done: shard lost\n")
+            _until(
+                checker,
+                lambda v: any(
+                    k.startswith("log#rank1@") and r.says.value == "done" for k, r in v.readings.items()
+                ),
+            )
+        with SpanChecker(stage_from_dict(job.stage(hosts)), state=store) as checker:
+            _until(checker, _all_alive)
+            for g in (0, 2, 3):
+                job.write(g, f"rank {g} done\n")
+            job.end()
+            verdicts = [checker.check() for _ in range(6) if not time.sleep(0.3)]
+    finally:
+        job.end()
+    assert all(v.state is not State.COMPLETE for v in verdicts), [(v.state, v.reasons[:2]) for v in verdicts]
+    assert any("log#rank1" in r for r in verdicts[-1].reasons), verdicts[-1].reasons
