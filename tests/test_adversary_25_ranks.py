@@ -169,3 +169,39 @@ def test_a_changed_log_definition_starts_the_rank_logs_memory_afresh(
         job.end()
     assert all(v.state is not State.COMPLETE for v in verdicts), [(v.state, v.reasons[:2]) for v in verdicts]
     assert any("log#rank1" in r for r in verdicts[-1].reasons), verdicts[-1].reasons
+
+
+def test_a_restarted_watch_does_not_take_run_1s_rank_line_from_the_store(
+    tmp_path: Path, hosts: list[_Host]
+) -> None:
+    """As above, through the state store: a ``wait`` that saw run 1 finish, and one started
+    again (told nothing of its run) while run 2 is at work, goes on from the stored memory:
+    rank 1's memory is of run 1, and node 0 finds run 2 begun."""
+    job = _Job(tmp_path / "job")
+    store = tmp_path / "state.db"
+    stage = stage_from_dict(job.stage(hosts))
+    try:
+        with SpanChecker(stage, state=store) as checker:
+            job.start()
+            for g in range(4):
+                job.write(g, "step 0\n")
+            _until(checker, _all_alive)
+            for g in range(4):
+                job.write(g, f"rank {g} done\n")
+            job.end()
+            assert _until(checker, lambda v: v.state.final).state is State.COMPLETE
+        time.sleep(3)
+        job.start()
+        for g in (0, 2, 3):
+            job.write(g, "step 0\n")
+        with SpanChecker(stage, state=store) as checker:
+            _until(checker, lambda v: _all_alive(v) and v.state is State.RUNNING)
+            job.end(1)
+            for g in (0, 2, 3):
+                job.write(g, f"rank {g} done\n")
+            job.end()
+            verdicts = [checker.check() for _ in range(8) if not time.sleep(0.3)]
+    finally:
+        job.end()
+    assert all(v.state is not State.COMPLETE for v in verdicts), [(v.state, v.reasons[:2]) for v in verdicts]
+    assert any("log#rank1" in r for r in verdicts[-1].reasons), verdicts[-1].reasons
