@@ -205,3 +205,55 @@ def test_a_restarted_watch_does_not_take_run_1s_rank_line_from_the_store(
         job.end()
     assert all(v.state is not State.COMPLETE for v in verdicts), [(v.state, v.reasons[:2]) for v in verdicts]
     assert any("log#rank1" in r for r in verdicts[-1].reasons), verdicts[-1].reasons
+
+
+def test_a_host_whose_first_rank_finished_and_whose_other_rank_died_has_lost_a_rank() -> None:
+    """``{rank}`` logs, 2 ranks a host: on b, rank 2 (b's own log) wrote its line and ended,
+    rank 3 was killed without one; a's ranks wait in a collective, no progress for
+    stall_after. b's own verdict is complete (its own log is rank 2's), and b was taken as a
+    host whose ranks finished: no rank lost, the hung collective never named (a stall at most).
+    A host finished only when every rank's log there shows its line."""
+    from sensors import Reading, Says
+    from sensors._config.stage import PolicySpec
+    from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
+
+    now, policy = 1_000_000.0, PolicySpec(stall_after=60.0)
+
+    def reading(signal: str, says: Says, **evidence: Any) -> Reading:
+        return Reading(signal, says, f"{signal} {says}", evidence, now)
+
+    def node(host: str, state: State, at: float, *readings: Reading, **ranks: Reading) -> NodeCheck:
+        verdict = Verdict("t", state, (f"{host} {state}",), {r.signal: r for r in readings}, at, host)
+        return NodeCheck(host, verdict, {k.replace("_", "#"): r for k, r in ranks.items()})
+
+    alive = reading("process", Says.WORKING, alive=2, seen_alive=True, cpu_seconds=5.0)
+    working = reading("log", Says.WORKING, size=10)
+    memory = AcrossMemory()
+    for at in (now - 70, now - 65):
+        _, memory = decide_across(
+            "t",
+            [
+                node("a", State.RUNNING, at, alive, working, log_rank1=working),
+                node("b", State.RUNNING, at, alive, working, log_rank3=working),
+            ],
+            policy,
+            2,
+            memory,
+            at,
+        )
+    gone = reading("process", Says.DONE, alive=0, seen_alive=True, cpu_seconds=5.0)
+    verdict, _ = decide_across(
+        "t",
+        [
+            node("a", State.STALLED, now, alive, working, log_rank1=working),
+            node("b", State.COMPLETE, now, gone, reading("log", Says.DONE, size=20), log_rank3=working),
+        ],
+        policy,
+        2,
+        memory,
+        now,
+    )
+    assert verdict.state is State.FAILED, verdict.reasons
+    assert "every rank on b gone" in verdict.reasons[0] and "a collective" in verdict.reasons[0], (
+        verdict.reasons
+    )

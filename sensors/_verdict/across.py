@@ -270,7 +270,11 @@ def _alive(verdict: Verdict) -> int | None:
 
 def _finished(node: NodeCheck) -> bool:
     """The node's own evidence says its job finished (its own verdict complete, or its own
-    log's completion line): its ranks gone is no loss."""
+    log's completion line) and, with a log per rank, every rank's log there shows its line:
+    its ranks gone is no loss. (Its own log is its first rank's: that rank done says nothing
+    of another killed there.)"""
+    if any(r.says is not Says.DONE for r in node.ranks.values()):
+        return False
     lg = node.verdict.readings.get("log")
     return node.verdict.state is State.COMPLETE or (lg is not None and lg.says is Says.DONE)
 
