@@ -257,3 +257,51 @@ def test_a_host_whose_first_rank_finished_and_whose_other_rank_died_has_lost_a_r
     assert "every rank on b gone" in verdict.reasons[0] and "a collective" in verdict.reasons[0], (
         verdict.reasons
     )
+
+
+def test_under_chief_node_0_complete_is_no_lost_rank_whatever_its_other_ranks_logs_say() -> None:
+    """Under ``chief`` the other ranks need write no line: node 0 complete (rank 0's line), its
+    rank 1's log without one, b still at work without progress: no rank lost (b's own verdict
+    holds the stage), never a collective said to wait for node 0."""
+    from sensors import Reading, Says
+    from sensors._config.stage import PolicySpec
+    from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
+
+    now, policy = 1_000_000.0, PolicySpec(stall_after=60.0, success="chief")
+
+    def reading(signal: str, says: Says, **evidence: Any) -> Reading:
+        return Reading(signal, says, f"{signal} {says}", evidence, now)
+
+    def node(host: str, state: State, at: float, *readings: Reading, **ranks: Reading) -> NodeCheck:
+        verdict = Verdict("t", state, (f"{host} {state}",), {r.signal: r for r in readings}, at, host)
+        return NodeCheck(host, verdict, {k.replace("_", "#"): r for k, r in ranks.items()})
+
+    alive = reading("process", Says.WORKING, alive=2, seen_alive=True, cpu_seconds=5.0)
+    working = reading("log", Says.WORKING, size=10)
+    memory = AcrossMemory()
+    for at in (now - 70, now - 65):
+        _, memory = decide_across(
+            "t",
+            [
+                node("a", State.RUNNING, at, alive, working, log_rank1=working),
+                node("b", State.RUNNING, at, alive, working, log_rank3=working),
+            ],
+            policy,
+            2,
+            memory,
+            at,
+        )
+    gone = reading("process", Says.DONE, alive=0, seen_alive=True, cpu_seconds=5.0)
+    verdict, _ = decide_across(
+        "t",
+        [
+            node("a", State.COMPLETE, now, gone, reading("log", Says.DONE, size=20), log_rank1=working),
+            node("b", State.STALLED, now, alive, working, log_rank3=working),
+        ],
+        policy,
+        2,
+        memory,
+        now,
+    )
+    assert verdict.state is State.STALLED, verdict.reasons
+    assert not any("collective" in r for r in verdict.reasons), verdict.reasons
