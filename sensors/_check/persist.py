@@ -443,9 +443,15 @@ def _without(memory: Any, changed: list[str]) -> dict[str, Any] | None:
         # compare, and a host that never showed all its ranks was done (an adversary's review).
         if not changed:
             return memory
+        # Each rank's log (``log.path`` with ``{rank}``) as a stage's too, never kept whole: its
+        # completion line found under another ``log`` stood under this one (an adversary's
+        # review). Under another ``process`` (``per_host``) the rank numbers move to other
+        # hosts and files: none of it.
         nodes = {label: _without(doc, changed) for label, doc in dict(memory["nodes"]).items()}
+        ranks = dict(memory.get("ranks") or {}) if "process" not in changed else {}
+        ranks = {rank: _without(doc, changed) for rank, doc in ranks.items()}
         across = None if "process" in changed else memory.get("across")
-        return {**memory, "nodes": nodes, "across": across, "last": None}
+        return {**memory, "nodes": nodes, "ranks": ranks, "across": across, "last": None}
     if "process" in changed:
         return {"static": memory.get("static"), "boot_id": memory.get("boot_id")}
     if not changed:

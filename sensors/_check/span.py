@@ -28,6 +28,7 @@ from typing import Any
 
 from sensors._base.errors import ConfigError
 from sensors._base.model import Reading, Says, Verdict
+from sensors._base.probe import Meta
 from sensors._base.run import Run, Since, parse_since
 from sensors._check.batch import check_batch
 from sensors._check.checker import Checker, Following, Watch
@@ -84,7 +85,7 @@ class SpanChecker(Following):
         #: Each node's other ranks' logs (``log.path`` with ``{rank}``), a Checker each, read
         #: on the node's host in its probe: ``(node index, rank, checker)``.
         self.rank_logs = tuple(
-            (k, _rank_of(rank_stage), Checker(rank_stage, host=self.nodes[k].host, since=self._since))
+            (k, _rank_of(rank_stage), _RankLog(rank_stage, self.nodes[k], since=self._since))
             for k, ranks in enumerate(stage.rank_logs)
             for rank_stage in ranks
         )
@@ -374,6 +375,52 @@ class SpanChecker(Following):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _RankLog(Checker):
+    """The log of one of a node's other ranks (``Stage.rank_logs``), read on the node's host in
+    its probe, after the node: a log of its own (bound by ``since``, or else by this watch: the
+    lines written while it looks), whose memory is of its node's run. A new run of the node
+    (its ranks begun again) sets that memory aside: what it held (a completion line found,
+    where the watch's bytes began) was the last run's. Kept, a rank that wrote nothing in run 2
+    showed run 1's line, found while a watch looked at run 1, as run 2's (an adversary's
+    review). The node's run does not bind the log as it binds the node's own: that log's
+    reading knows the node's processes (a later run's process begun after a line), this one's
+    does not."""
+
+    def __init__(self, stage: Stage, node: Checker, *, since: Since | None) -> None:
+        super().__init__(stage, host=node.host, since=since)
+        self.node = node
+        #: The node's run this memory is of (None: not known yet).
+        self.node_run: Run | None = None
+
+    def absorb(self, sections: dict[str, bytes], nonce: str, meta: Meta | None = None) -> Verdict:
+        run = self.node.run
+        if run is not None and run != self.node_run:
+            if self.node_run is not None:
+                log.info("%s: its node's job began again: its last run's memory set aside", self.stage.stage)
+                self.forget()
+            self.node_run = run
+        return super().absorb(sections, nonce, meta)
+
+    def memory_doc(self) -> dict[str, Any]:
+        return {**super().memory_doc(), "node_run": self.node_run}
+
+    def _adopt(self, memory: Mapping[str, Any]) -> None:
+        super()._adopt(memory)
+        node_run = memory.get("node_run")
+        self.node_run = node_run if isinstance(node_run, Run) else None
+
+    def kept(self) -> tuple[Any, ...]:
+        return (*super().kept(), self.node_run)
+
+    def put_back(self, kept: tuple[Any, ...]) -> None:
+        super().put_back(kept[:-1])
+        self.node_run = kept[-1]
+
+    def forget(self) -> None:
+        super().forget()
+        self.node_run = None
 
 
 def _rank_of(stage: Stage) -> int:

@@ -84,7 +84,7 @@ def decide_across(
     for host, count in alive.items():
         if count is not None:
             most[host] = max(most.get(host, 0), count)
-    lost = {n.host for n in nodes if _lost(alive[n.host], most.get(n.host, 0), per_host, n)}
+    lost = {n.host for n in nodes if _lost(alive[n.host], most.get(n.host, 0), per_host, n, policy)}
     lost_at = {h: t for h, t in memory.lost_at.items() if h in lost}
     marks, moved_at = dict(memory.marks), dict(memory.moved_at)
     idle: dict[str, float] = {}
@@ -268,15 +268,19 @@ def _alive(verdict: Verdict) -> int | None:
     return count
 
 
-def _finished(node: NodeCheck) -> bool:
+def _finished(node: NodeCheck, policy: PolicySpec) -> bool:
     """The node's own evidence says its job finished (its own verdict complete, or its own
-    log's completion line): its ranks gone is no loss."""
+    log's completion line) and, with a log per rank under ``all``, every rank's log there
+    shows its line: its ranks gone is no loss. (Its own log is its first rank's: that rank
+    done says nothing of another killed there; under ``chief`` the others need write none.)"""
+    if policy.success == "all" and any(r.says is not Says.DONE for r in node.ranks.values()):
+        return False
     lg = node.verdict.readings.get("log")
     return node.verdict.state is State.COMPLETE or (lg is not None and lg.says is Says.DONE)
 
 
-def _lost(alive: int | None, most: int, per_host: int | None, node: NodeCheck) -> bool:
-    if alive is None or most == 0 or _finished(node):
+def _lost(alive: int | None, most: int, per_host: int | None, node: NodeCheck, policy: PolicySpec) -> bool:
+    if alive is None or most == 0 or _finished(node, policy):
         return False
     if per_host is not None:
         return most >= per_host and alive < per_host
