@@ -290,13 +290,13 @@ def test_the_verdict_across_hosts(nodes, per_host, success, state, reason) -> No
     [
         (LOG_DONE, "all", State.COMPLETE, "every host agrees"),
         (LOG_WORKING, "all", State.UNKNOWN, "a: log#rank1 working"),  # every rank's line, under all
-        (_r("log", Says.FAILED), "all", State.FAILED, "a: log failed"),  # an error line: failed
+        (_r("log", Says.FAILED), "all", State.FAILED, "a: log#rank1: log failed"),  # an error line: failed
         (LOG_WORKING, "chief", State.COMPLETE, "every host agrees"),  # rank 0's line is node 0's log
         (
             _r("log", Says.FAILED),
             "chief",
             State.FAILED,
-            "a: log failed",
+            "a: log#rank1: log failed",
         ),  # an error line, whatever the policy
         (_r("log", Says.UNKNOWN, None), "all", State.UNKNOWN, "a: log#rank1 unknown"),
     ],
@@ -737,7 +737,8 @@ def test_a_log_per_rank_is_read_for_every_rank(
         assert {f"log@{a}", f"log#rank1@{a}", f"log@{b}", f"log#rank3@{b}"} <= set(last["signals"])
         assert last["signals"][f"log#rank3@{b}"]["says"] == "done"
     elif verdict == "failed":
-        assert "ERROR rank 3" in " ".join(last["reasons"]) and b in last["reasons"][0], last["reasons"]
+        assert last["reasons"][0].startswith(f"{b}: log#rank3: "), last["reasons"]
+        assert "ERROR rank 3" in last["reasons"][0], last["reasons"]
     else:
         assert any(r.startswith(f"{b}: log#rank3") for r in last["reasons"]), last["reasons"]
 

@@ -345,6 +345,9 @@ def test_F8_a_host_blip_with_skewed_clocks_is_not_a_hung_collective() -> None:
     span = SpanChecker.__new__(SpanChecker)
     span.stage, span.labels = stage, ("a", "b")
     span.nodes = (Fake("a"), Fake("b"))  # type: ignore[assignment]
+    span.rank_logs, span.probes = (), span.nodes
+    # Each host's verdict from its script (the subject is the clock across hosts, not a probe).
+    span._probe_nodes = lambda: [n.check() for n in span.nodes]  # type: ignore[method-assign]
     span.lock = __import__("threading").Lock()
     span.last, span._memory = None, AcrossMemory()
     span._persist, span._saving, span._checked_here = None, True, False

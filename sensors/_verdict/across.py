@@ -129,9 +129,14 @@ def _rules(
     # Rule 1: a failure some node's own evidence shows.
     waiting = [n for n in nodes if (alive[n.host] or 0) > 0]
     for k, node in enumerate(nodes):
-        failed = [r for r in node.readings.values() if r.says is Says.FAILED]
+        # A rank's log is named (``log#rank3: ...``): the host's own readings need no name.
+        failed = [
+            f"{name}: {r.detail}" if name in node.ranks else r.detail
+            for name, r in node.readings.items()
+            if r.says is Says.FAILED
+        ]
         if failed or (node.verdict.state is State.FAILED and (k == 0 or policy.success == "all")):
-            why = failed[0].detail if failed else node.verdict.reasons[0]
+            why = failed[0] if failed else node.verdict.reasons[0]
             # Ranks lost while others are alive: say so (the others may wait for them).
             left = (
                 [
