@@ -79,3 +79,20 @@ def answers(host) -> Iterator[list[dict[str, bytes]]]:
     host.run_script = recording
     yield recorded
     del host.run_script
+
+
+@pytest.fixture
+def hosts(tmp_path):
+    """Two test hosts for a stage over several hosts: each an sshd on 127.0.0.1 in a mount
+    namespace of its own, with its own fake GPUs (tests/test_span.py, ``_Host``)."""
+    from tests.test_span import _Host, _needs_sshd_root
+
+    _needs_sshd_root()
+    made = []
+    try:
+        for k in range(2):
+            made.append(_Host(tmp_path, k))
+        yield made
+    finally:
+        for host in made:
+            host.sshd.cleanup()

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,20 +16,7 @@ import pytest
 
 from sensors import State, Verdict, stage_from_dict
 from sensors._check.span import SpanChecker
-from tests.test_span import _Host, _needs_sshd_root
-
-
-@pytest.fixture
-def hosts(tmp_path: Path) -> Iterator[list[_Host]]:
-    _needs_sshd_root()
-    made: list[_Host] = []
-    try:
-        for k in range(2):
-            made.append(_Host(tmp_path, k))
-        yield made
-    finally:
-        for host in made:
-            host.sshd.cleanup()
+from tests.test_span import _Host
 
 
 class _Job:
@@ -103,6 +89,35 @@ def _all_alive(verdict: Verdict, per_host: int = 2) -> bool:
     return len(procs) == 2 and all(r.evidence.get("alive") == per_host for r in procs)
 
 
+def _run_1(job: _Job, checker: SpanChecker) -> Verdict:
+    """Run 1: every rank works, writes its line and ends; the watch's final verdict."""
+    job.start()
+    for g in range(4):
+        job.write(g, "step 0\n")
+    _until(checker, _all_alive)
+    for g in range(4):
+        job.write(g, f"rank {g} done\n")
+    job.end()
+    return _until(checker, lambda v: v.state.final)
+
+
+def _start_run_2(job: _Job) -> None:
+    """Run 2: rank 1 writes nothing (its output buffered); the others work."""
+    job.start()
+    for g in (0, 2, 3):
+        job.write(g, "step 0\n")
+
+
+def _end_run_2(job: _Job, checker: SpanChecker) -> list[Verdict]:
+    """Run 2, seen at work, ends: rank 1 killed without a line, the others finish; 8 checks."""
+    _until(checker, lambda v: _all_alive(v) and v.state is State.RUNNING)
+    job.end(1)
+    for g in (0, 2, 3):
+        job.write(g, f"rank {g} done\n")
+    job.end()
+    return [checker.check() for _ in range(8) if not time.sleep(0.3)]
+
+
 def test_a_watch_going_on_into_a_second_run_does_not_take_run_1s_rank_line(
     tmp_path: Path, hosts: list[_Host]
 ) -> None:
@@ -112,26 +127,11 @@ def test_a_watch_going_on_into_a_second_run_does_not_take_run_1s_rank_line(
     job = _Job(tmp_path / "job")
     stage = stage_from_dict(job.stage(hosts))
     with SpanChecker(stage) as checker:
-        job.start()
-        for g in range(4):
-            job.write(g, "step 0\n")
-        _until(checker, _all_alive)
-        for g in range(4):
-            job.write(g, f"rank {g} done\n")
-        job.end()
-        first = _until(checker, lambda v: v.state.final)
+        first = _run_1(job, checker)
         assert first.state is State.COMPLETE, first.reasons
         time.sleep(1.5)
-        # Run 2: rank 1 writes nothing and is killed; the others work and finish.
-        job.start()
-        for g in (0, 2, 3):
-            job.write(g, "step 0\n")
-        _until(checker, lambda v: _all_alive(v) and v.state is State.RUNNING)
-        job.end(1)
-        for g in (0, 2, 3):
-            job.write(g, f"rank {g} done\n")
-        job.end()
-        verdicts = [checker.check() for _ in range(8) if not time.sleep(0.3)]
+        _start_run_2(job)
+        verdicts = _end_run_2(job, checker)
     assert all(v.state is not State.COMPLETE for v in verdicts), [(v.state, v.reasons[:2]) for v in verdicts]
 
 
@@ -182,126 +182,98 @@ def test_a_restarted_watch_does_not_take_run_1s_rank_line_from_the_store(
     stage = stage_from_dict(job.stage(hosts))
     try:
         with SpanChecker(stage, state=store) as checker:
-            job.start()
-            for g in range(4):
-                job.write(g, "step 0\n")
-            _until(checker, _all_alive)
-            for g in range(4):
-                job.write(g, f"rank {g} done\n")
-            job.end()
-            assert _until(checker, lambda v: v.state.final).state is State.COMPLETE
+            assert _run_1(job, checker).state is State.COMPLETE
         time.sleep(3)
-        job.start()
-        for g in (0, 2, 3):
-            job.write(g, "step 0\n")
+        _start_run_2(job)
         with SpanChecker(stage, state=store) as checker:
-            _until(checker, lambda v: _all_alive(v) and v.state is State.RUNNING)
-            job.end(1)
-            for g in (0, 2, 3):
-                job.write(g, f"rank {g} done\n")
-            job.end()
-            verdicts = [checker.check() for _ in range(8) if not time.sleep(0.3)]
+            verdicts = _end_run_2(job, checker)
     finally:
         job.end()
     assert all(v.state is not State.COMPLETE for v in verdicts), [(v.state, v.reasons[:2]) for v in verdicts]
     assert any("log#rank1" in r for r in verdicts[-1].reasons), verdicts[-1].reasons
 
 
-def test_a_host_whose_first_rank_finished_and_whose_other_rank_died_has_lost_a_rank() -> None:
-    """``{rank}`` logs, 2 ranks a host: on b, rank 2 (b's own log) wrote its line and ended,
-    rank 3 was killed without one; a's ranks wait in a collective, no progress for
-    stall_after. b's own verdict is complete (its own log is rank 2's), and b was taken as a
-    host whose ranks finished: no rank lost, the hung collective never named (a stall at most).
-    A host finished only when every rank's log there shows its line."""
-    from sensors import Reading, Says
-    from sensors._config.stage import PolicySpec
-    from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
+# --------------------------------------------------------------------------- the verdict, pure
 
-    now, policy = 1_000_000.0, PolicySpec(stall_after=60.0)
+_NOW = 1_000_000.0
 
-    def reading(signal: str, says: Says, **evidence: Any) -> Reading:
-        return Reading(signal, says, f"{signal} {says}", evidence, now)
 
-    def node(host: str, state: State, at: float, *readings: Reading, **ranks: Reading) -> NodeCheck:
-        verdict = Verdict("t", state, (f"{host} {state}",), {r.signal: r for r in readings}, at, host)
-        return NodeCheck(host, verdict, {k.replace("_", "#"): r for k, r in ranks.items()})
+def _reading(signal: str, says: Any, **evidence: Any) -> Any:
+    from sensors import Reading
 
-    alive = reading("process", Says.WORKING, alive=2, seen_alive=True, cpu_seconds=5.0)
-    working = reading("log", Says.WORKING, size=10)
+    return Reading(signal, says, f"{signal} {says}", evidence, _NOW)
+
+
+def _node(host: str, state: State, at: float, *readings: Any, **ranks: Any) -> Any:
+    """A node's check: its readings, and its other ranks' logs (``log_rank1=`` for ``log#rank1``)."""
+    from sensors._verdict.across import NodeCheck
+
+    verdict = Verdict("t", state, (f"{host} {state}",), {r.signal: r for r in readings}, at, host)
+    return NodeCheck(host, verdict, {k.replace("_", "#"): r for k, r in ranks.items()})
+
+
+def _working_a_while(policy: Any) -> Any:
+    """The memory across hosts after two checks, 70 s and 65 s ago, of two hosts (2 ranks each,
+    alive, each host's own log and its second rank's at work): the ranks seen, then no progress."""
+    from sensors import Says
+    from sensors._verdict.across import AcrossMemory, decide_across
+
+    alive = _reading("process", Says.WORKING, alive=2, seen_alive=True, cpu_seconds=5.0)
+    working = _reading("log", Says.WORKING, size=10)
     memory = AcrossMemory()
-    for at in (now - 70, now - 65):
+    for at in (_NOW - 70, _NOW - 65):
         _, memory = decide_across(
             "t",
             [
-                node("a", State.RUNNING, at, alive, working, log_rank1=working),
-                node("b", State.RUNNING, at, alive, working, log_rank3=working),
+                _node("a", State.RUNNING, at, alive, working, log_rank1=working),
+                _node("b", State.RUNNING, at, alive, working, log_rank3=working),
             ],
             policy,
             2,
             memory,
             at,
         )
-    gone = reading("process", Says.DONE, alive=0, seen_alive=True, cpu_seconds=5.0)
-    verdict, _ = decide_across(
-        "t",
-        [
-            node("a", State.STALLED, now, alive, working, log_rank1=working),
-            node("b", State.COMPLETE, now, gone, reading("log", Says.DONE, size=20), log_rank3=working),
-        ],
-        policy,
-        2,
-        memory,
-        now,
-    )
-    assert verdict.state is State.FAILED, verdict.reasons
-    assert "every rank on b gone" in verdict.reasons[0] and "a collective" in verdict.reasons[0], (
-        verdict.reasons
-    )
+    return memory
 
 
-def test_under_chief_node_0_complete_is_no_lost_rank_whatever_its_other_ranks_logs_say() -> None:
-    """Under ``chief`` the other ranks need write no line: node 0 complete (rank 0's line), its
-    rank 1's log without one, b still at work without progress: no rank lost (b's own verdict
-    holds the stage), never a collective said to wait for node 0."""
-    from sensors import Reading, Says
+@pytest.mark.parametrize(
+    ("success", "done_on", "state"),
+    [("all", "b", State.FAILED), ("chief", "a", State.STALLED)],
+    ids=["all: b's first rank done, its other killed", "chief: node 0 done, its other rank lineless"],
+)
+def test_whether_a_host_with_a_log_per_rank_has_lost_a_rank(success: str, done_on: str, state: State) -> None:
+    """``{rank}`` logs, 2 ranks a host, the ranks at work without progress for stall_after.
+
+    all: on b, rank 2 (b's own log) wrote its line and ended, rank 3 was killed without one;
+    a's ranks wait in a collective. b's own verdict is complete (its own log is rank 2's), and
+    b was taken as a host whose ranks finished: no rank lost, the hung collective never named
+    (a stall at most). A host finished only when every rank's log there shows its line.
+
+    chief: the other ranks need write no line: node 0 complete (rank 0's line), its rank 1's
+    log without one, b still at work: no rank lost (b's own verdict holds the stage), never a
+    collective said to wait for node 0 (what the first fix of the case above did)."""
+    from sensors import Says
     from sensors._config.stage import PolicySpec
-    from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
+    from sensors._verdict.across import decide_across
 
-    now, policy = 1_000_000.0, PolicySpec(stall_after=60.0, success="chief")
-
-    def reading(signal: str, says: Says, **evidence: Any) -> Reading:
-        return Reading(signal, says, f"{signal} {says}", evidence, now)
-
-    def node(host: str, state: State, at: float, *readings: Reading, **ranks: Reading) -> NodeCheck:
-        verdict = Verdict("t", state, (f"{host} {state}",), {r.signal: r for r in readings}, at, host)
-        return NodeCheck(host, verdict, {k.replace("_", "#"): r for k, r in ranks.items()})
-
-    alive = reading("process", Says.WORKING, alive=2, seen_alive=True, cpu_seconds=5.0)
-    working = reading("log", Says.WORKING, size=10)
-    memory = AcrossMemory()
-    for at in (now - 70, now - 65):
-        _, memory = decide_across(
-            "t",
-            [
-                node("a", State.RUNNING, at, alive, working, log_rank1=working),
-                node("b", State.RUNNING, at, alive, working, log_rank3=working),
-            ],
-            policy,
-            2,
-            memory,
-            at,
-        )
-    gone = reading("process", Says.DONE, alive=0, seen_alive=True, cpu_seconds=5.0)
-    verdict, _ = decide_across(
-        "t",
-        [
-            node("a", State.COMPLETE, now, gone, reading("log", Says.DONE, size=20), log_rank1=working),
-            node("b", State.STALLED, now, alive, working, log_rank3=working),
-        ],
-        policy,
-        2,
-        memory,
-        now,
+    policy = PolicySpec(stall_after=60.0, success=success)
+    memory = _working_a_while(policy)
+    alive = _reading("process", Says.WORKING, alive=2, seen_alive=True, cpu_seconds=5.0)
+    working = _reading("log", Says.WORKING, size=10)
+    gone = _reading("process", Says.DONE, alive=0, seen_alive=True, cpu_seconds=5.0)
+    done = _reading("log", Says.DONE, size=20)
+    other = {"a": "b", "b": "a"}[done_on]
+    finished = _node(
+        done_on, State.COMPLETE, _NOW, gone, done, **{f"log_rank{'ab'.index(done_on) * 2 + 1}": working}
     )
-    assert verdict.state is State.STALLED, verdict.reasons
-    assert not any("collective" in r for r in verdict.reasons), verdict.reasons
+    waiting = _node(
+        other, State.STALLED, _NOW, alive, working, **{f"log_rank{'ab'.index(other) * 2 + 1}": working}
+    )
+    nodes = sorted([finished, waiting], key=lambda n: n.host)
+    verdict, _ = decide_across("t", nodes, policy, 2, memory, _NOW)
+    assert verdict.state is state, verdict.reasons
+    if state is State.FAILED:
+        why = verdict.reasons[0]
+        assert "every rank on b gone" in why and "a collective" in why, verdict.reasons
+    else:
+        assert not any("collective" in r for r in verdict.reasons), verdict.reasons

@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -414,19 +413,6 @@ class _Host:
             f"{at}, 0, {uuid_}, NVIDIA H200, {self.busy}, 40000, 143771, 580.82.07\n"
         )
         (self.smi / "apps.csv").write_text("".join(f"{uuid_}, {pid}, python3, 20000\n" for pid in self.pids))
-
-
-@pytest.fixture
-def hosts(tmp_path: Path) -> Iterator[list[_Host]]:
-    _needs_sshd_root()
-    made: list[_Host] = []
-    try:
-        for k in range(2):
-            made.append(_Host(tmp_path, k))
-        yield made
-    finally:
-        for host in made:
-            host.sshd.cleanup()
 
 
 class _Ranks:

@@ -16,10 +16,10 @@ from typing import Any
 import yaml
 
 from sensors import State, Verdict
-from tests.test_span import _Host, _Ranks, hosts  # noqa: F401  (the fixture)
+from tests.test_span import _Host, _Ranks
 
 
-def _shared_log_stage(tmp_path: Path, hosts: list[_Host], ranks: _Ranks, **policy: Any) -> Any:  # noqa: F811
+def _shared_log_stage(tmp_path: Path, hosts: list[_Host], ranks: _Ranks, **policy: Any) -> Any:
     """The stage of tests/test_span.py's ``_stage``, but with ONE shared log (no ``{node}``):
     node 1 has no log of its own, so only its ranks seen alive in this watch (and how many)
     tell that they ran."""
@@ -60,7 +60,7 @@ def _until_complete(checker: Any, timeout: float = 30.0) -> Verdict:
 
 def test_S1_an_edit_to_the_policy_does_not_forget_how_many_ranks_a_host_showed(
     tmp_path: Path,
-    hosts: list[_Host],  # noqa: F811
+    hosts: list[_Host],
 ) -> None:
     """A first watch sees only one of node 1's two ranks (the other never ran). The stage
     file's policy is then edited (stall_after 20s -> 30s: nothing the counts depend on) and
@@ -101,7 +101,7 @@ def test_S1_an_edit_to_the_policy_does_not_forget_how_many_ranks_a_host_showed(
 
 def test_S2_a_follower_given_since_confirms_the_holders_complete(
     tmp_path: Path,
-    hosts: list[_Host],  # noqa: F811
+    hosts: list[_Host],
 ) -> None:
     """`crosscheck serve` (told nothing of the run) holds the stage and finds it complete;
     a gate or a `wait --since T` (T before the job began: the same run) follows it. The
@@ -169,7 +169,7 @@ def _run_again(ranks: _Ranks, *, without: set[tuple[int, int]]) -> None:
 
 def test_S3_a_second_run_is_not_counted_with_the_ranks_the_first_one_showed(
     tmp_path: Path,
-    hosts: list[_Host],  # noqa: F811
+    hosts: list[_Host],
 ) -> None:
     """`crosscheck serve` watches a stage over two hosts run after run (or a `wait` told
     nothing of its run is started again on the next run: the stored run is the latest one
