@@ -239,7 +239,8 @@ class Stage(Section):
     hosts: tuple[Literal["local"] | SSHSpec, ...] | HostsPattern | None = Field(
         None,
         description="a stage over several hosts (instead of host): a list, or a pattern with a count;"
-        " {host} and {node} in log.path and process.match name each host and its node rank",
+        " {host} and {node} in log.path and process.match name each host and its node rank;"
+        " {rank} in log.path a log per rank (with process.per_host)",
     )
     process: ProcessSpec | None = None
     log: LogSpec | None = None
