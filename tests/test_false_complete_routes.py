@@ -853,9 +853,12 @@ def test_outputs_rewritten_after_an_earlier_completion_line_do_not_complete_a_hi
         # Run 1's line and records: run 1 is the latest run (killed: a soft false complete the
         # fuzzer reports, which no probe can tell without a process that finds the job).
         assert checker.check().state is State.COMPLETE
-        second = job(f"rm -f {records}; printf '%s' '{three}' > {records}; sleep 300")
+        # The marker says the rewrite is over: polling the records themselves passed on run 1's
+        # file before the rm, or read between the rm and the printf (FileNotFoundError in CI).
+        rewritten = tmp_path / "rewritten"
+        second = job(f"rm -f {records}; printf '%s' '{three}' > {records}; touch {rewritten}; sleep 300")
         try:
-            _until(lambda: records.exists() and records.read_text() == three, 10)
+            _until(rewritten.exists, 10)
             time.sleep(0.2)
             verdicts = []
             for _ in range(5):
