@@ -56,8 +56,8 @@ def check_batch(checkers: Sequence[Checker]) -> list[Verdict]:
     finally:
         for lock in locks:
             lock.release()
-    by_checker = {id(c): verdicts[k] for k, c in enumerate(singles)}
-    return [by_checker[id(c)] for c in checkers]
+    by_checker = {c: verdicts[k] for k, c in enumerate(singles)}
+    return [by_checker[c] for c in checkers]
 
 
 def _probe(checkers: Sequence[Checker]) -> list[Verdict]:

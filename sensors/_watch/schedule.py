@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import cast
 
 from sensors._base.model import Verdict
 from sensors._base.schema import MAX_DURATION, MIN_DURATION, MIN_INTERVAL
@@ -66,6 +67,11 @@ OnVerdict = Callable[[str, Verdict, float], float | None]
 #: A batch that raised: ``(keys, error)`` → when those stages are due next, or raise to end
 #: the run (the error propagates out of :meth:`Scheduler.run`).
 OnError = Callable[[list[str], Exception], float | None]
+
+
+def hosts_of(checker: AnyChecker) -> list[Host]:
+    """The hosts a check of ``checker`` probes (a stage over several hosts: each node's)."""
+    return [n.host for n in checker.nodes] if isinstance(checker, SpanChecker) else [checker.host]
 
 
 def begin_span(span: SpanChecker) -> tuple[bool, Verdict | None]:
@@ -147,7 +153,7 @@ class _Part:
     index: int
 
     @property
-    def node(self) -> Checker:
+    def checker(self) -> Checker:
         return self.round.span.probes[self.index]
 
 
@@ -282,7 +288,7 @@ class Scheduler:
     def _link(self, span: SpanChecker) -> None:
         """Give the span's hosts (and every host and span already sharing a phase with one of
         them) one phase: the least span's by name, whatever order they were added in."""
-        keys: list[HostKey] = [span.host, *(node.host for node in span.nodes)]
+        keys: list[HostKey] = [span.host, *hosts_of(span)]
         owners = {self._phase_of.get(k, k) for k in keys}
         owner = min((o for o in owners if isinstance(o, Span)), key=repr)
         for key, mine in list(self._phase_of.items()):
@@ -382,9 +388,7 @@ class Scheduler:
                 if checker in self._checking:
                     held.append(item)  # its check under another key is in flight
                     continue
-                hosts = (
-                    [n.host for n in checker.probes] if isinstance(checker, SpanChecker) else [checker.host]
-                )
+                hosts = hosts_of(checker)
                 if any(
                     h not in batches and self._busy.get(h, 0) + kept.get(h, 0) >= self.per_host for h in hosts
                 ):
@@ -409,14 +413,15 @@ class Scheduler:
                 self._busy[host] = self._busy.get(host, 0) + 1
                 singles = [m for m in members if not isinstance(m, _Part)]
                 parts = [m for m in members if isinstance(m, _Part)]
-                fut = pool.submit(self._probe, [slot.checker for _, slot in singles], parts)
+                # A stage over several hosts is never a single here: its nodes are its parts.
+                fut = pool.submit(self._probe, [cast(Checker, slot.checker) for _, slot in singles], parts)
                 fut.add_done_callback(wake)
                 running[fut] = _Running(host, singles, now, tuple(parts))
             if held:
                 return 0.05
             return max(0.0, self._heap[0][0] - now) if self._heap else 1.0
 
-    def _probe(self, checkers: list[AnyChecker], parts: list[_Part]) -> Sequence[Verdict | None]:
+    def _probe(self, checkers: list[Checker], parts: list[_Part]) -> Sequence[Verdict | None]:
         """One host's batch: its own stages and the nodes of stages over several hosts
         (those whose check began: not another watch's), in one probe."""
         probing: list[_Part] = []
@@ -426,7 +431,7 @@ class Scheduler:
                     probing.append(part)
             if not checkers and not probing:
                 return []
-            verdicts = self._batch([*checkers, *(p.node for p in probing)])  # type: ignore[list-item]
+            verdicts = self._batch([*checkers, *(p.checker for p in probing)])
         except BaseException as exc:
             for part in probing:
                 part.round.put(part.index, error=exc)
@@ -526,9 +531,7 @@ def watch_all(
     ]
     # A thread per stage, and per host of a stage over several (its probes run in parallel:
     # one dead host delays no other).
-    hosts = {
-        h for c in checkers for h in ([n.host for n in c.nodes] if isinstance(c, SpanChecker) else [c.host])
-    }
+    hosts = {h for c in checkers for h in hosts_of(c)}
     scheduler = Scheduler(
         workers=min(workers, max(1, len(checkers), len(hosts))), per_host=per_host, clock=clock
     )

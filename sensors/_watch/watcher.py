@@ -43,7 +43,7 @@ from sensors._config.stage import MAX_STAGE_BYTES, Stage, load_stage_bytes
 from sensors._store import Handoff, Store
 from sensors._watch.gc import tune_for_watching
 from sensors._watch.handoff import RESUMES_GATES, Desk, HandoffSeen, watcher_name
-from sensors._watch.schedule import Scheduler
+from sensors._watch.schedule import Scheduler, begin_span
 from sensors._watch.spool import Spool
 
 if TYPE_CHECKING:  # _notify is imported only for stages that notify
@@ -586,10 +586,7 @@ class Watcher:
         """How a check of a stage over several hosts begins here: as :meth:`_batch` decides
         for a stage of one host (its nodes then probed in their hosts' batches)."""
         probe, verdict = _stored(span)
-        if not probe:
-            return False, verdict
-        followed = span.begin()
-        return followed is None, followed
+        return begin_span(span) if probe else (False, verdict)
 
     def _failed(self, keys: list[str], exc: Exception) -> float:
         if not isinstance(exc, CrosscheckError):
