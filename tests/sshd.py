@@ -139,6 +139,10 @@ class SSHD:
             "UseDNS no\n"
             "PrintMotd no\n"
             "LogLevel ERROR\n"
+            # A login shell here may run a user's ``pyenv init`` (its bashrc), whose rehash
+            # waits 60 s on a lock a SIGKILLed shell left behind: every probe then timed out
+            # and half a test run failed. The tests test crosscheck, not that lock.
+            "SetEnv PYENV_REHASH_TIMEOUT=1\n"
         )
 
     def known_hosts_line(self, pub: str | None = None) -> str:
