@@ -1,0 +1,99 @@
+"""An adversary's review of what a person is shown about a stage over several hosts (issue
+25): every sentence true, nothing said twice, a verdict carrying its evidence. Pure: verdicts
+across hosts built as tests/test_span_adversary.py builds them, and what each presenter (the
+terminal, a notification, ...) makes of them. A failing test is a finding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sensors import Reading, Says, State, Verdict
+from sensors._config.stage import PolicySpec
+from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
+
+NOW = 1_000_000.0
+POLICY = PolicySpec(stall_after=60.0)
+
+
+def _r(signal: str, says: Says, read_at: float | None = NOW, **evidence: Any) -> Reading:
+    return Reading(signal, says, f"{signal} {says}", evidence, read_at)
+
+
+def _node(
+    host: str, state: State, *readings: Reading, at: float = NOW, reasons: tuple[str, ...] = ()
+) -> NodeCheck:
+    return NodeCheck(
+        host, Verdict("t", state, reasons or (f"{host} {state}",), {r.signal: r for r in readings}, at, host)
+    )
+
+
+def _alive(n: int, cpu: float = 1.0, at: float = NOW, **extra: Any) -> Reading:
+    return _r("process", Says.WORKING, at, alive=n, seen_alive=True, cpu_seconds=cpu, **extra)
+
+
+def _decide(
+    nodes: list[NodeCheck], *, per_host: int | None = None, success: str = "all", memory=None, now=NOW
+):
+    policy = POLICY.model_copy(update={"success": success})
+    return decide_across("t", nodes, policy, per_host, memory or AcrossMemory(), now)
+
+
+def _running_span() -> Verdict:
+    """Two hosts at work: a with 2 ranks (CPU 50 s), b with 1 (CPU 7 s)."""
+    verdict, _ = _decide(
+        [
+            _node("gpu-a", State.RUNNING, _alive(2, cpu=50.0, pid=11), _r("gpu", Says.WORKING)),
+            _node("gpu-b", State.RUNNING, _alive(1, cpu=7.0, pid=22), _r("gpu", Says.DONE)),
+        ]
+    )
+    return verdict
+
+
+# --- a notification's evidence names each host ------------------------------------------------
+
+
+def test_a_notifications_evidence_says_which_host_each_reading_is_of() -> None:
+    """A notification listed a span's readings by their signal alone: "process: working ...",
+    then "process: working ..." again, each host's line indistinguishable from the other's
+    (and said twice, as far as a reader can tell)."""
+    from sensors._notify.message import build_message
+
+    text = build_message(_running_span()).text
+    evidence = text.split("Evidence:\n", 1)[1].splitlines()
+    assert any(line.startswith("- process@gpu-a: ") for line in evidence), evidence
+    assert any(line.startswith("- process@gpu-b: ") for line in evidence), evidence
+    assert len(set(evidence)) == len(evidence), evidence
+
+
+# --- the terminal's tables ----------------------------------------------------------------------
+
+
+def test_status_table_shows_each_hosts_key_evidence(capsys: pytest.CaptureFixture[str]) -> None:
+    """``crosscheck status`` of one stage: the key evidence column was empty on every row of a
+    span (``process@gpu-a`` was not a signal name ``key_values`` knew): the CPU time of each
+    host's ranks, shown for a stage of one host, was missing for each host."""
+    from sensors._present.terminal import print_table
+
+    print_table(_running_span())
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("process@gpu-a"))
+    assert "cpu=50.0s" in row, out
+    row = next(line for line in out.splitlines() if line.startswith("process@gpu-b"))
+    assert "cpu=7.0s" in row, out
+
+
+def test_status_of_several_stages_does_not_say_a_span_has_no_process_signal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``crosscheck status a.yaml b.yaml`` (a row per stage): a span's process and gpu cells
+    were "—", as for a stage without those signals; it reads them on every host."""
+    from sensors._present.terminal import print_verdicts
+
+    other = Verdict("u", State.RUNNING, ("u running",), {"process": _alive(1)}, NOW, "h")
+    print_verdicts([_running_span(), other])
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("t "))
+    assert "gpu-a working pid=11  cpu=50.0s; gpu-b working pid=22  cpu=7.0s" in row, out
+    assert "gpu-a working; gpu-b done" in row, out
