@@ -157,7 +157,11 @@ def print_table(verdict: Verdict) -> None:
             text(r["detail"]),
         )
     console.print(table)
-    console.print(text(f"  checked at {data['checked_at']} (host clock)", "dim"))
+    # A stage over several hosts (its readings keyed ``signal@HOST``) is checked on this
+    # machine's clock (``SpanChecker``): "host clock" named none of its hosts.
+    span = any(name != r.signal for name, r in verdict.readings.items())
+    whose = "this machine's clock" if span else "host clock"
+    console.print(text(f"  checked at {data['checked_at']} ({whose})", "dim"))
 
 
 class LiveProgress:
