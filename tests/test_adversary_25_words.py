@@ -82,6 +82,8 @@ def test_status_table_shows_each_hosts_key_evidence(capsys: pytest.CaptureFixtur
     assert "cpu=50.0s" in row, out
     row = next(line for line in out.splitlines() if line.startswith("process@gpu-b"))
     assert "cpu=7.0s" in row, out
+    # Its time is this machine's (SpanChecker), not a host's: none is named.
+    assert "(host clock)" not in out, out
 
 
 def test_status_of_several_stages_does_not_say_a_span_has_no_process_signal(
@@ -97,3 +99,61 @@ def test_status_of_several_stages_does_not_say_a_span_has_no_process_signal(
     row = next(line for line in out.splitlines() if line.startswith("t "))
     assert "gpu-a working pid=11  cpu=50.0s; gpu-b working pid=22  cpu=7.0s" in row, out
     assert "gpu-a working; gpu-b done" in row, out
+
+
+# --- the verdict's own times, on one clock ----------------------------------------------------
+
+
+def test_how_long_a_span_held_its_state_is_not_the_hosts_skew() -> None:
+    """Three hosts, b's clock an hour ahead. b cannot be read (``unknown``, this machine's
+    time), then 30 s later c cannot be read while b can (still ``unknown``). The verdict's
+    time was the latest of the hosts' clocks: the reminder said "still unknown for 1h"."""
+    import time
+
+    from sensors import stage_from_dict
+    from sensors._check.span import SpanChecker
+    from sensors._notify.message import build_message
+
+    stage = stage_from_dict(
+        {
+            "stage": "t",
+            "hosts": [{"ssh": "a"}, {"ssh": "b"}, {"ssh": "c"}],
+            "process": {"match": "x"},
+            "policy": {"interval": "10s"},
+        }
+    )
+
+    def ok(host: str, at: float) -> Verdict:
+        return Verdict(f"t#{host}", State.RUNNING, ("r",), {"process": _alive(1, at=at)}, at, host)
+
+    def down(host: str, at: float) -> Verdict:
+        gone = _r("process", Says.UNKNOWN, None, host_error="timeout")
+        return Verdict(f"t#{host}", State.UNKNOWN, ("host unreachable",), {"process": gone}, at, host)
+
+    with SpanChecker(stage) as span:
+        t = time.time()
+        first = span._combine([ok("a", t), down("b", t), ok("c", t)])
+        second = span._combine([ok("a", t + 30), ok("b", t + 3630), down("c", t + 30)])
+    assert first.state is second.state is State.UNKNOWN
+    assert second.checked_at is not None and second.since is not None
+    assert second.checked_at - second.since < 60, second.checked_at - second.since
+    assert "1h" not in build_message(second, kind="reminder").title
+
+
+# --- the verdict across hosts' sentences ------------------------------------------------------
+
+
+def test_a_lost_rank_is_said_whatever_the_gravest_state() -> None:
+    """1 of 2 ranks on b gone while node 0 is ``stalled`` by its own rule (its log quiet while
+    its CPU moves, so no hung collective yet): the stage was ``stalled`` with node 0's and b's
+    reasons only; the lost rank, said under ``running``, went unsaid."""
+    memory = None
+    for t, (b_alive, a_state) in enumerate([(2, State.RUNNING), (1, State.STALLED)]):
+        at = NOW + 40 * t
+        nodes = [
+            _node("a", a_state, _alive(2, cpu=5.0 + t, at=at), at=at, reasons=("no log line for 20m",)),
+            _node("b", State.RUNNING, _alive(b_alive, cpu=3.0 + t, at=at), at=at),
+        ]
+        verdict, memory = _decide(nodes, per_host=2, memory=memory, now=at)
+    assert verdict.state is State.STALLED, verdict.reasons
+    assert any("1 of 2 ranks on b gone" in r for r in verdict.reasons), verdict.reasons

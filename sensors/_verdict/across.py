@@ -198,7 +198,9 @@ def _rules(
     fallback = State.RUNNING if waiting else State.UNKNOWN
     state = next((s for s in _GRAVITY if s in states), fallback)
     reasons = [why for _, why in held]
-    if lost and waiting and state is State.RUNNING:
+    # Whatever the gravest state (node 0 stalled on its own log, say), a lost rank is said:
+    # only under running it was, and a stalled stage hid the rank that may be why.
+    if lost and waiting:
         reasons.insert(
             0,
             f"{_all_lost(lost, alive, most, per_host, lost_at)}; if the others make no progress"
