@@ -157,3 +157,39 @@ def test_a_lost_rank_is_said_whatever_the_gravest_state() -> None:
         verdict, memory = _decide(nodes, per_host=2, memory=memory, now=at)
     assert verdict.state is State.STALLED, verdict.reasons
     assert any("1 of 2 ranks on b gone" in r for r in verdict.reasons), verdict.reasons
+
+
+# --- validate's words -----------------------------------------------------------------------
+
+
+def test_two_ipv6_hosts_are_not_told_they_share_a_name() -> None:
+    """``log.path`` with ``{host}`` over fd00::1 and fd00::2: refused with "{host} would name
+    two hosts alike (one name, two ports)" (a ':' in a label was taken for a port), though
+    each host has a name of its own and each log its own path."""
+    from sensors import stage_from_dict
+
+    stage = stage_from_dict(
+        {
+            "stage": "t",
+            "hosts": [{"ssh": "fd00::1"}, {"ssh": "fd00::2"}],
+            "process": {"match": "x"},
+            "log": {"path": "/l/{host}.log", "complete": "done"},
+            "policy": {"interval": "10s"},
+        }
+    )
+    assert [n.log.path for n in stage.nodes if n.log] == ["/l/fd00::1.log", "/l/fd00::2.log"]
+
+
+def test_withstood_two_hosts_of_one_name_with_host_are_still_refused() -> None:
+    from sensors import ConfigError, stage_from_dict
+
+    with pytest.raises(ConfigError, match="one name, two ports"):
+        stage_from_dict(
+            {
+                "stage": "t",
+                "hosts": [{"ssh": "h", "port": 22}, {"ssh": "h", "port": 2222}],
+                "process": {"match": "x"},
+                "log": {"path": "/l/{host}.log", "complete": "done"},
+                "policy": {"interval": "10s"},
+            }
+        )
