@@ -5,6 +5,7 @@ terminal, a notification, ...) makes of them. A failing test is a finding."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -193,3 +194,25 @@ def test_withstood_two_hosts_of_one_name_with_host_are_still_refused() -> None:
                 "policy": {"interval": "10s"},
             }
         )
+
+
+def test_a_blip_does_not_move_when_ranks_were_found_gone() -> None:
+    """b's rank found gone at the second check; b cannot be read at the third (a blip); at the
+    fourth it shows the same 1 of 2. "found gone at" named the fourth check's time: the
+    blip had dropped the time they were first found gone."""
+    memory = None
+    plan = [_alive(2), _alive(1), _r("process", Says.UNKNOWN, None, host_error="timeout"), _alive(1)]
+    for t, reading in enumerate(plan):
+        at = NOW + 40 * t
+        reading = Reading(
+            reading.signal, reading.says, reading.detail, reading.evidence, at if reading.read_at else None
+        )
+        nodes = [
+            _node("a", State.RUNNING, _alive(2, cpu=5.0 + t, at=at), at=at),
+            _node("b", State.RUNNING, reading, at=at),
+        ]
+        verdict, memory = _decide(nodes, per_host=2, memory=memory, now=at)
+    found = dt.datetime.fromtimestamp(NOW + 40, tz=dt.UTC).strftime("%H:%M:%S UTC")
+    assert any(f"1 of 2 ranks on b gone (found gone at {found}" in r for r in verdict.reasons), (
+        verdict.reasons
+    )

@@ -85,7 +85,9 @@ def decide_across(
         if count is not None:
             most[host] = max(most.get(host, 0), count)
     lost = {n.host for n in nodes if _lost(alive[n.host], most.get(n.host, 0), per_host, n, policy)}
-    lost_at = {h: t for h, t in memory.lost_at.items() if h in lost}
+    # Kept for a host not read this check (a blip says nothing of its ranks): dropped, the
+    # time they were first found gone became the time the host was read again.
+    lost_at = {h: t for h, t in memory.lost_at.items() if h in lost or alive.get(h) is None}
     marks, moved_at = dict(memory.marks), dict(memory.moved_at)
     idle: dict[str, float] = {}
     for node in nodes:
