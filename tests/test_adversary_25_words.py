@@ -216,3 +216,18 @@ def test_a_blip_does_not_move_when_ranks_were_found_gone() -> None:
     assert any(f"1 of 2 ranks on b gone (found gone at {found}" in r for r in verdict.reasons), (
         verdict.reasons
     )
+
+
+def test_validate_does_not_offer_a_span_the_launch_it_refuses() -> None:
+    """A stage over several hosts with a process section alone: validate's warning told it to
+    add "a launch section (crosscheck then records the exit status)", which a stage over
+    several hosts refuses ("a launch across hosts is not built")."""
+    from sensors import stage_from_dict
+    from sensors._cli.validate import warnings_of
+
+    doc = {"stage": "t", "process": {"match": "x"}, "policy": {"interval": "10s"}}
+    span = stage_from_dict({**doc, "hosts": [{"ssh": "a"}, {"ssh": "b"}]})
+    (note,) = warnings_of(span)
+    assert "never completes on its own" in note and "launch" not in note, note
+    (one,) = warnings_of(stage_from_dict({**doc, "host": "local"}))
+    assert "a launch section" in one, one
