@@ -231,3 +231,23 @@ def test_validate_does_not_offer_a_span_the_launch_it_refuses() -> None:
     assert "never completes on its own" in note and "launch" not in note, note
     (one,) = warnings_of(stage_from_dict({**doc, "host": "local"}))
     assert "a launch section" in one, one
+
+
+def test_a_complete_span_says_whose_reasons_follow_every_host_agrees() -> None:
+    """Complete across a and b: after "every host agrees (a, b)" came node 0's own reasons,
+    unnamed — "every signal says done", "agreed for 3 consecutive checks", "4455 gone" — read
+    as the stage's, though they are a's alone (b was done at its first check)."""
+    done = (
+        "every signal says done",
+        "agreed for 3 consecutive checks",
+        "pid 4455 gone",
+    )
+    gone = _r("process", Says.DONE, alive=0, seen_alive=True, cpu_seconds=9.0)
+    nodes = [
+        _node("a", State.COMPLETE, gone, _r("log", Says.DONE), reasons=done),
+        _node("b", State.COMPLETE, gone, _r("log", Says.DONE), reasons=("every signal says done",)),
+    ]
+    verdict, _ = _decide(nodes)
+    assert verdict.state is State.COMPLETE, verdict.reasons
+    assert verdict.reasons[0] == "every host agrees (a, b)", verdict.reasons
+    assert all(r.startswith("a (node 0): ") for r in verdict.reasons[1:]), verdict.reasons

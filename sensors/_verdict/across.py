@@ -190,7 +190,10 @@ def _rules(
         left_out = sorted(k for k in every if k not in shown)
         notes = [f"{', '.join(left_out)}: not needed under success: chief"] if left_out else []
         hosts = ", ".join(n.host for n in nodes)
-        return State.COMPLETE, [f"every host agrees ({hosts})", *chief.verdict.reasons, *notes], shown
+        # Node 0's own reasons ("agreed for 3 consecutive checks", its PID gone) are its alone:
+        # named, not read as every host's.
+        own = [f"{chief.host} (node 0): {r}" for r in chief.verdict.reasons]
+        return State.COMPLETE, [f"every host agrees ({hosts})", *own, *notes], shown
     # Rule 5: the gravest of node 0's verdict and those of the nodes alive or holding it back;
     # with no rank alive anywhere, nothing is running: what holds the stage is unknown.
     holding = {node.host for node, _ in held}
