@@ -251,3 +251,51 @@ def test_a_complete_span_says_whose_reasons_follow_every_host_agrees() -> None:
     assert verdict.state is State.COMPLETE, verdict.reasons
     assert verdict.reasons[0] == "every host agrees (a, b)", verdict.reasons
     assert all(r.startswith("a (node 0): ") for r in verdict.reasons[1:]), verdict.reasons
+
+
+# --- ranks counted past the evidence's list of processes ---------------------------------------
+
+
+def test_ranks_are_counted_past_the_sixteen_processes_the_evidence_lists(tmp_path: Any) -> None:
+    """2 ranks, each with 8 forked DataLoader workers (their command line the rank's): 18
+    matches, of which the evidence lists 16. Ranks were told from workers only in a full list;
+    past it every live match counted as a rank: "ranks alive on a (18)", and 1 of 2 ranks
+    lost (9 matches left, >= per_host) was never seen lost."""
+    import subprocess
+    import sys
+    import uuid
+
+    from sensors import stage_from_dict
+    from sensors._check.checker import Checker
+    from sensors._verdict.across import _alive as ranks_alive
+
+    tag = f"wk-{uuid.uuid4().hex[:8]}"
+    code = (
+        "import os, sys, time\n"
+        "for _ in range(8):\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(600); os._exit(0)\n"
+        "sys.stdout.write('up\\n'); sys.stdout.flush(); time.sleep(600)\n"
+    )
+    ranks = [
+        subprocess.Popen([sys.executable, "-c", code, tag], stdout=subprocess.PIPE, start_new_session=True)
+        for _ in range(2)
+    ]
+    try:
+        for rank in ranks:
+            assert rank.stdout is not None and rank.stdout.readline() == b"up\n"
+        stage = stage_from_dict(
+            {"stage": "t", "host": "local", "process": {"match": tag}, "policy": {"interval": "10s"}}
+        )
+        with Checker(stage) as checker:
+            verdict = checker.check()
+        evidence = verdict.readings["process"].evidence
+        assert evidence["matched"] == 18 and len(evidence["processes"]) < 18, evidence
+        assert ranks_alive(verdict) == 2, evidence
+    finally:
+        import os
+        import signal
+
+        for rank in ranks:
+            os.killpg(rank.pid, signal.SIGKILL)
+            rank.wait()

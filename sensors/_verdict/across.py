@@ -261,13 +261,18 @@ _GONE_STATES = frozenset({"Z", "X", "x"})
 def _alive(verdict: Verdict) -> int | None:
     """How many of the job's ranks the node's probe saw alive (None: not read): the live
     matched processes whose parent is not matched too (a rank's forked workers, such as
-    DataLoader's, share its command line), or every live match where the list was cut."""
+    DataLoader's, share its command line), as the probe counts them (``ranks``); from the
+    listed processes where an older reading has no such count, or every live match where
+    that list was cut."""
     p = verdict.readings.get("process")
     if p is None or p.says is Says.UNKNOWN:
         return None
     count = p.evidence.get("alive")
     if not isinstance(count, int):
         return None
+    ranks = p.evidence.get("ranks")
+    if isinstance(ranks, int) and not isinstance(ranks, bool):
+        return ranks  # the probe's, over every match (the list below is cut at 16)
     listed = p.evidence.get("processes")
     matched = p.evidence.get("matched")
     if isinstance(listed, (list, tuple)) and isinstance(matched, int) and len(listed) == matched:
