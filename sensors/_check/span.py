@@ -193,7 +193,12 @@ class SpanChecker(Following):
                 ranks[k][f"log#rank{rank}"] = reading
         verdicts = verdicts[: len(self.nodes)]
         nodes = [NodeCheck(label, v, r) for label, v, r in zip(self.labels, verdicts, ranks, strict=True)]
-        now = max((v.checked_at for v in verdicts if v.checked_at is not None), default=time.time())
+        # The verdict's own times (when it was checked, since when it holds) on one clock, this
+        # machine's: the latest of the hosts' was whichever host's was ahead, or this
+        # machine's for a host that could not be read, and a state held while that changed
+        # was said to have lasted the hosts' skew ("still unknown for 1h" after 30 s). What
+        # is measured on a host (progress, ranks found gone) stays on its clock (decide_across).
+        now = time.time()
         per_host = self.stage.process.per_host if self.stage.process is not None else None
         verdict, self._memory = decide_across(
             self.stage.stage, nodes, self.stage.policy, per_host, self._memory, now

@@ -89,11 +89,16 @@ def warnings_of(stage: Stage) -> list[str]:
     told_by_files = stage.log is not None or stage.outputs is not None
     if stage.process is not None and not told_by_files:
         if stage.launch is None:
+            # A launch section is refused for a stage over several hosts: not offered there.
+            launch = (
+                ""
+                if stage.hosts is not None
+                else ", or a launch section (crosscheck then records the exit status)"
+            )
             notes.append(
                 "never completes on its own: when its process is gone, nothing tells a success"
                 " from a crash (an exit and a kill look alike), so the verdict is unknown; add a"
-                " log section (its completion line) or an outputs section, or a launch section"
-                " (crosscheck then records the exit status)"
+                f" log section (its completion line) or an outputs section{launch}"
             )
         else:
             notes.append(

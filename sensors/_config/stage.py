@@ -318,7 +318,10 @@ class Stage(Section):
                 " so that each host's ranks, node * per_host to node * per_host + per_host - 1, are known"
             )
         uses_host = any("{host}" in text for text in (self.process.match, self.log.path if self.log else ""))
-        if uses_host and any(":" in label for label in labels):
+        # Two hosts of one name (one address, two ports), not a ':' in a label: an IPv6
+        # address has its own, and two of them were told they named one host.
+        names = ["local" if h == "local" else h.ssh for h in self.hosts]
+        if uses_host and len(set(names)) != len(names):
             raise ValueError(
                 "{host} would name two hosts alike (one name, two ports): use {node}, each host's rank"
             )

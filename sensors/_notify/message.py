@@ -95,7 +95,7 @@ def build_message(
     colour = COLOUR[State.COMPLETE] if kind == "resolved" else COLOUR[state]
     since = _since_phrase(verdict, held_for if kind != "resolved" else None)
     reasons = [one_line(r, 300) for r in verdict.reasons]
-    evidence = [evidence_line(reading) for reading in verdict.readings.values()]
+    evidence = [evidence_line(reading, name) for name, reading in verdict.readings.items()]
 
     top: list[dict[str, Any]] = [
         {"type": "header", "text": _plain(inert(title, _HEADER_MAX))},

@@ -148,8 +148,10 @@ def key_values(signal: str, evidence: dict[str, Any] | Any) -> str:
 # --------------------------------------------------------------------------- notifications
 
 
-def evidence_line(reading: Any) -> str:
-    """One line for one signal: what it says, then its key values.
+def evidence_line(reading: Any, name: str | None = None) -> str:
+    """One line for one signal: what it says, then its key values. ``name`` is the reading's
+    key in its verdict where that is not its signal (a stage over several hosts keys each
+    host's reading ``process@HOST``: by its signal alone, one host's line was another's).
 
     Example:
         >>> from sensors import Reading
@@ -161,7 +163,7 @@ def evidence_line(reading: Any) -> str:
     values = _VALUES.get(reading.signal, generic_values)(ev)
     if ev.get("error") not in (None, ""):
         values.append(f"error: {one_line(ev['error'], 120)}")
-    line = f"{reading.signal}: {reading.says}"
+    line = f"{name or reading.signal}: {reading.says}"
     if reading.detail:
         line += f" — {one_line(reading.detail, 120)}"
     if values:

@@ -93,7 +93,13 @@ def print_verdicts(verdicts: Sequence[Verdict]) -> None:
         cells = []
         for name in ("process", "log", "outputs", "gpu"):
             r = data.get(name)
-            cells.append(text("—") if r is None else _says_cell(r["says"], key_values(name, r["evidence"])))
+            if r is not None:
+                cells.append(_says_cell(r["says"], key_values(name, r["evidence"])))
+                continue
+            # A stage over several hosts keys each host's reading ``process@HOST``: "—" there
+            # said it has no such signal. Each host's, named.
+            each = [(key, reading) for key, reading in v.readings.items() if reading.signal == name]
+            cells.append(_per_host_cell(name, each) if each else text("—"))
         table.add_row(
             text(v.stage),
             text(v.host),
@@ -102,6 +108,20 @@ def print_verdicts(verdicts: Sequence[Verdict]) -> None:
             text(v.reasons[0] if v.reasons else ""),
         )
     new_console().print(table)
+
+
+def _per_host_cell(signal: str, readings: list[tuple[str, Any]]) -> Any:
+    """One cell for a signal read on several hosts: each reading's host (its key after the
+    signal: ``gpu-02``, ``#rank3@gpu-02``), what it says and its key values."""
+    from rich.text import Text
+
+    parts: list[Any] = []
+    for key, reading in readings:
+        if parts:
+            parts.append("; ")
+        where = key[len(signal) :].removeprefix("@")
+        parts += [text(where), " ", _says_cell(str(reading.says), key_values(signal, reading.evidence))]
+    return Text.assemble(*parts)
 
 
 def print_table(verdict: Verdict) -> None:
@@ -128,14 +148,20 @@ def print_table(verdict: Verdict) -> None:
     table.add_column("key evidence")
     table.add_column("detail", overflow="fold")
     for name, r in data["signals"].items():
+        # By the reading's signal, not its key: a stage over several hosts keys each host's
+        # reading ``process@HOST``, whose key values were left out under that name.
         table.add_row(
             text(name),
             _says_cell(r["says"]),
-            text(key_values(name, r["evidence"])),
+            text(key_values(verdict.readings[name].signal, r["evidence"])),
             text(r["detail"]),
         )
     console.print(table)
-    console.print(text(f"  checked at {data['checked_at']} (host clock)", "dim"))
+    # A stage over several hosts (its readings keyed ``signal@HOST``) is checked on this
+    # machine's clock (``SpanChecker``): "host clock" named none of its hosts.
+    span = any(name != r.signal for name, r in verdict.readings.items())
+    whose = "this machine's clock" if span else "host clock"
+    console.print(text(f"  checked at {data['checked_at']} ({whose})", "dim"))
 
 
 class LiveProgress:

@@ -138,6 +138,7 @@ class ProcessEvidence(TypedDict, total=False):
     io_bytes: int | None
     alive: int
     matched: int
+    ranks: int  # the live matches whose parent is not matched too (a rank's forked workers are not)
     descendants: int
     processes: list[ProcessEntry]
     boot_id: str | None
@@ -817,6 +818,15 @@ class _Job:
 _NO_JOB = _Job([], [], set(), None, None, None, None)
 
 
+def _ranks(job: _Job) -> int:
+    """The live matches whose parent is not matched too: a stage over several hosts counts a
+    host's ranks by it. Counted here, over every match: ``processes`` lists 16, and past them
+    a rank's forked workers (DataLoader's, its command line) were counted as ranks."""
+    pids = {e["pid"] for e in job.processes}
+    alive = set(job.alive)
+    return sum(1 for e in job.processes if e["pid"] in alive and e.get("ppid") not in pids)
+
+
 def _evidence(
     spec: ProcessSpec,
     found: _Found,
@@ -835,6 +845,7 @@ def _evidence(
         io_bytes=job.io_bytes,
         alive=len(job.alive),
         matched=len(job.processes),
+        ranks=_ranks(job),
         descendants=len(job.descendants),
         processes=job.processes[:16],
         boot_id=meta.boot_id,

@@ -85,7 +85,9 @@ def decide_across(
         if count is not None:
             most[host] = max(most.get(host, 0), count)
     lost = {n.host for n in nodes if _lost(alive[n.host], most.get(n.host, 0), per_host, n, policy)}
-    lost_at = {h: t for h, t in memory.lost_at.items() if h in lost}
+    # Kept for a host not read this check (a blip says nothing of its ranks): dropped, the
+    # time they were first found gone became the time the host was read again.
+    lost_at = {h: t for h, t in memory.lost_at.items() if h in lost or alive.get(h) is None}
     marks, moved_at = dict(memory.marks), dict(memory.moved_at)
     idle: dict[str, float] = {}
     for node in nodes:
@@ -188,7 +190,10 @@ def _rules(
         left_out = sorted(k for k in every if k not in shown)
         notes = [f"{', '.join(left_out)}: not needed under success: chief"] if left_out else []
         hosts = ", ".join(n.host for n in nodes)
-        return State.COMPLETE, [f"every host agrees ({hosts})", *chief.verdict.reasons, *notes], shown
+        # Node 0's own reasons ("agreed for 3 consecutive checks", its PID gone) are its alone:
+        # named, not read as every host's.
+        own = [f"{chief.host} (node 0): {r}" for r in chief.verdict.reasons]
+        return State.COMPLETE, [f"every host agrees ({hosts})", *own, *notes], shown
     # Rule 5: the gravest of node 0's verdict and those of the nodes alive or holding it back;
     # with no rank alive anywhere, nothing is running: what holds the stage is unknown.
     holding = {node.host for node, _ in held}
@@ -198,7 +203,9 @@ def _rules(
     fallback = State.RUNNING if waiting else State.UNKNOWN
     state = next((s for s in _GRAVITY if s in states), fallback)
     reasons = [why for _, why in held]
-    if lost and waiting and state is State.RUNNING:
+    # Whatever the gravest state (node 0 stalled on its own log, say), a lost rank is said:
+    # only under running it was, and a stalled stage hid the rank that may be why.
+    if lost and waiting:
         reasons.insert(
             0,
             f"{_all_lost(lost, alive, most, per_host, lost_at)}; if the others make no progress"
@@ -254,13 +261,18 @@ _GONE_STATES = frozenset({"Z", "X", "x"})
 def _alive(verdict: Verdict) -> int | None:
     """How many of the job's ranks the node's probe saw alive (None: not read): the live
     matched processes whose parent is not matched too (a rank's forked workers, such as
-    DataLoader's, share its command line), or every live match where the list was cut."""
+    DataLoader's, share its command line), as the probe counts them (``ranks``); from the
+    listed processes where an older reading has no such count, or every live match where
+    that list was cut."""
     p = verdict.readings.get("process")
     if p is None or p.says is Says.UNKNOWN:
         return None
     count = p.evidence.get("alive")
     if not isinstance(count, int):
         return None
+    ranks = p.evidence.get("ranks")
+    if isinstance(ranks, int) and not isinstance(ranks, bool):
+        return ranks  # the probe's, over every match (the list below is cut at 16)
     listed = p.evidence.get("processes")
     matched = p.evidence.get("matched")
     if isinstance(listed, (list, tuple)) and isinstance(matched, int) and len(listed) == matched:
