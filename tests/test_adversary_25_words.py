@@ -299,3 +299,34 @@ def test_ranks_are_counted_past_the_sixteen_processes_the_evidence_lists(tmp_pat
         for rank in ranks:
             os.killpg(rank.pid, signal.SIGKILL)
             rank.wait()
+
+
+def test_every_host_that_cannot_be_read_is_named_with_its_cause() -> None:
+    """Two of three hosts unreadable: the first was named with its cause, the second shown as
+    "c: unknown" alone, as if c had been read and found undecided."""
+
+    def unread(host: str, why: str) -> NodeCheck:
+        return NodeCheck(
+            host,
+            Verdict(
+                "t",
+                State.UNKNOWN,
+                (why,),
+                {"process": Reading("process", Says.UNKNOWN, why, {}, None)},
+                NOW,
+                host,
+            ),
+        )
+
+    nodes = [
+        _node("a", State.COMPLETE, _r("process", Says.DONE, alive=0, seen_alive=True), _r("log", Says.DONE)),
+        unread("b", "connection refused"),
+        unread("c", "timed out after 10s"),
+    ]
+    verdict, _ = _decide(nodes)
+    assert verdict.state is State.UNKNOWN
+    assert verdict.reasons == (
+        "b cannot be read: connection refused",
+        "c cannot be read: timed out after 10s",
+        "a: complete",
+    ), verdict.reasons

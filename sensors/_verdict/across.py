@@ -169,11 +169,21 @@ def _rules(
             ],
             every,
         )
-    # Rule 3: a node that cannot be read.
-    for node in nodes:
-        if _unreadable(node.verdict):
-            why = next(iter(node.verdict.readings.values())).detail
-            return State.UNKNOWN, [f"{node.host} cannot be read: {why}", *_others(nodes, node)], every
+    # Rule 3: a node that cannot be read. Each one is named with its own cause: the person on
+    # call mends every host the stage waits for, not the first alone.
+    unread = [node for node in nodes if _unreadable(node.verdict)]
+    if unread:
+        return (
+            State.UNKNOWN,
+            [
+                *(
+                    f"{n.host} cannot be read: {next(iter(n.verdict.readings.values())).detail}"
+                    for n in unread
+                ),
+                *(f"{n.host}: {n.verdict.state}" for n in nodes if n not in unread),
+            ],
+            every,
+        )
     # Rule 4: node 0 complete and every other node done.
     start = _run_start(chief.verdict)
     held = [
