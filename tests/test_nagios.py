@@ -221,3 +221,29 @@ def test_contradiction_is_a_warning_with_its_reasons_below() -> None:
         "- process gone, outputs complete, no completion line",
         "- log: last line 'Epoch 3 ¦ loss 0.2'",
     ]
+
+
+def test_a_stage_over_several_hosts_reports_each_hosts_metrics() -> None:
+    """A span's readings are per host (``process@gpu-01``): its CPU time and GPU use were left
+    out of the performance data, as if the stage had no process or GPU signal."""
+    v = Verdict(
+        "train",
+        State.RUNNING,
+        ("gpu-01 (node 0): running",),
+        {
+            "outputs": reading("outputs", "working", count=3, expected=8),
+            "process@gpu-01": reading("process", "working", cpu_seconds=50.0),
+            "gpu@gpu-01": reading("gpu", "working", devices=[{"utilization_pct": 97.0}]),
+            "process@gpu-02": reading("process", "working", cpu_seconds=7.5),
+            "gpu@gpu-02": reading("gpu", "working", devices=[{"utilization_pct": 100.0}]),
+            "log#rank1@gpu-02": reading("log", "working", age_seconds=3.0),
+        },
+        time.time(),
+        "gpu-01, gpu-02",
+    )
+    code, text = report([v], 1.0)
+    assert code == OK
+    assert text.splitlines()[0].split(" | ")[1] == (
+        "outputs=3;;;0;8 cpu_time@gpu-01=50s;;;0 cpu_time@gpu-02=7.5s;;;0"
+        " gpu_util@gpu-01=97%;;;0;100 gpu_util@gpu-02=100%;;;0;100 time=1s;;;0"
+    )

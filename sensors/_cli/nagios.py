@@ -87,26 +87,36 @@ def perf_value(value: float | None) -> str:
     return "0" if text in ("", "-0") else text
 
 
+#: The metrics in the order a plugin's performance data lists them.
+_ORDER = {"outputs": 0, "log": 1, "process": 2, "gpu": 3}
+
+
 def metrics(verdict: Verdict, prefix: str = "") -> list[Metric]:
     """What a stage's configured signals measure: outputs written (of expected), the log's
     age, the job's CPU seconds, the busiest configured GPU's utilisation. A signal that is
-    not configured has no metric; one whose reading lacks the value has ``U``."""
-    readings = verdict.readings
+    not configured has no metric; one whose reading lacks the value has ``U``. A stage over
+    several hosts reads its signals per host (``process@gpu-02``): one metric each, labelled
+    ``cpu_time@gpu-02`` (a host name has no ``=`` or quote, which a label may not hold)."""
     found: list[Metric] = []
-    if "outputs" in readings:
-        ev = readings["outputs"].evidence
-        expected = ev.get("expected")
-        found.append(Metric(f"{prefix}outputs", _number(ev.get("count")), "", 0, _number(expected)))
-    if "log" in readings:
-        found.append(Metric(f"{prefix}log_age", _number(readings["log"].evidence.get("age_seconds")), "s", 0))
-    if "process" in readings:
-        cpu = _number(readings["process"].evidence.get("cpu_seconds"))
-        found.append(Metric(f"{prefix}cpu_time", cpu, "s", 0))
-    if "gpu" in readings:
-        devices = readings["gpu"].evidence.get("devices") or []
-        utils = [_number(d.get("utilization_pct")) for d in devices if isinstance(d, dict)]
-        known = [u for u in utils if u is not None]
-        found.append(Metric(f"{prefix}gpu_util", max(known) if known else None, "%", 0, 100))
+    for key, reading in sorted(
+        verdict.readings.items(), key=lambda kv: _ORDER.get(kv[0].partition("@")[0], 9)
+    ):
+        signal, at, host = key.partition("@")
+        where, ev = f"{at}{host}", reading.evidence
+        if signal == "outputs":
+            expected = ev.get("expected")
+            found.append(
+                Metric(f"{prefix}outputs{where}", _number(ev.get("count")), "", 0, _number(expected))
+            )
+        elif signal == "log":
+            found.append(Metric(f"{prefix}log_age{where}", _number(ev.get("age_seconds")), "s", 0))
+        elif signal == "process":
+            found.append(Metric(f"{prefix}cpu_time{where}", _number(ev.get("cpu_seconds")), "s", 0))
+        elif signal == "gpu":
+            devices = ev.get("devices") or []
+            utils = [_number(d.get("utilization_pct")) for d in devices if isinstance(d, dict)]
+            known = [u for u in utils if u is not None]
+            found.append(Metric(f"{prefix}gpu_util{where}", max(known) if known else None, "%", 0, 100))
     return found
 
 
