@@ -196,3 +196,29 @@ def test_the_evidence_table_of_a_stage_over_several_hosts_has_a_row_per_host_and
     # One host's stage keeps its one row.
     one = Verdict("x", State.RUNNING, ("r",), {"process": process}, NOW, "local")
     assert [r["signal"] for r in evidence_rows(one)] == ["process"]
+
+
+def test_a_hosts_ranks_past_the_listed_processes_are_counted_by_the_probe() -> None:
+    """2 ranks with 9 DataLoader workers each: the probe lists 16 of 20 matches. The table
+    listed the ranks among those 16 and no word that there were more (the "N more" row counted
+    only listed processes, never more than 16): it now gives the probe's own count."""
+    from sensors._present.evidence import evidence_rows
+
+    listed = [{"pid": 100, "ppid": 1, "state": "R"}] + [
+        {"pid": 101 + k, "ppid": 100, "state": "S"} for k in range(9)
+    ]
+    listed += [{"pid": 200, "ppid": 1, "state": "R"}] + [
+        {"pid": 201 + k, "ppid": 200, "state": "S"} for k in range(5)
+    ]
+    process = Reading(
+        "process", Says.WORKING, "20 alive", {"alive": 20, "matched": 20, "ranks": 2, "processes": listed}
+    )
+    verdict = Verdict("train", State.RUNNING, ("r",), {"process@gpu-01": process}, NOW, "gpu-01, gpu-02")
+    rows = evidence_rows(verdict)
+    assert [(r["signal"], r["facts"]) for r in rows[1:] if "rank pid" not in r["signal"]] == [
+        ("process@gpu-01 ranks", "2 alive in all; 20 processes matched, 16 listed")
+    ]
+    assert [r["signal"] for r in rows if "rank pid" in r["signal"]] == [
+        "process@gpu-01 rank pid 100",
+        "process@gpu-01 rank pid 200",
+    ]

@@ -296,7 +296,7 @@ def evidence_rows(verdict: Verdict) -> list[dict[str, str]]:
     return rows
 
 
-#: Ranks listed under a host's process row, at most (the verdict's JSON lists every match).
+#: Ranks listed under a host's process row, at most.
 _RANK_ROWS = 16
 _GONE = frozenset({"Z", "X", "x"})
 
@@ -317,13 +317,17 @@ def _rank_rows(name: str, evidence: Mapping[str, Any]) -> list[dict[str, str]]:
         }
         for e in ranks[:_RANK_ROWS]
     ]
-    if len(ranks) > _RANK_ROWS:
+    # The probe lists 16 of a host's matches (ranks and their forked workers): how many ranks
+    # there are in all is its own count over every match (``ranks``), not the rows above.
+    matched, counted = evidence.get("matched"), evidence.get("ranks")
+    cut = isinstance(matched, int) and matched > len(entries)
+    if cut and isinstance(counted, int):
         rows.append(
             {
                 "signal": inert(f"{name} ranks"),
                 "says": "",
                 "detail": "",
-                "facts": f"{len(ranks) - _RANK_ROWS} more",
+                "facts": f"{counted} alive in all; {matched} processes matched, {len(entries)} listed",
             }
         )
     return rows
