@@ -226,10 +226,16 @@ class _World:
     def stop(self) -> None:
         for run in self.runs:
             for rank in run.ranks:
-                if rank.proc is not None and rank.proc.poll() is None:
+                if rank.proc is None:
+                    continue
+                if rank.proc.poll() is None:
                     rank.proc.kill()
-                if rank.proc is not None:
-                    rank.proc.wait(10)
+                rank.proc.wait(10)
+                # Its pipes closed: hundreds of seeds in one process ran out of the file
+                # descriptors select() takes (seed 349 of the first long run).
+                for pipe in (rank.proc.stdin, rank.proc.stdout):
+                    if pipe is not None:
+                        pipe.close()
 
     def records(self) -> int:
         if not self.out.exists():

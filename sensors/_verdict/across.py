@@ -174,10 +174,11 @@ def _rules(
             return State.UNKNOWN, [f"{node.host} cannot be read: {why}", *_others(nodes, node)], every
     # Rule 4: node 0 complete and every other node done.
     start = _run_start(chief.verdict)
+    after = _unseen_run_after(chief.verdict)
     held = [
         (node, why)
         for k, node in enumerate(nodes)
-        if (why := _not_done(k, node, policy, per_host, most, start))
+        if (why := _not_done(k, node, policy, per_host, most, start, after))
     ]
     if not held:
         shown = {
@@ -329,6 +330,23 @@ def _run_start(verdict: Verdict) -> float | None:
         return None
 
 
+def _unseen_run_after(verdict: Verdict) -> float | None:
+    """When node 0's completion line was written by none of the job's processes this watch saw
+    there, though it saw node 0's ranks (gone at the check before the line was found): the
+    line is a later run's, one no check saw, begun after those ranks were last seen alive.
+    That moment (node 0's clock), or None. Node 0's run start (its verdict's ``run``) is then
+    the run seen, not the line's: another host's ranks seen in that run, or its own line
+    written by them, say nothing of the later one (tests/test_fuzz_span.py: node 0's re-run
+    wrote its line between two checks, node 1's was killed without one, run 1's line in its
+    log and its ranks seen in run 1 made it done)."""
+    lg, p = verdict.readings.get("log"), verdict.readings.get("process")
+    if lg is None or p is None or lg.says is not Says.DONE or lg.evidence.get("complete_writers"):
+        return None
+    last = p.evidence.get("last_seen_alive")
+    at = last.get("at") if isinstance(last, Mapping) else None
+    return float(at) if p.evidence.get("seen_alive") and isinstance(at, (int, float)) else None
+
+
 #: How far apart two hosts' clocks may be (NTP keeps them closer): a rank last seen alive
 #: this long before node 0's run began was an earlier run's.
 _CLOCKS_APART = 1.0
@@ -341,8 +359,10 @@ def _not_done(
     per_host: int | None,
     most: Mapping[str, int],
     start: float | None,
+    after: float | None = None,
 ) -> str:
-    """Why node ``k`` is not done ("" when it is)."""
+    """Why node ``k`` is not done ("" when it is). ``after``: node 0's line is a run's that no
+    check saw, begun after this moment (:func:`_unseen_run_after`)."""
     v = node.verdict
     if k == 0 and v.state is not State.COMPLETE:
         return f"{node.host} (node 0): {v.state}: {v.reasons[0] if v.reasons else ''}".rstrip(": ")
@@ -374,11 +394,25 @@ def _not_done(
         last = p.evidence.get("last_seen_alive")
         last_at = last.get("at") if isinstance(last, Mapping) else None
         earlier = isinstance(last_at, (int, float)) and start is not None and last_at < start - _CLOCKS_APART
+        if after is not None:
+            # Node 0's line is an unseen later run's: ranks seen here count only when seen
+            # clearly after node 0's were last seen (the clocks apart), and a line of its own
+            # only when none of the processes seen wrote it (it too is a run no check saw).
+            earlier = earlier or not (isinstance(last_at, (int, float)) and last_at > after + _CLOCKS_APART)
         seen = (p.evidence.get("seen_alive") and not earlier) or p.evidence.get("launched")
-        if not seen and (own_log is None or own_log.says is not Says.DONE):
+        own_done = own_log is not None and own_log.says is Says.DONE
+        if after is not None and own_log is not None and own_log.evidence.get("complete_writers"):
+            own_done = False
+        if not seen and not own_done:
             return (
                 f"{node.host}: no job process seen in this watch"
                 + (" since node 0's run began" if earlier else "")
+                + (
+                    " (node 0's completion line was written by none of the processes seen there: a"
+                    " later run no check saw)"
+                    if after is not None
+                    else ""
+                )
                 + ", and nothing of its own says its ranks finished (a log path with {host} or"
                 " {node}); they may never have run"
             )

@@ -1,0 +1,124 @@
+"""False completes tests/test_fuzz_span.py found in stages over several hosts, each cut to a
+deterministic test: a table test of ``decide_across`` where the route is the verdict's alone,
+and the same history on the two test sshd hosts (``hosts``), as the fuzzer ran it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sensors import Reading, Says, State, Verdict, stage_from_dict
+from sensors._check.span import SpanChecker
+from sensors._config.stage import PolicySpec
+from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
+from tests.test_fuzz_span import _World
+
+NOW = 1_000_000.0
+POLICY = PolicySpec(stall_after=60.0, exit_grace=0.3)
+RUN_1 = "1970-01-12T13:46:20.000+00:00"  # NOW - 20: node 0's run as its verdict records it
+
+
+def _r(signal: str, says: Says, **evidence: Any) -> Reading:
+    return Reading(signal, says, f"{signal} {says}", evidence, NOW)
+
+
+def _gone(last_at: float) -> Reading:
+    return _r(
+        "process", Says.DONE, alive=0, seen_alive=True, cpu_seconds=None,
+        last_seen_alive={"pid": 7, "cpu_seconds": 0.1, "at": last_at},
+    )  # fmt: skip
+
+
+def _node(host: str, *readings: Reading) -> NodeCheck:
+    verdict = Verdict(
+        "t",
+        State.COMPLETE,
+        (f"{host} complete",),
+        {r.signal: r for r in readings},
+        NOW,
+        host,
+        run={"source": "process", "started_at": RUN_1},
+    )
+    return NodeCheck(host, verdict)
+
+
+# --- a re-run no check saw: node 0's line is its, node 1's is run 1's -------------------------
+#
+# Run 1 over both hosts, seen and complete. Run 2 begins and ends between two checks: node 0's
+# rank writes its completion line and exits 0, node 1's is SIGKILLed before its line. Node 0's
+# verdict (one host's rules) is complete on its new line, written by none of the processes it
+# saw; its run is still run 1 (the only one its processes showed). Node 1: its ranks seen in
+# run 1, at the check that last saw node 0's, and its log's line run 1's (written by them).
+
+
+@pytest.mark.parametrize(
+    ("chief_writers", "b_last_at", "b_writers", "state"),
+    [
+        # Node 0's line written by none seen; node 1 shows nothing after run 1: never complete.
+        ([], NOW - 5.0, [8], State.UNKNOWN),
+        # Node 0's line its seen ranks' (one run, seen): node 1's run-1 evidence is this run's.
+        ([7], NOW - 5.0, [8], State.COMPLETE),
+        # Node 1's ranks seen clearly after node 0's were last seen: they may be run 2's.
+        ([], NOW - 2.0, [8], State.COMPLETE),
+        # Node 1's own line written by none seen either: an unseen run's too.
+        ([], NOW - 5.0, [], State.COMPLETE),
+    ],
+)
+def test_node_0s_line_from_a_rerun_no_check_saw(
+    chief_writers: list[int], b_last_at: float, b_writers: list[int], state: State
+) -> None:
+    a = _node(
+        "a",
+        _gone(NOW - 5.0),
+        _r("log", Says.DONE, size=24, **({"complete_writers": chief_writers} if chief_writers else {})),
+    )
+    b = _node(
+        "b",
+        _gone(b_last_at),
+        _r("log", Says.DONE, size=12, **({"complete_writers": b_writers} if b_writers else {})),
+    )
+    verdict, _ = decide_across("t", [a, b], POLICY, 1, AcrossMemory(), NOW)
+    assert verdict.state is state, verdict.reasons
+    if state is State.UNKNOWN:
+        assert "a later run no check saw" in verdict.reasons[0], verdict.reasons
+
+
+def test_a_rerun_between_two_checks_with_node_1_killed_on_real_hosts(
+    tmp_path: Path, hosts: list[Any]
+) -> None:
+    """The same, on the two test sshd hosts with real ranks, as the fuzzer's histories make it
+    (a run's start not followed by a check): a log per node, one rank a host, success all.
+    Complete before the fix, at every check after run 2."""
+    world = _World(
+        folder=tmp_path / "job", tag="fz-rerun", per_host=1, success="all", log_mode="node", expected=None
+    )
+    world.folder.mkdir()
+    stage = stage_from_dict(world.stage(hosts))
+    seen: list[Verdict] = []
+    try:
+        with SpanChecker(stage) as checker:
+            run_1 = world.start(set())
+            checker.check()  # run 1 seen at work on both hosts
+            for g in (0, 1):
+                world.tell(run_1, g, "line")
+                world.tell(run_1, g, "exit0")
+            for _ in range(3):
+                time.sleep(0.35)
+                seen.append(checker.check())
+            assert seen[-1].state is State.COMPLETE, seen[-1].reasons  # run 1: every host agrees
+            time.sleep(1.5)
+            run_2 = world.start(set())  # no check sees it at work
+            world.tell(run_2, 1, "kill")
+            world.tell(run_2, 0, "line")
+            world.tell(run_2, 0, "exit0")
+            after = []
+            for _ in range(4):
+                time.sleep(0.35)
+                after.append(checker.check())
+    finally:
+        world.stop()
+    assert [v.state for v in after if v.state is State.COMPLETE] == [], after[-1].reasons
+    assert any("a later run no check saw" in r for r in after[-1].reasons), after[-1].reasons
