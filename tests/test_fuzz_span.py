@@ -30,7 +30,11 @@ outputs reach ``expected``. Anything else that says ``complete`` is a false comp
 - *hard* (the test fails, printing the seed and its steps): everything else — a rank alive, a
   rank that never started, a completion line that is another run's, outputs short.
 
-``FUZZ_SPAN_SEEDS`` runs other seeds: ``N`` (seeds 0..N-1) or ``A-B`` (A..B inclusive).
+``FUZZ_SPAN_SEEDS`` runs other seeds: ``N`` (seeds 0..N-1) or ``A-B`` (A..B inclusive);
+``FUZZ_SPAN_VERBOSE=1`` prints each seed's steps and a false complete's readings. The false
+completes found are tests/test_fuzz_span_routes.py. Still open: seed 339 (a re-run begun 0.3 s
+after another host's run-1 rank was last seen: within the 1 s allowed between two hosts'
+clocks, its run-1 line passes for run 2's).
 """
 
 from __future__ import annotations
@@ -380,6 +384,10 @@ def _history(seed: int, tmp_path: Path, hosts: list[Any]) -> tuple[_World, _Outc
         elif grade == "hard":
             outcome.hard.append(f"check {outcome.checks}: {why}; reasons {list(verdict.reasons)}")
             world.steps.append(f"    HARD FALSE COMPLETE: {why}")
+            if os.environ.get("FUZZ_SPAN_VERBOSE"):
+                world.steps.append(
+                    f"    readings: {dict((k, (r.says.value, dict(r.evidence))) for k, r in verdict.readings.items())}"
+                )
 
     try:
         check()

@@ -122,3 +122,110 @@ def test_a_rerun_between_two_checks_with_node_1_killed_on_real_hosts(
         world.stop()
     assert [v.state for v in after if v.state is State.COMPLETE] == [], after[-1].reasons
     assert any("a later run no check saw" in r for r in after[-1].reasons), after[-1].reasons
+
+
+# --- a re-run begun within 2 s of run 1: node 0's run (its verdict's) stays run 1's ------------
+
+
+def _ranks(*pids: int, at: float = NOW, started: float = NOW - 20) -> Reading:
+    procs = [{"pid": p, "ppid": 1, "state": "S"} for p in pids]
+    return Reading(
+        "process",
+        Says.WORKING,
+        "process working",
+        {
+            "alive": len(pids),
+            "matched": len(pids),
+            "processes": procs,
+            "seen_alive": True,
+            "started_at": started,
+        },
+        at,
+    )
+
+
+def _running(host: str, process: Reading) -> NodeCheck:
+    run = {"source": "process", "started_at": RUN_1}
+    return NodeCheck(
+        host, Verdict("t", State.RUNNING, (f"{host} running",), {"process": process}, NOW, host, run=run)
+    )
+
+
+def test_fuzz_seed_272_ranks_node_1_showed_in_run_1_are_not_run_2s() -> None:
+    """Fuzzer seed 272 (per_host 2, a shared log): node 1 showed 2 ranks in run 1; run 2, begun
+    a second later (node 0's verdict's run stays run 1's), started only one of them. The most
+    ranks node 1 showed was kept from run 1: 2 of 2, complete. Every live process of node 0
+    new to the memory is a new run: it starts afresh."""
+    memory = AcrossMemory()
+    _, memory = decide_across(
+        "t", [_running("a", _ranks(1, 2)), _running("b", _ranks(3, 4))], POLICY, 2, memory, NOW
+    )
+    run_2 = [_running("a", _ranks(5, 6, started=NOW - 1)), _running("b", _ranks(7, started=NOW - 1))]
+    _, memory = decide_across("t", run_2, POLICY, 2, memory, NOW)
+    assert memory.most_alive.get("b") == 1
+    done = [
+        _node("a", _gone(NOW - 0.5), _r("log", Says.DONE, size=30, complete_writers=[5])),
+        _node("b", _gone(NOW - 0.5)),
+    ]
+    verdict, _ = decide_across("t", done, POLICY, 2, memory, NOW)
+    assert verdict.state is not State.COMPLETE, verdict.reasons
+    assert "at most 1 of 2 ranks seen alive" in " ".join(verdict.reasons), verdict.reasons
+
+
+def test_fuzz_seed_339_node_1s_line_of_run_1_with_run_2_begun_within_2s() -> None:
+    """Fuzzer seed 339's route with the runs further apart (1.5 s: within the 2 s that keep
+    node 0's verdict's run): node 1's line was written by its run-1 rank, last seen 1.5 s before
+    node 0's run 2 began; run 2's rank there was killed before a check saw it. (Seed 339
+    itself, its runs 0.3 s apart, is within the 1 s allowed between two hosts' clocks: open.)"""
+    memory = AcrossMemory()
+    _, memory = decide_across(
+        "t", [_running("a", _ranks(1)), _running("b", _ranks(3))], POLICY, 1, memory, NOW - 3
+    )
+    _, memory = decide_across(
+        "t",
+        [_running("a", _ranks(5, started=NOW - 1)), _node("b", _gone(NOW - 3))],
+        POLICY,
+        1,
+        memory,
+        NOW - 1,
+    )
+    done = [
+        _node("a", _gone(NOW - 0.5), _r("log", Says.DONE, size=30, complete_writers=[5])),
+        _node("b", _gone(NOW - 3), _r("log", Says.DONE, size=12, complete_writers=[3])),
+    ]
+    verdict, _ = decide_across("t", done, POLICY, 1, memory, NOW)
+    assert verdict.state is not State.COMPLETE, verdict.reasons
+
+
+def test_fuzz_seed_195_a_ranks_log_across_a_rerun_begun_within_2s(tmp_path: Path, hosts: list[Any]) -> None:
+    """Fuzzer seed 195, cut down (a log per rank, 2 ranks a host, success all): run 1 ends
+    with every rank's line; run 2 begins at once (node 0's run, begun less than 2 s later,
+    stays run 1's there), is seen at work, and rank 1 is SIGKILLed without writing a byte. Its
+    log's memory was not set aside (it waited for node 0's run to change): run 1's line there
+    was taken for run 2's, complete."""
+    world = _World(
+        folder=tmp_path / "job", tag="fz-195", per_host=2, success="all", log_mode="rank", expected=None
+    )
+    world.folder.mkdir()
+    stage = stage_from_dict(world.stage(hosts))
+    try:
+        with SpanChecker(stage) as checker:
+            run_1 = world.start(set())
+            checker.check()
+            for g in range(4):
+                world.tell(run_1, g, "line")
+                world.tell(run_1, g, "exit0")
+            checker.check()
+            run_2 = world.start(set())
+            checker.check()  # run 2 seen at work on both hosts
+            world.tell(run_2, 1, "kill")
+            for g in (0, 2, 3):
+                world.tell(run_2, g, "line")
+                world.tell(run_2, g, "exit0")
+            after = []
+            for _ in range(4):
+                time.sleep(0.35)
+                after.append(checker.check())
+    finally:
+        world.stop()
+    assert [v.state for v in after if v.state is State.COMPLETE] == [], after[-1].reasons

@@ -60,6 +60,8 @@ class AcrossMemory:
     lost_at: Mapping[str, float] = field(default_factory=dict)  # when ranks were first seen lost
     marks: Mapping[str, tuple[object, ...]] = field(default_factory=dict)  # what progress is measured by
     moved_at: Mapping[str, float] = field(default_factory=dict)  # when it last moved
+    chief_pids: tuple[int, ...] = ()  # node 0's job processes seen alive in this memory's run
+    chief_began: float | None = None  # where node 0's run began, found begun again here (its clock)
 
 
 #: Graver first: the state a stage shows when node 0 and the live nodes disagree.
@@ -79,6 +81,14 @@ def decide_across(
     Each host's times are its own clock's (its check's ``checked_at``): what is measured
     between two checks of a host (progress, when ranks were found gone) never mixes clocks.
     """
+    chief_live = live_pids(nodes[0].verdict)
+    if chief_live and memory.chief_pids and not chief_live & set(memory.chief_pids):
+        # Every live process of node 0 is one this memory never saw: the job began again,
+        # and what the hosts showed was the last run's. Node 0's run (the caller's test)
+        # changes only for processes begun 2 s or more after it: kept across a re-run begun
+        # sooner, the 2 ranks node 1 showed in run 1 stood for the 1 of run 2 (fuzzer seed 272).
+        began = _process_started(nodes[0].verdict)
+        memory = AcrossMemory(chief_began=began)
     alive = {n.host: _alive(n.verdict) for n in nodes}
     most = dict(memory.most_alive)
     for host, count in alive.items():
@@ -99,8 +109,17 @@ def decide_across(
             moved_at[node.host] = at
         marks[node.host] = mark
         idle[node.host] = at - moved_at[node.host]
-    new_memory = AcrossMemory(most_alive=most, lost_at=lost_at, marks=marks, moved_at=moved_at)
-    state, reasons, shown = _rules(nodes, policy, per_host, alive, most, lost, lost_at, idle)
+    new_memory = AcrossMemory(
+        most_alive=most,
+        lost_at=lost_at,
+        marks=marks,
+        moved_at=moved_at,
+        chief_pids=tuple(sorted(set(memory.chief_pids) | chief_live)),
+        chief_began=memory.chief_began,
+    )
+    state, reasons, shown = _rules(
+        nodes, policy, per_host, alive, most, lost, lost_at, idle, memory.chief_began
+    )
     verdict = Verdict(
         stage=stage,
         state=state,
@@ -123,6 +142,7 @@ def _rules(
     lost: set[str],
     lost_at: Mapping[str, float],
     idle: Mapping[str, float],
+    began: float | None = None,
 ) -> tuple[State, list[str], dict[str, Reading]]:
     chief = nodes[0]
     every = _readings(nodes)
@@ -174,6 +194,8 @@ def _rules(
             return State.UNKNOWN, [f"{node.host} cannot be read: {why}", *_others(nodes, node)], every
     # Rule 4: node 0 complete and every other node done.
     start = _run_start(chief.verdict)
+    if began is not None and (start is None or began > start):
+        start = began  # node 0's job began again, sooner than its verdict's run tells
     after = _unseen_run_after(chief.verdict)
     held = [
         (node, why)
@@ -274,6 +296,19 @@ def _alive(verdict: Verdict) -> int | None:
     return count
 
 
+def live_pids(verdict: Verdict | None) -> frozenset[int]:
+    """The PIDs of the job processes a node's verdict lists alive (none where not read)."""
+    p = verdict.readings.get("process") if verdict is not None else None
+    listed = p.evidence.get("processes") if p is not None and p.says is Says.WORKING else None
+    if not isinstance(listed, (list, tuple)):
+        return frozenset()
+    return frozenset(
+        e["pid"]
+        for e in listed
+        if isinstance(e, Mapping) and isinstance(e.get("pid"), int) and e.get("state") not in _GONE_STATES
+    )
+
+
 def _finished(node: NodeCheck, policy: PolicySpec) -> bool:
     """The node's own evidence says its job finished (its own verdict complete, or its own
     log's completion line) and, with a log per rank under ``all``, every rank's log there
@@ -317,6 +352,13 @@ def _hms(ts: float) -> str:
 def _unreadable(verdict: Verdict) -> bool:
     """The host could not be asked (no reading has a time on its clock)."""
     return all(r.read_at is None for r in verdict.readings.values())
+
+
+def _process_started(verdict: Verdict) -> float | None:
+    """The earliest live job process's start that the node's process reading shows."""
+    p = verdict.readings.get("process")
+    started = p.evidence.get("started_at") if p is not None else None
+    return float(started) if isinstance(started, (int, float)) else None
 
 
 def _run_start(verdict: Verdict) -> float | None:
@@ -401,7 +443,13 @@ def _not_done(
             earlier = earlier or not (isinstance(last_at, (int, float)) and last_at > after + _CLOCKS_APART)
         seen = (p.evidence.get("seen_alive") and not earlier) or p.evidence.get("launched")
         own_done = own_log is not None and own_log.says is Says.DONE
-        if after is not None and own_log is not None and own_log.evidence.get("complete_writers"):
+        if (
+            own_log is not None
+            and own_log.evidence.get("complete_writers")
+            and (after is not None or earlier)
+        ):
+            # Written by ranks seen there, last seen before node 0's run began: an earlier
+            # run's line (fuzzer seed 339: run 1's line, run 2's rank killed before a check).
             own_done = False
         if not seen and not own_done:
             return (
