@@ -32,9 +32,7 @@ outputs reach ``expected``. Anything else that says ``complete`` is a false comp
 
 ``FUZZ_SPAN_SEEDS`` runs other seeds: ``N`` (seeds 0..N-1) or ``A-B`` (A..B inclusive);
 ``FUZZ_SPAN_VERBOSE=1`` prints each seed's steps and a false complete's readings. The false
-completes found are tests/test_fuzz_span_routes.py. Still open: seed 339 (a re-run begun 0.3 s
-after another host's run-1 rank was last seen: within the 1 s allowed between two hosts'
-clocks, its run-1 line passes for run 2's).
+completes found are tests/test_fuzz_span_routes.py.
 """
 
 from __future__ import annotations

@@ -62,6 +62,8 @@ class AcrossMemory:
     moved_at: Mapping[str, float] = field(default_factory=dict)  # when it last moved
     chief_pids: tuple[int, ...] = ()  # node 0's job processes seen alive in this memory's run
     chief_began: float | None = None  # where node 0's run began, found begun again here (its clock)
+    pids: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # job processes seen alive, per host
+    pids_before: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # those of the run before
 
 
 #: Graver first: the state a stage shows when node 0 and the live nodes disagree.
@@ -88,7 +90,10 @@ def decide_across(
         # changes only for processes begun 2 s or more after it: kept across a re-run begun
         # sooner, the 2 ranks node 1 showed in run 1 stood for the 1 of run 2 (fuzzer seed 272).
         began = _process_started(nodes[0].verdict)
-        memory = AcrossMemory(chief_began=began)
+        # The processes each host showed in the last run: evidence of theirs (a rank last
+        # seen, a line they wrote) is that run's, whatever the clocks say (seeds 339, 165:
+        # node 1's run-1 rank last seen 0.3 s before run 2 began, within the clocks apart).
+        memory = AcrossMemory(chief_began=began, pids_before=memory.pids)
     alive = {n.host: _alive(n.verdict) for n in nodes}
     most = dict(memory.most_alive)
     for host, count in alive.items():
@@ -116,10 +121,10 @@ def decide_across(
         moved_at=moved_at,
         chief_pids=tuple(sorted(set(memory.chief_pids) | chief_live)),
         chief_began=memory.chief_began,
+        pids={n.host: tuple(sorted(set(memory.pids.get(n.host, ())) | live_pids(n.verdict))) for n in nodes},
+        pids_before=memory.pids_before,
     )
-    state, reasons, shown = _rules(
-        nodes, policy, per_host, alive, most, lost, lost_at, idle, memory.chief_began
-    )
+    state, reasons, shown = _rules(nodes, policy, per_host, alive, most, lost, lost_at, idle, memory)
     verdict = Verdict(
         stage=stage,
         state=state,
@@ -142,7 +147,7 @@ def _rules(
     lost: set[str],
     lost_at: Mapping[str, float],
     idle: Mapping[str, float],
-    began: float | None = None,
+    memory: AcrossMemory | None = None,
 ) -> tuple[State, list[str], dict[str, Reading]]:
     chief = nodes[0]
     every = _readings(nodes)
@@ -194,13 +199,19 @@ def _rules(
             return State.UNKNOWN, [f"{node.host} cannot be read: {why}", *_others(nodes, node)], every
     # Rule 4: node 0 complete and every other node done.
     start = _run_start(chief.verdict)
+    began = memory.chief_began if memory is not None else None
+    before = memory.pids_before if memory is not None else {}
     if began is not None and (start is None or began > start):
         start = began  # node 0's job began again, sooner than its verdict's run tells
     after = _unseen_run_after(chief.verdict)
     held = [
         (node, why)
         for k, node in enumerate(nodes)
-        if (why := _not_done(k, node, policy, per_host, most, start, after))
+        if (
+            why := _not_done(
+                k, node, policy, per_host, most, start, after, frozenset(before.get(node.host, ()))
+            )
+        )
     ]
     if not held:
         shown = {
@@ -402,6 +413,7 @@ def _not_done(
     most: Mapping[str, int],
     start: float | None,
     after: float | None = None,
+    before: frozenset[int] = frozenset(),
 ) -> str:
     """Why node ``k`` is not done ("" when it is). ``after``: node 0's line is a run's that no
     check saw, begun after this moment (:func:`_unseen_run_after`)."""
@@ -441,6 +453,8 @@ def _not_done(
             # clearly after node 0's were last seen (the clocks apart), and a line of its own
             # only when none of the processes seen wrote it (it too is a run no check saw).
             earlier = earlier or not (isinstance(last_at, (int, float)) and last_at > after + _CLOCKS_APART)
+        if isinstance(last, Mapping) and last.get("pid") in before:
+            earlier = True  # last seen alive in node 0's last run: that run's rank
         seen = (p.evidence.get("seen_alive") and not earlier) or p.evidence.get("launched")
         own_done = own_log is not None and own_log.says is Says.DONE
         if (
@@ -449,8 +463,11 @@ def _not_done(
             and (after is not None or earlier)
         ):
             # Written by ranks seen there, last seen before node 0's run began: an earlier
-            # run's line (fuzzer seed 339: run 1's line, run 2's rank killed before a check).
+            # run's line (seed 339's route with the runs more than the clocks apart).
             own_done = False
+        writers = own_log.evidence.get("complete_writers") if own_log is not None else None
+        if isinstance(writers, (list, tuple)) and writers and set(writers) <= before:
+            own_done = False  # its line written by node 0's last run's ranks there
         if not seen and not own_done:
             return (
                 f"{node.host}: no job process seen in this watch"
