@@ -245,3 +245,39 @@ def test_fuzz_seed_339_node_1s_run_1_rank_last_seen_within_the_clocks_apart() ->
     ]
     verdict, _ = decide_across("t", done, POLICY, 1, memory, NOW)
     assert verdict.state is not State.COMPLETE, verdict.reasons
+
+
+def test_a_ranks_log_across_a_rerun_no_check_saw(tmp_path: Path, hosts: list[Any]) -> None:
+    """Found by reading the route beside the first (a log per rank, 2 ranks a host, all): run 2
+    begins and ends between two checks; ranks 0-2 write their lines, rank 3 is SIGKILLed
+    without a byte. Node 0's and node 1's own logs show lines no seen process wrote (run 2's);
+    rank 3's log, whose reading sees no processes, still showed run 1's line: complete."""
+    world = _World(
+        folder=tmp_path / "job", tag="fz-rk", per_host=2, success="all", log_mode="rank", expected=None
+    )
+    world.folder.mkdir()
+    stage = stage_from_dict(world.stage(hosts))
+    try:
+        with SpanChecker(stage) as checker:
+            run_1 = world.start(set())
+            checker.check()
+            for g in range(4):
+                world.tell(run_1, g, "line")
+                world.tell(run_1, g, "exit0")
+            for _ in range(3):
+                time.sleep(0.35)
+                first = checker.check()
+            assert first.state is State.COMPLETE, first.reasons
+            time.sleep(1.5)
+            run_2 = world.start(set())  # no check sees it at work
+            world.tell(run_2, 3, "kill")
+            for g in (0, 1, 2):
+                world.tell(run_2, g, "line")
+                world.tell(run_2, g, "exit0")
+            after = []
+            for _ in range(4):
+                time.sleep(0.35)
+                after.append(checker.check())
+    finally:
+        world.stop()
+    assert [v.state for v in after if v.state is State.COMPLETE] == [], after[-1].reasons

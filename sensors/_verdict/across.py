@@ -437,6 +437,17 @@ def _not_done(
         if v.state not in allowed:
             return said
     for name, r in node.readings.items():
+        if after is not None and name in node.ranks and r.says is Says.DONE and policy.success == "all":
+            # Node 0's line is a run's no check saw: a rank's log (its reading sees no
+            # processes) is that run's only when written clearly after node 0's ranks were
+            # last seen; else its line may be the run before's (a rank killed in the unseen
+            # run without a byte, its log's run-1 line left standing).
+            mtime = r.evidence.get("mtime")
+            if not (isinstance(mtime, (int, float)) and mtime > after + _CLOCKS_APART):
+                return (
+                    f"{node.host}: {name}: its completion line may be the last run's"
+                    " (a later run no check saw)"
+                )
         # Under chief, rank 0's completion line is node 0's own log: no other log need say done.
         if r.says is Says.DONE or (
             policy.success == "chief" and r.signal == "log" and (k > 0 or name != "log")
