@@ -35,7 +35,7 @@ from sensors._check.checker import Checker, Following, Watch
 from sensors._check.persist import OwnRun, Persistence, is_followed, is_this_run, save_all
 from sensors._config.stage import Stage
 from sensors._store import Store
-from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
+from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across, live_pids
 
 __all__ = ["AnyChecker", "Span", "SpanChecker", "checker_for"]
 
@@ -398,34 +398,48 @@ class _RankLog(Checker):
         self.node = node
         #: The node's run this memory is of (None: not known yet).
         self.node_run: Run | None = None
+        #: The node's job processes seen alive since this memory began.
+        self.node_pids: frozenset[int] = frozenset()
 
     def absorb(self, sections: dict[str, bytes], nonce: str, meta: Meta | None = None) -> Verdict:
         run = self.node.run
-        if run is not None and run != self.node_run:
-            if self.node_run is not None:
+        live = live_pids(self.node.last)
+        # The node's run changes only when its processes began 2 s or more after the run it
+        # knew: a re-run begun sooner (an elastic restart) is the same "run" there. Every
+        # live process of the node one this memory never saw is a new run as well (fuzzer
+        # seed 195: run 2 began 1 s after run 1, rank 1 was killed without a line, and run
+        # 1's line in its log was taken for run 2's).
+        again = bool(live) and bool(self.node_pids) and not live & self.node_pids
+        if (run is not None and run != self.node_run) or again:
+            if self.node_run is not None or again:
                 log.info("%s: its node's job began again: its last run's memory set aside", self.stage.stage)
                 self.forget()
             self.node_run = run
+        self.node_pids |= live
         return super().absorb(sections, nonce, meta)
 
     def memory_doc(self) -> dict[str, Any]:
-        return {**super().memory_doc(), "node_run": self.node_run}
+        return {**super().memory_doc(), "node_run": self.node_run, "node_pids": sorted(self.node_pids)}
 
     def _adopt(self, memory: Mapping[str, Any]) -> None:
         super()._adopt(memory)
         node_run = memory.get("node_run")
         self.node_run = node_run if isinstance(node_run, Run) else None
+        pids = memory.get("node_pids")
+        listed = pids if isinstance(pids, list) else []
+        self.node_pids = frozenset(p for p in listed if isinstance(p, int))
 
     def kept(self) -> tuple[Any, ...]:
-        return (*super().kept(), self.node_run)
+        return (*super().kept(), self.node_run, self.node_pids)
 
     def put_back(self, kept: tuple[Any, ...]) -> None:
-        super().put_back(kept[:-1])
-        self.node_run = kept[-1]
+        super().put_back(kept[:-2])
+        self.node_run, self.node_pids = kept[-2], kept[-1]
 
     def forget(self) -> None:
         super().forget()
         self.node_run = None
+        self.node_pids = frozenset()
 
 
 def _rank_of(stage: Stage) -> int:

@@ -60,6 +60,10 @@ class AcrossMemory:
     lost_at: Mapping[str, float] = field(default_factory=dict)  # when ranks were first seen lost
     marks: Mapping[str, tuple[object, ...]] = field(default_factory=dict)  # what progress is measured by
     moved_at: Mapping[str, float] = field(default_factory=dict)  # when it last moved
+    chief_pids: tuple[int, ...] = ()  # node 0's job processes seen alive in this memory's run
+    chief_began: float | None = None  # where node 0's run began, found begun again here (its clock)
+    pids: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # job processes seen alive, per host
+    pids_before: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # those of the run before
 
 
 #: Graver first: the state a stage shows when node 0 and the live nodes disagree.
@@ -79,6 +83,17 @@ def decide_across(
     Each host's times are its own clock's (its check's ``checked_at``): what is measured
     between two checks of a host (progress, when ranks were found gone) never mixes clocks.
     """
+    chief_live = live_pids(nodes[0].verdict)
+    if chief_live and memory.chief_pids and not chief_live & set(memory.chief_pids):
+        # Every live process of node 0 is one this memory never saw: the job began again,
+        # and what the hosts showed was the last run's. Node 0's run (the caller's test)
+        # changes only for processes begun 2 s or more after it: kept across a re-run begun
+        # sooner, the 2 ranks node 1 showed in run 1 stood for the 1 of run 2 (fuzzer seed 272).
+        began = _process_started(nodes[0].verdict)
+        # The processes each host showed in the last run: evidence of theirs (a rank last
+        # seen, a line they wrote) is that run's, whatever the clocks say (seeds 339, 165:
+        # node 1's run-1 rank last seen 0.3 s before run 2 began, within the clocks apart).
+        memory = AcrossMemory(chief_began=began, pids_before=memory.pids)
     alive = {n.host: _alive(n.verdict) for n in nodes}
     most = dict(memory.most_alive)
     for host, count in alive.items():
@@ -101,8 +116,17 @@ def decide_across(
             moved_at[node.host] = at
         marks[node.host] = mark
         idle[node.host] = at - moved_at[node.host]
-    new_memory = AcrossMemory(most_alive=most, lost_at=lost_at, marks=marks, moved_at=moved_at)
-    state, reasons, shown = _rules(nodes, policy, per_host, alive, most, lost, lost_at, idle)
+    new_memory = AcrossMemory(
+        most_alive=most,
+        lost_at=lost_at,
+        marks=marks,
+        moved_at=moved_at,
+        chief_pids=tuple(sorted(set(memory.chief_pids) | chief_live)),
+        chief_began=memory.chief_began,
+        pids={n.host: tuple(sorted(set(memory.pids.get(n.host, ())) | live_pids(n.verdict))) for n in nodes},
+        pids_before=memory.pids_before,
+    )
+    state, reasons, shown = _rules(nodes, policy, per_host, alive, most, lost, lost_at, idle, memory)
     verdict = Verdict(
         stage=stage,
         state=state,
@@ -125,6 +149,7 @@ def _rules(
     lost: set[str],
     lost_at: Mapping[str, float],
     idle: Mapping[str, float],
+    memory: AcrossMemory | None = None,
 ) -> tuple[State, list[str], dict[str, Reading]]:
     chief = nodes[0]
     every = _readings(nodes)
@@ -186,10 +211,19 @@ def _rules(
         )
     # Rule 4: node 0 complete and every other node done.
     start = _run_start(chief.verdict)
+    began = memory.chief_began if memory is not None else None
+    before = memory.pids_before if memory is not None else {}
+    if began is not None and (start is None or began > start):
+        start = began  # node 0's job began again, sooner than its verdict's run tells
+    after = _unseen_run_after(chief.verdict)
     held = [
         (node, why)
         for k, node in enumerate(nodes)
-        if (why := _not_done(k, node, policy, per_host, most, start))
+        if (
+            why := _not_done(
+                k, node, policy, per_host, most, start, after, frozenset(before.get(node.host, ()))
+            )
+        )
     ]
     if not held:
         shown = {
@@ -295,6 +329,19 @@ def _alive(verdict: Verdict) -> int | None:
     return count
 
 
+def live_pids(verdict: Verdict | None) -> frozenset[int]:
+    """The PIDs of the job processes a node's verdict lists alive (none where not read)."""
+    p = verdict.readings.get("process") if verdict is not None else None
+    listed = p.evidence.get("processes") if p is not None and p.says is Says.WORKING else None
+    if not isinstance(listed, (list, tuple)):
+        return frozenset()
+    return frozenset(
+        e["pid"]
+        for e in listed
+        if isinstance(e, Mapping) and isinstance(e.get("pid"), int) and e.get("state") not in _GONE_STATES
+    )
+
+
 def _finished(node: NodeCheck, policy: PolicySpec) -> bool:
     """The node's own evidence says its job finished (its own verdict complete, or its own
     log's completion line) and, with a log per rank under ``all``, every rank's log there
@@ -340,6 +387,13 @@ def _unreadable(verdict: Verdict) -> bool:
     return all(r.read_at is None for r in verdict.readings.values())
 
 
+def _process_started(verdict: Verdict) -> float | None:
+    """The earliest live job process's start that the node's process reading shows."""
+    p = verdict.readings.get("process")
+    started = p.evidence.get("started_at") if p is not None else None
+    return float(started) if isinstance(started, (int, float)) else None
+
+
 def _run_start(verdict: Verdict) -> float | None:
     """Where node 0's run begins (its host's clock), as its verdict records it."""
     started = (verdict.run or {}).get("started_at")
@@ -349,6 +403,23 @@ def _run_start(verdict: Verdict) -> float | None:
         return _dt.datetime.fromisoformat(started).timestamp()
     except ValueError:
         return None
+
+
+def _unseen_run_after(verdict: Verdict) -> float | None:
+    """When node 0's completion line was written by none of the job's processes this watch saw
+    there, though it saw node 0's ranks (gone at the check before the line was found): the
+    line is a later run's, one no check saw, begun after those ranks were last seen alive.
+    That moment (node 0's clock), or None. Node 0's run start (its verdict's ``run``) is then
+    the run seen, not the line's: another host's ranks seen in that run, or its own line
+    written by them, say nothing of the later one (tests/test_fuzz_span.py: node 0's re-run
+    wrote its line between two checks, node 1's was killed without one, run 1's line in its
+    log and its ranks seen in run 1 made it done)."""
+    lg, p = verdict.readings.get("log"), verdict.readings.get("process")
+    if lg is None or p is None or lg.says is not Says.DONE or lg.evidence.get("complete_writers"):
+        return None
+    last = p.evidence.get("last_seen_alive")
+    at = last.get("at") if isinstance(last, Mapping) else None
+    return float(at) if p.evidence.get("seen_alive") and isinstance(at, (int, float)) else None
 
 
 #: How far apart two hosts' clocks may be (NTP keeps them closer): a rank last seen alive
@@ -363,8 +434,11 @@ def _not_done(
     per_host: int | None,
     most: Mapping[str, int],
     start: float | None,
+    after: float | None = None,
+    before: frozenset[int] = frozenset(),
 ) -> str:
-    """Why node ``k`` is not done ("" when it is)."""
+    """Why node ``k`` is not done ("" when it is). ``after``: node 0's line is a run's that no
+    check saw, begun after this moment (:func:`_unseen_run_after`)."""
     v = node.verdict
     if k == 0 and v.state is not State.COMPLETE:
         return f"{node.host} (node 0): {v.state}: {v.reasons[0] if v.reasons else ''}".rstrip(": ")
@@ -385,6 +459,17 @@ def _not_done(
         if v.state not in allowed:
             return said
     for name, r in node.readings.items():
+        if after is not None and name in node.ranks and r.says is Says.DONE and policy.success == "all":
+            # Node 0's line is a run's no check saw: a rank's log (its reading sees no
+            # processes) is that run's only when written clearly after node 0's ranks were
+            # last seen; else its line may be the run before's (a rank killed in the unseen
+            # run without a byte, its log's run-1 line left standing).
+            mtime = r.evidence.get("mtime")
+            if not (isinstance(mtime, (int, float)) and mtime > after + _CLOCKS_APART):
+                return (
+                    f"{node.host}: {name}: its completion line may be the last run's"
+                    " (a later run no check saw)"
+                )
         # Under chief, rank 0's completion line is node 0's own log: no other log need say done.
         if r.says is Says.DONE or (
             policy.success == "chief" and r.signal == "log" and (k > 0 or name != "log")
@@ -396,11 +481,36 @@ def _not_done(
         last = p.evidence.get("last_seen_alive")
         last_at = last.get("at") if isinstance(last, Mapping) else None
         earlier = isinstance(last_at, (int, float)) and start is not None and last_at < start - _CLOCKS_APART
+        if after is not None:
+            # Node 0's line is an unseen later run's: ranks seen here count only when seen
+            # clearly after node 0's were last seen (the clocks apart), and a line of its own
+            # only when none of the processes seen wrote it (it too is a run no check saw).
+            earlier = earlier or not (isinstance(last_at, (int, float)) and last_at > after + _CLOCKS_APART)
+        if isinstance(last, Mapping) and last.get("pid") in before:
+            earlier = True  # last seen alive in node 0's last run: that run's rank
         seen = (p.evidence.get("seen_alive") and not earlier) or p.evidence.get("launched")
-        if not seen and (own_log is None or own_log.says is not Says.DONE):
+        own_done = own_log is not None and own_log.says is Says.DONE
+        if (
+            own_log is not None
+            and own_log.evidence.get("complete_writers")
+            and (after is not None or earlier)
+        ):
+            # Written by ranks seen there, last seen before node 0's run began: an earlier
+            # run's line (seed 339's route with the runs more than the clocks apart).
+            own_done = False
+        writers = own_log.evidence.get("complete_writers") if own_log is not None else None
+        if isinstance(writers, (list, tuple)) and writers and set(writers) <= before:
+            own_done = False  # its line written by node 0's last run's ranks there
+        if not seen and not own_done:
             return (
                 f"{node.host}: no job process seen in this watch"
                 + (" since node 0's run began" if earlier else "")
+                + (
+                    " (node 0's completion line was written by none of the processes seen there: a"
+                    " later run no check saw)"
+                    if after is not None
+                    else ""
+                )
                 + ", and nothing of its own says its ranks finished (a log path with {host} or"
                 " {node}); they may never have run"
             )

@@ -1,0 +1,283 @@
+"""False completes tests/test_fuzz_span.py found in stages over several hosts, each cut to a
+deterministic test: a table test of ``decide_across`` where the route is the verdict's alone,
+and the same history on the two test sshd hosts (``hosts``), as the fuzzer ran it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sensors import Reading, Says, State, Verdict, stage_from_dict
+from sensors._check.span import SpanChecker
+from sensors._config.stage import PolicySpec
+from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
+from tests.test_fuzz_span import _World
+
+NOW = 1_000_000.0
+POLICY = PolicySpec(stall_after=60.0, exit_grace=0.3)
+RUN_1 = "1970-01-12T13:46:20.000+00:00"  # NOW - 20: node 0's run as its verdict records it
+
+
+def _r(signal: str, says: Says, **evidence: Any) -> Reading:
+    return Reading(signal, says, f"{signal} {says}", evidence, NOW)
+
+
+def _gone(last_at: float, pid: int = 7) -> Reading:
+    return _r(
+        "process", Says.DONE, alive=0, seen_alive=True, cpu_seconds=None,
+        last_seen_alive={"pid": pid, "cpu_seconds": 0.1, "at": last_at},
+    )  # fmt: skip
+
+
+def _node(host: str, *readings: Reading) -> NodeCheck:
+    verdict = Verdict(
+        "t",
+        State.COMPLETE,
+        (f"{host} complete",),
+        {r.signal: r for r in readings},
+        NOW,
+        host,
+        run={"source": "process", "started_at": RUN_1},
+    )
+    return NodeCheck(host, verdict)
+
+
+# --- a re-run no check saw: node 0's line is its, node 1's is run 1's -------------------------
+#
+# Run 1 over both hosts, seen and complete. Run 2 begins and ends between two checks: node 0's
+# rank writes its completion line and exits 0, node 1's is SIGKILLed before its line. Node 0's
+# verdict (one host's rules) is complete on its new line, written by none of the processes it
+# saw; its run is still run 1 (the only one its processes showed). Node 1: its ranks seen in
+# run 1, at the check that last saw node 0's, and its log's line run 1's (written by them).
+
+
+@pytest.mark.parametrize(
+    ("chief_writers", "b_last_at", "b_writers", "state"),
+    [
+        # Node 0's line written by none seen; node 1 shows nothing after run 1: never complete.
+        ([], NOW - 5.0, [8], State.UNKNOWN),
+        # Node 0's line its seen ranks' (one run, seen): node 1's run-1 evidence is this run's.
+        ([7], NOW - 5.0, [8], State.COMPLETE),
+        # Node 1's ranks seen clearly after node 0's were last seen: they may be run 2's.
+        ([], NOW - 2.0, [8], State.COMPLETE),
+        # Node 1's own line written by none seen either: an unseen run's too.
+        ([], NOW - 5.0, [], State.COMPLETE),
+    ],
+)
+def test_node_0s_line_from_a_rerun_no_check_saw(
+    chief_writers: list[int], b_last_at: float, b_writers: list[int], state: State
+) -> None:
+    a = _node(
+        "a",
+        _gone(NOW - 5.0),
+        _r("log", Says.DONE, size=24, **({"complete_writers": chief_writers} if chief_writers else {})),
+    )
+    b = _node(
+        "b",
+        _gone(b_last_at),
+        _r("log", Says.DONE, size=12, **({"complete_writers": b_writers} if b_writers else {})),
+    )
+    verdict, _ = decide_across("t", [a, b], POLICY, 1, AcrossMemory(), NOW)
+    assert verdict.state is state, verdict.reasons
+    if state is State.UNKNOWN:
+        assert "a later run no check saw" in verdict.reasons[0], verdict.reasons
+
+
+def test_a_rerun_between_two_checks_with_node_1_killed_on_real_hosts(
+    tmp_path: Path, hosts: list[Any]
+) -> None:
+    """The same, on the two test sshd hosts with real ranks, as the fuzzer's histories make it
+    (a run's start not followed by a check): a log per node, one rank a host, success all.
+    Complete before the fix, at every check after run 2."""
+    world = _World(
+        folder=tmp_path / "job", tag="fz-rerun", per_host=1, success="all", log_mode="node", expected=None
+    )
+    world.folder.mkdir()
+    stage = stage_from_dict(world.stage(hosts))
+    seen: list[Verdict] = []
+    try:
+        with SpanChecker(stage) as checker:
+            run_1 = world.start(set())
+            checker.check()  # run 1 seen at work on both hosts
+            for g in (0, 1):
+                world.tell(run_1, g, "line")
+                world.tell(run_1, g, "exit0")
+            for _ in range(3):
+                time.sleep(0.35)
+                seen.append(checker.check())
+            assert seen[-1].state is State.COMPLETE, seen[-1].reasons  # run 1: every host agrees
+            time.sleep(1.5)
+            run_2 = world.start(set())  # no check sees it at work
+            world.tell(run_2, 1, "kill")
+            world.tell(run_2, 0, "line")
+            world.tell(run_2, 0, "exit0")
+            after = []
+            for _ in range(4):
+                time.sleep(0.35)
+                after.append(checker.check())
+    finally:
+        world.stop()
+    assert [v.state for v in after if v.state is State.COMPLETE] == [], after[-1].reasons
+    assert any("a later run no check saw" in r for r in after[-1].reasons), after[-1].reasons
+
+
+# --- a re-run begun within 2 s of run 1: node 0's run (its verdict's) stays run 1's ------------
+
+
+def _ranks(*pids: int, at: float = NOW, started: float = NOW - 20) -> Reading:
+    procs = [{"pid": p, "ppid": 1, "state": "S"} for p in pids]
+    return Reading(
+        "process",
+        Says.WORKING,
+        "process working",
+        {
+            "alive": len(pids),
+            "matched": len(pids),
+            "processes": procs,
+            "seen_alive": True,
+            "started_at": started,
+        },
+        at,
+    )
+
+
+def _running(host: str, process: Reading) -> NodeCheck:
+    run = {"source": "process", "started_at": RUN_1}
+    return NodeCheck(
+        host, Verdict("t", State.RUNNING, (f"{host} running",), {"process": process}, NOW, host, run=run)
+    )
+
+
+def test_fuzz_seed_272_ranks_node_1_showed_in_run_1_are_not_run_2s() -> None:
+    """Fuzzer seed 272 (per_host 2, a shared log): node 1 showed 2 ranks in run 1; run 2, begun
+    a second later (node 0's verdict's run stays run 1's), started only one of them. The most
+    ranks node 1 showed was kept from run 1: 2 of 2, complete. Every live process of node 0
+    new to the memory is a new run: it starts afresh."""
+    memory = AcrossMemory()
+    _, memory = decide_across(
+        "t", [_running("a", _ranks(1, 2)), _running("b", _ranks(3, 4))], POLICY, 2, memory, NOW
+    )
+    run_2 = [_running("a", _ranks(5, 6, started=NOW - 1)), _running("b", _ranks(7, started=NOW - 1))]
+    _, memory = decide_across("t", run_2, POLICY, 2, memory, NOW)
+    assert memory.most_alive.get("b") == 1
+    done = [
+        _node("a", _gone(NOW - 0.5), _r("log", Says.DONE, size=30, complete_writers=[5])),
+        _node("b", _gone(NOW - 0.5)),
+    ]
+    verdict, _ = decide_across("t", done, POLICY, 2, memory, NOW)
+    assert verdict.state is not State.COMPLETE, verdict.reasons
+    assert "at most 1 of 2 ranks seen alive" in " ".join(verdict.reasons), verdict.reasons
+
+
+def test_fuzz_seed_339_node_1s_line_of_run_1_with_run_2_begun_within_2s() -> None:
+    """Fuzzer seed 339's route with the runs further apart (1.5 s: within the 2 s that keep
+    node 0's verdict's run): node 1's line was written by its run-1 rank, last seen 1.5 s before
+    node 0's run 2 began; run 2's rank there was killed before a check saw it."""
+    memory = AcrossMemory()
+    _, memory = decide_across(
+        "t", [_running("a", _ranks(1)), _running("b", _ranks(3))], POLICY, 1, memory, NOW - 3
+    )
+    _, memory = decide_across(
+        "t",
+        [_running("a", _ranks(5, started=NOW - 1)), _node("b", _gone(NOW - 3))],
+        POLICY,
+        1,
+        memory,
+        NOW - 1,
+    )
+    done = [
+        _node("a", _gone(NOW - 0.5), _r("log", Says.DONE, size=30, complete_writers=[5])),
+        _node("b", _gone(NOW - 3), _r("log", Says.DONE, size=12, complete_writers=[3])),
+    ]
+    verdict, _ = decide_across("t", done, POLICY, 1, memory, NOW)
+    assert verdict.state is not State.COMPLETE, verdict.reasons
+
+
+def test_fuzz_seed_195_a_ranks_log_across_a_rerun_begun_within_2s(tmp_path: Path, hosts: list[Any]) -> None:
+    """Fuzzer seed 195, cut down (a log per rank, 2 ranks a host, success all): run 1 ends
+    with every rank's line; run 2 begins at once (node 0's run, begun less than 2 s later,
+    stays run 1's there), is seen at work, and rank 1 is SIGKILLed without writing a byte. Its
+    log's memory was not set aside (it waited for node 0's run to change): run 1's line there
+    was taken for run 2's, complete."""
+    world = _World(
+        folder=tmp_path / "job", tag="fz-195", per_host=2, success="all", log_mode="rank", expected=None
+    )
+    world.folder.mkdir()
+    stage = stage_from_dict(world.stage(hosts))
+    try:
+        with SpanChecker(stage) as checker:
+            run_1 = world.start(set())
+            checker.check()
+            for g in range(4):
+                world.tell(run_1, g, "line")
+                world.tell(run_1, g, "exit0")
+            checker.check()
+            run_2 = world.start(set())
+            checker.check()  # run 2 seen at work on both hosts
+            world.tell(run_2, 1, "kill")
+            for g in (0, 2, 3):
+                world.tell(run_2, g, "line")
+                world.tell(run_2, g, "exit0")
+            after = []
+            for _ in range(4):
+                time.sleep(0.35)
+                after.append(checker.check())
+    finally:
+        world.stop()
+    assert [v.state for v in after if v.state is State.COMPLETE] == [], after[-1].reasons
+
+
+def test_fuzz_seed_339_node_1s_run_1_rank_last_seen_within_the_clocks_apart() -> None:
+    """Fuzzer seed 339 itself (per_host 1, a log per node, all): node 1's run-1 rank, last seen
+    0.3 s before node 0's run 2 began (within the 1 s two hosts' clocks may differ), wrote its
+    line; run 2's rank there was killed before a check. Its PID is run 1's: that run's line."""
+    memory = AcrossMemory()
+    nodes = [_running("a", _ranks(1)), _running("b", _ranks(3))]
+    _, memory = decide_across("t", nodes, POLICY, 1, memory, NOW - 1.3)
+    run_2 = [_running("a", _ranks(5, started=NOW - 1)), _node("b", _gone(NOW - 1.3, pid=3))]
+    _, memory = decide_across("t", run_2, POLICY, 1, memory, NOW - 1)
+    done = [
+        _node("a", _gone(NOW - 0.5, pid=5), _r("log", Says.DONE, size=30, complete_writers=[5])),
+        _node("b", _gone(NOW - 1.3, pid=3), _r("log", Says.DONE, size=12, complete_writers=[3])),
+    ]
+    verdict, _ = decide_across("t", done, POLICY, 1, memory, NOW)
+    assert verdict.state is not State.COMPLETE, verdict.reasons
+
+
+def test_a_ranks_log_across_a_rerun_no_check_saw(tmp_path: Path, hosts: list[Any]) -> None:
+    """Found by reading the route beside the first (a log per rank, 2 ranks a host, all): run 2
+    begins and ends between two checks; ranks 0-2 write their lines, rank 3 is SIGKILLed
+    without a byte. Node 0's and node 1's own logs show lines no seen process wrote (run 2's);
+    rank 3's log, whose reading sees no processes, still showed run 1's line: complete."""
+    world = _World(
+        folder=tmp_path / "job", tag="fz-rk", per_host=2, success="all", log_mode="rank", expected=None
+    )
+    world.folder.mkdir()
+    stage = stage_from_dict(world.stage(hosts))
+    try:
+        with SpanChecker(stage) as checker:
+            run_1 = world.start(set())
+            checker.check()
+            for g in range(4):
+                world.tell(run_1, g, "line")
+                world.tell(run_1, g, "exit0")
+            for _ in range(3):
+                time.sleep(0.35)
+                first = checker.check()
+            assert first.state is State.COMPLETE, first.reasons
+            time.sleep(1.5)
+            run_2 = world.start(set())  # no check sees it at work
+            world.tell(run_2, 3, "kill")
+            for g in (0, 1, 2):
+                world.tell(run_2, g, "line")
+                world.tell(run_2, g, "exit0")
+            after = []
+            for _ in range(4):
+                time.sleep(0.35)
+                after.append(checker.check())
+    finally:
+        world.stop()
+    assert [v.state for v in after if v.state is State.COMPLETE] == [], after[-1].reasons
