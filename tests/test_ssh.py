@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import threading
 import time
 from pathlib import Path
@@ -567,3 +568,22 @@ def test_ssh_config_include_reaches_the_real_sshd_from_the_installed_command(
     assert data["signals"]["log"]["says"] == "working", (data["reasons"], out.stderr)
     assert data["signals"]["log"]["evidence"]["last_line"] == "[1/10] working"
     assert out.returncode == 1 and data["verdict"] == "running"
+
+
+def test_a_probe_in_a_process_with_more_than_1024_descriptors(host: SSHHost) -> None:
+    """A watcher of a fleet holds more than 1024 descriptors (a connection and a pipe per
+    channel, the store, webhooks): a channel's past 1023 made select() raise ValueError, and
+    every probe on every host failed. The channel's descriptor is opened after these."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        pytest.skip(f"RLIMIT_NOFILE {soft}: this process cannot hold 1,100 descriptors")
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        assert max(held) > 1024
+        host.close()  # a new connection and channel: their descriptors past the held ones
+        assert host.run_script(b"echo hello\n", timeout=10) == b"hello\n"
+    finally:
+        for fd in held:
+            os.close(fd)

@@ -94,7 +94,10 @@ class Session:
         except TimeoutError:
             raise Deadline from None
         buf = bytearray()
-        fd = chan.fileno()
+        # poll, not select: select() refuses a descriptor past 1023, and a watcher of a fleet
+        # (a connection, a pipe per channel, the store, webhooks) holds more than that.
+        poller = select.poll()
+        poller.register(chan.fileno(), select.POLLIN)
         while True:
             while chan.recv_ready():
                 buf += chan.recv(1 << 20)
@@ -109,7 +112,7 @@ class Session:
                 if chan.recv_ready() or chan.recv_stderr_ready():
                     continue
                 raise EOFError("the remote shell ended before the script finished")
-            select.select([fd], [], [], remaining())
+            poller.poll(remaining() * 1000)
 
     def close(self) -> None:
         try:
