@@ -92,32 +92,19 @@ def test_a_rerun_between_two_checks_with_node_1_killed_on_real_hosts(
     """The same, on the two test sshd hosts with real ranks, as the fuzzer's histories make it
     (a run's start not followed by a check): a log per node, one rank a host, success all.
     Complete before the fix, at every check after run 2."""
-    world = _World(
-        folder=tmp_path / "job", tag="fz-rerun", per_host=1, success="all", log_mode="node", expected=None
-    )
-    world.folder.mkdir()
-    stage = stage_from_dict(world.stage(hosts))
+    world, stage = _world(tmp_path, hosts, "fz-rerun", per_host=1, log_mode="node")
     seen: list[Verdict] = []
     try:
         with SpanChecker(stage) as checker:
-            run_1 = world.start(set())
-            checker.check()  # run 1 seen at work on both hosts
-            for g in (0, 1):
-                world.tell(run_1, g, "line")
-                world.tell(run_1, g, "exit0")
-            for _ in range(3):
-                time.sleep(0.35)
-                seen.append(checker.check())
+            _run_1(world, checker)  # seen at work, then every rank's line and exit 0
+            seen += _checks(checker, 3)
             assert seen[-1].state is State.COMPLETE, seen[-1].reasons  # run 1: every host agrees
             time.sleep(1.5)
             run_2 = world.start(set())  # no check sees it at work
             world.tell(run_2, 1, "kill")
             world.tell(run_2, 0, "line")
             world.tell(run_2, 0, "exit0")
-            after = []
-            for _ in range(4):
-                time.sleep(0.35)
-                after.append(checker.check())
+            after = _checks(checker, 4)
     finally:
         world.stop()
     assert [v.state for v in after if v.state is State.COMPLETE] == [], after[-1].reasons
@@ -202,18 +189,10 @@ def test_fuzz_seed_195_a_ranks_log_across_a_rerun_begun_within_2s(tmp_path: Path
     stays run 1's there), is seen at work, and rank 1 is SIGKILLed without writing a byte. Its
     log's memory was not set aside (it waited for node 0's run to change): run 1's line there
     was taken for run 2's, complete."""
-    world = _World(
-        folder=tmp_path / "job", tag="fz-195", per_host=2, success="all", log_mode="rank", expected=None
-    )
-    world.folder.mkdir()
-    stage = stage_from_dict(world.stage(hosts))
+    world, stage = _world(tmp_path, hosts, "fz-195", per_host=2, log_mode="rank")
     try:
         with SpanChecker(stage) as checker:
-            run_1 = world.start(set())
-            checker.check()
-            for g in range(4):
-                world.tell(run_1, g, "line")
-                world.tell(run_1, g, "exit0")
+            _run_1(world, checker)  # seen at work, then every rank's line and exit 0
             checker.check()
             run_2 = world.start(set())
             checker.check()  # run 2 seen at work on both hosts
@@ -221,10 +200,7 @@ def test_fuzz_seed_195_a_ranks_log_across_a_rerun_begun_within_2s(tmp_path: Path
             for g in (0, 2, 3):
                 world.tell(run_2, g, "line")
                 world.tell(run_2, g, "exit0")
-            after = []
-            for _ in range(4):
-                time.sleep(0.35)
-                after.append(checker.check())
+            after = _checks(checker, 4)
     finally:
         world.stop()
     assert [v.state for v in after if v.state is State.COMPLETE] == [], after[-1].reasons
@@ -252,21 +228,11 @@ def test_a_ranks_log_across_a_rerun_no_check_saw(tmp_path: Path, hosts: list[Any
     begins and ends between two checks; ranks 0-2 write their lines, rank 3 is SIGKILLed
     without a byte. Node 0's and node 1's own logs show lines no seen process wrote (run 2's);
     rank 3's log, whose reading sees no processes, still showed run 1's line: complete."""
-    world = _World(
-        folder=tmp_path / "job", tag="fz-rk", per_host=2, success="all", log_mode="rank", expected=None
-    )
-    world.folder.mkdir()
-    stage = stage_from_dict(world.stage(hosts))
+    world, stage = _world(tmp_path, hosts, "fz-rk", per_host=2, log_mode="rank")
     try:
         with SpanChecker(stage) as checker:
-            run_1 = world.start(set())
-            checker.check()
-            for g in range(4):
-                world.tell(run_1, g, "line")
-                world.tell(run_1, g, "exit0")
-            for _ in range(3):
-                time.sleep(0.35)
-                first = checker.check()
+            _run_1(world, checker)  # seen at work, then every rank's line and exit 0
+            first = _checks(checker, 3)[-1]
             assert first.state is State.COMPLETE, first.reasons
             time.sleep(1.5)
             run_2 = world.start(set())  # no check sees it at work
@@ -274,10 +240,34 @@ def test_a_ranks_log_across_a_rerun_no_check_saw(tmp_path: Path, hosts: list[Any
             for g in (0, 1, 2):
                 world.tell(run_2, g, "line")
                 world.tell(run_2, g, "exit0")
-            after = []
-            for _ in range(4):
-                time.sleep(0.35)
-                after.append(checker.check())
+            after = _checks(checker, 4)
     finally:
         world.stop()
     assert [v.state for v in after if v.state is State.COMPLETE] == [], after[-1].reasons
+
+
+def _world(tmp_path: Path, hosts: list[Any], tag: str, *, per_host: int, log_mode: str) -> tuple[_World, Any]:
+    """The fuzzer's world over the two test hosts (success all, no outputs) and its stage."""
+    world = _World(
+        folder=tmp_path / "job", tag=tag, per_host=per_host, success="all", log_mode=log_mode, expected=None
+    )
+    world.folder.mkdir()
+    return world, stage_from_dict(world.stage(hosts))
+
+
+def _run_1(world: _World, checker: SpanChecker) -> None:
+    """Run 1 seen at work by a check, then every rank's line and exit 0."""
+    run_1 = world.start(set())
+    checker.check()
+    for g in range(2 * world.per_host):
+        world.tell(run_1, g, "line")
+        world.tell(run_1, g, "exit0")
+
+
+def _checks(checker: SpanChecker, n: int) -> list[Verdict]:
+    """``n`` checks, 0.35 s apart."""
+    out = []
+    for _ in range(n):
+        time.sleep(0.35)
+        out.append(checker.check())
+    return out
