@@ -92,21 +92,7 @@ def test_a_rerun_between_two_checks_with_node_1_killed_on_real_hosts(
     """The same, on the two test sshd hosts with real ranks, as the fuzzer's histories make it
     (a run's start not followed by a check): a log per node, one rank a host, success all.
     Complete before the fix, at every check after run 2."""
-    world, stage = _world(tmp_path, hosts, "fz-rerun", per_host=1, log_mode="node")
-    seen: list[Verdict] = []
-    try:
-        with SpanChecker(stage) as checker:
-            _run_1(world, checker)  # seen at work, then every rank's line and exit 0
-            seen += _checks(checker, 3)
-            assert seen[-1].state is State.COMPLETE, seen[-1].reasons  # run 1: every host agrees
-            time.sleep(1.5)
-            run_2 = world.start(set())  # no check sees it at work
-            world.tell(run_2, 1, "kill")
-            world.tell(run_2, 0, "line")
-            world.tell(run_2, 0, "exit0")
-            after = _checks(checker, 4)
-    finally:
-        world.stop()
+    after = _unseen_rerun(tmp_path, hosts, "fz-rerun", per_host=1, log_mode="node", killed=1)
     assert [v.state for v in after if v.state is State.COMPLETE] == [], after[-1].reasons
     assert any("a later run no check saw" in r for r in after[-1].reasons), after[-1].reasons
 
@@ -194,12 +180,7 @@ def test_fuzz_seed_195_a_ranks_log_across_a_rerun_begun_within_2s(tmp_path: Path
         with SpanChecker(stage) as checker:
             _run_1(world, checker)  # seen at work, then every rank's line and exit 0
             checker.check()
-            run_2 = world.start(set())
-            checker.check()  # run 2 seen at work on both hosts
-            world.tell(run_2, 1, "kill")
-            for g in (0, 2, 3):
-                world.tell(run_2, g, "line")
-                world.tell(run_2, g, "exit0")
+            _run_2(world, killed=1, checker=checker)  # run 2 seen at work on both hosts
             after = _checks(checker, 4)
     finally:
         world.stop()
@@ -228,21 +209,7 @@ def test_a_ranks_log_across_a_rerun_no_check_saw(tmp_path: Path, hosts: list[Any
     begins and ends between two checks; ranks 0-2 write their lines, rank 3 is SIGKILLed
     without a byte. Node 0's and node 1's own logs show lines no seen process wrote (run 2's);
     rank 3's log, whose reading sees no processes, still showed run 1's line: complete."""
-    world, stage = _world(tmp_path, hosts, "fz-rk", per_host=2, log_mode="rank")
-    try:
-        with SpanChecker(stage) as checker:
-            _run_1(world, checker)  # seen at work, then every rank's line and exit 0
-            first = _checks(checker, 3)[-1]
-            assert first.state is State.COMPLETE, first.reasons
-            time.sleep(1.5)
-            run_2 = world.start(set())  # no check sees it at work
-            world.tell(run_2, 3, "kill")
-            for g in (0, 1, 2):
-                world.tell(run_2, g, "line")
-                world.tell(run_2, g, "exit0")
-            after = _checks(checker, 4)
-    finally:
-        world.stop()
+    after = _unseen_rerun(tmp_path, hosts, "fz-rk", per_host=2, log_mode="rank", killed=3)
     assert [v.state for v in after if v.state is State.COMPLETE] == [], after[-1].reasons
 
 
@@ -255,6 +222,24 @@ def _world(tmp_path: Path, hosts: list[Any], tag: str, *, per_host: int, log_mod
     return world, stage_from_dict(world.stage(hosts))
 
 
+def _unseen_rerun(
+    tmp_path: Path, hosts: list[Any], tag: str, *, per_host: int, log_mode: str, killed: int
+) -> list[Verdict]:
+    """Run 1 complete (every host agrees); 1.5 s later run 2 begins and ends between two
+    checks, rank ``killed`` SIGKILLed without a byte: the four checks after it."""
+    world, stage = _world(tmp_path, hosts, tag, per_host=per_host, log_mode=log_mode)
+    try:
+        with SpanChecker(stage) as checker:
+            _run_1(world, checker)  # seen at work, then every rank's line and exit 0
+            first = _checks(checker, 3)[-1]
+            assert first.state is State.COMPLETE, first.reasons  # run 1: every host agrees
+            time.sleep(1.5)
+            _run_2(world, killed=killed)  # no check sees it at work
+            return _checks(checker, 4)
+    finally:
+        world.stop()
+
+
 def _run_1(world: _World, checker: SpanChecker) -> None:
     """Run 1 seen at work by a check, then every rank's line and exit 0."""
     run_1 = world.start(set())
@@ -262,6 +247,19 @@ def _run_1(world: _World, checker: SpanChecker) -> None:
     for g in range(2 * world.per_host):
         world.tell(run_1, g, "line")
         world.tell(run_1, g, "exit0")
+
+
+def _run_2(world: _World, *, killed: int, checker: SpanChecker | None = None) -> None:
+    """Run 2 (seen at work by a check where one is given): rank ``killed`` SIGKILLed without a
+    byte, every other rank's line and exit 0."""
+    run_2 = world.start(set())
+    if checker is not None:
+        checker.check()
+    world.tell(run_2, killed, "kill")
+    for g in range(2 * world.per_host):
+        if g != killed:
+            world.tell(run_2, g, "line")
+            world.tell(run_2, g, "exit0")
 
 
 def _checks(checker: SpanChecker, n: int) -> list[Verdict]:
