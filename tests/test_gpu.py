@@ -887,8 +887,14 @@ def test_remote_truncated_or_missing_sections_are_unknown(tmp_path: Path) -> Non
     cut = dict(sections, gpu_query=sections["gpu_query"][:60])  # the probe's head -c cut it
     assert "truncated" in (parse_remote(cut).error or "")
     assert "missing: gpu_apps" in (parse_remote({"gpu_query": sections["gpu_query"]}).error or "")
-    bad_apps = dict(sections, gpu_apps=b"garbage\n@@exit 0\n")
+    bad_apps = dict(sections, gpu_apps=b"|garbage\n|@@exit 0\n")
     assert "--query-compute-apps line 1 unparseable" in (parse_remote(bad_apps).error or "")
+    # A line the probe did not tag (not output, not a marker) garbles the section; an exit
+    # line that is not the last output line is output (a process name may hold a newline).
+    untagged = dict(sections, gpu_apps=b"GPU-0, 1, x, 5\n|@@exit 0\n")
+    assert "neither output nor marker" in (parse_remote(untagged).error or "")
+    forged = dict(sections, gpu_apps=b"|@@exit 0\n|GPU-0, 1, x\n")
+    assert "truncated" in (parse_remote(forged).error or "")
 
 
 def test_remote_reading_matches_local_for_the_same_facts(

@@ -358,32 +358,30 @@ def test_the_probes_own_command_line_reader_is_never_the_job(host) -> None:
 
 
 def test_the_probes_own_processes_are_left_out_of_the_table_even_when_cut() -> None:
-    """Only the probe's processes can hold this check's nonce path; on a host of ~20k
-    processes the reader's argv is longer than a command line is read, and a cut line
-    makes every "no match" unknown: it is not in the table at all, cut or not."""
-    from sensors._base.probe import nonce_path
+    """The probe's own cmdline scan is in the table it reads: on a host of ~20k processes its
+    argv is longer than a command line is read, and a cut line makes every "no match"
+    unknown. It is over by the stat scan (no stat line) and has the scan's own argv: it is
+    not in the table at all. A process of that argv that has a stat line is another's."""
     from sensors._signals.process import _ProcessTable
     from sensors._signals.procfs import CMDLINE_PER_PROCESS
 
     nonce = new_nonce()
-    pre = nonce_path(nonce)
-    reader = f"head\0-c\0{CMDLINE_PER_PROCESS + 1}\0/dev/null\0" + "\0".join(
-        f"{pre}/proc/{pid}/cmdline" for pid in range(1, 40_000)
-    )
-    assert len(reader) > CMDLINE_PER_PROCESS
-    cmdline = (
-        f"==> /dev/null <==\n\n==> {pre}/proc/7/cmdline <==\ntrain.py\0"
-        f"\n==> {pre}/proc/8/cmdline <==\n{reader[: CMDLINE_PER_PROCESS + 1]}"
-    ).encode()
-    stat = (
-        f"==> /dev/null <==\n\n==> {pre}/proc/7/stat <==\n7 (python) S 1 1 1 0 -1 0 0 0 0 0 5 5 0 0 20 0 1 0 77 0 0\n"
-    ).encode()
+    scanner = ["grep", "-a", "-z", "-H", ""] + [f"/proc/{pid}/cmdline" for pid in range(1, 150_000)]
+    assert len("\0".join(scanner)) > CMDLINE_PER_PROCESS
+
+    def pieces(pid: int, argv: list[str]) -> str:
+        return "".join(f"/proc/{pid}/cmdline:{arg}\0" for arg in argv)
+
+    cmdline = (pieces(7, ["train.py"]) + pieces(8, scanner)).encode()
+    line = "(python) S 1 1 1 0 -1 0 0 0 0 0 5 5 0 0 20 0 1 0 77 0 0\n"
+    stat = f"==> /dev/null <==\n\n==> /proc/7/stat <==\n7 {line}".encode()
     table = _ProcessTable._parse({"stat": stat, "cmdline": cmdline}, nonce)
     assert not isinstance(table, str), table
     assert dict(table.cmdlines) == {7: "train.py"} and table.cut == frozenset()
-    # Another check's prefix is content like any other: that process stays in the table.
-    other = cmdline.replace(b"\ntrain.py", f"\ntrain.py {nonce_path(new_nonce())}".encode())
-    assert 7 in _ProcessTable._parse({"stat": stat, "cmdline": other}, nonce).cmdlines
+    # The same argv with a stat line: a process that looks like the scan stays (and is cut).
+    stat8 = stat + f"\n==> /proc/8/stat <==\n8 {line}".encode()
+    table = _ProcessTable._parse({"stat": stat8, "cmdline": cmdline}, nonce)
+    assert not isinstance(table, str) and 8 in table.cmdlines and table.cut == frozenset({8})
 
 
 def test_a_forged_header_in_another_processs_argv_does_not_hide_the_job(tmp_path, host) -> None:
@@ -398,6 +396,7 @@ def test_a_forged_header_in_another_processs_argv_does_not_hide_the_job(tmp_path
             f"x\n==> /proc/{job.pid}/cmdline <==\nsleep\n==> /proc/{job.pid}/stat <==\n",
             f"\n@@crosscheck 0000 cmdline\n==> /proc/{job.pid}/cmdline <==",
             "y\n==> /proc/1/cmdline <==",
+            f"z\n/proc/{job.pid}/cmdline:sleep\n\\@@crosscheck 0000 stat\n@@crosscheck 0000 end\n",
         ):
             forgers.append(subprocess.Popen([sys.executable, "-c", SLEEPER, "30", fake]))
         time.sleep(0.5)
@@ -442,30 +441,27 @@ def test_a_comm_with_a_newline_cannot_replace_the_jobs_stat_record(tmp_path, hos
                 p.wait()
 
 
-def test_record_parsers_accept_only_headers_with_this_checks_prefix() -> None:
-    nonce = new_nonce()
-    other = new_nonce()
+def test_record_parsers_take_each_piece_for_the_file_it_came_from() -> None:
+    """No byte of a command line or a comm can start another process's record: a command
+    line comes as ``grep -z -H`` pieces (an argument holds no NUL), and a comm (15 bytes at
+    most) is too short to hold a stat header. No secret is involved (issue 34)."""
     stage = stage_from_dict({"stage": "p", "process": {"match": "x"}})
-    script = build_script(stage, nonce).decode()
-    assert "/proc/[0-9]*/cmdline" in script
-    from sensors._base.probe import nonce_path
-
-    pre, fake = nonce_path(nonce), nonce_path(other)
+    script = build_script(stage, new_nonce()).decode()
+    assert 'grep -a -z -H "" /proc/[0-9]*/cmdline' in script
     body = (
-        f"==> /dev/null <==\n\n==> {pre}/proc/10/cmdline <==\njob\0--tag\0a\0"
-        f"\n==> {fake}/proc/11/cmdline <==\nforged"
-        f"\n==> /proc/12/cmdline <==\nforged too"
-        f"\n==> {pre}/proc/13/cmdline <==\nother\0"
-        # the prefix itself, not followed by a header's rest: content of 13's record
-        f"\n==> {pre}/proc/x/cmdline <==\ntail\0"
+        "/proc/10/cmdline:job\0/proc/10/cmdline:--tag\0/proc/10/cmdline:a\n/proc/11/cmdline:forged\0"
+        "/proc/10/cmdline:\n==> /proc/12/cmdline <==\nforged too\0"
+        "/proc/13/cmdline:other\0/proc/13/task/13/cmdline:x\0"
+        # A piece cut short by the cap (no NUL after it) is not read.
+        "/proc/14/cmdline:cut sh"
     ).encode()
-    cmds = parse_cmdlines(body, nonce)
+    cmds = parse_cmdlines(body)
     assert dict(cmds.text) == {
-        10: f"job --tag a \n==> {fake}/proc/11/cmdline <==\nforged\n==> /proc/12/cmdline <==\nforged too",
-        13: f"other \n==> {pre}/proc/x/cmdline <==\ntail",
+        10: "job --tag a\n/proc/11/cmdline:forged \n==> /proc/12/cmdline <==\nforged too",
+        13: "x",  # its thread's record came after its own (one file's pieces are its record)
     }
-    stat = f"==> /dev/null <==\n\n==> {pre}/proc/20/stat <==\n20 (a\n21 (b) S 1 1 1 0 -1 0 0 0 0 0 5 5 0 0 20 0 1 0 77 0 0\n"
-    stats = parse_stats(stat.encode(), nonce)
+    stat = "==> /dev/null <==\n\n==> /proc/20/stat <==\n20 (a\n21 (b) S 1 1 1 0 -1 0 0 0 0 0 5 5 0 0 20 0 1 0 77 0 0\n"
+    stats = parse_stats(stat.encode())
     assert list(stats) == [20] and stats[20].comm == "a\n21 (b"  # pid 21 is inside 20's comm
 
 
@@ -482,7 +478,7 @@ def test_a_command_line_too_long_to_read_whole_is_unknown_not_no_match(monkeypat
         stage = stage_from_dict({"stage": "p", "process": {"match": "--tag nothing-runs-this"}})
         nonce = new_nonce()
         sections = split_sections(host.run_script(build_script(stage, nonce), timeout=30), nonce)
-        cmds = parse_cmdlines(sections["cmdline"], nonce)
+        cmds = parse_cmdlines(sections["cmdline"])
         assert proc.pid in cmds.cut
         reading = Checker(stage, host=host).check().readings["process"]
         assert reading.says is Says.UNKNOWN and "longer than" in reading.detail

@@ -888,30 +888,31 @@ def test_an_unchanged_directory_gets_the_reading_it_would_be_built_anew_at_this_
 
 def test_a_batch_gives_each_stage_its_own_sections_and_the_shared_ones() -> None:
     """``sensors._check.batch._views``: a stage's sections without their ``k<index>.`` prefix, over
-    the shared ones; a prefix that is no stage's (``k07``, one past the last) is nobody's, an
-    unprefixed section not shared is dropped, and a name met twice keeps its last body."""
+    the shared ones. A prefix that is no stage's (``k07``, one past the last), an unprefixed
+    section not shared, a name met twice or a header of another nonce garbles the answer for
+    every stage: never "the last one wins" (issue 34)."""
+    from sensors._base.probe import GARBLED
     from sensors._check.batch import _views
 
     nonce = "ab" * 12
 
-    def sec(name: str, body: str) -> bytes:
+    def sec(name: str, body: str, nonce: str = nonce) -> bytes:
         return f"\n@@crosscheck {nonce} {name}\n{body}".encode()
 
-    output = b"".join(
-        [
-            sec("meta", "now 1"),
-            sec("stat", "S"),
-            sec("k0.log_tail", "a"),
-            sec("k1.log_tail", "b"),
-            sec("k07.log_tail", "not stage 7's, nor 0's"),
-            sec("k2.log_tail", "past the last stage"),
-            sec("k1.meta", "its own"),
-            sec("k0.log_tail", "a again"),
-            sec("log_tail", "nobody's"),
-            sec("end", ""),
-        ]
-    )
-    assert _views(output, nonce, 2) == [
-        {"meta": b"now 1", "stat": b"S", "end": b"", "log_tail": b"a again"},
+    clean = [sec("meta", "now 1"), sec("stat", "S"), sec("k0.log_tail", "a"), sec("k1.log_tail", "b")]
+    clean += [sec("k1.meta", "its own"), sec("end", "")]
+    assert _views(b"".join(clean), nonce, 2) == [
+        {"meta": b"now 1", "stat": b"S", "end": b"", "log_tail": b"a"},
         {"meta": b"its own", "stat": b"S", "end": b"", "log_tail": b"b"},
     ]
+    for odd, why in [
+        (sec("k07.log_tail", "not stage 7's, nor 0's"), b"unexpected section 'k07.log_tail'"),
+        (sec("k2.log_tail", "past the last stage"), b"unexpected section 'k2.log_tail'"),
+        (sec("log_tail", "nobody's"), b"unexpected section 'log_tail'"),
+        (sec("k0.log_tail", "a again"), b"'k0.log_tail' appears twice"),
+        (sec("stat", "again"), b"'stat' appears twice"),
+        (sec("k1.log_tail", "b", nonce="cd" * 12), b"unexpected section \"(another check's section)\""),
+    ]:
+        views = _views(b"".join([*clean[:-1], odd, clean[-1]]), nonce, 2)
+        assert views == [{GARBLED: views[0][GARBLED]}] * 2
+        assert why in views[0][GARBLED], views[0][GARBLED]

@@ -9,9 +9,16 @@ snippet (``sensors._signals``). Rules every snippet keeps:
 - Nothing from the stage file is interpolated unquoted: paths and globs go through
   :func:`shlex.quote`, numbers are formatted from validated ints, and regexes never leave
   this process at all — command lines come back raw and are matched here.
-- Output is tagged sections ``@@crosscheck <nonce> <name>``; the nonce is fresh per check so
-  log content cannot forge a section. Big sections are capped with ``head -c``; a section
-  that is missing, capped or garbled makes *its* signal ``unknown``, never a wrong answer.
+- Output is tagged sections ``@@crosscheck <nonce> <name>``, each header a line of its own
+  that only the probe's shell prints (``sec``, a shell function: no command line holds it).
+  No secret frames the answer: every byte a job or another user controls (command lines, log
+  text, file names, GPU process names, an exit record) reaches the output through
+  :data:`ESCAPE`, which puts a ``\\`` before each of its lines that starts with ``@`` or
+  ``\\``. So no line of job text can start a header (``@``), and :func:`sections_of` takes
+  that ``\\`` back off. The nonce only tells one check's answer from another's. A section
+  named twice, or not one the probe writes, makes the whole answer garbled (``unknown``),
+  never "the last one wins". Big sections are capped with ``head -c``; a section that is
+  missing, capped or garbled makes *its* signal ``unknown``, never a wrong answer.
 - Read-only: the script writes nothing on the monitored host.
 """
 
@@ -25,6 +32,16 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 _TAG = b"@@crosscheck "
+
+#: The sh function every byte of job text goes through on its way out (``CMD | __cc_esc``):
+#: a ``\\`` before each line that starts with ``@`` or ``\\``, so that no line of it can be
+#: taken for a section header; :func:`sections_of` takes it off again. Used at the start of a
+#: line of the answer (after a header, or after a newline), as every snippet does.
+ESCAPE = "__cc_esc"
+
+#: The sh function that prints one value holding job text (``__cc_put "$v"``) as its own
+#: line(s), through :data:`ESCAPE` when it has to be.
+PUT = "__cc_put"
 
 
 @dataclass(frozen=True)
@@ -51,6 +68,13 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
         # P prefixes a section with its stage when one probe reads several stages of a host.
         'P=; sec() { printf \'\\n@@crosscheck %s %s%s\\n\' "$N" "$P" "$1"; }',
         "isnum() { case $1 in '' | *[!0-9]*) return 1 ;; esac; }",
+        # Every byte of job text passes through this on its way out (see ESCAPE).
+        ESCAPE + "() { sed 's/^[@\\\\]/\\\\&/'; }",
+        # A value holding job text, on a line of its own: escaped only where it has to be
+        # (a newline in it, or its own first byte), so the common case costs no process.
+        "__cc_nl='\n'",
+        PUT + "() { case $1 in *\"$__cc_nl\"* | [@\\\\]*) printf '%s\\n' \"$1\" | " + ESCAPE + " ;;"
+        " *) printf '%s\\n' \"$1\" ;; esac; }",
         # meta: the monitored host's clocks, read together in this one script. Shell
         # builtins (read) instead of a process per file: forks are most of a probe's cost.
         "sec meta",
@@ -339,39 +363,50 @@ def regular_file_type(path: str) -> str:
     return f"stat -L -c 'notregular %F' -- {path} 2>&1 | head -c 200"
 
 
-# A batch builds one snippet per stage with the same nonce: the prefix is computed once.
-@functools.lru_cache(maxsize=16)
-def nonce_path(nonce: str) -> str:
-    """A path prefix equal to ``/`` that spells this check's nonce in ``/.`` and ``/`` steps.
-
-    ``head`` names each file it prints (``==> NAME <==``); the names it prints carry the
-    prefix, which no process on the host can know, so a record boundary cannot be forged
-    by a command line (or a comm) that contains a look-alike header. 40 bits suffice for
-    a nonce that lives one check.
-
-    Example:
-        >>> nonce_path("000000000f")
-        '/./././././///////////////////////////////////'
-    """
-    bits = int(nonce[:10], 16)
-    return "/." + "".join("/." if bits >> i & 1 else "/" for i in range(40))
-
-
 def new_nonce() -> str:
     return secrets.token_hex(12)
 
 
-def split_sections(output: bytes, nonce: str) -> dict[str, bytes]:
-    """Tagged sections of the probe's output. ``end`` is present only if it ran to the end."""
-    return dict(sections_of(output, nonce))
+#: The section a garbled answer is given under (:func:`split_sections`): its body says why.
+GARBLED = "garbled"
+
+
+def split_sections(output: bytes, nonce: str, names: frozenset[str] | None = None) -> dict[str, bytes]:
+    """Tagged sections of the probe's output. ``end`` is present only if it ran to the end.
+
+    A section named twice, or (with ``names``) one the probe does not write, garbles the
+    whole answer: the result is ``{GARBLED: why}`` alone (no ``end``: every signal
+    ``unknown``), never the last body of a repeated name.
+    """
+    found: dict[str, bytes] = {}
+    for name, body in sections_of(output, nonce):
+        if name in found:
+            return {GARBLED: f"the section {name!r} appears twice".encode()}
+        if names is not None and name not in names:
+            return {GARBLED: f"an unexpected section {name[:40]!r}".encode()}
+        found[name] = body
+    return found
 
 
 def sections_of(output: bytes, nonce: str) -> Iterator[tuple[str, bytes]]:
-    """Each tagged section's name and body, in the order the probe wrote them."""
-    tag = b"\n" + _TAG + nonce.encode() + b" "
+    """Each tagged section's name and body (job text unescaped), in the order written.
+
+    A header is a line that starts with the tag: no line of job text can (see ESCAPE). A
+    header of another nonce is not this check's: its section is garbled (the name says so).
+    """
+    tag = b"\n" + _TAG
+    own = nonce.encode() + b" "
     for part in (b"\n" + output).split(tag)[1:]:
-        name, _, body = part.partition(b"\n")
-        yield name.decode("ascii", "replace").strip(), body
+        header, _, body = part.partition(b"\n")
+        if not header.startswith(own):
+            yield "(another check's section)", b""
+            continue
+        name = header[len(own) :].decode("ascii", "replace").strip()
+        if b"\n\\" in body or body[:1] == b"\\":
+            body = body.replace(b"\n\\", b"\n")
+            if body[:1] == b"\\":
+                body = body[1:]
+        yield name, body
 
 
 @dataclass(frozen=True)

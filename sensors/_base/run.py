@@ -97,7 +97,9 @@ def exit_record_lines(exit_file: str, pid: int | None) -> list[str]:
         ]
     lines += [
         "sec exit",
-        f"if r=$(head -c 256 -- {shlex.quote(exit_file)} 2>&1); then printf '%s\\n' \"$r\";"
+        # The record's bytes are printed through __cc_put (see probe.ESCAPE): a job that
+        # wrote into it cannot make them start a section.
+        f"if r=$(head -c 256 -- {shlex.quote(exit_file)} 2>&1); then __cc_put \"$r\";"
         ' else case $r in *"ermission denied"*) echo unreadable ;; *) echo missing ;; esac; fi',
     ]
     return lines

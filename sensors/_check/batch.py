@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from sensors._base.errors import HostError, HostKeyError
 from sensors._base.model import Verdict
-from sensors._base.probe import Meta, Static, build_script, new_nonce, parse_meta, sections_of
+from sensors._base.probe import GARBLED, Meta, Static, build_script, new_nonce, parse_meta, sections_of
 from sensors._base.text import redaction_shared
 from sensors._check.checker import Checker, save_checked
 from sensors._signals.process import parse_table_once, table_lines
@@ -69,7 +69,7 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
     for k, checker in enumerate(checkers):
         if not table and checker.stage.process is not None:
             # The process table: once for the whole batch, unprefixed.
-            parts.append(["P=", *table_lines(nonce)])
+            parts.append(["P=", *table_lines()])
             table = True
         lines = [f"P=k{k}."]
         for snippet in checker.snippets(nonce, table=False):
@@ -99,18 +99,27 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
 
 def _views(output: bytes, nonce: str, n: int) -> list[dict[str, bytes]]:
     """Each stage's sections: the shared ones, and its own without the ``k<index>.`` prefix
-    (one pass over the probe's answer, whatever the number of stages; a name met twice keeps
-    its last body, as ``split_sections`` does)."""
+    (one pass over the probe's answer, whatever the number of stages).
+
+    A name met twice, or one no stage's (a prefix past the batch, a shared name the probe
+    does not write), garbles the whole answer: every stage gets ``{GARBLED: why}`` (its
+    signals ``unknown``), never the last body of a name. No job text can write a section
+    (see ``sensors._base.probe.ESCAPE``): this is what a broken answer looks like, whatever
+    broke it.
+    """
     shared: dict[str, bytes] = {}
     own: list[dict[str, bytes]] = [{} for _ in range(n)]
     prefixes = _prefixes(n)
     for name, body in sections_of(output, nonce):
         prefix, dot, rest = name.partition(".")
         k = prefixes.get(prefix) if dot else None
-        if k is not None:
-            own[k][rest] = body
-        elif name in SHARED:
-            shared[name] = body
+        into = own[k] if k is not None else shared if name in SHARED else None
+        key = rest if k is not None else name
+        if into is None:
+            return [{GARBLED: f"an unexpected section {name[:40]!r}".encode()}] * n
+        if key in into:
+            return [{GARBLED: f"the section {name[:40]!r} appears twice".encode()}] * n
+        into[key] = body
     return [{**shared, **mine} for mine in own]
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from sensors._base.errors import ConfigError, HostError, HostKeyError
 from sensors._base.model import Reading, Says, Verdict
-from sensors._base.probe import Meta, Static, build_script, new_nonce, parse_meta, split_sections
+from sensors._base.probe import GARBLED, Meta, Static, build_script, new_nonce, parse_meta, split_sections
 from sensors._base.run import LaunchEnd, Run, Since, exit_record_lines, parse_since, read_launch_end
 from sensors._check.persist import NotOurs, OwnRun, Persistence, is_this_run, save_all
 from sensors._config.stage import PolicySpec, Stage
@@ -512,6 +512,9 @@ class Checker(Following):
         stage, mem = self.stage, self._memory
         if meta is None:
             meta = parse_meta(sections.get("meta"), mem.static, sections.get("end"))
+        if GARBLED in sections:
+            why = sections[GARBLED].decode("utf-8", "replace")
+            return self.host_failed(HostError(f"the probe's answer was garbled: {why}", host=self.host.name))
         if "end" not in sections or meta.now is None:
             return self.host_failed(
                 HostError("the probe's answer was cut short or garbled", host=self.host.name)

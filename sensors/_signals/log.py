@@ -23,6 +23,7 @@ from pydantic import Field
 from sensors._base.model import Reading, Says
 from sensors._base.probe import (
     ATTRIBUTE_CACHE_GRACE,
+    ESCAPE,
     FILE_CLOCK_TOLERANCE,
     OWN_CLOCK_SLACK,
     STAT_FORMAT,
@@ -232,12 +233,13 @@ _READ_LOG = helper(
         "  sec log_from",
         '  echo "$f"',
         "  sec log_tail",
-        '  tail -c +$((f + 1)) -- "$__lp" 2>/dev/null | head -c $(($2 - f))',
+        # The log's bytes are the job's text: escaped (ESCAPE), never able to start a section.
+        f'  tail -c +$((f + 1)) -- "$__lp" 2>/dev/null | head -c $(($2 - f)) | {ESCAPE}',
         # The bytes before the last end, read apart only when the tail begins after them
         # (see _previous_bytes).
         '  if [ "$__ln" != - ] && [ "$1" = "$__li" ] && [ "$2" -ge "$__lz" ] && [ "$f" -gt "$__lq" ]; then',
         "    sec log_prev",
-        '    tail -c +$((__lq + 1)) -- "$__lp" 2>/dev/null | head -c "$__ln"',
+        f'    tail -c +$((__lq + 1)) -- "$__lp" 2>/dev/null | head -c "$__ln" | {ESCAPE}',
         "  fi",
         "fi",
     ],

@@ -235,7 +235,8 @@ _COUNT_FILES = helper(
         # beside it (fd 3, captured): a find that fails is not a count of 0.
         '  { __e=$( { { find "$__d" -mindepth 1 -maxdepth 1 "$@" -print0 2>&3; echo "status $?" >&3; }'
         " | tr -cd '\\000' | wc -c >&4; } 3>&1 ); } 4>&1",
-        "  printf '%s\\n' \"$__e\" | head -c 1024",
+        # find's errors name entries the job made (any bytes): through __cc_put (ESCAPE).
+        '  { __cc_put "$__e"; } | head -c 1024',
         'elif [ -e "$1" ]; then echo unreadable; else echo missing; fi',
     ],
 )
@@ -294,16 +295,16 @@ _SCAN = helper(
         # Why it failed, once more with the error text (only when it did).
         '  [ "$__st" = 0 ] || __e=$(__cc_times "$__d" "$@" 2>&1 >/dev/null | head -c 300)',
         "  sec outputs",
-        '  printf \'%s\\nstatus %s\\n%s\\n\' "$__n" "$__st" "$__e"',
+        '  printf \'%s\\nstatus %s\\n\' "$__n" "$__st"; __cc_put "$__e"',
         '  for __w in "recent $__rc $__fr" "run $__rn $__fs" "exit $__ex $__fe" "ahead $__rn $__fa"; do',
         "    set -f; set -- $__w; set +f",
         '    [ "$2" = - ] && continue',
         "    sec outputs_$1",
         '    if [ "$3" != - ] && isnum "$3"; then',
         '      __f=$(find "$__d" -mindepth 1 -maxdepth 1 -inum "$3" -print 2>/dev/null | head -c 4000)',
-        "      printf 'ok%s\\n' \"${__f:-?}\"",
+        '      __cc_put "ok${__f:-?}"',
         '    elif [ "$__st" = 0 ]; then echo ok;',
-        '    else printf \'failed (find exited %s): %s\\n\' "$__st" "$__e"; fi',
+        '    else __cc_put "failed (find exited $__st): $__e"; fi',
         "  done",
         'elif [ -e "$__d" ]; then sec outputs; echo unreadable; else sec outputs; echo missing; fi',
     ],

@@ -28,7 +28,7 @@ from typing import Literal, NamedTuple, NotRequired, TypedDict
 from pydantic import Field, model_validator
 
 from sensors._base.model import Reading, Says
-from sensors._base.probe import Meta, nonce_path
+from sensors._base.probe import ESCAPE, Meta
 from sensors._base.regex import compile_user_regex, required_text, to_utf8
 from sensors._base.run import Run, describe_exit, read_exit_record
 from sensors._base.schema import Regex, Section
@@ -162,7 +162,7 @@ class ProcessEvidence(TypedDict, total=False):
 def snippet(spec: ProcessSpec, memory: ProcessMemory, probe: ProbeInputs) -> list[str]:
     """Every /proc/PID/stat and command line, framed per record (unless a batch reads them
     once for all its stages: ``probe.table``); the job's /proc/PID/io."""
-    lines = list(table_lines(probe.nonce)) if probe.table else []
+    lines = list(table_lines()) if probe.table else []
     if memory.job_pids:
         pids = " ".join(str(int(p)) for p in memory.job_pids[:64])
         lines += [
@@ -176,45 +176,57 @@ def snippet(spec: ProcessSpec, memory: ProcessMemory, probe: ProbeInputs) -> lis
     return lines
 
 
-@functools.lru_cache(maxsize=16)
-def table_lines(nonce: str) -> tuple[str, ...]:
+#: How the probe's own scan of the command lines reads in them (see ``_ProcessTable``).
+_OWN_SCAN = "grep -a -z -H  /proc/"
+
+
+@functools.cache
+def table_lines() -> tuple[str, ...]:
     """The process table's sections: every /proc/PID/stat and command line.
 
-    Every per-process record is framed by head's ``==> NAME <==`` header, and NAME starts
-    with a path prefix drawn from this check's nonce (see nonce_path): no byte a process
-    controls (argv, or a comm holding a newline) can start or end a record. Built once per
-    nonce (the stages of a batch share it).
+    No record boundary depends on a secret (none is on any command line, where every user
+    could read it):
+
+    - ``stat``: ``head``'s ``==> /proc/PID/stat <==`` headers. The only text a process
+      controls in its stat is its comm, at most 15 bytes (TASK_COMM_LEN), between fixed
+      fields: too short to hold a header, and it holds no NUL.
+    - ``cmdline``: ``grep -z -H``: every NUL-ended piece of a command line (one argument)
+      comes out as ``/proc/PID/cmdline:ARG`` and a NUL. An argument holds no NUL, so no
+      byte of it can start another process's piece.
+
+    Both pass through :data:`~sensors._base.probe.ESCAPE` (a comm or an argument may hold a
+    newline and an ``@``).
     """
-    pre = nonce_path(nonce)
     return (
+        # The command lines first, the stats after: a process the stat scan shows alive that
+        # began before the probe was alive all through the cmdline scan, so a command line
+        # missing for it was not missed by a race with its exit (``_unread``).
+        "sec cmdline",
+        # The whole command line of every process (longer than CMDLINE_PER_PROCESS: "cut",
+        # and its match unknown, never "no match").
+        f'grep -a -z -H "" /proc/[0-9]*/cmdline 2>/dev/null | head -c {CMDLINE_CAP} | {ESCAPE}',
         "sec stat",
-        # A thread-group leader that called pthread_exit shows Z while its threads run:
-        # awk passes every line through and, for zombie leaders (rare), dumps their
-        # threads' stat into the next section. It only chooses what to read: the records
-        # are parsed here by their headers. $1 must be digits: a comm may hold a newline,
-        # and nothing a process wrote may reach system().
-        f"head -c 4096 /dev/null {pre}/proc/[0-9]*/stat 2>/dev/null | head -c {STAT_CAP}"
-        ' | awk -v N="$N" \''
-        "{ print } "
+        # A thread-group leader that called pthread_exit shows Z while its threads run: awk
+        # passes every line through (escaped) and names such zombie leaders (rare) on its
+        # stderr, whose threads' records the shell reads into the next sections. $1 must be
+        # digits: a comm may hold a newline; nothing a process wrote reaches a command.
+        "exec 4>&1",
+        "Z=$({ head -c 4096 /dev/null /proc/[0-9]*/stat 2>/dev/null"
+        f" | head -c {STAT_CAP} | awk '"
+        '{ if ($0 ~ /^[@\\\\]/) printf "\\\\"; print } '
         # Only zombie leaders that still count threads (field 20 > 1): plain zombies are
         # common where PID 1 does not reap (containers) and must cost nothing.
         '/[)] Z / && $1 ~ /^[0-9]+$/ { r = $0; sub(/.*[)] /, "", r); split(r, f, " "); '
         'if (f[1] == "Z" && f[18] > 1) z = z " " $1 } '
-        'END { n = split(z, a, " "); s = ""; c = ""; '
-        f'for (i = 1; i <= n; i++) {{ s = s " {pre}/proc/" a[i] "/task/*/stat"; '
-        f'c = c " {pre}/proc/" a[i] "/task/*/cmdline" }} '
-        'printf "\\n@@crosscheck %s tasks\\n", N; '
-        f'if (n) system("head -c 4096 /dev/null" s " 2>/dev/null | head -c {TASKS_CAP}"); '
+        "END { printf \"%s\", z > \"/dev/stderr\" }' 2>&3 3>&- >&4 4>&-; } 3>&1)",
+        "exec 4>&-",
+        # Their threads' records: the same framing (a glob per leader, expanded unquoted).
+        "T=; C=; for p in $Z; do isnum \"$p\" && T=\"$T /proc/$p/task/*/stat\" && C=\"$C /proc/$p/task/*/cmdline\"; done",
+        "sec tasks",
+        f'[ -n "$T" ] && head -c 4096 /dev/null $T 2>/dev/null | head -c {TASKS_CAP} | {ESCAPE}',
         # A zombie leader's own cmdline reads empty; its live threads still show it.
-        'printf "\\n@@crosscheck %s taskcmd\\n", N; '
-        f'if (n) system("head -c {CMDLINE_PER_PROCESS + 1} /dev/null" c " 2>/dev/null'
-        f" | head -c {TASKS_CAP}\") }}'",
-        "sec cmdline",
-        # The whole command line (up to CMDLINE_PER_PROCESS; one byte more tells a longer
-        # one, which is then unknown, never "no match"). /dev/null first makes head print
-        # a header even when one process exists.
-        f"head -c {CMDLINE_PER_PROCESS + 1} /dev/null {pre}/proc/[0-9]*/cmdline 2>/dev/null"
-        f" | head -c {CMDLINE_CAP}",
+        "sec taskcmd",
+        f'[ -n "$C" ] && grep -a -z -H "" $C 2>/dev/null | head -c {TASKS_CAP} | {ESCAPE}',
     )
 
 
@@ -307,25 +319,29 @@ class _ProcessTable:
             return "the probe's process section is missing (output cut short)"
         if len(stat_body) >= STAT_CAP or len(cmd_body) >= CMDLINE_CAP:
             return "the process table was too large to read in full"
-        stats = parse_stats(stat_body, nonce)
+        stats = parse_stats(stat_body)
         if not stats:
             return "no process could be read from /proc"
-        cmds = parse_cmdlines(cmd_body, nonce)
-        # The probe's own `head` reading the command lines is in them: its argv is every
+        cmds = parse_cmdlines(cmd_body)
+        # The probe's own `grep` reading the command lines is in them: its argv is every
         # /proc/PID/cmdline path, most of the table's text on a host of many processes
         # (searched again by every stage), and cut on one of ~20k (which would make every
-        # "no match" unknown). It is never the job, and it is the only command line that
-        # holds this check's nonce path (fresh per check: no other process can know it).
-        own = nonce_path(nonce)
-        text = {pid: line for pid, line in cmds.text.items() if own not in line}
+        # "no match" unknown). It is never the job: it began after the stat scan (no stat
+        # line) with the probe's own argv. A process of that argv that has a stat line is
+        # another's, and stays.
+        text = {
+            pid: line
+            for pid, line in cmds.text.items()
+            if pid in stats or not line.startswith(_OWN_SCAN)
+        }
         cut = {pid for pid in cmds.cut if pid in text}
-        threads = parse_task_cmdlines(sections.get("taskcmd"), nonce)
+        threads = parse_task_cmdlines(sections.get("taskcmd"))
         for leader, line in threads.text.items():
             if not text.get(leader):
                 text[leader] = line
                 if leader in threads.cut:
                     cut.add(leader)
-        return cls(stats, text, frozenset(cut), parse_task_stats(sections.get("tasks"), nonce))
+        return cls(stats, text, frozenset(cut), parse_task_stats(sections.get("tasks")))
 
 
 def _describe(
@@ -450,6 +466,36 @@ def _matching(pattern: str, table: _ProcessTable) -> frozenset[int]:
     return pids
 
 
+def _unread(table: _ProcessTable, meta: Meta, excluded: frozenset[int]) -> list[int]:
+    """Live processes the stat scan shows, begun before this probe, whose command line the
+    cmdline scan (read before the stats) did not return at all (not even an empty one: a
+    process whose argv is all NULs still gives its pieces). Such a process was alive all
+    through the cmdline scan: it was not missed by a race with its exit. Kernel threads and
+    zombies have none; processes begun during the probe (its own among them) are not
+    counted. What remains was hidden from that read, or had just begun to exit.
+    """
+    if meta.uptime is None or not meta.clk_tck or meta.uptime_virtualised:
+        # No tick count of the probe's start to tell the processes begun during it by.
+        return []
+    # Whole ticks: a process forked in the tick the probe's clock was read in began after it
+    # as far as the tick count can tell.
+    began = int(meta.uptime * meta.clk_tck)
+    cmdlines = table.cmdlines
+    return sorted(
+        pid
+        for pid, st in table.stats.items()
+        if pid not in cmdlines
+        and st.state in ALIVE_STATES
+        and not st.kernel_thread
+        and st.starttime < began
+        and pid not in excluded
+    )
+
+
+def _pids(pids: list[int]) -> str:
+    return f"pid {pids[0]}" if len(pids) == 1 else f"{len(pids)} processes (pid {', '.join(map(str, pids[:4]))}…)"
+
+
 def _excluded(meta: Meta, stats: Mapping[int, ProcStat], exclude_pids: frozenset[int]) -> set[int]:
     """Never the probe itself, crosscheck, or their ancestors."""
     excluded = set(exclude_pids)
@@ -522,6 +568,16 @@ def read_process(
             " whether it is the job cannot be told",
             cut_pids=cut[:16],
         )
+    if not alive_pids and spec.pid is None:
+        unread = _unread(table, meta, excluded)
+        if unread:
+            # A live process the command-line scan did not show may be the job: "no match"
+            # is not known (a process is never taken for gone because one read missed it).
+            return unknown(
+                f"the command line of {_pids(unread)} could not be read although /proc shows"
+                " it alive since before this check: whether it is the job cannot be told",
+                unread_pids=unread[:16],
+            )
     launched = launched_pid is not None and (spec.pid == launched_pid or launched_pid in found.candidates)
     seen_here = memory.last_seen is not None and memory.seen_view == meta.view
     if not alive_pids and meta.hidden and spec.scope == "host" and not seen_here and not launched:

@@ -1,8 +1,9 @@
 """The /proc records the process signal reads, and their framing.
 
-``head`` names each file it prints (``==> NAME <==``) and every NAME carries this check's
-:func:`~sensors._base.probe.nonce_path`, so no byte a process controls (argv, or a comm holding a
-newline) can start or end a record. Parsers here are pure functions of the probe's output.
+The framing of each record needs no secret (see ``table_lines`` in the process signal): a
+stat record is cut at ``head``'s ``==> /proc/PID/stat <==`` headers, which the 15 bytes of a
+comm cannot hold; a command line comes as ``grep -z -H``'s ``/proc/PID/cmdline:ARG`` pieces,
+each ended by a NUL that no argument holds. Parsers here are pure functions of the output.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from sensors._base.probe import Meta, nonce_path
+from sensors._base.probe import Meta
 
 #: Caps on what one section may carry back (bytes). Sized for hosts with ~20k processes.
 STAT_CAP = 16 * 1024 * 1024
@@ -23,6 +24,10 @@ STAT_CAP = 16 * 1024 * 1024
 CMDLINE_PER_PROCESS = 2 * 1024 * 1024
 CMDLINE_CAP = 64 * 1024 * 1024
 TASKS_CAP = 4 * 1024 * 1024
+
+
+#: PF_KTHREAD (include/linux/sched.h): the process is a kernel thread.
+_PF_KTHREAD = 0x00200000
 
 
 class ProcStat(NamedTuple):
@@ -40,6 +45,12 @@ class ProcStat(NamedTuple):
     stime: int
     num_threads: int
     starttime: int
+    #: The kernel's per-process flags (PF_*): a kernel thread has no command line.
+    flags: int = 0
+
+    @property
+    def kernel_thread(self) -> bool:
+        return bool(self.flags & _PF_KTHREAD)
 
 
 def parse_stat_line(line: str) -> ProcStat | None:
@@ -60,25 +71,22 @@ def parse_stat_line(line: str) -> ProcStat | None:
             int(fields[12]),  # stime
             int(fields[17]),  # num_threads
             int(fields[19]),  # starttime
+            int(fields[6]),  # flags
         )
     except (ValueError, IndexError):
         return None
 
 
-def _records(body: bytes | None, nonce: str, name: str) -> Iterator[tuple[int, bytes]]:
+def _records(body: bytes | None, name: str) -> Iterator[tuple[int, bytes]]:
     """(PID, raw bytes) for each ``/proc/PID/NAME`` (or ``/proc/PID/task/TID/NAME``) file in
-    ``head`` output whose header carries this check's :func:`nonce_path`.
+    ``head`` output (used for the stat files only: their text a process controls, its comm,
+    is too short to hold a header).
 
     head writes ``\\n==> FILE <==\\n`` before every file but the first (``/dev/null``), so a
-    record is exactly the bytes between two such headers. Headers without the prefix are
-    content: a process cannot end its record early or start another one.
+    record is exactly the bytes between two such headers. A piece whose start is not a
+    header's rest is content: it goes back into the record before it.
     """
-    # A header is "\n==> " PREFIX "/proc/" PID ["/task/" TID] "/" NAME " <==\n": the body is
-    # split at the fixed start (one C-level pass), the rest matched by a pattern compiled
-    # once per NAME (the prefix changes every check; compiling it in would cost a compile
-    # per check). A piece whose start is not a header's rest is content: it goes back
-    # into the record before it, with the bytes it was split at.
-    lead = b"\n==> " + nonce_path(nonce).encode() + b"/proc/"
+    lead = b"\n==> /proc/"
     rest = _header_rest(name)
     pieces = (b"\n" + (body or b"")).split(lead)
     pid: int | None = None
@@ -100,9 +108,37 @@ def _header_rest(name: str) -> re.Pattern[bytes]:
     return re.compile(rb"(\d+)(?:/task/\d+)?/" + re.escape(name.encode()) + rb" <==\n")
 
 
-def parse_stats(body: bytes | None, nonce: str) -> dict[int, ProcStat]:
+_PIECE = re.compile(rb"/proc/(\d+)/(?:task/\d+/)?cmdline:")
+
+
+def _argv_records(body: bytes | None) -> Iterator[tuple[int, bytes]]:
+    """(PID, raw command line) from ``grep -a -z -H ""`` over ``/proc/*/cmdline`` files.
+
+    Each argument comes as ``/proc/PID/cmdline:ARG`` and a NUL (an empty file gives nothing;
+    grep ends a last argument that has no NUL with one). An argument holds no NUL, so each
+    piece is named by the file it came from, whatever its bytes. A piece that is not one (the
+    cap cut it) ends the reading. Threads of one leader come one after another: a file's
+    pieces are consecutive, and a record is every piece of one file.
+    """
+    pid: int | None = None
+    name = b""
+    args: list[bytes] = []
+    for piece in (body or b"").split(b"\0")[:-1]:
+        m = _PIECE.match(piece)
+        if m is None:
+            break
+        if m.group(0) != name:
+            if pid is not None:
+                yield pid, b"\0".join(args) + b"\0"
+            pid, name, args = int(m.group(1)), m.group(0), []
+        args.append(piece[m.end() :])
+    if pid is not None:
+        yield pid, b"\0".join(args) + b"\0"
+
+
+def parse_stats(body: bytes | None) -> dict[int, ProcStat]:
     stats: dict[int, ProcStat] = {}
-    for pid, raw in _records(body, nonce, "stat"):
+    for pid, raw in _records(body, "stat"):
         st = _stat_of(raw)
         if st is not None and st.pid == pid:
             stats[pid] = st
@@ -126,10 +162,10 @@ def _stat_of(raw: bytes) -> ProcStat | None:
     return st  # type: ignore[return-value]
 
 
-def parse_task_stats(body: bytes | None, nonce: str) -> dict[int, list[ProcStat]]:
+def parse_task_stats(body: bytes | None) -> dict[int, list[ProcStat]]:
     """Leader PID → its threads' stat (read for zombie leaders that still have threads)."""
     tasks: dict[int, list[ProcStat]] = {}
-    for leader, raw in _records(body, nonce, "stat"):
+    for leader, raw in _records(body, "stat"):
         st = parse_stat_line(raw.decode("utf-8", "replace").rstrip("\n"))
         if st is not None:
             tasks.setdefault(leader, []).append(st)
@@ -152,10 +188,10 @@ class Cmdlines:
     cut: frozenset[int]
 
 
-def parse_cmdlines(body: bytes | None, nonce: str) -> Cmdlines:
+def parse_cmdlines(body: bytes | None) -> Cmdlines:
     text: dict[int, str] = {}
     cut: set[int] = set()
-    for pid, raw in _records(body, nonce, "cmdline"):
+    for pid, raw in _argv_records(body):
         if len(raw) > CMDLINE_PER_PROCESS:
             cut.add(pid)
             raw = raw[:CMDLINE_PER_PROCESS]
@@ -163,11 +199,11 @@ def parse_cmdlines(body: bytes | None, nonce: str) -> Cmdlines:
     return Cmdlines(text, frozenset(cut))
 
 
-def parse_task_cmdlines(body: bytes | None, nonce: str) -> Cmdlines:
+def parse_task_cmdlines(body: bytes | None) -> Cmdlines:
     """Leader PID → the command line its threads show (for zombie leaders with live threads)."""
     text: dict[int, str] = {}
     cut: set[int] = set()
-    for leader, raw in _records(body, nonce, "cmdline"):
+    for leader, raw in _argv_records(body):
         if len(raw) > CMDLINE_PER_PROCESS:
             cut.add(leader)
             raw = raw[:CMDLINE_PER_PROCESS]

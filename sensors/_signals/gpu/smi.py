@@ -28,16 +28,18 @@ _QUERY_APPS = "gpu_uuid,pid,process_name,used_memory"
 
 
 def _smi_snippet(query: str) -> str:
-    # stdout goes straight out; stderr lines are tagged "@@stderr " (limited); "@@exit N"
-    # closes the section, so a truncated section is recognisable. TZ=UTC makes the
+    # stdout lines are tagged "|" (process names are job text: no line of it can pass for
+    # a marker or a section header), and "@@exit N" with them, last: the one that ends the
+    # tagged lines closes the section, so a truncated section is recognisable. stderr lines
+    # are tagged "@@stderr " (limited). TZ=UTC makes the
     # timestamp column parseable without knowing the host's zone. `timeout` (coreutils,
     # busybox) keeps a hung driver from eating the whole probe's deadline.
     return (
         "if command -v nvidia-smi >/dev/null 2>&1; then\n"
         "  __cc_t=; command -v timeout >/dev/null 2>&1 && __cc_t='timeout 20'\n"
-        "  { { LC_ALL=C TZ=UTC $__cc_t nvidia-smi "
+        "  { { { LC_ALL=C TZ=UTC $__cc_t nvidia-smi "
         f"{query} --format=csv,noheader,nounits; "
-        'echo "@@exit $?"; } 2>&1 1>&3 3>&- '
+        'echo "@@exit $?"; } | sed \'s/^/|/\'; } 2>&1 1>&3 3>&- '
         f"| head -c {STDERR_LIMIT} | sed 's/^/@@stderr /'; }} 3>&1 | head -c {SMI_LIMIT}\n"
         "else\n"
         "  echo '@@missing nvidia-smi'\n"
@@ -72,9 +74,13 @@ def _split_smi(raw: bytes, what: str) -> list[str]:
     if any(ln.startswith("@@missing nvidia-smi") for ln in lines):
         raise _Garbled("nvidia-smi not found on the host (no NVIDIA driver?)")
     stderr = [ln[len("@@stderr ") :] for ln in lines if ln.startswith("@@stderr ")]
-    exits = [ln for ln in lines if ln.startswith("@@exit ")]
-    body = [ln for ln in lines if not ln.startswith("@@")]
-    if not exits:
+    if any(ln[:1] not in ("|", "@") for ln in lines):
+        raise _Garbled(f"nvidia-smi {what}: a line neither output nor marker")
+    tagged = [ln[1:] for ln in lines if ln.startswith("|")]
+    # Only the last tagged line is the exit's: one before it is output (a process name
+    # may hold a newline and anything after it).
+    exits, body = tagged[-1:], tagged[:-1]
+    if not exits or not exits[0].startswith("@@exit "):
         raise _Garbled(f"nvidia-smi {what}: output truncated or cut off (no exit status)")
     rc = exits[-1].split()[-1]
     if rc != "0":
