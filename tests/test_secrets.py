@@ -214,12 +214,15 @@ def _idle_stage(tmp_path: Path, name: str) -> Path:
 @pytest.mark.parametrize(
     ("state", "says"),
     [
-        (f"postgresq://u:{DBPW}@db.example/x", "unknown state store scheme 'postgresq'"),
-        (f"postgresql+asyncpg://u:{DBPW}@db.example/x", "unknown state store scheme 'postgresql+asyncpg'"),
-        (f"mysql://u:{DBPW}@db/x", "unknown state store scheme 'mysql'"),
+        (f"postgresq://u:{DBPW}@db.example/x", "unknown store location (scheme 'postgresq'"),
+        (
+            f"postgresql+asyncpg://u:{DBPW}@db.example/x",
+            "unknown store location (scheme 'postgresql+asyncpg'",
+        ),
+        (f"mysql://u:{DBPW}@db/x", "unknown store location (scheme 'mysql'"),
         (f"postgres://u:{DBPW}@127.0.0.1:abc/x", "not a PostgreSQL URL"),
         (f"postgresql://u:{DBPW}@127.0.0.1:5x2/x", "not a PostgreSQL URL"),
-        (f"postgresq://u:pa/ss{DBPW}@db/x", "unknown state store scheme 'postgresq'"),
+        (f"postgresq://u:pa/ss{DBPW}@db/x", "unknown store location (scheme 'postgresq'"),
     ],
 )
 def test_a_bad_state_location_is_one_line_exit_2_with_the_password_masked(
@@ -358,7 +361,7 @@ def test_a_launched_commands_secrets_reach_no_output(tmp_path: Path) -> None:
             timeout=120,
         )
         doc = json.loads(status.stdout.splitlines()[0])
-        assert "--hf-token ***" in doc["signals"]["process"]["evidence"]["cmdline"], doc  # the job was read
+        assert "--hf-token ***" in json.dumps(doc["signals"]["process"]["evidence"]), doc  # the job was read
         seen["status --json"] = status.stdout + status.stderr
         serve_dir = tmp_path / "serve"
         serve_dir.mkdir()
@@ -396,3 +399,51 @@ def test_a_launched_commands_secrets_reach_no_output(tmp_path: Path) -> None:
                 assert secret not in text, f"{secret!r} in {where}"
     finally:
         os.killpg(record["pid"], signal.SIGKILL)
+
+
+def test_a_hand_off_request_and_a_stored_verdict_keep_no_secret(tmp_path: Path) -> None:
+    """The hand-off request (written to the store) carries the stage and the run record;
+    the store's rows a person is shown pass through the store's own redaction."""
+    from sensors._base.run import Run, launch_record
+    from sensors._config.stage import stage_from_dict
+    from sensors._store import open_store
+    from sensors._store.base import StageKey
+    from sensors._watch.handoff import request_for
+
+    command = ["python", "t.py", "--hf-token", HF, f"PGPASSWORD={PG}", "--tokenizer", "/shared/kimi"]
+    stage = stage_from_dict(
+        {
+            "stage": "handed",
+            "host": "local",
+            "process": {"match": "t.py"},
+            "launch": {"command": command, "log": str(tmp_path / "x.log")},
+        }
+    )
+    run = launch_record("handed", "local", Run(source="launch", pid=1), log=None, command=command, cwd=None)
+    request = request_for(stage, reference=None, since=None, run=run)
+    assert request["stage"]["launch"]["command"] == [
+        "python",
+        "t.py",
+        "--hf-token",
+        "***",
+        "PGPASSWORD=***",
+        "--tokenizer",
+        "/shared/kimi",
+    ]
+    assert stage_from_dict(request["stage"]).stage == "handed"  # the watcher still reads it
+    text = json.dumps(request)
+    assert HF not in text and PG not in text and "/shared/kimi" in text
+    db = tmp_path / "rows.db"
+    with open_store(str(db)) as store:
+        verdict = {
+            "stage": "handed",
+            "verdict": "working",
+            "reasons": [f"saw --hf-token {HF} PGPASSWORD={PG}"],
+        }
+        store.save(
+            StageKey("handed", "local"), memory="{}", fingerprint={}, verdict=verdict, version=1, changed=True
+        )
+        shown = [entry.verdict for entry in store.history("handed")]
+    assert shown and shown[-1]["reasons"] == ["saw --hf-token *** PGPASSWORD=***"]
+    raw = b"".join(p.read_bytes() for p in tmp_path.glob("rows.db*"))
+    assert HF.encode() not in raw and PG.encode() not in raw

@@ -121,8 +121,8 @@ def open_store(
             return SQLiteStore(None, retention=retention)
     elif scheme:
         raise ConfigError(
-            f"{_shown(where)}: unknown state store scheme {inert(scheme, 40)!r}"
-            " (a path, sqlite:///PATH or postgresql://...)"
+            f"{_shown(where)}: unknown store location (scheme {inert(scheme, 40)!r}; a path,"
+            " sqlite:///PATH or postgresql://...)"
         )
     if where == ":memory:":
         return SQLiteStore(None, retention=retention)
