@@ -205,7 +205,7 @@ def launch_stage(stage: Stage, force: bool = False, state: str | None = None) ->
         stage.host_name,
         launched,
         log=log_path,
-        command=" ".join(stage.launch.command),
+        command=stage.launch.command,
         cwd=stage.launch.cwd,
     )
     get_run_logger().info("%s: launched on %s as PID %d, log %s", stage.stage, stage.host_name, pid, log_path)
@@ -251,7 +251,7 @@ def _live_launch(stage: Stage, host: Any, state: str | None) -> dict[str, Any] |
         stage.host_name,
         run,
         log=stage.launch.log or (stage.log.path if stage.log else None),
-        command=" ".join(stage.launch.command),
+        command=stage.launch.command,
         cwd=stage.launch.cwd,
     )
     return {**record, "existing": True}

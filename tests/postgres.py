@@ -68,7 +68,10 @@ def _free_port() -> int:
 class Postgres:
     """One throwaway cluster; see the module docstring."""
 
-    def __init__(self, *, fsync: bool = False) -> None:
+    def __init__(self, *, fsync: bool = False, password: str | None = None) -> None:
+        # With a password, the cluster asks every connection for it (scram-sha-256) instead
+        # of trusting it: a test can tell that a password was given, and where from.
+        self.password = password
         self.bin = pg_bin()
         assert self.bin is not None, why_unavailable()
         self.root = Path(tempfile.mkdtemp(prefix="crosscheck-pg-"))
@@ -90,9 +93,14 @@ class Postgres:
         )
 
     def start(self) -> None:
-        done = self._run(
-            str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "crosscheck", "-N"
-        )
+        auth = ["-A", "trust"]
+        if self.password is not None:
+            pwfile = self.root / "pwfile"
+            pwfile.write_text(self.password + "\n")
+            if self._as:
+                shutil.chown(pwfile, "postgres")
+            auth = ["-A", "scram-sha-256", f"--pwfile={pwfile}"]
+        done = self._run(str(self.bin / "initdb"), "-D", str(self.data), *auth, "-U", "crosscheck", "-N")
         if done.returncode != 0:
             raise RuntimeError(f"initdb failed: {done.stderr.strip() or done.stdout.strip()}")
         done = self._run(
@@ -119,7 +127,9 @@ class Postgres:
         import psycopg
 
         name = f"t{next(self._names)}"
-        with psycopg.connect(host="127.0.0.1", port=self.port, user="crosscheck", dbname="postgres") as conn:
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user="crosscheck", dbname="postgres", password=self.password
+        ) as conn:
             conn.autocommit = True
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)

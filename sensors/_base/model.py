@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from sensors._base.text import redact
+from sensors._base.text import redact, redact_deep
 
 SIGNALS = ("process", "log", "outputs", "gpu")
 
@@ -54,39 +54,11 @@ def _freeze(evidence: Mapping[str, Any] | None) -> Mapping[str, Any]:
         elif type(value) is str:
             frozen[key] = redact(value)
         else:
-            frozen[key] = _redacted(value)
+            frozen[key] = redact_deep(value)
     return MappingProxyType(frozen)
 
 
 _SCALARS = frozenset({int, float, bool})
-
-
-def _redacted(value: Any) -> Any:
-    """``value`` with every string in it redacted (:func:`sensors._base.text.redact`).
-
-    Evidence carries job text (command lines, log lines): redacting it here, where every
-    reading is made, covers every output built from readings — ``--json``, events,
-    artifacts, notifications — whatever signal or host produced it.
-    """
-    kind = type(value)
-    if kind is str:
-        return redact(value)
-    if value is None or kind in _SCALARS:
-        return value  # most evidence values: no text, and no ABC check (Mapping) to pay for
-    # Scalars inline: a process entry or progress dict is mostly numbers.
-    if kind is dict:
-        return {k: v if v is None or type(v) in _SCALARS else _redacted(v) for k, v in value.items()}
-    if kind is list:
-        return [v if v is None or type(v) in _SCALARS else _redacted(v) for v in value]
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, Mapping):
-        return {k: _redacted(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redacted(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_redacted(v) for v in value)
-    return value
 
 
 @dataclass(frozen=True)

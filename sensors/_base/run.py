@@ -22,11 +22,12 @@ import functools
 import re
 import shlex
 import signal as _signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from sensors._base.schema import parse_duration
+from sensors._base.text import redact, redact_command
 
 #: Bytes compared at a remembered offset to tell "appended to" from "rewritten".
 FINGERPRINT_BYTES = 64
@@ -306,16 +307,20 @@ def parse_launch_mark(output: bytes, *, pid: int | None = None) -> Run:
 
 
 def launch_record(
-    stage: str, host: str, run: Run, *, log: str | None, command: str, cwd: str | None
+    stage: str, host: str, run: Run, *, log: str | None, command: Sequence[str] | str, cwd: str | None
 ) -> dict[str, Any]:
     """A launched run as ``launch_stage`` returns it (and a gate or the watcher is given it):
-    the one place its keys are written; :func:`run_from_record` reads it back."""
+    the one place its keys are written; :func:`run_from_record` reads it back.
+
+    ``command`` (the launch words, or a line) is kept redacted: the record is a task's
+    return value, an artifact, a hand-off request in the state store.
+    """
     return {
         "stage": stage,
         "host": host,
         "pid": run.pid,
         "log": log,
-        "command": command,
+        "command": redact(command) if isinstance(command, str) else redact_command(command),
         "cwd": cwd or "",
         "exit_file": run.exit_file,
         "run": {

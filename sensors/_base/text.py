@@ -20,46 +20,122 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Any
 
-__all__ = ["REDACTED", "inert", "markdown_escape", "redact", "redaction_shared", "slack_code"]
+__all__ = [
+    "REDACTED",
+    "inert",
+    "markdown_escape",
+    "redact",
+    "redact_argv",
+    "redact_command",
+    "redact_deep",
+    "redaction_shared",
+    "slack_code",
+]
 
 REDACTED = "***"
 
 # Words that name a secret when they end a flag or variable name (``--hf-token``,
-# ``AWS_SECRET_ACCESS_KEY``). Matched against the name's last segment(s), so ``--max-tokens``,
-# ``--tokenizer`` and ``--pad-token-id`` stay as they are.
+# ``AWS_SECRET_ACCESS_KEY``, ``PGPASSWORD``). The rule is on the name's last word, never on a
+# word anywhere in it: ``--max-tokens``, ``--tokenizer``, ``--pad-token-id`` and
+# ``--keys-file`` stay as they are.
 _SECRET_LAST = frozenset(
     {
         "token",
         "password",
         "passwd",
+        "pass",
         "pwd",
         "passphrase",
         "secret",
         "apikey",
+        "accesskey",
+        "secretkey",
+        "privatekey",
         "credential",
         "credentials",
         "auth",
     }
 )
-_KEY_QUALIFIERS = frozenset({"api", "access", "secret", "private", "signing", "encryption", "master"})
+# Endings that make a secret of a last word written in one piece (``PGPASSWORD``,
+# ``HFTOKEN``, ``clientsecret``, ``openaiapikey``); the words above but the short ones
+# (``pass``, ``pwd``, ``auth``, ``key``), which end too many ordinary words (bypass, oauth).
+_SECRET_ENDINGS = (
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "token",
+    "apikey",
+    "credentials",
+    "credential",
+)
+# ``key`` is a secret's name only after one of these (``--api-key``, ``AWS_ACCESS_KEY``):
+# ``--sort-key``, ``--cache-key`` and ``--primary-key`` are not.
+_KEY_QUALIFIERS = frozenset(
+    {
+        "api",
+        "access",
+        "secret",
+        "private",
+        "signing",
+        "encryption",
+        "master",
+        "client",
+        "auth",
+        "license",
+        "session",
+        "account",
+        "service",
+        "subscription",
+        "app",
+        "admin",
+        "deploy",
+    }
+)
+# A ``token`` after these is a vocabulary token or a count (``--eos-token </s>``,
+# ``--max-token 512``), not a credential.
+_NOT_CREDENTIAL_TOKEN = frozenset(
+    {"bos", "eos", "pad", "unk", "sep", "cls", "mask", "special", "start", "end", "stop", "eot", "sos"}
+    | {"begin", "image", "max", "min", "num", "n", "per", "total", "first", "last", "next", "new"}
+)
+# A ``pass`` after these is a pass over the data (``--two-pass``, ``--dry-pass``).
+_NOT_CREDENTIAL_PASS = frozenset(
+    {"one", "two", "three", "single", "multi", "first", "second", "third", "final", "by", "dry", "forward"}
+    | {"backward", "no", "skip", "extra"}
+)
 
-# A flag (-x, --name) or an environment-style name, and what separates it from its value:
-# ``--name=v``, ``--name v`` (not when the next word is itself a flag) or ``NAME=v``. Only
-# the name is matched: its value is consumed only when the name is a secret's, so the value
-# of an ordinary flag (``--verbose HF_TOKEN=x``) is still scanned. Names are at most 64
-# characters, quoted values at most 256: bounded work per position.
+# A flag (-x, --name), an environment-style name, or a JSON/YAML key, and what separates it
+# from its value: ``--name=v``, ``--name v`` (not when the next word is itself a flag),
+# ``NAME=v``, ``"name": "v"``, ``name: v``. Only the name is matched: its value is consumed
+# only when the name is a secret's, so the value of an ordinary flag (``--verbose
+# HF_TOKEN=x``) is still scanned. Names are at most 64 characters, quoted values at most
+# 256: bounded work per position.
 _NAME = re.compile(
-    r"(?<![\w.\-])(?:(?P<flag>--?[A-Za-z][\w.\-]{0,63})(?P<fsep>=|[ \t]+(?!-))|(?P<env>[A-Za-z_]\w{0,63})=)"
+    r"(?<![\w.\-])(?:(?P<flag>--?[A-Za-z][\w.\-]{0,63})(?P<fsep>=|[ \t]+(?!-))|(?P<env>[A-Za-z_]\w{0,63})="
+    r"|(?P<q>[\"']?)(?P<key>[A-Za-z_][\w.\-]{0,63})(?P=q)[ \t]{0,8}:(?!//)[ \t]{0,8})"
 )
 _VALUE = re.compile(r"\"[^\"\n]{0,256}\"|'[^'\n]{0,256}'|\S+")
-# scheme://user:password@host → scheme://user:***@host
-_URL_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]{0,31}://[^\s:/@]{0,256}:)[^\s/@]{1,256}@")
+# A JSON/YAML value ends at a comma, a closing brace or bracket as well as at a space.
+_KEY_VALUE = re.compile(r"\"[^\"\n]{0,256}\"|'[^'\n]{0,256}'|[^\s,;}\]\"']+")
+# scheme://user:password@host → scheme://user:***@host. The password runs to the last ``@``
+# of the authority (a password may hold ``@``).
+_URL_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]{0,31}://[^\s:/@]{0,256}:)[^\s/?#]{1,256}@")
+# An HTTP Authorization header (``Authorization: Bearer x``, ``authorization=Basic x``): its
+# scheme is kept, its credential hidden. ``Bearer x`` anywhere else: a token of 8 characters
+# or more after it.
+_AUTH_HEADER = re.compile(
+    r"(?P<head>\b[Aa][Uu][Tt][Hh][Oo][Rr][Ii][Zz][Aa][Tt][Ii][Oo][Nn][\"']?[ \t]{0,8}[:=][ \t]{0,8}[\"']?"
+    r"(?:[A-Za-z][\w\-]{0,15}[ \t]{1,8})?)[^\s\"']{1,4096}"
+)
+_BEARER = re.compile(r"(?P<head>\b[Bb]earer[ \t]{1,8})[A-Za-z0-9._~+/\-]{8,4096}=*")
 # Token shapes that are secrets wherever they appear; the prefix is kept.
 _TOKEN_SHAPES = re.compile(
-    r"(?<![A-Za-z0-9])(?P<prefix>hf_|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|sk-(?:ant-|proj-)?)"
+    r"(?<![A-Za-z0-9])(?P<prefix>hf_|api_org_|pnu_|pnb_|gh[pousr]_|github_pat_|glpat-|gldt-|glrt-|xox[abposr]-"
+    r"|xapp-|sk-(?:ant-|proj-)?|[sr]k_(?:live|test)_|npm_|pypi-|dop_v1_|shpat_|AIza)"
     r"[A-Za-z0-9_\-]{16,}"
     r"|(?<![A-Za-z0-9])(?P<aws>(?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Za-z0-9])"
     r"|(?P<slack>https://hooks\.slack\.com/)\S+"
@@ -68,13 +144,26 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SEGMENTS = re.compile(r"[-_.]+")
 
 
-def _is_secret_name(name: str) -> bool:
+def _is_secret_name(name: str, *, flag: bool = True) -> bool:
+    """Whether ``name`` (a flag, a variable, a key) names a secret, by its last word."""
     parts = [p for p in _SEGMENTS.split(_CAMEL.sub("_", name.lstrip("-")).lower()) if p]
     if not parts:
         return False
-    if parts[-1] in _SECRET_LAST:
+    last, before = parts[-1], (parts[-2] if len(parts) > 1 else "")
+    if last in _SECRET_LAST:
+        if last == "token":
+            return before not in _NOT_CREDENTIAL_TOKEN
+        if last == "pass":
+            return before not in _NOT_CREDENTIAL_PASS
+        if last == "pwd":  # PWD alone is the working directory; MYSQL_PWD and --pwd are not
+            return flag or bool(before)
         return True
-    return parts[-1] == "key" and len(parts) > 1 and parts[-2] in _KEY_QUALIFIERS
+    if last == "key":
+        return before in _KEY_QUALIFIERS
+    for ending in _SECRET_ENDINGS:
+        if last.endswith(ending):
+            return ending != "token" or last[: -len(ending)] not in _NOT_CREDENTIAL_TOKEN
+    return False
 
 
 def _assignments(text: str) -> str:
@@ -82,15 +171,27 @@ def _assignments(text: str) -> str:
     pos = 0
     while (m := _NAME.search(text, pos)) is not None:
         # The name first: matching the value of every ``a=b`` would make ``=a=a=a…`` quadratic.
-        value = _VALUE.match(text, m.end()) if _is_secret_name(m.group("flag") or m.group("env")) else None
+        key = m.group("key")
+        if key is not None:
+            value = _KEY_VALUE.match(text, m.end()) if _is_secret_name(key, flag=False) else None
+        elif m.group("flag"):
+            value = _VALUE.match(text, m.end()) if _is_secret_name(m.group("flag")) else None
+        else:
+            value = _VALUE.match(text, m.end()) if _is_secret_name(m.group("env"), flag=False) else None
         if value is None:
             out.append(text[pos : m.end()])
             pos = m.end()
             continue
-        out.append(text[pos : m.end()] + REDACTED)
+        # A JSON/YAML value keeps its quotes (the document still reads as one).
+        quote = value.group(0)[0] if key is not None and value.group(0)[:1] in ("'", '"') else ""
+        out.append(text[pos : m.end()] + quote + REDACTED + quote)
         pos = value.end()
     out.append(text[pos:])
     return "".join(out)
+
+
+def _kept_head(m: re.Match[str]) -> str:
+    return m.group("head") + REDACTED
 
 
 def _token(m: re.Match[str]) -> str:
@@ -133,6 +234,83 @@ def redact(text: str) -> str:
     return redacted
 
 
+_ARG_ASSIGNMENT = re.compile(r"(?P<name>--?[A-Za-z][\w.\-]{0,63}|[A-Za-z_]\w{0,63})=")
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """A command's words with each secret value hidden whole, spaces included.
+
+    Knowing where each word ends, ``["--db-password", "two words"]`` and
+    ``["PGPASSWORD=two words"]`` show no part of the password (:func:`redact` of the joined
+    line could only hide its first word); a word after ``Bearer`` is hidden too, and every
+    word is redacted as any text is.
+
+    Example:
+        >>> redact_argv(["env", "PGPASSWORD=a b", "t.py", "--db-password", "c d", "--tokenizer", "/x"])
+        ['env', 'PGPASSWORD=***', 't.py', '--db-password', '***', '--tokenizer', '/x']
+    """
+    words: list[str] = []
+    hide_next = False
+    for item in argv:
+        word = str(item)
+        if hide_next and not word.startswith("-"):
+            words.append(REDACTED)
+            hide_next = False
+            continue
+        m = _ARG_ASSIGNMENT.match(word)
+        if m is not None and _is_secret_name(m.group("name"), flag=word.startswith("-")):
+            words.append(word[: m.end()] + REDACTED)
+            hide_next = False
+            continue
+        hide_next = (word.startswith("-") and "=" not in word and _is_secret_name(word)) or word in (
+            "Bearer",
+            "bearer",
+        )
+        words.append(redact(word))
+    return words
+
+
+def redact_command(argv: Sequence[str]) -> str:
+    """A command line (its words as given) as one redacted line, for every output: the words
+    of :func:`redact_argv`, joined, then redacted as any text is (a header split over words).
+
+    Example:
+        >>> redact_command(["curl", "-H", "Authorization:", "Basic", "dXNlcjpwYXNz", "--max-tokens", "5"])
+        'curl -H Authorization: Basic *** --max-tokens 5'
+    """
+    return redact(" ".join(redact_argv(argv)))
+
+
+def redact_deep(value: Any) -> Any:
+    """``value`` with every string in it (keys kept) redacted by :func:`redact`: a JSON document.
+
+    The chokepoint for documents that leave crosscheck (the state store's rows, event
+    payloads, a launch record): whatever built them, no secret shape survives.
+    """
+    kind = type(value)
+    if kind is str:
+        return redact(value)
+    if value is None or kind in _SCALARS:
+        return value  # most values: no text, and no ABC check (Mapping) to pay for
+    # Scalars inline: a process entry or progress dict is mostly numbers.
+    if kind is dict:
+        return {k: v if v is None or type(v) in _SCALARS else redact_deep(v) for k, v in value.items()}
+    if kind is list:
+        return [v if v is None or type(v) in _SCALARS else redact_deep(v) for v in value]
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {k: redact_deep(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_deep(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(redact_deep(v) for v in value)
+    return value
+
+
+_SCALARS = frozenset({int, float, bool})
+
+
 #: Text :func:`redact` found nothing in, remembered across checks: a watch meets the same
 #: paths, command lines and reasons at every check. Only text with nothing to redact is
 #: kept, so no secret outlives the check that read it; bounded in entries and length.
@@ -146,9 +324,20 @@ def _inert_to_redaction(text: str) -> bool:
 
     Every secret shape needs one of these: ``://`` (a URL's password, a Slack webhook) has
     ``:``; a secret flag starts with ``-`` and an assignment has ``=``; the token prefixes
-    hold ``_`` or ``-``; the AWS key ids start with ``AKIA`` or ``ASIA``.
+    hold ``_`` or ``-`` (but Google's ``AIza``); the AWS key ids start with ``AKIA`` or
+    ``ASIA``; a JSON/YAML key and an Authorization header have ``:`` or ``=``; a bare bearer
+    token follows ``Bearer``.
     """
-    return not ("-" in text or "=" in text or "_" in text or ":" in text or "AKIA" in text or "ASIA" in text)
+    return not (
+        "-" in text
+        or "=" in text
+        or "_" in text
+        or ":" in text
+        or "AKIA" in text
+        or "ASIA" in text
+        or "earer" in text
+        or "AIza" in text
+    )
 
 
 def _redact(text: str) -> str:
@@ -157,9 +346,13 @@ def _redact(text: str) -> str:
     # anew each time, and most text needs one pass or none.
     if "://" in text:
         text = _URL_USERINFO.sub(lambda m: m.group("head") + REDACTED + "@", text)
-    if "-" in text or "=" in text:
+    if (":" in text or "=" in text) and ("uthori" in text or "UTHORI" in text):
+        text = _AUTH_HEADER.sub(_kept_head, text)
+    if "earer" in text:
+        text = _BEARER.sub(_kept_head, text)
+    if "-" in text or "=" in text or ":" in text:
         text = _assignments(text)
-    if "_" in text or "-" in text or "://" in text or "AKIA" in text or "ASIA" in text:
+    if "_" in text or "-" in text or "://" in text or "AKIA" in text or "ASIA" in text or "AIza" in text:
         text = _TOKEN_SHAPES.sub(_token, text)
     return text
 

@@ -248,7 +248,8 @@ SINCE_HELP = (
 STATE_HELP = (
     "the state store that keeps each stage's memory across restarts: a SQLite file or a"
     " postgresql:// URL (default: $CROSSCHECK_STATE, else $XDG_STATE_HOME/crosscheck/state.db);"
-    " 'none' keeps memory in this process only"
+    " 'none' keeps memory in this process only. Keep a password out of the URL (ps shows it):"
+    " postgresql://USER@HOST/DB takes it from $PGPASSWORD or ~/.pgpass ($PGPASSFILE)"
 )
 
 

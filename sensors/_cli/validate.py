@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from sensors._base.errors import ConfigError
 from sensors._base.regex import BacktrackingRegexWarning, compile_user_regex
-from sensors._base.text import inert
+from sensors._base.text import inert, redact_command
 from sensors._config.stage import Stage, load_stage
 
 __all__ = ["Explained", "describe", "explain_files", "warnings_of"]
@@ -177,7 +177,7 @@ def describe(stage: Stage) -> list[tuple[str, str]]:
         where = f" in {la.cwd}" if la.cwd else ""
         log = la.log or (lg.path if lg is not None else None)
         output = f", output to {log}" if log else ""
-        parts.append(("launch", f"{' '.join(la.command)}{where}, detached on the host{output}"))
+        parts.append(("launch", f"{redact_command(la.command)}{where}, detached on the host{output}"))
     return [(part, inert(text)) for part, text in parts]
 
 

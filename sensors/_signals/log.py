@@ -1251,15 +1251,17 @@ def _scan_log(
         if end <= run_from or (begun_before and whole and complete_rx.search(segment)):
             # Ended before this run's first byte: a completion line is noted, never counted.
             if whole and complete_rx.search(segment):
-                earlier, earlier_end = segment, end
+                earlier, earlier_end = redact(segment), end
             elif earlier_end is not None:
                 earlier_end = -1  # text after it: it is not the last line
             continue
         if whole and complete_rx.search(segment):
-            complete_line, complete_end = segment, end
+            # Lines kept are kept redacted (the memory is stored), and compared as kept: the
+            # same line redacts the same way at every check.
+            complete_line, complete_end = redact(segment), end
             error_line, followed_by = None, None  # errors before the completion line were survived
         elif whole and error_rx and error_rx.search(clean):
-            error_line = clean
+            error_line = redact(clean)
         elif complete_line is not None and (complete_end is None or end > complete_end):
             if progress_rx is not None and any(
                 progress_rx.named_groups(part.strip()) is not None for part in clean.split("\r")

@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 from sensors._base.errors import ConfigError
+from sensors._base.text import REDACTED, inert, redact
 from sensors._store.base import (
     DEFAULT_RETENTION,
     SCHEMA_VERSION,
@@ -119,12 +120,33 @@ def open_store(
         if not where or where == ":memory:":
             return SQLiteStore(None, retention=retention)
     elif scheme:
-        raise ConfigError(f"{where}: unknown store location (a path, sqlite:///PATH or postgresql://...)")
+        raise ConfigError(
+            f"{_shown(where)}: unknown store location (scheme {inert(scheme, 40)!r}; a path,"
+            " sqlite:///PATH or postgresql://...)"
+        )
     if where == ":memory:":
         return SQLiteStore(None, retention=retention)
     if not where:
         raise ConfigError("an empty state store location (a path, sqlite:///PATH or postgresql://...)")
     return SQLiteStore(Path(where).expanduser(), retention=retention, readonly=readonly)
+
+
+def _shown(where: str) -> str:
+    """A store location as an error may show it: the URL's password masked
+    (``postgresq://u:***@host/db``; everything between the user's ``:`` and the last ``@``,
+    whatever it holds), any other secret redacted, and inert.
+
+    Example:
+        >>> _shown("postgresq://u:p/w@d@host:x/db?password=y")
+        'postgresq://u:***@host:x/db?password=***'
+    """
+    scheme, sep, rest = where.partition("://")
+    if sep and "@" in rest:
+        userinfo, _, hostpart = rest.rpartition("@")
+        if ":" in userinfo:
+            rest = f"{userinfo.partition(':')[0]}:{REDACTED}@{hostpart}"
+        where = f"{scheme}://{rest}"
+    return inert(redact(where), 300)
 
 
 def _open_postgres(where: str, retention: int, *, readonly: bool = False) -> Store:
@@ -139,8 +161,12 @@ def _open_postgres(where: str, retention: int, *, readonly: bool = False) -> Sto
         ) from None
     try:
         url = sa.make_url(where)
-    except sa.exc.ArgumentError as exc:
-        raise ConfigError(f"not a PostgreSQL URL: {exc}") from None
+    except (sa.exc.ArgumentError, ValueError) as exc:
+        # SQLAlchemy's message quotes the URL whole, password included: never shown.
+        why = "it cannot be parsed"
+        if isinstance(exc, ValueError):
+            why = "its host:port cannot be read; a port is a number"
+        raise ConfigError(f"{_shown(where)}: not a PostgreSQL URL ({why})") from None
     if url.drivername in ("postgresql", "postgres"):
         url = url.set(drivername="postgresql+psycopg")
     store = PostgresStore(url, retention=retention, readonly=readonly)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sensors._base.errors import CrosscheckError
+from sensors._base.text import redact_deep
 
 #: The schema this code writes. A store whose ``schema_version`` is higher was written by a
 #: newer crosscheck: it is left untouched (warning, fresh in-process memory).
@@ -202,6 +203,16 @@ def warn(message: str) -> None:
 def dumps(value: Any) -> str:
     """Canonical JSON (sorted keys, no spaces): the same document seals the same way."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def shown(document: Mapping[str, Any]) -> str:
+    """A document a person is shown (a verdict, a hand-off's outcome) as a row keeps it:
+    :func:`dumps` of it with every string redacted (:func:`~sensors._base.text.redact_deep`).
+
+    Verdicts are built from redacted readings already; this is the store's own guard, so that
+    no secret reaches the file or the database (and ``history``) whatever built the document.
+    """
+    return dumps(redact_deep(dict(document)))
 
 
 def seal(*parts: object) -> str:

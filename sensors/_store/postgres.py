@@ -58,6 +58,7 @@ from sensors._store.base import (
     judge_meta,
     memory_seal,
     outcome_seal,
+    shown,
     state_of,
     warn,
 )
@@ -455,7 +456,7 @@ class PostgresStore:
         renew: tuple[str, float] | None = None,
     ) -> Lease | None:
         check_save_args(memory, fingerprint, verdict, version)
-        fp, vd, now, state = dumps(dict(fingerprint)), dumps(dict(verdict)), time.time(), state_of(verdict)
+        fp, vd, now, state = dumps(dict(fingerprint)), shown(verdict), time.time(), state_of(verdict)
         params: dict[str, Any] = {
             "stage": key.stage,
             "host": key.host,
@@ -574,7 +575,7 @@ class PostgresStore:
         )
 
     def announce(self, key: StageKey, run: str, state: str, verdict: Mapping[str, Any]) -> Announcement:
-        vd, now = dumps(dict(verdict)), time.time()
+        vd, now = shown(verdict), time.time()
         digest = announce_seal(key, run, state, vd, now)
         stmt = (
             pg_insert(announce_t)
@@ -663,7 +664,7 @@ class PostgresStore:
         return found[0] if found else None
 
     def record_outcome(self, ticket: str, outcome: Mapping[str, Any], *, replace: bool = False) -> bool:
-        doc = dumps(dict(outcome))
+        doc = shown(outcome)
         where = [handoff_t.c.ticket == ticket] + ([] if replace else [handoff_t.c.outcome.is_(None)])
         stmt = handoff_t.update().where(*where).values(outcome=doc, outcome_seal=outcome_seal(ticket, doc))
 

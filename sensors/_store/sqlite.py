@@ -48,6 +48,7 @@ from sensors._store.base import (
     judge_meta,
     memory_seal,
     outcome_seal,
+    shown,
     state_of,
     warn,
 )
@@ -133,7 +134,7 @@ def _save_row(r: SaveRequest) -> tuple[str, str, float, str, str]:
     """What a save writes besides the request: fingerprint and verdict as canonical JSON,
     the time, the verdict's state, the seal (checked before any write)."""
     check_save_args(r.memory, r.fingerprint, r.verdict, r.version)
-    fp, vd, now = dumps(dict(r.fingerprint)), dumps(dict(r.verdict)), time.time()
+    fp, vd, now = dumps(dict(r.fingerprint)), shown(r.verdict), time.time()
     return fp, vd, now, state_of(r.verdict), memory_seal(r.key, r.memory, fp, vd, now, r.version)
 
 
@@ -634,7 +635,7 @@ class SQLiteStore:
         self._call(go)
 
     def announce(self, key: StageKey, run: str, state: str, verdict: Mapping[str, Any]) -> Announcement:
-        vd, now = dumps(dict(verdict)), time.time()
+        vd, now = shown(verdict), time.time()
 
         def go(c: sqlite3.Connection) -> Announcement:
             with _write(c):
@@ -718,7 +719,7 @@ class SQLiteStore:
         return found[0] if found else None
 
     def record_outcome(self, ticket: str, outcome: Mapping[str, Any], *, replace: bool = False) -> bool:
-        doc = dumps(dict(outcome))
+        doc = shown(outcome)
         only_new = "" if replace else " AND outcome IS NULL"
 
         def go(c: sqlite3.Connection) -> bool:

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from sensors._base.errors import ConfigError
 from sensors._base.model import Verdict
 from sensors._base.run import Run
+from sensors._base.text import redact_argv, redact_deep
 from sensors._check.codec import MemoryFormatError, dumps, loads
 from sensors._config.stage import Stage, stage_from_dict
 from sensors._present.picture import WaitHistory
@@ -69,7 +70,12 @@ def request_for(
     run: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """What a gate asks the watcher to watch. ``reference`` is ``block:NAME`` when the stage
-    came from a block (the only way a stage with a secret inline is handed off)."""
+    came from a block (the only way a stage with a secret inline is handed off).
+
+    The request is written to the state store: the launch command in it (the stage's and
+    the run record's) is kept redacted. The watcher watches and never launches, so a
+    redacted command costs it nothing."""
+    run = redact_deep(run) if run is not None else None
     if reference is not None and reference.startswith("block:"):
         return {"block": reference, "since": since, "run": run}
     if has_inline_secret(stage):
@@ -77,7 +83,10 @@ def request_for(
             f"stage {stage.stage}: its host holds key material (from a block); it is not "
             "written to the state store (hand off the block's name, or use a key file)"
         )
-    return {"stage": stage.model_dump(mode="json"), "since": since, "run": run}
+    doc = stage.model_dump(mode="json")
+    if isinstance(doc.get("launch"), dict) and isinstance(doc["launch"].get("command"), list):
+        doc["launch"]["command"] = redact_argv(doc["launch"]["command"])
+    return {"stage": doc, "since": since, "run": run}
 
 
 def new_handoff(ticket: str, stage: Stage, host: str, request: dict[str, Any], timeout: float) -> Handoff:
