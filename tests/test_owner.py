@@ -214,9 +214,7 @@ def test_a_setuid_program_under_a_forged_name_is_its_callers(tmp_path, other_use
     (tmp_path / "job.log").write_text("done\n")
     path = _stage(tmp_path, "local", marker, user="root")
     # su waits for a password on its stdin (a pipe this test holds open).
-    forged = _as(
-        other_user, bash, "-c", f'exec -a "python train.py {marker}" {su}', stdin=subprocess.PIPE
-    )
+    forged = _as(other_user, bash, "-c", f'exec -a "python train.py {marker}" {su}', stdin=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 10
         while True:
@@ -236,6 +234,36 @@ def test_a_setuid_program_under_a_forged_name_is_its_callers(tmp_path, other_use
         assert process["evidence"]["alive"] == 0
     finally:
         _stop(forged)
+
+
+def test_a_batch_reads_the_owners_once_for_every_stage(tmp_path, other_user) -> None:
+    """One probe for several stages of a host: the owners section is shared, and each stage
+    reads it as its own check does (with process.user: the look-alike set aside; a name the
+    host does not know: unknown; without: both users named)."""
+    from sensors import Checker
+    from sensors._check.batch import check_batch
+
+    marker = uuid.uuid4().hex
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    match = f"train\\.py {marker}$"
+    users: list[object] = [me, None, "nosuchuser-cc"]
+    job, other = _job(tmp_path, marker), _lookalike(other_user, marker)
+    try:
+        time.sleep(0.3)
+        checkers = [
+            Checker(
+                stage_from_dict({"stage": f"b{k}", "process": {"match": match, **({"user": u} if u else {})}})
+            )
+            for k, u in enumerate(users)
+        ]
+        own, anyone, unknown = (v.readings["process"] for v in check_batch(checkers))
+        assert own.says.value == "working" and own.evidence["pid"] == job.pid and own.evidence["alive"] == 1
+        assert own.evidence["ignored"] == [f"pid {other.pid} owned by uid {other_user.pw_uid} (user {OTHER})"]
+        assert anyone.says.value == "working" and anyone.evidence["alive"] == 2
+        assert set(anyone.evidence["users"]) == {me, OTHER}
+        assert unknown.says.value == "unknown" and "'nosuchuser-cc' is no user" in unknown.detail
+    finally:
+        _stop(job, other)
 
 
 # --------------------------------------------------------------------------- table tests
