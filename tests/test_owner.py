@@ -32,7 +32,7 @@ from sensors._signals.process import (
     _ProcessTable,
     _resolve_user,
 )
-from sensors._signals.procfs import ProcStat
+from sensors._signals.procfs import CMDLINE_PER_PROCESS, ProcStat
 
 REPO = Path(__file__).resolve().parent.parent
 OTHER = "ccmallory"
@@ -366,3 +366,63 @@ def test_resolve_user(user, answer, want) -> None:
     spec = ProcessSpec(match="x", user=user)
     sections = {} if answer is None else {"procuser": answer}
     assert _resolve_user(spec, sections, "h") == want
+
+
+def _sections(nonce: str, procs: dict[int, tuple[int, bytes]]) -> dict[str, bytes]:
+    """A probe's process sections for ``procs``: PID → (real uid, command line)."""
+    from sensors._base.probe import nonce_path
+
+    pre = nonce_path(nonce)
+    stat, cmd = ["==> /dev/null <==\n"], [b"==> /dev/null <==\n"]
+    for pid, (_, line) in procs.items():
+        stat.append(
+            f"\n==> {pre}/proc/{pid}/stat <==\n{pid} (x) S 1 1 1 0 -1 0 0 0 0 0 5 5 0 0 20 0 1 0 77 0 0\n"
+        )
+        cmd.append(f"\n==> {pre}/proc/{pid}/cmdline <==\n".encode() + line)
+    return {
+        "stat": "".join(stat).encode(),
+        "cmdline": b"".join(cmd),
+        "owners": "".join(f"{pid} {uid}\n" for pid, (uid, _) in procs.items()).encode(),
+        "ownernames": b"0 root\n1003 mallory\n",
+    }
+
+
+_LONG = b"train.py " + b"x" * CMDLINE_PER_PROCESS  # longer than a command line is read: cut
+
+
+@pytest.mark.parametrize(
+    ("procs", "user", "says", "ignored"),
+    [
+        # The job's and a look-alike: with process.user, only the job is alive.
+        (
+            {7: (0, b"train.py\0"), 9: (1003, b"train.py\0")},
+            0,
+            "working",
+            ["pid 9 owned by uid 1003 (user mallory)"],
+        ),
+        ({7: (0, b"train.py\0"), 9: (1003, b"train.py\0")}, None, "working", None),
+        # Only the look-alike: no process of the job's (never seen: "no process found").
+        ({9: (1003, b"train.py\0")}, 0, "done", ["pid 9 owned by uid 1003 (user mallory)"]),
+        ({9: (1003, b"train.py\0")}, None, "working", None),
+        # A command line too long to read: whether it is the job is unknown, unless it is
+        # another user's and process.user names the job's.
+        ({8: (1003, _LONG)}, None, "unknown", None),
+        ({8: (1003, _LONG)}, 0, "done", None),
+        ({8: (0, _LONG)}, 0, "unknown", None),
+    ],
+)
+def test_read_process_by_owner(procs, user, says, ignored) -> None:
+    from sensors._base.probe import Meta, new_nonce
+    from sensors._signals.process import read_process
+
+    nonce = new_nonce()
+    spec = ProcessSpec(match="train\\.py", **({"user": user} if user is not None else {}))
+    meta = Meta(
+        now=1000.0, uptime=500.0, btime=500, boot_id="b", clk_tck=100, script_pid=None, hostname="h",
+        uptime_virtualised=False,
+    )  # fmt: skip
+    reading, _, _ = read_process(spec, _sections(nonce, procs), meta, None, host="h", nonce=nonce)
+    assert reading.says.value == says, reading.detail
+    assert reading.evidence.get("ignored") == ignored
+    if ignored:
+        assert "other users' matches ignored (process.user is 0): pid 9 owned by uid 1003" in reading.detail

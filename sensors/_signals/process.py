@@ -13,6 +13,8 @@ parser, its memory (the identities it has seen) and its evidence. Rules it keeps
   remote shell whose own command line holds the pattern), and the probe and its ancestors
   are never matched.
 - Identity is (boot_id, pid, start ticks): a reused PID is another process.
+- Whose process a match is, is its real uid (``owner_lines``): with ``process.user`` another
+  user's look-alike is not the job; without it, several users' matches are named.
 """
 
 from __future__ import annotations
@@ -209,8 +211,9 @@ class ProcessEvidence(TypedDict, total=False):
 
 
 def snippet(spec: ProcessSpec, memory: ProcessMemory, probe: ProbeInputs) -> list[str]:
-    """Every /proc/PID/stat and command line, framed per record (unless a batch reads them
-    once for all its stages: ``probe.table``); the job's /proc/PID/io."""
+    """Every /proc/PID/stat and command line, framed per record, and every process's real
+    uid (unless a batch reads them once for all its stages: ``probe.table``); the uid of
+    ``process.user`` on the host; the job's /proc/PID/io."""
     lines = list(table_lines(probe.nonce)) if probe.table else []
     if probe.table and spec.match is not None:
         lines += owner_lines()
@@ -272,6 +275,9 @@ def table_lines(nonce: str) -> tuple[str, ...]:
         f" | head -c {CMDLINE_CAP}",
     )
 
+
+#: How many users' matches a watch remembers (``ProcessMemory.owners_seen``).
+_OWNERS_SEEN = 16
 
 #: The owners section's cap: "PID UID" per process, ~320 KB for 20k processes.
 OWNERS_CAP = 4 * 1024 * 1024
@@ -702,14 +708,16 @@ def read_process(
     excluded = _excluded_once(meta, table, exclude_pids)
     boot_changed = memory.boot_id is not None and meta.boot_id != memory.boot_id
     found = _find(spec, table, memory, excluded, boot_changed)
-    owners = _Owners.parse(sections) if spec.match is not None else None
     want: int | None = None
-    if spec.user is not None and owners is not None:
+    if spec.user is not None:
         resolved = _resolve_user(spec, sections, host)
         if isinstance(resolved, str):
             # Never "no match": whose processes are the job is not known at all.
             return unknown(resolved, how=found.how, user=spec.user)
         want = resolved
+    # Whose processes matched: read only where some did (most stages of a fleet: none yet).
+    owners = _Owners.parse(sections) if spec.match is not None and (found.candidates or table.cut) else None
+    if want is not None and owners is not None:
         found = _owned(found, want, owners, table, memory, boot_changed)
     if found.candidates:
         processes, alive_pids, missing_stat, started_at = _describe(found.candidates, table, meta)
@@ -720,8 +728,14 @@ def read_process(
             f"process(es) {missing_stat} listed but their /proc stat was unreadable",
             matched=missing_stat,
         )
-    others = set() if want is None or owners is None else {p for p, uid in owners.uids.items() if uid != want}
-    cut = sorted(p for p in table.cut if p not in excluded and p not in found.candidates and p not in others)
+    cut = sorted(
+        p
+        for p in table.cut
+        if p not in excluded
+        and p not in found.candidates
+        # Another user's, with process.user: not the job, whatever its command line says.
+        and (want is None or owners is None or owners.uids.get(p, want) == want)
+    )
     if cut and not alive_pids:
         # A command line longer than the probe reads may be the job's: "no match" is not known.
         return unknown(
@@ -797,7 +811,7 @@ def read_process(
             u: owners.label(u) for p in alive_pids if (u := owners.uids.get(p)) is not None and u not in known
         }
         if fresh:
-            owners_seen = tuple(sorted({**known, **fresh}.items()))
+            owners_seen = tuple(sorted({**known, **fresh}.items()))[:_OWNERS_SEEN]
     users = tuple(label for _, label in owners_seen) if len(owners_seen) > 1 else ()
     note = _owner_note(spec, found, owners, users)
     earlier = _earlier_runs(processes, alive_pids, run, meta.now)
