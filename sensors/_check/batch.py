@@ -20,10 +20,10 @@ from sensors._base.model import Verdict
 from sensors._base.probe import GARBLED, Meta, Static, build_script, new_nonce, parse_meta, sections_of
 from sensors._base.text import redaction_shared
 from sensors._check.checker import Checker, save_checked
-from sensors._signals.process import parse_table_once, table_lines
+from sensors._signals.process import owner_lines, parse_table_once, table_lines
 
 #: Sections every stage of the batch reads as they are (not prefixed).
-SHARED = ("meta", "stats", "statfs", "stat", "tasks", "taskcmd", "cmdline", "end")
+SHARED = ("meta", "stats", "statfs", "stat", "tasks", "taskcmd", "cmdline", "owners", "end")
 
 
 def check_batch(checkers: Sequence[Checker]) -> list[Verdict]:
@@ -75,6 +75,10 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
         for snippet in checker.snippets(nonce, table=False):
             lines += snippet
         parts.append(lines)
+    if any(c.stage.process is not None and c.stage.process.match is not None for c in checkers):
+        # Whose process each is (for process.user, and matches of several users): once too,
+        # unprefixed, after the table (a process it lists has its owner read after it).
+        parts.append(["P=", *owner_lines()])
     parts.append(["P="])
     timeout = max(c.stage.check_timeout for c in checkers)
     try:

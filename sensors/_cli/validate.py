@@ -126,6 +126,10 @@ def describe(stage: Stage) -> list[tuple[str, str]]:
             parts.append(("process", f"PID {p.pid} on the host (its state, CPU time and I/O)"))
         else:
             matches = f"{scope} whose command line matches {_rx(p.match)}"
+            if p.user is not None:
+                # Resolved where the job runs: validate connects to no host.
+                who = str(p.user) if isinstance(p.user, int) else f"the host's uid of user {_q(p.user)}"
+                matches += f" and whose real uid is {who} (other users' matches are ignored)"
             parts.append(("process", f"{matches}: their state, CPU time and I/O"))
     lg = stage.log
     if lg is not None:
