@@ -154,6 +154,7 @@ class ProcessEvidence(TypedDict, total=False):
     exited_at: float | None
     exit_record: str  # where the launch wrapper records it, when it has not (yet)
     exit_record_unreadable: str  # the record is another user's: how the job ended is not known here
+    exit_record_untrusted: str  # another user could have written the record: it is not read
 
 
 # --------------------------------------------------------------------------- probe snippet
@@ -614,6 +615,11 @@ def read_process(
             detail += f" (pid {', '.join(map(str, earlier[:4]))} started before this run began)"
         return Reading("process", Says.WORKING, detail, evidence, meta.now, host), new_memory, job.pids
     detail = _gone_detail(spec, found, boot_changed, processes, memory, meta)
+    if "exit_record_untrusted" in evidence:
+        # Gone, and how it ended is in a record another user could have written: unknown,
+        # never done (a forged "0" would make a failed job complete).
+        detail += f"; how it ended is not known: its exit record is {evidence['exit_record_untrusted']}"
+        return Reading("process", Says.UNKNOWN, detail, evidence, meta.now, host), new_memory, frozenset()
     status = evidence.get("exit_status")
     if isinstance(status, int):
         detail += f"; {describe_exit(status)}"
