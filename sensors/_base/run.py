@@ -26,13 +26,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from sensors._base.probe import helper
 from sensors._base.schema import parse_duration
 from sensors._base.text import redact, redact_command
+from sensors._base.trust import TRUST_FN, TRUST_SH, Untrusted, parse_untrusted
 
 #: Bytes compared at a remembered offset to tell "appended to" from "rewritten".
 FINGERPRINT_BYTES = 64
 
 RunSource = Literal["launch", "since", "process", "watch"]
+
+#: The probe's check of an exit record before it is read (defined once per probe).
+_TRUST_HELPER = helper(TRUST_FN, list(TRUST_SH))
 
 
 @dataclass(frozen=True)
@@ -80,9 +85,11 @@ def exit_record_lines(exit_file: str, pid: int | None) -> list[str]:
 
     Read only: the wrapper owns the file. "unreadable": the record (or the way to it) is
     another user's, the launcher's: a watch run as another user cannot tell whether it was
-    written, and says so.
+    written, and says so. "untrusted ...": the record, or its directory or one above it, is
+    one another user could have written or replaced (``sensors._base.trust``): what it holds
+    is not read, and the job's end is not known from it.
     """
-    lines: list[str] = []
+    lines: list[str] = [_TRUST_HELPER]
     if pid is not None:
         # The state after the command's closing parenthesis (a zombie is over too). Read
         # before the record: a wrapper found gone wrote its record (if ever) before this read.
@@ -96,11 +103,18 @@ def exit_record_lines(exit_file: str, pid: int | None) -> list[str]:
             f' | grep -Fxq -- {shlex.quote(exit_file)}; then s=other; fi; echo "$s";'
             " else echo gone; fi 2>/dev/null",
         ]
+    f = shlex.quote(exit_file)
+    d = shlex.quote(exit_file.rpartition("/")[0] or "/")
+    # Trusted first (its owner, mode and type, and its directories'), then read: the record's
+    # directory is then one nobody else can write, so what is read is what was checked.
+    # Anything but "ok" is printed as it is (an empty answer too: nothing but "ok" trusts).
+    # Both through __cc_put (see probe.ESCAPE): a path or a record's bytes cannot start a
+    # section.
     lines += [
         "sec exit",
-        # The record's bytes are printed through __cc_put (see probe.ESCAPE): a job that
-        # wrote into it cannot make them start a section.
-        f"if r=$(head -c 256 -- {shlex.quote(exit_file)} 2>&1); then __cc_put \"$r\";"
+        f'w=$({TRUST_FN} {d} {f}) && [ -n "$w" ] || w="untrusted stat file - - - "{f};'
+        ' if [ "$w" != ok ]; then __cc_put "$w";'
+        f" elif r=$(head -c 256 -- {f} 2>&1); then __cc_put \"$r\";"
         ' else case $r in *"ermission denied"*) echo unreadable ;; *) echo missing ;; esac; fi',
     ]
     return lines
@@ -113,7 +127,9 @@ class LaunchEnd(NamedTuple):
     ``status`` / ``exited_at``: what its launch wrapper recorded (None: nothing recorded, or
     not readable); ``missing``: the record can be read and is not there (yet); ``over``: the
     job is over, recorded so or its wrapper gone (or a zombie) from a /proc that shows every
-    process; ``alive``: its wrapper is at work (found in /proc, not a zombie).
+    process; ``alive``: its wrapper is at work (found in /proc, not a zombie); ``untrusted``:
+    why the record was not read (another user could have written it): the job's end is not
+    known from it, and a stage is not complete on it.
     """
 
     status: int | None = None
@@ -122,6 +138,7 @@ class LaunchEnd(NamedTuple):
     missing: bool = False
     alive: bool = False
     coarse: bool = False  # ``exited_at`` is whole seconds, rounded down (a date without %N)
+    untrusted: str = ""
 
     @property
     def exited_by(self) -> float | None:
@@ -152,7 +169,20 @@ def read_launch_end(sections: Mapping[str, bytes], hidden: bool) -> LaunchEnd:
     # "other": the PID is another process's now (reused): the wrapper is gone, seen or not.
     gone = state in (b"Z", b"other") or (state == b"gone" and not hidden)
     alive = bool(state) and state not in (b"Z", b"gone", b"other")
-    return LaunchEnd(over=gone, missing=record.get("exit_record") == "missing", alive=alive)
+    return LaunchEnd(
+        over=gone,
+        missing=record.get("exit_record") == "missing",
+        alive=alive,
+        untrusted=str(record.get("exit_record_untrusted") or ""),
+    )
+
+
+def _untrusted_why(found: Untrusted | None) -> str:
+    why = found.why("the probe's user") if found is not None else "it cannot be checked"
+    return (
+        f"not trusted: {why}: what it holds is not read (a file or directory another user"
+        " controls can forge a job's exit)"
+    )
 
 
 def describe_exit(status: int) -> str:
@@ -183,6 +213,10 @@ def read_exit_record(sections: Mapping[str, bytes]) -> dict[str, Any]:
         }
     if words == ["unreadable"]:
         return {"exit_status": None, "exited_at": None, "exit_record_unreadable": True}
+    if words and words[0] == "untrusted":
+        # What another user may have written is no status: not even "not written yet".
+        why = _untrusted_why(parse_untrusted(text.splitlines()[0]))
+        return {"exit_status": None, "exited_at": None, "exit_record_untrusted": why}
     return {"exit_status": None, "exited_at": None, "exit_record": "missing"}
 
 

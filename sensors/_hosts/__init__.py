@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from sensors._base.errors import ProbeError
+from sensors._base.trust import TRUST_FN, parse_untrusted, trust_sh_definition
 from sensors._hosts.local import PROBE_ENV, LocalHost
 
 __all__ = ["PROBE_ENV", "Host", "Launched", "LocalHost", "launch_script", "parsed_launch", "spawn_script"]
@@ -87,9 +88,14 @@ _EXIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,200}")
 #: The launch wrapper: runs the job (its argv, after the file name), then records its exit
 #: status and the host's clock in that file, written aside and renamed in (never seen half
 #: written). A POSIX shell reports death by signal N as 128 + N: a SIGKILLed job is 137.
+#: The file aside has a name nobody can foretell (mktemp's, freed at once: only this shell
+#: writes in its directory) and is created with noclobber (``set -C``: O_EXCL, which dash,
+#: bash and BusyBox sh all refuse on any existing name, a symbolic link to a file or to
+#: nothing included): the wrapper never writes through a link someone put there (with root's
+#: rights, over any file of root's). No mktemp: its PID's name, still created exclusively.
 _WRAPPER = (
-    '"$@"; s=$?; printf "%s %s\\n" "$s" "$(date +%s.%N 2>/dev/null || date +%s)" >"$0.part"'
-    ' && mv -f "$0.part" "$0"'
+    '"$@"; s=$?; set -C; t=$(mktemp "$0.XXXXXXXXXX" 2>/dev/null) && rm -f "$t" || t="$0.$$.part";'
+    ' printf "%s %s\\n" "$s" "$(date +%s.%N 2>/dev/null || date +%s)" >"$t" && mv -f "$t" "$0"'
 )
 
 
@@ -100,6 +106,11 @@ def launch_script(argv: Sequence[str], *, log_path: str, cwd: str | None, name: 
     (``~/.local/state/...``; a directory of crosscheck's own, mode 0700, never a user's file)
     once it ends; the probe only reads it. Prints ``pid N`` and ``exit PATH``. An exit and a
     kill look alike from /proc: this is what tells them apart.
+
+    A directory of exit records that another user could write (one they made first where
+    HOME is shared, a symbolic link, one with group or other write, a directory above it so)
+    is refused before anything starts: ``untrusted ...`` (see ``sensors._base.trust``) and
+    exit 96. Such a user could write a record of "0" for a job that fails.
     """
     if not _EXIT_NAME.fullmatch(name):
         raise ValueError(f"not a name for an exit record: {name!r}")
@@ -111,6 +122,9 @@ def launch_script(argv: Sequence[str], *, log_path: str, cwd: str | None, name: 
         'case $d in /*) ;; *) echo "no home directory to record the exit status in"; exit 96 ;; esac\n'
         'd="$d/crosscheck/exits"\n'
         '(umask 077 && mkdir -p "$d") 2>&1 || exit 96\n'
+        f"{trust_sh_definition()}"
+        f'w=$({TRUST_FN} "$d") && [ -n "$w" ] || w="untrusted stat dir - - - $d"\n'
+        '[ "$w" = ok ] || { printf \'%s\\n\' "$w"; exit 96; }\n'
         f'f="$d"/{shlex.quote(name)}\n'
         f"{cd}"
         f'nohup setsid sh -c {shlex.quote(_WRAPPER)} "$f" {cmd} </dev/null >>{shlex.quote(log_path)} 2>&1 &\n'
@@ -129,6 +143,16 @@ def launch_script(argv: Sequence[str], *, log_path: str, cwd: str | None, name: 
 
 def parsed_launch(out: bytes, status: int | None, host: str) -> Launched:
     """The :class:`Launched` a :func:`launch_script` printed; ProbeError when it failed."""
+    untrusted = re.search(rb"^untrusted .*$", out, re.MULTILINE)
+    found = parse_untrusted(untrusted.group(0).decode("utf-8", "surrogateescape")) if untrusted else None
+    if status == 96 and found is not None:
+        # One line: the directory, what is wrong with it, and what to do.
+        raise ProbeError(
+            f"{found.why()}: refusing it as the directory of exit records (a directory another"
+            f" user controls can forge a job's exit); {found.fix} or set XDG_STATE_HOME to a"
+            " private directory",
+            host=host,
+        )
     pid = re.search(rb"^pid (\d+)$", out, re.MULTILINE)
     exit_file = re.search(rb"^exit (/.+)$", out, re.MULTILINE)
     if not pid or not exit_file:

@@ -205,6 +205,7 @@ class ProcessEvidence(TypedDict, total=False):
     exit_record_unreadable: str  # the record is another user's: how the job ended is not known here
     ignored: list[str]  # matches of users other than process.user: "pid N owned by uid U (user X)"
     users: list[str]  # without process.user: the several users whose matches this watch saw
+    exit_record_untrusted: str  # another user could have written the record: it is not read
 
 
 # --------------------------------------------------------------------------- probe snippet
@@ -912,6 +913,11 @@ def read_process(
             detail += f" (pid {', '.join(map(str, earlier[:4]))} started before this run began)"
         return Reading("process", Says.WORKING, detail + note, evidence, meta.now, host), new_memory, job.pids
     detail = _gone_detail(spec, found, boot_changed, processes, memory, meta)
+    if "exit_record_untrusted" in evidence:
+        # Gone, and how it ended is in a record another user could have written: unknown,
+        # never done (a forged "0" would make a failed job complete).
+        detail += f"; how it ended is not known: its exit record is {evidence['exit_record_untrusted']}"
+        return Reading("process", Says.UNKNOWN, detail, evidence, meta.now, host), new_memory, frozenset()
     status = evidence.get("exit_status")
     if isinstance(status, int):
         detail += f"; {describe_exit(status)}"

@@ -4,6 +4,12 @@ A row is *sealed*: a BLAKE2b digest over its key and payload is stored beside it
 whose bytes were damaged where SQLite (or PostgreSQL) cannot see it — garbage written into a
 text payload, a half-edited row — reads as "unusable" (a :class:`StoreWarning` and ``None``),
 never as memory that is wrong. SQLite has no page checksums; this is the cheap substitute.
+
+The seal guards against corruption, not against an attacker: it has no key, and anyone who
+can write the file can seal a row of their own. Who can write the file is what keeps
+another user out: a SQLite store that is not the user's own, or that group or others can
+write (it or its directories), is refused (``sensors._base.trust``, ``refuse_untrusted`` in
+:mod:`sensors._store.sqlite`).
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sensors._base.errors import ConfigError
+from sensors._base.trust import untrusted_store
 from sensors._store.base import (
     APP,
     HANDOFF_COLUMNS,
@@ -162,6 +164,20 @@ def _not_sqlite(path: Path, st: os.stat_result) -> str | None:
     return None if head == SQLITE_HEADER else "is not a SQLite database"
 
 
+def refuse_untrusted(path: Path) -> None:
+    """Raise ConfigError (one line: the path, what is wrong, what to do) when the store at
+    ``path``, or the directory it is in, or one above, is another user's to write
+    (``sensors._base.trust``): their store could hand a watch a launched run whose exit
+    record is theirs, or a memory that makes a running job done. Never falls back to
+    memory quietly: the person must see it."""
+    found = untrusted_store(str(path))
+    if found is not None:
+        raise ConfigError(
+            f"{found.why()}: refusing it as the state store (a store another user controls can"
+            f" forge a job's exit); {found.fix} or set CROSSCHECK_STATE to a private path"
+        )
+
+
 def _tables(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
@@ -293,8 +309,11 @@ class SQLiteStore:
         ino = None
         self._ours = None
         try:
-            if not os.path.lexists(path):
+            missing = not os.path.lexists(path)
+            if missing:
                 path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            refuse_untrusted(path)
+            if missing:
                 # 0600: memory may quote logs. O_EXCL: created here, or by another process a
                 # moment ago (then adopted below like any file).
                 with contextlib.suppress(FileExistsError):
@@ -353,6 +372,7 @@ class SQLiteStore:
         assert self._path is not None
         path = self._path
         try:
+            refuse_untrusted(path)
             st = os.stat(path)
         except FileNotFoundError:
             raise StoreMissing("no state store here: nothing was recorded", location=self.location) from None

@@ -19,7 +19,8 @@ def no_process(
     as the process signal's would (rules 7b, 7c): a status other than 0 is a failure; a
     wrapper gone without a record was killed with the job, and how it ended cannot be told;
     with no record yet, the job has not ended (its wrapper writes one the moment it does):
-    every signal saying done is not complete before it."""
+    every signal saying done is not complete before it; nor with a record another user could
+    have written (not read: its end is not known)."""
     lg, o = readings.get("log"), readings.get("outputs")
     failed = [f"{r.signal}: {r.detail}" for r in readings.values() if r.says is Says.FAILED]
     if launch is not None and launch.status is not None and launch.status != 0:
@@ -40,6 +41,12 @@ def no_process(
             return State.UNKNOWN, [
                 "every signal says done, but nothing ties it to this run: no output was"
                 f" written since the run began ({HOW_TO_TIE})",
+                *details(readings),
+            ]
+        if launch is not None and launch.untrusted:
+            # A record another user could have written says nothing of the job's end.
+            return State.RUNNING if launch.alive else State.UNKNOWN, [
+                f"every signal says done, but the launched job's exit record is {launch.untrusted}",
                 *details(readings),
             ]
         if launch is not None and launch.missing:
