@@ -171,7 +171,9 @@ def main(backing: str, mountpoint: str, skew: float, frozen: bool = False, hang:
     # direct_io: every read reaches read() above, even of a file that says it is empty (the
     # page cache would answer "end of file" without asking, as it never does for /proc/kmsg).
     extra = {"direct_io": True} if hang else {}
-    FUSE(Skewed(), mountpoint, foreground=True, nothreads=not hang, fsname="skewfs", subtype="skewfs", **extra)
+    FUSE(
+        Skewed(), mountpoint, foreground=True, nothreads=not hang, fsname="skewfs", subtype="skewfs", **extra
+    )
 
 
 if __name__ == "__main__":
