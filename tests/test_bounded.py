@@ -154,19 +154,22 @@ def test_a_client_that_trickles_its_request_is_dropped_within_the_request_timeou
 # --------------------------------------------------------------------------- a log that blocks
 
 
-def _probe_processes(*needles: str) -> list[str]:
+def _probe_processes(*needles: str, exact: tuple[str, ...] = (), since: float = 0.0) -> list[str]:
     """This machine's processes whose command line holds one of ``needles`` (the probe's
-    children: its ``tail`` names the log; the SSH host is this machine too)."""
+    children: its ``tail`` names the log; the SSH host is this machine too), or is one of
+    ``exact`` and began after ``since`` (a wall-clock time: another test's ``sleep`` is not
+    this one's)."""
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+            began = os.stat(f"/proc/{entry.name}").st_ctime
         except OSError:
             continue  # gone meanwhile
-        if any(n in cmd for n in needles) and "skewfs" not in cmd:
+        if (any(n in cmd for n in needles) and "skewfs" not in cmd) or (cmd in exact and began >= since):
             found.append(f"{entry.name} {cmd}")
     return found
 
@@ -227,7 +230,9 @@ def test_the_kept_shell_ends_a_late_script_with_every_process_it_started(tmp_pat
     way it can bound a script on the host (the test sshd's host has GNU timeout, so the setsid
     way is chosen here by hand): a script whose ``tail`` blocks on a FIFO, under a ``dd`` as a
     probe's, is SIGKILLed at its limit with every process it started, and the next script of
-    the same shell runs. A script that ends in time leaves nothing (no watchdog, no sleep).
+    the same shell runs. A script that ends in time leaves nothing past its limit (its
+    watchdog's ``sleep`` is ended with it, but for a rare race in which it ends by itself at
+    the limit, without killing anything).
     BusyBox's timeout (what a host without GNU's or setsid had) killed only the script's shell:
     the tail and the dd lived on."""
     from sensors._hosts.ssh_shell import wrapped
@@ -239,11 +244,11 @@ def test_the_kept_shell_ends_a_late_script_with_every_process_it_started(tmp_pat
     blocked = f"__p() {{ tail -c +1 -- {fifo} | head -c 0; }}\n__p </dev/null | dd 2>/dev/null\n".encode()
     sent = (
         f"__cc_g={mode}\n".encode()
-        + wrapped(b"echo first", b"m1", 7)
+        + wrapped(b"echo first", b"m1", 4)
         + wrapped(blocked, b"m2", 2)
-        + wrapped(b"echo third", b"m3", 7)
+        + wrapped(b"echo third", b"m3", 4)
     )
-    began = time.monotonic()
+    began, wall = time.monotonic(), time.time() - 1.0
     done = subprocess.run(["/bin/sh", "-s"], input=sent, capture_output=True, timeout=30)
     took = time.monotonic() - began
     assert done.stdout == (
@@ -251,7 +256,9 @@ def test_the_kept_shell_ends_a_late_script_with_every_process_it_started(tmp_pat
     )
     assert 2 <= took < 6, took
     time.sleep(0.3)
-    assert _probe_processes(str(fifo), "sleep 7", "sleep 2") == []
+    assert _probe_processes(str(fifo), exact=("sleep 2",), since=wall) == []
+    time.sleep(max(0.0, began + 4.5 - time.monotonic()))  # the first script's limit
+    assert _probe_processes(str(fifo), exact=("sleep 4", "sleep 2"), since=wall) == []
 
 
 @pytest.mark.timeout(60)

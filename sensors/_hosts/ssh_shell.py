@@ -37,9 +37,11 @@ _T = TypeVar("_T")
 #: - else ``setsid`` (util-linux and BusyBox both have one): the script runs in a session of
 #:   its own, whose process group holds every process it starts, beside a watchdog that
 #:   SIGKILLs that whole group at the limit (and is ended, with its ``sleep``, when the script
-#:   ends first). BusyBox's ``timeout`` kills only the shell it started: a ``tail`` blocked
-#:   reading /proc/kmsg (as root) lived on, orphaned, with the probe's ``dd``, an hour after
-#:   its watch had ended (issue 34);
+#:   ends first; in a rare race the ``sleep`` outlives it, and ends at the limit, killing
+#:   nothing; it costs two forks and two execs more than ``timeout`` per script). BusyBox's
+#:   ``timeout`` kills only the shell it started: a ``tail`` blocked reading /proc/kmsg (as
+#:   root) lived on, orphaned, with the probe's ``dd``, an hour after its watch had ended
+#:   (issue 34);
 #: - else any ``timeout`` (the script's shell at least), else nothing on the host bounds it:
 #:   the channel is closed at the deadline.
 #:
