@@ -7,7 +7,10 @@ With ``frozen`` (``--frozen``), every directory's times and size stand still for
 object-store mounts (s3fs, gcsfuse, goofys, ...) and some FUSE file systems give them: an
 entry added, removed or renamed moves nothing in the directory's stat.
 
-Run it as a process (``python tests/skewfs.py BACKING MOUNTPOINT SKEW [--frozen]``; it serves
+With ``hang`` (``--hang``), a file whose name ends with ``.hang`` says it is empty and its
+reads block (for ``HANG_S`` seconds): a file of a stuck mount, or one like /proc/kmsg.
+
+Run it as a process (``python tests/skewfs.py BACKING MOUNTPOINT SKEW [--frozen] [--hang]``; it serves
 in the foreground until unmounted or killed), or use :func:`skewed_mount` in a test. Needs
 ``/dev/fuse``, ``fusermount`` (Debian's ``fuse``) and the ``fusepy`` module.
 """
@@ -39,13 +42,15 @@ def available() -> str | None:
 
 
 @contextlib.contextmanager
-def skewed_mount(backing: Path, mountpoint: Path, skew: float, *, frozen: bool = False) -> Iterator[Path]:
+def skewed_mount(
+    backing: Path, mountpoint: Path, skew: float, *, frozen: bool = False, hang: bool = False
+) -> Iterator[Path]:
     """``backing`` seen at ``mountpoint`` with every file time ``skew`` seconds ahead (and,
     ``frozen``, every directory's times and size fixed for good)."""
     backing.mkdir(parents=True, exist_ok=True)
     mountpoint.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, __file__, str(backing), str(mountpoint), repr(skew)]
-    proc = subprocess.Popen([*args, "--frozen"] if frozen else args)
+    proc = subprocess.Popen([*args, *(["--frozen"] if frozen else []), *(["--hang"] if hang else [])])
     try:
         end = time.monotonic() + 15
         while not os.path.ismount(mountpoint):
@@ -62,7 +67,11 @@ def skewed_mount(backing: Path, mountpoint: Path, skew: float, *, frozen: bool =
             proc.wait(5)
 
 
-def main(backing: str, mountpoint: str, skew: float, frozen: bool = False) -> None:
+#: How long a read of a ``.hang`` file blocks (bounded: the test's mount must come down).
+HANG_S = 20.0
+
+
+def main(backing: str, mountpoint: str, skew: float, frozen: bool = False, hang: bool = False) -> None:
     import stat
 
     from fuse import FUSE, FuseOSError, Operations
@@ -90,6 +99,8 @@ def main(backing: str, mountpoint: str, skew: float, frozen: bool = False) -> No
             }
             for k in ("st_atime", "st_mtime", "st_ctime"):
                 attrs[k] = getattr(st, k) + skew
+            if hang and path.endswith(".hang"):
+                attrs["st_size"] = 0
             if frozen and stat.S_ISDIR(st.st_mode):
                 attrs.update(st_atime=fixed_time, st_mtime=fixed_time, st_ctime=fixed_time, st_size=0)
             return attrs
@@ -113,6 +124,8 @@ def main(backing: str, mountpoint: str, skew: float, frozen: bool = False) -> No
             return os.open(real(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
 
         def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
+            if hang and path.endswith(".hang"):
+                time.sleep(HANG_S)
             return os.pread(fh, size, offset)
 
         def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
@@ -154,8 +167,14 @@ def main(backing: str, mountpoint: str, skew: float, frozen: bool = False) -> No
                 times = (times[0] - skew, times[1] - skew)
             os.utime(real(path), times)
 
-    FUSE(Skewed(), mountpoint, foreground=True, nothreads=True, fsname="skewfs", subtype="skewfs")
+    # A hanging read must not hold every other request: threads then.
+    # direct_io: every read reaches read() above, even of a file that says it is empty (the
+    # page cache would answer "end of file" without asking, as it never does for /proc/kmsg).
+    extra = {"direct_io": True} if hang else {}
+    FUSE(
+        Skewed(), mountpoint, foreground=True, nothreads=not hang, fsname="skewfs", subtype="skewfs", **extra
+    )
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], float(sys.argv[3]), "--frozen" in sys.argv[4:])
+    main(sys.argv[1], sys.argv[2], float(sys.argv[3]), "--frozen" in sys.argv[4:], "--hang" in sys.argv[4:])

@@ -30,6 +30,52 @@ REMOTE_COMMAND = "exec /bin/sh -s"
 _T = TypeVar("_T")
 
 
+#: How the kept shell runs one script (``__cc_run LIMIT``, the script on stdin), so that the
+#: whole of it — every process it started — is SIGKILLed on the host at the limit:
+#:
+#: - GNU ``timeout -s KILL``: it kills its own process group, the script's children too;
+#: - else ``setsid`` (util-linux and BusyBox both have one): the script runs in a session of
+#:   its own, whose process group holds every process it starts, beside a watchdog that
+#:   SIGKILLs that whole group at the limit (and is ended, with its ``sleep``, when the script
+#:   ends first; in a rare race the ``sleep`` outlives it, and ends at the limit, killing
+#:   nothing; it costs two forks and two execs more than ``timeout`` per script). BusyBox's
+#:   ``timeout`` kills only the shell it started: a ``tail`` blocked reading /proc/kmsg (as
+#:   root) lived on, orphaned, with the probe's ``dd``, an hour after its watch had ended
+#:   (issue 34);
+#: - else any ``timeout`` (the script's shell at least), else nothing on the host bounds it:
+#:   the channel is closed at the deadline.
+#:
+#: Which one is looked up once per kept shell (it keeps its variables between scripts).
+_RUNNER = (
+    b'[ -n "${__cc_g+x}" ] || { case $(timeout --version 2>/dev/null) in *"GNU coreutils"*) __cc_g=g ;;'
+    b" *) if command -v setsid >/dev/null 2>&1; then __cc_g=s;"
+    b" elif command -v timeout >/dev/null 2>&1; then __cc_g=t; else __cc_g=; fi ;; esac; }\n"
+    b"__cc_run() { case $__cc_g in"
+    b' g | t) timeout -s KILL "$1" /bin/sh -s ;;'
+    b' s) setsid /bin/sh -c \'(trap "kill \\$w 2>/dev/null; exit" TERM; sleep "$1" & w=$!;'
+    b" wait $w && kill -KILL 0) </dev/null >/dev/null 2>&1 & w=$!;"
+    b' /bin/sh -s; r=$?; kill $w 2>/dev/null; exit $r\' sh "$1" ;;'
+    b" *) /bin/sh -s ;; esac; }\n"
+)
+
+
+def wrapped(script: bytes, marker: bytes, limit: int) -> bytes:
+    """What the kept shell is sent to run ``script`` within ``limit`` seconds (:data:`_RUNNER`),
+    its status printed after the marker line."""
+    # The script reaches its sh as a here-document on stdin, not as an argument: an
+    # argument is at most 128 KiB on Linux (MAX_ARG_STRLEN; a host with ~110 stages
+    # reached it and every probe failed), and a probe reads its own command line back
+    # with the process table (it held three copies of the script per check).
+    return (
+        _RUNNER
+        + b"__cc_run " + str(limit).encode()
+        + b" 2>/dev/null <<'@@crosscheck-script-" + marker + b"'\n"
+        + script
+        + b"\n@@crosscheck-script-" + marker + b"\n"
+        b"printf '\\n@@crosscheck-done %s %s\\n' " + marker + b' "$?"\n'
+    )  # fmt: skip
+
+
 class Deadline(Exception):
     """The exchange ran past its deadline (or the watchdog closed the channel at it)."""
 
@@ -58,23 +104,12 @@ class Session:
         marker = secrets.token_hex(12).encode()
         end = b"\n@@crosscheck-done " + marker + b" "
         # The host enforces the deadline too, a second early: a probe stuck on the host (a
-        # stat on a hung NFS mount) is killed there with its process group, the shell answers,
-        # and sshd's channel slot (MaxSessions) is not held by a command nobody waits for.
+        # stat on a hung NFS mount) is killed there with its process group (_RUNNER), the
+        # shell answers, and sshd's channel slot (MaxSessions) is not held by a command nobody
+        # waits for.
         limit = max(1, int(deadline - time.monotonic()) - 1)
-        # The script reaches its sh as a here-document on stdin, not as an argument: an
-        # argument is at most 128 KiB on Linux (MAX_ARG_STRLEN; a host with ~110 stages
-        # reached it and every probe failed), and a probe reads its own command line back
-        # with the process table (it held three copies of the script per check).
-        wrapped = (
-            b"if command -v timeout >/dev/null 2>&1; then t='timeout -s KILL "
-            + str(limit).encode()
-            + b"'; else t=; fi\n"
-            b"$t /bin/sh -s 2>/dev/null <<'@@crosscheck-script-" + marker + b"'\n"
-            + script
-            + b"\n@@crosscheck-script-" + marker + b"\n"
-            b"printf '\\n@@crosscheck-done %s %s\\n' " + marker + b' "$?"\n'
-        )  # fmt: skip
-        return with_watchdog(self.chan, deadline, lambda: self._converse(wrapped, end, deadline))
+        wrapped_script = wrapped(script, marker, limit)
+        return with_watchdog(self.chan, deadline, lambda: self._converse(wrapped_script, end, deadline))
 
     def _converse(self, wrapped: bytes, end: bytes, deadline: float) -> tuple[bytes, int | None]:
         chan = self.chan

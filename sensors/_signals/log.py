@@ -233,8 +233,11 @@ _READ_LOG = helper(
         "  sec log_from",
         '  echo "$f"',
         "  sec log_tail",
+        # Nothing to read is not read: a file of /proc (/proc/kmsg) or of a FUSE mount says it
+        # is empty and may block its reader for ever (the tail that blocked a root probe, and
+        # with it every stage of its host, issue 34).
         # The log's bytes are the job's text: escaped (ESCAPE), never able to start a section.
-        f'  tail -c +$((f + 1)) -- "$__lp" 2>/dev/null | head -c $(($2 - f)) | {ESCAPE}',
+        f'  [ "$2" -le "$f" ] || tail -c +$((f + 1)) -- "$__lp" 2>/dev/null | head -c $(($2 - f)) | {ESCAPE}',
         # The bytes before the last end, read apart only when the tail begins after them
         # (see _previous_bytes).
         '  if [ "$__ln" != - ] && [ "$1" = "$__li" ] && [ "$2" -ge "$__lz" ] && [ "$f" -gt "$__lq" ]; then',

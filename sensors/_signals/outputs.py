@@ -456,8 +456,12 @@ def _lines_section(path: str, memory: OutputsMemory) -> list[str]:
         f"  base=0; if {same}; then base={prev_size}; fi",
         # Newlines and bytes: a read that came short (a tool that failed, a file cut
         # meanwhile) is seen as such, never a count of what it did not read.
-        f"  c=$(tail -c +$((base + 1)) -- {f} 2>/dev/null | head -c $(($2 - base)) | wc -l -c)",
-        f"  fp=$(tail -c +$(($2 > {n} ? $2 - {n} + 1 : 1)) -- {f} 2>/dev/null"
+        # Nothing to read is not read: a file that says it is empty (of /proc, of a FUSE
+        # mount) may block its reader for ever.
+        "  c='0 0' fp=",
+        f'  [ "$2" -le "$base" ] || c=$(tail -c +$((base + 1)) -- {f} 2>/dev/null'
+        " | head -c $(($2 - base)) | wc -l -c)",
+        f'  [ "$2" -le 0 ] || fp=$(tail -c +$(($2 > {n} ? $2 - {n} + 1 : 1)) -- {f} 2>/dev/null'
         f" | head -c $(($2 > {n} ? {n} : $2)) | od -An -v -tx1 | tr -d ' \\n')",
         '  echo "$1 $2 $3 $base $c ${fp:-none}"',
         "  else echo unreadable; fi",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import logging
 import math
@@ -818,7 +819,18 @@ class Metrics:
         metrics = self
 
         class Handler(BaseHTTPRequestHandler):
+            # Each socket operation waits this long at most (StreamRequestHandler.setup sets
+            # it on the connection): a client that stops reading its answer is dropped.
+            timeout = REQUEST_TIMEOUT_S
+
+            def setup(self) -> None:
+                super().setup()
+                # The whole request within REQUEST_TIMEOUT_S, not each read: a client that
+                # sends a byte every few seconds held its connection (and a slot) for ever.
+                self.rfile = io.BufferedReader(_Deadline(self.connection, REQUEST_TIMEOUT_S))
+
             def do_GET(self) -> None:
+                self.connection.settimeout(REQUEST_TIMEOUT_S)  # the answer's own time
                 if self.path == "/metrics":
                     body, kind = generate_latest(metrics.registry), CONTENT_TYPE_LATEST
                 elif self.path == "/healthz":
@@ -839,10 +851,57 @@ class Metrics:
         class Server(ThreadingHTTPServer):
             # An IPv6 address (`::` for every address, `::1`) needs an IPv6 socket.
             address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            # A thread and a descriptor per connection, MAX_CONNECTIONS at most: idle
+            # connections from any local user once took all 1,024 of the watcher's
+            # descriptors, and every check was `unknown` ("Too many open files", issue 34).
+            # One more is closed as soon as it is accepted, never queued.
+            slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+            def process_request(self, request: Any, client_address: Any) -> None:
+                if not self.slots.acquire(blocking=False):
+                    self.shutdown_request(request)
+                    return
+                try:
+                    super().process_request(request, client_address)
+                except BaseException:
+                    self.slots.release()  # no thread took it
+                    raise
+
+            def process_request_thread(self, request: Any, client_address: Any) -> None:
+                try:
+                    super().process_request_thread(request, client_address)
+                finally:
+                    self.slots.release()
 
         server = Server((host, port), Handler)
         threading.Thread(target=server.serve_forever, daemon=True, name="crosscheck-metrics").start()
         return server
+
+
+#: Connections the metrics server serves at once (a thread and a descriptor each): far below
+#: the watcher's descriptor budget (1,024 by default), which its probes and store need.
+MAX_CONNECTIONS = 32
+
+#: Seconds a metrics client has to send its whole request (and, apart, to take the answer).
+REQUEST_TIMEOUT_S = 5.0
+
+
+class _Deadline(io.RawIOBase):
+    """A connection's bytes, read until a deadline ``seconds`` from now (then TimeoutError)."""
+
+    def __init__(self, sock: socket.socket, seconds: float) -> None:
+        self._sock = sock
+        self._end = time.monotonic() + seconds
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self._end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request was not sent in time")
+        self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
 
 
 class _DroppedLines:
