@@ -7,7 +7,8 @@ With ``frozen`` (``--frozen``), every directory's times and size stand still for
 object-store mounts (s3fs, gcsfuse, goofys, ...) and some FUSE file systems give them: an
 entry added, removed or renamed moves nothing in the directory's stat.
 
-With ``hang`` (``--hang``), a file whose name ends with ``.hang`` says it is empty and its
+With ``hang`` (``--hang``), a file whose name ends with ``.stuck`` blocks every read (a
+server that stopped answering); one whose name ends with ``.hang`` says it is empty and its
 reads block (for ``HANG_S`` seconds): a file of a stuck mount, or one like /proc/kmsg.
 
 Run it as a process (``python tests/skewfs.py BACKING MOUNTPOINT SKEW [--frozen] [--hang]``; it serves
@@ -124,7 +125,7 @@ def main(backing: str, mountpoint: str, skew: float, frozen: bool = False, hang:
             return os.open(real(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
 
         def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
-            if hang and path.endswith(".hang"):
+            if hang and path.endswith((".hang", ".stuck")):
                 time.sleep(HANG_S)
             return os.pread(fh, size, offset)
 

@@ -275,3 +275,48 @@ def test_a_probe_past_its_deadline_is_ended_with_its_children(tmp_path: Path, ho
     time.sleep(0.5)
     assert _probe_processes(str(fifo)) == []
     assert host.run_script(b"echo next\n", timeout=10) == b"next\n"
+
+
+@pytest.mark.timeout(120)
+def test_a_stuck_network_file_system_costs_only_its_own_stage_in_a_batch(tmp_path: Path, host) -> None:
+    """One batch on one host: a stage whose log is on a FUSE mount whose reads no longer answer
+    (a file server that stopped: the size is there, the bytes never come) and a stage whose log
+    is an ordinary local file that says it is done. The stuck stage's part runs guarded (its
+    files are not on a local file system): at its budget it is ended and ``unknown`` with the
+    reason, and the ordinary stage gets its verdict in the same probe, long before the check's
+    deadline, at every check. Without the guard the probe ran into its deadline and both
+    stages were ``unknown``."""
+    from sensors import stage_from_dict
+    from sensors._check.batch import GUARD_BUDGET
+    from tests import skewfs
+
+    why = skewfs.available()
+    if why:
+        pytest.skip(why)
+    plain = tmp_path / "plain.log"
+    plain.write_text("step 1\nExtraction complete\n")
+    with skewfs.skewed_mount(tmp_path / "backing", tmp_path / "mnt", 0.0, hang=True) as mnt:
+        (tmp_path / "backing" / "train.stuck").write_text("step 1\nExtraction complete\n")
+        stuck = mnt / "train.stuck"
+        assert stuck.stat().st_size > 0
+
+        def checker(name: str, log: Path) -> Checker:
+            doc = {
+                "stage": name,
+                "host": "local",
+                "log": {"path": str(log), "complete": "^Extraction complete"},
+            }
+            return Checker(stage_from_dict(doc), host=host, since="1h")
+
+        checkers = [checker("stuck", stuck), checker("plain", plain)]
+        for _ in range(2):
+            began = time.monotonic()
+            verdicts = check_batch(checkers)
+            took = time.monotonic() - began
+            by = {v.stage: v.readings["log"] for v in verdicts}
+            assert by["plain"].says.value == "done", by["plain"]
+            assert by["stuck"].says.value == "unknown", by["stuck"]
+            assert f"did not finish within {int(GUARD_BUDGET)} s" in by["stuck"].detail, by["stuck"].detail
+            assert GUARD_BUDGET - 1 < took < GUARD_BUDGET + 8, took
+        # The local stage runs unguarded from its second check on; the stuck one stays guarded.
+        assert [c.guarded for c in checkers] == [True, False]

@@ -449,12 +449,12 @@ def test_record_parsers_take_each_piece_for_the_file_it_came_from() -> None:
     script = build_script(stage, new_nonce()).decode()
     assert 'grep -a -z -H "" /proc/[0-9]*/cmdline' in script
     body = (
-        "/proc/10/cmdline:job\0/proc/10/cmdline:--tag\0/proc/10/cmdline:a\n/proc/11/cmdline:forged\0"
-        "/proc/10/cmdline:\n==> /proc/12/cmdline <==\nforged too\0"
-        "/proc/13/cmdline:other\0/proc/13/task/13/cmdline:x\0"
+        b"/proc/10/cmdline:job\0/proc/10/cmdline:--tag\0/proc/10/cmdline:a\n/proc/11/cmdline:forged\0"
+        b"/proc/10/cmdline:\n==> /proc/12/cmdline <==\nforged too\0"
+        b"/proc/13/cmdline:other\0/proc/13/task/13/cmdline:x\0"
         # A piece cut short by the cap (no NUL after it) is not read.
-        "/proc/14/cmdline:cut sh"
-    ).encode()
+        b"/proc/14/cmdline:cut sh"
+    )
     cmds = parse_cmdlines(body)
     assert dict(cmds.text) == {
         10: "job --tag a\n/proc/11/cmdline:forged \n==> /proc/12/cmdline <==\nforged too",

@@ -911,7 +911,7 @@ def test_a_batch_gives_each_stage_its_own_sections_and_the_shared_ones() -> None
         (sec("log_tail", "nobody's"), b"unexpected section 'log_tail'"),
         (sec("k0.log_tail", "a again"), b"'k0.log_tail' appears twice"),
         (sec("stat", "again"), b"'stat' appears twice"),
-        (sec("k1.log_tail", "b", nonce="cd" * 12), b"unexpected section \"(another check's section)\""),
+        (sec("k1.log_tail", "b", nonce="cd" * 12), b'unexpected section "(another check\'s section)"'),
     ]:
         views = _views(b"".join([*clean[:-1], odd, clean[-1]]), nonce, 2)
         assert views == [{GARBLED: views[0][GARBLED]}] * 2

@@ -73,7 +73,7 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
         # A value holding job text, on a line of its own: escaped only where it has to be
         # (a newline in it, or its own first byte), so the common case costs no process.
         "__cc_nl='\n'",
-        PUT + "() { case $1 in *\"$__cc_nl\"* | [@\\\\]*) printf '%s\\n' \"$1\" | " + ESCAPE + " ;;"
+        PUT + '() { case $1 in *"$__cc_nl"* | [@\\\\]*) printf \'%s\\n\' "$1" | ' + ESCAPE + " ;;"
         " *) printf '%s\\n' \"$1\" ;; esac; }",
         # meta: the monitored host's clocks, read together in this one script. Shell
         # builtins (read) instead of a process per file: forks are most of a probe's cost.
@@ -111,16 +111,27 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
     body: list[str] = []
     requested: dict[str, None] = {}  # the paths of the shared stat, in order, once each
     helpers: dict[str, None] = {}  # the sh functions the snippets call, once each
+    guarded = 0
     for lines in snippets:
+        into, own, budget = body, requested, None
         for line in lines:
             if line[:2] != "#@":
-                body.append(line)
+                into.append(line)
             elif line[:7] == _STAT_REQUEST:
-                requested[line[7:]] = None
+                own[line[7:]] = None
             elif line[:7] == _HELPER_REQUEST:
                 helpers[line[7:]] = None
+            elif line[:8] == _GUARD_REQUEST:
+                # What follows runs in a part of its own, with its own stat (see guard()).
+                budget, into, own = int(line[8:]), [], {}
             else:
-                body.append(line)
+                into.append(line)
+        if budget is not None:
+            guarded += 1
+            fn = f"__cc_part{guarded}"
+            body += [f"{fn}() {{", *_shared_stat(list(own)), *into, "}", f"__cc_guard {budget} {fn}"]
+    if guarded:
+        out += _GUARD
     for name in helpers:
         out += _HELPERS[name]
     out += _shared_stat(list(requested))
@@ -137,6 +148,65 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
         " else __cc_probe </dev/null; fi",
     ]
     return ("\n".join(out) + "\n").encode()
+
+
+# --------------------------------------------------------------------------- guarded parts
+#
+# A stage whose files live on a network or FUSE file system may find its reads blocked (a hard
+# NFS mount whose server is gone, an sshfs whose peer froze). In a batch that would hold every
+# other stage of the host until the probe's deadline. Such a stage's part of the probe runs in
+# a subshell of its own, with its own stat of its files (the shared stat never touches them),
+# and a watchdog that ends the part and every process it started at its budget: the stage is
+# then ``unknown`` (its section ``timed_out``) and the probe goes on with the next stage. A
+# process the kernel will not kill (a read stuck in a FUSE request) stays behind, but holds
+# nothing the probe waits for: its output is a pipe into a process that was killed.
+
+_GUARD_REQUEST = "#@guard "
+
+#: The section a guarded part whose budget ran out writes (its budget, in seconds).
+TIMED_OUT = "timed_out"
+
+_GUARD = (
+    # __cc_guard SECONDS FUNCTION: FUNCTION in the background, a watchdog beside it.
+    "__cc_guard() {",
+    '  "$2" &',
+    "  __gp=$!",
+    # The watchdog: a sleep it waits for (a TERM ends both); at the end of it, the part's
+    # whole tree is killed and the watchdog says so (99), deaf to the TERM that the part's
+    # end (its kill) brings.
+    "  ( trap 'kill $__gs 2>/dev/null; exit 0' TERM; sleep \"$1\" & __gs=$!; wait $__gs;"
+    " trap '' TERM; __cc_kill_tree $__gp; exit 99 ) &",
+    "  __gw=$!",
+    "  wait $__gp",
+    "  kill -TERM $__gw 2>/dev/null",
+    "  wait $__gw; [ $? = 99 ] && { sec " + TIMED_OUT + '; echo "$1"; }',
+    "  return 0",
+    "}",
+    # __cc_kill_tree PID: PID and every process descended from it, by the parent each stat
+    # names (the PID from the file's path: no byte of a comm can name another process).
+    "__cc_kill_tree() {",
+    '  __kt=" $1 " __kn=1 __kd=0',
+    "  while [ $__kn = 1 ] && [ $__kd -lt 16 ]; do",
+    "    __kn=0 __kd=$((__kd + 1))",
+    "    for __s in /proc/[0-9]*/stat; do",
+    "      __k=${__s#/proc/}; __k=${__k%/stat}",
+    '      case $__kt in *" $__k "*) continue ;; esac',
+    '      read -r __l <"$__s" 2>/dev/null || continue',
+    '      case $__l in *") "*) ;; *) continue ;; esac',
+    "      set -f; set -- ${__l##*) }; set +f",
+    '      case $__kt in *" $2 "*) __kt="$__kt$__k " __kn=1 ;; esac',
+    "    done",
+    "  done",
+    "  kill -KILL $__kt 2>/dev/null",
+    "}",
+)
+
+
+def guard(seconds: float) -> str:
+    """The snippet line that makes the rest of a part (a stage's lines in a batch, after its
+    ``P=``) run guarded, ``seconds`` at most (see above); its stat requests go to its own
+    stat, which it prints as its own ``stats`` and ``statfs`` sections."""
+    return _GUARD_REQUEST + str(max(1, int(seconds)))
 
 
 # --------------------------------------------------------------------------- the shared stat

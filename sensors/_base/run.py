@@ -114,7 +114,7 @@ def exit_record_lines(exit_file: str, pid: int | None) -> list[str]:
         "sec exit",
         f'w=$({TRUST_FN} {d} {f}) && [ -n "$w" ] || w="untrusted stat file - - - "{f};'
         ' if [ "$w" != ok ]; then __cc_put "$w";'
-        f" elif r=$(head -c 256 -- {f} 2>&1); then __cc_put \"$r\";"
+        f' elif r=$(head -c 256 -- {f} 2>&1); then __cc_put "$r";'
         ' else case $r in *"ermission denied"*) echo unreadable ;; *) echo missing ;; esac; fi',
     ]
     return lines

@@ -17,12 +17,27 @@ from collections.abc import Sequence
 
 from sensors._base.errors import HostError, HostKeyError
 from sensors._base.model import Verdict
-from sensors._base.probe import GARBLED, Meta, Static, build_script, new_nonce, parse_meta, sections_of
+from sensors._base.probe import (
+    GARBLED,
+    Meta,
+    Static,
+    build_script,
+    guard,
+    new_nonce,
+    on_local_fs,
+    parse_meta,
+    sections_of,
+)
 from sensors._base.text import redaction_shared
 from sensors._check.checker import Checker, save_checked
 from sensors._signals.process import owner_lines, parse_table_once, table_lines
 
 #: Sections every stage of the batch reads as they are (not prefixed).
+#: The longest a guarded stage's reads may take in a batch (seconds; a quarter of its
+#: check's deadline when that is less): a read of a healthy network file system takes
+#: milliseconds, and the host's other stages wait for it.
+GUARD_BUDGET = 10.0
+
 SHARED = ("meta", "stats", "statfs", "stat", "tasks", "taskcmd", "cmdline", "owners", "end")
 
 
@@ -72,6 +87,9 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
             parts.append(["P=", *table_lines()])
             table = True
         lines = [f"P=k{k}."]
+        if checker.guarded and len(checkers) > 1:
+            # Its files may be where a read blocks: not at the cost of the other stages.
+            lines.append(guard(min(GUARD_BUDGET, checker.stage.check_timeout / 4)))
         for snippet in checker.snippets(nonce, table=False):
             lines += snippet
         parts.append(lines)
@@ -98,6 +116,8 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
             if known not in metas:
                 metas[known] = parse_meta(views[k].get("meta"), known, views[k].get("end"))
             verdicts.append(checker.absorb(views[k], nonce, metas[known]))
+            # Guarded next time unless every file of it was found on a local file system.
+            checker.guarded = not all(on_local_fs(p, views[k]) for p in checker.files)
         return verdicts
 
 

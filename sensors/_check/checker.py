@@ -18,7 +18,16 @@ from typing import Any
 
 from sensors._base.errors import ConfigError, HostError, HostKeyError
 from sensors._base.model import Reading, Says, Verdict
-from sensors._base.probe import GARBLED, Meta, Static, build_script, new_nonce, parse_meta, split_sections
+from sensors._base.probe import (
+    GARBLED,
+    TIMED_OUT,
+    Meta,
+    Static,
+    build_script,
+    new_nonce,
+    parse_meta,
+    split_sections,
+)
 from sensors._base.run import LaunchEnd, Run, Since, exit_record_lines, parse_since, read_launch_end
 from sensors._check.persist import NotOurs, OwnRun, Persistence, is_this_run, save_all
 from sensors._config.stage import PolicySpec, Stage
@@ -278,6 +287,10 @@ class Checker(Following):
         self.lock = threading.Lock()
         self._persist: Persistence | None = None
         self._saving, self._told_not_ours = True, False
+        #: Whether, in a batch, this stage's reads run guarded (``sensors._base.probe.guard``):
+        #: until a check has found every file of it on a local file system (then nothing of it
+        #: can block the host's other stages), and again once one is not.
+        self.guarded = bool(self.files)
         # Whether this watch has read the host itself: what it saw (a later run at work, say)
         # is in its memory and nowhere else, so a confirmation checks with it too.
         self._checked_here = False
@@ -295,6 +308,15 @@ class Checker(Following):
             if exclude_pids is not None
             else (frozenset({os.getpid()}) if isinstance(self.host, LocalHost) else frozenset())
         )
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The paths this stage reads (its log, its outputs)."""
+        stage = self.stage
+        paths = [stage.log.path] if stage.log is not None else []
+        if stage.outputs is not None:
+            paths += [p for p in (stage.outputs.files, stage.outputs.lines) if p]
+        return tuple(paths)
 
     # ------------------------------------------------------------------ one check
 
@@ -512,6 +534,15 @@ class Checker(Following):
         stage, mem = self.stage, self._memory
         if meta is None:
             meta = parse_meta(sections.get("meta"), mem.static, sections.get("end"))
+        if TIMED_OUT in sections:
+            budget = sections[TIMED_OUT].decode("ascii", "replace").strip()
+            return self.host_failed(
+                HostError(
+                    f"this stage's reads did not finish within {budget} s (a file system that does not"
+                    " answer?): ended, and the host's other stages read on",
+                    host=self.host.name,
+                )
+            )
         if GARBLED in sections:
             why = sections[GARBLED].decode("utf-8", "replace")
             return self.host_failed(HostError(f"the probe's answer was garbled: {why}", host=self.host.name))

@@ -277,10 +277,11 @@ def table_lines() -> tuple[str, ...]:
         # common where PID 1 does not reap (containers) and must cost nothing.
         '/[)] Z / && $1 ~ /^[0-9]+$/ { r = $0; sub(/.*[)] /, "", r); split(r, f, " "); '
         'if (f[1] == "Z" && f[18] > 1) z = z " " $1 } '
-        "END { printf \"%s\", z > \"/dev/stderr\" }' 2>&3 3>&- >&4 4>&-; } 3>&1)",
+        'END { printf "%s", z > "/dev/stderr" }\' 2>&3 3>&- >&4 4>&-; } 3>&1)',
         "exec 4>&-",
         # Their threads' records: the same framing (a glob per leader, expanded unquoted).
-        "T=; C=; for p in $Z; do isnum \"$p\" && T=\"$T /proc/$p/task/*/stat\" && C=\"$C /proc/$p/task/*/cmdline\"; done",
+        'T=; C=; for p in $Z; do isnum "$p" &&'
+        ' T="$T /proc/$p/task/*/stat" && C="$C /proc/$p/task/*/cmdline"; done',
         "sec tasks",
         f'[ -n "$T" ] && head -c 4096 /dev/null $T 2>/dev/null | head -c {TASKS_CAP} | {ESCAPE}',
         # A zombie leader's own cmdline reads empty; its live threads still show it.
@@ -319,7 +320,7 @@ def owner_lines() -> tuple[str, ...]:
         '{ p = substr($1, 7); sub(/\\/.*/, "", p); print p, $2; u[$2] = 1 } '
         'END { print "names"; '
         'while ((getline l < "/etc/passwd") > 0) { n = split(l, f, ":"); '
-        "if (n > 2 && (f[3] in u)) { print f[3], f[1]; delete u[f[3]] } } print \"done\" }'"
+        'if (n > 2 && (f[3] in u)) { print f[3], f[1]; delete u[f[3]] } } print "done" }\''
         f" | head -c {OWNERS_CAP}",
     )
 
@@ -424,9 +425,7 @@ class _ProcessTable:
         # line) with the probe's own argv. A process of that argv that has a stat line is
         # another's, and stays.
         text = {
-            pid: line
-            for pid, line in cmds.text.items()
-            if pid in stats or not line.startswith(_OWN_SCAN)
+            pid: line for pid, line in cmds.text.items() if pid in stats or not line.startswith(_OWN_SCAN)
         }
         cut = {pid for pid in cmds.cut if pid in text}
         threads = parse_task_cmdlines(sections.get("taskcmd"))
@@ -700,7 +699,9 @@ def _unread(table: _ProcessTable, meta: Meta, excluded: frozenset[int]) -> list[
 
 
 def _pids(pids: list[int]) -> str:
-    return f"pid {pids[0]}" if len(pids) == 1 else f"{len(pids)} processes (pid {', '.join(map(str, pids[:4]))}…)"
+    if len(pids) == 1:
+        return f"pid {pids[0]}"
+    return f"{len(pids)} processes (pid {', '.join(map(str, pids[:4]))}…)"
 
 
 def _excluded(meta: Meta, stats: Mapping[int, ProcStat], exclude_pids: frozenset[int]) -> set[int]:

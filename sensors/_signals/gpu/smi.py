@@ -39,7 +39,7 @@ def _smi_snippet(query: str) -> str:
         "  __cc_t=; command -v timeout >/dev/null 2>&1 && __cc_t='timeout 20'\n"
         "  { { { LC_ALL=C TZ=UTC $__cc_t nvidia-smi "
         f"{query} --format=csv,noheader,nounits; "
-        'echo "@@exit $?"; } | sed \'s/^/|/\'; } 2>&1 1>&3 3>&- '
+        "echo \"@@exit $?\"; } | sed 's/^/|/'; } 2>&1 1>&3 3>&- "
         f"| head -c {STDERR_LIMIT} | sed 's/^/@@stderr /'; }} 3>&1 | head -c {SMI_LIMIT}\n"
         "else\n"
         "  echo '@@missing nvidia-smi'\n"
