@@ -167,19 +167,25 @@ _GUARD_REQUEST = "#@guard "
 TIMED_OUT = "timed_out"
 
 _GUARD = (
-    # __cc_guard SECONDS FUNCTION: FUNCTION in the background, a watchdog beside it.
+    # __cc_guard SECONDS FUNCTION: a sleep for the budget, and FUNCTION in the background,
+    # which ends the sleep (TERM) when it is over. So the sleep ends at the part's end or at
+    # the budget, whichever comes first, and how it ended says which: at the budget, the
+    # part and every process it started are killed and the section says so. Both are this
+    # shell's children, never reaped before it waits for them: no PID here can be another
+    # process's. The sleep holds nothing the probe waits for.
     "__cc_guard() {",
-    '  "$2" &',
+    '  sleep "$1" >/dev/null 2>&1 &',
+    "  __gs=$!",
+    '  { "$2"; kill $__gs 2>/dev/null; } &',
     "  __gp=$!",
-    # The watchdog: a sleep it waits for (a TERM ends both); at the end of it, the part's
-    # whole tree is killed and the watchdog says so (99), deaf to the TERM that the part's
-    # end (its kill) brings.
-    "  ( trap 'kill $__gs 2>/dev/null; exit 0' TERM; sleep \"$1\" & __gs=$!; wait $__gs;"
-    " trap '' TERM; __cc_kill_tree $__gp; exit 99 ) &",
-    "  __gw=$!",
-    "  wait $__gp",
-    "  kill -TERM $__gw 2>/dev/null",
-    "  wait $__gw; [ $? = 99 ] && { sec " + TIMED_OUT + '; echo "$1"; }',
+    "  wait $__gs",
+    "  if [ $? = 0 ]; then",
+    "    __cc_kill_tree $__gp",
+    "    wait $__gp",
+    '    sec ' + TIMED_OUT + '; echo "$1"',
+    "  else",
+    "    wait $__gp",
+    "  fi",
     "  return 0",
     "}",
     # __cc_kill_tree PID: PID and every process descended from it, by the parent each stat
