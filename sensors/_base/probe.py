@@ -182,7 +182,7 @@ _GUARD = (
     "  if [ $? = 0 ]; then",
     "    __cc_kill_tree $__gp",
     "    wait $__gp",
-    '    sec ' + TIMED_OUT + '; echo "$1"',
+    "    sec " + TIMED_OUT + '; echo "$1"',
     "  else",
     "    wait $__gp",
     "  fi",

@@ -312,25 +312,33 @@ _SCAN = helper(
 
 
 # The last change under a directory's outputs: ``__cc_newest DIR PATH-TESTS`` prints ``ok
-# CTIME NAME`` for the entry (an output, or anything inside one, links followed) whose inode
-# changed last, ``ok`` alone for none, or ``failed`` and why. The ctime, not the mtime: a
-# write, a rename, a time set back (``touch -d``, ``cp -a``, ``tar x``) all move it, and
-# nothing sets it back. BusyBox (no ``-printf``): stat's whole seconds, never later than the
-# change was.
+# CTIME`` and, on the lines after it, the name of the entry (an output, or anything inside one,
+# links followed) whose inode changed last; ``ok`` alone for none, or ``failed`` and why. The
+# ctime, not the mtime: a write, a rename, a time set back (``touch -d``, ``cp -a``, ``tar x``)
+# all move it, and nothing sets it back. BusyBox (no ``-printf``): stat's whole seconds, never
+# later than the change was. No name passes the pipe that finds the last change (a name may
+# hold a newline, and what follows it would read as an entry of its own, changed whenever its
+# maker liked): each entry is its time and inode, and the last one's name is found by its
+# inode and printed through __cc_put.
 _NEWEST = helper(
     "__cc_newest",
     [
         "__d=$1; shift",
-        "if find \"$__d\" -maxdepth 0 -printf '' 2>/dev/null; then",
-        '  { find -L "$__d" -mindepth 1 "$@" -printf \'%C@ %P\\n\' 2>/dev/null; echo "status $?"; }',
+        "__r=$(if find \"$__d\" -maxdepth 0 -printf '' 2>/dev/null; then",
+        '  { find -L "$__d" -mindepth 1 "$@" -printf \'%C@ %i\\n\' 2>/dev/null; echo "status $?"; }',
         "else",
-        '  { find -L "$__d" -mindepth 1 "$@" -exec stat -L -c \'%Z %n\' -- {} + 2>/dev/null;'
+        '  { find -L "$__d" -mindepth 1 "$@" -exec stat -L -c \'%Z %i\' -- {} + 2>/dev/null;'
         ' echo "status $?"; }',
         'fi | awk \'$1 == "status" && NF == 2 { st = $2; next } '
-        '$1 ~ /^[0-9]+([.][0-9]+)?$/ && (n == "" || $1 + 0 > m + 0) '
-        '{ m = $1; n = $0; sub(/^[^ ]* /, "", n) } '
+        'NF == 2 && $1 ~ /^[0-9]+([.][0-9]+)?$/ && $2 ~ /^[0-9]+$/ && (n == "" || $1 + 0 > m + 0) '
+        "{ m = $1; n = $2 } "
         'END { if (st != "0") print "failed (find exited " st ")"; '
-        'else if (n == "") print "ok"; else print "ok " m " " substr(n, 1, 300) }\'',
+        'else if (n == "") print "ok"; else print "ok " m " " n }\')',
+        'set -f; set -- $__r "$@"; set +f',
+        'if [ "$1" = ok ] && [ $# -ge 3 ] && isnum "$3"; then',
+        '  echo "ok $2"; __i=$3; shift 3',
+        '  __cc_put "$(find -L "$__d" -mindepth 1 "$@" -inum "$__i" -print 2>/dev/null | head -c 300)"',
+        "else printf '%s\\n' \"$__r\"; fi",
     ],
 )
 
@@ -515,15 +523,17 @@ def _newest_answer(raw: bytes | None) -> tuple[float, str] | str | None:
     nothing there), or why it could not be read."""
     if raw is None:
         return None
-    text = raw.decode("utf-8", "replace").strip()
-    if text == "ok":
+    first, _, name = raw.decode("utf-8", "replace").partition("\n")
+    text = first.strip()
+    if text == "ok" and not name.strip():
         return None
     if text.startswith("ok "):
-        at, _, name = text[3:].partition(" ")
         try:
-            return float(at), name
+            # The name as the probe found it by its inode (it may have gone since: "?").
+            return float(text[3:]), name.rstrip("\n")[:300] or "?"
         except ValueError:
             pass
+    text = " ".join([text, *name.split()])
     return (
         f"the last change under the outputs could not be read: {' '.join(text.split())[:300] or 'no answer'}"
     )

@@ -44,6 +44,7 @@ from sensors._signals.procfs import (
     CMDLINE_PER_PROCESS,
     STAT_CAP,
     TASKS_CAP,
+    Cmdlines,
     ProcStat,
     ancestors,
     children_of,
@@ -357,6 +358,8 @@ class _ProcessTable:
     cmdlines: Mapping[int, str]
     cut: frozenset[int]
     tasks: Mapping[int, list[ProcStat]]
+    #: The command lines passed CMDLINE_CAP: those after the last one read were not read.
+    capped: bool = False
 
     @functools.cached_property
     def searchable(self) -> tuple[tuple[int, str, bytes], ...]:
@@ -412,12 +415,17 @@ class _ProcessTable:
         stat_body, cmd_body = sections.get("stat"), sections.get("cmdline")
         if stat_body is None or cmd_body is None:
             return "the probe's process section is missing (output cut short)"
-        if len(stat_body) >= STAT_CAP or len(cmd_body) >= CMDLINE_CAP:
+        if len(stat_body) >= STAT_CAP:
             return "the process table was too large to read in full"
         stats = parse_stats(stat_body)
         if not stats:
             return "no process could be read from /proc"
         cmds = parse_cmdlines(cmd_body)
+        if len(cmd_body) >= CMDLINE_CAP and cmds.text:
+            # Cut by the cap (another user's long command lines can fill it): the last one
+            # read may be short of its end (cut), and the processes after it were not read
+            # at all (unread: see _unread). What was read whole stands.
+            cmds = Cmdlines(cmds.text, cmds.cut | {next(reversed(cmds.text))})
         # The probe's own `grep` reading the command lines is in them: its argv is every
         # /proc/PID/cmdline path, most of the table's text on a host of many processes
         # (searched again by every stage), and cut on one of ~20k (which would make every
@@ -434,7 +442,8 @@ class _ProcessTable:
                 text[leader] = line
                 if leader in threads.cut:
                     cut.add(leader)
-        return cls(stats, text, frozenset(cut), parse_task_stats(sections.get("tasks")))
+        capped = len(cmd_body) >= CMDLINE_CAP
+        return cls(stats, text, frozenset(cut), parse_task_stats(sections.get("tasks")), capped)
 
 
 @dataclass(frozen=True)
@@ -796,12 +805,23 @@ def read_process(
         )
     if not alive_pids and spec.pid is None:
         unread = _unread(table, meta, excluded)
+        if unread and want is not None:
+            # Another user's, with process.user: not the job, whatever its command line.
+            owners = owners or _Owners.parse(sections)
+            unread = [p for p in unread if owners.uids.get(p, want) == want]
         if unread:
             # A live process the command-line scan did not show may be the job: "no match"
             # is not known (a process is never taken for gone because one read missed it).
+            why = (
+                f"the host's command lines passed the probe's {CMDLINE_CAP >> 20} MiB cap (long"
+                " ones of other processes)"
+                + ("" if want is not None else "; process.user would leave other users' aside")
+                if table.capped
+                else "/proc shows it alive since before this check"
+            )
             return unknown(
-                f"the command line of {_pids(unread)} could not be read although /proc shows"
-                " it alive since before this check: whether it is the job cannot be told",
+                f"the command line of {_pids(unread)} could not be read ({why}): whether it is the"
+                " job cannot be told",
                 unread_pids=unread[:16],
             )
     launched = launched_pid is not None and (spec.pid == launched_pid or launched_pid in found.candidates)
