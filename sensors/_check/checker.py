@@ -32,7 +32,9 @@ from sensors._base.run import LaunchEnd, Run, Since, exit_record_lines, parse_si
 from sensors._check.persist import NotOurs, OwnRun, Persistence, is_this_run, save_all
 from sensors._config.stage import PolicySpec, Stage
 from sensors._hosts import Host, LocalHost
+from sensors._hosts.exits import ExitWatch, local_exits
 from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
+from sensors._signals.base import JobView
 from sensors._signals.log import LogMemory, seed_log_memory
 from sensors._store import Store
 from sensors._verdict import VerdictMemory, decide
@@ -291,6 +293,9 @@ class Checker(Following):
         #: until a check has found every file of it on a local file system (then nothing of it
         #: can block the host's other stages), and again once one is not.
         self.guarded = bool(self.files)
+        # The job's processes this watch asked the local host to see end (PID -> start ticks).
+        self._watched: dict[int, int] = {}
+        self._own_pidns: str | None = None
         # Whether this watch has read the host itself: what it saw (a later run at work, say)
         # is in its memory and nowhere else, so a confirmation checks with it too.
         self._checked_here = False
@@ -573,6 +578,8 @@ class Checker(Following):
             known = facts.run
             reading, mem.signals[signal.name], facts = signal.read(spec, sections, memory, facts)
             readings[signal.name] = reading
+            if signal.name == "process" and facts.job is not None:
+                facts = facts._replace(job=self._seen_ends(facts.job, reading, meta))
             if known is not None and facts.run is not known:
                 # A new run of the job (see the process signal): nothing remembered of the
                 # last one (its log offsets, its outputs, its settle streak) holds for it.
@@ -594,6 +601,36 @@ class Checker(Following):
         )
         self.last = verdict
         return verdict
+
+    def _seen_ends(self, job: JobView, reading: Reading, meta: Meta) -> JobView:
+        """``job`` with the ends of this run's processes that the host let this watch see
+        (``sensors._hosts.exits``): its live processes are watched from now on."""
+        watch = self._exit_watch(meta)
+        if watch is None:
+            return job
+        watched = self._watched
+        for entry in reading.evidence.get("processes") or ():
+            pid, ticks = entry.get("pid"), entry.get("start_ticks")
+            if pid in job.live and isinstance(ticks, int) and pid not in watched:
+                watch.watch(pid, ticks)
+                watched[pid] = ticks
+                if len(watched) > 256:
+                    watched.pop(next(iter(watched)))
+        ends = {pid: at for pid, ticks in watched.items() if (at := watch.ended(pid, ticks)) is not None}
+        return job._replace(ends=ends) if ends else job
+
+    def _exit_watch(self, meta: Meta) -> ExitWatch | None:
+        """This machine's exit watch, where the probe's processes are this process's to see:
+        the plain local host, in this process's own PID namespace."""
+        if type(self.host) is not LocalHost or not meta.view:
+            return None
+        if self._own_pidns is None:
+            try:
+                self._own_pidns = os.readlink("/proc/self/ns/pid")
+            except OSError:
+                self._own_pidns = ""
+        watch = local_exits()
+        return watch if watch.available and meta.view.startswith(self._own_pidns + " ") else None
 
     def _probe_inputs(self, nonce: str, table: bool = True) -> ProbeInputs:
         mem, stage = self._memory, self.stage

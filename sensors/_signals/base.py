@@ -114,6 +114,9 @@ class JobView(NamedTuple):
     previous: frozenset[int] = frozenset()
     exited_at: float | None = None
     parents: Mapping[int, int] = {}  # each live PID's parent: a writer's child is its run's
+    #: When this run's processes that are gone ended, where the host lets the end be seen
+    #: (``sensors._hosts.exits``: the local host), by PID; a PID not in it ended unseen.
+    ends: Mapping[int, float] = {}
 
     def descends(self, pid: int, ancestors: Iterable[int]) -> bool:
         """Whether ``pid``'s parent, or its parent's (as far as the live PIDs reach), is

@@ -926,7 +926,10 @@ def _whose(
       text written then is not known to be the writer's (the check that first finds the
       writers gone is no bound on when they ended). Otherwise whose it is cannot be told
       (``unattributed``): a re-run's banner and a job's post-processing read alike, and only
-      a process seen at work tells them apart.
+      a process seen at work tells them apart. Where the host lets a process's end be seen
+      (``JobView.ends``), text written before the end of the last of the writers is theirs,
+      as a launched job's written before its recorded exit is, and as it is while a writer
+      is found alive: the end is then what a later check's "gone" could not bound.
     """
     if complete_line is None:
         return _Word(None, None, demoted_end=memory.demoted_end)
@@ -1012,7 +1015,9 @@ def _whose(
             and not memory.foreign_clock
             and st.written <= exited + _WRITTEN_BY_TICK
         )
-        unattributed = not (by_writer or by_exit)
+        ended = _writers_end(writers, job)
+        by_end = ended is not None and not memory.foreign_clock and st.written <= ended + _WRITTEN_BY_TICK
+        unattributed = not (by_writer or by_exit or by_end)
     return _Word(
         complete_line,
         complete_end,
@@ -1025,6 +1030,15 @@ def _whose(
         alive_at=alive_at,
         undatable_by=undatable_by,
     )
+
+
+def _writers_end(writers: tuple[int, ...], job: JobView | None) -> float | None:
+    """When the last of the line's writers ended, where every one's end was seen and none is
+    alive (None: one of them is alive, or ended unseen)."""
+    if not writers or job is None or job.live.intersection(writers):
+        return None
+    ends = [job.ends.get(pid) for pid in writers]
+    return max(ends) if all(end is not None for end in ends) else None  # type: ignore[type-var]
 
 
 def _undatable(
