@@ -425,7 +425,7 @@ class _ProcessTable:
             # Cut by the cap (another user's long command lines can fill it): the last one
             # read may be short of its end (cut), and the processes after it were not read
             # at all (unread: see _unread). What was read whole stands.
-            cmds = Cmdlines(cmds.text, cmds.cut | {next(reversed(cmds.text))})
+            cmds = Cmdlines(cmds.text, cmds.cut | {list(cmds.text)[-1]})
         # The probe's own `grep` reading the command lines is in them: its argv is every
         # /proc/PID/cmdline path, most of the table's text on a host of many processes
         # (searched again by every stage), and cut on one of ~20k (which would make every
