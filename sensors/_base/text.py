@@ -12,8 +12,9 @@ string. Secrets on a job's command line (``--hf-token hf_…``) must not travel 
   visible escapes, so nothing the job wrote can colour, move the cursor, hyperlink or break a
   line. The medium escapers (:func:`slack_code`, :func:`markdown_escape`) build on it.
 
-Every pattern here has bounded repetition inside each alternative and no nested
-quantifiers: the work is linear in the text's length (a 256 KiB log tail included).
+Every pattern here has bounded repetition inside each alternative, or repetition that is
+possessive (``*+``, ``++``: never given back, so never retried), and what a match scans
+is skipped past when it is a value: the work is linear in the text's length (a 256 KiB log tail included).
 """
 
 from __future__ import annotations
