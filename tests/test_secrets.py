@@ -103,6 +103,47 @@ HIDE = [
     ("AIzaSyabcdefghijklmnopqrstuvwxyz012345", "AIza***"),
     ("id AKIAABCDEFGHIJKLMNOP", "id ***"),
     ("https://hooks.slack.com/services/T0/B0/XYZ", "https://hooks.slack.com/***"),
+    # INI / TOML / .env with spaces around the separator
+    ("password = hunter2", "password = ***"),
+    ('hf_token = "abc123"', 'hf_token = "***"'),
+    ("DB_PASSWORD =hunter2", "DB_PASSWORD =***"),
+    ("aws_secret_access_key = wJalr/K7MDENG", "aws_secret_access_key = ***"),
+    ("secret : s3", "secret : ***"),
+    ("--password = hunter2", "--password = ***"),
+    ("token = 1234567", "token = ***"),  # seven digits: more than a vocabulary id
+    ("token: abc512", "token: ***"),
+    # user:password as a flag's value; a quoted one whole
+    ("curl -u admin:pw https://x", "curl -u admin:*** https://x"),
+    ("curl --user admin:pw https://x", "curl --user admin:*** https://x"),
+    ("curl -U proxy:p@ss:w", "curl -U proxy:***"),
+    ("curl -u 'admin:two words' x", "curl -u 'admin:***' x"),
+    # quoted values: any length, escaped quotes, never closed
+    ('--token="' + "a" * 300 + ' tail"', "--token=***"),
+    ('{"password": "ab\\"cd tail", "n": 1}', '{"password": "***", "n": 1}'),
+    ("{'api_key': 'it\\'s x'}", "{'api_key': '***'}"),
+    ('--password "never closed', "--password ***"),
+    ("PGPASSWORD=\"a b\"c'd e' psql", "PGPASSWORD=*** psql"),  # one shell word
+    # the password of a MySQL client's -p, sshpass -p
+    ("mysql -u root -phunter2 db", "mysql -u root -p*** db"),
+    (
+        "/usr/bin/mysqldump --single-transaction -p'pw x' db",
+        "/usr/bin/mysqldump --single-transaction -p*** db",
+    ),
+    ("mariadb -h h -pPW", "mariadb -h h -p***"),
+    ("sshpass -p hunter2 ssh host", "sshpass -p *** ssh host"),
+    ("sshpass -v -phunter2 ssh host", "sshpass -v -p*** ssh host"),
+    # a bare JSON Web Token
+    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl x", "jwt *** x"),
+    ("id_token=eyJhbGciOiJub25lIn0.eyJzdWIiOiIxIn0.", "id_token=***"),
+    # a URL whose user is a token
+    ("https://ghx0123456789abcdefXYZ@github.com/o/r", "https://***@github.com/o/r"),
+    ("git clone https://oauth2tokenabcdef0123@gitlab.example/r", "git clone https://***@gitlab.example/r"),
+    # XML elements
+    ("<password>hunter2</password>", "<password>***</password>"),
+    ("<db><apiKey>k 1</apiKey><host>h</host></db>", "<db><apiKey>***</apiKey><host>h</host></db>"),
+    # Rails
+    ("secret_key_base=abc123", "secret_key_base=***"),
+    ("SECRET_KEY_BASE = abc123", "SECRET_KEY_BASE = ***"),
 ]
 
 KEEP = [
@@ -137,6 +178,32 @@ KEEP = [
     "--password -x",  # the next word is a flag, not the value
     "--password",
     "hf_short",  # under 16 characters: not a token's shape
+    # INI / config dumps: a name must END in a secret word (``key`` only with a qualifier)
+    "tokens = 4096",
+    "max_new_tokens = 256",
+    "num_tokens: 8192",
+    "token: 512",  # a count or a vocabulary id, not a credential
+    "eos token = 2",
+    "token_id = 50256",
+    "key = value",
+    "sort_key = name",
+    "password_file = /run/pw",
+    "tokenizer = gpt2",
+    "PWD = /home/u",
+    "a == b and password == other",  # a comparison, not an assignment
+    "x <= 3",
+    # -u, -p and @ in ordinary commands
+    "python -u train.py -p 8080",
+    "docker run -u 1000:1000 img",
+    "pip install --user torch",
+    "ssh -p 2222 host",
+    "mysql -p db",  # -p alone prompts; the next word is the database
+    "mysql --port 3306 db",
+    "mkdir -p /out && python t.py -pfoo",  # -p glued, but no mysql
+    "git@github.com:o/r.git ssh://git@gitlab.example/r https://user@host.example/x",
+    "eyJhbGciOiJIUzI1NiJ9 alone",  # one part: not a JWT
+    "<token>hello world",  # an element that never closes: prose
+    "use <password> here, not </pass>",
     "",
 ]
 
@@ -164,6 +231,14 @@ def test_redact_keeps(text: str) -> None:
         (["--tokenizer", "/shared/kimi", "--keys", "3"], ["--tokenizer", "/shared/kimi", "--keys", "3"]),
         (["x", "--api-key", HF], ["x", "--api-key", "***"]),
         (["echo", HF], ["echo", "hf_***"]),
+        (["curl", "-u", "admin:two words", "x"], ["curl", "-u", "admin:***", "x"]),
+        (["docker", "run", "-u", "1000:1000"], ["docker", "run", "-u", "1000:1000"]),
+        (["python", "-u", "t.py", "-p", "8080"], ["python", "-u", "t.py", "-p", "8080"]),
+        (["/usr/bin/mysql", "-uroot", "-ptwo words", "db"], ["/usr/bin/mysql", "-uroot", "-p***", "db"]),
+        (["mysql", "-p", "db"], ["mysql", "-p", "db"]),
+        (["sshpass", "-p", "two words", "ssh", "h"], ["sshpass", "-p", "***", "ssh", "h"]),
+        (["sshpass", "-pab", "ssh", "h", "t.py", "-pX"], ["sshpass", "-p***", "ssh", "h", "t.py", "-pX"]),
+        (["mkdir", "-pv", "/x"], ["mkdir", "-pv", "/x"]),
     ],
 )
 def test_redact_argv_hides_a_value_whole(argv: list[str], expected: list[str]) -> None:
@@ -185,8 +260,44 @@ def test_redact_command_and_redact_deep() -> None:
         '"password": ' * 20000,
         "a: " * 80000,
         "PGPASSWORD" * 25000,
+        "a = " * 65536,
+        "password = " * 24000,
+        '--token="' * 29000,
+        '"password": "\\' * 18000,
+        "--token=a'b\"" * 26000,
+        "-u a:" * 52000,
+        "mysql " * 43000 + "-p",  # each command scans its next 32 words, no further
+        "mysql -u x " * 24000 + "-p",
+        "sshpass -v " * 24000 + "-p",
+        "<password>" * 26000,
+        "<password>x" * 24000 + "</password>",
+        "eyJ" * 87000,
+        "eyJaaaa." * 32000,
+        "https://" * 32000,
+        "a://" + "x" * 262144,
     ],
-    ids=["headers", "bearers", "json-keys", "yaml-keys", "one-piece-names"],
+    ids=[
+        "headers",
+        "bearers",
+        "json-keys",
+        "yaml-keys",
+        "one-piece-names",
+        "ini-names",
+        "ini-secrets",
+        "open-quotes",
+        "escapes",
+        "shell-word-pieces",
+        "user-flags",
+        "mysql-words",
+        "mysql-options",
+        "sshpass-options",
+        "xml-opens",
+        "xml-unclosed",
+        "jwt-heads",
+        "jwt-parts",
+        "schemes",
+        "long-user",
+    ],
 )
 def test_the_new_patterns_are_linear(text: str) -> None:
     started = time.perf_counter()

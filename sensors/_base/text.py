@@ -12,8 +12,9 @@ string. Secrets on a job's command line (``--hf-token hf_…``) must not travel 
   visible escapes, so nothing the job wrote can colour, move the cursor, hyperlink or break a
   line. The medium escapers (:func:`slack_code`, :func:`markdown_escape`) build on it.
 
-Every pattern here has bounded repetition inside each alternative and no nested
-quantifiers: the work is linear in the text's length (a 256 KiB log tail included).
+Every pattern here has bounded repetition inside each alternative, or repetition that is
+possessive (``*+``, ``++``: never given back, so never retried), and what a match scans
+is skipped past when it is a value: the work is linear in the text's length (a 256 KiB log tail included).
 """
 
 from __future__ import annotations
@@ -110,20 +111,56 @@ _NOT_CREDENTIAL_PASS = frozenset(
 
 # A flag (-x, --name), an environment-style name, or a JSON/YAML key, and what separates it
 # from its value: ``--name=v``, ``--name v`` (not when the next word is itself a flag),
-# ``NAME=v``, ``"name": "v"``, ``name: v``. Only the name is matched: its value is consumed
-# only when the name is a secret's, so the value of an ordinary flag (``--verbose
-# HF_TOKEN=x``) is still scanned. Names are at most 64 characters, quoted values at most
-# 256: bounded work per position.
+# ``NAME=v``, an INI/TOML ``name = v`` (spaces around ``=``; never ``==``), ``"name": "v"``,
+# ``name: v``. Only the name is matched: its value is consumed only when the name is a
+# secret's, so the value of an ordinary flag (``--verbose HF_TOKEN=x``) is still scanned.
+# Names are at most 64 characters and the separators' spaces are bounded or possessive:
+# bounded work per position.
 _NAME = re.compile(
-    r"(?<![\w.\-])(?:(?P<flag>--?[A-Za-z][\w.\-]{0,63})(?P<fsep>=|[ \t]+(?!-))|(?P<env>[A-Za-z_]\w{0,63})="
+    r"(?<![\w.\-])(?:(?P<flag>--?[A-Za-z][\w.\-]{0,63})(?P<fsep>=|[ \t]{1,8}=(?!=)[ \t]{0,8}|[ \t]++(?![-=]))"
+    r"|(?P<env>[A-Za-z_]\w{0,63})(?:=|(?P<ini>[ \t]{1,8}=(?!=)[ \t]{0,8}))"
     r"|(?P<q>[\"']?)(?P<key>[A-Za-z_][\w.\-]{0,63})(?P=q)[ \t]{0,8}:(?!//)[ \t]{0,8})"
 )
-_VALUE = re.compile(r"\"[^\"\n]{0,256}\"|'[^'\n]{0,256}'|\S+")
+# A quoted value runs to its closing quote, over escaped quotes (``"ab\\"cd"``) and at any
+# length; one never closed runs to the end of its line. The whole of it is hidden, and the
+# scan goes on after it, so each character is read once (possessive: no backtracking).
+_QUOTED = r"\"(?:[^\"\\\n]++|\\.)*+\"?|'(?:[^'\\\n]++|\\.)*+'?"
+# A shell word is quoted and bare pieces run together (``"a b"c'd e'``): all of it is the value.
+_VALUE = re.compile(r"(?:" + _QUOTED + r"|[^\s\"']++)++")
 # A JSON/YAML value ends at a comma, a closing brace or bracket as well as at a space.
-_KEY_VALUE = re.compile(r"\"[^\"\n]{0,256}\"|'[^'\n]{0,256}'|[^\s,;}\]\"']+")
+_KEY_VALUE = re.compile(_QUOTED + r"|[^\s,;}\]\"']+")
+# Flags whose value is ``user:password`` (curl -u/--user/-U/--proxy-user): the user is kept,
+# the password hidden. A ``uid:gid`` (``docker run -u 1000:1000``) is not a password.
+_USER_FLAGS = frozenset({"-u", "--user", "-U", "--proxy-user"})
+_UID_GID = re.compile(r"\d+:\d+")
+# ``token`` is also a vocabulary token: ``token: 512``, ``eos token = 2`` (a count or an id)
+# are not credentials. A plain number of at most six digits after a name whose last word is
+# ``token`` is kept (no service's credential is that; a one-time code is spent in seconds).
+_TOKEN_COUNT = re.compile(r"[\"']?\d{1,6}[\"']?")
+# A MySQL/MariaDB client's password glued to ``-p`` (``mysql -u root -pPW db``; ``-p PW``
+# names a database, ``-p`` alone prompts), and ``sshpass -p PW`` / ``sshpass -pPW``. Only
+# after these commands: ``-p`` is a port, a path or a parent elsewhere. At most 32 words
+# between the command and its ``-p``, none a shell separator: bounded work per command.
+_TOOL_PASSWORD = re.compile(
+    r"(?<![\w.\-])(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlcheck|mysqlshow|mysqlpump|mysqlslap"
+    r"|mariadb|mariadb-dump|mariadb-admin|mariadb-import|mariadb-check|mariadb-show)(?![\w.\-])"
+    r"(?:[ \t]++[^\s;|&]++){0,32}?[ \t]++-p(?=[^\s-])"
+    r"|(?<![\w.\-])sshpass(?:[ \t]++-v){0,4}[ \t]++-p[ \t]*+(?=\S)"
+)
+_MYSQL_TOOLS = frozenset(
+    {"mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlcheck", "mysqlshow", "mysqlpump", "mysqlslap"}
+    | {"mariadb", "mariadb-dump", "mariadb-admin", "mariadb-import", "mariadb-check", "mariadb-show"}
+)
+# An XML element named for a secret (``<password>x</password>``, ``<apiKey>x</apiKey>``):
+# its text is hidden when the element closes (so ``<token>`` in prose is left alone).
+_XML_OPEN = re.compile(r"<(?P<tag>[A-Za-z_][\w.\-]{0,63})>")
+_XML_TEXT = re.compile(r"[^<]*+")
 # scheme://user:password@host → scheme://user:***@host. The password runs to the last ``@``
 # of the authority (a password may hold ``@``).
 _URL_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]{0,31}://[^\s:/@]{0,256}:)[^\s/?#]{1,256}@")
+# scheme://TOKEN@host (a token as the user, no password: ``https://<token>@github.com``):
+# a user of 16 characters or more is hidden whole (``ssh://root@gpu-box`` stays).
+_URL_TOKEN_USER = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]{0,31}://)[^\s:/@?#]{16,}+@")
 # An HTTP Authorization header (``Authorization: Bearer x``, ``authorization=Basic x``): its
 # scheme is kept, its credential hidden. ``Bearer x`` anywhere else: a token of 8 characters
 # or more after it.
@@ -139,6 +176,8 @@ _TOKEN_SHAPES = re.compile(
     r"[A-Za-z0-9_\-]{16,}"
     r"|(?<![A-Za-z0-9])(?P<aws>(?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Za-z0-9])"
     r"|(?P<slack>https://hooks\.slack\.com/)\S+"
+    # A JSON Web Token: three base64url parts, the first a JSON object's (``eyJ`` is ``{"``).
+    r"|(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{4,}+\.[A-Za-z0-9_\-]{4,}+\.[A-Za-z0-9_\-]*+"
 )
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SEGMENTS = re.compile(r"[-_.]+")
@@ -160,10 +199,29 @@ def _is_secret_name(name: str, *, flag: bool = True) -> bool:
         return True
     if last == "key":
         return before in _KEY_QUALIFIERS
+    if last == "base":  # Rails' secret_key_base (SECRET_KEY_BASE)
+        return parts[-3:] == ["secret", "key", "base"]
     for ending in _SECRET_ENDINGS:
         if last.endswith(ending):
             return ending != "token" or last[: -len(ending)] not in _NOT_CREDENTIAL_TOKEN
     return False
+
+
+def _last_word(name: str) -> str:
+    parts = [p for p in _SEGMENTS.split(_CAMEL.sub("_", name.lstrip("-")).lower()) if p]
+    return parts[-1] if parts else ""
+
+
+def _user_password(value: str) -> str | None:
+    """``user:***`` for a ``user:password`` value (quotes kept), else None."""
+    quote = value[0] if value[:1] in ("'", '"') else ""
+    inner = value[len(quote) :]
+    if quote and inner.endswith(quote):
+        inner = inner[: -len(quote)]
+    user, colon, password = inner.partition(":")
+    if not colon or not password or _UID_GID.fullmatch(inner):
+        return None
+    return quote + user + ":" + REDACTED + quote
 
 
 def _assignments(text: str) -> str:
@@ -171,21 +229,64 @@ def _assignments(text: str) -> str:
     pos = 0
     while (m := _NAME.search(text, pos)) is not None:
         # The name first: matching the value of every ``a=b`` would make ``=a=a=a…`` quadratic.
-        key = m.group("key")
-        if key is not None:
-            value = _KEY_VALUE.match(text, m.end()) if _is_secret_name(key, flag=False) else None
-        elif m.group("flag"):
-            value = _VALUE.match(text, m.end()) if _is_secret_name(m.group("flag")) else None
-        else:
-            value = _VALUE.match(text, m.end()) if _is_secret_name(m.group("env"), flag=False) else None
-        if value is None:
+        key, flag, env = m.group("key"), m.group("flag"), m.group("env")
+        name = key or flag or env
+        shown: str | None = None  # what replaces the value, when it is hidden
+        value = None
+        if _is_secret_name(name, flag=bool(flag)):
+            value = (_KEY_VALUE if key is not None else _VALUE).match(text, m.end())
+            if value is not None:
+                if _last_word(name) == "token" and _TOKEN_COUNT.fullmatch(value.group(0)):
+                    value = None  # a count or a vocabulary id
+                else:
+                    # A JSON/YAML/INI value keeps its quotes (the document still reads as one).
+                    first = value.group(0)[:1]
+                    quote = first if (key is not None or m.group("ini")) and first in ("'", '"') else ""
+                    shown = quote + REDACTED + quote
+        elif flag in _USER_FLAGS:
+            value = _VALUE.match(text, m.end())
+            if value is not None and (shown := _user_password(value.group(0))) is None:
+                value = None
+        if value is None or shown is None:
             out.append(text[pos : m.end()])
             pos = m.end()
             continue
-        # A JSON/YAML value keeps its quotes (the document still reads as one).
-        quote = value.group(0)[0] if key is not None and value.group(0)[:1] in ("'", '"') else ""
-        out.append(text[pos : m.end()] + quote + REDACTED + quote)
+        out.append(text[pos : m.end()] + shown)
         pos = value.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _tool_passwords(text: str) -> str:
+    out: list[str] = []
+    pos = 0
+    while (m := _TOOL_PASSWORD.search(text, pos)) is not None:
+        value = _VALUE.match(text, m.end())
+        if value is None:  # not reached: the pattern looks ahead at a non-space
+            out.append(text[pos : m.end()])
+            pos = m.end()
+            continue
+        out.append(text[pos : m.end()] + REDACTED)
+        pos = value.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _xml_elements(text: str) -> str:
+    out: list[str] = []
+    pos = 0
+    while (m := _XML_OPEN.search(text, pos)) is not None:
+        tag = m.group("tag")
+        if _is_secret_name(tag, flag=False):
+            # Scanned to the next ``<`` at most once: the next search starts no earlier.
+            body = _XML_TEXT.match(text, m.end())
+            assert body is not None  # ``*`` always matches
+            if body.end() > m.end() and text.startswith(f"</{tag}>", body.end()):
+                out.append(text[pos : m.end()] + REDACTED)
+                pos = body.end()
+                continue
+        out.append(text[pos : m.end()])
+        pos = m.end()
     out.append(text[pos:])
     return "".join(out)
 
@@ -199,17 +300,20 @@ def _token(m: re.Match[str]) -> str:
         return m.group("prefix") + REDACTED
     if m.group("slack"):
         return m.group("slack") + REDACTED
-    return REDACTED
+    return REDACTED  # an AWS key id, a JWT
 
 
 def redact(text: str) -> str:
     """Replace secret values in job text with ``***``, keeping what names them.
 
-    Redacted: the value of a flag or ``NAME=value`` assignment whose name ends in token,
-    password, passwd, pwd, passphrase, secret, apikey, credential(s), auth or
-    api/access/secret/private key; the password of a URL (``scheme://user:***@host``); and
-    well-known token shapes anywhere (Hugging Face ``hf_``, GitHub, GitLab, Slack, OpenAI and
-    Anthropic ``sk-`` keys, AWS access key ids, Slack webhook URLs).
+    Redacted: the value of a flag, ``NAME=value``, INI ``name = value``, JSON/YAML key or XML
+    element whose name ends in token, password, passwd, pwd, passphrase, secret, apikey,
+    credential(s), auth, api/access/secret/private key or secret_key_base (a quoted value
+    whole, however long); the password of ``-u user:password`` (curl), of a MySQL client's
+    ``-pPASSWORD`` and of ``sshpass -p``; the password of a URL (``scheme://user:***@host``)
+    and a URL's user of 16 characters or more (a token); and well-known token shapes anywhere
+    (Hugging Face ``hf_``, GitHub, GitLab, Slack, OpenAI and Anthropic ``sk-`` keys, AWS
+    access key ids, JSON Web Tokens, Slack webhook URLs).
 
     Example:
         >>> redact("train.py --hf-token hf_abcdefghijklmnopqrstuvwx --max-tokens 512")
@@ -242,21 +346,41 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
 
     Knowing where each word ends, ``["--db-password", "two words"]`` and
     ``["PGPASSWORD=two words"]`` show no part of the password (:func:`redact` of the joined
-    line could only hide its first word); a word after ``Bearer`` is hidden too, and every
-    word is redacted as any text is.
+    line could only hide its first word); a word after ``Bearer`` or ``sshpass -p`` is hidden
+    too, as are the password of ``-u user:password`` and a MySQL client's ``-pPASSWORD``, and
+    every word is redacted as any text is.
 
     Example:
         >>> redact_argv(["env", "PGPASSWORD=a b", "t.py", "--db-password", "c d", "--tokenizer", "/x"])
         ['env', 'PGPASSWORD=***', 't.py', '--db-password', '***', '--tokenizer', '/x']
     """
     words: list[str] = []
-    hide_next = False
+    hide_next = user_next = False
+    tool = ""  # "mysql" after a MySQL/MariaDB client's name, "sshpass" after sshpass's
     for item in argv:
         word = str(item)
         if hide_next and not word.startswith("-"):
             words.append(REDACTED)
             hide_next = False
             continue
+        if user_next and not word.startswith("-") and (shown := _user_password(word)) is not None:
+            words.append(shown)
+            user_next = False
+            continue
+        user_next = word in _USER_FLAGS
+        if tool and word.startswith("-p") and word != "-p" and not word.startswith("--"):
+            words.append("-p" + REDACTED)  # mysql -pPW, sshpass -pPW
+            tool = "" if tool == "sshpass" else tool
+            continue
+        if tool == "sshpass" and word == "-p":
+            hide_next, tool = True, ""
+            words.append(word)
+            continue
+        name = word.rsplit("/", 1)[-1]
+        if name in _MYSQL_TOOLS:
+            tool = "mysql"
+        elif name == "sshpass":
+            tool = "sshpass"
         m = _ARG_ASSIGNMENT.match(word)
         if m is not None and _is_secret_name(m.group("name"), flag=word.startswith("-")):
             words.append(word[: m.end()] + REDACTED)
@@ -326,7 +450,8 @@ def _inert_to_redaction(text: str) -> bool:
     ``:``; a secret flag starts with ``-`` and an assignment has ``=``; the token prefixes
     hold ``_`` or ``-`` (but Google's ``AIza``); the AWS key ids start with ``AKIA`` or
     ``ASIA``; a JSON/YAML key and an Authorization header have ``:`` or ``=``; a bare bearer
-    token follows ``Bearer``.
+    token follows ``Bearer``; a JSON Web Token starts with ``eyJ``; a secret XML element
+    closes with ``</``; the ``-p`` of mysql and sshpass has ``-``.
     """
     return not (
         "-" in text
@@ -337,6 +462,8 @@ def _inert_to_redaction(text: str) -> bool:
         or "ASIA" in text
         or "earer" in text
         or "AIza" in text
+        or "eyJ" in text
+        or "</" in text
     )
 
 
@@ -346,13 +473,26 @@ def _redact(text: str) -> str:
     # anew each time, and most text needs one pass or none.
     if "://" in text:
         text = _URL_USERINFO.sub(lambda m: m.group("head") + REDACTED + "@", text)
+        text = _URL_TOKEN_USER.sub(lambda m: m.group("head") + REDACTED + "@", text)
     if (":" in text or "=" in text) and ("uthori" in text or "UTHORI" in text):
         text = _AUTH_HEADER.sub(_kept_head, text)
     if "earer" in text:
         text = _BEARER.sub(_kept_head, text)
+    if "-p" in text and ("mysql" in text or "mariadb" in text or "sshpass" in text):
+        text = _tool_passwords(text)
     if "-" in text or "=" in text or ":" in text:
         text = _assignments(text)
-    if "_" in text or "-" in text or "://" in text or "AKIA" in text or "ASIA" in text or "AIza" in text:
+    if "</" in text:
+        text = _xml_elements(text)
+    if (
+        "_" in text
+        or "-" in text
+        or "://" in text
+        or "AKIA" in text
+        or "ASIA" in text
+        or "AIza" in text
+        or "eyJ" in text
+    ):
         text = _TOKEN_SHAPES.sub(_token, text)
     return text
 
