@@ -91,3 +91,101 @@ def test_text_written_after_the_writers_end_is_not_theirs(tmp_path: Path) -> Non
         verdict = checker.check()
         states.append(verdict.state.value)
     assert "complete" not in states, (states, verdict.reasons)
+
+
+HEADLINE = textwrap.dedent(
+    """
+    import logging, sys, time
+    if sys.argv[1] == "logging":
+        logging.basicConfig(filename=sys.argv[2], level=logging.INFO, format="%(message)s")
+        say = logging.info
+    else:
+        def say(text):
+            print(text, flush=True)
+    for i in range(4):
+        say(f"[{i}] extracted")
+        open(f"{sys.argv[3]}/s{i}.npy", "w").write("x")
+        time.sleep(0.3)
+    say("Extraction complete")
+    say("building sample_lengths.json")
+    time.sleep(1.5)
+    """
+)
+
+
+def _headline(tmp_path: Path, how: str) -> None:
+    """The headline incident watched the way it happened: the watch starts while the job,
+    its completion line already written, post-processes; the job then exits 0 with every
+    output there. Before: `unknown` until the timeout ("it may be an earlier run's: the log
+    was written both before and after the run began": the log was born with the job, within
+    the 1 s a process start was taken to be off). Now: complete within 3 checks of the exit."""
+    import shlex
+
+    tag = f"headline-{time.time_ns()}"
+    out = tmp_path / "out"
+    out.mkdir()
+    log = tmp_path / "job.log"
+    argv = [sys.executable, "-c", HEADLINE, how, str(log), str(out), "--tag", tag]
+    if how == "nohup":  # the log opened by the shell between the fork and the exec
+        cmd = " ".join(shlex.quote(a) for a in argv)
+        job = subprocess.Popen(["sh", "-c", f"exec nohup {cmd} > {shlex.quote(str(log))} 2>&1"])
+    else:
+        job = subprocess.Popen(argv)
+    while b"building sample_lengths" not in (log.read_bytes() if log.exists() else b""):
+        assert job.poll() is None
+        time.sleep(0.05)
+    doc = {
+        "stage": "headline",
+        "host": "local",
+        "process": {"match": f"--tag {tag}$"},
+        "log": {"path": str(log), "complete": "^Extraction complete"},
+        "outputs": {"files": str(out), "pattern": "*.npy", "expected": 4},
+        "policy": {"interval": "300ms", "exit_grace": "300ms"},
+    }
+    checker = Checker(stage_from_dict(doc))
+    first = checker.check()
+    assert first.state.value == "running", first.reasons  # the job post-processes: not done
+    job.wait(20)
+    exited = time.monotonic()
+    states = []
+    while (not states or states[-1] != "complete") and len(states) < 12:
+        time.sleep(0.3)
+        states.append(checker.check().state.value)
+    assert states[-1] == "complete", (states, checker.last.reasons if checker.last else None)
+    assert len(states) <= 4, states
+    assert time.monotonic() - exited < 3.0
+
+
+def test_the_headline_incident_watched_as_it_happened_nohup(tmp_path: Path) -> None:
+    _headline(tmp_path, "nohup")
+
+
+def test_the_headline_incident_watched_as_it_happened_logging(tmp_path: Path) -> None:
+    _headline(tmp_path, "logging")
+
+
+def test_a_log_born_long_before_the_job_is_not_taken_for_its_own(tmp_path: Path) -> None:
+    """The other side: a log an earlier run wrote (its completion line in it, born long before
+    this run), appended to by a new run that writes no completion line and exits. Never
+    complete: the line is not this run's."""
+    log = tmp_path / "job.log"
+    log.write_text("[0] extracted\nExtraction complete\n")
+    time.sleep(1.5)
+    tag = f"appender-{time.time_ns()}"
+    code = "import sys, time\nf = open(sys.argv[1], 'a')\nf.write('run 2 starting\\n'); f.flush(); time.sleep(1.0)"
+    job = subprocess.Popen([sys.executable, "-c", code, str(log), "--tag", tag])
+    doc = {
+        "stage": "appender",
+        "host": "local",
+        "process": {"match": f"--tag {tag}$"},
+        "log": {"path": str(log), "complete": "^Extraction complete"},
+        "policy": {"interval": "300ms", "exit_grace": "300ms"},
+    }
+    checker = Checker(stage_from_dict(doc))
+    time.sleep(0.3)
+    states = [checker.check().state.value]
+    job.wait(20)
+    for _ in range(8):
+        time.sleep(0.3)
+        states.append(checker.check().state.value)
+    assert "complete" not in states, (states, checker.last.reasons if checker.last else None)

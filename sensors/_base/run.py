@@ -36,6 +36,13 @@ FINGERPRINT_BYTES = 64
 
 RunSource = Literal["launch", "since", "process", "watch"]
 
+#: How far a process's start read from /proc may be from the truth (seconds), by where the
+#: boot clock came from. Ticks against /proc/uptime: a tick (10 ms) each for the start and
+#: the uptime, the date and the uptime read a moment apart by one shell, and the start
+#: rounded to 10 ms: 50 ms. Where /proc/uptime is virtualised (lxcfs), the boot time is
+#: /proc/stat's btime, whole seconds: 1 s.
+PROCESS_START_PRECISION = {"ticks": 0.05, "btime": 1.0}
+
 #: The probe's check of an exit record before it is read (defined once per probe).
 _TRUST_HELPER = helper(TRUST_FN, list(TRUST_SH))
 
@@ -62,6 +69,10 @@ class Run:
     log_fingerprint: str | None = None
     pid: int | None = None
     exit_file: str | None = None
+    #: How far ``started_at`` may be from the truth (seconds), from where it was read; None:
+    #: the source's own (a ``since`` is exact; a process's start, the worst case of
+    #: :data:`PROCESS_START_PRECISION`).
+    slack: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self._json)

@@ -421,12 +421,25 @@ def _bind(
             clock_ahead=True,
             bound_by=run.source,
         )
-    after = _start_slack(run.source) + (0.0 if own else _FILE_CLOCK_TOLERANCE)
+    after = _start_slack(run.source, run.slack) + (0.0 if own else _FILE_CLOCK_TOLERANCE)
     if st.birth and st.birth >= run.started_at + after:
         # Born after the run began: all of it is this run's. The birth is never later than
         # the truth (whole seconds rounded down, or the kernel's coarse clock, which lags).
         return replace(base, run_from=0, bound_by=run.source)
-    when = _last_write(st.written, st.resolution, run.started_at, run.source, after)
+    if (
+        st.birth
+        and own
+        and run.source == "process"
+        and run.slack is not None
+        and run.slack <= _TICK_SLACK
+        and st.birth >= run.started_at - run.slack
+    ):
+        # Born within the start's own precision of it (`nohup job > log` opens the log
+        # between the fork and the exec, a millisecond after the start): the job's own log.
+        # Another history fits only with a second run begun within those ticks of this one,
+        # writing the same log: no history a watch of one job can tell, nor needs to.
+        return replace(base, run_from=0, bound_by=run.source)
+    when = _last_write(st.written, st.resolution, run.started_at, run.source, after, run.slack)
     return replace(
         base,
         run_from=st.size,
@@ -474,11 +487,17 @@ _PROCESS_START_SLACK = 1.0
 _TICK_SLACK = 0.05
 
 
-def _start_slack(source: str) -> float:
-    return 0.0 if source == "since" else _PROCESS_START_SLACK
+def _start_slack(source: str, slack: float | None = None) -> float:
+    """How far a run's start may be from the truth: a ``since`` is exact; a process's start
+    as exact as it was read (``Run.slack``), else the worst case."""
+    if source == "since":
+        return 0.0
+    return _PROCESS_START_SLACK if slack is None else slack
 
 
-def _written_after_start(memory: LogMemory, st: _LogStat, started: float, source: str) -> bool:
+def _written_after_start(
+    memory: LogMemory, st: _LogStat, started: float, source: str, slack: float | None = None
+) -> bool:
     """Whether the log, as it was when this watch first read it, was last written clearly
     after the run began. Bound with a run start, the binding decided it (``last_write_unclear``
     is not set then); bound before any start was known (``watch``), the start known now decides
@@ -487,11 +506,16 @@ def _written_after_start(memory: LogMemory, st: _LogStat, started: float, source
         return True
     if memory.foreign_clock or memory.clock_ahead:
         return False
-    return _last_write(st.written, st.resolution, started, source) == "after"
+    return _last_write(st.written, st.resolution, started, source, None, slack) == "after"
 
 
 def _last_write(
-    written: float, resolution: float, started: float, source: str, after: float | None = None
+    written: float,
+    resolution: float,
+    started: float,
+    source: str,
+    after: float | None = None,
+    start_slack: float | None = None,
 ) -> str:
     """Whether the log was last written before the run began, after it, or too near to tell.
 
@@ -501,7 +525,7 @@ def _last_write(
     between it could be either (a re-run started a moment after the last run's completion
     line, or a fast job that wrote its own before this watch first looked).
     """
-    slack = _start_slack(source)
+    slack = _start_slack(source, start_slack)
     if written + resolution <= started - slack:
         return "before"
     if written >= started + (slack if after is None else after):
@@ -561,7 +585,7 @@ def _bound(
         and run is not None
         and run.started_at
         and memory.bound_at
-        and run.started_at >= memory.bound_at + _start_slack(run.source)
+        and run.started_at >= memory.bound_at + _start_slack(run.source, run.slack)
     ):
         # The run began after this watch first read the log: what was there is older. A
         # start read from /proc is known to a clock tick and rounded: one found alive at the
@@ -585,7 +609,7 @@ def _completion(
         and st.size == memory.run_from
         and run is not None
         and run.started_at is not None
-        and _written_after_start(memory, st, run.started_at, run.source)
+        and _written_after_start(memory, st, run.started_at, run.source, run.slack)
     ):
         # Written before this watch saw the file, when it was already written both before and
         # after the run began: it counts only as the last line of a log nothing has been
@@ -964,6 +988,12 @@ def _whose(
             if job is not None and written_after
             else set()
         )
+        if job is not None and at is None and memory.run_from == 0 and st.birth and not memory.foreign_clock:
+            # Undated, in a log born with this run (see _bind): a process begun no later than
+            # the birth, within its start's precision, is the one that created the log
+            # (`nohup job > log`: the log opened between its fork and its exec) and can have
+            # written every line of it.
+            early |= {pid for pid, start in job.starts.items() if start <= st.birth + start_slack}
         writers = tuple(sorted((job.previous if job is not None else frozenset()) | early))[:64]
         seen_at = now
         # Undated, the line may be older than a live process of this run not known to have

@@ -34,7 +34,7 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 from sensors._base.model import Reading, Says
 from sensors._base.probe import ESCAPE, Meta
 from sensors._base.regex import compile_user_regex, required_text, to_utf8
-from sensors._base.run import Run, describe_exit, read_exit_record
+from sensors._base.run import PROCESS_START_PRECISION, Run, describe_exit, read_exit_record
 from sensors._base.schema import Regex, Section
 from sensors._base.text import redact
 from sensors._signals.base import CheckFacts, JobView, ProbeInputs, Reread, Signal
@@ -1270,13 +1270,15 @@ def _read(
     )
     started = reading.evidence.get("started_at")
     if reading.says is Says.WORKING and isinstance(started, (int, float)):
+        # As exact as the boot clock it was read against (see PROCESS_START_PRECISION).
+        slack = PROCESS_START_PRECISION["btime" if facts.meta.uptime_virtualised else "ticks"]
         if run is None:
             # First seen alive: its start is where this run begins.
-            run = Run(source="process", started_at=float(started))
+            run = Run(source="process", started_at=float(started), slack=slack)
         elif run.source == "process" and run.started_at is not None and started > run.started_at + 2:
             # Every job process alive now started after the run this watch knew (restored
             # from the state store): the job was run again. A new run, announced anew.
-            run = Run(source="process", started_at=float(started))
+            run = Run(source="process", started_at=float(started), slack=slack)
     return (
         reading,
         new_memory,
