@@ -189,3 +189,48 @@ def test_a_log_born_long_before_the_job_is_not_taken_for_its_own(tmp_path: Path)
         time.sleep(0.3)
         states.append(checker.check().state.value)
     assert "complete" not in states, (states, checker.last.reasons if checker.last else None)
+
+
+def _fast_stage(tmp_path: Path, tag: str) -> dict[str, object]:
+    return {
+        "stage": "fast",
+        "host": "local",
+        "process": {"match": f"--tag {tag}$"},
+        "log": {"path": str(tmp_path / "job.log"), "complete": "^done$"},
+        "policy": {"interval": "300ms", "exit_grace": "300ms"},
+    }
+
+
+def test_a_wait_started_just_before_a_fast_job_completes(tmp_path: Path, host) -> None:
+    """`crosscheck wait` begins, then a job runs and is over before the first check: its log,
+    born after the watch began, is its run's (the watch's own start is a run start). Before:
+    `unknown` ("no run start is known"). Locally and over SSH (the host's clock placed by the
+    first probe's round trip: over SSH, the log born more than that round trip after the
+    watch began, as a job started by hand after `wait` is)."""
+    tag = f"fast-{time.time_ns()}"
+    checker = Checker(stage_from_dict(_fast_stage(tmp_path, tag)), host=host)
+    time.sleep(0.05 if host.name == "local" else 1.0)
+    subprocess.run(
+        [sys.executable, "-c", "import sys; open(sys.argv[1], 'w').write('working\\ndone\\n')",
+         str(tmp_path / "job.log"), "--tag", tag],
+        check=True,
+    )  # fmt: skip
+    states = []
+    while (not states or states[-1] != "complete") and len(states) < 8:
+        states.append(checker.check().state.value)
+        time.sleep(0.3)
+    assert states[-1] == "complete", (states, checker.last.reasons if checker.last else None)
+    assert len(states) <= 3, states
+
+
+def test_a_log_older_than_the_watch_is_not_its_run(tmp_path: Path, host) -> None:
+    """The other side: the log (its completion line in it) was there before the watch began,
+    and no process is seen: an earlier run's, or this one's, cannot be told: never complete."""
+    (tmp_path / "job.log").write_text("working\ndone\n")
+    time.sleep(0.1)
+    checker = Checker(stage_from_dict(_fast_stage(tmp_path, f"old-{time.time_ns()}")), host=host)
+    states = []
+    for _ in range(4):
+        states.append(checker.check().state.value)
+        time.sleep(0.3)
+    assert "complete" not in states, (states, checker.last.reasons if checker.last else None)

@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Sequence
 
 from sensors._base.errors import HostError, HostKeyError
@@ -99,8 +100,14 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
         parts.append(["P=", *owner_lines()])
     parts.append(["P="])
     timeout = max(c.stage.check_timeout for c in checkers)
+    sent = time.time()
+    for checker in checkers:
+        checker.sent(sent)
     try:
         output = host.run_script(build_script(nonce, static, parts), timeout=timeout)
+        sent = getattr(host, "sent_at", lambda: None)() or sent
+        for checker in checkers:
+            checker.sent(sent)
     except HostKeyError:
         raise
     except HostError as exc:

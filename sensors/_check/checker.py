@@ -65,6 +65,12 @@ class _Memory:
     first_check_at: float | None = None  # the host's clock at this watch's first check
 
 
+def _sent_at(host: Host) -> float | None:
+    """When ``host`` sent this thread's last script, where it says (SSH: after connecting)."""
+    sent = getattr(host, "sent_at", None)
+    return sent() if callable(sent) else None
+
+
 def probe_script(stage: Stage, nonce: str) -> bytes:
     """The probe script of a first check of ``stage`` on this machine (for tests and tools)."""
     return build_script(nonce, None, Checker(stage, host=_LOCAL).snippets(nonce))
@@ -296,6 +302,11 @@ class Checker(Following):
         # The job's processes this watch asked the local host to see end (PID -> start ticks).
         self._watched: dict[int, int] = {}
         self._own_pidns: str | None = None
+        # When this watch began (this machine's clock), and when its probe was sent: the
+        # first answer places the start on the host's clock (CheckFacts.watch_began).
+        self._began = time.time()
+        self._sent_at: float | None = None
+        self._watch_began: float | None = None
         # Whether this watch has read the host itself: what it saw (a later run at work, say)
         # is in its memory and nowhere else, so a confirmation checks with it too.
         self._checked_here = False
@@ -494,8 +505,10 @@ class Checker(Following):
         nonce = new_nonce()
         script = build_script(nonce, self._memory.static, self.snippets(nonce))
         timeout = self.stage.check_timeout
+        self._sent_at = time.time()
         try:
             output = self.host.run_script(script, timeout=timeout)
+            self._sent_at = _sent_at(self.host) or self._sent_at
         except HostKeyError:
             # Not transient and not "unknown": a host whose key does not verify is never
             # asked again until a person decides to trust it.
@@ -571,6 +584,7 @@ class Checker(Following):
             exclude_pids=self._exclude,
             outputs_tie=not (stage.log or stage.process),
             launch=_launch_end(sections, mem.run, meta),
+            watch_began=self._host_began(meta),
         )
         readings: dict[str, Reading] = {}
         for signal, spec in self._configured():
@@ -601,6 +615,18 @@ class Checker(Following):
         )
         self.last = verdict
         return verdict
+
+    def sent(self, at: float) -> None:
+        """A batch sent this checker's probe at ``at`` (this machine's clock)."""
+        self._sent_at = at
+
+    def _host_began(self, meta: Meta) -> float | None:
+        """When this watch began on the host's clock, at the latest: its start on this
+        machine's clock, plus the most the host's clock can be ahead of it (its answer read
+        after the probe was sent)."""
+        if self._watch_began is None and self._sent_at is not None and meta.now is not None:
+            self._watch_began = self._began + max(0.0, meta.now - self._sent_at)
+        return self._watch_began
 
     def _seen_ends(self, job: JobView, reading: Reading, meta: Meta) -> JobView:
         """``job`` with the ends of this run's processes that the host let this watch see

@@ -95,6 +95,7 @@ class SSHHost:
     ) -> None:
         self.spec = spec
         self.name = name or spec.ssh
+        self._sent = threading.local()  # when each thread's last script left (see sent_at)
         self.route = route_for(spec)
         self._resolve = secret_resolver or resolve_secret
         self._sleep = sleep
@@ -174,6 +175,11 @@ class SSHHost:
 
     # -- Host protocol --------------------------------------------------------------------
 
+    def sent_at(self) -> float | None:
+        """When this thread's last script was sent on its channel (this machine's clock),
+        after the connecting that preceded it."""
+        return getattr(self._sent, "at", None)
+
     def run_script(self, script: bytes, *, timeout: float) -> bytes:
         """Run ``script`` with ``/bin/sh -s`` on the host and return its stdout.
 
@@ -201,6 +207,7 @@ class SSHHost:
             session, reused = self._take_session(transport, deadline)
             try:
                 out, status = session.run(script, deadline)
+                self._sent.at = session.sent_at
             except Deadline:
                 session.close()
                 self._check_alive(transport)

@@ -97,6 +97,7 @@ class Session:
     def __init__(self, chan: paramiko.Channel, release: Callable[[], None]) -> None:
         self.chan = chan
         self.started = False
+        self.sent_at: float | None = None
         self._release = release  # gives the connection's channel slot back, once
 
     def run(self, script: bytes, deadline: float) -> tuple[bytes, int | None]:
@@ -124,6 +125,9 @@ class Session:
         if not self.started:
             chan.exec_command(REMOTE_COMMAND)
             self.started = True
+        # When the script left (this machine's clock, after any connecting): the host's clock
+        # in its answer was read after it, which bounds how far ahead that clock can be.
+        self.sent_at = time.time()
         try:
             chan.sendall(wrapped)
         except TimeoutError:

@@ -169,6 +169,10 @@ class CheckFacts(NamedTuple):
     job_unread: bool = False  # the process signal is configured but could not tell at this check
     last_word: LastWord | None = None  # from the log signal (None: no completion line of this run)
     launch: LaunchEnd | None = None  # a launched job's end as this check found it (None: not launched)
+    #: When this watch began on the host's clock, at the latest (the checking machine's
+    #: clock at its start, moved by the most the host's clock can be ahead of it as the
+    #: first probe's round trip measured): a file born after it is of a run begun after it.
+    watch_began: float | None = None
 
     @property
     def run_start(self) -> float | None:

@@ -394,8 +394,13 @@ def _bind(
     now: float,
     latest: float | None = None,
     own: bool = True,
+    watch_began: float | None = None,
 ) -> LogMemory:
     """Where this run's bytes begin, decided at the first check that sees the file.
+
+    ``watch_began``: when this watch began, on the host's clock, at the latest (see
+    ``CheckFacts.watch_began``): with no other run start, a log born after it is this run's
+    (a job started after ``wait`` was, and over before its first check).
 
     ``latest``: the host's clock once the probe had read every file (no file time can be
     later on this host's clock). ``own``: the file system's times come from this host's clock;
@@ -407,6 +412,16 @@ def _bind(
     if memory.absent:
         return replace(base, run_from=0, bound_by=memory.bound_by or "watch")
     if run is None or run.source not in ("since", "process") or run.started_at is None:
+        if (
+            watch_began is not None
+            and st.birth
+            and own
+            and _ahead(st, latest or now, own) is None
+            and st.birth >= watch_began
+        ):
+            # Born after this watch began: the run it holds began after it too, and every
+            # byte of it is that run's (the watch's own start is a run start).
+            return replace(base, run_from=0, bound_by="watch")
         # No run start: only what is written while this watch looks is this run's.
         return replace(base, run_from=st.size, before_uncertain=True, bound_by="watch")
     if _ahead(st, latest or now, own) is not None:
@@ -562,6 +577,7 @@ def _bound(
     unchanged: bool = False,
     latest: float | None = None,
     own: bool = True,
+    watch_began: float | None = None,
 ) -> tuple[LogMemory, str | None]:
     """The memory with this run's first byte known, and how the file changed, if it did
     (``unchanged``: the same stamp as at the last scan, see ``snippet``)."""
@@ -578,7 +594,8 @@ def _bound(
         )
     if memory.run_from is None:
         memory = replace(
-            _bind(memory, st, run, now, latest, own), foreign_clock=bool(memory.foreign_clock) or not own
+            _bind(memory, st, run, now, latest, own, watch_began),
+            foreign_clock=bool(memory.foreign_clock) or not own,
         )
     elif (
         memory.before_uncertain
@@ -631,6 +648,7 @@ def read_log(
     over: bool = False,
     exited_by: float | None = None,
     job_unread: bool = False,
+    watch_began: float | None = None,
 ) -> tuple[Reading, LogMemory]:
     """Read the log signal: this run's completion and error lines, progress, staleness.
 
@@ -700,6 +718,7 @@ def read_log(
         unchanged=same,
         latest=meta.now_end,
         own="log_fs" not in sections or own_clock(sections.get("log_fs")),
+        watch_began=watch_began,
     )
     if resumed and change is not None:
         # Rewritten in place: the bytes before this read are new too, and were not read.
@@ -1448,6 +1467,7 @@ def _read(
         over=facts.launch is not None and facts.launch.over,
         exited_by=facts.launch.exited_by if facts.launch is not None else None,
         job_unread=facts.job_unread,
+        watch_began=facts.watch_began,
     )
     if new_memory.complete_end is not None:
         # Alive now or at the last check: outputs written in between may be its own.
