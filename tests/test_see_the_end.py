@@ -234,3 +234,19 @@ def test_a_log_older_than_the_watch_is_not_its_run(tmp_path: Path, host) -> None
         states.append(checker.check().state.value)
         time.sleep(0.3)
     assert "complete" not in states, (states, checker.last.reasons if checker.last else None)
+
+
+def test_a_since_given_as_a_time_is_placed_on_the_hosts_clock() -> None:
+    """``--since TIME`` is on the checking machine's clock; a host's file times are on its
+    own. The start is placed on the host's clock at the latest it can be (this machine's time
+    plus the most the host's clock can be ahead, as the probe's round trip measured): a node
+    60 s ahead no longer dates run 1's lines, stamped 60 s ahead, after a since placed
+    between them and run 2 (issue 35, two hosts with a skewed clock). A duration is taken
+    before the host's own clock's now."""
+    from sensors._base.run import parse_since
+
+    at = parse_since("@1796104800")
+    assert at is not None and at.resolve(now=1796105000.0, ahead=60.2) == 1796104860.2
+    assert at.resolve(now=1796105000.0) == 1796104800.0
+    ago = parse_since("90s")
+    assert ago is not None and ago.resolve(now=1796105000.0, ahead=60.2) == 1796104910.0

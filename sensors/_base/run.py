@@ -73,6 +73,9 @@ class Run:
     #: the source's own (a ``since`` is exact; a process's start, the worst case of
     #: :data:`PROCESS_START_PRECISION`).
     slack: float | None = None
+    #: For ``since`` given as a time: that time as given (the checking machine's clock);
+    #: ``started_at`` is it on the monitored host's clock (see :meth:`Since.resolve`).
+    given: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self._json)
@@ -238,8 +241,12 @@ class Since:
     at: float | None = None
     ago: float | None = None
 
-    def resolve(self, now: float) -> float:
-        return self.at if self.at is not None else now - float(self.ago or 0.0)
+    def resolve(self, now: float, ahead: float = 0.0) -> float:
+        """The start on the monitored host's clock: a duration before ``now`` (that clock's),
+        or the time as given (the checking machine's clock) moved by the most the host's
+        clock can be ahead of this machine's (``ahead``, measured by the probe's round trip:
+        an upper bound, so nothing before the start as given is taken for after it)."""
+        return self.at + ahead if self.at is not None else now - float(self.ago or 0.0)
 
 
 _ISO_HINT = re.compile(r"^\d{4}-\d{2}-\d{2}")

@@ -482,7 +482,7 @@ class Checker(Following):
                 and stored_run is not None
                 and stored_run.source == "since"
                 and stored_run.started_at is not None
-                and abs(stored_run.started_at - self._since.at) <= 1e-3
+                and abs((stored_run.given or stored_run.started_at) - self._since.at) <= 1e-3
             )
         else:
             same = True
@@ -573,7 +573,11 @@ class Checker(Following):
         if mem.first_check_at is None:
             mem.first_check_at = meta.now
         if mem.run is None and self._since is not None:
-            mem.run = Run(source="since", started_at=self._since.resolve(meta.now))
+            mem.run = Run(
+                source="since",
+                started_at=self._since.resolve(meta.now, self._ahead(meta)),
+                given=self._since.at,
+            )
         facts = CheckFacts(
             meta=meta,
             nonce=nonce,
@@ -615,6 +619,13 @@ class Checker(Following):
         )
         self.last = verdict
         return verdict
+
+    def _ahead(self, meta: Meta) -> float:
+        """The most the host's clock can be ahead of this machine's (its clock read after the
+        probe left); 0 on this machine itself (one clock)."""
+        if type(self.host) is LocalHost or self._sent_at is None or meta.now is None:
+            return 0.0
+        return meta.now - self._sent_at
 
     def sent(self, at: float) -> None:
         """A batch sent this checker's probe at ``at`` (this machine's clock)."""
