@@ -250,3 +250,41 @@ def test_a_since_given_as_a_time_is_placed_on_the_hosts_clock() -> None:
     assert at.resolve(now=1796105000.0) == 1796104800.0
     ago = parse_since("90s")
     assert ago is not None and ago.resolve(now=1796105000.0, ahead=60.2) == 1796104910.0
+
+
+SINCE_JOB = (
+    "import sys, time\nf = open(sys.argv[1], 'a')\nfor i in range(int(sys.argv[2])):\n"
+    "    f.write(f'step {i}\\n'); f.flush(); time.sleep(0.3)\nf.write('Extraction complete\\n'); f.flush()\n"
+)
+
+
+def test_a_since_inside_an_earlier_runs_life_is_not_completed_by_it(tmp_path: Path) -> None:
+    """A relaunch while the old run is still finishing: `--since` is now, the old run's
+    process began a second before it. It writes its completion line and exits: that line is
+    the old run's (written while only it was at work), never this run's; the new run's own
+    line completes the stage. Before: complete on the old run's line."""
+    tag = f"since-in-{time.time_ns()}"
+    log = tmp_path / "job.log"
+    old = subprocess.Popen([sys.executable, "-c", SINCE_JOB, str(log), "8", "--tag", tag])
+    time.sleep(1.0)
+    doc = {
+        "stage": "s",
+        "host": "local",
+        "process": {"match": f"--tag {tag}$"},
+        "log": {"path": str(log), "complete": "^Extraction complete"},
+        "policy": {"interval": "300ms", "exit_grace": "300ms"},
+    }
+    checker = Checker(stage_from_dict(doc), since=time.time())
+    states = []
+    while old.poll() is None or len(states) < 12:
+        states.append(checker.check().state.value)
+        time.sleep(0.3)
+    assert "complete" not in states, (states, checker.last.reasons if checker.last else None)
+    assert "earlier run" in checker.last.readings["log"].detail, checker.last.readings["log"].detail
+    new = subprocess.Popen([sys.executable, "-c", SINCE_JOB, str(log), "2", "--tag", tag])
+    new.wait(20)
+    for _ in range(10):
+        time.sleep(0.3)
+        if checker.check().state.value == "complete":
+            break
+    assert checker.last.state.value == "complete", checker.last.reasons

@@ -117,6 +117,9 @@ class JobView(NamedTuple):
     #: When this run's processes that are gone ended, where the host lets the end be seen
     #: (``sensors._hosts.exits``: the local host), by PID; a PID not in it ended unseen.
     ends: Mapping[int, float] = {}
+    #: An earlier run's live processes (begun before this run's exact start: ``--since`` or
+    #: a launch): what they write is not this run's.
+    earlier: frozenset[int] = frozenset()
 
     def descends(self, pid: int, ancestors: Iterable[int]) -> bool:
         """Whether ``pid``'s parent, or its parent's (as far as the live PIDs reach), is

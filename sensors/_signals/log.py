@@ -99,6 +99,12 @@ class LogMemory:
     # earlier run's once the later process is gone (its writers are not the later run's).
     demoted_end: int | None = None
     demoted_by: int | None = None
+    # An earlier run's process (begun before this run's exact start) was alive at the last
+    # check, and none of this run: a line found now is that run's (see _whose).
+    earlier_alive: bool = False
+    # The demoted line was written while only an earlier run's process was at work (that
+    # pid): an earlier run's last word, not superseded by a later one.
+    demoted_earlier: int | None = None
     # A process of this run alive when this watch first found the completion line, begun after
     # the log was born and not known to have begun before the line was written (when it was
     # written cannot be read: not the log's last line, or times not the host's): whether it is
@@ -779,7 +785,12 @@ def read_log(
             demoted_end=word.demoted_end if word.demoted_end is not None else memory.demoted_end,
             demoted_by=word.later_pid if word.later_pid is not None else memory.demoted_by,
             undatable_by=word.undatable_by,
+            demoted_earlier=word.earlier_pid if word.earlier_pid is not None else memory.demoted_earlier,
         )
+    # Whether only an earlier run's process was at work at this check (see _whose).
+    earlier_alive = job is not None and bool(job.earlier) and not job.live
+    if new_memory.earlier_alive != earlier_alive:
+        new_memory = evolve(new_memory, earlier_alive=earlier_alive)
     if run is not None and run.source == "launch" and over and not _exit_log_holds(new_memory):
         new_memory = evolve(
             new_memory,
@@ -912,6 +923,7 @@ class _Word(NamedTuple):
     demoted_end: int | None = None  # where the demoted line ends
     alive_at: float | None = None  # when this watch last saw a writer alive, the line there
     undatable_by: int | None = None  # a live process that may have begun after the line
+    earlier_pid: int | None = None  # demoted: written while only this earlier run's process was
 
     def keeps(self, memory: LogMemory) -> bool:
         return (
@@ -983,6 +995,7 @@ def _whose(
             demoted=complete_line,
             later_pid=memory.demoted_by,
             demoted_end=memory.demoted_end,
+            earlier_pid=memory.demoted_earlier,
         )
     same = (
         memory.complete_seen_at is not None
@@ -1015,6 +1028,12 @@ def _whose(
             early |= {pid for pid, start in job.starts.items() if start <= st.birth + start_slack}
         writers = tuple(sorted((job.previous if job is not None else frozenset()) | early))[:64]
         seen_at = now
+        if not writers and job is not None and (memory.earlier_alive or job.earlier) and not job.live:
+            # Written while an earlier run's process was at work (begun before this run's
+            # exact start) and none of this run's: that run's last word, never this one's,
+            # once that process is gone too.
+            pid = min(job.earlier) if job.earlier else None
+            return _Word(None, None, demoted=complete_line, demoted_end=complete_end, earlier_pid=pid or -1)
         # Undated, the line may be older than a live process of this run not known to have
         # begun before it: that process may be a later run that wrote no line of its own.
         # Dated, so may a process begun within /proc's start-time slack of it (either side):
@@ -1235,6 +1254,12 @@ def _log_says(
         earlier = (
             f" (the completion line in it is an earlier run's: pid {word.later_pid} of this run began"
             " after it was written)"
+        )
+    elif word is not None and word.earlier_pid is not None:
+        who = f"pid {word.earlier_pid}" if word.earlier_pid > 0 else "a process"
+        earlier = (
+            f" (the completion line in it is an earlier run's: it was written while {who}, begun"
+            " before this run's start, was at work, and no process of this run)"
         )
     else:
         earlier = " (the completion line in it is an earlier run's)" if scan.earlier_complete else ""

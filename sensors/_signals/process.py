@@ -173,6 +173,7 @@ class ProcessEntry(TypedDict):
     elapsed_seconds: float | None
     start_ticks: int
     cmdline: str  # redacted, then cut
+    started_at: float | None  # when it began (the host's clock, to the ms)
     elapsed_unknown: NotRequired[str]  # why elapsed_seconds is None
     note: NotRequired[str]  # what effective_state saw past a zombie leader
 
@@ -543,6 +544,9 @@ def _describe(
             "threads": st.num_threads,
             "cpu_seconds": _ticks_to_s(st.utime + st.stime, meta),
             "elapsed_seconds": None if age is None else round(age, 1),
+            # Unrounded (to the ms): what run binding compares, never rebuilt from the shown
+            # elapsed time (a tenth of a second off).
+            "started_at": None if age is None or meta.now is None else round(meta.now - age, 3),
             "start_ticks": st.starttime,
             # Redacted whole, then cut: a secret cut in half would no longer look like one.
             "cmdline": redact(table.cmdlines.get(pid, ""))[:_CMD_EVIDENCE],
@@ -895,7 +899,7 @@ def read_process(
             owners_seen = tuple(sorted({**known, **fresh}.items()))[:_OWNERS_SEEN]
     users = tuple(label for _, label in owners_seen) if len(owners_seen) > 1 else ()
     note = _owner_note(spec, found, owners, users)
-    earlier = _earlier_runs(processes, alive_pids, run, meta.now)
+    earlier = _earlier_runs(processes, alive_pids, run, meta.now, meta.uptime_virtualised)
     job = _Job.of(processes, alive_pids, table, sections, meta, started_at, earlier)
     if (
         job is _NO_JOB
@@ -953,22 +957,26 @@ def read_process(
 START_SLACK = 1.0
 
 
-def _earlier_runs(processes: list[ProcessEntry], alive: list[int], run: Run | None, now: float) -> list[int]:
+def _earlier_runs(
+    processes: list[ProcessEntry], alive: list[int], run: Run | None, now: float, virtualised: bool = True
+) -> list[int]:
     """The live matches that began before the run did: an earlier run's processes (a start
     given with --since, or a launch: both exact; a start learnt from the job itself is the
     earliest such start by construction, and so is a watch without a start)."""
     if run is None or run.source not in ("since", "launch") or run.started_at is None:
         return []
-    begins = run.started_at - START_SLACK
+    # As exact as the process's start is (PROCESS_START_PRECISION): a process begun a second
+    # before a --since is an earlier run's where /proc dates it to the tick.
+    begins = run.started_at - PROCESS_START_PRECISION["btime" if virtualised else "ticks"]
     earlier = []
     for entry in processes:
         if entry["pid"] not in alive:
             continue
-        elapsed_s = entry.get("elapsed_seconds")
+        began = entry.get("started_at")
         # A start that cannot be read (implausible clocks) is not shown to be an earlier run's
         # either: it stays the job's (alive, it holds the stage back; an adversary's review: a
         # re-run /proc could not date was set aside and the stage completed on the line before).
-        if isinstance(elapsed_s, (int, float)) and now - elapsed_s < begins:
+        if isinstance(began, (int, float)) and began < begins:
             earlier.append(int(entry["pid"]))
     return earlier
 
@@ -1300,18 +1308,20 @@ def _job_view(reading: Reading, before: ProcessMemory, after: ProcessMemory) -> 
     starts: dict[int, float] = {}
     parents: dict[int, int] = {}
     for entry in reading.evidence.get("processes") or ():
-        pid, elapsed_s, ppid = entry.get("pid"), entry.get("elapsed_seconds"), entry.get("ppid")
-        if pid in live and isinstance(elapsed_s, (int, float)):
-            starts[pid] = reading.read_at - elapsed_s
+        pid, began, ppid = entry.get("pid"), entry.get("started_at"), entry.get("ppid")
+        if pid in live and isinstance(began, (int, float)):
+            starts[pid] = began
         if pid in live and isinstance(ppid, int):
             parents[pid] = ppid
     exited = reading.evidence.get("exited_at")
+    earlier = reading.evidence.get("earlier_runs") or ()
     return JobView(
         live,
         starts,
         frozenset(before.run_pids),
         float(exited) if isinstance(exited, (int, float)) else None,
         parents,
+        earlier=frozenset(p for p in earlier if isinstance(p, int)),
     )
 
 
