@@ -676,6 +676,17 @@ def _count_lines(
         return f"record count unreadable: read {read} of {size - base} bytes ({spec.lines})"
     if size > 0 and tail_hex == "none":
         return f"record count unreadable: the file's last bytes could not be read ({spec.lines})"
+    if base > 0 and (memory.count is None or (inode, base) != (memory.lines_inode, memory.lines_size)):
+        # Counted on from where another memory left off: this one was set aside after the
+        # probe was built (a new run of the job, see the Checker), and the records before
+        # ``base`` are not counted in it. Adding to what it does not know would keep a count
+        # short for good (0/6 with 6 on disk: a re-run that rewrote the same records, which
+        # every later check counts on from the same end). Counted whole at the next check,
+        # as the log is read whole (``sensors._signals.log``).
+        return (
+            "the records were counted on from where an earlier check left off (its memory was"
+            f" set aside: a new run); counted from the start at the next check ({spec.lines})"
+        )
     if base == 0 and memory.lines_size > 0 and memory.lines_inode == inode and size >= memory.lines_size:
         # Same inode, not shorter, but the bytes before the last end changed: rewritten in
         # place (truncated and regrown past its old size). Counted again from the start.

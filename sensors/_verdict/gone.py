@@ -83,8 +83,21 @@ def _after_the_exit(readings: Mapping[str, Reading], policy: PolicySpec, clocks:
             f"process gone: {p.detail}",
             *(f"{r.signal}: {r.detail}" for r in lagging),
         ]
-    # Rule 10: outputs short.
+    # Rule 10: outputs short, for good: as the last check found them. Changed since (a count
+    # that moved, a file rewritten), with the job already gone at that check, they are still
+    # being written — late, or by a writer the process signal does not find: a re-run that
+    # truncated them in the moment between this probe's process table and its count. A count
+    # such a writer is still growing settles nothing; it fails once it stops changing.
     if o is not None and o.says is Says.WORKING and short(o):
+        moved = _outputs_moved(o)
+        if moved:
+            return State.UNKNOWN, [
+                f"outputs short but {moved} since the last check, which found the job gone already:"
+                " still being written (late writes, or a writer the process signal does not find:"
+                " a new run?); failed only once they stop changing",
+                f"outputs: {o.detail}",
+                f"process gone: {p.detail}",
+            ]
         return State.FAILED, [f"outputs short: {o.detail}", f"process gone: {p.detail}"]
     if lg is not None and lg.says is Says.WORKING:
         # Rule 11: outputs complete, no completion line.
@@ -118,3 +131,13 @@ def _after_the_exit(readings: Mapping[str, Reading], policy: PolicySpec, clocks:
         return State.RUNNING, [*(f"{r.signal}: {r.detail}" for r in not_done), f"process gone: {p.detail}"]
     # Rule 15: every signal done; `decide` completes it after `settle` checks.
     return None, []
+
+
+def _outputs_moved(o: Reading) -> str | None:
+    """How the outputs changed since the last reading (None: not that this reading can tell)."""
+    count, before = ev(o, "count"), ev(o, "previous_count")
+    if ev(o, "rewritten"):
+        return "rewritten"
+    if isinstance(count, int) and isinstance(before, int) and count != before:
+        return f"changed ({before} → {count})"
+    return None
