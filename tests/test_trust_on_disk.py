@@ -259,6 +259,8 @@ def _forged(tmp_path: Path, setup: str, uid: int) -> tuple[Path, str]:
         record.chmod(0o666)
         return record, f"{record} is writable by group and others (mode 0666)"
     if setup == "group-writable":
+        # Another user's group (the user's private group is the user's own: see below).
+        os.chown(record, -1, pwd.getpwuid(_other_user()).pw_gid)
         record.chmod(0o620)
         return record, f"{record} is writable by group (mode 0620)"
     if setup == "others-dir":
@@ -323,3 +325,26 @@ def test_a_forged_exit_0_never_makes_a_job_that_exited_1_complete(tmp_path, host
     assert verdicts[-1].state is State.UNKNOWN, verdicts[-1].reasons
     said = " ".join(verdicts[-1].reasons)
     assert why in said and "not trusted" in said, said
+
+
+def test_a_record_writable_by_the_users_private_group_is_the_users_own(tmp_path, host) -> None:
+    """umask 002 under user private groups (RHEL's default; Debian's with usergroups): a
+    record or directory writable by the user's own group, of the user's name and with no
+    other member, is trusted (as OpenSSH does). The user's test found a launched job that
+    exited 0 unknown for good under umask 002."""
+    import grp
+
+    me = pwd.getpwuid(os.geteuid())
+    group = grp.getgrgid(me.pw_gid)
+    if group.gr_name != me.pw_name or set(group.gr_mem) - {me.pw_name}:
+        pytest.skip(f"{me.pw_name}'s primary group is no private group here")
+    exits = tmp_path / "exits"
+    exits.mkdir(mode=0o770)
+    exits.chmod(0o770)
+    record = exits / "job"
+    record.write_text("0 1796104800.5\n")
+    record.chmod(0o660)
+    nonce = new_nonce()
+    script = build_script(nonce, None, [exit_record_lines(str(record), None)])
+    sections = split_sections(host.run_script(script, timeout=30), nonce)
+    assert sections["exit"].startswith(b"0 1796104800.5"), sections["exit"]

@@ -6,7 +6,8 @@ whether a stage is complete: another user who could write either could make a jo
 failed, or still runs, read as done. So each is trusted only when
 
 - the file itself is a regular file (never a symbolic link, FIFO or device), owned by the
-  user reading it (or root) and writable by no group or other user;
+  user reading it (or root) and writable by no group or other user (a group that is the
+  user's private group, of its name and with no other member, is the user's own);
 - the directory holding it is a directory (not a symbolic link) of that user's (or root's)
   that no group or other user can write (they could put their own file in its place, or a
   ``-wal`` beside a store);
@@ -47,11 +48,17 @@ TRUST_SH: tuple[str, ...] = (
     'while [ -n "$p" ] && [ "$p" != / ]; do set -- "$@" "$p"; p=${p%/*}; done',
     'set -- "$@" /',
     'if [ -n "$f" ] && { [ -e "$f" ] || [ -h "$f" ]; }; then set -- "$f" "$@"; k=file; fi',
-    "r=$(LC_ALL=C stat -c '%u %f' -- \"$@\" 2>&1) || {",
+    # Group-writable is the user's own where the group is the user's private group (same
+    # name, the user's primary group, no other member: umask 002 under user private groups,
+    # RHEL's and Debian's usergroups default), as for OpenSSH's StrictModes.
+    "upg() { [ $((0x$3 & 2)) = 0 ] && [ \"$1\" = \"$u\" ] && [ \"$2\" = \"$(id -g)\" ] &&"
+    " e=$(getent group \"$2\" 2>/dev/null || grep -m 1 \"^[^:]*:[^:]*:$2:\" /etc/group) &&"
+    " n=$(id -un) && [ \"${e%%:*}\" = \"$n\" ] && case ${e##*:} in '' | \"$n\") true ;; *) false ;; esac; }",
+    "r=$(LC_ALL=C stat -c '%u %g %f' -- \"$@\" 2>&1) || {",
     '  case $r in *"ermission denied"*) echo unreadable ;; *"o such file"*) echo missing ;;',
     '  *) echo "untrusted stat $k $u - - $1" ;; esac; exit 0; }',
     "printf '%s\\n' \"$r\" | (",
-    "  while read -r o m; do",
+    "  while read -r o g m; do",
     "    case $o in '' | *[!0-9]*) echo \"untrusted stat $k $u - - $1\"; exit 0 ;; esac",
     "    case $m in '' | *[!0-9a-f]*) echo \"untrusted stat $k $u $o - $1\"; exit 0 ;; esac",
     "    t=$((0x$m & 61440))",  # S_IFMT
@@ -59,7 +66,7 @@ TRUST_SH: tuple[str, ...] = (
     ' || { echo "untrusted type $k $u $o $m $1"; exit 0; }',
     '    [ "$o" = "$u" ] || [ "$o" = 0 ] || { echo "untrusted owner $k $u $o $m $1"; exit 0; }',
     # 022: group or other may write; 01000: sticky (counts only above the record's directory).
-    "    [ $((0x$m & 18)) = 0 ] || { [ $k = parent ] && [ $((0x$m & 512)) != 0 ]; }"
+    "    [ $((0x$m & 18)) = 0 ] || { [ $k = parent ] && [ $((0x$m & 512)) != 0 ]; } || upg \"$o\" \"$g\" \"$m\""
     ' || { echo "untrusted writable $k $u $o $m $1"; exit 0; }',
     "    case $k in file) k=dir ;; *) k=parent ;; esac",
     "    shift",
@@ -185,6 +192,23 @@ def _judge(path: str, st: os.stat_result, kind: Kind, euid: int, *, typed: bool 
         return Untrusted("type", kind, path, euid, st.st_uid, st.st_mode)
     if st.st_uid not in (euid, 0):
         return Untrusted("owner", kind, path, euid, st.st_uid, st.st_mode)
-    if st.st_mode & 0o022 and not (kind == "parent" and st.st_mode & stat.S_ISVTX):
+    if (
+        st.st_mode & 0o022
+        and not (kind == "parent" and st.st_mode & stat.S_ISVTX)
+        and not (st.st_mode & 0o002 == 0 and st.st_uid == euid and _private_group(st.st_gid, euid))
+    ):
         return Untrusted("writable", kind, path, euid, st.st_uid, st.st_mode)
     return None
+
+
+def _private_group(gid: int, uid: int) -> bool:
+    """Whether ``gid`` is ``uid``'s private group: of its name, its primary group, with no
+    other member (user private groups: umask 002 then makes nothing writable by others)."""
+    import grp
+    import pwd
+
+    try:
+        user, group = pwd.getpwuid(uid), grp.getgrgid(gid)
+    except KeyError:
+        return False
+    return user.pw_gid == gid and group.gr_name == user.pw_name and set(group.gr_mem) <= {user.pw_name}

@@ -94,7 +94,9 @@ _EXIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,200}")
 #: nothing included): the wrapper never writes through a link someone put there (with root's
 #: rights, over any file of root's). No mktemp: its PID's name, still created exclusively.
 _WRAPPER = (
-    '"$@"; s=$?; set -C; t=$(mktemp "$0.XXXXXXXXXX" 2>/dev/null) && rm -f "$t" || t="$0.$$.part";'
+    # umask 077 for the record only (the job ran with the user's own): a record writable by
+    # the user's group (umask 002, RHEL's default) is one the probe does not trust.
+    '"$@"; s=$?; umask 077; set -C; t=$(mktemp "$0.XXXXXXXXXX" 2>/dev/null) && rm -f "$t" || t="$0.$$.part";'
     ' printf "%s %s\\n" "$s" "$(date +%s.%N 2>/dev/null || date +%s)" >"$t" && mv -f "$t" "$0"'
 )
 

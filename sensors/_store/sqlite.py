@@ -311,7 +311,7 @@ class SQLiteStore:
         try:
             missing = not os.path.lexists(path)
             if missing:
-                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                _private_dirs(path.parent)
             refuse_untrusted(path)
             if missing:
                 # 0600: memory may quote logs. O_EXCL: created here, or by another process a
@@ -800,3 +800,23 @@ class SQLiteStore:
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.location!r}{', in-process fallback' if self._fallback else ''})"
+
+
+def _private_dirs(directory: Path) -> None:
+    """``directory`` and the directories above it that are not there yet, each 0700
+    (``mkdir(parents=True)`` gives the ones above the umask's mode: 0775 under umask 002,
+    which the trust check then refuses as writable by the group)."""
+    missing = []
+    at = directory
+    while not at.exists():
+        missing.append(at)
+        if at.parent == at:
+            break
+        at = at.parent
+    for made in reversed(missing):
+        try:
+            made.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        else:
+            os.chmod(made, 0o700)  # whatever the umask
