@@ -51,6 +51,9 @@ class Static:
     clk_tck: int | None = None
     hostname: str | None = None
     uptime_virtualised: bool = False
+    #: The host's sed starts a line after a NUL too (BusyBox's): ESCAPE then puts its ``\``
+    #: after a NUL as well, and :func:`sections_of` takes that off too.
+    sed_nul: bool = False
 
 
 def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]]) -> bytes:
@@ -107,16 +110,27 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
             # lxcfs (and the like) mount a virtual file over /proc/uptime in containers: the
             # trigger of procps' garbled etime (see the process signal). Count such mounts.
             "echo \"uptime_mounts $(grep -c ' /proc/uptime ' /proc/self/mountinfo 2>/dev/null)\"",
+            # Whether this host's sed (ESCAPE's) takes a NUL for a line's end: BusyBox's does.
+            "echo \"sed_nul $(printf 'a\\000@\\n' | " + ESCAPE + ' | wc -c)"',
         ]
     body: list[str] = []
     requested: dict[str, None] = {}  # the paths of the shared stat, in order, once each
     helpers: dict[str, None] = {}  # the sh functions the snippets call, once each
     guarded = 0
+    first: list[str] = []  # lines to run before the shared stat (FIRST), with their part's P
     for lines in snippets:
         into, own, budget = body, requested, None
+        back, prefix = body, "P="
         for line in lines:
             if line[:2] != "#@":
+                if line[:2] == "P=" and into is body:
+                    prefix = line
                 into.append(line)
+            elif line == FIRST:
+                first.append(prefix)
+                back, into = into, first
+            elif line == REST:
+                into = back
             elif line[:7] == _STAT_REQUEST:
                 own[line[7:]] = None
             elif line[:7] == _HELPER_REQUEST:
@@ -134,6 +148,8 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
         out += _GUARD
     for name in helpers:
         out += _HELPERS[name]
+    if first:
+        out += [*first, "P="]
     out += _shared_stat(list(requested))
     out += body
     out += [
@@ -162,6 +178,12 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
 # nothing the probe waits for: its output is a pipe into a process that was killed.
 
 _GUARD_REQUEST = "#@guard "
+
+#: A snippet's first line that puts it (to the end of its list) before the shared stat: what
+#: a later read must not be older than (a launched job's exit record: see the checker).
+FIRST = "#@first"
+#: The line that ends what FIRST began.
+REST = "#@rest"
 
 #: The section a guarded part whose budget ran out writes (its budget, in seconds).
 TIMED_OUT = "timed_out"
@@ -447,7 +469,9 @@ def new_nonce() -> str:
 GARBLED = "garbled"
 
 
-def split_sections(output: bytes, nonce: str, names: frozenset[str] | None = None) -> dict[str, bytes]:
+def split_sections(
+    output: bytes, nonce: str, names: frozenset[str] | None = None, sed_nul: bool | None = None
+) -> dict[str, bytes]:
     """Tagged sections of the probe's output. ``end`` is present only if it ran to the end.
 
     A section named twice, or (with ``names``) one the probe does not write, garbles the
@@ -455,7 +479,7 @@ def split_sections(output: bytes, nonce: str, names: frozenset[str] | None = Non
     ``unknown``), never the last body of a repeated name.
     """
     found: dict[str, bytes] = {}
-    for name, body in sections_of(output, nonce):
+    for name, body in sections_of(output, nonce, sed_nul):
         if name in found:
             return {GARBLED: f"the section {name!r} appears twice".encode()}
         if names is not None and name not in names:
@@ -464,24 +488,33 @@ def split_sections(output: bytes, nonce: str, names: frozenset[str] | None = Non
     return found
 
 
-def sections_of(output: bytes, nonce: str) -> Iterator[tuple[str, bytes]]:
+def sections_of(output: bytes, nonce: str, sed_nul: bool | None = None) -> Iterator[tuple[str, bytes]]:
     """Each tagged section's name and body (job text unescaped), in the order written.
 
     A header is a line that starts with the tag: no line of job text can (see ESCAPE). A
     header of another nonce is not this check's: its section is garbled (the name says so).
+    ``sed_nul``: the host's sed escapes after a NUL too (:attr:`Static.sed_nul`; None: as this
+    answer's own meta section says, when it says).
     """
     tag = b"\n" + _TAG
     own = nonce.encode() + b" "
+    parts = []
     for part in (b"\n" + output).split(tag)[1:]:
         header, _, body = part.partition(b"\n")
         if not header.startswith(own):
-            yield "(another check's section)", b""
+            parts.append(("(another check's section)", b""))
             continue
-        name = header[len(own) :].decode("ascii", "replace").strip()
+        parts.append((header[len(own) :].decode("ascii", "replace").strip(), body))
+    if sed_nul is None:
+        meta = next((body for name, body in parts if name == "meta"), b"")
+        sed_nul = b"\nsed_nul 5\n" in b"\n" + meta
+    for name, body in parts:
         if b"\n\\" in body or body[:1] == b"\\":
             body = body.replace(b"\n\\", b"\n")
             if body[:1] == b"\\":
                 body = body[1:]
+        if sed_nul and b"\0\\" in body:
+            body = body.replace(b"\0\\", b"\0")
         yield name, body
 
 
@@ -502,6 +535,8 @@ class Meta:
     #: Why the probe cannot see every process of the host (None: it can; see
     #: :func:`blindness`).
     hidden: str | None = None
+    #: The host's sed escapes after a NUL too (see :attr:`Static.sed_nul`).
+    sed_nul: bool = False
     #: Who looks, and through which /proc: the probe's PID namespace, user and /proc mount
     #: options. Two probes with the same view see the same processes; what one saw says
     #: nothing of what another, with another view, can see.
@@ -585,6 +620,7 @@ def parse_meta(body: bytes | None, known: Static | None = None, end: bytes | Non
             if "uptime_mounts" in fields
             else bool(known and known.uptime_virtualised)
         ),
+        sed_nul=fields["sed_nul"] == "5" if "sed_nul" in fields else bool(known and known.sed_nul),
         now_end=_end_clock(end),
         hidden=blindness(fields, procmounts),
         view=_view(fields, procmounts),

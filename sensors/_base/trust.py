@@ -51,9 +51,9 @@ TRUST_SH: tuple[str, ...] = (
     # Group-writable is the user's own where the group is the user's private group (same
     # name, the user's primary group, no other member: umask 002 under user private groups,
     # RHEL's and Debian's usergroups default), as for OpenSSH's StrictModes.
-    "upg() { [ $((0x$3 & 2)) = 0 ] && [ \"$1\" = \"$u\" ] && [ \"$2\" = \"$(id -g)\" ] &&"
-    " e=$(getent group \"$2\" 2>/dev/null || grep -m 1 \"^[^:]*:[^:]*:$2:\" /etc/group) &&"
-    " n=$(id -un) && [ \"${e%%:*}\" = \"$n\" ] && case ${e##*:} in '' | \"$n\") true ;; *) false ;; esac; }",
+    'upg() { [ $((0x$3 & 2)) = 0 ] && [ "$1" = "$u" ] && [ "$2" = "$(id -g)" ] &&'
+    ' e=$(getent group "$2" 2>/dev/null || grep -m 1 "^[^:]*:[^:]*:$2:" /etc/group) &&'
+    ' n=$(id -un) && [ "${e%%:*}" = "$n" ] && case ${e##*:} in \'\' | "$n") true ;; *) false ;; esac; }',
     "r=$(LC_ALL=C stat -c '%u %g %f' -- \"$@\" 2>&1) || {",
     '  case $r in *"ermission denied"*) echo unreadable ;; *"o such file"*) echo missing ;;',
     '  *) echo "untrusted stat $k $u - - $1" ;; esac; exit 0; }',
@@ -66,7 +66,8 @@ TRUST_SH: tuple[str, ...] = (
     ' || { echo "untrusted type $k $u $o $m $1"; exit 0; }',
     '    [ "$o" = "$u" ] || [ "$o" = 0 ] || { echo "untrusted owner $k $u $o $m $1"; exit 0; }',
     # 022: group or other may write; 01000: sticky (counts only above the record's directory).
-    "    [ $((0x$m & 18)) = 0 ] || { [ $k = parent ] && [ $((0x$m & 512)) != 0 ]; } || upg \"$o\" \"$g\" \"$m\""
+    "    [ $((0x$m & 18)) = 0 ] || { [ $k = parent ] && [ $((0x$m & 512)) != 0 ]; }"
+    ' || upg "$o" "$g" "$m"'
     ' || { echo "untrusted writable $k $u $o $m $1"; exit 0; }',
     "    case $k in file) k=dir ;; *) k=parent ;; esac",
     "    shift",

@@ -112,7 +112,7 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
         raise
     except HostError as exc:
         return [c.host_failed(exc) for c in checkers]
-    views = _views(output, nonce, len(checkers))
+    views = _views(output, nonce, len(checkers), static.sed_nul if static is not None else None)
     # The shared process table: parsed once, not once per stage; the evidence the stages
     # repeat (the host's boot id, the table's command lines, common lines): redacted once.
     metas: dict[Static | None, Meta] = {}
@@ -128,7 +128,7 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
         return verdicts
 
 
-def _views(output: bytes, nonce: str, n: int) -> list[dict[str, bytes]]:
+def _views(output: bytes, nonce: str, n: int, sed_nul: bool | None = None) -> list[dict[str, bytes]]:
     """Each stage's sections: the shared ones, and its own without the ``k<index>.`` prefix
     (one pass over the probe's answer, whatever the number of stages).
 
@@ -141,7 +141,7 @@ def _views(output: bytes, nonce: str, n: int) -> list[dict[str, bytes]]:
     shared: dict[str, bytes] = {}
     own: list[dict[str, bytes]] = [{} for _ in range(n)]
     prefixes = _prefixes(n)
-    for name, body in sections_of(output, nonce):
+    for name, body in sections_of(output, nonce, sed_nul):
         prefix, dot, rest = name.partition(".")
         k = prefixes.get(prefix) if dot else None
         into = own[k] if k is not None else shared if name in SHARED else None

@@ -19,7 +19,9 @@ from typing import Any
 from sensors._base.errors import ConfigError, HostError, HostKeyError
 from sensors._base.model import Reading, Says, Verdict
 from sensors._base.probe import (
+    FIRST,
     GARBLED,
+    REST,
     TIMED_OUT,
     Meta,
     Static,
@@ -515,7 +517,8 @@ class Checker(Following):
             raise
         except HostError as exc:
             return self.host_failed(exc)
-        return self.absorb(split_sections(output, nonce), nonce)
+        static = self._memory.static
+        return self.absorb(split_sections(output, nonce, sed_nul=static.sed_nul if static else None), nonce)
 
     def snippets(self, nonce: str, *, table: bool = True) -> list[list[str]]:
         """This check's probe snippets, one per configured signal (``table``: the process
@@ -532,7 +535,11 @@ class Checker(Following):
             # finds the job over. Read after them, a job that wrote its last line and exited
             # in between was found over with its log as it was before that line, and the line
             # was then taken for a later run's (a stage unknown for good).
-            snippets.insert(0, exit_record_lines(inputs.exit_file, mem.run.pid if mem.run else None))
+            # Before the shared stat too (FIRST): a log found "unchanged" by a stat taken before
+            # the record was read is the log as it was then (the user's review of issue 34: a
+            # launched job's last line, written between the two, read as a later run's).
+            lines = exit_record_lines(inputs.exit_file, mem.run.pid if mem.run else None)
+            snippets.insert(0, [FIRST, *lines, REST])
         return snippets
 
     def _configured(self) -> tuple[tuple[Signal[Any, Any], Any], ...]:
@@ -696,8 +703,9 @@ class Checker(Following):
                 or static.clk_tck != meta.clk_tck
                 or static.hostname != meta.hostname
                 or static.uptime_virtualised != meta.uptime_virtualised
+                or static.sed_nul != meta.sed_nul
             ):
-                mem.static = Static(meta.clk_tck, meta.hostname, meta.uptime_virtualised)
+                mem.static = Static(meta.clk_tck, meta.hostname, meta.uptime_virtualised, meta.sed_nul)
             mem.boot_id = meta.boot_id
 
     @property
