@@ -243,9 +243,9 @@ class Since:
 
     def resolve(self, now: float, ahead: float = 0.0) -> float:
         """The start on the monitored host's clock: a duration before ``now`` (that clock's),
-        or the time as given (the checking machine's clock) moved by the most the host's
-        clock can be ahead of this machine's (``ahead``, measured by the probe's round trip:
-        an upper bound, so nothing before the start as given is taken for after it)."""
+        or the time as given (the checking machine's clock) moved by how far the host's
+        clock is surely ahead of this machine's (``ahead``, measured by the probe's round
+        trip: a host a minute ahead has its file times a minute ahead too)."""
         return self.at + ahead if self.at is not None else now - float(self.ago or 0.0)
 
 

@@ -105,9 +105,9 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
         checker.sent(sent)
     try:
         output = host.run_script(build_script(nonce, static, parts), timeout=timeout)
-        sent = getattr(host, "sent_at", lambda: None)() or sent
+        sent, answered = getattr(host, "sent_at", lambda: None)() or sent, time.time()
         for checker in checkers:
-            checker.sent(sent)
+            checker.sent(sent, answered)
     except HostKeyError:
         raise
     except HostError as exc:

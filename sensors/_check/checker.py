@@ -308,6 +308,7 @@ class Checker(Following):
         # first answer places the start on the host's clock (CheckFacts.watch_began).
         self._began = time.time()
         self._sent_at: float | None = None
+        self._answered_at: float | None = None
         self._watch_began: float | None = None
         # Whether this watch has read the host itself: what it saw (a later run at work, say)
         # is in its memory and nowhere else, so a confirmation checks with it too.
@@ -326,6 +327,12 @@ class Checker(Following):
             if exclude_pids is not None
             else (frozenset({os.getpid()}) if isinstance(self.host, LocalHost) else frozenset())
         )
+
+    #: Whether the watch's own start may bind what its first check finds (a stage with a
+    #: process signal: the job is its own; a rank's log of a span is bound by its node's).
+    @property
+    def watch_start_binds(self) -> bool:
+        return self.stage.process is not None
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -511,6 +518,7 @@ class Checker(Following):
         try:
             output = self.host.run_script(script, timeout=timeout)
             self._sent_at = _sent_at(self.host) or self._sent_at
+            self._answered_at = time.time()
         except HostKeyError:
             # Not transient and not "unknown": a host whose key does not verify is never
             # asked again until a person decides to trust it.
@@ -577,6 +585,7 @@ class Checker(Following):
             )
         self._remember_static(meta)
         self._checked_here = True
+        first = mem.first_check_at is None and mem.run is None and self.watch_start_binds
         if mem.first_check_at is None:
             mem.first_check_at = meta.now
         if mem.run is None and self._since is not None:
@@ -595,7 +604,9 @@ class Checker(Following):
             exclude_pids=self._exclude,
             outputs_tie=not (stage.log or stage.process),
             launch=_launch_end(sections, mem.run, meta),
-            watch_began=self._host_began(meta),
+            # Only for what the watch's first check finds: once a run is seen, or a later
+            # check binds a log (a new run's memory, a rank's log), it is no run start.
+            watch_began=self._host_began(meta) if first else None,
         )
         readings: dict[str, Reading] = {}
         for signal, spec in self._configured():
@@ -628,15 +639,19 @@ class Checker(Following):
         return verdict
 
     def _ahead(self, meta: Meta) -> float:
-        """The most the host's clock can be ahead of this machine's (its clock read after the
-        probe left); 0 on this machine itself (one clock)."""
-        if type(self.host) is LocalHost or self._sent_at is None or meta.now is None:
+        """How far the host's clock is surely ahead of this machine's: its clock, read before
+        the answer came back, less the time it came back (0 where that is not more: clocks
+        that agree within the round trip are taken as one; 0 on this machine itself)."""
+        if type(self.host) is LocalHost or self._answered_at is None or meta.now is None:
             return 0.0
-        return meta.now - self._sent_at
+        return max(0.0, meta.now - self._answered_at)
 
-    def sent(self, at: float) -> None:
-        """A batch sent this checker's probe at ``at`` (this machine's clock)."""
+    def sent(self, at: float, answered: float | None = None) -> None:
+        """A batch sent this checker's probe at ``at`` and had its answer at ``answered``
+        (this machine's clock)."""
         self._sent_at = at
+        if answered is not None:
+            self._answered_at = answered
 
     def _host_began(self, meta: Meta) -> float | None:
         """When this watch began on the host's clock, at the latest: its start on this

@@ -393,6 +393,9 @@ class _RankLog(Checker):
     reading knows the node's processes (a later run's process begun after a line), this one's
     does not."""
 
+    #: Its lines are of its node's run, not of this watch's start (see Checker).
+    watch_start_binds = False
+
     def __init__(self, stage: Stage, node: Checker, *, since: Since | None) -> None:
         super().__init__(stage, host=node.host, since=since)
         self.node = node

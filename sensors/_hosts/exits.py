@@ -5,8 +5,12 @@ alive and that check may be a later run's (see ``_whose`` in the log signal). Wh
 itself can be seen, what was written before it is the process's own run's.
 
 On the local host a pidfd (Linux 5.3+) turns readable when its process ends: one thread
-polls every pidfd this machine's watches hold and notes the clock when each fires. Read-only
-(a pidfd only observes), no round trip, one thread and one descriptor per watched process.
+polls every pidfd this machine's watches hold, every 5 ms while there are any, and keeps for
+each that fires the last time it was found alive: its end came after that (within the poll's
+5 ms of it unless the thread ran late), and nothing written by then was written after it.
+Never the time the thread woke: it may wake late, and a later run may have written meanwhile.
+Read-only (a pidfd only observes), no round trip, one thread and one descriptor per watched
+process.
 
 A pidfd is opened for a PID the probe just read, and bound to that process by its start time:
 the PID's ``/proc/PID/stat`` start ticks are read after the pidfd is open (a pidfd pins its
@@ -30,6 +34,9 @@ log = logging.getLogger("crosscheck")
 
 __all__ = ["ExitWatch", "local_exits"]
 
+#: How often the thread looks (ms) while it watches a process: the precision of an end.
+_POLL_MS = 5
+
 #: The most processes one watch keeps (a host's job and its workers; past it, the oldest
 #: ends are forgotten first and new processes are not watched).
 _MAX_WATCHED = 4096
@@ -41,6 +48,9 @@ class ExitWatch:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._fds: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, start ticks)
+        # Watched since the thread last found every pidfd not readable: a process registered
+        # after that was not known alive then (its end is no earlier than its registration).
+        self._since: dict[int, float] = {}
         self._ends: dict[tuple[int, int], float] = {}  # (pid, start ticks) -> when it ended
         self._watched: set[tuple[int, int]] = set()
         self._poll: select.poll | None = None
@@ -68,11 +78,14 @@ class ExitWatch:
             assert self._poll is not None and self._wake is not None
             self._fds[fd] = key
             self._watched.add(key)
+            # Alive now (its start ticks were just read): never known alive before this.
+            self._since[fd] = time.time()
             self._poll.register(fd, select.POLLIN)
             os.write(self._wake[1], b"x")
 
     def ended(self, pid: int, start_ticks: int) -> float | None:
-        """When the process ended (None: not seen to end, or not watched)."""
+        """The last time the process was known alive, once it has ended (None: not seen to
+        end, or not watched): what was written by then was written while it lived."""
         with self._lock:
             return self._ends.get((int(pid), int(start_ticks)))
 
@@ -89,27 +102,36 @@ class ExitWatch:
     def _run(self) -> None:
         assert self._poll is not None and self._wake is not None
         wake = self._wake[0]
+        # Every watched process is alive at ``alive``: a time read before a poll that then
+        # found its pidfd not readable. When one turns readable, the last such time is what
+        # is known of its end: it was alive then, and ended before now. Never the time the
+        # thread woke (it may wake late, and a later run may have written meanwhile).
+        alive = time.time()
         while True:
+            before = time.time()
             try:
-                events = self._poll.poll()
+                events = self._poll.poll(_POLL_MS if self._fds else None)
             except InterruptedError:
                 continue
-            now = time.time()
-            for fd, _ in events:
-                if fd == wake:
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(wake, 4096)
-                    continue
+            ended = {fd for fd, _ in events if fd != wake}
+            if any(fd == wake for fd, _ in events):
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake, 4096)
+            for fd in ended:
                 with self._lock:
                     key = self._fds.pop(fd, None)
                     if key is None:
                         continue
                     self._poll.unregister(fd)
                     self._watched.discard(key)
-                    self._ends[key] = now
+                    self._ends[key] = min(alive, self._since.pop(fd, alive))
                     while len(self._ends) > _MAX_WATCHED:
                         self._ends.pop(next(iter(self._ends)))
                 os.close(fd)
+            if not ended:
+                alive = before
+                with self._lock:
+                    self._since.clear()
 
 
 def _start_ticks(pid: int) -> int | None:

@@ -946,6 +946,9 @@ class _Word(NamedTuple):
 #: File times are a kernel tick (up to 10 ms) behind the clock: slack for "written by then".
 _WRITTEN_BY_TICK = 0.02
 
+#: The longest a kernel tick is (HZ=100): a file time is at most this far behind the write.
+_JIFFY = 0.01
+
 
 def _whose(
     memory: LogMemory,
@@ -1084,7 +1087,9 @@ def _whose(
             and st.written <= exited + _WRITTEN_BY_TICK
         )
         ended = _writers_end(writers, job)
-        by_end = ended is not None and not memory.foreign_clock and st.written <= ended + _WRITTEN_BY_TICK
+        # ``ended``: the last time the writers were known alive (see sensors._hosts.exits):
+        # the last write, a tick at most after its mtime, came no later.
+        by_end = ended is not None and not memory.foreign_clock and st.written + _JIFFY <= ended
         unattributed = not (by_writer or by_exit or by_end)
     return _Word(
         complete_line,
@@ -1101,8 +1106,8 @@ def _whose(
 
 
 def _writers_end(writers: tuple[int, ...], job: JobView | None) -> float | None:
-    """When the last of the line's writers ended, where every one's end was seen and none is
-    alive (None: one of them is alive, or ended unseen)."""
+    """The last time the last of the line's writers was known alive, where every one's end was
+    seen and none is alive (None: one of them is alive, or ended unseen)."""
     if not writers or job is None or job.live.intersection(writers):
         return None
     ends = [job.ends.get(pid) for pid in writers]
