@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from sensors import Checker, Says, stage_from_dict
-from sensors._base.probe import settled, shared_stats
+from sensors import Checker, Says, State, stage_from_dict
+from sensors._base.probe import Meta, settled, shared_stats
 from sensors._check.batch import check_batch
 
 #: Longer than the moment a stamp needs to be trusted (sensors._base.probe._SETTLED_FINE).
@@ -193,6 +194,76 @@ def test_an_output_directory_nobody_added_to_is_not_listed_again(tmp_path, host,
     # An entry removed from a directory below the number is seen at once, too.
     os.unlink(out / "part-4.pt")
     assert checker.check().readings["outputs"].evidence["count"] == 4
+
+
+def test_at_the_expected_number_the_count_is_kept_only_while_the_job_lives(tmp_path, host, answers) -> None:
+    """A job alive at the last check and still alive now (its PID's /proc entry): an output
+    directory at the expected number that nobody added to is not listed again (the stage is
+    running whatever its outputs say); an entry added is listed at once; the job gone, every
+    check lists."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for k in range(3):
+        (out / f"part-{k}.pt").write_bytes(b"x")
+    job = subprocess.Popen(["sleep", "3141.5"], start_new_session=True)
+    try:
+        stage = stage_from_dict({
+            "stage": "kept", "host": "local",
+            "process": {"match": r"^sleep 3141\.5$"},
+            "outputs": {"files": str(out), "pattern": "*.pt", "expected": 3},
+        })  # fmt: skip
+        checker = Checker(stage, host=host)
+        time.sleep(SETTLE)
+        first = checker.check()
+        assert first.readings["process"].evidence["pid"] == job.pid and "outputs" in answers[-1]
+        for _ in range(2):
+            kept = checker.check()
+            assert "outputs_same" in answers[-1] and "outputs" not in answers[-1]
+            assert kept.readings["outputs"].evidence["count"] == 3 and kept.state is State.RUNNING
+        # An entry added (even one the pattern excludes) moves the stamp: listed at once.
+        (out / "part-3.tmp").write_bytes(b"x")
+        assert checker.check().readings["outputs"].evidence["count"] == 3 and "outputs" in answers[-1]
+        time.sleep(SETTLE)
+        checker.check()  # a stamp settled now: kept from the next check on
+        assert "outputs" in answers[-1]
+        checker.check()
+        assert "outputs_same" in answers[-1]
+    finally:
+        job.kill()
+        job.wait()
+    # The job gone: its PID has no /proc entry, the directory is listed (and every check after).
+    for _ in range(2):
+        gone = checker.check()
+        assert "outputs" in answers[-1] and "outputs_same" not in answers[-1]
+        assert gone.readings["outputs"].evidence["count"] == 3
+
+
+def test_a_count_kept_at_the_expected_number_decides_nothing_once_the_job_is_gone(tmp_path) -> None:
+    """The probe kept the last count (the job's PID still had a /proc entry: reused, or the
+    job ended after that test): with the job alive at this check it says done as a fresh
+    count would; found gone, the count that may decide is the next check's own listing."""
+    from sensors._signals import outputs as O
+
+    out = tmp_path / "out"
+    stamp = "12 4096 1700000000 0 1700000000.100000000 1700000000.100000000 directory"
+    sections = {"outputs_same": b"", "stats": f"{stamp} {out}\n".encode()}
+    meta = Meta(1800000000.0, 100.0, 1, "boot", 100, 1, "h", False)
+    spec = stage_from_dict({
+        "stage": "x", "host": "local", "outputs": {"files": str(out), "pattern": "*.pt", "expected": 3},
+    }).outputs  # fmt: skip
+    assert spec is not None
+    memory = O.OutputsMemory(count=3, stamp=stamp, first_count=3, checked_at=1.0, at_expected=True)
+    says = {}
+    for alive in (True, False, True, False):  # the cached reading of one is never the other's
+        reading, _ = O.read_outputs(spec, sections, meta, memory, host="h", job_alive=alive)
+        says.setdefault(alive, set()).add((reading.says, reading.detail))
+    assert says[True] == {(Says.DONE, "3/3 outputs, unchanged since last check")}
+    assert len(says[False]) == 1 and next(iter(says[False]))[0] is Says.WORKING
+    # Below the expected number a kept count says what it always said, job or no job.
+    low = O.OutputsMemory(count=2, stamp=stamp, first_count=2, checked_at=1.0)
+    for alive in (True, False):
+        reading, _ = O.read_outputs(spec, sections, meta, low, host="h", job_alive=alive)
+        assert (reading.says, reading.detail) == (Says.WORKING, "2/3 outputs")
 
 
 def test_a_jsonl_file_nobody_wrote_to_is_not_counted_again(tmp_path, host, answers) -> None:

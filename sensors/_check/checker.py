@@ -699,6 +699,7 @@ class Checker(Following):
             nonce=nonce,
             nvml=self.host.nvml,
             job_alive=bool(process is not None and process.job_pids),
+            job_pids=tuple(process.job_pids) if process is not None else (),
             run_start=run_start,
             outputs_tie=not (stage.log or stage.process),
             table=table,

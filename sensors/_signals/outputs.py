@@ -161,10 +161,13 @@ def snippet(spec: OutputsSpec, memory: OutputsMemory, probe: ProbeInputs) -> lis
     it was before the last count (the same inode, size, mtime and ctime: no entry added,
     removed or renamed, no record written) is not listed again: that count stands. A count
     kept so can only be short of the truth, never past it: the shortcut ends where the
-    count could decide completion.
+    count could decide completion. At the expected number it holds only while the job is
+    alive (``_kept_while_alive``): a stage with a live job is running whatever its outputs
+    say, and a kept count read where the job is found gone decides nothing (see
+    ``read_outputs``).
     """
     path = spec.files or spec.lines or ""
-    shared = not memory.at_expected and shareable(path)
+    shared = (not memory.at_expected or _kept_while_alive(memory, probe)) and shareable(path)
     head: list[str] = []
     if spec.lines:
         lines = _lines_section(spec.lines, memory)
@@ -205,16 +208,37 @@ def snippet(spec: OutputsSpec, memory: OutputsMemory, probe: ProbeInputs) -> lis
         return [*head, stat_request(path), *lines] if shareable(path) else [*head, *lines]
     if memory.stamp is None or memory.count is None:
         return [*head, stat_request(path), *lines]
+    if memory.at_expected:
+        alive = _any_alive(probe.job_pids)
+        return [*head, *_unless_unchanged(path, memory.stamp, tuple(lines), alive)]
     return [*head, *_unless_unchanged(path, memory.stamp, tuple(lines))]
 
 
+def _kept_while_alive(memory: OutputsMemory, probe: ProbeInputs) -> bool:
+    """Whether a count at the expected number may be kept on an unchanged stamp: the job had
+    live PIDs at the last check (then no check of a time is asked: ``_in_place_since`` and
+    ``_run_tie_since`` ask none while it lives; a launched job's exit asks its one scan all the
+    same, and that scan is never kept). 100,000 outputs cost a ``find`` of ~100 ms a check."""
+    return probe.job_alive and bool(probe.job_pids)
+
+
+@functools.lru_cache(maxsize=1024)
+def _any_alive(pids: tuple[int, ...]) -> str:
+    """sh condition: one of the job's PIDs at the last check still has a /proc entry (a
+    builtin test each, no fork). A PID reused since is taken for the job: the reading then
+    finds the job gone and the kept count decides nothing (``read_outputs``)."""
+    return " || ".join(f"[ -d /proc/{int(p)} ]" for p in pids[:64]) or "false"
+
+
 @functools.lru_cache(maxsize=8192)
-def _unless_unchanged(path: str, stamp: str, lines: tuple[str, ...]) -> tuple[str, ...]:
+def _unless_unchanged(path: str, stamp: str, lines: tuple[str, ...], alive: str = "") -> tuple[str, ...]:
     """``lines`` run only when the shared stat does not find ``path`` as ``stamp`` said (the
-    same for every check of a directory nobody adds to)."""
+    same for every check of a directory nobody adds to), and, ``alive`` given (an sh
+    condition), when it does not hold."""
+    kept = f"{{ {alive}; }} && {unchanged(path, stamp)}" if alive else unchanged(path, stamp)
     return (
         stat_request(path),
-        f"if {unchanged(path, stamp)}; then sec outputs_same; else",
+        f"if {kept}; then sec outputs_same; else",
         *(f"  {x}" for x in lines),
         "fi",
     )
@@ -736,12 +760,19 @@ def read_outputs(
     over: bool = False,
     exited: float | None = None,
     launched: bool = False,
+    job_alive: bool = False,
 ) -> tuple[Reading, OutputsMemory]:
     """Read the outputs signal: the count against the expected number, and stability.
 
     Outputs may predate the run (resumable jobs skip what exists), so the count stays a
     count; ``written_this_run`` says whether an output was written while the run went on
     (the count moved during this watch, or one is newer than ``run_since``).
+
+    ``job_alive``: the process signal found the job's PIDs live at this check. A count kept
+    at the expected number (the probe did not list again: the job was alive at the last
+    check) says done only with the job alive now, when the stage is running whatever the
+    outputs say; where the job is found gone, the count that may decide is the next check's
+    own listing.
     """
     memory = memory or OutputsMemory()
     where = spec.files or spec.lines
@@ -868,7 +899,9 @@ def read_outputs(
     # A directory as the last count left it (the shared stat found its stamp): the reading is
     # a function of this key alone (no entry listed, nothing changed in place), built once.
     unchanged = got.memory is memory and spec.files is not None
-    same = (host, where, expected, spec.pattern, count, written) if unchanged else None
+    # A count kept at the expected number with the job not found alive: not yet weighed.
+    unweighed = "outputs_same" in sections and count >= expected and not job_alive
+    same = (host, where, expected, spec.pattern, count, written, unweighed) if unchanged else None
     if same is not None and (again := _UNCHANGED.again(same, meta.now)) is not None:
         return again, new_memory
     evidence["count"] = count
@@ -884,6 +917,12 @@ def read_outputs(
         says, detail = (
             Says.WORKING,
             f"{count}/{expected} outputs; confirming none was written after the launched job's exit",
+        )
+    elif count >= expected and stable and unweighed:
+        says, detail = (
+            Says.WORKING,
+            f"{count}/{expected} outputs (the last check's count: the job was alive);"
+            " counting them again now that it is not",
         )
     elif count >= expected and stable and _unasked(spec, sections, last_word, launched):
         # The probe did not ask for the last change under the outputs (the job was alive at
@@ -1049,6 +1088,7 @@ def _read(
         over=facts.launch is not None and facts.launch.over,
         exited=facts.launch.exited_by if facts.launch is not None else None,
         launched=facts.launch is not None,
+        job_alive=bool(facts.job_pids) and not facts.job_unread,
     )
     return reading, new_memory, facts
 
