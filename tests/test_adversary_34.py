@@ -25,33 +25,20 @@ import pytest
 from sensors import Checker, LocalHost, stage_from_dict
 from sensors._base.text import redact
 from sensors._check.batch import check_batch
+from tests.users import run_as, second_user
 
 OTHER = "ccmallory"
 
 
 @pytest.fixture(scope="module")
 def other_user() -> pwd.struct_passwd:
-    """A second, unprivileged user: created when running as root, else the test is skipped."""
-    if os.geteuid() != 0:
-        pytest.skip("a second user's processes need root here (useradd, setpriv)")
-    if shutil.which("setpriv") is None:
-        pytest.skip("setpriv (util-linux) is not installed")
-    try:
-        return pwd.getpwnam(OTHER)
-    except KeyError:
-        pass
-    if shutil.which("useradd") is None:
-        pytest.skip("useradd is not installed: no second user can be created")
-    subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER], check=True)
-    return pwd.getpwnam(OTHER)
+    """A second, unprivileged user (see tests/users.py)."""
+    return second_user(OTHER)
 
 
 def _as(user: pwd.struct_passwd, *argv: str, **kw) -> subprocess.Popen:
-    """``argv`` exec'd as ``user`` (setpriv: no parent of root's holds the command line)."""
-    ids = [f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups"]
-    return subprocess.Popen(
-        ["setpriv", *ids, "--", *argv], start_new_session=True, cwd="/", stdin=subprocess.DEVNULL, **kw
-    )
+    """``argv`` run as ``user``, stdin /dev/null (see tests/users.py)."""
+    return run_as(user, *argv, **{"stdin": subprocess.DEVNULL, **kw})
 
 
 def _stop(*procs: subprocess.Popen) -> None:

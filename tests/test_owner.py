@@ -33,6 +33,7 @@ from sensors._signals.process import (
     _resolve_user,
 )
 from sensors._signals.procfs import CMDLINE_PER_PROCESS, ProcStat
+from tests.users import run_as, second_user
 
 REPO = Path(__file__).resolve().parent.parent
 OTHER = "ccmallory"
@@ -43,26 +44,13 @@ OTHER = "ccmallory"
 
 @pytest.fixture(scope="module")
 def other_user() -> pwd.struct_passwd:
-    """A second, unprivileged user: created when running as root, else the test is skipped."""
-    if os.geteuid() != 0:
-        pytest.skip("a second user's processes need root here (useradd, setpriv)")
-    if shutil.which("setpriv") is None:
-        pytest.skip("setpriv (util-linux) is not installed: no way to run a process as another user")
-    try:
-        return pwd.getpwnam(OTHER)
-    except KeyError:
-        pass
-    if shutil.which("useradd") is None:
-        pytest.skip("useradd is not installed: no second user can be created")
-    subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER], check=True)
-    return pwd.getpwnam(OTHER)
+    """A second, unprivileged user (see tests/users.py)."""
+    return second_user(OTHER)
 
 
 def _as(user: pwd.struct_passwd, *argv: str, **kw) -> subprocess.Popen:
-    """``argv`` run as ``user`` by setpriv, which execs it: no parent of root's is left holding
-    the command line (runuser's would match the pattern too)."""
-    ids = [f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups"]
-    return subprocess.Popen(["setpriv", *ids, "--", *argv], start_new_session=True, cwd="/", **kw)
+    """``argv`` run as ``user`` (see tests/users.py)."""
+    return run_as(user, *argv, **kw)
 
 
 def _lookalike(user: pwd.struct_passwd, marker: str) -> subprocess.Popen:
