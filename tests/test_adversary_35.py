@@ -175,15 +175,17 @@ def test_an_earlier_runs_worker_forked_after_the_since_is_not_this_run(tmp_path:
     assert "complete" not in states, (states, checker.last.reasons if checker.last else None)
 
 
+@pytest.mark.parametrize("how", ["cp", "mv"])
 @pytest.mark.parametrize("writes", ["resuming", "nothing"])
 def test_a_log_seeded_with_the_last_runs_log_as_the_rerun_starts_is_not_its_own(
-    tmp_path: Path, writes: str
+    tmp_path: Path, writes: str, how: str
 ) -> None:
     """Rule 1 (a log born with the job). A re-run resumes: its launcher seeds the new log
     with the last run's (`cp last.log job.log; exec job >> job.log`), so the log is born
     within a few ms of the job's start, yet every line in it is the last run's, its
     completion line among them. The re-run appends a line (or nothing) and is killed (the
-    OOM killer: no traceback). Never complete: the re-run wrote no completion line."""
+    OOM killer: no traceback). Never complete: the re-run wrote no completion line. (`mv`
+    keeps the last log's birth: that one holds; `cp` gives it a new one.)"""
     import shlex
 
     tag = f"seeded-{time.time_ns()}"
@@ -200,7 +202,7 @@ def test_a_log_seeded_with_the_last_runs_log_as_the_rerun_starts_is_not_its_own(
         [
             "sh",
             "-c",
-            f"cp {shlex.quote(str(last))} {shlex.quote(str(log))}; exec {cmd} >> {shlex.quote(str(log))}",
+            f"{how} {shlex.quote(str(last))} {shlex.quote(str(log))}; exec {cmd} >> {shlex.quote(str(log))}",
         ]
     )
     doc = {
