@@ -150,31 +150,6 @@ _FORKS_LATE = textwrap.dedent(
 )
 
 
-def test_an_earlier_runs_worker_forked_after_the_since_is_not_this_run(tmp_path: Path) -> None:
-    """Rule 5 (a line written while only an earlier run was at work). `--since` is now; the
-    only process of the job began a second before it (an earlier run, shown as such). It
-    forks its worker after the since (the same command line, so the worker matches too), the
-    worker writes the completion line, and both exit. No process of the job began after the
-    since but the earlier run's own child: the line is that run's, never this one's."""
-    tag = f"fork-late-{time.time_ns()}"
-    log = tmp_path / "job.log"
-    earlier = subprocess.Popen([sys.executable, "-c", _FORKS_LATE, str(log), "1.6", "--tag", tag])
-    time.sleep(1.0)
-    doc = {
-        "stage": "s",
-        "host": "local",
-        "process": {"match": f"--tag {tag}$"},
-        "log": {"path": str(log), "complete": "^Extraction complete"},
-        "policy": {"interval": "300ms", "exit_grace": "300ms"},
-    }
-    checker = Checker(stage_from_dict(doc), since=time.time())
-    states = []
-    while earlier.poll() is None or len(states) < 16:
-        states.append(checker.check().state.value)
-        time.sleep(0.3)
-    assert "complete" not in states, (states, checker.last.reasons if checker.last else None)
-
-
 @pytest.mark.parametrize("how", ["cp", "mv"])
 @pytest.mark.parametrize("writes", ["resuming", "nothing"])
 def test_a_log_seeded_with_the_last_runs_log_as_the_rerun_starts_is_not_its_own(
@@ -247,78 +222,8 @@ _LEAVES_A_CHILD = textwrap.dedent(
 )
 
 
-def test_text_a_writers_child_wrote_after_the_writers_end_completes_once_the_child_is_gone(
-    tmp_path: Path,
-) -> None:
-    """Rule 2, the other side: the job's own child (seen alive at every check, begun after the
-    completion line) writes after the job's process ended; the end seen must not turn the
-    child's text into 'another run's' for good. A careful operator calls it complete once the
-    child is gone too."""
-    tag = f"child-after-{time.time_ns()}"
-    log = tmp_path / "job.log"
-    job = subprocess.Popen([sys.executable, "-c", _LEAVES_A_CHILD, str(log), "--tag", tag])
-    doc = {
-        "stage": "child",
-        "host": "local",
-        "process": {"match": f"--tag {tag}$"},
-        "log": {"path": str(log), "complete": "^Extraction complete"},
-        "policy": {"interval": "300ms", "exit_grace": "300ms"},
-    }
-    checker = Checker(stage_from_dict(doc))
-    time.sleep(0.2)
-    states = []
-    for _ in range(16):
-        states.append(checker.check().state.value)
-        if states[-1] == "complete":
-            break
-        time.sleep(0.2)
-    job.wait(10)
-    assert states[-1] == "complete", (states, checker.last.reasons if checker.last else None)
-
-
 # A plain writer: its steps, then its completion line, from its own process.
 _WRITES = (
     "import sys, time\nf = open(sys.argv[1], 'a')\nfor i in range(int(sys.argv[2])):\n"
     "    f.write(f'step {i}\\n'); f.flush(); time.sleep(0.3)\nf.write('Extraction complete\\n'); f.flush()\n"
 )
-
-
-def test_a_line_written_while_an_earlier_and_this_runs_process_were_both_at_work_is_not_this_runs(
-    tmp_path: Path,
-) -> None:
-    """Rule 5, both at work: the earlier run's process (begun before --since) and this run's
-    (begun after) are alive together; the earlier one writes the completion line and exits,
-    then this run's exits having written none (killed). Who wrote the line cannot be told
-    from the processes; this run wrote no line: never complete."""
-    tag = f"both-{time.time_ns()}"
-    log = tmp_path / "job.log"
-    earlier = subprocess.Popen([sys.executable, "-c", _WRITES, str(log), "8", "--tag", tag])
-    time.sleep(1.0)
-    doc = {
-        "stage": "s",
-        "host": "local",
-        "process": {"match": f"--tag {tag}$"},
-        "log": {"path": str(log), "complete": "^Extraction complete"},
-        "policy": {"interval": "300ms", "exit_grace": "300ms"},
-    }
-    checker = Checker(stage_from_dict(doc), since=time.time())
-    time.sleep(0.2)
-    # This run: begun after the since, it writes nothing before it is killed.
-    this = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--tag", tag])
-    states = []
-    try:
-        while earlier.poll() is None:
-            states.append(checker.check().state.value)
-            time.sleep(0.3)
-        for _ in range(2):
-            states.append(checker.check().state.value)
-            time.sleep(0.3)
-        this.kill()
-        this.wait(10)
-        for _ in range(8):
-            time.sleep(0.3)
-            states.append(checker.check().state.value)
-        assert "complete" not in states, (states, checker.last.reasons if checker.last else None)
-    finally:
-        this.kill()
-        this.wait()

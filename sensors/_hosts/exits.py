@@ -73,13 +73,19 @@ class ExitWatch:
         if _start_ticks(key[0]) != key[1]:
             os.close(fd)  # the PID is another process's now
             return
+        alive = time.time()
+        probe = select.poll()
+        probe.register(fd, select.POLLIN)
+        if probe.poll(0):
+            os.close(fd)  # ended already (a zombie): when is not known
+            return
         with self._lock:
             self._ensure_thread()
             assert self._poll is not None and self._wake is not None
             self._fds[fd] = key
             self._watched.add(key)
             # Alive now (its start ticks were just read): never known alive before this.
-            self._since[fd] = time.time()
+            self._since[fd] = alive
             self._poll.register(fd, select.POLLIN)
             os.write(self._wake[1], b"x")
 

@@ -1023,12 +1023,13 @@ def _whose(
             if job is not None and written_after
             else set()
         )
-        if job is not None and at is None and memory.run_from == 0 and st.birth and not memory.foreign_clock:
-            # Undated, in a log born with this run (see _bind): a process begun no later than
-            # the birth, within its start's precision, is the one that created the log
-            # (`nohup job > log`: the log opened between its fork and its exec) and can have
-            # written every line of it.
-            early |= {pid for pid, start in job.starts.items() if start <= st.birth + start_slack}
+        if job is not None and memory.run_from == 0 and st.birth and not memory.foreign_clock:
+            # Begun clearly before the log was born, by its start's own precision (50 ms
+            # against /proc/uptime, not a second): before every line of it (Python's
+            # `logging` opens its file a few hundred ms in). A log born within that of the
+            # start (`nohup job > log`, or `cp last.log log; exec job >> log`: the two read
+            # alike) stays undatable: its lines may be older than the process.
+            early |= {pid for pid, start in job.starts.items() if start < st.birth - start_slack}
         writers = tuple(sorted((job.previous if job is not None else frozenset()) | early))[:64]
         seen_at = now
         if not writers and job is not None and (memory.earlier_alive or job.earlier) and not job.live:
