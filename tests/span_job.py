@@ -55,6 +55,14 @@ def main() -> int:
         for k in range(2):
             with open(os.path.join(out, f"part-{k}.bin"), "wb") as f:
                 f.write(b"x" * 64)
+    if rank == 0 and node != 0:
+        # A job's last barrier: the other nodes' "done" comes once global rank 0 has written
+        # the shared outputs (2 s at most: a node 0 killed or hung does not hold it for good).
+        # Without it a node's line could be found before the outputs it finishes on changed,
+        # which no real job's collective end allows.
+        until = time.monotonic() + 2.0
+        while not os.path.exists(os.path.join(folder, "out", "part-1.bin")) and time.monotonic() < until:
+            time.sleep(0.02)
     if rank == 0:
         with open(log, "a") as f:
             f.write(f"node {node} done\n")
