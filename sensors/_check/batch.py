@@ -101,8 +101,6 @@ def _probe(checkers: Sequence[Checker]) -> list[Verdict]:
     parts.append(["P="])
     timeout = max(c.stage.check_timeout for c in checkers)
     sent = time.time()
-    for checker in checkers:
-        checker.sent(sent)
     try:
         output = host.run_script(build_script(nonce, static, parts), timeout=timeout)
         sent, answered = getattr(host, "sent_at", lambda: None)() or sent, time.time()

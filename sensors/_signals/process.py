@@ -711,6 +711,20 @@ def _unread(table: _ProcessTable, meta: Meta, excluded: frozenset[int]) -> list[
     )
 
 
+def _unread_once(table: _ProcessTable, meta: Meta, excluded: frozenset[int]) -> list[int]:
+    """:func:`_unread`, once per batch: a fleet's stages with no job at work each ask it of
+    the same table (one pass over every process, not one per stage)."""
+    cache = getattr(_batch_tables, "cache", None)
+    if cache is None:
+        return _unread(table, meta, excluded)
+    # The table is held by the cache entry, so its id is not reused while the block lasts.
+    key = ("unread", id(table), excluded)
+    if key not in cache:
+        cache[key] = (table, _unread(table, meta, excluded))
+    unread: list[int] = cache[key][1]
+    return unread
+
+
 def _pids(pids: list[int]) -> str:
     if len(pids) == 1:
         return f"pid {pids[0]}"
@@ -808,7 +822,7 @@ def read_process(
             cut_pids=cut[:16],
         )
     if not alive_pids and spec.pid is None:
-        unread = _unread(table, meta, excluded)
+        unread = _unread_once(table, meta, excluded)
         if unread and want is not None:
             # Another user's, with process.user: not the job, whatever its command line.
             owners = owners or _Owners.parse(sections)
