@@ -115,10 +115,12 @@ def parse_remote(sections: Mapping[str, bytes]) -> GpuSnapshot:
 
     Defensive: a missing section, a missing nvidia-smi, a non-zero exit, a truncated or
     garbled line gives ``ok=False`` with the reason; ``[N/A]``/``[Not Supported]`` → None.
+    Every output line comes tagged ``|``, the exit status last among them (see
+    ``_smi_snippet``).
 
     Example:
-        >>> gpu = b"2026/02/23 19:54:03.120, 0, GPU-a, H200, 0, 92000, 143771, 550.54.15\\n@@exit 0\\n"
-        >>> snap = parse_remote({"gpu_query": gpu, "gpu_apps": b"@@exit 0\\n"})
+        >>> gpu = b"|2026/02/23 19:54:03.120, 0, GPU-a, H200, 0, 92000, 143771, 550.54.15\\n|@@exit 0\\n"
+        >>> snap = parse_remote({"gpu_query": gpu, "gpu_apps": b"|@@exit 0\\n"})
         >>> snap.ok, snap.devices[0].utilization_pct, snap.driver_version
         (True, 0.0, '550.54.15')
     """
