@@ -150,7 +150,21 @@ _FORKS_LATE = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("how", ["cp", "mv"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        pytest.param(
+            "cp",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="read as `nohup job > log`: a log born within the job's start precision is "
+                "its own (issue 35: the gate must open there); no evidence a watch has tells a copy "
+                "made in that millisecond apart (docs/run-binding.md, 'What is not told apart')",
+            ),
+        ),
+        "mv",
+    ],
+)
 @pytest.mark.parametrize("writes", ["resuming", "nothing"])
 def test_a_log_seeded_with_the_last_runs_log_as_the_rerun_starts_is_not_its_own(
     tmp_path: Path, writes: str, how: str

@@ -1024,12 +1024,14 @@ def _whose(
             else set()
         )
         if job is not None and memory.run_from == 0 and st.birth and not memory.foreign_clock:
-            # Begun clearly before the log was born, by its start's own precision (50 ms
-            # against /proc/uptime, not a second): before every line of it (Python's
-            # `logging` opens its file a few hundred ms in). A log born within that of the
-            # start (`nohup job > log`, or `cp last.log log; exec job >> log`: the two read
-            # alike) stays undatable: its lines may be older than the process.
-            early |= {pid for pid, start in job.starts.items() if start < st.birth - start_slack}
+            # Begun before the log was born, or within its start's own precision of the birth
+            # (50 ms against /proc/uptime, a second where uptime is virtualised): it can have
+            # written every line of it. Python's `logging` opens its file a few hundred ms in;
+            # `nohup job > log` has the shell open it between the fork and the exec, within a
+            # millisecond of the start. The one other history that fits, a launcher that
+            # seeds the new log with an old one in that same millisecond (`cp last.log log;
+            # exec job >> log`), is not one a watch of a job can tell (docs/run-binding.md).
+            early |= {pid for pid, start in job.starts.items() if start <= st.birth + start_slack}
         writers = tuple(sorted((job.previous if job is not None else frozenset()) | early))[:64]
         seen_at = now
         if not writers and job is not None and (memory.earlier_alive or job.earlier) and not job.live:
