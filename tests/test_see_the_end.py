@@ -244,18 +244,27 @@ def test_a_log_older_than_the_watch_is_not_its_run(tmp_path: Path, host) -> None
 
 def test_a_since_given_as_a_time_is_placed_on_the_hosts_clock() -> None:
     """``--since TIME`` is on the checking machine's clock; a host's file times are on its
-    own. The start is placed on the host's clock at the latest it can be (this machine's time
-    plus the most the host's clock can be ahead, as the probe's round trip measured): a node
-    60 s ahead no longer dates run 1's lines, stamped 60 s ahead, after a since placed
-    between them and run 2 (issue 35, two hosts with a skewed clock). A duration is taken
-    before the host's own clock's now."""
+    own. The start is placed on the host's clock by the offset the probe's round trip
+    measured, as an interval: the least and the most the host's clock can be ahead (its clock
+    read after the probe was sent, before the answer came back). A node 60 s ahead no longer
+    dates run 1's lines, stamped 60 s ahead, after a since placed between them and run 2
+    (issue 35, two hosts with a skewed clock); a node 60 s behind no longer dates run 2's
+    lines before it (a gate that would not open for a minute). A duration is taken before the
+    host's own clock's now: exact."""
     from sensors._base.run import parse_since
 
     at = parse_since("@1796104800")
-    assert at is not None and at.resolve(now=1796105000.0, ahead=60.2) == 1796104860.2
-    assert at.resolve(now=1796105000.0) == 1796104800.0
+    assert at is not None
+    # Ahead by 60.1 to 60.3 s: the start is 60.2 s later on the host's clock, give or take 0.1 s.
+    started, slack = at.resolve(now=1796105000.0, ahead=(60.1, 60.3))
+    assert (round(started, 6), round(slack, 6)) == (1796104860.2, 0.1)
+    started, slack = at.resolve(now=1796105000.0, ahead=(-60.3, -60.1))
+    assert (round(started, 6), round(slack, 6)) == (1796104739.8, 0.1)
+    assert at.resolve(now=1796105000.0) == (1796104800.0, 0.0)
+    # Agreeing within the round trip: one clock (NTP), not a round trip's worth of doubt.
+    assert at.resolve(now=1796105000.0, ahead=(-0.2, 0.3)) == (1796104800.0, 0.0)
     ago = parse_since("90s")
-    assert ago is not None and ago.resolve(now=1796105000.0, ahead=60.2) == 1796104910.0
+    assert ago is not None and ago.resolve(now=1796105000.0, ahead=(60.1, 60.3)) == (1796104910.0, 0.0)
 
 
 SINCE_JOB = (

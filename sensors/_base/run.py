@@ -241,12 +241,22 @@ class Since:
     at: float | None = None
     ago: float | None = None
 
-    def resolve(self, now: float, ahead: float = 0.0) -> float:
-        """The start on the monitored host's clock: a duration before ``now`` (that clock's),
-        or the time as given (the checking machine's clock) moved by how far the host's
-        clock is surely ahead of this machine's (``ahead``, measured by the probe's round
-        trip: a host a minute ahead has its file times a minute ahead too)."""
-        return self.at + ahead if self.at is not None else now - float(self.ago or 0.0)
+    def resolve(self, now: float, ahead: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
+        """The start on the monitored host's clock, as a moment and how far it may be off:
+        a duration before ``now`` (that clock's: exact), or the time as given (the checking
+        machine's clock) moved by the host's clock offset. ``ahead``: the least and the most
+        the host's clock can be ahead of this machine's, measured in the probe's round trip
+        (its clock read after the probe was sent and before its answer came back; negative:
+        behind). A host a minute ahead has its file times a minute ahead too; one a minute
+        behind, a minute behind. Clocks that agree within the round trip are taken as one:
+        NTP keeps them within milliseconds, far inside a round trip under load, which would
+        otherwise make every write near the start undatable."""
+        if self.at is None:
+            return now - float(self.ago or 0.0), 0.0
+        low, high = min(ahead), max(ahead)
+        if low <= 0.0 <= high:
+            return self.at, 0.0
+        return self.at + (low + high) / 2, (high - low) / 2
 
 
 _ISO_HINT = re.compile(r"^\d{4}-\d{2}-\d{2}")

@@ -589,11 +589,8 @@ class Checker(Following):
         if mem.first_check_at is None:
             mem.first_check_at = meta.now
         if mem.run is None and self._since is not None:
-            mem.run = Run(
-                source="since",
-                started_at=self._since.resolve(meta.now, self._ahead(meta)),
-                given=self._since.at,
-            )
+            started_at, slack = self._since.resolve(meta.now, self._ahead(meta))
+            mem.run = Run(source="since", started_at=started_at, given=self._since.at, slack=slack)
         facts = CheckFacts(
             meta=meta,
             nonce=nonce,
@@ -638,13 +635,16 @@ class Checker(Following):
         self.last = verdict
         return verdict
 
-    def _ahead(self, meta: Meta) -> float:
-        """How far the host's clock is surely ahead of this machine's: its clock, read before
-        the answer came back, less the time it came back (0 where that is not more: clocks
-        that agree within the round trip are taken as one; 0 on this machine itself)."""
+    def _ahead(self, meta: Meta) -> tuple[float, float]:
+        """The least and the most the host's clock can be ahead of this machine's (negative:
+        behind): its clock was read after the probe was sent and before the answer came back,
+        so the offset lies between its reading less the answer's arrival and its reading less
+        the sending (0 on this machine itself; (0, 0) where the round trip is not known yet:
+        clocks taken as one, as the first probe of a host has nothing better)."""
         if type(self.host) is LocalHost or self._answered_at is None or meta.now is None:
-            return 0.0
-        return max(0.0, meta.now - self._answered_at)
+            return 0.0, 0.0
+        sent = self._sent_at if self._sent_at is not None else self._answered_at
+        return meta.now - self._answered_at, meta.now - sent
 
     def sent(self, at: float, answered: float | None = None) -> None:
         """A batch sent this checker's probe at ``at`` and had its answer at ``answered``

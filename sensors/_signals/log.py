@@ -512,7 +512,7 @@ def _start_slack(source: str, slack: float | None = None) -> float:
     """How far a run's start may be from the truth: a ``since`` is exact; a process's start
     as exact as it was read (``Run.slack``), else the worst case."""
     if source == "since":
-        return 0.0
+        return slack or 0.0  # exact on the host's clock; another host's, to its measured offset
     return _PROCESS_START_SLACK if slack is None else slack
 
 
@@ -737,7 +737,18 @@ def read_log(
     # /proc/uptime is virtualised (the process signal's slack, for the same reason).
     start_slack = _PROCESS_START_SLACK if meta.uptime_virtualised else _TICK_SLACK
     word = _whose(
-        memory, scan, st, complete_line, complete_end, job, run, meta.now, exited, job_unread, start_slack
+        memory,
+        scan,
+        st,
+        complete_line,
+        complete_end,
+        job,
+        run,
+        meta.now,
+        exited,
+        job_unread,
+        start_slack,
+        found_by=meta.now_end,
     )
     superseded = _launch_over(memory, scan, word, st, change, run, exited_by)
     if superseded is not None and word.complete_line is not None:
@@ -962,6 +973,7 @@ def _whose(
     exited: float | None = None,
     job_unread: bool = False,
     start_slack: float = _PROCESS_START_SLACK,
+    found_by: float | None = None,
 ) -> _Word:
     """Whether this run's completion line is its run's last word, by the processes that can
     have written what is in the log (issue 21: the latest run decides).
@@ -1033,7 +1045,10 @@ def _whose(
             # exec job >> log`), is not one a watch of a job can tell (docs/run-binding.md).
             early |= {pid for pid, start in job.starts.items() if start <= st.birth + start_slack}
         writers = tuple(sorted((job.previous if job is not None else frozenset()) | early))[:64]
-        seen_at = now
+        # Found by the end of this probe (its log read comes after its clock read, ``now``):
+        # only a change after that is surely after the line (a job that wrote its outputs, its
+        # line and ended inside one probe changed them after ``now``, before the line).
+        seen_at = max(now, found_by or now)
         if not writers and job is not None and (memory.earlier_alive or job.earlier) and not job.live:
             # Written while an earlier run's process was at work (begun before this run's
             # exact start) and none of this run's: that run's last word, never this one's,

@@ -981,7 +981,8 @@ def _earlier_runs(
         return []
     # As exact as the process's start is (PROCESS_START_PRECISION): a process begun a second
     # before a --since is an earlier run's where /proc dates it to the tick.
-    begins = run.started_at - PROCESS_START_PRECISION["btime" if virtualised else "ticks"]
+    precision = PROCESS_START_PRECISION["btime" if virtualised else "ticks"]
+    begins = run.started_at - (run.slack or 0.0) - precision
     earlier = []
     for entry in processes:
         if entry["pid"] not in alive:
