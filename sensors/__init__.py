@@ -24,6 +24,7 @@ from sensors._base.errors import (
     NotificationError,
     ProbeError,
     StageFailed,
+    StageStuck,
 )
 from sensors._base.model import Reading, Says, State, Verdict
 from sensors._check.checker import Checker, host_for
@@ -48,6 +49,7 @@ __all__ = [
     "SpanChecker",
     "Stage",
     "StageFailed",
+    "StageStuck",
     "State",
     "Verdict",
     "__version__",

@@ -721,3 +721,44 @@ def test_launch_stage_does_not_start_a_recorded_live_run_twice(jobs, tmp_path: P
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
+
+
+def test_a_stuck_gate_raises_stage_stuck_at_once_not_at_its_timeout(tmp_path: Path) -> None:
+    """A job watched by its process alone, seen at work and then gone: nothing tells a success
+    from a crash, now or later. The gate ends within seconds of the end with StageStuck (a
+    StageFailed), its message the fix, not at its 10-minute timeout."""
+    import subprocess
+
+    from sensors._base.errors import StageStuck
+
+    script = tmp_path / "stuck-gate.sh"
+    script.write_text("#!/bin/sh\nsleep 4\nexit 0\n")
+    script.chmod(0o755)
+    job = subprocess.Popen([str(script)], start_new_session=True)
+    stage = stage_from_dict(
+        {
+            "stage": _unique("stuck-gate"),
+            "host": "local",
+            "process": {"match": str(script)},
+            "policy": {"interval": "300ms", "exit_grace": "1s"},
+        }
+    )
+
+    @flow
+    def waits() -> Any:
+        return wait_for_stage(stage, timeout="10m")
+
+    began = time.monotonic()
+    try:
+        with pytest.raises(StageStuck) as info:
+            waits()
+    finally:
+        job.kill()
+        job.wait()
+    assert time.monotonic() - began < 60
+    assert isinstance(info.value, StageFailed) and info.value.timed_out is False
+    verdict = info.value.verdict
+    assert verdict is not None and verdict.state is State.UNKNOWN and verdict.stuck is not None
+    message = str(info.value)
+    assert "\n" not in message and "stuck, unknown for good" in message
+    assert "the fix: add a log section" in message

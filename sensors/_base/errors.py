@@ -9,6 +9,7 @@
      │    ├── ConnectError      could not connect or authenticate, or the connection dropped
      │    └── ProbeError        the probe ran but its answer was unusable (timeout, garbage)
      ├── StageFailed           a gate saw `failed` or timed out (carries the verdict)
+     │    └── StageStuck       a gate saw `unknown` for good: this run can never complete
      └── NotificationError     a notification could not be delivered (never changes a verdict)
 
 Low-level errors (OSError, paramiko, yaml, pydantic) are translated where they are raised,
@@ -72,6 +73,12 @@ class StageFailed(CrosscheckError):
         self.verdict = verdict
         self.timed_out = timed_out
         super().__init__(message)
+
+
+class StageStuck(StageFailed):
+    """Raised by a gate at once when the stage is stuck: ``unknown`` for good, so this run can
+    never be found complete (``verdict.stuck`` says why and the fix). A :class:`StageFailed`,
+    so code that stops a pipeline on one stops on this too, without waiting for a timeout."""
 
 
 class NotificationError(CrosscheckError):

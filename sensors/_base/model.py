@@ -45,6 +45,28 @@ class State(enum.StrEnum):
 _FINAL = frozenset({State.COMPLETE, State.FAILED})
 
 
+@dataclass(frozen=True)
+class Stuck:
+    """Why an ``unknown`` verdict's run can never be found complete, and what would have told.
+
+    Set by the verdict (``sensors._verdict.stuck``) only where no later reading of this run
+    can make it complete: a launched run whose log, outputs or process a later run has taken
+    over, or a stage with nothing that tells a success from a crash. Not for an ``unknown``
+    that may clear (a host that does not answer, a file not readable now, writes that may
+    still land). Only a new run of the job, watched anew, can be found complete.
+
+    Attributes:
+        why: one line: what settled it.
+        fix: one line: what to do so the next run can be told, never what the watch already did.
+    """
+
+    why: str
+    fix: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"why": self.why, "fix": self.fix}
+
+
 def _freeze(evidence: Mapping[str, Any] | None) -> Mapping[str, Any]:
     frozen = {}
     for key, value in (evidence or {}).items():
@@ -123,10 +145,16 @@ class Verdict:
     host: str
     since: float | None = None  # when this state began (monitored host's clock)
     run: Mapping[str, Any] | None = None  # where the run being watched begins (source, start)
+    # An unknown that no later reading of this run can make complete (None: it may still be).
+    stuck: Stuck | None = None
 
     def __post_init__(self) -> None:
         if type(self.state) is not State:
             object.__setattr__(self, "state", State(self.state))
+        if self.stuck is not None:
+            if self.state is not State.UNKNOWN:
+                raise ValueError(f"a {self.state} verdict cannot be stuck: only an unknown one is")
+            object.__setattr__(self, "stuck", Stuck(redact(self.stuck.why), redact(self.stuck.fix)))
         if self.run is not None:
             object.__setattr__(self, "run", _freeze(self.run))
         # Reasons are built from details (already redacted) and host errors; redacting again
@@ -144,12 +172,21 @@ class Verdict:
     def advance(self) -> bool:
         return self.state is State.COMPLETE
 
+    @property
+    def settled(self) -> bool:
+        """Whether this verdict ends a wait: ``complete``, ``failed``, or an ``unknown`` that
+        can never become complete (``stuck``)."""
+        return self.stuck is not None or self.state.final
+
     def to_json(self) -> dict[str, Any]:
         """The CLI's ``--json`` schema (also the event payload and the artifact source)."""
         return {
             "stage": self.stage,
             "verdict": str(self.state),
             "advance": self.advance,
+            # Whether it can still change: false while it may (running, unknown for now).
+            "settled": self.settled,
+            "stuck": self.stuck.to_json() if self.stuck is not None else None,
             "reasons": list(self.reasons),
             "checked_at": _iso(self.checked_at),
             "since": _iso(self.since),

@@ -125,7 +125,7 @@ class Watch(Iterator[Verdict]):
                 started = clock()
                 verdict = check()
                 yield verdict
-                if verdict.state.final:
+                if verdict.settled:  # complete, failed, or an unknown that cannot become complete
                     return
                 remaining = deadline - clock()
                 if remaining <= 0:
@@ -199,7 +199,7 @@ class Following:
                 self._told_not_ours = True
             self._saving = False
             return None
-        if followed.state.final:
+        if followed.settled:
             return self._confirmed(followed)
         self.last = followed
         return followed
@@ -232,7 +232,7 @@ class Following:
                 checks.append(self._check())
         else:
             checks.append(self._check())
-        if all(c.state is followed.state for c in checks):
+        if all(c.state is followed.state and c.settled == followed.settled for c in checks):
             self.last = followed
             return followed
         holding_back = [c for c in checks if not c.advance]

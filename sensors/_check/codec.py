@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from sensors._base.model import Reading, Says, State, Verdict
+from sensors._base.model import Reading, Says, State, Stuck, Verdict
 from sensors._base.probe import Static
 from sensors._base.run import Run
 from sensors._signals.gpu import GpuMemory, GpuWindow
@@ -51,6 +51,7 @@ _TYPES: dict[str, type] = {
         AcrossMemory,
         Reading,
         Verdict,
+        Stuck,
         Run,
         Static,
     )

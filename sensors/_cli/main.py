@@ -41,6 +41,8 @@ from sensors._watch.gc import tune_for_watching
 from sensors._watch.schedule import watch_all
 
 EXIT_ADVANCE, EXIT_NOT_YET, EXIT_USAGE, EXIT_FAILED, EXIT_TIMEOUT = 0, 1, 2, 3, 4
+#: An unknown that can never become complete (``Verdict.stuck``): a wait ends at once with it.
+EXIT_STUCK = 5
 
 EPILOG = """\
 examples:
@@ -58,6 +60,7 @@ examples:
 exit codes:
   0  complete: advance        1  not yet (running, stalled, contradiction, unknown)
   2  usage or config error    3  failed        4  wait timed out
+  5  wait: stuck, unknown for good: this run can never be found complete (stderr: why, the fix)
   history: 0 changes printed, 1 none recorded, 2 no store to read (--state none, not a store)
   check: 0 OK (complete, running), 1 WARNING (stalled, contradiction), 2 CRITICAL (failed),
          3 UNKNOWN (unknown, a host that cannot be read, a config error, --timeout)
@@ -123,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--state", metavar="PATH|URL", help=STATE_HELP)
     wait = sub.add_parser(
         "wait",
-        help="check every policy.interval until complete, failed or the timeout",
+        help="check every policy.interval until complete, failed, stuck (unknown for good) or the timeout",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -523,6 +526,16 @@ def _wait(
         print_verdicts(verdicts)
     if any(v.state is State.FAILED for v in verdicts):
         return EXIT_FAILED
+    stuck = [v for v in verdicts if v.stuck is not None]
+    for v in stuck:
+        # One line each, on stderr whatever the format: why the gate can never open, the fix.
+        assert v.stuck is not None
+        print(
+            f"crosscheck: {v.stage} is stuck: {v.stuck.why}; the fix: {v.stuck.fix}",
+            file=sys.stderr,
+        )
+    if stuck:
+        return EXIT_STUCK
     late = [s.stage for s, r in zip(stages, results, strict=True) if r.timed_out]
     if late:
         if not as_json:

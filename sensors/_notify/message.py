@@ -18,7 +18,7 @@ from sensors._present.evidence import COLOUR, EMOJI, evidence_line, fmt_duration
 
 __all__ = ["Message", "MessageKind", "build_message"]
 
-MessageKind = Literal["transition", "reminder", "resolved"]
+MessageKind = Literal["transition", "reminder", "resolved", "stuck"]
 
 # Slack Block Kit limits: header text 150 chars, section text 3000 chars.
 _HEADER_MAX = 150
@@ -30,8 +30,9 @@ class Message:
     """One notification, ready for Slack (``payload``) or any plain-text channel (``text``).
 
     Attributes:
-        kind: ``transition`` (a new verdict), ``reminder`` (a problem persists) or
-            ``resolved`` (a stall, contradiction or unknown cleared).
+        kind: ``transition`` (a new verdict), ``reminder`` (a problem persists),
+            ``resolved`` (a stall, contradiction or unknown cleared) or ``stuck`` (an unknown
+            that can never become complete: why, and the fix).
         stage: the stage name.
         state: the verdict the message reports.
         title: one line; also the subject for channels that have one.
@@ -95,6 +96,13 @@ def build_message(
     colour = COLOUR[State.COMPLETE] if kind == "resolved" else COLOUR[state]
     since = _since_phrase(verdict, held_for if kind != "resolved" else None)
     reasons = [one_line(r, 300) for r in verdict.reasons]
+    if verdict.stuck is not None:
+        # Said first, whole: why the gate can never open for this run, and what to do.
+        reasons = [
+            one_line(f"stuck: {verdict.stuck.why}", 600),
+            one_line(f"the fix: {verdict.stuck.fix}", 600),
+            *reasons,
+        ]
     evidence = [evidence_line(reading, name) for name, reading in verdict.readings.items()]
 
     top: list[dict[str, Any]] = [
@@ -126,6 +134,8 @@ def _title(verdict: Verdict, kind: MessageKind, held_for: float | None, previous
             was = f" (was {previous}" + (f" for {fmt_duration(held_for)})" if held_for is not None else ")")
         now = "completed" if state is State.COMPLETE else f"{state} again"
         return f"{EMOJI[state]} {where}: resolved, {now}{was}"
+    if kind == "stuck":
+        return f"{EMOJI[state]} {where}: stuck, {state} for good: this run can never be found complete"
     return f"{EMOJI[state]} {where}: {state}"
 
 

@@ -2,7 +2,9 @@
 
 A verdict is news on a transition into ``notify.on``; ``unknown`` only once it has lasted
 ``unknown_after``; a reminder every ``remind_every`` while a notified problem persists; and
-"resolved" when a notified stall, contradiction or unknown clears. A failed delivery is logged
+"resolved" when a notified stall, contradiction or unknown clears; one "stuck" message, at
+once and never reminded of, for an unknown that can never become complete (``Verdict.stuck``:
+it says why and the fix) where ``unknown`` or ``failed`` is in ``notify.on``. A failed delivery is logged
 once (in the Prefect run's log inside a run) and returned, never raised.
 """
 
@@ -81,6 +83,9 @@ class Notifier:
         # when that problem began, and when the last message about it went out.
         self._notified_since: float | None = None
         self._last_sent = 0.0  # meaningful only while `_notified_since` is set
+        # This run was found stuck (told once, or not news for this reader): no more about it
+        # while its verdicts stay unknown.
+        self._stuck = False
         self.sent: list[Sent] = []  # everything sent, for callers and tests
 
     def __repr__(self) -> str:
@@ -95,6 +100,9 @@ class Notifier:
         from the state store): it is not news again. A watcher restarted on a stage settled
         complete says nothing; a stall it finds still there is reminded of, not announced anew.
         """
+        if verdict is not None and verdict.stuck is not None and self._effective is None:
+            self._effective, self._stuck = State.UNKNOWN, True  # told by the watch that found it
+            return
         if verdict is None or verdict.state is State.UNKNOWN or self._effective is not None:
             return
         self._effective = verdict.state
@@ -116,6 +124,12 @@ class Notifier:
         """The pure policy step: update the state machine and return messages to send."""
         now = self._clock()
         state = verdict.state
+        if state is not State.UNKNOWN:
+            self._stuck = False
+        elif self._stuck:
+            return []  # told once: a stuck run stays stuck (a host blip meanwhile is no news)
+        elif verdict.stuck is not None:
+            return self._stuck_now(verdict, now, flow_run_url)
         if state is State.UNKNOWN:
             if self._unknown_since is None:
                 self._unknown_since = now
@@ -136,6 +150,15 @@ class Notifier:
                 build_message(verdict, kind="reminder", held_for=now - notified, flow_run_url=flow_run_url)
             ]
         return []
+
+    def _stuck_now(self, verdict: Verdict, now: float, url: str | None) -> list[Message]:
+        """A run found stuck: one message at once (no ``unknown_after``: nothing will clear),
+        never a reminder; an open problem gives way to it, unresolved."""
+        self._effective, self._notified_since, self._stuck = State.UNKNOWN, None, True
+        self._unknown_since = self._unknown_since if self._unknown_since is not None else now
+        if not self._on & {State.UNKNOWN, State.FAILED}:
+            return []
+        return [build_message(verdict, kind="stuck", flow_run_url=url)]
 
     def _transition(self, verdict: Verdict, now: float, since: float, url: str | None) -> list[Message]:
         state = verdict.state

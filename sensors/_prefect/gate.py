@@ -22,7 +22,7 @@ from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 from prefect.events import Event, emit_event
 from prefect.exceptions import MissingContextError
 
-from sensors._base.errors import NotificationError, StageFailed
+from sensors._base.errors import NotificationError, StageFailed, StageStuck
 from sensors._base.model import State, Verdict
 from sensors._base.text import inert
 from sensors._config.stage import Stage
@@ -246,6 +246,13 @@ class GateReport:
             self._set_state_name("Running")
         if verdict.state is State.COMPLETE and not timed_out:
             return verdict
+        if verdict.stuck is not None and not timed_out:
+            # Ended at once, not at the timeout: nothing later can open this gate for this run.
+            stuck = verdict.stuck
+            head = f"stage {self.name}: stuck, unknown for good: {stuck.why}; the fix: {stuck.fix}"
+            message = failure_message(head, verdict)
+            self.log.error("%s (evidence: artifact %s)", message, self.keys.get("evidence", "?"))
+            raise StageStuck(message, verdict=verdict)
         if timed_out and verdict.state is not State.FAILED:
             head = f"stage {self.name}: not complete after {timeout:g}s (last verdict {verdict.state})"
             # The last word of this gate for automations: without it, the last event is

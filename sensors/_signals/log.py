@@ -166,6 +166,7 @@ class LogEvidence(TypedDict, total=False):
     complete_writers: list[int]  # the job's PIDs alive before the completion line was written
     superseded_by_pid: int  # a process of this run that began after the completion line
     launch_superseded: str  # words written after the launched run's last: a later run's
+    exit_unclear: bool  # a launched run's exit recorded before the first read, the log's times another clock's
     file_time_ahead_seconds: float  # the log's mtime/birth this far ahead of the host's clock
     replaced: bool
     rotated: bool
@@ -821,6 +822,7 @@ def read_log(
         )
         return Reading("log", Says.UNKNOWN, detail, evidence, meta.now, host), new_memory
     if new_memory.exit_unclear:
+        evidence["exit_unclear"] = True  # for good: the verdict is stuck (sensors._verdict.stuck)
         detail = (
             "the launched job's exit was already recorded when this watch first read the log, and"
             " the log's file times come from another clock than the host's (a file server's): whether"

@@ -24,6 +24,7 @@ from sensors._verdict.alive import alive
 from sensors._verdict.gone import HOW_TO_TIE, gone
 from sensors._verdict.no_process import no_process
 from sensors._verdict.progress import Clocks, clocks
+from sensors._verdict.stuck import stuck
 
 __all__ = ["HOW_TO_TIE", "VerdictMemory", "decide"]
 
@@ -58,7 +59,7 @@ def decide(
     readings already hold what ties their evidence to it. ``launch``: how a launched job
     ended, for a stage without a process signal (with one, its reading carries it).
     """
-    state, reasons, kept = _rules(readings, policy, memory, now, launch)
+    state, reasons, kept = _rules(readings, policy, memory, now, launch, run)
     done_all = state is None and bool(readings) and all(r.says is Says.DONE for r in readings.values())
     streak = memory.done_streak + 1 if done_all else 0
     if state is None:
@@ -73,6 +74,8 @@ def decide(
         host=host,
         since=since,
         run=run.to_json() if run is not None else None,
+        # An unknown that no later reading of this run can make complete says so at once.
+        stuck=stuck(state, readings, run),
     )
     last_progress_at, d_since, gone_since = kept
     new_memory = VerdictMemory(
@@ -108,6 +111,7 @@ def _rules(
     memory: VerdictMemory,
     now: float | None,
     launch: LaunchEnd | None = None,
+    run: Run | None = None,
 ) -> tuple[State | None, list[str], tuple[float | None, float | None, float | None]]:
     """The state (None: every signal says done, let the settle count decide), its reasons,
     and this check's clocks to remember (last progress, in D since, gone since)."""
@@ -120,16 +124,20 @@ def _rules(
     c = clocks(
         readings, memory.previous, policy, memory.last_progress_at, memory.d_since, memory.gone_since, now
     )
-    state, reasons = _by_process(readings, policy, c, launch)
+    state, reasons = _by_process(readings, policy, c, launch, run)
     return state, reasons, (c.last_progress_at, c.d_since, c.gone_since)
 
 
 def _by_process(
-    readings: Mapping[str, Reading], policy: PolicySpec, c: Clocks, launch: LaunchEnd | None = None
+    readings: Mapping[str, Reading],
+    policy: PolicySpec,
+    c: Clocks,
+    launch: LaunchEnd | None = None,
+    run: Run | None = None,
 ) -> tuple[State | None, list[str]]:
     p, lg = readings.get("process"), readings.get("log")
     if p is None:
-        return no_process(readings, policy, c, launch)
+        return no_process(readings, policy, c, launch, run)
     if p.says is Says.UNKNOWN:
         # Rule 2: whether the job still runs is unknown.
         reasons = [f"process unknown: {p.detail}"]
@@ -138,4 +146,4 @@ def _by_process(
         return State.UNKNOWN, reasons
     if p.says is Says.WORKING:
         return alive(readings, policy, c)
-    return gone(readings, policy, c)
+    return gone(readings, policy, c, run)

@@ -5,14 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sensors._base.model import Reading, Says, State
+from sensors._base.run import Run
 from sensors._config.stage import PolicySpec
 from sensors._verdict.progress import Clocks, ev, short
+from sensors._verdict.stuck import Fix, Had, advice, had_of
 
 #: What a person can do when evidence cannot be tied to the run being watched.
-HOW_TO_TIE = (
-    "give the run's start with --since TIME|DURATION, watch from before the job ends,"
-    " or launch the job through crosscheck (a launch section)"
-)
+TIE_FIXES = (Fix.SINCE, Fix.WATCH_EARLIER, Fix.LAUNCH)
+#: Those fixes, for a watch that had none of them (see :func:`how_to_tie`).
+HOW_TO_TIE = advice(TIE_FIXES, Had())
+
+
+def how_to_tie(had: Had) -> str:
+    """The ways to tie evidence to the run that the watch did not take already (never what
+    it did: a --since given, a launch), or why none is left."""
+    return advice(TIE_FIXES, had) or "the watch had every tie crosscheck knows"
 
 #: What a stage with only a process signal (and maybe a GPU) lacks, and how to give it.
 CANNOT_TELL = (
@@ -24,7 +31,9 @@ CANNOT_TELL = (
 Outcome = tuple[State | None, list[str]]
 
 
-def gone(readings: Mapping[str, Reading], policy: PolicySpec, clocks: Clocks) -> Outcome:
+def gone(
+    readings: Mapping[str, Reading], policy: PolicySpec, clocks: Clocks, run: Run | None = None
+) -> Outcome:
     """The state (None: every signal done, the settle count decides) and its reasons, the
     one that decided first (``process gone`` is context, not why it failed)."""
     p, lg, g = readings["process"], readings.get("log"), readings.get("gpu")
@@ -64,7 +73,7 @@ def gone(readings: Mapping[str, Reading], policy: PolicySpec, clocks: Clocks) ->
         return State.UNKNOWN, [
             f"no process found and none seen alive during this watch: {p.detail}",
             "not started yet, or process.match/pid is wrong; nothing else ties the"
-            f" evidence to this run ({HOW_TO_TIE})",
+            f" evidence to this run ({how_to_tie(had_of(readings, run))})",
             *(f"{r.signal}: {r.detail}" for r in readings.values() if r is not p),
         ]
     return _after_the_exit(readings, policy, clocks)

@@ -5,14 +5,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sensors._base.model import Reading, Says, State
-from sensors._base.run import LaunchEnd, describe_exit
+from sensors._base.run import LaunchEnd, Run, describe_exit
 from sensors._config.stage import PolicySpec
-from sensors._verdict.gone import HOW_TO_TIE, Outcome
+from sensors._verdict.gone import Outcome, how_to_tie
 from sensors._verdict.progress import Clocks, details, ev
+from sensors._verdict.stuck import had_of
 
 
 def no_process(
-    readings: Mapping[str, Reading], policy: PolicySpec, clocks: Clocks, launch: LaunchEnd | None = None
+    readings: Mapping[str, Reading],
+    policy: PolicySpec,
+    clocks: Clocks,
+    launch: LaunchEnd | None = None,
+    run: Run | None = None,
 ) -> Outcome:
     """failed > complete (settled; without a log only with an output written during the run)
     > unknown > stalled > running. A launched job's end, as its wrapper recorded it, counts
@@ -40,7 +45,7 @@ def no_process(
             # run ties them to it.
             return State.UNKNOWN, [
                 "every signal says done, but nothing ties it to this run: no output was"
-                f" written since the run began ({HOW_TO_TIE})",
+                f" written since the run began ({how_to_tie(had_of(readings, run))})",
                 *details(readings),
             ]
         if launch is not None and launch.untrusted:

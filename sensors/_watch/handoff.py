@@ -278,12 +278,12 @@ class Desk:
     def after(self, handoff: Handoff, verdict: Verdict, run: Run | None) -> bool:
         """After a check of a handed-off stage: True when it is settled (stop watching it)."""
         timed_out = self.clock() >= handoff.deadline
-        if not verdict.state.final and not timed_out:
+        if not verdict.settled and not timed_out:  # a stuck stage is settled too: its gate ends
             return False
         doc = outcome_doc(
             verdict,
             run,
-            timed_out=timed_out and not verdict.state.final,
+            timed_out=timed_out and not verdict.settled,
             by=self.by,
             watched=self.watched.get(handoff.ticket),
         )

@@ -543,7 +543,7 @@ def watch_all(
         result = results[index]
         result.last = verdict
         on_verdict(index, verdict)
-        if verdict.state.final:
+        if verdict.settled:  # complete, failed, or stuck: an unknown that cannot become complete
             result.done = True
             return None
         if clock() >= deadlines[index]:

@@ -602,7 +602,9 @@ class Watcher:
             return None
         took = time.monotonic() - began
         interval = entry.stage.policy.interval
-        slow = FINISHED_SLOWDOWN if verdict.state.final else 1.0
+        # A stuck stage (an unknown that cannot become complete) as a finished one: a new run
+        # is still noticed, and 48 hours of checks at the fast cadence are not spent on it.
+        slow = FINISHED_SLOWDOWN if verdict.settled else 1.0
         if entry.last is None or verdict.state is not entry.last.state:
             log.log(
                 logging.WARNING if verdict.state in (State.STALLED, State.CONTRADICTION) else logging.INFO,

@@ -1,0 +1,164 @@
+"""Which ``unknown`` verdicts are stuck, and the advice that goes with them.
+
+A verdict is stuck (:class:`~sensors._base.model.Stuck`) where no later reading of this run
+can make it complete, and only there. Each cause below is a fact the signals keep for good
+once read, for a run that is never rebound to a later one:
+
+- ``launch_superseded``: a launched run is over and a later writer has been at its log
+  (``launch_superseded``), its outputs (``written_after_exit``) or its process's place (a
+  later run's process: ``superseded_by_pid``). A launched run is its launch for the whole
+  watch; nothing read from then on is its work.
+- ``exit_unclear``: a launched run's exit was recorded before this watch first read the log,
+  and the log's times are another clock's: whether a later run wrote it cannot be told, at
+  any later check either.
+- ``nothing_tells``: the job is gone (this watch saw it alive), and the stage has no log, no
+  outputs and no recorded exit status: an exit and a kill look alike from /proc, now and later.
+
+Left out on purpose (they may still change, however unlikely): a completion line whose run
+cannot be told (``before_uncertain``, a line followed by other text, a writer begun too near
+the line): a completion line written later is read anew; outputs written after the line
+(``after_line``), which hold only for that line; an exit record not written or not
+trusted (it may yet be written, or its directory's mode fixed).
+
+The advice is a function of what the watch had (:class:`Had`): it never tells a watch with
+``--since`` to give one, a watch that saw the job end to watch it from before its end, or a
+launched run to launch through crosscheck.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from sensors._base.model import Reading, Says, State, Stuck
+from sensors._base.run import Run
+
+__all__ = ["Fix", "Had", "advice", "had_of", "stuck"]
+
+
+@dataclass(frozen=True)
+class Had:
+    """What the watch had of its run: each a fix it needs no telling of."""
+
+    since: bool = False  # the run's start, given (--since)
+    launched: bool = False  # crosscheck launched the job (its start is exact, its exit recorded)
+    seen_alive: bool = False  # this watch saw the job's process at work
+    end_seen: bool = False  # ... and found it gone later: it watched the job end
+
+
+class Fix(enum.Enum):
+    """One thing a person can do so that a run can be told."""
+
+    SINCE = "give the run's start with --since TIME|DURATION"
+    WATCH_EARLIER = "watch the job from before it ends"
+    LAUNCH = "launch the job through crosscheck (a launch section: its exit status is recorded)"
+    LINE_LAST = "have the job write its completion line last (after closing its outputs)"
+    ADD_SIGNAL = "add a log section with a completion line, or an outputs section"
+    OWN_PATHS = (
+        "give each run of the job its own log and output paths, or start no other run of it"
+        " until this run's gate has ended"
+    )
+    FROM_LAUNCH = "watch a launched job from its launch (the gate or wait that launched it)"
+    LOCAL_LOG = "keep the log on the host's own file system"
+
+
+def _needless(fix: Fix, had: Had) -> bool:
+    """Whether the watch already did what ``fix`` asks."""
+    if fix is Fix.SINCE:
+        return had.since or had.launched  # a launch is an exact start already
+    if fix is Fix.WATCH_EARLIER:
+        return had.seen_alive or had.end_seen
+    if fix is Fix.LAUNCH:
+        return had.launched
+    if fix is Fix.FROM_LAUNCH:
+        return not had.launched  # advice for launched runs only
+    return False
+
+
+def advice(fixes: Iterable[Fix], had: Had) -> str:
+    """The fixes, less those the watch already had, as one clause (``"A, B or C"``).
+
+    Empty where every one was done already: the caller then has nothing to suggest, and says
+    so rather than repeat what the user did.
+    """
+    left = [f.value for f in dict.fromkeys(fixes) if not _needless(f, had)]
+    if len(left) <= 1:
+        return "".join(left)
+    return ", ".join(left[:-1]) + " or " + left[-1]
+
+
+def had_of(readings: Mapping[str, Reading], run: Run | None) -> Had:
+    """What the watch had, from this check's readings and where its run begins."""
+    p = readings.get("process")
+    launched = run is not None and run.source == "launch"
+    seen = False
+    if p is not None:
+        launched = launched or p.evidence.get("launched") is True
+        seen = p.evidence.get("seen_alive") is True
+    gone = p is not None and p.says is Says.DONE
+    return Had(
+        since=run is not None and run.source == "since",
+        launched=launched,
+        seen_alive=seen,
+        end_seen=seen and gone,
+    )
+
+
+#: Each cause: why, the fixes it offers (the first that the watch has not done is said first).
+_CAUSES: dict[str, tuple[str, tuple[Fix, ...]]] = {
+    "launch_superseded": (
+        "the launched run is over and a later writer has been at its log, outputs or process:"
+        " nothing read from now on is the launched run's, so it can never be found complete",
+        (Fix.OWN_PATHS,),
+    ),
+    "exit_unclear": (
+        "the launched job's exit was recorded before this watch first read its log, whose times"
+        " are another clock's: whether a later run wrote to it can never be told",
+        (Fix.FROM_LAUNCH, Fix.LOCAL_LOG),
+    ),
+    "nothing_tells": (
+        "the job is gone and nothing in this stage tells a success from a crash (no log, no"
+        " outputs, no recorded exit status): no later check can tell either",
+        (Fix.ADD_SIGNAL, Fix.LAUNCH),
+    ),
+}
+
+
+def cause(readings: Mapping[str, Reading]) -> str | None:
+    """Which fact kept for good holds this check's readings from completing (None: none)."""
+    p, lg, o = readings.get("process"), readings.get("log"), readings.get("outputs")
+    if any("host_error" in r.evidence for r in readings.values()):
+        return None
+    if p is not None and p.says is Says.UNKNOWN and p.evidence.get("superseded_by_pid") is not None:
+        return "launch_superseded"  # the process signal's own: a later run's, after the launch
+    if lg is not None and lg.says is Says.UNKNOWN and lg.evidence.get("launch_superseded"):
+        return "launch_superseded"
+    if o is not None and o.says is Says.UNKNOWN and o.evidence.get("written_after_exit") is True:
+        return "launch_superseded"
+    if lg is not None and lg.says is Says.UNKNOWN and lg.evidence.get("exit_unclear") is True:
+        return "exit_unclear"
+    if (
+        p is not None
+        and lg is None
+        and o is None
+        and p.says is Says.DONE
+        and p.evidence.get("seen_alive") is True
+        and not p.evidence.get("launched")
+        and "exit_record" not in p.evidence
+        and not isinstance(p.evidence.get("exit_status"), int)
+    ):
+        return "nothing_tells"
+    return None
+
+
+def stuck(state: State, readings: Mapping[str, Reading], run: Run | None) -> Stuck | None:
+    """The :class:`Stuck` of an ``unknown`` verdict held for good (None: it may still change)."""
+    if state is not State.UNKNOWN:
+        return None
+    why = cause(readings)
+    if why is None:
+        return None
+    text, fixes = _CAUSES[why]
+    fix = advice(fixes, had_of(readings, run))
+    return Stuck(text, fix or "nothing this watch lacked would have told; see docs/run-binding.md")
