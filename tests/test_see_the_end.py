@@ -303,3 +303,56 @@ def test_a_since_inside_an_earlier_runs_life_is_not_completed_by_it(tmp_path: Pa
         if checker.check().state.value == "complete":
             break
     assert checker.last.state.value == "complete", checker.last.reasons
+
+
+LAST_OUTPUT_AFTER_LINE = textwrap.dedent(
+    """
+    import sys, time
+    out = sys.argv[2]
+    with open(sys.argv[1], "a") as log:
+        for i in range(3):
+            open(f"{out}/s{i}.npy", "w").write("x")
+            log.write(f"[{i}] extracted\\n"); log.flush()
+        log.write("Extraction complete\\n"); log.flush()
+        time.sleep(float(sys.argv[3]))
+        open(f"{out}/sample_lengths.json", "w").write("{}")  # post-processing's own output
+    """
+)
+
+
+def test_an_output_written_after_the_line_before_the_jobs_end_is_its_own(tmp_path: Path) -> None:
+    """The job logs its completion line, then writes one more output (post-processing) and
+    exits between two checks. Before: the output, changed after the last check that saw the
+    job alive, was 'modified after the log' for good (`unknown`: a later run's?). Now the
+    job's end is seen (a pidfd): changed before it, the output is the job's own, and the stage
+    completes within 3 checks of the exit. The checks are driven by hand so that none falls
+    between the output's write and the exit."""
+    tag = f"lastout-{time.time_ns()}"
+    out = tmp_path / "out"
+    out.mkdir()
+    log = tmp_path / "job.log"
+    doc = {
+        "stage": "lastout",
+        "host": "local",
+        "process": {"match": f"--tag {tag}$"},
+        "log": {"path": str(log), "complete": "^Extraction complete"},
+        "outputs": {"files": str(out), "pattern": "*", "expected": 4},
+        "policy": {"interval": "300ms", "exit_grace": "300ms"},
+    }
+    job = subprocess.Popen(
+        [sys.executable, "-c", LAST_OUTPUT_AFTER_LINE, str(log), str(out), "1.0", "--tag", tag]
+    )
+    while b"Extraction complete" not in (log.read_bytes() if log.exists() else b""):
+        assert job.poll() is None
+        time.sleep(0.02)
+    checker = Checker(stage_from_dict(doc))
+    assert checker.check().state.value == "running"  # alive: its line, 3 of 4 outputs
+    job.wait(20)
+    exited = time.monotonic()
+    states = []
+    while (not states or states[-1] != "complete") and len(states) < 8:
+        time.sleep(0.3)
+        states.append(checker.check().state.value)
+    assert states[-1] == "complete", (states, checker.last.reasons if checker.last else None)
+    assert len(states) <= 3, states
+    print(f"exit to complete: {time.monotonic() - exited:.2f} s")

@@ -67,6 +67,25 @@ class _Memory:
     first_check_at: float | None = None  # the host's clock at this watch's first check
 
 
+#: The widest a process's end may be known to (its last sighting alive to the watch thread's
+#: finding it gone) for a file time up to that finding to count as written before the end: a
+#: later run would have had to begin and write within it and a kernel tick (the watch polls
+#: every 5 ms; a job's last output is commonly closed a millisecond before it exits).
+END_WINDOW = 0.02
+
+#: The longest a kernel tick is (HZ=100): a file time is at most this far behind the write.
+_JIFFY = 0.01
+
+
+def _owned_by(between: tuple[float, float]) -> float:
+    """The latest file time (host clock) of a change still the ended process's own, from the
+    interval its end was seen in (``ExitWatch.ended_between``): where the watch saw the end
+    closely, up to the moment it found the process gone; else a tick before the last moment
+    it was known alive (the change then surely came while it lived)."""
+    alive, gone = between
+    return gone if gone - alive <= END_WINDOW else alive - _JIFFY
+
+
 def _sent_at(host: Host) -> float | None:
     """When ``host`` sent this thread's last script, where it says (SSH: after connecting)."""
     sent = getattr(host, "sent_at", None)
@@ -675,7 +694,11 @@ class Checker(Following):
                 watched[pid] = ticks
                 if len(watched) > 256:
                     watched.pop(next(iter(watched)))
-        ends = {pid: at for pid, ticks in watched.items() if (at := watch.ended(pid, ticks)) is not None}
+        ends = {
+            pid: _owned_by(between)
+            for pid, ticks in watched.items()
+            if (between := watch.ended_between(pid, ticks)) is not None
+        }
         return job._replace(ends=ends) if ends else job
 
     def _exit_watch(self, meta: Meta) -> ExitWatch | None:

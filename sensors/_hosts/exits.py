@@ -51,7 +51,9 @@ class ExitWatch:
         # Watched since the thread last found every pidfd not readable: a process registered
         # after that was not known alive then (its end is no earlier than its registration).
         self._since: dict[int, float] = {}
-        self._ends: dict[tuple[int, int], float] = {}  # (pid, start ticks) -> when it ended
+        # (pid, start ticks) -> when it ended: the last time it was known alive, and the time
+        # the thread found it gone (the end lies between).
+        self._ends: dict[tuple[int, int], tuple[float, float]] = {}
         self._watched: set[tuple[int, int]] = set()
         self._poll: select.poll | None = None
         self._wake: tuple[int, int] | None = None
@@ -93,6 +95,13 @@ class ExitWatch:
         """The last time the process was known alive, once it has ended (None: not seen to
         end, or not watched): what was written by then was written while it lived."""
         with self._lock:
+            end = self._ends.get((int(pid), int(start_ticks)))
+        return end[0] if end is not None else None
+
+    def ended_between(self, pid: int, start_ticks: int) -> tuple[float, float] | None:
+        """When the process ended, as the interval the thread saw it in: the last time it was
+        known alive and the time it was found gone (None: not seen to end, or not watched)."""
+        with self._lock:
             return self._ends.get((int(pid), int(start_ticks)))
 
     def _ensure_thread(self) -> None:
@@ -119,6 +128,7 @@ class ExitWatch:
                 events = self._poll.poll(_POLL_MS if self._fds else None)
             except InterruptedError:
                 continue
+            gone = time.time()
             ended = {fd for fd, _ in events if fd != wake}
             if any(fd == wake for fd, _ in events):
                 with contextlib.suppress(BlockingIOError):
@@ -130,7 +140,7 @@ class ExitWatch:
                         continue
                     self._poll.unregister(fd)
                     self._watched.discard(key)
-                    self._ends[key] = min(alive, self._since.pop(fd, alive))
+                    self._ends[key] = (min(alive, self._since.pop(fd, alive)), gone)
                     while len(self._ends) > _MAX_WATCHED:
                         self._ends.pop(next(iter(self._ends)))
                 os.close(fd)

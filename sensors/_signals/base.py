@@ -116,7 +116,10 @@ class JobView(NamedTuple):
     exited_at: float | None = None
     parents: Mapping[int, int] = {}  # each live PID's parent: a writer's child is its run's
     #: When this run's processes that are gone ended, where the host lets the end be seen
-    #: (``sensors._hosts.exits``: the local host), by PID; a PID not in it ended unseen.
+    #: (``sensors._hosts.exits``: the local host), by PID; a PID not in it ended unseen. The
+    #: value is the latest file time (host clock) of a write still the process's own: the
+    #: moment the end was found where it was seen closely, else a kernel tick before the
+    #: last moment it was known alive (``sensors._check.checker._owned_by``).
     ends: Mapping[int, float] = {}
     #: An earlier run's live processes (begun before this run's exact start: ``--since`` or
     #: a launch): what they write is not this run's.
@@ -155,6 +158,10 @@ class LastWord(NamedTuple):
     # its child) is alive at this check: what changes while it lives may be its own work. A
     # process that began about when the line was found (a later run?) is no writer.
     writer_alive: bool = False
+    # The last moment the last of the line's writers was alive, where the host let their end
+    # be seen (``JobView.ends``; None: alive, or ended unseen): what changed before it is
+    # theirs, as it is while one of them is found alive.
+    writers_end: float | None = None
 
 
 class CheckFacts(NamedTuple):

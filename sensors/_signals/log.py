@@ -166,7 +166,9 @@ class LogEvidence(TypedDict, total=False):
     complete_writers: list[int]  # the job's PIDs alive before the completion line was written
     superseded_by_pid: int  # a process of this run that began after the completion line
     launch_superseded: str  # words written after the launched run's last: a later run's
-    exit_unclear: bool  # a launched run's exit recorded before the first read, the log's times another clock's
+    exit_unclear: (
+        bool  # a launched run's exit recorded before the first read, the log's times another clock's
+    )
     file_time_ahead_seconds: float  # the log's mtime/birth this far ahead of the host's clock
     replaced: bool
     rotated: bool
@@ -959,9 +961,6 @@ class _Word(NamedTuple):
 #: File times are a kernel tick (up to 10 ms) behind the clock: slack for "written by then".
 _WRITTEN_BY_TICK = 0.02
 
-#: The longest a kernel tick is (HZ=100): a file time is at most this far behind the write.
-_JIFFY = 0.01
-
 
 def _whose(
     memory: LogMemory,
@@ -1107,9 +1106,9 @@ def _whose(
             and st.written <= exited + _WRITTEN_BY_TICK
         )
         ended = _writers_end(writers, job)
-        # ``ended``: the last time the writers were known alive (see sensors._hosts.exits):
-        # the last write, a tick at most after its mtime, came no later.
-        by_end = ended is not None and not memory.foreign_clock and st.written + _JIFFY <= ended
+        # ``ended``: the latest file time of a write still the writers' own, from when their
+        # end was seen (see ``JobView.ends``).
+        by_end = ended is not None and not memory.foreign_clock and st.written <= ended
         unattributed = not (by_writer or by_exit or by_end)
     return _Word(
         complete_line,
@@ -1532,6 +1531,7 @@ def _read(
             log_own_clock=new_memory.foreign_clock is False,
             seen_at=new_memory.complete_seen_at,
             writer_alive=writer_alive,
+            writers_end=_writers_end(new_memory.writers, facts.job),
         )
         facts = facts._replace(last_word=last_word)
     return reading, new_memory, facts

@@ -995,6 +995,10 @@ def _newer_than_log(
         return None
     if writer_seen_at is not None and changed <= writer_seen_at + (0.0 if own else FILE_CLOCK_TOLERANCE):
         return None
+    if own and last_word.writers_end is not None and changed <= last_word.writers_end:
+        # Changed before the line's writers ended (their end seen, on the host's clock: see
+        # ``JobView.ends``): their own work after the line.
+        return None
     if after_log and last_word.log_written is not None:
         return f"{name} changed {changed - last_word.log_written:.3f} s after the log's last write"
     return f"{name} changed after this watch had found the log's completion line"

@@ -21,6 +21,7 @@ def how_to_tie(had: Had) -> str:
     it did: a --since given, a launch), or why none is left."""
     return advice(TIE_FIXES, had) or "the watch had every tie crosscheck knows"
 
+
 #: What a stage with only a process signal (and maybe a GPU) lacks, and how to give it.
 CANNOT_TELL = (
     "no log completion line, no outputs, no recorded exit status (an exit and a kill look alike"
