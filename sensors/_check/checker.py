@@ -35,6 +35,7 @@ from sensors._check.persist import NotOurs, OwnRun, Persistence, is_this_run, sa
 from sensors._config.stage import PolicySpec, Stage
 from sensors._hosts import Host, LocalHost
 from sensors._hosts.exits import ExitWatch, local_exits
+from sensors._hosts.ssh_exits import RemoteExitWatch
 from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
 from sensors._signals.base import JobView
 from sensors._signals.log import LogMemory, seed_log_memory
@@ -301,7 +302,7 @@ class Checker(Following):
         #: until a check has found every file of it on a local file system (then nothing of it
         #: can block the host's other stages), and again once one is not.
         self.guarded = bool(self.files)
-        # The job's processes this watch asked the local host to see end (PID -> start ticks).
+        # The job's processes this watch asked the host to see end (PID -> start ticks).
         self._watched: dict[int, int] = {}
         self._own_pidns: str | None = None
         # When this watch began (this machine's clock), and when its probe was sent: the
@@ -678,10 +679,17 @@ class Checker(Following):
         ends = {pid: at for pid, ticks in watched.items() if (at := watch.ended(pid, ticks)) is not None}
         return job._replace(ends=ends) if ends else job
 
-    def _exit_watch(self, meta: Meta) -> ExitWatch | None:
-        """This machine's exit watch, where the probe's processes are this process's to see:
-        the plain local host, in this process's own PID namespace."""
-        if type(self.host) is not LocalHost or not meta.view:
+    def _exit_watch(self, meta: Meta) -> ExitWatch | RemoteExitWatch | None:
+        """The exit watch of the host, where the probe's processes are the ones it sees: this
+        machine's, for the plain local host in this process's own PID namespace; an SSH
+        host's own (one channel of its connection), in the probe's PID namespace."""
+        if not meta.view:
+            return None
+        exit_watch = getattr(self.host, "exit_watch", None)
+        if exit_watch is not None:
+            remote: RemoteExitWatch = exit_watch()
+            return remote if remote.sees(meta.view) else None
+        if type(self.host) is not LocalHost:
             return None
         if self._own_pidns is None:
             try:
