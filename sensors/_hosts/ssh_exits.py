@@ -7,7 +7,7 @@ stages it watches) with a small POSIX sh on the host (:data:`WATCHER`): it is to
 processes to watch on its stdin, reads each one's ``/proc/PID/stat`` every
 :data:`POLL_S` seconds, and writes when one went: the last time it found it alive, and the
 first time it found it gone, both on the host's clock. Read-only: it reads /proc and the
-clock, and signals nothing but its own poller.
+clock, and signals nothing but its own poller (restarted when the list changes).
 
 - **A process, not a PID**: each is named by its PID and its start ticks (the probe's read);
   a PID whose start ticks differ is another process (the PID was reused): the watched one
@@ -71,11 +71,20 @@ RETRY_S = 1.0
 #: restarted with it. Out: ``P`` the shell's PID, ``N`` its PID namespace, ``C`` the clock's
 #: step (s), ``I`` the poll (s), ``R`` ready; then from each poller ``S GEN`` (started),
 #: ``W PID TICKS T`` (found alive at T, its first round), ``E PID TICKS LAST GONE`` (ended:
-#: found alive at LAST, ``-`` where this poller never did, and gone at GONE), ``H T`` (every
+#: found alive at LAST, ``-`` where this poller never did, and gone at GONE), ``U PID TICKS``
+#: (its stat cannot be read as a process's: no longer watched, its end unseen), ``H T`` (every
 #: process it found alive and has not reported ended was alive at T: every 20 rounds, and when
 #: it is stopped). The invariant behind ``H``: every key in ``__w_L`` was found alive at
 #: ``__w_h``; the list is narrowed before ``__w_h`` moves on, so a TERM between them keeps it.
-WATCHER = b"""{
+#:
+#: Each poll costs three forks (``date``, ``awk``, ``sleep``) however many processes: one
+#: ``awk`` reads every watched stat (sh's ``read`` takes a byte per system call). ``awk``
+#: takes the PID from the file's name and only a file's first line, parsed after its last
+#: ``) `` and only with all 20 fields there: a name with a newline (up to 15 bytes) cannot
+#: pass for another process's fields; it reads as ``?``, not as an end. A file gone before
+#: ``awk`` opened it stops mawk and BusyBox's awk: that poll tells nothing of the others
+#: (``/proc/PID`` tested first; only an ``awk`` that succeeded says a process is alive).
+WATCHER = rb"""{
 set -f
 export LC_ALL=C
 echo "P $$"
@@ -86,6 +95,14 @@ case $(date +%s.%N 2>/dev/null) in
 esac
 if sleep 0.05 2>/dev/null; then __w_s=0.05; else __w_s=1; fi
 echo "I $__w_s"
+__w_awk='FNR == 1 {
+  p = FILENAME; sub(/^\/proc\//, "", p); sub(/\/stat$/, "", p)
+  l = $0; i = 0
+  while ((j = index(substr(l, i + 1), ") ")) > 0) i += j
+  n = split(substr(l, i + 2), f, " ")
+  if (i > 0 && n >= 20 && f[20] ~ /^[0-9]+$/ && length(f[1]) == 1) printf "%s:%s:%s ", p, f[20], f[1]
+  else printf "%s:?:? ", p
+}'
 __w_poll() {
   trap '[ -n "$__w_h" ] && echo "H $__w_h"; exit 0' TERM
   echo "S $1"
@@ -93,29 +110,45 @@ __w_poll() {
   while [ -n "$__w_L" ]; do
     __w_t=$(date $__w_f) || exit 1
     case $__w_t in *[!0-9.]* | '') exit 1 ;; esac
-    __w_keep= __w_gone=
+    __w_keep= __w_gone= __w_lost= __w_files= __w_look=
     for __w_k in $__w_L; do
-      __w_l=
-      { read -r __w_l < "/proc/${__w_k%:*}/stat"; } 2>/dev/null
-      __w_r=${__w_l##*) }
-      set -- $__w_r
-      if [ -n "$__w_l" ] && [ "$__w_r" != "$__w_l" ] && [ "${20}" = "${__w_k#*:}" ] \\
-         && [ "$1" != Z ] && [ "$1" != X ] && [ "$1" != x ]; then
-        __w_keep="$__w_keep $__w_k"
-        [ -n "$__w_1" ] && echo "W ${__w_k%:*} ${__w_k#*:} $__w_t"
+      if [ -e "/proc/${__w_k%:*}/stat" ]; then
+        __w_files="$__w_files /proc/${__w_k%:*}/stat"; __w_look="$__w_look $__w_k"
       else
         __w_gone="$__w_gone $__w_k"
       fi
     done
+    __w_ok=1
+    if [ -n "$__w_files" ]; then
+      __w_o=$(awk "$__w_awk" $__w_files 2>/dev/null) || __w_ok=
+    fi
+    if [ -n "$__w_ok" ]; then
+      __w_o=" $__w_o "
+      for __w_k in $__w_look; do
+        case $__w_o in
+        *" $__w_k:"[ZXx]" "*) __w_gone="$__w_gone $__w_k" ;;
+        *" $__w_k:"?" "*)
+          __w_keep="$__w_keep $__w_k"
+          [ -z "$__w_1" ] || echo "W ${__w_k%:*} ${__w_k#*:} $__w_t" ;;
+        *" ${__w_k%:*}:"[0-9]*) __w_gone="$__w_gone $__w_k" ;;
+        *) __w_lost="$__w_lost $__w_k" ;;
+        esac
+      done
+    else
+      __w_keep=$__w_look
+    fi
     if [ -n "$__w_gone" ]; then
       __w_g=$(date $__w_f) || exit 1
       for __w_k in $__w_gone; do echo "E ${__w_k%:*} ${__w_k#*:} ${__w_h:--} $__w_g"; done
     fi
+    for __w_k in $__w_lost; do echo "U ${__w_k%:*} ${__w_k#*:}"; done
     __w_L=$__w_keep
-    __w_h=$__w_t
-    __w_1=
-    __w_n=$((__w_n + 1))
-    if [ "$__w_n" -ge 20 ]; then echo "H $__w_h"; __w_n=0; fi
+    if [ -n "$__w_ok" ]; then
+      __w_h=$__w_t
+      __w_1=
+      __w_n=$((__w_n + 1))
+      if [ "$__w_n" -ge 20 ]; then echo "H $__w_h"; __w_n=0; fi
+    fi
     [ -z "$__w_L" ] || sleep $__w_s
   done
 }
@@ -375,6 +408,14 @@ class RemoteExitWatch:
                 for key in self._confirmed:
                     if key in self._pending:
                         self._alive[key] = max(at, self._alive.get(key, 0.0))
+            elif kind == "U" and len(args) == 2:
+                key = _key(args)
+                if key is not None and key in self._pending:
+                    # Its stat cannot be read as a process's here (a name with a newline):
+                    # no longer watched, its end not seen.
+                    del self._pending[key]
+                    self._alive.pop(key, None)
+                    self._remember_unseen(key)
             elif kind == "E" and len(args) == 4 and _NUM.match(args[3]):
                 key = _key(args)
                 if key is not None and key in self._pending:
