@@ -300,7 +300,7 @@ class RemoteExitWatch:
         while True:
             with self._cond:
                 if self._closed or not self._pending:
-                    self._thread = None
+                    self._stop()
                     return
             try:
                 opened = self._open()
@@ -321,9 +321,17 @@ class RemoteExitWatch:
                     self._lost()
             with self._cond:
                 if self._closed or not self._pending:
-                    self._thread = None
+                    self._stop()
                     return
                 self._cond.wait(RETRY_S)
+
+    def _stop(self) -> None:
+        """The thread ends (the lock held): its wake pipe goes with it."""
+        self._thread = None
+        if self._wake is not None:
+            for fd in self._wake:
+                os.close(fd)
+            self._wake = None
 
     def _lost(self) -> None:
         """The channel is gone: when its processes were last seen alive is forgotten (a later
