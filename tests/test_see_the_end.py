@@ -1,6 +1,7 @@
-"""Seeing a process end (issue 35, "See the end"): on the local host the watch learns when
-the job's process ended (a pidfd), so text its log got before that end is its own run's, and
-text written after it is not.
+"""Seeing a process end (issue 35, "See the end"): the watch learns when the job's process
+ended (locally a pidfd, over SSH the host's exit watch in a channel of its connection), so
+text its log got before that end is its own run's, and text written after it is not. Each
+test runs locally and over SSH (the test sshd on 127.0.0.1: the job runs on this machine).
 
 Real processes and files; checks driven by hand, a few hundred ms apart.
 """
@@ -30,7 +31,7 @@ JOB = textwrap.dedent(
 )
 
 
-def _stage(tmp_path: Path, tag: str) -> Checker:
+def _stage(tmp_path: Path, tag: str, host) -> Checker:
     doc = {
         "stage": "end",
         "host": "local",
@@ -38,7 +39,7 @@ def _stage(tmp_path: Path, tag: str) -> Checker:
         "log": {"path": str(tmp_path / "job.log"), "complete": "Extraction complete"},
         "policy": {"interval": "300ms", "exit_grace": "300ms"},
     }
-    return Checker(stage_from_dict(doc))
+    return Checker(stage_from_dict(doc), host=host)
 
 
 def _job(tmp_path: Path, tag: str, after: float) -> subprocess.Popen[bytes]:
@@ -47,7 +48,7 @@ def _job(tmp_path: Path, tag: str, after: float) -> subprocess.Popen[bytes]:
     )
 
 
-def test_text_after_the_completion_line_is_the_jobs_own_when_its_end_was_seen(tmp_path: Path) -> None:
+def test_text_after_the_completion_line_is_the_jobs_own_when_its_end_was_seen(tmp_path: Path, host) -> None:
     """The job writes its completion line, then a `wandb: Synced` line, then exits 0; the
     watch saw it from its start. Before: `unknown` for good ("followed by other text that no
     process known to have written the completion line can have written"). Now: complete
@@ -56,7 +57,7 @@ def test_text_after_the_completion_line_is_the_jobs_own_when_its_end_was_seen(tm
     that stays unknown."""
     tag = f"see-end-{time.time_ns()}"
     job = _job(tmp_path, tag, 0.15)
-    checker = _stage(tmp_path, tag)
+    checker = _stage(tmp_path, tag, host)
     time.sleep(0.2)
     states = [checker.check().state.value]
     job.wait(20)
@@ -71,13 +72,13 @@ def test_text_after_the_completion_line_is_the_jobs_own_when_its_end_was_seen(tm
     assert time.monotonic() - exited < 3.0
 
 
-def test_text_written_after_the_writers_end_is_not_theirs(tmp_path: Path) -> None:
+def test_text_written_after_the_writers_end_is_not_theirs(tmp_path: Path, host) -> None:
     """The job writes its completion line and exits; after its end (seen), another process
     (a later run, begun and over between two checks, never seen) appends a banner. That text
     is not the job's: the completion line is not its run's last word, never complete."""
     tag = f"see-end-{time.time_ns()}"
     job = _job(tmp_path, tag, 0.0)
-    checker = _stage(tmp_path, tag)
+    checker = _stage(tmp_path, tag, host)
     time.sleep(0.2)
     checker.check()
     # Watched alive at every check until its line is there, so the line's writer is known.
@@ -117,7 +118,7 @@ HEADLINE = textwrap.dedent(
 )
 
 
-def _headline(tmp_path: Path, how: str) -> None:
+def _headline(tmp_path: Path, how: str, host) -> None:
     """The headline incident watched the way it happened: the watch starts while the job,
     its completion line already written, post-processes; the job then exits 0 with every
     output there. Before: `unknown` until the timeout ("it may be an earlier run's: the log
@@ -148,7 +149,7 @@ def _headline(tmp_path: Path, how: str) -> None:
         "outputs": {"files": str(out), "pattern": "*.npy", "expected": 4},
         "policy": {"interval": "300ms", "exit_grace": "300ms"},
     }
-    checker = Checker(stage_from_dict(doc))
+    checker = Checker(stage_from_dict(doc), host=host)
     first = checker.check()
     assert first.state.value == "running", first.reasons  # the job post-processes: not done
     job.wait(20)
@@ -162,15 +163,15 @@ def _headline(tmp_path: Path, how: str) -> None:
     assert time.monotonic() - exited < 3.0
 
 
-def test_the_headline_incident_watched_as_it_happened_logging(tmp_path: Path) -> None:
-    _headline(tmp_path, "logging")
+def test_the_headline_incident_watched_as_it_happened_logging(tmp_path: Path, host) -> None:
+    _headline(tmp_path, "logging", host)
 
 
-def test_the_headline_incident_watched_as_it_happened_nohup(tmp_path: Path) -> None:
-    _headline(tmp_path, "nohup")
+def test_the_headline_incident_watched_as_it_happened_nohup(tmp_path: Path, host) -> None:
+    _headline(tmp_path, "nohup", host)
 
 
-def test_a_log_born_long_before_the_job_is_not_taken_for_its_own(tmp_path: Path) -> None:
+def test_a_log_born_long_before_the_job_is_not_taken_for_its_own(tmp_path: Path, host) -> None:
     """The other side: a log an earlier run wrote (its completion line in it, born long before
     this run), appended to by a new run that writes no completion line and exits. Never
     complete: the line is not this run's."""
@@ -187,7 +188,7 @@ def test_a_log_born_long_before_the_job_is_not_taken_for_its_own(tmp_path: Path)
         "log": {"path": str(log), "complete": "^Extraction complete"},
         "policy": {"interval": "300ms", "exit_grace": "300ms"},
     }
-    checker = Checker(stage_from_dict(doc))
+    checker = Checker(stage_from_dict(doc), host=host)
     time.sleep(0.3)
     states = [checker.check().state.value]
     job.wait(20)
@@ -273,7 +274,7 @@ SINCE_JOB = (
 )
 
 
-def test_a_since_inside_an_earlier_runs_life_is_not_completed_by_it(tmp_path: Path) -> None:
+def test_a_since_inside_an_earlier_runs_life_is_not_completed_by_it(tmp_path: Path, host) -> None:
     """A relaunch while the old run is still finishing: `--since` is now, the old run's
     process began a second before it. It writes its completion line and exits: that line is
     the old run's (written while only it was at work), never this run's; the new run's own
@@ -289,7 +290,7 @@ def test_a_since_inside_an_earlier_runs_life_is_not_completed_by_it(tmp_path: Pa
         "log": {"path": str(log), "complete": "^Extraction complete"},
         "policy": {"interval": "300ms", "exit_grace": "300ms"},
     }
-    checker = Checker(stage_from_dict(doc), since=time.time())
+    checker = Checker(stage_from_dict(doc), since=time.time(), host=host)
     states = []
     while old.poll() is None or len(states) < 12:
         states.append(checker.check().state.value)

@@ -34,7 +34,8 @@ from sensors._base.run import LaunchEnd, Run, Since, exit_record_lines, parse_si
 from sensors._check.persist import NotOurs, OwnRun, Persistence, is_this_run, save_all
 from sensors._config.stage import PolicySpec, Stage
 from sensors._hosts import Host, LocalHost
-from sensors._hosts.exits import ExitWatch, local_exits
+from sensors._hosts.exits import ExitWatch, SeenEnd, local_exits
+from sensors._hosts.ssh_exits import RemoteExitWatch
 from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
 from sensors._signals.base import JobView
 from sensors._signals.log import LogMemory, seed_log_memory
@@ -67,23 +68,23 @@ class _Memory:
     first_check_at: float | None = None  # the host's clock at this watch's first check
 
 
-#: The widest a process's end may be known to (its last sighting alive to the watch thread's
-#: finding it gone) for a file time up to that finding to count as written before the end: a
-#: later run would have had to begin and write within it and a kernel tick (the watch polls
-#: every 5 ms; a job's last output is commonly closed a millisecond before it exits).
-END_WINDOW = 0.02
+#: The widest a process's end may be known to (its last sighting alive to the watch's finding
+#: it gone) for a file time up to that finding to count as written before the end: a later
+#: run would have had to begin and write within it and be gone again by the next check. The
+#: local watch polls every 5 ms, the SSH one every 50 ms; a job's last words (a `wandb:
+#: Synced` line, its last output closed) commonly come a millisecond before it exits.
+END_WINDOW = 0.1
 
 #: The longest a kernel tick is (HZ=100): a file time is at most this far behind the write.
 _JIFFY = 0.01
 
 
-def _owned_by(between: tuple[float, float]) -> float:
+def _owned_by(end: SeenEnd) -> float:
     """The latest file time (host clock) of a change still the ended process's own, from the
-    interval its end was seen in (``ExitWatch.ended_between``): where the watch saw the end
-    closely, up to the moment it found the process gone; else a tick before the last moment
-    it was known alive (the change then surely came while it lived)."""
-    alive, gone = between
-    return gone if gone - alive <= END_WINDOW else alive - _JIFFY
+    interval its end was seen in (``ExitWatch.end``): where the watch saw the end closely, up
+    to the moment it found the process gone; else a tick before the last moment it was known
+    alive (the change then surely came while it lived)."""
+    return end.gone if end.gone - end.alive <= END_WINDOW else end.alive - _JIFFY
 
 
 def _sent_at(host: Host) -> float | None:
@@ -320,7 +321,7 @@ class Checker(Following):
         #: until a check has found every file of it on a local file system (then nothing of it
         #: can block the host's other stages), and again once one is not.
         self.guarded = bool(self.files)
-        # The job's processes this watch asked the local host to see end (PID -> start ticks).
+        # The job's processes this watch asked the host to see end (PID -> start ticks).
         self._watched: dict[int, int] = {}
         self._own_pidns: str | None = None
         # When this watch began (this machine's clock), and when its probe was sent: the
@@ -697,14 +698,21 @@ class Checker(Following):
         ends = {
             pid: _owned_by(between)
             for pid, ticks in watched.items()
-            if (between := watch.ended_between(pid, ticks)) is not None
+            if (between := watch.end(pid, ticks)) is not None
         }
         return job._replace(ends=ends) if ends else job
 
-    def _exit_watch(self, meta: Meta) -> ExitWatch | None:
-        """This machine's exit watch, where the probe's processes are this process's to see:
-        the plain local host, in this process's own PID namespace."""
-        if type(self.host) is not LocalHost or not meta.view:
+    def _exit_watch(self, meta: Meta) -> ExitWatch | RemoteExitWatch | None:
+        """The exit watch of the host, where the probe's processes are the ones it sees: this
+        machine's, for the plain local host in this process's own PID namespace; an SSH
+        host's own (one channel of its connection), in the probe's PID namespace."""
+        if not meta.view:
+            return None
+        exit_watch = getattr(self.host, "exit_watch", None)
+        if exit_watch is not None:
+            remote: RemoteExitWatch = exit_watch()
+            return remote if remote.sees(meta.view) else None
+        if type(self.host) is not LocalHost:
             return None
         if self._own_pidns is None:
             try:

@@ -17,8 +17,8 @@ the PID's ``/proc/PID/stat`` start ticks are read after the pidfd is open (a pid
 process: the PID cannot be reused while it is held), and one that differs from the probe's is
 another process, not watched.
 
-Over SSH the end is not seen (yet): a remote process is found gone at the next check, as
-before.
+Over SSH the host's one exit watch does the same in a channel of its connection
+(:mod:`sensors._hosts.ssh_exits`), on the host's clock.
 """
 
 from __future__ import annotations
@@ -29,10 +29,11 @@ import os
 import select
 import threading
 import time
+from dataclasses import dataclass
 
 log = logging.getLogger("crosscheck")
 
-__all__ = ["ExitWatch", "local_exits"]
+__all__ = ["ExitWatch", "SeenEnd", "local_exits"]
 
 #: How often the thread looks (ms) while it watches a process: the precision of an end.
 _POLL_MS = 5
@@ -40,6 +41,15 @@ _POLL_MS = 5
 #: The most processes one watch keeps (a host's job and its workers; past it, the oldest
 #: ends are forgotten first and new processes are not watched).
 _MAX_WATCHED = 4096
+
+
+@dataclass(frozen=True)
+class SeenEnd:
+    """When a watched process ended, as an interval on its host's clock: it was alive at
+    ``alive`` (or later: a lower bound of the end) and gone by ``gone``."""
+
+    alive: float
+    gone: float
 
 
 class ExitWatch:
@@ -51,9 +61,7 @@ class ExitWatch:
         # Watched since the thread last found every pidfd not readable: a process registered
         # after that was not known alive then (its end is no earlier than its registration).
         self._since: dict[int, float] = {}
-        # (pid, start ticks) -> when it ended: the last time it was known alive, and the time
-        # the thread found it gone (the end lies between).
-        self._ends: dict[tuple[int, int], tuple[float, float]] = {}
+        self._ends: dict[tuple[int, int], SeenEnd] = {}  # (pid, start ticks) -> when it ended
         self._watched: set[tuple[int, int]] = set()
         self._poll: select.poll | None = None
         self._wake: tuple[int, int] | None = None
@@ -94,13 +102,11 @@ class ExitWatch:
     def ended(self, pid: int, start_ticks: int) -> float | None:
         """The last time the process was known alive, once it has ended (None: not seen to
         end, or not watched): what was written by then was written while it lived."""
-        with self._lock:
-            end = self._ends.get((int(pid), int(start_ticks)))
-        return end[0] if end is not None else None
+        end = self.end(pid, start_ticks)
+        return end.alive if end is not None else None
 
-    def ended_between(self, pid: int, start_ticks: int) -> tuple[float, float] | None:
-        """When the process ended, as the interval the thread saw it in: the last time it was
-        known alive and the time it was found gone (None: not seen to end, or not watched)."""
+    def end(self, pid: int, start_ticks: int) -> SeenEnd | None:
+        """When the process ended, as an interval (None: not seen to end, or not watched)."""
         with self._lock:
             return self._ends.get((int(pid), int(start_ticks)))
 
@@ -128,8 +134,8 @@ class ExitWatch:
                 events = self._poll.poll(_POLL_MS if self._fds else None)
             except InterruptedError:
                 continue
-            gone = time.time()
             ended = {fd for fd, _ in events if fd != wake}
+            gone = time.time()
             if any(fd == wake for fd, _ in events):
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake, 4096)
@@ -140,7 +146,7 @@ class ExitWatch:
                         continue
                     self._poll.unregister(fd)
                     self._watched.discard(key)
-                    self._ends[key] = (min(alive, self._since.pop(fd, alive)), gone)
+                    self._ends[key] = SeenEnd(min(alive, self._since.pop(fd, alive)), gone)
                     while len(self._ends) > _MAX_WATCHED:
                         self._ends.pop(next(iter(self._ends)))
                 os.close(fd)

@@ -41,7 +41,8 @@ from sensors._config.stage import SSHSpec
 from sensors._hosts import Launched, launch_script, parsed_launch, spawn_script
 from sensors._hosts.ssh_config import route_for
 from sensors._hosts.ssh_connect import SecretResolver, Transient, open_route
-from sensors._hosts.ssh_shell import Deadline, Session
+from sensors._hosts.ssh_exits import RemoteExitWatch
+from sensors._hosts.ssh_shell import REMOTE_COMMAND, Deadline, Session, with_watchdog
 
 __all__ = ["SSHHost", "close_all", "get_host", "resolve_secret"]
 
@@ -114,6 +115,7 @@ class SSHHost:
         self._failed: tuple[float, ConnectError] | None = None
         #: Connections opened so far (tests and the bench read it to prove reuse).
         self.connects = 0
+        self._exits: RemoteExitWatch | None = None
 
     # -- connection -----------------------------------------------------------------------
 
@@ -296,6 +298,48 @@ class SSHHost:
                 self._channels_open -= 1
                 self._slots.notify()
 
+    def exit_watch(self) -> RemoteExitWatch:
+        """This host's one exit watch (``sensors._hosts.ssh_exits``), shared by every stage
+        on this connection: one channel of it, however many processes it watches."""
+        with self._slots:
+            if self._exits is None:
+                self._exits = RemoteExitWatch(self._watch_channel, name=self.name)
+            return self._exits
+
+    def _watch_channel(self) -> tuple[paramiko.Channel, Callable[[], None]] | None:
+        """A channel for the exit watch on the live connection, its shell started, with the
+        function that gives its slot back; None where there is no live connection (the watch
+        never connects: checks do) or no free slot now. Called by the watch's own thread."""
+        transport = self._transport
+        if transport is None or not transport.is_active():
+            return None
+        with self._slots:
+            if self._channels_open >= MAX_CHANNELS:
+                return None
+            self._channels_open += 1
+        released = threading.Event()
+
+        def release() -> None:
+            if not released.is_set():
+                released.set()
+                with self._slots:
+                    self._channels_open -= 1
+                    self._slots.notify()
+
+        chan: paramiko.Channel | None = None
+        try:
+            chan = transport.open_session(timeout=self.spec.connect_timeout)
+            deadline = time.monotonic() + self.spec.connect_timeout
+            # exec_command waits for the server's reply with no timeout of its own.
+            with_watchdog(chan, deadline, lambda: chan.exec_command(REMOTE_COMMAND))
+        except Exception:  # refused, or the connection is going: no watch now, the checks say why
+            log.debug("%s: no channel for the exit watch", self.name, exc_info=True)
+            if chan is not None:
+                chan.close()
+            release()
+            return None
+        return chan, release
+
     def spawn(self, argv: Sequence[str], *, log_path: str, cwd: str | None = None) -> int:
         """Start ``argv`` detached on the host (nohup, own session); return its PID.
 
@@ -319,6 +363,8 @@ class SSHHost:
         return parsed_launch(out, status, self.name)
 
     def close(self) -> None:
+        if self._exits is not None:
+            self._exits.close()
         self._drop()
 
     def __enter__(self) -> SSHHost:
