@@ -31,12 +31,12 @@ def test_no_history_ends_in_a_false_complete() -> None:
     began = time.monotonic()
     records = run_seeds(BOUNDED_SEEDS, WORKERS)
     elapsed = time.monotonic() - began
-    failing = [r for r in records if r["hard"] or r["exit_code_errors"] or r["errors"]]
+    failing = [r for r in records if r["hard"] or r["false_failed"] or r["exit_code_errors"] or r["errors"]]
     report = []
     for r in failing[:8]:
         report.append(f"--- seed {r['seed']} ({r['cls']}): python -m tests.fuzz --seed {r['seed']} --print")
         report.append(generate(r["seed"]).script())
-        report += [f["text"] for f in r["findings"][:2]]
+        report += [f["text"] for f in (r["findings"] + r["false_failed_findings"])[:2]]
         report += [f"exit code / advance: {e}" for e in r["exit_code_errors"]]
         report += [f"error: {e}" for e in r["errors"]]
     checks = sum(r["checks"] for r in records)
