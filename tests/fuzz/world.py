@@ -217,6 +217,7 @@ class Watch:
     #: Every verdict of its own or followed, in order: what the two-sided grading reads.
     record: list[CheckRecord] = field(default_factory=list)
     gave_up: bool = False  # a wait that ended by itself without complete
+    said_failed: bool = False  # its first failed verdict has been graded
 
 
 @dataclass(frozen=True)
@@ -807,8 +808,12 @@ class World:
     ) -> None:
         """A ``failed`` verdict is false when the truth forbade it in every state of its window
         (the run it can be about was alive and clean, or exited 0 meeting the definition)."""
-        if time.time() - w.started > 55:
-            return  # the stage's policy.timeout (1m) fails a watch by design
+        if time.time() - w.started > 55 or w.said_failed:
+            # The stage's policy.timeout (1m) fails a watch by design; and ``failed`` is
+            # final: a watch that said it says it again after the world moves on (a re-run),
+            # so only its first ``failed`` is graded.
+            return
+        w.said_failed = True
         seen = self._seen(w, time.time(), _followed(verdict))
         why = ""
         for snap in snaps:
