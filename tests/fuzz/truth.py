@@ -342,7 +342,9 @@ def obligation(
 
     - *visible end*: the watch can see the run end — its process is where the probe looks
       (a ``process`` section that matches it, a probe that sees every process), or it was
-      launched and its wrapper recorded the exit;
+      launched and its wrapper recorded the exit; and a success is told from a crash: a log
+      or outputs section declares it, or the exit record does (a process-only stage without
+      one is ``either``);
     - *identity*: the watch saw the run alive (``sightings``), or was given its launch (the
       record exists), or a since the run began clearly after;
     - *its own line*: no earlier run's line in the log matches ``log.complete``, or the watch
@@ -369,6 +371,8 @@ def obligation(
     launched = scope.launched == run.index and run.recorded
     if not launched and not ("process" in d.signals and d.match_hits and scope.probe == "local"):
         return EITHER, f"run {run.index}'s end is out of the watch's sight (no record, no process it can see)"
+    if not launched and not ("log" in d.signals or "outputs" in d.signals):
+        return EITHER, f"a process-only stage: run {run.index}'s exit and a kill look alike (no exit record)"
     saw = [s for s in sightings if run.index in s.seen]
     after_since = scope.since_lo is not None and run.started > scope.since_lo + PRECISION
     if not (launched or saw or after_since):
