@@ -375,6 +375,10 @@ def obligation(
         return EITHER, f"a process-only stage: run {run.index}'s exit and a kill look alike (no exit record)"
     saw = [s for s in sightings if run.index in s.seen]
     after_since = scope.since_lo is not None and run.started > scope.since_lo + PRECISION
+    if scope.since_lo is not None and not after_since and not launched:
+        # A since names the run's start: a run begun before it (within the slack the truth
+        # allows) is not named by it, whatever the watch saw.
+        return EITHER, f"run {run.index} began before the since, within its slack"
     if not (launched or saw or after_since):
         return EITHER, f"nothing names run {run.index} for the watch (never seen alive, no launch, no since)"
     if not clean_clock:
