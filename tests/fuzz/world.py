@@ -832,6 +832,7 @@ class World:
                 followed=_followed(verdict),
                 context={
                     "since": w.since_text,
+                    "since_family": _since_family(w.since_text),
                     "probe": w.scope.probe,
                     "launch": w.scope.launched is not None,
                 },
