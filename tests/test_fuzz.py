@@ -12,12 +12,28 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
 from tests.fuzz.generate import generate
 from tests.fuzz.history import run_seeds
-from tests.fuzz.truth import HARD, OK, SOFT, Definition, RunFacts, Scope, Snapshot, judge
+from tests.fuzz.truth import (
+    EITHER,
+    HARD,
+    MUST,
+    NOT,
+    OK,
+    SOFT,
+    Definition,
+    RunFacts,
+    Scope,
+    Sighting,
+    Snapshot,
+    failed_allowed,
+    judge,
+    obligation,
+)
 from tests.fuzz.world import JOB
 
 #: The bounded run: about 90 s on a shared 2-core machine with 4 workers (most of a history
@@ -31,12 +47,12 @@ def test_no_history_ends_in_a_false_complete() -> None:
     began = time.monotonic()
     records = run_seeds(BOUNDED_SEEDS, WORKERS)
     elapsed = time.monotonic() - began
-    failing = [r for r in records if r["hard"] or r["exit_code_errors"] or r["errors"]]
+    failing = [r for r in records if r["hard"] or r["false_failed"] or r["exit_code_errors"] or r["errors"]]
     report = []
     for r in failing[:8]:
         report.append(f"--- seed {r['seed']} ({r['cls']}): python -m tests.fuzz --seed {r['seed']} --print")
         report.append(generate(r["seed"]).script())
-        report += [f["text"] for f in r["findings"][:2]]
+        report += [f["text"] for f in (r["findings"] + r["false_failed_findings"])[:2]]
         report += [f"exit code / advance: {e}" for e in r["exit_code_errors"]]
         report += [f"error: {e}" for e in r["errors"]]
     checks = sum(r["checks"] for r in records)
@@ -95,7 +111,10 @@ FULL = Definition(signals=("process", "log", "outputs"), expected=4)
             id="a run never seen that exited 0: the plain truth allows",
         ),
         pytest.param(_snap(FINISHED), FULL, Scope(since_lo=115.0), {1}, HARD, id="since after the last run: queued"),
-        pytest.param(_snap(FINISHED), FULL, Scope(since_lo=105.0), {1}, OK, id="since while it ran"),
+        pytest.param(
+            _snap(FINISHED), FULL, Scope(since_lo=105.0), {1}, HARD,
+            id="since while it ran: a since is the run's start, the run alive at it an earlier one",
+        ),
         pytest.param(_snap(FINISHED, files=3), FULL, Scope(), {1}, HARD, id="outputs short"),
         pytest.param(
             _snap(FINISHED), Definition(expected=5), Scope(), {1}, HARD, id="expected raised by an edit",
@@ -174,3 +193,97 @@ def test_the_job_writes_only_when_told(tmp_path) -> None:
     assert proc.wait(10) == 3
     assert log.read_bytes() == b"[1/2]\nExtr"
     assert sorted(p.name for p in out.iterdir()) == ["00000.pt", "00001.pt"]
+
+
+# --------------------------------------------------------------------------- the other side
+
+
+def _saw(*runs: int, at: float = 105.0, snap: Snapshot | None = None) -> tuple[Sighting, ...]:
+    return (Sighting(at, frozenset(runs), snap or _snap(RunFacts(1, 100.0, text="[1/4]\n"))),)
+
+
+RERUN = RunFacts(2, started=120.0, ended=130.0, status=0, text="[4/4]\nExtraction complete\n")
+
+
+@pytest.mark.parametrize(
+    ("snap", "definition", "scope", "sightings", "clean", "kind"),
+    [
+        pytest.param(_snap(FINISHED), FULL, Scope(), _saw(1), True, MUST, id="seen alive, exited 0: must"),
+        pytest.param(
+            _snap(RunFacts(1, 100.0, 110.0, 0, text="Extraction complete\nwandb: Synced\n")),
+            FULL, Scope(), _saw(1), True, MUST, id="text after the completion line: still must",
+        ),
+        pytest.param(_snap(FINISHED), FULL, Scope(), (), True, EITHER, id="never seen, nothing names it"),
+        pytest.param(_snap(FINISHED), FULL, Scope(since_lo=90.0), (), True, MUST, id="wholly after the since"),
+        pytest.param(
+            _snap(FINISHED), FULL, Scope(since_lo=100.5), _saw(1), True, EITHER,
+            id="begun within the since's slack: either, a sighting does not override it",
+        ),
+        pytest.param(
+            _snap(RunFacts(1, 100.0, 110.0, 0, launched=True, recorded=True, text="Extraction complete\n")),
+            Definition(signals=("process",)), Scope(launched=1, probe="hidepid"), (), True, MUST,
+            id="launched, exit recorded: must even out of the probe's sight",
+        ),
+        pytest.param(
+            _snap(FINISHED), Definition(signals=("process",)), Scope(), _saw(1), True, EITHER,
+            id="process-only, no record: an exit and a kill look alike",
+        ),
+        pytest.param(_snap(FINISHED), FULL, Scope(probe="pidns"), _saw(1), True, EITHER, id="a probe that cannot see"),
+        pytest.param(_snap(FINISHED), FULL, Scope(), _saw(1), False, EITHER, id="a skewed file clock"),
+        pytest.param(
+            _snap(FINISHED, replace(RERUN, started=110.02)), FULL, Scope(), _saw(2), True, EITHER,
+            id="begun within 50 ms of the last run's end",
+        ),
+        pytest.param(
+            _snap(FINISHED, RERUN), FULL, Scope(),
+            _saw(2, snap=_snap(FINISHED, RunFacts(2, 120.0, text="[1/4]\n"))), True, MUST,
+            id="an earlier line, the run seen before its own",
+        ),
+        pytest.param(
+            _snap(FINISHED, RERUN), FULL, Scope(), _saw(2, snap=_snap(FINISHED, RERUN)), True, EITHER,
+            id="an earlier line, the run first seen after its own",
+        ),
+        pytest.param(_snap(FINISHED, files=3), FULL, Scope(), _saw(1), True, NOT, id="outputs short: must not"),
+    ],
+)  # fmt: skip
+def test_the_obligation(snap, definition, scope, sightings, clean, kind) -> None:
+    lenient = judge(snap, definition, scope).kind == OK
+    assert obligation(snap, definition, scope, sightings, clean_clock=clean, lenient_ok=lenient)[0] == kind
+
+
+@pytest.mark.parametrize(
+    ("snap", "definition", "scope", "allowed"),
+    [
+        pytest.param(_snap(FINISHED), FULL, Scope(), False, id="exited 0, meets the definition"),
+        pytest.param(_snap(RunFacts(1, 100.0, text="[1/4]\n")), FULL, Scope(), False, id="alive and clean"),
+        pytest.param(_snap(RunFacts(1, 100.0, 110.0, 1)), FULL, Scope(), True, id="exited 1"),
+        pytest.param(_snap(RunFacts(1, 100.0, text="Traceback\n")), FULL, Scope(), True, id="an error line"),
+        pytest.param(_snap(FINISHED, files=2), FULL, Scope(), True, id="exited 0, outputs short"),
+        pytest.param(
+            _snap(RunFacts(1, 100.0, 110.0, 1), RunFacts(2, 120.0, text="[0/4]\n")), FULL, Scope(), False,
+            id="a re-run alive after a failed run",
+        ),
+        pytest.param(
+            _snap(RunFacts(1, 100.0, 110.0, 1)), FULL, Scope(since_lo=115.0), False,
+            id="a run begun before the since failed: not the run asked for",
+        ),
+    ],
+)  # fmt: skip
+def test_failed_allowed(snap, definition, scope, allowed) -> None:
+    assert failed_allowed(snap, definition, scope, frozenset({1, 2}))[0] is allowed
+
+
+def test_a_since_inside_an_earlier_run_excludes_it() -> None:
+    j = judge(
+        _snap(RunFacts(1, 100.0, 110.0, 0, text="Extraction complete\n")),
+        FULL,
+        Scope(since_lo=105.0),
+        frozenset({1}),
+    )
+    assert (j.kind, j.route) == (HARD, "since-inside-earlier-run")
+
+
+def test_a_launched_run_with_its_exit_recorded_is_hard_not_soft() -> None:
+    run = RunFacts(1, 100.0, 110.0, 1, launched=True, recorded=True, text="Extraction complete\n")
+    assert judge(_snap(run), FULL, Scope(launched=1), frozenset({1})).kind == HARD
+    assert judge(_snap(replace(run, recorded=False)), FULL, Scope(launched=1), frozenset({1})).kind == SOFT

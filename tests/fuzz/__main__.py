@@ -5,8 +5,9 @@
     python -m tests.fuzz --seed 123                        # run it, say what it found
     python -m tests.fuzz --seed 123 --shrink               # and cut it down to the steps that matter
 
-Exit status: 0 when no history found a (hard) false complete, an exit-code/advance mismatch
-or an error; 1 otherwise.
+Exit status: 0 when no history found a (hard) false complete, a false failed, an
+exit-code/advance mismatch or an error (and, with ``--must-share P``, at least P % of the
+watches that must complete did so within 3 checks of the evidence settling); 1 otherwise.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from tests.fuzz.history import History, run_history, run_seed
 from tests.fuzz.report import print_world
 
 
-def long_run(first: int, count: int, workers: int, out: str | None, quiet: bool) -> int:
+def long_run(
+    first: int, count: int, workers: int, out: str | None, quiet: bool, must_share: float | None = None
+) -> int:
     began = time.monotonic()
     totals: Counter[str] = Counter()
     by_class: dict[str, Counter[str]] = defaultdict(Counter)
@@ -33,6 +36,9 @@ def long_run(first: int, count: int, workers: int, out: str | None, quiet: bool)
     kinds: Counter[str] = Counter()
     failing: list[int] = []
     records = []
+    outcomes: Counter[str] = Counter()
+    must_misses: list[str] = []
+    either_why: Counter[str] = Counter()
     seeds = range(first, first + count)
     ctx = multiprocessing.get_context("spawn")
     sink = open(out, "w") if out else None  # noqa: SIM115 (one line per history as it ends)
@@ -51,13 +57,25 @@ def long_run(first: int, count: int, workers: int, out: str | None, quiet: bool)
                 soft=s["soft"],
             )
             kinds.update(s.get("by_kind", {}))
+            totals.update(false_failed=s["false_failed"])
+            for o in s["obligations"]:
+                outcomes[o["class"] + ":" + o["outcome"]] += 1
+                if o["class"] == "must" and o["outcome"] in ("missed", "late"):
+                    must_misses.append(
+                        f"seed {s['seed']} watch {o['watch']} ({o['kind']}) run {o['run']}: {o['outcome']},"
+                        f" {o['checks']} checks; said {' | '.join(o['last'] or [])[:300]}"
+                    )
+                if o["class"] == "either" and o.get("why"):
+                    either_why[_shape(o["why"])] += 1
+            for f in s["false_failed_findings"]:
+                routes["false-failed " + f["why"][:60]].append(s["seed"])
             c = by_class[s["cls"]]
             c.update(histories=1, hard=s["hard"], soft=s["soft"], failing=1 if s["hard"] else 0)
             for f in s["findings"]:
                 routes[f["route"]].append(s["seed"])
             for f in s["soft_findings"]:
                 soft_routes[f["route"]].append(s["seed"])
-            if s["hard"] or s["exit_code_errors"] or s["errors"]:
+            if s["hard"] or s["false_failed"] or s["exit_code_errors"] or s["errors"]:
                 failing.append(s["seed"])
             for e in s["exit_code_errors"]:
                 problems.append(f"seed {s['seed']}: exit code / advance: {e}")
@@ -67,7 +85,8 @@ def long_run(first: int, count: int, workers: int, out: str | None, quiet: bool)
                 elapsed = time.monotonic() - began
                 print(
                     f"[{done}/{count}] {elapsed:.0f}s, {done / elapsed * 60:.1f} histories/min,"
-                    f" false completes {totals['hard']} in {len(set(failing))} histories",
+                    f" false completes {totals['hard']}, false failed {totals['false_failed']},"
+                    f" failing histories {len(set(failing))}",
                     flush=True,
                 )
     elapsed = time.monotonic() - began
@@ -102,11 +121,42 @@ def long_run(first: int, count: int, workers: int, out: str | None, quiet: bool)
         print("\nsoft routes (count, first seeds):")
         for route, found in sorted(soft_routes.items(), key=lambda kv: -len(kv[1])):
             print(f"  {len(found):>5}  {route}  seeds {sorted(set(found))[:5]}")
+    must = sum(v for k, v in outcomes.items() if k.startswith("must:"))
+    measured = must - outcomes["must:short"] - outcomes["must:followed"]
+    within = outcomes["must:within3"]
+    share = 100.0 * within / measured if measured else 100.0
+    print("\nthe other side (two-sided oracle):")
+    print(f"  false failed:          {totals['false_failed']} (failed where the run did not fail)")
+    print(
+        f"  must complete:         {must} (watch, run) pairs; {measured} measured (3 own checks after"
+        f" settling, or a complete), {within} completed within 3 checks: {share:.1f} %"
+    )
+    print(
+        f"    late {outcomes['must:late']}, missed {outcomes['must:missed']}, too few checks"
+        f" {outcomes['must:short']}, only followed verdicts {outcomes['must:followed']}"
+    )
+    print(
+        f"  either:                {outcomes['either:either']} (watch, run) pairs: complete allowed, not settled"
+    )
+    for why, n in either_why.most_common(8):
+        print(f"    {n:>5}  {why}")
+    for m in must_misses[:40]:
+        print("  MUST-COMPLETE NOT MET: " + m)
     for p in problems[:50]:
         print(p)
     if sink is not None:
         sink.close()
-    return 1 if failing else 0
+    below = must_share is not None and share < must_share
+    if below:
+        print(f"\nmust-complete share {share:.1f} % is below --must-share {must_share:g} %")
+    return 1 if failing or below else 0
+
+
+def _shape(why: str) -> str:
+    """A reason with its run numbers taken out, for counting."""
+    import re
+
+    return re.sub(r"run \d+", "run N", why)[:100]
 
 
 def shrink(history: History, route: str | None, rounds: int = 2) -> History:
@@ -144,6 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--out", help="one JSON line per history")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument(
+        "--must-share",
+        type=float,
+        default=None,
+        metavar="P",
+        help="fail unless at least P %% of must-complete watches complete within 3 checks (make fuzz: 99)",
+    )
     args = ap.parse_args(argv)
     if args.seed is not None:
         history = generate(args.seed)
@@ -155,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.shrink and world.findings:
             small = shrink(history, world.findings[0].route)
             print(small.script())
-        return 1 if (world.findings or world.exit_code_errors or world.errors) else 0
-    return long_run(args.first_seed, args.histories, args.workers, args.out, args.quiet)
+        return 1 if (world.findings or world.false_failed or world.exit_code_errors or world.errors) else 0
+    return long_run(args.first_seed, args.histories, args.workers, args.out, args.quiet, args.must_share)
 
 
 if __name__ == "__main__":

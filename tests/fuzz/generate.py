@@ -205,6 +205,7 @@ class Generator:
             "fail_error": 9,
             "exit0_noline": 7,
             "exit0_short": 6,
+            "declared_fail": 4,  # its completion line, then a non-zero exit (a teardown crash)
         }
         if last:
             fates.update(running=8, post_alive=8)
@@ -215,6 +216,14 @@ class Generator:
         m.runs, m.alive, m.paused_since_end = index, True, False
         m.launched = m.launched or launch
         actions = self._body(fate)
+        last_line = None
+        if (
+            fate == "success"
+            and actions
+            and actions[-1][1]["command"].startswith("log ")
+            and rng.random() < 0.3
+        ):
+            last_line = actions.pop()[1]["command"][4:]
         kill_at = rng.randrange(len(actions) + 1) if fate == "killed" else None
         for i, (op, kwargs) in enumerate(actions):
             if kill_at == i:
@@ -225,8 +234,11 @@ class Generator:
             self.h.add("kill", sig=rng.choice(["KILL", "KILL", "TERM"]))
         elif fate in ("running", "post_alive"):
             return
-        elif fate == "fail_error":
+        elif fate in ("fail_error", "declared_fail"):
             self.h.add("exit", status=1)
+        elif last_line is not None:
+            # The last line and the exit in one breath: the end falls inside a probe.
+            self.h.add("exit", status=0, last=last_line)
         else:
             self.h.add("exit", status=0)
         m.alive = False
@@ -254,6 +266,10 @@ class Generator:
                 actions.append(("job", {"command": f"log [{done}/{m.expected}]"}))
             if rng.random() < 0.1:
                 actions.append(("job", {"command": "cpu 0.05"}))
+            if rng.random() < 0.08 and verb == "out":
+                actions.append(("job", {"command": f"tmp {rng.randint(1, 2)}"}))  # partial, temp-named
+            if rng.random() < 0.08:
+                actions.append(("job", {"command": "child 0.05"}))  # a worker of the job
         if fate == "fail_error":
             actions.append(("job", {"command": "log Traceback (most recent call last):"}))
             actions.append(("job", {"command": "log RuntimeError: CUDA error: out of memory"}))

@@ -88,6 +88,7 @@ def run_seed(seed: int) -> dict[str, Any]:
         seconds=time.monotonic() - began,
         findings=[_finding(f) for f in world.findings],
         soft_findings=[_finding(f) for f in world.soft],
+        false_failed_findings=[_finding(f) for f in world.false_failed],
     )
     return summary
 

@@ -17,11 +17,18 @@ Commands, one per line (the text after the verb is taken whole):
                        a rename when ``--atomic``
 ``rec N``              append ``N`` records to the JSONL file (``overwrite``: the file is
                        truncated at the first ``rec`` of this run)
+``tmp N``              ``N`` files the outputs pattern must not count: a temp name
+                       (``NNNNN.pt.tmp``, a write in flight) and a dotfile (``.NNNNN.pt``)
+``child S``            fork a child (the same command line: a worker) that lives ``S``
+                       seconds; acknowledged once it has ended
 ``cpu S``              spin on the CPU for ``S`` seconds (progress the process signal sees)
 ``skew L O``           from now on stamp the log (``L``) and outputs (``O``) this many
                        seconds ahead of the host clock (negative: behind), as a file server
                        with its own clock would
 ``exit N``             exit with status ``N`` (acknowledged first)
+``lastexit N TEXT``    append ``TEXT`` and a newline to the log and exit with ``N`` at once
+                       (one ack): the end falls microseconds after the last write, inside
+                       whatever probe is running
 =====================  ====================================================================
 """
 
@@ -90,6 +97,24 @@ def main() -> int:
                     f.write(b'{"i": %d}\n' % cursor)
                     cursor += 1
             stamp(args.lines, 1)
+        elif verb == "tmp":
+            for i in range(int(rest)):
+                for name in (f"{i:05d}.pt.tmp", f".{i:05d}.pt"):
+                    with open(os.path.join(args.out, name), "wb") as f:
+                        f.write(b"partial")
+        elif verb == "child":
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(float(rest))
+                os._exit(0)
+            os.waitpid(pid, 0)
+        elif verb == "lastexit":
+            code, _, text = rest.partition(" ")
+            log.write(text.encode() + b"\n")
+            stamp(args.log, 0)
+            log.close()
+            ack("bye")
+            return int(code)
         elif verb == "cpu":
             end = time.monotonic() + float(rest)
             while time.monotonic() < end:

@@ -7,8 +7,9 @@ run (runs never overlap: a run ends before the next starts) that the watch could
 
 - with a launch record: the launched run — a later run started means the target is gone;
 - with ``since`` (resolved to a time ``p``, its earliest possible value ``since_lo``): the
-  latest run, provided it ended after ``p`` (it started after ``p``, or was still running at
-  ``p``); a latest run that ended before ``p`` means the run asked for has not started;
+  latest run, provided it started after ``p`` — a since is the run's start, so a run that was
+  alive at ``p`` (begun before it) is an earlier run, and a latest run begun before ``p``
+  means the run asked for has not started;
 - otherwise: the latest run.
 
 ``complete`` is right when that target exited with status 0 and meets the watch's definition
@@ -22,7 +23,18 @@ run (runs never overlap: a run ends before the next starts) that the watch could
 - ``soft``: the target declared completion through every configured signal (its completion
   line, its outputs) and then died, or is alive where no configured signal can see it (no
   process section, or a ``match`` edited to miss it). Without a recorded exit status no
-  probe can tell; reported, not failed on.
+  probe can tell; reported, not failed on. A launched run whose wrapper recorded a non-zero
+  exit is not soft: the watch of that launch reads the record (hard).
+
+That is one side (``must not complete``). The other side, :func:`obligation`, says when a
+watch **must** complete: the evidence a careful operator has settles it (the run is
+identified — seen alive by the watch, launched with its exit recorded, or begun wholly after
+the watch's since —, it ended with status 0 and the watch could see that, its completion line
+and outputs were there before the end, and its line cannot be an earlier run's). Where the
+truth allows ``complete`` but such evidence is missing, or alternatives lie within the
+measured precision (:data:`PRECISION`), the truth is ``either``. :func:`failed_allowed`
+grades ``failed``: a ``failed`` verdict when the run it can be about did not fail is a false
+failed.
 
 Times are this machine's wall clock (the job and the probe run here).
 """
@@ -35,6 +47,10 @@ from dataclasses import dataclass, field
 #: A since within this many seconds of a run's end may bind either way (rounding of a
 #: duration, the time a first check takes): the truth is lenient there.
 SINCE_SLACK = 1.0
+#: How far apart two moments must be for the product to tell their order: /proc's start
+#: times against the boot clock are good to 50 ms (a tick each side, the start kept to the
+#: ms); a file time lags the clock by a kernel tick. Closer than this: ``either``.
+PRECISION = 0.05
 
 OK, SOFT, HARD = "ok", "soft", "hard"
 SEVERITY = {OK: 0, SOFT: 1, HARD: 2}
@@ -51,6 +67,8 @@ class RunFacts:
     text: str = ""  # the log's whole lines this run ended (its launcher's included), each with its newline
     launched: bool = False
     count_trace: bool = False  # changed the output count (its launcher's clean included)
+    recorded: bool = False  # launched, and its wrapper recorded its exit (not killed with it)
+    pid: int | None = None  # the process the world spawned (a launched run: its wrapper)
 
     @property
     def lines(self) -> list[str]:
@@ -240,12 +258,17 @@ def _judge(
         return Judgement(
             HARD, f"run {run.index} started after the launched run {scope.launched}", "launch-superseded"
         )
-    if scope.since_lo is not None and run.ended is not None and run.ended <= scope.since_lo - SINCE_SLACK:
+    if scope.since_lo is not None and run.started <= scope.since_lo - SINCE_SLACK:
+        # A since is the run's start: a run begun before it is an earlier one, whether it
+        # ended before the since or was still finishing at it (a relaunch while the old run
+        # writes its last line).
+        gone = run.ended is not None and run.ended <= scope.since_lo - SINCE_SLACK
         return Judgement(
             HARD,
-            f"the latest run (run {run.index}) ended {scope.since_lo - run.ended:.1f}s before since:"
-            " the run asked for has not started",
-            "since-excludes-every-run",
+            f"the latest run (run {run.index}) began {scope.since_lo - run.started:.1f}s before since"
+            + ("" if gone else " and was alive at it")
+            + ": the run asked for has not started",
+            "since-excludes-every-run" if gone else "since-inside-earlier-run",
         )
     met, why, route = criteria(run, snap, d)
     if met and run.ended is not None and run.status == 0:
@@ -270,6 +293,12 @@ def _judge(
         return Judgement(HARD, f"run {run.index} is alive", "alive-unwatched-no-declaration")
     if not declares:
         return Judgement(HARD, f"process-only stage: run {run.index} {state}", f"process-only/{_fate(run)}")
+    if scope.launched == run.index and run.recorded:
+        return Judgement(
+            HARD,
+            f"launched run {run.index} declared completion, then {state}, and its wrapper recorded it",
+            f"launched-recorded-{_fate(run)}",
+        )
     return Judgement(
         SOFT, f"run {run.index} declared completion, then {state}", f"declared-then-{_fate(run)}"
     )
@@ -281,3 +310,137 @@ def _fate(run: RunFacts) -> str:
     if run.status is not None and run.status < 0:
         return "killed"
     return "exit0" if run.status == 0 else "failed"
+
+
+# --------------------------------------------------------------------------- the other side
+
+MUST, EITHER, NOT = "must", "either", "not"
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """One check of a watch, as the world was when it probed: the runs it saw alive."""
+
+    at: float
+    seen: frozenset[int]
+    snap: Snapshot
+
+
+def obligation(
+    snap: Snapshot,
+    d: Definition,
+    scope: Scope,
+    sightings: tuple[Sighting, ...] = (),
+    *,
+    clean_clock: bool = True,
+    lenient_ok: bool = False,
+) -> tuple[str, str]:
+    """Whether a watch **must** say ``complete`` now: (MUST | EITHER | NOT, why).
+
+    MUST when the latest run exited 0, meets ``d``, and the evidence a careful operator has
+    settles it:
+
+    - *visible end*: the watch can see the run end — its process is where the probe looks
+      (a ``process`` section that matches it, a probe that sees every process), or it was
+      launched and its wrapper recorded the exit; and a success is told from a crash: a log
+      or outputs section declares it, or the exit record does (a process-only stage without
+      one is ``either``);
+    - *identity*: the watch saw the run alive (``sightings``), or was given its launch (the
+      record exists), or a since the run began clearly after;
+    - *its own line*: no earlier run's line in the log matches ``log.complete``, or the watch
+      saw the run alive before its line was there, or the launch mark divides the log, or the
+      line is the log's last (a since: the bytes after it were written after the since);
+    - *precision*: the run began at least :data:`PRECISION` after the run before it ended,
+      and no file clock was skewed (``clean_clock``).
+
+    EITHER where ``complete`` is allowed (``lenient_ok``: by the lenient truth, which excuses
+    what the watch could not observe) but not settled so; NOT otherwise.
+    """
+    every = frozenset(r.index for r in snap.runs)
+    plain = _judge(snap, d, scope, every, counts=True, everything=True)
+    if plain.kind != OK:
+        return (
+            (EITHER, f"allowed only through what the watch could not observe: {plain.why}")
+            if lenient_ok
+            else (
+                NOT,
+                plain.why,
+            )
+        )
+    run = snap.runs[-1]
+    launched = scope.launched == run.index and run.recorded
+    if not launched and not ("process" in d.signals and d.match_hits and scope.probe == "local"):
+        return EITHER, f"run {run.index}'s end is out of the watch's sight (no record, no process it can see)"
+    if not launched and not ("log" in d.signals or "outputs" in d.signals):
+        return EITHER, f"a process-only stage: run {run.index}'s exit and a kill look alike (no exit record)"
+    saw = [s for s in sightings if run.index in s.seen]
+    after_since = scope.since_lo is not None and run.started > scope.since_lo + PRECISION
+    if scope.since_lo is not None and not after_since and not launched:
+        # A since names the run's start: a run begun before it (within the slack the truth
+        # allows) is not named by it, whatever the watch saw.
+        return EITHER, f"run {run.index} began before the since, within its slack"
+    if not (launched or saw or after_since):
+        return EITHER, f"nothing names run {run.index} for the watch (never seen alive, no launch, no since)"
+    if not clean_clock:
+        return EITHER, "a file clock was skewed"
+    if len(snap.runs) > 1:
+        prev = snap.runs[-2]
+        if prev.ended is not None and run.started - prev.ended < PRECISION:
+            return EITHER, f"run {run.index} began within {PRECISION}s of run {prev.index}'s end"
+    if "log" in d.signals and not launched:
+        rx = re.compile(d.complete)
+        earlier = any(rx.search(line) for r in snap.runs[:-1] for line in r.lines)
+        if earlier:
+            before_line = any(
+                not any(rx.search(line) for line in _run_in(s.snap, run.index).lines) for s in saw
+            )
+            last = bool(run.lines) and bool(rx.search(run.lines[-1])) and after_since
+            if not (before_line or last):
+                return EITHER, (
+                    f"an earlier run's completion line is in the log, and the watch did not see run"
+                    f" {run.index} alive before its own"
+                )
+    return MUST, f"run {run.index} exited 0 and meets the definition; the watch can tell"
+
+
+def _run_in(snap: Snapshot, index: int) -> RunFacts:
+    for r in snap.runs:
+        if r.index == index:
+            return r
+    return RunFacts(index, 0.0)  # not started then: it had written nothing
+
+
+def failed_allowed(
+    snap: Snapshot,
+    d: Definition,
+    scope: Scope,
+    seen_alive: frozenset[int] = frozenset(),
+    maybe_seen: frozenset[int] = frozenset(),
+) -> tuple[bool, str]:
+    """Whether ``failed`` is allowed: the run the watch can be about (the latest run, or the
+    latest it could observe) ended without meeting the definition (killed, non-zero, no line,
+    outputs short) or wrote an error line; or a later run superseded its launch. A run alive
+    and clean, or one that exited 0 and meets the definition, did not fail."""
+    every = frozenset(r.index for r in snap.runs)
+    why = "no run has started"
+    for seen, everything in ((every, True), (seen_alive | maybe_seen, False), (seen_alive, False)):
+        for counts in (True, False):
+            runs = [r for r in snap.runs if everything or observable(r, d, scope, seen, counts=counts)]
+            if not runs:
+                continue
+            run = runs[-1]
+            if scope.launched is not None and run.index != scope.launched:
+                return True, ""
+            if scope.since_lo is not None and run.started <= scope.since_lo - SINCE_SLACK:
+                why = f"run {run.index} began before since: the run asked for has not started"
+                continue
+            if "log" in d.signals and any(ERROR.search(line) for line in run.lines):
+                return True, ""
+            if run.ended is None:
+                why = f"run {run.index} is alive and wrote no error line"
+                continue
+            met, _, _ = criteria(run, snap, d)
+            if not (met and run.status == 0):
+                return True, ""
+            why = f"run {run.index} exited 0 and meets the definition"
+    return False, why

@@ -43,7 +43,24 @@ from sensors import Checker, LocalHost, State, stage_from_dict
 from sensors._base.run import Run, launch_mark_script, parse_launch_mark
 from sensors._hosts import _WRAPPER
 from sensors._store import StoreWarning, open_store
-from tests.fuzz.truth import HARD, OK, SEVERITY, SOFT, Definition, Judgement, RunFacts, Scope, Snapshot, judge
+from tests.fuzz.truth import (
+    EITHER,
+    HARD,
+    MUST,
+    NOT,
+    OK,
+    SEVERITY,
+    SOFT,
+    Definition,
+    Judgement,
+    RunFacts,
+    Scope,
+    Sighting,
+    Snapshot,
+    failed_allowed,
+    judge,
+    obligation,
+)
 
 JOB = str(Path(__file__).with_name("job.py"))
 REPO = str(Path(__file__).resolve().parents[2])
@@ -197,6 +214,24 @@ class Watch:
     ended_by_us: bool = False
     done: bool = False
     seen_alive: set[int] = field(default_factory=set)  # runs its own probes saw alive
+    #: Every verdict of its own or followed, in order: what the two-sided grading reads.
+    record: list[CheckRecord] = field(default_factory=list)
+    gave_up: bool = False  # a wait that ended by itself without complete
+    said_failed: bool = False  # its first failed verdict has been graded
+
+
+@dataclass(frozen=True)
+class CheckRecord:
+    """One verdict of a watch: when its probe ran, what it said, the world then."""
+
+    at: float
+    state: str
+    followed: bool
+    reasons: tuple[str, ...]
+    seen: frozenset[int]  # runs the verdict's process evidence shows alive
+    snaps: tuple[Snapshot, ...]  # the states of the world its probe may have read
+    definitions: tuple[Definition, ...]
+    clean_clock: bool
 
 
 @dataclass
@@ -282,6 +317,10 @@ class World:
         self.by_kind: Counter[str] = Counter()  # checks (and "KIND:complete") by kind of watch
         self.completes = 0  # complete verdicts the truth allowed
         self.exit_code_errors: list[str] = []
+        self.false_failed: list[Finding] = []
+        #: One per (watch, run) the truth allowed to complete: its class and what the watch did.
+        self.obligations: list[dict[str, Any]] = []
+        self.skewed_at: float | None = None  # when a file clock was first skewed
         self.errors: list[str] = []
         self.notes: list[str] = []
         self._lock = threading.Lock()
@@ -428,6 +467,7 @@ class World:
                 launched=launch,
                 text=self.pending_text,
                 count_trace=cleaned,
+                pid=self.proc.pid,
             )
         )
         self.pending_text = ""
@@ -473,16 +513,21 @@ class World:
         whole, newline, self.log_tail = (self.log_tail + written).rpartition("\n")
         return whole + newline
 
-    def exit(self, status: int = 0) -> None:
-        """The job exits with ``status`` (reaped at once)."""
+    def exit(self, status: int = 0, last: str | None = None) -> None:
+        """The job exits with ``status`` (reaped at once); with ``last``, it writes that line
+        to the log first and exits at once, within microseconds (``lastexit``): the end falls
+        inside whatever probe a watch beside the steps is running."""
         self.step_no += 1
         if self.proc is None or self.proc.stdin is None:
             raise HistoryError("no run is alive")
         self._wait_barrier()
         began = time.time()
-        self.proc.stdin.write(f"exit {status}\n")
+        self.proc.stdin.write(f"exit {status}\n" if last is None else f"lastexit {status} {last}\n")
         self.proc.stdin.flush()
         self._ack()
+        if last is not None:
+            run = self.runs[-1]
+            self._set_run(replace(run, text=run.text + self._lines_ended(last + "\n")))
         code = self.proc.wait(10)
         self._ended(code, began)
 
@@ -504,13 +549,15 @@ class World:
             with contextlib.suppress(OSError):
                 pipe.close()  # type: ignore[union-attr]
         self.proc = None
+        recorded = False
         if self.exit_file is not None:
             # Launched: the job's own status is what its wrapper recorded (the wrapper's is
             # the mv's); killed with it (the group), the wrapper recorded nothing.
             with contextlib.suppress(FileNotFoundError, ValueError, IndexError):
                 code = int(Path(self.exit_file).read_text().split()[0])
                 code = 128 - code if code > 128 else code  # 128 + N: killed by signal N
-        self._set_run(replace(self.runs[-1], ended=time.time(), status=code))
+                recorded = True
+        self._set_run(replace(self.runs[-1], ended=time.time(), status=code, recorded=recorded))
         self._snap(began, time.time())
 
     def pause(self, seconds: float) -> None:
@@ -526,6 +573,8 @@ class World:
         self.step_no += 1
         began = time.time()
         self.skews = (log, out)
+        if (log or out) and self.skewed_at is None:
+            self.skewed_at = began
         if self.proc is not None and self.proc.stdin is not None:
             self.proc.stdin.write(f"skew {log} {out}\n")
             self.proc.stdin.flush()
@@ -704,14 +753,91 @@ class World:
 
     def _check_once(self, w: Watch) -> None:
         assert w.checker is not None
+        at = time.time()
         verdict = w.checker.check()
         self._count_check("checker")
-        if not _followed(verdict.to_json()) and self._sees_job(w.definition, w.scope):
-            w.seen_alive.add(self.runs[-1].index)
+        data = verdict.to_json()
+        followed = _followed(data)
+        seen = self._seen_in(data)
+        if not followed and self._sees_job(w.definition, w.scope):
+            seen |= {self.runs[-1].index}
+        w.seen_alive |= seen
+        self._record(w, data, at, seen, [self.snapshot()], [w.definition])
         if verdict.advance != (verdict.state is State.COMPLETE):
             self.exit_code_errors.append(f"{w.name}: advance {verdict.advance} with {verdict.state.value}")
         if verdict.state is State.COMPLETE:
-            self._judge(w, verdict.to_json(), [self.snapshot()], [w.definition], arrived=time.time())
+            self._judge(w, data, [self.snapshot()], [w.definition], arrived=time.time())
+        elif verdict.state is State.FAILED:
+            self._judge_failed(w, data, [self.snapshot()], [w.definition])
+
+    def _seen_in(self, verdict: dict[str, Any]) -> frozenset[int]:
+        """The runs a verdict's own process evidence shows alive (by PID: the job's, or its
+        launch wrapper's child); none for a followed verdict (another watch's probe)."""
+        if _followed(verdict):
+            return frozenset()
+        ev = ((verdict.get("signals") or {}).get("process") or {}).get("evidence") or {}
+        pids: set[int] = set()
+        for p in ev.get("processes") or []:
+            pids.update(x for x in (p.get("pid"), p.get("ppid")) if isinstance(x, int))
+        return frozenset(r.index for r in self.runs if r.pid is not None and r.pid in pids)
+
+    def _record(
+        self,
+        w: Watch,
+        verdict: dict[str, Any],
+        at: float,
+        seen: frozenset[int],
+        snaps: list[Snapshot],
+        definitions: list[Definition],
+    ) -> None:
+        w.record.append(
+            CheckRecord(
+                at=at,
+                state=str(verdict.get("verdict")),
+                followed=_followed(verdict),
+                reasons=tuple(str(r) for r in (verdict.get("reasons") or [])[:3]),
+                seen=seen,
+                snaps=tuple(snaps),
+                definitions=tuple(definitions),
+                clean_clock=self.skewed_at is None or self.skewed_at > at,
+            )
+        )
+
+    def _judge_failed(
+        self, w: Watch, verdict: dict[str, Any], snaps: list[Snapshot], definitions: list[Definition]
+    ) -> None:
+        """A ``failed`` verdict is false when the truth forbade it in every state of its window
+        (the run it can be about was alive and clean, or exited 0 meeting the definition)."""
+        if time.time() - w.started > 55 or w.said_failed:
+            # The stage's policy.timeout (1m) fails a watch by design; and ``failed`` is
+            # final: a watch that said it says it again after the world moves on (a re-run),
+            # so only its first ``failed`` is graded.
+            return
+        w.said_failed = True
+        seen = self._seen(w, time.time(), _followed(verdict))
+        why = ""
+        for snap in snaps:
+            for d in definitions:
+                allowed, why = failed_allowed(snap, d, w.scope, *seen)
+                if allowed:
+                    return
+        self.false_failed.append(
+            Finding(
+                seed=self.seed,
+                step=self.step_no,
+                watch=w.name,
+                kind=w.kind,
+                judgement=Judgement(HARD, why, "false-failed"),
+                verdict=verdict,
+                followed=_followed(verdict),
+                context={
+                    "since": w.since_text,
+                    "since_family": _since_family(w.since_text),
+                    "probe": w.scope.probe,
+                    "launch": w.scope.launched is not None,
+                },
+            )
+        )
 
     def _count_check(self, kind: str) -> None:
         self.checks += 1
@@ -758,6 +884,10 @@ class World:
             if not _followed(verdict) and self._sees_job(w.definition, w.scope):
                 w.seen_alive.add(self.runs[-1].index)
             self._judge(w, verdict, [self.snapshot()], [self.definition], store=store, arrived=time.time())
+        elif verdict.get("verdict") == "failed":
+            w = Watch(f"status@{self.step_no}", "status", self.definition, Scope(since_lo=since_lo), started)
+            w.since_text = None if value is None else str(value)
+            self._judge_failed(w, verdict, [self.snapshot()], [self.definition])
 
     def stop(self, name: str) -> None:
         """End a watch cleanly (a checker is closed: its lease released; a wait gets SIGTERM)."""
@@ -790,10 +920,86 @@ class World:
             if w.reader is not None:
                 w.reader.join(5)
             self._judge_wait(w)
+            w.gave_up = not w.ended_by_us and w.proc.returncode != 0
         elif w.kind == "serve" and w.stop_event is not None and w.thread is not None:
             w.stop_event.set()
             w.thread.join(20)
             self._judge_background(w, [(t, v.to_json()) for t, v in w.verdicts])
+        self._grade_obligations(w)
+
+    def _grade_obligations(self, w: Watch) -> None:
+        """The other side: for each run the truth allowed ``w`` to complete on, whether it
+        had to (MUST) or might (EITHER), and for MUST whether ``w`` said ``complete`` within 3
+        of its own checks once the evidence settled (the run's end, and the stage's
+        ``exit_grace`` after it)."""
+        pairs: dict[int, dict[str, Any]] = {}
+        sightings: list[Sighting] = []
+        for c in w.record:
+            snap = c.snaps[-1]
+            sightings.append(Sighting(c.at, c.seen, snap))
+            if not snap.runs:
+                continue
+            seen = self._seen(w, c.at, c.followed)
+            classes = set()
+            for s in c.snaps:
+                for d in c.definitions:
+                    lenient = judge(s, d, w.scope, *seen).kind == OK
+                    cls, why = obligation(
+                        s, d, w.scope, tuple(sightings), clean_clock=c.clean_clock, lenient_ok=lenient
+                    )
+                    classes.add((cls, why))
+            kinds = {k for k, _ in classes}
+            run = snap.runs[-1]
+            if kinds == {MUST} and len(c.definitions) == 1:
+                d = c.definitions[0]
+                p = pairs.setdefault(run.index, {"class": MUST, "checks": 0, "hit": None, "followed": 0})
+                p["class"] = MUST
+                assert run.ended is not None
+                settled = run.ended + d.exit_grace
+                if c.followed:
+                    p["followed"] += 1
+                    continue
+                if c.at < settled and c.state != "complete":
+                    continue
+                p["checks"] += 1
+                if c.state == "complete" and p["hit"] is None:
+                    p["hit"] = p["checks"]
+                if p["hit"] is None:
+                    p["last"] = [c.state, *c.reasons]
+                    p.setdefault("settled", settled)
+            elif MUST in kinds or EITHER in kinds:
+                p = pairs.setdefault(run.index, {"class": EITHER, "checks": 0, "hit": None, "followed": 0})
+                if p["class"] == EITHER:
+                    p["why"] = next(why for k, why in classes if k != NOT)
+                    if c.state == "complete" and p["hit"] is None:
+                        p["hit"] = 0
+        for index, p in pairs.items():
+            outcome = "either"
+            if p["class"] == MUST:
+                if p["hit"] is not None:
+                    outcome = "within3" if p["hit"] <= 3 else "late"
+                elif p["checks"] >= 3 or (w.gave_up and p["checks"]):
+                    outcome = "missed"
+                elif p["followed"] and not p["checks"]:
+                    outcome = "followed"
+                else:
+                    outcome = "short"
+            self.obligations.append(
+                {
+                    "watch": w.name,
+                    "kind": w.kind,
+                    "run": index,
+                    "class": p["class"],
+                    "outcome": outcome,
+                    "hit": p["hit"],
+                    "checks": p["checks"],
+                    "last": p.get("last"),
+                    "why": p.get("why"),
+                    "probe": w.scope.probe,
+                    "since": w.since_text,
+                    "launch": w.scope.launched is not None,
+                }
+            )
 
     # ------------------------------------------------------------------ judging
 
@@ -819,6 +1025,21 @@ class World:
                 self.exit_code_errors.append(
                     f"{w.name}: advance {verdict.get('advance')} with {verdict.get('verdict')}"
                 )
+            checked = _epoch(verdict.get("checked_at")) or arrived
+            seen = self._seen_in(verdict)
+            w.seen_alive |= seen
+            self._record(
+                w,
+                verdict,
+                checked,
+                seen,
+                self._snaps_between(checked - 0.05, checked),
+                [w.definition] if w.kind != "serve" else self._definitions_between(checked - 1.0, checked),
+            )
+            if verdict.get("verdict") == "failed":
+                lo = max(checked - 0.05, w.started)
+                defs = [w.definition] if w.kind != "serve" else self._definitions_between(lo - 1.0, arrived)
+                self._judge_failed(w, verdict, self._snaps_between(lo, arrived), defs)
             if verdict.get("verdict") != "complete":
                 continue
             if _followed(verdict):
@@ -838,9 +1059,9 @@ class World:
         """The runs ``w``'s probes surely saw alive, and those they may have seen.
 
         Checks made in this thread record what they saw. A watch checking beside the steps
-        surely saw a run alive three seconds of its life past its start-up (generous: a watch
-        starved of CPU on a loaded machine probes late), and may have seen any run alive
-        while it lived. A followed verdict's holder may have seen any run.
+        surely saw the runs its verdicts' process evidence showed alive (read back in order,
+        so only those up to the verdict being judged), and may have seen any run alive while
+        it lived. A followed verdict's holder may have seen any run.
         """
         every = frozenset(r.index for r in self.runs)
         d = w.definition
@@ -848,10 +1069,7 @@ class World:
             return frozenset(), every if followed else frozenset()
         if w.kind not in ("wait", "serve"):
             return frozenset(w.seen_alive), every if followed else frozenset()
-        lo = w.started + 1.0
-        surely = frozenset(
-            r.index for r in self.runs if min(upto, r.ended or upto) - max(lo, r.started) >= 3.0
-        )
+        surely = frozenset(w.seen_alive)
         maybe = frozenset(
             r.index for r in self.runs if min(upto, r.ended or upto) > max(w.started, r.started)
         )
@@ -936,6 +1154,16 @@ class World:
     def close(self) -> None:
         """End every watch (judging what the background ones said), kill the job, remove the files."""
         try:
+            # Checks enough after the last step for a watch that must complete to show it
+            # does (the other side of the oracle: within 3 checks of the evidence settling).
+            live = [w for w in self.watches.values() if w.kind == "checker" and not w.done]
+            if live and not self.errors:
+                with contextlib.suppress(Exception):
+                    time.sleep(0.25)
+                    for _ in range(3 + max(w.definition.settle for w in live)):
+                        for w in live:
+                            self._check_once(w)
+                        time.sleep(0.12)
             for w in list(self.watches.values()):
                 try:
                     self._end(w, clean=True)
@@ -973,6 +1201,8 @@ class World:
             "soft": len(self.soft),
             "by_kind": dict(self.by_kind),
             "exit_code_errors": list(self.exit_code_errors),
+            "false_failed": len(self.false_failed),
+            "obligations": list(self.obligations),
             "errors": list(self.errors),
             "notes": list(self.notes),
         }
