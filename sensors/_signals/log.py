@@ -84,6 +84,9 @@ class LogMemory:
     # last word, and cannot be counted (a completion line followed by a later run's progress
     # line is an earlier run's outright: ``earlier_complete``).
     followed_by: str | None = None
+    # A progress line among that text ("'line', then 'progress'"): a later run's progress,
+    # unless the line's writers wrote it (their own last update): ``_whose`` decides.
+    later_run: str | None = None
     clock_ahead: bool = False  # the log's file times were ahead of the host's clock at binding
     # Who can have written this run's completion line, and when (see ``_whose``): the job's
     # PIDs that were alive before it was written; when it was written (its mtime while it was
@@ -102,6 +105,8 @@ class LogMemory:
     # An earlier run's process (begun before this run's exact start) was alive at the last
     # check, and none of this run: a line found now is that run's (see _whose).
     earlier_alive: bool = False
+    # An error line written by an earlier run's process (see ``read_log``): not this run's.
+    earlier_error: str | None = None
     # The demoted line was written while only an earlier run's process was at work (that
     # pid): an earlier run's last word, not superseded by a later one.
     demoted_earlier: int | None = None
@@ -758,6 +763,17 @@ def read_log(
         word = word._replace(complete_line=None, complete_end=None, demoted=word.complete_line)
     if word.demoted is not None:
         scan = scan._replace(earlier_complete=word.demoted, followed_by=None)
+    earlier_error = memory.earlier_error
+    # An error line first found while only an earlier run's processes were at work (now and
+    # at the last check: none of this run's, begun after its exact start) is that run's last
+    # word, not this one's (a --since given while an old run was finishing).
+    only_earlier = job is not None and (memory.earlier_alive or bool(job.earlier)) and not job.live
+    if scan.error_line is not None and scan.error_line != memory.error_line and only_earlier:
+        assert job is not None
+        if not job.previous:
+            earlier_error = scan.error_line
+    if scan.error_line is not None and scan.error_line == earlier_error:
+        scan = scan._replace(error_line=None)
     complete_line, complete_end = word.complete_line, word.complete_end
     still_writing = (
         complete_end is not None
@@ -801,6 +817,8 @@ def read_log(
             undatable_by=word.undatable_by,
             demoted_earlier=word.earlier_pid if word.earlier_pid is not None else memory.demoted_earlier,
         )
+    if new_memory.earlier_error != earlier_error:
+        new_memory = evolve(new_memory, earlier_error=earlier_error)
     # Whether only an earlier run's process was at work at this check (see _whose).
     earlier_alive = job is not None and bool(job.earlier) and not job.live
     if new_memory.earlier_alive != earlier_alive:
@@ -859,6 +877,7 @@ def _scanned_memory(
         error_line=scan.error_line,
         earlier_complete=scan.earlier_complete,
         followed_by=None if scan.followed_by is None else redact(scan.followed_by),
+        later_run=None if scan.later_run is None else redact(scan.later_run),
         scanned=scanned,
         earlier_is_last=scan.earlier_is_last,
         # Kept redacted (the memory is stored): they are shown only as redacted evidence.
@@ -1110,6 +1129,10 @@ def _whose(
         # end was seen (see ``JobView.ends``).
         by_end = ended is not None and not memory.foreign_clock and st.written <= ended
         unattributed = not (by_writer or by_exit or by_end)
+        if unattributed and scan.later_run is not None:
+            # Progress after the line that none of its writers is known to have written: a
+            # later run's, begun after it. The line is an earlier run's, for good.
+            return _Word(None, None, demoted=complete_line, demoted_end=complete_end)
     return _Word(
         complete_line,
         complete_end,
@@ -1184,7 +1207,7 @@ def _launch_over(
         return None
     if memory.superseded is not None:
         return memory.superseded
-    if scan.later_run is not None:
+    if scan.later_run is not None and word.demoted is not None:
         return f"a completion line followed by a later run's progress: {scan.later_run}"
     if _exit_log_holds(memory) and (change is not None or (st.inode, st.size) != memory.exit_log):
         return "the log changed after a check had found the launched job over"
@@ -1317,11 +1340,10 @@ def _scan_log(
     holds no line of (progress, a last line with text) is the last scan's.
 
     A completion line counts only as the last word of its run. After it, whitespace is
-    evidence of nothing; an error line fails the run; a progress line (of the stage's
-    ``progress`` pattern) is a later run's, so the completion line is an earlier run's; any
-    other text is a later run's or this one's post-processing output: with a progress pattern
-    it is taken as output (a later run would print progress), without one it cannot be told
-    (``followed_by``).
+    evidence of nothing; an error line fails the run; any other text is a later run's or this
+    one's own output after the line (``followed_by``), which only the processes that can have
+    written it tell (``_whose``); a progress line (of the stage's ``progress`` pattern) among
+    it (``later_run``) makes the line an earlier run's unless its own writers wrote it.
     """
     tail_start = st.size - len(tail)
     run_from = memory.run_from or 0
@@ -1336,7 +1358,7 @@ def _scan_log(
     complete_line, complete_end = memory.complete_line, memory.complete_end
     error_line, followed_by = memory.error_line, memory.followed_by
     earlier, earlier_end = memory.earlier_complete, None
-    later_run: str | None = None
+    later_run = memory.later_run
     offset = tail_start
     # One C-speed search over the whole tail (\r as line breaks, MULTILINE) tells whether any
     # line can match; only then is the tail split into lines and each examined (else only the
@@ -1374,19 +1396,20 @@ def _scan_log(
             # Lines kept are kept redacted (the memory is stored), and compared as kept: the
             # same line redacts the same way at every check.
             complete_line, complete_end = redact(segment), end
-            error_line, followed_by = None, None  # errors before the completion line were survived
+            # Errors before the completion line were survived; what came after the last one
+            # says nothing of this one.
+            error_line, followed_by, later_run = None, None, None
         elif whole and error_rx and error_rx.search(clean):
             error_line = redact(clean)
         elif complete_line is not None and (complete_end is None or end > complete_end):
             if progress_rx is not None and any(
                 progress_rx.named_groups(part.strip()) is not None for part in clean.split("\r")
             ):
-                # Progress after the completion line: a later run began. The line is an
-                # earlier run's.
+                # Progress after the completion line: a later run's, which makes the line an
+                # earlier run's, unless the line's own writers wrote it (a last update of the
+                # bar after the line): ``_whose`` tells which.
                 later_run = later_run or f"{complete_line.strip()[:120]!r}, then {clean.strip()[:120]!r}"
-                earlier, earlier_end = complete_line, complete_end
-                complete_line, complete_end, followed_by = None, None, None
-            elif followed_by is None:
+            if followed_by is None:
                 # Whose it is is the job's question (see _whose): the process that wrote the
                 # completion line, still at work, or a later run.
                 followed_by = clean.strip()[:200]
@@ -1428,6 +1451,7 @@ def _remembered_scan(memory: LogMemory) -> _LogScan:
         memory.last_line,
         memory.partial,
         memory.followed_by,
+        memory.later_run,
     )
 
 
