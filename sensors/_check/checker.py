@@ -282,6 +282,7 @@ class Checker(Following):
         since: str | float | Since | None = None,
         run: Run | None = None,
         state: Store | str | os.PathLike[str] | None = None,
+        began: float | None = None,
     ) -> None:
         """
         Args:
@@ -294,6 +295,9 @@ class Checker(Following):
             state: the durable store (a path, a ``postgresql://`` URL, or an open store) that
                 keeps this stage's memory across restarts: restored now, saved after each
                 check. None: memory lives with this Checker only.
+            began: when this watch began (this machine's clock; default: now). The CLI passes
+                its own process's start: a job typed right after ``crosscheck wait`` may be over
+                before the command has imported itself, and its log is still this run's.
         """
         if stage.hosts is not None:
             raise ConfigError(
@@ -326,7 +330,7 @@ class Checker(Following):
         self._own_pidns: str | None = None
         # When this watch began (this machine's clock), and when its probe was sent: the
         # first answer places the start on the host's clock (CheckFacts.watch_began).
-        self._began = time.time()
+        self._began = time.time() if began is None else min(time.time(), began)
         self._sent_at: float | None = None
         self._answered_at: float | None = None
         self._watch_began: float | None = None

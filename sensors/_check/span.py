@@ -456,12 +456,14 @@ def checker_for(
     since: str | float | Since | None = None,
     state: Store | str | os.PathLike[str] | None = None,
     run: Run | None = None,
+    began: float | None = None,
 ) -> Checker | SpanChecker:
     """The checker of ``stage``: a :class:`Checker` for one host, a :class:`SpanChecker` for
-    a stage over several (``hosts:``)."""
+    a stage over several (``hosts:``). ``began``: see :class:`Checker` (a stage over several
+    hosts takes no run start from its watch)."""
     if stage.hosts is not None:
         return SpanChecker(stage, since=since, state=state, run=run)
-    return Checker(stage, since=since, state=state, run=run)
+    return Checker(stage, since=since, state=state, run=run, began=began)
 
 
 #: What checks a stage: one host's :class:`Checker`, or a :class:`SpanChecker` over several.

@@ -273,7 +273,22 @@ class _Options:
         return cls(args.since, open_store(location))
 
     def checker(self, stage: Stage) -> Checker | SpanChecker:
-        return checker_for(stage, since=self.since, state=self.store)
+        return checker_for(stage, since=self.since, state=self.store, began=_process_started())
+
+
+def _process_started() -> float | None:
+    """When this command began (this machine's clock, at the latest: its start tick rounded
+    up), None where /proc cannot tell. A watch begins when the person typed the command, not
+    once Python has imported it (a second or more on a loaded host): a job started just after
+    is over before its first check, and its log is still the run this watch is for."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            raw = f.read()
+        ticks = int(raw[raw.rfind(b")") + 2 :].split()[19])
+        boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+        return boot + (ticks + 1) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 def _since_arg(value: str) -> Since:
