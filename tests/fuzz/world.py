@@ -1011,7 +1011,10 @@ class World:
         self._judge_background(w, objects)
         assert w.proc is not None
         rc = w.proc.returncode
-        if not w.ended_by_us and rc not in (0, 1, 3, 4):
+        stuck = bool(objects and objects[-1][1].get("stuck"))
+        if not w.ended_by_us and rc == 5 and not stuck:
+            self.errors.append(f"wait {w.name}: exit 5 (stuck) but its last verdict is not stuck")
+        elif not w.ended_by_us and rc not in (0, 1, 3, 4, 5):
             self.errors.append(f"wait {w.name}: exit {rc} (a usage or config error?)")
         if not w.ended_by_us and objects:
             advance = bool(objects[-1][1].get("advance"))
