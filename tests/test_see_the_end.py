@@ -246,7 +246,7 @@ def test_a_since_given_as_a_time_is_placed_on_the_hosts_clock() -> None:
     60 s ahead no longer dates run 1's lines, stamped 60 s ahead, after a since placed
     between them and run 2 (issue 35, two hosts with a skewed clock). A duration is taken
     before the host's own clock's now."""
-    from sensors._base.run import parse_since
+    from sensors._run.run import parse_since
 
     at = parse_since("@1796104800")
     assert at is not None and at.resolve(now=1796105000.0, ahead=60.2) == 1796104860.2

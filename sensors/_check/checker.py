@@ -30,11 +30,11 @@ from sensors._base.probe import (
     parse_meta,
     split_sections,
 )
-from sensors._base.run import LaunchEnd, Run, Since, exit_record_lines, parse_since, read_launch_end
 from sensors._check.persist import NotOurs, OwnRun, Persistence, is_this_run, save_all
 from sensors._config.stage import PolicySpec, Stage
 from sensors._hosts import Host, LocalHost
 from sensors._hosts.exits import ExitWatch, local_exits
+from sensors._run.run import LaunchEnd, Run, Since, exit_record_lines, parse_since, read_launch_end
 from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
 from sensors._signals.base import JobView
 from sensors._signals.log import LogMemory, seed_log_memory

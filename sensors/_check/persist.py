@@ -28,9 +28,9 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from sensors._base.model import Verdict
-from sensors._base.run import Run, Since
 from sensors._check.codec import VERSION, MemoryFormatError, dumps, fingerprint, loads
 from sensors._config.stage import Stage
+from sensors._run.run import Run, Since
 from sensors._store import Lease, SaveRequest, StageKey, Store, StoreWarning, open_store
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ does), bounded by the size ``stat`` saw so offsets are exact; a log that grew si
 check, from where that check left off (``resume_at``). tqdm's ``\\r`` rewrites are
 split; a completion marker is a whole line ending in ``\\n``. A completion line counts only
 when this run wrote it: the memory keeps where the run's bytes begin (``run_from``, see
-``sensors._base.run``) and the last bytes before the previous end, so a log replaced, truncated or
+``sensors._run.run``) and the last bytes before the previous end, so a log replaced, truncated or
 rewritten in place (even regrown past its old size) is seen. Staleness is the monitored host's
 ``now - mtime``, both read in one probe (clocks of two hosts differ).
 """
@@ -39,9 +39,9 @@ from sensors._base.probe import (
     unchanged,
 )
 from sensors._base.regex import UserRegex, compile_user_regex, required_literal
-from sensors._base.run import FINGERPRINT_BYTES, Run
 from sensors._base.schema import AbsPath, Regex, Section
 from sensors._base.text import redact
+from sensors._run.run import FINGERPRINT_BYTES, Run
 from sensors._signals.base import CheckFacts, JobView, LastWord, ProbeInputs, Signal, evolve
 
 
@@ -659,7 +659,7 @@ def read_log(
     """Read the log signal: this run's completion and error lines, progress, staleness.
 
     A completion line counts only when this run wrote it (``run`` and the memory say where
-    its bytes begin: see ``sensors._base.run``), and only as its run's last word (``job``: the
+    its bytes begin: see ``sensors._run.run``), and only as its run's last word (``job``: the
     process signal's view of the job, see ``_whose``; ``exited``: a launched job's recorded
     end (``exited_by``: the latest it can have been, the record's precision allowing); ``over``:
     the launched job is over, recorded or not: see ``_launch_over``; ``job_unread``: the

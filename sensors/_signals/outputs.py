@@ -39,8 +39,8 @@ from sensors._base.probe import (
     trusted_stamp,
     unchanged,
 )
-from sensors._base.run import FINGERPRINT_BYTES
 from sensors._base.schema import AbsPath, Section
+from sensors._run.run import FINGERPRINT_BYTES
 from sensors._signals.base import CheckFacts, LastWord, ProbeInputs, Reread, Signal, evolve
 
 DEFAULT_EXCLUDES = (".*", "*.tmp", "*.part", "*.partial", "*.swp", "*~")

@@ -34,9 +34,9 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 from sensors._base.model import Reading, Says
 from sensors._base.probe import ESCAPE, Meta
 from sensors._base.regex import compile_user_regex, required_text, to_utf8
-from sensors._base.run import PROCESS_START_PRECISION, Run, describe_exit, read_exit_record
 from sensors._base.schema import Regex, Section
 from sensors._base.text import redact
+from sensors._run.run import PROCESS_START_PRECISION, Run, describe_exit, read_exit_record
 from sensors._signals.base import CheckFacts, JobView, ProbeInputs, Reread, Signal
 from sensors._signals.procfs import (
     ALIVE_STATES,
