@@ -82,7 +82,7 @@ def test_a_rerun_killed_half_way_is_never_complete_on_the_first_runs_evidence(tm
     started = datetime.datetime.fromisoformat(verdicts[0].run["started_at"]).timestamp()
     # A start read from /proc is as exact as its clock (50 ms against /proc/uptime, a second
     # against btime: PROCESS_START_PRECISION); the mtime is exact to a tick (20 ms).
-    from sensors._run.run import PROCESS_START_PRECISION
+    from sensors._run.tolerances import PROCESS_START_PRECISION
 
     virtualised = bool(final.readings["process"].evidence.get("elapsed_unknown"))
     slack = PROCESS_START_PRECISION["btime" if virtualised else "ticks"]

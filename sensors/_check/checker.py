@@ -35,6 +35,7 @@ from sensors._config.stage import PolicySpec, Stage
 from sensors._hosts import Host, LocalHost
 from sensors._hosts.exits import ExitWatch, local_exits
 from sensors._run.run import LaunchEnd, Run, Since, exit_record_lines, parse_since, read_launch_end
+from sensors._run.tolerances import SINCE_SAME
 from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
 from sensors._signals.base import JobView
 from sensors._signals.log import LogMemory, seed_log_memory
@@ -491,7 +492,7 @@ class Checker(Following):
                 and stored_run is not None
                 and stored_run.source == "since"
                 and stored_run.started_at is not None
-                and abs((stored_run.given or stored_run.started_at) - self._since.at) <= 1e-3
+                and abs((stored_run.given or stored_run.started_at) - self._since.at) <= SINCE_SAME
             )
         else:
             same = True

@@ -22,10 +22,7 @@ from pydantic import Field
 
 from sensors._base.model import Reading, Says
 from sensors._base.probe import (
-    ATTRIBUTE_CACHE_GRACE,
     ESCAPE,
-    FILE_CLOCK_TOLERANCE,
-    OWN_CLOCK_SLACK,
     STAT_FORMAT,
     Meta,
     fstype_request,
@@ -42,6 +39,17 @@ from sensors._base.regex import UserRegex, compile_user_regex, required_literal
 from sensors._base.schema import AbsPath, Regex, Section
 from sensors._base.text import redact
 from sensors._run.run import FINGERPRINT_BYTES, Run
+from sensors._run.tolerances import (
+    ATTRIBUTE_CACHE_GRACE,
+    FILE_CLOCK_TOLERANCE,
+    FILE_TIME_TICK,
+    JIFFY,
+    OWN_CLOCK_SLACK,
+    PROC_START_TICKS,
+    PROC_START_TICKS_WRITER,
+    PROC_START_WHOLE_SECONDS,
+    WHOLE_SECOND,
+)
 from sensors._signals.base import CheckFacts, JobView, LastWord, ProbeInputs, Signal, evolve
 
 
@@ -369,20 +377,16 @@ def _parsed_stamp(stamp: str, path: str) -> _LogStat | str:
     return _parse_log_stat(stamp.encode(), path)
 
 
-#: File times come from the kernel's coarse clock, one tick (1 to 10 ms) behind the real one.
-_TIMESTAMP_TICK = 0.02
-
-
 def _precise(value: str, whole: int) -> tuple[float, float]:
     """The mtime with its fraction and how exact it is: to the kernel's tick when stat
     printed one that agrees with the whole seconds, else to the second."""
     try:
         seconds = float(value)
     except ValueError:
-        return float(whole), 1.0
+        return float(whole), WHOLE_SECOND
     if "." not in value or int(seconds) != whole:
-        return float(whole), 1.0
-    return seconds, _TIMESTAMP_TICK
+        return float(whole), WHOLE_SECOND
+    return seconds, FILE_TIME_TICK
 
 
 def _birth(value: str) -> float:
@@ -442,7 +446,7 @@ def _bind(
             clock_ahead=True,
             bound_by=run.source,
         )
-    after = _start_slack(run.source, run.slack) + (0.0 if own else _FILE_CLOCK_TOLERANCE)
+    after = _start_slack(run.source, run.slack) + (0.0 if own else FILE_CLOCK_TOLERANCE)
     if st.birth and st.birth >= run.started_at + after:
         # Born after the run began: all of it is this run's. The birth is never later than
         # the truth (whole seconds rounded down, or the kernel's coarse clock, which lags).
@@ -452,7 +456,7 @@ def _bind(
         and own
         and run.source == "process"
         and run.slack is not None
-        and run.slack <= _TICK_SLACK
+        and run.slack <= PROC_START_TICKS
         and st.birth >= run.started_at - run.slack
     ):
         # Born within the start's own precision of it (`nohup job > log` opens the log
@@ -470,9 +474,6 @@ def _bind(
     )
 
 
-_FILE_CLOCK_TOLERANCE = FILE_CLOCK_TOLERANCE
-
-
 def _time_impossible(st: _LogStat, run: Run | None, latest: float, own: bool) -> bool:
     """Whether the log's file times cannot be true on the host's clock: ahead of it, before
     the file's birth, or, for a launched run's log changed since the launch, before the launch
@@ -480,12 +481,12 @@ def _time_impossible(st: _LogStat, run: Run | None, latest: float, own: bool) ->
     written."""
     if _ahead(st, latest, own) is not None:
         return True
-    if st.birth and st.written + st.resolution < st.birth - _WRITTEN_BY_TICK:
+    if st.birth and st.written + st.resolution < st.birth - FILE_TIME_TICK:
         return True  # last written before it was born: set back (the birth is the kernel's)
     if run is None or run.source != "launch" or run.started_at is None:
         return False
     changed = st.inode != run.log_inode or st.size != (run.log_offset or 0)
-    return changed and st.written + st.resolution < run.started_at - _WRITTEN_BY_TICK
+    return changed and st.written + st.resolution < run.started_at - FILE_TIME_TICK
 
 
 def _ahead(st: _LogStat, latest: float, own: bool) -> float | None:
@@ -495,17 +496,7 @@ def _ahead(st: _LogStat, latest: float, own: bool) -> float | None:
     a file server's clock does). A time ahead within the tolerance on the host's own clock
     dated an earlier run's line after a start given a moment before (fuzzer seed 702132)."""
     ahead = max(st.written, st.birth) - latest
-    return round(ahead, 3) if ahead > (OWN_CLOCK_SLACK if own else _FILE_CLOCK_TOLERANCE) else None
-
-
-#: How far a run start read from /proc may be from the truth (seconds): it is now minus the
-#: elapsed time, and when /proc/uptime is virtualised that comes from /proc/stat's btime,
-#: which is whole seconds. A start given with --since is taken as exact.
-_PROCESS_START_SLACK = 1.0
-
-#: A few clock ticks: how far a start read from /proc may be off where uptime is not
-#: virtualised (start ticks are 10 ms; a file time is a kernel tick behind the clock).
-_TICK_SLACK = 0.05
+    return round(ahead, 3) if ahead > (OWN_CLOCK_SLACK if own else FILE_CLOCK_TOLERANCE) else None
 
 
 def _start_slack(source: str, slack: float | None = None) -> float:
@@ -513,7 +504,7 @@ def _start_slack(source: str, slack: float | None = None) -> float:
     as exact as it was read (``Run.slack``), else the worst case."""
     if source == "since":
         return 0.0
-    return _PROCESS_START_SLACK if slack is None else slack
+    return PROC_START_WHOLE_SECONDS if slack is None else slack
 
 
 def _written_after_start(
@@ -735,7 +726,7 @@ def read_log(
     complete_line, complete_end, accepted = _completion(scan, memory, st, run)
     # How far a start read from /proc may be off: a few clock ticks, or whole seconds where
     # /proc/uptime is virtualised (the process signal's slack, for the same reason).
-    start_slack = _PROCESS_START_SLACK if meta.uptime_virtualised else _TICK_SLACK
+    start_slack = PROC_START_WHOLE_SECONDS if meta.uptime_virtualised else PROC_START_TICKS
     word = _whose(
         memory, scan, st, complete_line, complete_end, job, run, meta.now, exited, job_unread, start_slack
     )
@@ -943,13 +934,6 @@ class _Word(NamedTuple):
         )
 
 
-#: File times are a kernel tick (up to 10 ms) behind the clock: slack for "written by then".
-_WRITTEN_BY_TICK = 0.02
-
-#: The longest a kernel tick is (HZ=100): a file time is at most this far behind the write.
-_JIFFY = 0.01
-
-
 def _whose(
     memory: LogMemory,
     scan: _LogScan,
@@ -961,7 +945,7 @@ def _whose(
     now: float,
     exited: float | None = None,
     job_unread: bool = False,
-    start_slack: float = _PROCESS_START_SLACK,
+    start_slack: float = PROC_START_WHOLE_SECONDS,
 ) -> _Word:
     """Whether this run's completion line is its run's last word, by the processes that can
     have written what is in the log (issue 21: the latest run decides).
@@ -1019,7 +1003,7 @@ def _whose(
         # the log itself was born (a job that created its log can have written every line).
         written_after = max(at or 0.0, st.birth if memory.run_from == 0 else 0.0)
         early = (
-            {pid for pid, start in job.starts.items() if start < written_after - _PROCESS_START_SLACK}
+            {pid for pid, start in job.starts.items() if start < written_after - PROC_START_WHOLE_SECONDS}
             if job is not None and written_after
             else set()
         )
@@ -1065,7 +1049,7 @@ def _whose(
         elders = set(writers) | {
             pid
             for pid in live
-            if (start := job.starts.get(pid)) is not None and start <= bound + _PROCESS_START_SLACK
+            if (start := job.starts.get(pid)) is not None and start <= bound + PROC_START_WHOLE_SECONDS
         }
         later = sorted(
             pid
@@ -1073,7 +1057,7 @@ def _whose(
             if pid not in writers
             and not job.descends(pid, elders)  # their child: their run's own work
             and (start := job.starts.get(pid)) is not None
-            and start > bound + _PROCESS_START_SLACK
+            and start > bound + PROC_START_WHOLE_SECONDS
         )
         if later:
             return _Word(None, None, demoted=complete_line, later_pid=later[0], demoted_end=complete_end)
@@ -1085,12 +1069,12 @@ def _whose(
             and run.source == "launch"
             and exited is not None
             and not memory.foreign_clock
-            and st.written <= exited + _WRITTEN_BY_TICK
+            and st.written <= exited + FILE_TIME_TICK
         )
         ended = _writers_end(writers, job)
         # ``ended``: the last time the writers were known alive (see sensors._hosts.exits):
         # the last write, a tick at most after its mtime, came no later.
-        by_end = ended is not None and not memory.foreign_clock and st.written + _JIFFY <= ended
+        by_end = ended is not None and not memory.foreign_clock and st.written + JIFFY <= ended
         unattributed = not (by_writer or by_exit or by_end)
     return _Word(
         complete_line,
@@ -1127,8 +1111,8 @@ def _undatable(
 
     def close(pid: int) -> bool:
         if at is None:
-            return job.starts.get(pid, written_after) >= written_after - _PROCESS_START_SLACK
-        return at - start_slack <= job.starts.get(pid, at) <= at + _PROCESS_START_SLACK
+            return job.starts.get(pid, written_after) >= written_after - PROC_START_WHOLE_SECONDS
+        return at - start_slack <= job.starts.get(pid, at) <= at + PROC_START_WHOLE_SECONDS
 
     return min(
         (pid for pid in job.live if pid not in writers and not job.descends(pid, writers) and close(pid)),
@@ -1139,7 +1123,7 @@ def _undatable(
 def _written_by(st: _LogStat, at: float | None) -> bool:
     """Whether the log was last written by ``at``: the whole span its mtime allows (a second
     where stat gives whole seconds) before it, to the kernel's tick."""
-    return at is not None and st.written + st.resolution <= at + _WRITTEN_BY_TICK
+    return at is not None and st.written + st.resolution <= at + FILE_TIME_TICK
 
 
 def _launch_over(
@@ -1172,7 +1156,7 @@ def _launch_over(
         return "the log changed after a check had found the launched job over"
     if exited_by is None or memory.foreign_clock:
         return None
-    if st.written > exited_by + _WRITTEN_BY_TICK:
+    if st.written > exited_by + FILE_TIME_TICK:
         what = (
             f"the completion line {word.complete_line.strip()[:120]!r} was"
             if word.complete_line is not None and word.complete_end == st.size
@@ -1536,14 +1520,11 @@ def _writer_alive(memory: LogMemory, facts: CheckFacts) -> bool:
         start = job.starts.get(pid)
         if at is None or start is None:
             continue
-        if start <= (at - _PROCESS_START_SLACK if facts.meta.uptime_virtualised else at + _START_PRECISION):
+        if start <= (
+            at - PROC_START_WHOLE_SECONDS if facts.meta.uptime_virtualised else at + PROC_START_TICKS_WRITER
+        ):
             return True
     return False
-
-
-#: How far a process start read from /proc start ticks against /proc/uptime may be off: a
-#: clock tick or two (10 ms each).
-_START_PRECISION = 0.02
 
 
 def _stamp_mtime(stamp: str | None) -> float | None:
