@@ -155,3 +155,72 @@ def test_moments_on_two_clocks_are_compared_only_once_on_one() -> None:
 def test_a_moment_refuses_what_no_clock_reads(make) -> None:
     with pytest.raises(ValueError):
         make()
+
+
+# --------------------------------------------------------------------------- binding rules
+
+from typing import NamedTuple  # noqa: E402
+
+from sensors._run.binding import file_time_ahead, last_write, time_impossible, written_by  # noqa: E402
+from sensors._run.run import Run  # noqa: E402
+
+
+class _Times(NamedTuple):
+    inode: int = 7
+    size: int = 10
+    birth: float = 0.0
+    written: float = 1000.0
+    resolution: float = 0.02
+
+
+@pytest.mark.parametrize(
+    ("written", "resolution", "source", "slack", "when"),
+    [
+        (998.0, 0.02, "process", 0.05, "before"),
+        (999.93, 0.02, "process", 0.05, "before"),  # its span ends at the start's earliest
+        (999.94, 0.02, "process", 0.05, "unclear"),
+        (1000.05, 0.02, "process", 0.05, "after"),
+        (1000.04, 0.02, "process", 0.05, "unclear"),
+        (1000.5, 0.02, "process", None, "unclear"),  # no precision known: a second either way
+        (999.0, 1.0, "since", None, "before"),  # whole seconds, a --since is exact
+        (999.5, 1.0, "since", None, "unclear"),
+        (1000.0, 0.02, "since", None, "after"),
+    ],
+)
+def test_when_a_file_was_last_written_against_a_runs_start(written, resolution, source, slack, when) -> None:
+    assert last_write(written, resolution, 1000.0, source, None, slack) == when
+
+
+@pytest.mark.parametrize(
+    ("times", "latest", "own", "ahead"),
+    [
+        (_Times(written=1000.0), 1000.0, True, None),
+        (_Times(written=1000.05), 1000.0, True, None),  # within the probe's own clock read
+        (_Times(written=1000.2), 1000.0, True, 0.2),  # set ahead by a tool
+        (_Times(written=1000.9), 1000.0, False, None),  # a file server's clock, within its tolerance
+        (_Times(birth=1002.0), 1000.0, False, 2.0),
+    ],
+)
+def test_a_file_time_ahead_of_the_hosts_clock(times, latest, own, ahead) -> None:
+    assert file_time_ahead(times, latest, own) == (pytest.approx(ahead) if ahead is not None else None)
+
+
+@pytest.mark.parametrize(
+    ("times", "run", "impossible"),
+    [
+        (_Times(), None, False),
+        (_Times(birth=1001.0), None, True),  # last written before it was born
+        (_Times(), Run(source="launch", started_at=1005.0, log_inode=7, log_offset=10), False),  # unchanged
+        (_Times(size=20), Run(source="launch", started_at=1005.0, log_inode=7, log_offset=10), True),
+        (_Times(size=20), Run(source="process", started_at=1005.0), False),  # only a launch is exact
+    ],
+)
+def test_file_times_no_clock_can_have_given(times, run, impossible) -> None:
+    assert time_impossible(times, run, 1010.0, True) is impossible
+
+
+def test_written_by_a_moment_takes_the_whole_span_of_the_mtime() -> None:
+    assert written_by(_Times(written=999.0, resolution=1.0), 1000.0)
+    assert not written_by(_Times(written=999.5, resolution=1.0), 1000.0)
+    assert written_by(_Times(written=1000.0), 1000.0)  # to the kernel's tick
+    assert not written_by(_Times(), None)

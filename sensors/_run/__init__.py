@@ -18,6 +18,9 @@ bytes of a log, a line, an output, a GPU process) **belongs** to the run: yes, n
 tell; "cannot tell" only where another history fits within the measured precisions.
 
 - :mod:`~sensors._run.run`: ``Run``, ``Since``, launch marks and records, exit records.
+- :mod:`~sensors._run.tolerances`: every tolerance, with its unit and source (one table).
+- :mod:`~sensors._run.moment`: ``Moment``, a time on one clock with its interval.
+- :mod:`~sensors._run.binding`: when a file was written against a run's start.
 
 Signals read facts and ask here whether they belong; the verdict combines. The rules that
 follow from the model are in docs/run-binding.md.

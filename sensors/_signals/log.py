@@ -38,13 +38,13 @@ from sensors._base.probe import (
 from sensors._base.regex import UserRegex, compile_user_regex, required_literal
 from sensors._base.schema import AbsPath, Regex, Section
 from sensors._base.text import redact
+from sensors._run.binding import file_time_ahead, last_write, run_start_slack, time_impossible, written_by
 from sensors._run.run import FINGERPRINT_BYTES, Run
 from sensors._run.tolerances import (
     ATTRIBUTE_CACHE_GRACE,
     FILE_CLOCK_TOLERANCE,
     FILE_TIME_TICK,
     JIFFY,
-    OWN_CLOCK_SLACK,
     PROC_START_TICKS,
     PROC_START_TICKS_WRITER,
     PROC_START_WHOLE_SECONDS,
@@ -426,7 +426,7 @@ def _bind(
             watch_began is not None
             and st.birth
             and own
-            and _ahead(st, latest or now, own) is None
+            and file_time_ahead(st, latest or now, own) is None
             and st.birth >= watch_began
         ):
             # Born after this watch began: the run it holds began after it too, and every
@@ -434,7 +434,7 @@ def _bind(
             return replace(base, run_from=0, bound_by="watch")
         # No run start: only what is written while this watch looks is this run's.
         return replace(base, run_from=st.size, before_uncertain=True, bound_by="watch")
-    if _ahead(st, latest or now, own) is not None:
+    if file_time_ahead(st, latest or now, own) is not None:
         # A file time the host's clock has not reached yet (a file server with its own
         # clock) says nothing of when the file was written: not born after the run began, not
         # written before it. What was there is of a run that cannot be told.
@@ -446,7 +446,7 @@ def _bind(
             clock_ahead=True,
             bound_by=run.source,
         )
-    after = _start_slack(run.source, run.slack) + (0.0 if own else FILE_CLOCK_TOLERANCE)
+    after = run_start_slack(run.source, run.slack) + (0.0 if own else FILE_CLOCK_TOLERANCE)
     if st.birth and st.birth >= run.started_at + after:
         # Born after the run began: all of it is this run's. The birth is never later than
         # the truth (whole seconds rounded down, or the kernel's coarse clock, which lags).
@@ -464,7 +464,7 @@ def _bind(
         # Another history fits only with a second run begun within those ticks of this one,
         # writing the same log: no history a watch of one job can tell, nor needs to.
         return replace(base, run_from=0, bound_by=run.source)
-    when = _last_write(st.written, st.resolution, run.started_at, run.source, after, run.slack)
+    when = last_write(st.written, st.resolution, run.started_at, run.source, after, run.slack)
     return replace(
         base,
         run_from=st.size,
@@ -472,39 +472,6 @@ def _bind(
         last_write_unclear=when == "unclear",
         bound_by=run.source,
     )
-
-
-def _time_impossible(st: _LogStat, run: Run | None, latest: float, own: bool) -> bool:
-    """Whether the log's file times cannot be true on the host's clock: ahead of it, before
-    the file's birth, or, for a launched run's log changed since the launch, before the launch
-    (set back by a tool, or a file server's clock): they are then no evidence of when it was
-    written."""
-    if _ahead(st, latest, own) is not None:
-        return True
-    if st.birth and st.written + st.resolution < st.birth - FILE_TIME_TICK:
-        return True  # last written before it was born: set back (the birth is the kernel's)
-    if run is None or run.source != "launch" or run.started_at is None:
-        return False
-    changed = st.inode != run.log_inode or st.size != (run.log_offset or 0)
-    return changed and st.written + st.resolution < run.started_at - FILE_TIME_TICK
-
-
-def _ahead(st: _LogStat, latest: float, own: bool) -> float | None:
-    """How far the log's mtime or birth is ahead of ``latest`` (None: neither is, beyond what
-    the file system's clock allows: a few ticks where the host's kernel stamps the times —
-    its clock lags, never leads, so a time ahead was set by a tool — and the tolerance where
-    a file server's clock does). A time ahead within the tolerance on the host's own clock
-    dated an earlier run's line after a start given a moment before (fuzzer seed 702132)."""
-    ahead = max(st.written, st.birth) - latest
-    return round(ahead, 3) if ahead > (OWN_CLOCK_SLACK if own else FILE_CLOCK_TOLERANCE) else None
-
-
-def _start_slack(source: str, slack: float | None = None) -> float:
-    """How far a run's start may be from the truth: a ``since`` is exact; a process's start
-    as exact as it was read (``Run.slack``), else the worst case."""
-    if source == "since":
-        return 0.0
-    return PROC_START_WHOLE_SECONDS if slack is None else slack
 
 
 def _written_after_start(
@@ -518,31 +485,7 @@ def _written_after_start(
         return True
     if memory.foreign_clock or memory.clock_ahead:
         return False
-    return _last_write(st.written, st.resolution, started, source, None, slack) == "after"
-
-
-def _last_write(
-    written: float,
-    resolution: float,
-    started: float,
-    source: str,
-    after: float | None = None,
-    start_slack: float | None = None,
-) -> str:
-    """Whether the log was last written before the run began, after it, or too near to tell.
-
-    The write happened in [written, written + resolution): to the kernel's tick where stat
-    gives nanoseconds, to the second where it gives whole seconds only. Only a write clearly
-    before the start is an earlier run's, and only one clearly after it is this run's; in
-    between it could be either (a re-run started a moment after the last run's completion
-    line, or a fast job that wrote its own before this watch first looked).
-    """
-    slack = _start_slack(source, start_slack)
-    if written + resolution <= started - slack:
-        return "before"
-    if written >= started + (slack if after is None else after):
-        return "after"
-    return "unclear"
+    return last_write(st.written, st.resolution, started, source, None, slack) == "after"
 
 
 def _continuity(memory: LogMemory, st: _LogStat, prev: bytes | None, unchanged: bool) -> str | None:
@@ -599,7 +542,7 @@ def _bound(
         and run is not None
         and run.started_at
         and memory.bound_at
-        and run.started_at >= memory.bound_at + _start_slack(run.source, run.slack)
+        and run.started_at >= memory.bound_at + run_start_slack(run.source, run.slack)
     ):
         # The run began after this watch first read the log: what was there is older. A
         # start read from /proc is known to a clock tick and rounded: one found alive at the
@@ -704,7 +647,7 @@ def read_log(
     # Whose clock stamps the file: the host's unless the file system says another's (not
     # read yet: taken as the host's, where fewer file times are believed).
     own_times = memory.foreign_clock is not True
-    if not memory.foreign_clock and _time_impossible(st, run, meta.now_end or meta.now, own_times):
+    if not memory.foreign_clock and time_impossible(st, run, meta.now_end or meta.now, own_times):
         memory = replace(memory, foreign_clock=True)
     memory, change = _bound(
         memory,
@@ -746,7 +689,7 @@ def read_log(
     )
     age = round(meta.now - st.mtime, 1)
     evidence = _evidence(spec, scan, st, memory, complete_line, age, change, accepted)
-    ahead = _ahead(st, meta.now_end or meta.now, memory.foreign_clock is not True)
+    ahead = file_time_ahead(st, meta.now_end or meta.now, memory.foreign_clock is not True)
     if ahead is not None:
         evidence["file_time_ahead_seconds"] = ahead
     if word.writers:
@@ -1041,7 +984,7 @@ def _whose(
         # close to the line, is as undatable (an adversary's review of seed 200948's fix).
         undatable_by = _undatable(job, writers, at, at if at is not None else 0.0, start_slack)
     live = job.live if job is not None else frozenset()
-    if live.intersection(writers) and not _written_by(st, alive_at):
+    if live.intersection(writers) and not written_by(st, alive_at):
         alive_at = now  # moved only when the log's last write needs it: an idle log's memory stands
     bound = at if at is not None else seen_at
     if job is not None and bound is not None:
@@ -1063,7 +1006,7 @@ def _whose(
             return _Word(None, None, demoted=complete_line, later_pid=later[0], demoted_end=complete_end)
     unattributed = False
     if scan.followed_by is not None:
-        by_writer = bool(writers) and (bool(live.intersection(writers)) or _written_by(st, alive_at))
+        by_writer = bool(writers) and (bool(live.intersection(writers)) or written_by(st, alive_at))
         by_exit = (
             run is not None
             and run.source == "launch"
@@ -1118,12 +1061,6 @@ def _undatable(
         (pid for pid in job.live if pid not in writers and not job.descends(pid, writers) and close(pid)),
         default=None,
     )
-
-
-def _written_by(st: _LogStat, at: float | None) -> bool:
-    """Whether the log was last written by ``at``: the whole span its mtime allows (a second
-    where stat gives whole seconds) before it, to the kernel's tick."""
-    return at is not None and st.written + st.resolution <= at + FILE_TIME_TICK
 
 
 def _launch_over(
