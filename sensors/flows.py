@@ -31,12 +31,12 @@ from prefect.artifacts import create_table_artifact
 
 from sensors._base.errors import ConfigError
 from sensors._base.model import Says
-from sensors._base.run import Run, launch_mark_script, launch_record, parse_launch_mark, run_from_record
 from sensors._check.checker import Checker, host_for
 from sensors._check.persist import Persistence
 from sensors._config.stage import Stage, parse_duration, stage_from_dict
 from sensors._prefect.compat import NO_CACHE
 from sensors._prefect.suspend import can_hand_off, handed_off_launch, reference_of, wait_handed_off
+from sensors._run.run import Run, launch_mark_script, launch_record, parse_launch_mark, run_from_record
 from sensors.prefect import (
     artifact_key,
     as_stage,

@@ -154,8 +154,8 @@ def check_stage(
         ...     if verdict.advance:
         ...         ...
     """
-    from sensors._base.run import run_from_record
     from sensors._check.span import checker_for
+    from sensors._run.run import run_from_record
 
     with (
         opened_store(state) as store,
@@ -216,8 +216,8 @@ def wait_for_stage(
         ...     wait_for_stage("stages/extract.yaml", timeout="12h")
         ...     train()  # runs only after process, log, outputs and GPU all agree
     """
-    from sensors._base.run import run_from_record
     from sensors._check.span import checker_for
+    from sensors._run.run import run_from_record
 
     spec = as_stage(stage)
     limit = spec.policy.timeout if timeout is None else parse_duration(timeout)

@@ -495,7 +495,7 @@ def test_a_launched_jobs_recorded_exit_status_tells_a_crash_from_a_success(
     """When crosscheck launched the job, its wrapper records the exit status on the host (read
     only by the probe), and the verdict uses it: the stage's only signal is the process."""
     from sensors import Checker, stage_from_dict
-    from sensors._base.run import Run, launch_mark_script, parse_launch_mark
+    from sensors._run.run import Run, launch_mark_script, parse_launch_mark
 
     tag = f"launched-{uuid.uuid4().hex[:8]}"
     code = {"exit 0": 0, "exit 3": 3}.get(ending)

@@ -473,8 +473,8 @@ def test_a_launched_job_that_logs_a_line_after_its_completion_line_completes(tmp
     wrapper; the stage has no log.progress. Every check from the launch on saw it: the line
     after the completion line was written while this run's job was alive. It never completed."""
     from sensors import Checker, State, stage_from_dict
-    from sensors._base.run import Run, launch_mark_script, parse_launch_mark
     from sensors._hosts import LocalHost
+    from sensors._run.run import Run, launch_mark_script, parse_launch_mark
 
     host, tag = LocalHost(), f"summary-{uuid.uuid4().hex[:8]}"
     log_path = str(tmp_path / "job.log")
@@ -525,8 +525,8 @@ def test_a_launched_jobs_exit_record_another_user_owns_is_not_read_as_never_writ
     for ever. The record is unreadable, not missing: the other signals decide, and the
     evidence says why the exit status is not known."""
     from sensors import Checker, State, stage_from_dict
-    from sensors._base.run import Run, launch_mark_script, parse_launch_mark
     from sensors._hosts import LocalHost
+    from sensors._run.run import Run, launch_mark_script, parse_launch_mark
 
     _needs_root()
     host, tag = LocalHost(), f"other-user-{uuid.uuid4().hex[:8]}"
@@ -646,7 +646,7 @@ def test_a_writers_child_begun_after_the_completion_line_is_its_runs_own_work(tm
 def _launched(host, log_path: str, script: str, tag: str):
     """A real launch through crosscheck's wrapper (its exit record), as ``launch_stage`` does:
     the log marked first; returns the Run and the wrapper's PID."""
-    from sensors._base.run import launch_mark_script, parse_launch_mark
+    from sensors._run.run import launch_mark_script, parse_launch_mark
 
     mark = parse_launch_mark(host.run_script(launch_mark_script(log_path), timeout=30))
     pid, exit_file = host.launch([sys.executable, "-c", script, tag], log_path=log_path, name=tag)
@@ -1431,7 +1431,7 @@ def test_a_launched_runs_end_is_read_before_its_log_and_outputs_in_one_probe(tmp
     the job was over", and the line was taken for a later run's, for good. Read first, an end
     found means everything the job wrote is in what the same probe reads after it."""
     from sensors import Checker, stage_from_dict
-    from sensors._base.run import Run
+    from sensors._run.run import Run
 
     run = Run("launch", time.time(), 1, 0, None, 4242, str(tmp_path / "exit"))
     stage = stage_from_dict(_launched_stage(tmp_path, "log+outputs"))

@@ -36,16 +36,17 @@ PUBLIC = {
 #: may import anything.
 LAYERS: dict[str, set[str]] = {
     "_base": set(),
-    "_signals": {"_base"},
+    "_run": {"_base"},
+    "_signals": {"_base", "_run"},
     "_config": {"_base", "_signals"},
     "_hosts": {"_base", "_config"},
-    "_verdict": {"_base", "_config"},
+    "_verdict": {"_base", "_run", "_config"},
     "_store": {"_base"},
-    "_check": {"_base", "_config", "_hosts", "_signals", "_verdict", "_store"},
+    "_check": {"_base", "_run", "_config", "_hosts", "_signals", "_verdict", "_store"},
     "_present": {"_base", "_config"},
     "_notify": {"_base", "_config", "_present"},
-    "_watch": {"_base", "_config", "_hosts", "_check", "_store", "_present"},
-    "_cli": {"_base", "_config", "_check", "_present", "_watch", "_version"},
+    "_watch": {"_base", "_run", "_config", "_hosts", "_check", "_store", "_present"},
+    "_cli": {"_base", "_run", "_config", "_check", "_present", "_watch", "_version"},
 }
 #: What a layer may import only inside a function, when a command or a stage asks for it.
 LAZY: dict[str, set[str]] = {

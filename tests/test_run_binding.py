@@ -21,8 +21,8 @@ import pytest
 
 from sensors import Checker, Says, State, stage_from_dict
 from sensors._base.probe import new_nonce, split_sections
-from sensors._base.run import launch_mark_script, parse_launch_mark, parse_since
 from sensors._check.checker import probe_script as build_script
+from sensors._run.run import launch_mark_script, parse_launch_mark, parse_since
 from sensors._signals.procfs import parse_cmdlines, parse_stats
 from sensors.testing import SimulatedJob
 
@@ -82,7 +82,7 @@ def test_a_rerun_killed_half_way_is_never_complete_on_the_first_runs_evidence(tm
     started = datetime.datetime.fromisoformat(verdicts[0].run["started_at"]).timestamp()
     # A start read from /proc is as exact as its clock (50 ms against /proc/uptime, a second
     # against btime: PROCESS_START_PRECISION); the mtime is exact to a tick (20 ms).
-    from sensors._base.run import PROCESS_START_PRECISION
+    from sensors._run.tolerances import PROCESS_START_PRECISION
 
     virtualised = bool(final.readings["process"].evidence.get("elapsed_unknown"))
     slack = PROCESS_START_PRECISION["btime" if virtualised else "ticks"]
@@ -598,7 +598,7 @@ def test_the_logs_mtime_is_as_exact_as_stat_gives_it(line: bytes, written: float
     ],
 )
 def test_a_log_born_after_the_runs_start_is_all_this_runs(birth, source, started, whole) -> None:
-    from sensors._base.run import Run
+    from sensors._run.run import Run
     from sensors._signals.log import LogMemory, _bind, _parse_log_stat
 
     st = _parse_log_stat(f"7 10 2000 {birth} 2000.5 2000.5 regular file".encode(), "/j.log")
@@ -618,7 +618,7 @@ def test_a_log_born_after_the_runs_start_is_all_this_runs(birth, source, started
     ],
 )
 def test_a_run_start_a_tick_after_the_binding_check_is_not_after_it(source, after, uncertain) -> None:
-    from sensors._base.run import Run
+    from sensors._run.run import Run
     from sensors._signals.log import LogMemory, _bound, _parse_log_stat
 
     bound_at = 1_000_000.0
@@ -635,7 +635,7 @@ def test_a_run_start_a_tick_after_the_binding_check_is_not_after_it(source, afte
 def test_a_launch_record_reads_back_as_the_run_it_was_written_from() -> None:
     """One home for the launch record's keys (``launch_stage``'s result and a running launch
     found again): what ``launch_record`` writes, ``run_from_record`` reads back whole."""
-    from sensors._base.run import Run, launch_record, run_from_record
+    from sensors._run.run import Run, launch_record, run_from_record
 
     run = Run(
         source="launch",

@@ -515,8 +515,8 @@ def test_a_launched_commands_secrets_reach_no_output(tmp_path: Path) -> None:
 def test_a_hand_off_request_and_a_stored_verdict_keep_no_secret(tmp_path: Path) -> None:
     """The hand-off request (written to the store) carries the stage and the run record;
     the store's rows a person is shown pass through the store's own redaction."""
-    from sensors._base.run import Run, launch_record
     from sensors._config.stage import stage_from_dict
+    from sensors._run.run import Run, launch_record
     from sensors._store import open_store
     from sensors._store.base import StageKey
     from sensors._watch.handoff import request_for

@@ -252,7 +252,7 @@ def test_a_since_given_as_a_time_is_placed_on_the_hosts_clock() -> None:
     (issue 35, two hosts with a skewed clock); a node 60 s behind no longer dates run 2's
     lines before it (a gate that would not open for a minute). A duration is taken before the
     host's own clock's now: exact."""
-    from sensors._base.run import parse_since
+    from sensors._run.run import parse_since
 
     at = parse_since("@1796104800")
     assert at is not None

@@ -679,7 +679,7 @@ def test_evolve_copies_a_plain_memory_and_refuses_anything_else() -> None:
         evolve(memory, sise=12)
     with pytest.raises(TypeError, match="plain frozen dataclasses"):
         evolve(Reading("log", Says.DONE, "x"), detail="y")  # its __post_init__ must run
-    from sensors._base.run import Run
+    from sensors._run.run import Run
 
     run = Run(source="since", started_at=100.0)
     assert run.to_json()["started_at"].startswith("1970-01-01T00:01:40")

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from sensors._base.model import Reading, Says, State, Verdict
-from sensors._base.run import Run
 from sensors._check.codec import dumps, loads
 from sensors._config.stage import NotifySpec
 from sensors._notify.policy import Notifier
+from sensors._run.run import Run
 from sensors._verdict.gone import HOW_TO_TIE, how_to_tie
 from sensors._verdict.stuck import Fix, Had, advice, cause, had_of, stuck
 from tests.webhook_server import WebhookServer

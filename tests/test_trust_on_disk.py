@@ -28,8 +28,8 @@ import sensors
 from sensors import Checker, State, stage_from_dict
 from sensors._base.errors import ProbeError
 from sensors._base.probe import build_script, new_nonce, split_sections
-from sensors._base.run import Run, exit_record_lines, launch_mark_script, parse_launch_mark, read_launch_end
 from sensors._hosts import _WRAPPER, LocalHost
+from sensors._run.run import Run, exit_record_lines, launch_mark_script, parse_launch_mark, read_launch_end
 from sensors.testing import COMPLETE_LINE
 
 OTHER = "cc-trust"

@@ -32,7 +32,7 @@ import yaml
 
 import sensors
 from sensors import Checker, LocalHost, State, stage_from_dict
-from sensors._base.run import Run, launch_mark_script, parse_launch_mark
+from sensors._run.run import Run, launch_mark_script, parse_launch_mark
 
 PYTHON = sys.executable
 ROOT = str(Path(sensors.__file__).resolve().parent.parent)

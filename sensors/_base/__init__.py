@@ -7,8 +7,6 @@
 - :mod:`~sensors._base.regex`: user regexes in linear time (RE2, a bounded fallback).
 - :mod:`~sensors._base.schema`: the value types of a stage file (durations, regexes, paths).
 - :mod:`~sensors._base.secrets`: ``env:``/``block:`` secret references.
-- :mod:`~sensors._base.run`: what ties evidence to a run (``Run``, ``Since``, launch and exit
-  records).
 - :mod:`~sensors._base.probe`: the probe's frame: the POSIX sh helpers, the host's clocks and
   the tagged sections every signal's snippet writes into.
 - :mod:`~sensors._base.output`: the command's standard streams, safe for pipes that close.

@@ -426,24 +426,6 @@ LOCAL_FILE_SYSTEMS = frozenset(FILE_SYSTEMS)
 TIMES_KEPT = frozenset(magic for magic, (_, kept) in FILE_SYSTEMS.items() if kept)
 
 
-#: How far ahead of the host's clock a file time may be and still be taken as true (seconds):
-#: a network file system's server keeps its own clock, and a small skew cannot be told from a
-#: write made a moment ago. Beyond it, a file time is seen to be wrong (not evidence).
-FILE_CLOCK_TOLERANCE = 1.0
-
-#: How far ahead of the host's clock a file time may be where the host's kernel stamps it
-#: (a local file system): none, but for a probe's own clock read (its ``date`` a few ms
-#: before the file was read) — the kernel's file clock lags the host's, it never leads. A
-#: time further ahead was set by a tool (``touch -d``, ``cp -p``, an archive): not evidence.
-OWN_CLOCK_SLACK = 0.05
-
-
-#: How long a network file system's client may show a file's size or a directory's entries as
-#: they were (seconds): NFS caches attributes up to acregmax/acdirmax, 60 s by default; FUSE's
-#: attr_timeout is shorter. A change seen within it of an event may have happened before it.
-ATTRIBUTE_CACHE_GRACE = 60.0
-
-
 def own_clock(fstype: bytes | str | None) -> bool:
     """Whether file times on a file system of this type (``fstype_request``'s answer: the
     magic number in hex) come from this host's clock."""

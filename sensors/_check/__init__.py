@@ -8,6 +8,7 @@
 - :mod:`~sensors._check.persist`: that memory in the durable store, keyed by stage, host, run
   and the definition's fingerprint.
 
-May import :mod:`sensors._base`, :mod:`sensors._config`, :mod:`sensors._hosts`,
-:mod:`sensors._signals`, :mod:`sensors._verdict` and :mod:`sensors._store`.
+May import :mod:`sensors._base`, :mod:`sensors._run`, :mod:`sensors._config`,
+:mod:`sensors._hosts`, :mod:`sensors._signals`, :mod:`sensors._verdict` and
+:mod:`sensors._store`.
 """

@@ -30,12 +30,13 @@ from sensors._base.probe import (
     parse_meta,
     split_sections,
 )
-from sensors._base.run import LaunchEnd, Run, Since, exit_record_lines, parse_since, read_launch_end
 from sensors._check.persist import NotOurs, OwnRun, Persistence, is_this_run, save_all
 from sensors._config.stage import PolicySpec, Stage
 from sensors._hosts import Host, LocalHost
 from sensors._hosts.exits import ExitWatch, SeenEnd, local_exits
 from sensors._hosts.ssh_exits import RemoteExitWatch
+from sensors._run.run import LaunchEnd, Run, Since, exit_record_lines, parse_since, read_launch_end
+from sensors._run.tolerances import JIFFY, SINCE_SAME
 from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
 from sensors._signals.base import JobView
 from sensors._signals.log import LogMemory, seed_log_memory
@@ -75,16 +76,13 @@ class _Memory:
 #: Synced` line, its last output closed) commonly come a millisecond before it exits.
 END_WINDOW = 0.1
 
-#: The longest a kernel tick is (HZ=100): a file time is at most this far behind the write.
-_JIFFY = 0.01
-
 
 def _owned_by(end: SeenEnd) -> float:
     """The latest file time (host clock) of a change still the ended process's own, from the
     interval its end was seen in (``ExitWatch.end``): where the watch saw the end closely, up
     to the moment it found the process gone; else a tick before the last moment it was known
     alive (the change then surely came while it lived)."""
-    return end.gone if end.gone - end.alive <= END_WINDOW else end.alive - _JIFFY
+    return end.gone if end.gone - end.alive <= END_WINDOW else end.alive - JIFFY
 
 
 def _sent_at(host: Host) -> float | None:
@@ -515,7 +513,7 @@ class Checker(Following):
                 and stored_run is not None
                 and stored_run.source == "since"
                 and stored_run.started_at is not None
-                and abs((stored_run.given or stored_run.started_at) - self._since.at) <= 1e-3
+                and abs((stored_run.given or stored_run.started_at) - self._since.at) <= SINCE_SAME
             )
         else:
             same = True

@@ -28,7 +28,7 @@ from typing import Any
 
 from sensors._base.model import Reading, Says, State, Stuck, Verdict
 from sensors._base.probe import Static
-from sensors._base.run import Run
+from sensors._run.run import Run
 from sensors._signals.gpu import GpuMemory, GpuWindow
 from sensors._signals.log import LogMemory
 from sensors._signals.outputs import OutputsMemory

@@ -28,9 +28,10 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from sensors._base.model import Verdict
-from sensors._base.run import Run, Since
 from sensors._check.codec import VERSION, MemoryFormatError, dumps, fingerprint, loads
 from sensors._config.stage import Stage
+from sensors._run.run import Run, Since
+from sensors._run.tolerances import SINCE_ROUNDING
 from sensors._store import Lease, SaveRequest, StageKey, Store, StoreWarning, open_store
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def is_this_run(stored: Run | None, own: OwnRun) -> bool:
         return run_key(stored) == run_key(own) and stored.exit_file == own.exit_file
     if own.at is None or stored.started_at is None or stored.source == "watch":
         return False
-    return stored.started_at >= own.at - 1e-6
+    return stored.started_at >= own.at - SINCE_ROUNDING
 
 
 class NotOurs:

@@ -29,11 +29,11 @@ from typing import Any
 from sensors._base.errors import ConfigError
 from sensors._base.model import Reading, Says, Verdict
 from sensors._base.probe import Meta
-from sensors._base.run import Run, Since, parse_since
 from sensors._check.batch import check_batch
 from sensors._check.checker import Checker, Following, Watch
 from sensors._check.persist import OwnRun, Persistence, is_followed, is_this_run, save_all
 from sensors._config.stage import Stage
+from sensors._run.run import Run, Since, parse_since
 from sensors._store import Store
 from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across, live_pids
 

@@ -6,11 +6,11 @@
 - :mod:`~sensors._cli.nagios`: ``crosscheck check``: a verdict as a Nagios/Icinga check.
 - :mod:`~sensors._cli.completion`: ``crosscheck completion bash|zsh``.
 
-May import :mod:`sensors._base`, :mod:`sensors._config`, :mod:`sensors._check`,
-:mod:`sensors._present`, :mod:`sensors._watch` and :mod:`sensors._version`; only inside a
-function, when a command asks for it: :mod:`sensors._hosts` (SSH routes), :mod:`sensors._store`,
-:mod:`sensors._notify` and the Prefect layer (:mod:`sensors._prefect`'s demo,
-:mod:`sensors.blocks`).
+May import :mod:`sensors._base`, :mod:`sensors._run`, :mod:`sensors._config`,
+:mod:`sensors._check`, :mod:`sensors._present`, :mod:`sensors._watch` and
+:mod:`sensors._version`; only inside a function, when a command asks for it:
+:mod:`sensors._hosts` (SSH routes), :mod:`sensors._store`, :mod:`sensors._notify` and the
+Prefect layer (:mod:`sensors._prefect`'s demo, :mod:`sensors.blocks`).
 """
 
 from __future__ import annotations

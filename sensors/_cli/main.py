@@ -20,7 +20,6 @@ from typing import Any, NoReturn
 from sensors._base.errors import ConfigError, CrosscheckError, HostKeyError
 from sensors._base.model import State, Verdict
 from sensors._base.output import guarded_streams, on_closed
-from sensors._base.run import Since, parse_since
 from sensors._base.schema import bounded_duration
 from sensors._base.text import inert
 from sensors._check.checker import Checker
@@ -36,6 +35,7 @@ from sensors._present.terminal import (
     print_verdicts,
     text,
 )
+from sensors._run.run import Since, parse_since
 from sensors._version import __version__
 from sensors._watch.gc import tune_for_watching
 from sensors._watch.schedule import watch_all

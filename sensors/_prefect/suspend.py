@@ -104,7 +104,7 @@ def _as_time(since: str | float | None, checker: Any) -> str | float | None:
     """A start given as a duration, as the time it stands for: the watcher starts (and
     restarts) long after the gate, and a duration is resolved anew by every watch (a new
     run each time). Resolved by a check, on the monitored host's clock."""
-    from sensors._base.run import parse_since
+    from sensors._run.run import parse_since
 
     given = parse_since(since)
     if given is None or given.ago is None:
@@ -128,8 +128,8 @@ def hand_off_stage(
     """Write the handoff (once per flow run and stage); ``{"already": ...}`` for an announced run."""
     from prefect.runtime import flow_run
 
-    from sensors._base.run import run_from_record
     from sensors._check.span import checker_for
+    from sensors._run.run import run_from_record
 
     log = get_run_logger()
     ticket = ticket_for(stage)

@@ -14,7 +14,7 @@ The process signal comes first: it learns the job's PIDs (the GPU attribution) a
 first sees the job alive, where the run begins (the log's binding). See ``base`` for what a
 signal is and how to add one.
 
-May import :mod:`sensors._base` only.
+May import :mod:`sensors._base` and :mod:`sensors._run` (run binding).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from sensors._base.model import Reading
 from sensors._base.probe import Meta
-from sensors._base.run import LaunchEnd, Run
+from sensors._run.run import LaunchEnd, Run
 
 SpecT = TypeVar("SpecT")
 MemoryT = TypeVar("MemoryT")

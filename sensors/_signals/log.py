@@ -5,7 +5,7 @@ does), bounded by the size ``stat`` saw so offsets are exact; a log that grew si
 check, from where that check left off (``resume_at``). tqdm's ``\\r`` rewrites are
 split; a completion marker is a whole line ending in ``\\n``. A completion line counts only
 when this run wrote it: the memory keeps where the run's bytes begin (``run_from``, see
-``sensors._base.run``) and the last bytes before the previous end, so a log replaced, truncated or
+``sensors._run.run``) and the last bytes before the previous end, so a log replaced, truncated or
 rewritten in place (even regrown past its old size) is seen. Staleness is the monitored host's
 ``now - mtime``, both read in one probe (clocks of two hosts differ).
 """
@@ -22,10 +22,7 @@ from pydantic import Field
 
 from sensors._base.model import Reading, Says
 from sensors._base.probe import (
-    ATTRIBUTE_CACHE_GRACE,
     ESCAPE,
-    FILE_CLOCK_TOLERANCE,
-    OWN_CLOCK_SLACK,
     STAT_FORMAT,
     Meta,
     fstype_request,
@@ -39,9 +36,18 @@ from sensors._base.probe import (
     unchanged,
 )
 from sensors._base.regex import UserRegex, compile_user_regex, required_literal
-from sensors._base.run import FINGERPRINT_BYTES, Run
 from sensors._base.schema import AbsPath, Regex, Section
 from sensors._base.text import redact
+from sensors._run.binding import file_time_ahead, last_write, run_start_slack, time_impossible, written_by
+from sensors._run.run import FINGERPRINT_BYTES, Run
+from sensors._run.tolerances import (
+    ATTRIBUTE_CACHE_GRACE,
+    FILE_CLOCK_TOLERANCE,
+    FILE_TIME_TICK,
+    PROC_START_TICKS,
+    PROC_START_TICKS_WRITER,
+    PROC_START_WHOLE_SECONDS,
+)
 from sensors._signals.base import CheckFacts, JobView, LastWord, ProbeInputs, Signal, evolve
 
 
@@ -377,10 +383,6 @@ def _parsed_stamp(stamp: str, path: str) -> _LogStat | str:
     return _parse_log_stat(stamp.encode(), path)
 
 
-#: File times come from the kernel's coarse clock, one tick (1 to 10 ms) behind the real one.
-_TIMESTAMP_TICK = 0.02
-
-
 def _precise(value: str, whole: int) -> tuple[float, float]:
     """The mtime with its fraction and how exact it is: to the kernel's tick when stat
     printed one that agrees with the whole seconds, else to the second."""
@@ -390,7 +392,7 @@ def _precise(value: str, whole: int) -> tuple[float, float]:
         return float(whole), 1.0
     if "." not in value or int(seconds) != whole:
         return float(whole), 1.0
-    return seconds, _TIMESTAMP_TICK
+    return seconds, FILE_TIME_TICK
 
 
 def _birth(value: str) -> float:
@@ -430,7 +432,7 @@ def _bind(
             watch_began is not None
             and st.birth
             and own
-            and _ahead(st, latest or now, own) is None
+            and file_time_ahead(st, latest or now, own) is None
             and st.birth >= watch_began
         ):
             # Born after this watch began: the run it holds began after it too, and every
@@ -438,7 +440,7 @@ def _bind(
             return replace(base, run_from=0, bound_by="watch")
         # No run start: only what is written while this watch looks is this run's.
         return replace(base, run_from=st.size, before_uncertain=True, bound_by="watch")
-    if _ahead(st, latest or now, own) is not None:
+    if file_time_ahead(st, latest or now, own) is not None:
         # A file time the host's clock has not reached yet (a file server with its own
         # clock) says nothing of when the file was written: not born after the run began, not
         # written before it. What was there is of a run that cannot be told.
@@ -450,7 +452,7 @@ def _bind(
             clock_ahead=True,
             bound_by=run.source,
         )
-    after = _start_slack(run.source, run.slack) + (0.0 if own else _FILE_CLOCK_TOLERANCE)
+    after = run_start_slack(run.source, run.slack) + (0.0 if own else FILE_CLOCK_TOLERANCE)
     if st.birth and st.birth >= run.started_at + after:
         # Born after the run began: all of it is this run's. The birth is never later than
         # the truth (whole seconds rounded down, or the kernel's coarse clock, which lags).
@@ -460,7 +462,7 @@ def _bind(
         and own
         and run.source == "process"
         and run.slack is not None
-        and run.slack <= _TICK_SLACK
+        and run.slack <= PROC_START_TICKS
         and st.birth >= run.started_at - run.slack
     ):
         # Born within the start's own precision of it (`nohup job > log` opens the log
@@ -468,7 +470,7 @@ def _bind(
         # Another history fits only with a second run begun within those ticks of this one,
         # writing the same log: no history a watch of one job can tell, nor needs to.
         return replace(base, run_from=0, bound_by=run.source)
-    when = _last_write(st.written, st.resolution, run.started_at, run.source, after, run.slack)
+    when = last_write(st.written, st.resolution, run.started_at, run.source, after, run.slack)
     return replace(
         base,
         run_from=st.size,
@@ -476,52 +478,6 @@ def _bind(
         last_write_unclear=when == "unclear",
         bound_by=run.source,
     )
-
-
-_FILE_CLOCK_TOLERANCE = FILE_CLOCK_TOLERANCE
-
-
-def _time_impossible(st: _LogStat, run: Run | None, latest: float, own: bool) -> bool:
-    """Whether the log's file times cannot be true on the host's clock: ahead of it, before
-    the file's birth, or, for a launched run's log changed since the launch, before the launch
-    (set back by a tool, or a file server's clock): they are then no evidence of when it was
-    written."""
-    if _ahead(st, latest, own) is not None:
-        return True
-    if st.birth and st.written + st.resolution < st.birth - _WRITTEN_BY_TICK:
-        return True  # last written before it was born: set back (the birth is the kernel's)
-    if run is None or run.source != "launch" or run.started_at is None:
-        return False
-    changed = st.inode != run.log_inode or st.size != (run.log_offset or 0)
-    return changed and st.written + st.resolution < run.started_at - _WRITTEN_BY_TICK
-
-
-def _ahead(st: _LogStat, latest: float, own: bool) -> float | None:
-    """How far the log's mtime or birth is ahead of ``latest`` (None: neither is, beyond what
-    the file system's clock allows: a few ticks where the host's kernel stamps the times —
-    its clock lags, never leads, so a time ahead was set by a tool — and the tolerance where
-    a file server's clock does). A time ahead within the tolerance on the host's own clock
-    dated an earlier run's line after a start given a moment before (fuzzer seed 702132)."""
-    ahead = max(st.written, st.birth) - latest
-    return round(ahead, 3) if ahead > (OWN_CLOCK_SLACK if own else _FILE_CLOCK_TOLERANCE) else None
-
-
-#: How far a run start read from /proc may be from the truth (seconds): it is now minus the
-#: elapsed time, and when /proc/uptime is virtualised that comes from /proc/stat's btime,
-#: which is whole seconds. A start given with --since is taken as exact.
-_PROCESS_START_SLACK = 1.0
-
-#: A few clock ticks: how far a start read from /proc may be off where uptime is not
-#: virtualised (start ticks are 10 ms; a file time is a kernel tick behind the clock).
-_TICK_SLACK = 0.05
-
-
-def _start_slack(source: str, slack: float | None = None) -> float:
-    """How far a run's start may be from the truth: a ``since`` is exact; a process's start
-    as exact as it was read (``Run.slack``), else the worst case."""
-    if source == "since":
-        return slack or 0.0  # exact on the host's clock; another host's, to its measured offset
-    return _PROCESS_START_SLACK if slack is None else slack
 
 
 def _written_after_start(
@@ -535,31 +491,7 @@ def _written_after_start(
         return True
     if memory.foreign_clock or memory.clock_ahead:
         return False
-    return _last_write(st.written, st.resolution, started, source, None, slack) == "after"
-
-
-def _last_write(
-    written: float,
-    resolution: float,
-    started: float,
-    source: str,
-    after: float | None = None,
-    start_slack: float | None = None,
-) -> str:
-    """Whether the log was last written before the run began, after it, or too near to tell.
-
-    The write happened in [written, written + resolution): to the kernel's tick where stat
-    gives nanoseconds, to the second where it gives whole seconds only. Only a write clearly
-    before the start is an earlier run's, and only one clearly after it is this run's; in
-    between it could be either (a re-run started a moment after the last run's completion
-    line, or a fast job that wrote its own before this watch first looked).
-    """
-    slack = _start_slack(source, start_slack)
-    if written + resolution <= started - slack:
-        return "before"
-    if written >= started + (slack if after is None else after):
-        return "after"
-    return "unclear"
+    return last_write(st.written, st.resolution, started, source, None, slack) == "after"
 
 
 def _continuity(memory: LogMemory, st: _LogStat, prev: bytes | None, unchanged: bool) -> str | None:
@@ -616,7 +548,7 @@ def _bound(
         and run is not None
         and run.started_at
         and memory.bound_at
-        and run.started_at >= memory.bound_at + _start_slack(run.source, run.slack)
+        and run.started_at >= memory.bound_at + run_start_slack(run.source, run.slack)
     ):
         # The run began after this watch first read the log: what was there is older. A
         # start read from /proc is known to a clock tick and rounded: one found alive at the
@@ -667,7 +599,7 @@ def read_log(
     """Read the log signal: this run's completion and error lines, progress, staleness.
 
     A completion line counts only when this run wrote it (``run`` and the memory say where
-    its bytes begin: see ``sensors._base.run``), and only as its run's last word (``job``: the
+    its bytes begin: see ``sensors._run.run``), and only as its run's last word (``job``: the
     process signal's view of the job, see ``_whose``; ``exited``: a launched job's recorded
     end (``exited_by``: the latest it can have been, the record's precision allowing); ``over``:
     the launched job is over, recorded or not: see ``_launch_over``; ``job_unread``: the
@@ -721,7 +653,7 @@ def read_log(
     # Whose clock stamps the file: the host's unless the file system says another's (not
     # read yet: taken as the host's, where fewer file times are believed).
     own_times = memory.foreign_clock is not True
-    if not memory.foreign_clock and _time_impossible(st, run, meta.now_end or meta.now, own_times):
+    if not memory.foreign_clock and time_impossible(st, run, meta.now_end or meta.now, own_times):
         memory = replace(memory, foreign_clock=True)
     memory, change = _bound(
         memory,
@@ -743,7 +675,7 @@ def read_log(
     complete_line, complete_end, accepted = _completion(scan, memory, st, run)
     # How far a start read from /proc may be off: a few clock ticks, or whole seconds where
     # /proc/uptime is virtualised (the process signal's slack, for the same reason).
-    start_slack = _PROCESS_START_SLACK if meta.uptime_virtualised else _TICK_SLACK
+    start_slack = PROC_START_WHOLE_SECONDS if meta.uptime_virtualised else PROC_START_TICKS
     word = _whose(
         memory,
         scan,
@@ -785,7 +717,7 @@ def read_log(
     )
     age = round(meta.now - st.mtime, 1)
     evidence = _evidence(spec, scan, st, memory, complete_line, age, change, accepted)
-    ahead = _ahead(st, meta.now_end or meta.now, memory.foreign_clock is not True)
+    ahead = file_time_ahead(st, meta.now_end or meta.now, memory.foreign_clock is not True)
     if ahead is not None:
         evidence["file_time_ahead_seconds"] = ahead
     if word.writers:
@@ -977,10 +909,6 @@ class _Word(NamedTuple):
         )
 
 
-#: File times are a kernel tick (up to 10 ms) behind the clock: slack for "written by then".
-_WRITTEN_BY_TICK = 0.02
-
-
 def _whose(
     memory: LogMemory,
     scan: _LogScan,
@@ -992,7 +920,7 @@ def _whose(
     now: float,
     exited: float | None = None,
     job_unread: bool = False,
-    start_slack: float = _PROCESS_START_SLACK,
+    start_slack: float = PROC_START_WHOLE_SECONDS,
     found_by: float | None = None,
 ) -> _Word:
     """Whether this run's completion line is its run's last word, by the processes that can
@@ -1051,7 +979,7 @@ def _whose(
         # the log itself was born (a job that created its log can have written every line).
         written_after = max(at or 0.0, st.birth if memory.run_from == 0 else 0.0)
         early = (
-            {pid for pid, start in job.starts.items() if start < written_after - _PROCESS_START_SLACK}
+            {pid for pid, start in job.starts.items() if start < written_after - PROC_START_WHOLE_SECONDS}
             if job is not None and written_after
             else set()
         )
@@ -1094,7 +1022,7 @@ def _whose(
         # close to the line, is as undatable (an adversary's review of seed 200948's fix).
         undatable_by = _undatable(job, writers, at, at if at is not None else 0.0, start_slack)
     live = job.live if job is not None else frozenset()
-    if live.intersection(writers) and not _written_by(st, alive_at):
+    if live.intersection(writers) and not written_by(st, alive_at):
         alive_at = now  # moved only when the log's last write needs it: an idle log's memory stands
     bound = at if at is not None else seen_at
     if job is not None and bound is not None:
@@ -1102,7 +1030,7 @@ def _whose(
         elders = set(writers) | {
             pid
             for pid in live
-            if (start := job.starts.get(pid)) is not None and start <= bound + _PROCESS_START_SLACK
+            if (start := job.starts.get(pid)) is not None and start <= bound + PROC_START_WHOLE_SECONDS
         }
         later = sorted(
             pid
@@ -1110,19 +1038,19 @@ def _whose(
             if pid not in writers
             and not job.descends(pid, elders)  # their child: their run's own work
             and (start := job.starts.get(pid)) is not None
-            and start > bound + _PROCESS_START_SLACK
+            and start > bound + PROC_START_WHOLE_SECONDS
         )
         if later:
             return _Word(None, None, demoted=complete_line, later_pid=later[0], demoted_end=complete_end)
     unattributed = False
     if scan.followed_by is not None:
-        by_writer = bool(writers) and (bool(live.intersection(writers)) or _written_by(st, alive_at))
+        by_writer = bool(writers) and (bool(live.intersection(writers)) or written_by(st, alive_at))
         by_exit = (
             run is not None
             and run.source == "launch"
             and exited is not None
             and not memory.foreign_clock
-            and st.written <= exited + _WRITTEN_BY_TICK
+            and st.written <= exited + FILE_TIME_TICK
         )
         ended = _writers_end(writers, job)
         # ``ended``: the latest file time of a write still the writers' own, from when their
@@ -1168,19 +1096,13 @@ def _undatable(
 
     def close(pid: int) -> bool:
         if at is None:
-            return job.starts.get(pid, written_after) >= written_after - _PROCESS_START_SLACK
-        return at - start_slack <= job.starts.get(pid, at) <= at + _PROCESS_START_SLACK
+            return job.starts.get(pid, written_after) >= written_after - PROC_START_WHOLE_SECONDS
+        return at - start_slack <= job.starts.get(pid, at) <= at + PROC_START_WHOLE_SECONDS
 
     return min(
         (pid for pid in job.live if pid not in writers and not job.descends(pid, writers) and close(pid)),
         default=None,
     )
-
-
-def _written_by(st: _LogStat, at: float | None) -> bool:
-    """Whether the log was last written by ``at``: the whole span its mtime allows (a second
-    where stat gives whole seconds) before it, to the kernel's tick."""
-    return at is not None and st.written + st.resolution <= at + _WRITTEN_BY_TICK
 
 
 def _launch_over(
@@ -1213,7 +1135,7 @@ def _launch_over(
         return "the log changed after a check had found the launched job over"
     if exited_by is None or memory.foreign_clock:
         return None
-    if st.written > exited_by + _WRITTEN_BY_TICK:
+    if st.written > exited_by + FILE_TIME_TICK:
         what = (
             f"the completion line {word.complete_line.strip()[:120]!r} was"
             if word.complete_line is not None and word.complete_end == st.size
@@ -1579,14 +1501,10 @@ def _writer_alive(memory: LogMemory, facts: CheckFacts) -> bool:
         start = job.starts.get(pid)
         if at is None or start is None:
             continue
-        if start <= (at - _PROCESS_START_SLACK if facts.meta.uptime_virtualised else at + _START_PRECISION):
+        virtualised = facts.meta.uptime_virtualised
+        if start <= (at - PROC_START_WHOLE_SECONDS if virtualised else at + PROC_START_TICKS_WRITER):
             return True
     return False
-
-
-#: How far a process start read from /proc start ticks against /proc/uptime may be off: a
-#: clock tick or two (10 ms each).
-_START_PRECISION = 0.02
 
 
 def _stamp_mtime(stamp: str | None) -> float | None:

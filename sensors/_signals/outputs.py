@@ -23,10 +23,7 @@ from pydantic import Field, field_validator, model_validator
 
 from sensors._base.model import Reading, Says
 from sensors._base.probe import (
-    ATTRIBUTE_CACHE_GRACE,
-    FILE_CLOCK_TOLERANCE,
     LOCAL_FILE_SYSTEMS,
-    OWN_CLOCK_SLACK,
     Meta,
     fstype_request,
     helper,
@@ -39,8 +36,14 @@ from sensors._base.probe import (
     trusted_stamp,
     unchanged,
 )
-from sensors._base.run import FINGERPRINT_BYTES
 from sensors._base.schema import AbsPath, Section
+from sensors._run.run import FINGERPRINT_BYTES
+from sensors._run.tolerances import (
+    ATTRIBUTE_CACHE_GRACE,
+    FILE_CLOCK_TOLERANCE,
+    FILE_TIME_TICK,
+    OWN_CLOCK_SLACK,
+)
 from sensors._signals.base import CheckFacts, LastWord, ProbeInputs, Reread, Signal, evolve
 
 DEFAULT_EXCLUDES = (".*", "*.tmp", "*.part", "*.partial", "*.swp", "*~")
@@ -445,11 +448,7 @@ def _exit_since(memory: OutputsMemory) -> float | None:
     for a later writer's, for good)."""
     if memory.exited_at is None or memory.exit_scanned or memory.after_exit:
         return None
-    return memory.exited_at + _WRITTEN_BY_TICK
-
-
-#: File times are a kernel tick (up to 10 ms) behind the clock: slack for "written after".
-_WRITTEN_BY_TICK = 0.02
+    return memory.exited_at + FILE_TIME_TICK
 
 
 def _run_tie_since(memory: OutputsMemory, probe: ProbeInputs) -> float | None:

@@ -34,9 +34,16 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 from sensors._base.model import Reading, Says
 from sensors._base.probe import ESCAPE, Meta
 from sensors._base.regex import compile_user_regex, required_text, to_utf8
-from sensors._base.run import PROCESS_START_PRECISION, Run, describe_exit, read_exit_record
 from sensors._base.schema import Regex, Section
 from sensors._base.text import redact
+from sensors._run.run import Run, describe_exit, read_exit_record
+from sensors._run.tolerances import (
+    PROC_START_TICKS,
+    PROC_START_WHOLE_SECONDS,
+    PROCESS_START_PRECISION,
+    RERUN_START_GAP,
+    WHOLE_SECOND,
+)
 from sensors._signals.base import CheckFacts, JobView, ProbeInputs, Reread, Signal
 from sensors._signals.procfs import (
     ALIVE_STATES,
@@ -965,12 +972,6 @@ def read_process(
     return Reading("process", Says.DONE, detail + note, evidence, meta.now, host), new_memory, frozenset()
 
 
-#: How far a start read from /proc may be from the truth (seconds): it is now minus the
-#: elapsed time, and where /proc/uptime is virtualised that comes from /proc/stat's btime, in
-#: whole seconds (the log's binding allows the same).
-START_SLACK = 1.0
-
-
 def _earlier_runs(
     processes: list[ProcessEntry], alive: list[int], run: Run | None, now: float, virtualised: bool = True
 ) -> list[int]:
@@ -994,10 +995,6 @@ def _earlier_runs(
         if isinstance(began, (int, float)) and began < begins:
             earlier.append(int(entry["pid"]))
     return earlier
-
-
-#: A few clock ticks: how far a start read from /proc may be off where uptime is not virtualised.
-_TICK_SLACK = 0.05
 
 
 def _after_launch(
@@ -1039,13 +1036,15 @@ def _after_launch(
         memory = replace(memory, launched_gone_at=gone_at)
     # The launched job ended by ``ends_by``: its recorded exit (a time in whole seconds stands
     # for any moment of its second), else when this watch first found it gone; at work, not yet.
-    ends_by = float(exited) + (1.0 if coarse else 0.0) if isinstance(exited, (int, float)) else gone_at
+    ends_by = (
+        float(exited) + (WHOLE_SECOND if coarse else 0.0) if isinstance(exited, (int, float)) else gone_at
+    )
     if not alive:
         return memory, []
     ours = set() if reused else {launched_pid} | descendants([launched_pid], table.stats, table.children)
     # A start read from /proc is exact to a clock tick, but to whole seconds where uptime is
-    # virtualised (see START_SLACK).
-    slack = START_SLACK if meta.uptime_virtualised else _TICK_SLACK
+    # virtualised (see PROC_START_WHOLE_SECONDS).
+    slack = PROC_START_WHOLE_SECONDS if meta.uptime_virtualised else PROC_START_TICKS
     later: list[int] = []
     unordered: list[int] = []
     for entry in processes:
@@ -1298,7 +1297,11 @@ def _read(
         if run is None:
             # First seen alive: its start is where this run begins.
             run = Run(source="process", started_at=float(started), slack=slack)
-        elif run.source == "process" and run.started_at is not None and started > run.started_at + 2:
+        elif (
+            run.source == "process"
+            and run.started_at is not None
+            and started > run.started_at + RERUN_START_GAP
+        ):
             # Every job process alive now started after the run this watch knew (restored
             # from the state store): the job was run again. A new run, announced anew.
             run = Run(source="process", started_at=float(started), slack=slack)

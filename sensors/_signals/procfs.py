@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from sensors._base.probe import Meta
+from sensors._run.tolerances import BOOT_CLOCKS_APART, ELAPSED_BELOW_ZERO
 
 #: Caps on what one section may carry back (bytes). Sized for hosts with ~20k processes.
 STAT_CAP = 16 * 1024 * 1024
@@ -273,11 +274,6 @@ def ancestors(pid: int, stats: Mapping[int, ProcStat]) -> set[int]:
     return chain
 
 
-#: How far two elapsed-time sources may disagree before neither is believed (seconds).
-#: /proc/stat btime moves when NTP steps the wall clock; a few seconds is normal.
-ELAPSED_TOLERANCE = 30.0
-
-
 ALIVE_STATES = frozenset("RSDIWTtPK")  # everything but Z (zombie) and X/x (dead)
 
 
@@ -300,14 +296,14 @@ def elapsed(st: ProcStat, meta: Meta) -> tuple[float | None, str | None]:
     if not candidates:
         return None, "no trustworthy boot clock (/proc/uptime virtualised, btime unreadable)"
     values = list(candidates.values())
-    if max(values) - min(values) > ELAPSED_TOLERANCE:
+    if max(values) - min(values) > BOOT_CLOCKS_APART:
         return (
             None,
             f"boot clocks disagree: {', '.join(f'{k}={v:.0f}s' for k, v in candidates.items())}",
         )
     value = values[0]
     limit = meta.uptime if (meta.uptime and not meta.uptime_virtualised) else None
-    if value < -1 or (limit is not None and value > limit + ELAPSED_TOLERANCE):
+    if value < -ELAPSED_BELOW_ZERO or (limit is not None and value > limit + BOOT_CLOCKS_APART):
         return None, f"implausible elapsed time {value:.0f}s"
     return max(value, 0.0), None
 

@@ -9,7 +9,7 @@ with its number where it is written. ``complete`` requires every configured sign
 :class:`Verdict` constructor refuses anything else, so no rule can advance on a partial
 picture.
 
-May import :mod:`sensors._base` and :mod:`sensors._config`.
+May import :mod:`sensors._base`, :mod:`sensors._run` and :mod:`sensors._config`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sensors._base.model import Reading, Says, State, Verdict
-from sensors._base.run import LaunchEnd, Run
 from sensors._config.stage import PolicySpec
+from sensors._run.run import LaunchEnd, Run
 from sensors._verdict.alive import alive
 from sensors._verdict.gone import HOW_TO_TIE, gone
 from sensors._verdict.no_process import no_process

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from sensors._base.model import Reading, Says, State, Verdict
 from sensors._config.stage import PolicySpec
+from sensors._run.tolerances import CLOCKS_APART
 
 __all__ = ["AcrossMemory", "NodeCheck", "decide_across"]
 
@@ -422,11 +423,6 @@ def _unseen_run_after(verdict: Verdict) -> float | None:
     return float(at) if p.evidence.get("seen_alive") and isinstance(at, (int, float)) else None
 
 
-#: How far apart two hosts' clocks may be (NTP keeps them closer): a rank last seen alive
-#: this long before node 0's run began was an earlier run's.
-_CLOCKS_APART = 1.0
-
-
 def _not_done(
     k: int,
     node: NodeCheck,
@@ -465,7 +461,7 @@ def _not_done(
             # last seen; else its line may be the run before's (a rank killed in the unseen
             # run without a byte, its log's run-1 line left standing).
             mtime = r.evidence.get("mtime")
-            if not (isinstance(mtime, (int, float)) and mtime > after + _CLOCKS_APART):
+            if not (isinstance(mtime, (int, float)) and mtime > after + CLOCKS_APART):
                 return (
                     f"{node.host}: {name}: its completion line may be the last run's"
                     " (a later run no check saw)"
@@ -480,12 +476,12 @@ def _not_done(
     if k > 0 and p is not None:
         last = p.evidence.get("last_seen_alive")
         last_at = last.get("at") if isinstance(last, Mapping) else None
-        earlier = isinstance(last_at, (int, float)) and start is not None and last_at < start - _CLOCKS_APART
+        earlier = isinstance(last_at, (int, float)) and start is not None and last_at < start - CLOCKS_APART
         if after is not None:
             # Node 0's line is an unseen later run's: ranks seen here count only when seen
             # clearly after node 0's were last seen (the clocks apart), and a line of its own
             # only when none of the processes seen wrote it (it too is a run no check saw).
-            earlier = earlier or not (isinstance(last_at, (int, float)) and last_at > after + _CLOCKS_APART)
+            earlier = earlier or not (isinstance(last_at, (int, float)) and last_at > after + CLOCKS_APART)
         if isinstance(last, Mapping) and last.get("pid") in before:
             earlier = True  # last seen alive in node 0's last run: that run's rank
         seen = (p.evidence.get("seen_alive") and not earlier) or p.evidence.get("launched")

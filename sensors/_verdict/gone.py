@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sensors._base.model import Reading, Says, State
-from sensors._base.run import Run
 from sensors._config.stage import PolicySpec
+from sensors._run.run import Run
 from sensors._verdict.progress import Clocks, ev, short
 from sensors._verdict.stuck import Fix, Had, advice, had_of
 

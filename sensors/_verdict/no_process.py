@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sensors._base.model import Reading, Says, State
-from sensors._base.run import LaunchEnd, Run, describe_exit
 from sensors._config.stage import PolicySpec
+from sensors._run.run import LaunchEnd, Run, describe_exit
 from sensors._verdict.gone import Outcome, how_to_tie
 from sensors._verdict.progress import Clocks, details, ev
 from sensors._verdict.stuck import had_of

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sensors._base.model import Reading, Says, State, Stuck
-from sensors._base.run import Run
+from sensors._run.run import Run
 
 __all__ = ["Fix", "Had", "advice", "had_of", "stuck"]
 

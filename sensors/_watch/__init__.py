@@ -8,8 +8,9 @@
 - :mod:`~sensors._watch.spool`: output that never holds a watch.
 - :mod:`~sensors._watch.gc`: the garbage collector tuned for a long-running watcher.
 
-May import :mod:`sensors._base`, :mod:`sensors._config`, :mod:`sensors._hosts`,
-:mod:`sensors._check`, :mod:`sensors._store` and :mod:`sensors._present`; only inside a
-function: :mod:`sensors._notify` (for stages that notify) and the Prefect layer
-(:mod:`sensors._prefect`, when a watcher is asked to resume gates).
+May import :mod:`sensors._base`, :mod:`sensors._run`, :mod:`sensors._config`,
+:mod:`sensors._hosts`, :mod:`sensors._check`, :mod:`sensors._store` and
+:mod:`sensors._present`; only inside a function: :mod:`sensors._notify` (for stages that
+notify) and the Prefect layer (:mod:`sensors._prefect`, when a watcher is asked to resume
+gates).
 """

@@ -27,11 +27,11 @@ from typing import Any, Protocol
 
 from sensors._base.errors import ConfigError
 from sensors._base.model import Verdict
-from sensors._base.run import Run
 from sensors._base.text import redact_argv, redact_deep
 from sensors._check.codec import MemoryFormatError, dumps, loads
 from sensors._config.stage import Stage, stage_from_dict
 from sensors._present.picture import WaitHistory
+from sensors._run.run import Run
 from sensors._store import Handoff, Store
 
 log = logging.getLogger("crosscheck.serve")

@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sensors._base.errors import ConfigError, CrosscheckError
 from sensors._base.model import State, Verdict
 from sensors._base.output import on_closed
-from sensors._base.run import run_from_record
 from sensors._check.batch import check_batch
 from sensors._check.checker import Checker
 from sensors._check.persist import NotOurs, Persistence, dead_here, holder_id, is_followed, is_store
 from sensors._check.span import AnyChecker, SpanChecker, checker_for
 from sensors._config.stage import MAX_STAGE_BYTES, Stage, load_stage_bytes
+from sensors._run.run import run_from_record
 from sensors._store import Handoff, Store
 from sensors._watch.gc import tune_for_watching
 from sensors._watch.handoff import RESUMES_GATES, Desk, HandoffSeen, watcher_name

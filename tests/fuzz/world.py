@@ -40,8 +40,8 @@ from typing import Any
 import yaml
 
 from sensors import Checker, LocalHost, State, stage_from_dict
-from sensors._base.run import Run, launch_mark_script, parse_launch_mark
 from sensors._hosts import _WRAPPER
+from sensors._run.run import Run, launch_mark_script, parse_launch_mark
 from sensors._store import StoreWarning, open_store
 from tests.fuzz.truth import (
     EITHER,

@@ -30,18 +30,12 @@ from sensors._base.probe import helper
 from sensors._base.schema import parse_duration
 from sensors._base.text import redact, redact_command
 from sensors._base.trust import TRUST_FN, TRUST_SH, Untrusted, parse_untrusted
+from sensors._run.tolerances import WHOLE_SECOND
 
 #: Bytes compared at a remembered offset to tell "appended to" from "rewritten".
 FINGERPRINT_BYTES = 64
 
 RunSource = Literal["launch", "since", "process", "watch"]
-
-#: How far a process's start read from /proc may be from the truth (seconds), by where the
-#: boot clock came from. Ticks against /proc/uptime: a tick (10 ms) each for the start and
-#: the uptime, the date and the uptime read a moment apart by one shell, and the start
-#: rounded to 10 ms: 50 ms. Where /proc/uptime is virtualised (lxcfs), the boot time is
-#: /proc/stat's btime, whole seconds: 1 s.
-PROCESS_START_PRECISION = {"ticks": 0.05, "btime": 1.0}
 
 #: The probe's check of an exit record before it is read (defined once per probe).
 _TRUST_HELPER = helper(TRUST_FN, list(TRUST_SH))
@@ -71,7 +65,7 @@ class Run:
     exit_file: str | None = None
     #: How far ``started_at`` may be from the truth (seconds), from where it was read; None:
     #: the source's own (a ``since`` is exact; a process's start, the worst case of
-    #: :data:`PROCESS_START_PRECISION`).
+    #: :data:`~sensors._run.tolerances.PROCESS_START_PRECISION`).
     slack: float | None = None
     #: For ``since`` given as a time: that time as given (the checking machine's clock);
     #: ``started_at`` is it on the monitored host's clock (see :meth:`Since.resolve`).
@@ -161,7 +155,7 @@ class LaunchEnd(NamedTuple):
         nanosecond file times of the job's last writes fall in it)."""
         if self.exited_at is None:
             return None
-        return self.exited_at + 1.0 if self.coarse else self.exited_at
+        return self.exited_at + WHOLE_SECOND if self.coarse else self.exited_at
 
     @property
     def killed_unrecorded(self) -> bool:

@@ -1,0 +1,100 @@
+"""When a file was written against a run's start: the pure rules the log's binding uses.
+
+Moved here from ``sensors._signals.log`` as they were (issue 35: one model, in one place);
+they read a file's times through :class:`FileTimes` (the log signal's parsed stat line is
+one) and a :class:`~sensors._run.run.Run`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+from sensors._run.run import Run
+from sensors._run.tolerances import (
+    FILE_CLOCK_TOLERANCE,
+    FILE_TIME_TICK,
+    OWN_CLOCK_SLACK,
+    PROC_START_WHOLE_SECONDS,
+)
+
+
+class FileTimes(Protocol):
+    """A file's identity and times as one stat read them."""
+
+    @property
+    def inode(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def birth(self) -> float:  # a lower bound of the file's birth; 0: unknown
+        ...
+    @property
+    def written(self) -> float:  # the mtime as exactly as stat gave it
+        ...
+    @property
+    def resolution(self) -> float:  # the last write happened in [written, written + resolution)
+        ...
+
+
+def time_impossible(st: FileTimes, run: Run | None, latest: float, own: bool) -> bool:
+    """Whether the log's file times cannot be true on the host's clock: ahead of it, before
+    the file's birth, or, for a launched run's log changed since the launch, before the launch
+    (set back by a tool, or a file server's clock): they are then no evidence of when it was
+    written."""
+    if file_time_ahead(st, latest, own) is not None:
+        return True
+    if st.birth and st.written + st.resolution < st.birth - FILE_TIME_TICK:
+        return True  # last written before it was born: set back (the birth is the kernel's)
+    if run is None or run.source != "launch" or run.started_at is None:
+        return False
+    changed = st.inode != run.log_inode or st.size != (run.log_offset or 0)
+    return changed and st.written + st.resolution < run.started_at - FILE_TIME_TICK
+
+
+def file_time_ahead(st: FileTimes, latest: float, own: bool) -> float | None:
+    """How far the log's mtime or birth is ahead of ``latest`` (None: neither is, beyond what
+    the file system's clock allows: a few ticks where the host's kernel stamps the times —
+    its clock lags, never leads, so a time ahead was set by a tool — and the tolerance where
+    a file server's clock does). A time ahead within the tolerance on the host's own clock
+    dated an earlier run's line after a start given a moment before (fuzzer seed 702132)."""
+    by = max(st.written, st.birth) - latest
+    return round(by, 3) if by > (OWN_CLOCK_SLACK if own else FILE_CLOCK_TOLERANCE) else None
+
+
+def run_start_slack(source: str, slack: float | None = None) -> float:
+    """How far a run's start may be from the truth: a ``since`` is exact (on another host's
+    clock, to the offset its round trip measured: ``Run.slack``); a process's start as exact
+    as it was read (``Run.slack``), else the worst case."""
+    if source == "since":
+        return slack or 0.0  # exact on the host's clock; another host's, to its measured offset
+    return PROC_START_WHOLE_SECONDS if slack is None else slack
+
+
+def last_write(
+    written: float,
+    resolution: float,
+    started: float,
+    source: str,
+    after: float | None = None,
+    slack: float | None = None,
+) -> Literal["before", "after", "unclear"]:
+    """Whether the log was last written before the run began, after it, or too near to tell.
+
+    The write happened in [written, written + resolution): to the kernel's tick where stat
+    gives nanoseconds, to the second where it gives whole seconds only. Only a write clearly
+    before the start is an earlier run's, and only one clearly after it is this run's; in
+    between it could be either (a re-run started a moment after the last run's completion
+    line, or a fast job that wrote its own before this watch first looked).
+    """
+    margin = run_start_slack(source, slack)
+    if written + resolution <= started - margin:
+        return "before"
+    if written >= started + (margin if after is None else after):
+        return "after"
+    return "unclear"
+
+
+def written_by(st: FileTimes, at: float | None) -> bool:
+    """Whether the log was last written by ``at``: the whole span its mtime allows (a second
+    where stat gives whole seconds) before it, to the kernel's tick."""
+    return at is not None and st.written + st.resolution <= at + FILE_TIME_TICK

@@ -1,0 +1,196 @@
+"""Every tolerance run binding uses, in one table: its value, its unit and where it comes from.
+
+A row is one figure of one quantity. Two rows with the same ``quantity`` are one quantity read
+with two values today (named so, not unified: unifying changes verdicts, see each row's
+``source``). Code imports the module constants (plain floats); :data:`TABLE` is the same
+figures with their sources, for a reader and for the tests.
+
+Not here: the clock offset of a host against the checking machine, which is measured in each
+probe's round trip (``Checker._ahead``: the host's clock read before its answer came back,
+less when it came back), and the settled-stamp margins of the shared stat
+(``sensors._base.probe``: the ground layer imports nothing above it, and they decide when a
+stat may be skipped, not whose evidence is whose). The probe's sh adds a whole second to a
+time printed in whole seconds (``+ 1`` in ``sensors._signals.outputs``' scan): the same
+figure as :data:`WHOLE_SECOND`, written in sh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """One figure: ``value`` in ``unit``, of ``quantity``, from ``source``."""
+
+    name: str
+    value: float
+    unit: str
+    quantity: str
+    source: str
+
+
+#: Every tolerance, by its constant's name.
+TABLE: dict[str, Tolerance] = {}
+
+
+def _row(name: str, value: float, quantity: str, source: str, unit: str = "s") -> float:
+    TABLE[name] = Tolerance(name, value, unit, quantity, source)
+    return value
+
+
+# --------------------------------------------------------------------------- a process's start
+
+PROC_START_TICKS = _row(
+    "PROC_START_TICKS",
+    0.05,
+    "proc_start_ticks",
+    "how far a process's start read from /proc may be off where /proc/uptime is the host's:"
+    " start ticks are 10 ms (USER_HZ 100), /proc/uptime is 10 ms, `date` and /proc/uptime are"
+    " read a moment apart by one shell, the start is rounded to 10 ms: 50 ms. Used for"
+    " Run.slack of a process start (PROCESS_START_PRECISION['ticks']), the log's binding and"
+    " its line's writers (log.py), a launched job's later runs (process.py); both modules"
+    " called it _TICK_SLACK.",
+)
+PROC_START_TICKS_WRITER = _row(
+    "PROC_START_TICKS_WRITER",
+    0.02,
+    "proc_start_ticks",
+    "the same quantity as PROC_START_TICKS with another value: 'a clock tick or two (10 ms"
+    " each)' (was log.py's _START_PRECISION). Used only by log.py's _writer_alive: a process"
+    " begun by a dated completion line, to this, is one of its writers. Unified to 0.05, a"
+    " process begun 20-50 ms after the line would count as its writer (more 'complete')."
+    " Exercised by test_false_complete_routes.py and test_adversary_21.py (seed 200948: a"
+    " re-run begun 30 ms after the line); not yet run with one value.",
+)
+PROC_START_WHOLE_SECONDS = _row(
+    "PROC_START_WHOLE_SECONDS",
+    1.0,
+    "proc_start_btime",
+    "how far a process's start may be off where /proc/uptime is virtualised (lxcfs): the"
+    " boot time is /proc/stat's btime, whole seconds. Also the worst case, where the"
+    " precision a start was read with is not known (Run.slack None) and log.py's margins of"
+    " 'clearly before/after' a line (_whose, _undatable), which use it whatever the host."
+    " PROCESS_START_PRECISION['btime']; was log.py's _PROCESS_START_SLACK and process.py's"
+    " START_SLACK.",
+)
+ELAPSED_BELOW_ZERO = _row(
+    "ELAPSED_BELOW_ZERO",
+    1.0,
+    "proc_elapsed_floor",
+    "an elapsed time read from /proc down to this far below zero is taken as 0 (a start"
+    " against btime's whole seconds); further below, it is implausible (procfs.elapsed).",
+)
+BOOT_CLOCKS_APART = _row(
+    "BOOT_CLOCKS_APART",
+    30.0,
+    "boot_clock",
+    "how far /proc/uptime and now - /proc/stat btime may disagree before neither is believed"
+    " (procfs.elapsed; was ELAPSED_TOLERANCE): btime moves when NTP steps the wall clock, a"
+    " few seconds is normal. Also how far an elapsed time may pass the uptime.",
+)
+RERUN_START_GAP = _row(
+    "RERUN_START_GAP",
+    2.0,
+    "rerun_gap",
+    "a process first seen with a start this much later than the run restored from the store"
+    " (Run.source 'process') is a new run (process.py): beyond PROC_START_WHOLE_SECONDS, so a"
+    " start read again against another boot clock is not taken for a re-run.",
+)
+
+#: How far a process start read from /proc may be from the truth, by where the boot clock
+#: came from: ``ticks`` against /proc/uptime, ``btime`` where /proc/uptime is virtualised.
+PROCESS_START_PRECISION = {"ticks": PROC_START_TICKS, "btime": PROC_START_WHOLE_SECONDS}
+
+
+# --------------------------------------------------------------------------- file times
+
+FILE_TIME_TICK = _row(
+    "FILE_TIME_TICK",
+    0.02,
+    "file_time_lag",
+    "how far a file time (to the nanosecond) may lag the write it stamps: the kernel stamps"
+    " files from its coarse clock, a jiffy (1 to 10 ms, CONFIG_HZ 1000 to 100) behind the"
+    " real one: two jiffies at HZ 100. The width of a nanosecond mtime (was log.py's"
+    " _TIMESTAMP_TICK) and the slack of 'written by then' (was log.py's and outputs.py's"
+    " _WRITTEN_BY_TICK).",
+)
+JIFFY = _row(
+    "JIFFY",
+    0.01,
+    "file_time_lag",
+    "the same quantity as FILE_TIME_TICK with another value: one jiffy at HZ 100 (was log.py's"
+    " _JIFFY). Used only by log.py's 'text after the line was written before its writers'"
+    " seen end' (by_end). Unified to 0.02, text written in the last 10-20 ms before a seen"
+    " end would be unattributed (fewer 'complete'). Exercised by test_see_the_end.py; not yet"
+    " run with one value.",
+)
+WHOLE_SECOND = _row(
+    "WHOLE_SECOND",
+    1.0,
+    "coarse_time",
+    "a time printed in whole seconds (stat with no fraction, a file system that keeps"
+    " seconds, busybox's date without %N in the launch wrapper's exit record) stands for any"
+    " moment of its second, rounded down (log.py _precise, LaunchEnd.exited_by, process.py"
+    " _after_launch).",
+)
+OWN_CLOCK_SLACK = _row(
+    "OWN_CLOCK_SLACK",
+    0.05,
+    "file_time_ahead_local",
+    "how far ahead of the probe's own clock read a file time on a local file system (the"
+    " host's kernel stamps it) may be and still be true: the probe's `date` runs a few ms"
+    " before the file is read, and the kernel's file clock lags, never leads. A time further"
+    " ahead was set by a tool (touch -d, cp -p, an archive): not evidence.",
+)
+FILE_CLOCK_TOLERANCE = _row(
+    "FILE_CLOCK_TOLERANCE",
+    1.0,
+    "file_time_ahead_remote",
+    "how far ahead of the host's clock a file time on a network file system (NFS, SMB, FUSE:"
+    " a server's clock stamps it) may be and still be taken as true; also the margin a"
+    " start needs there to be 'after' it. A choice, not a measurement: NTP keeps clocks"
+    " closer, and a small skew cannot be told from a write made a moment ago.",
+)
+ATTRIBUTE_CACHE_GRACE = _row(
+    "ATTRIBUTE_CACHE_GRACE",
+    60.0,
+    "attribute_cache",
+    "how long a network file system's client may show a file's size or a directory's"
+    " entries as they were: NFS caches attributes up to acregmax/acdirmax, 60 s by default"
+    " (nfs(5)); FUSE's attr_timeout is shorter. A change seen within it of an event may have"
+    " happened before it.",
+)
+
+
+# --------------------------------------------------------------------------- clocks of hosts
+
+CLOCKS_APART = _row(
+    "CLOCKS_APART",
+    1.0,
+    "host_clock_offset",
+    "how far two hosts' clocks may be apart in a stage over several hosts (across.py): a"
+    " rank last seen alive this long before node 0's run began was an earlier run's. A"
+    " choice (NTP keeps them closer), not the offset measured in the probe's round trip"
+    " (was across.py's _CLOCKS_APART).",
+)
+
+
+# --------------------------------------------------------------------------- a run's identity
+
+SINCE_SAME = _row(
+    "SINCE_SAME",
+    0.001,
+    "since_same",
+    "a --since time given again is the stored run's when within this (checker.py: a run kept"
+    " in the store is the same run a restarted watch is given).",
+)
+SINCE_ROUNDING = _row(
+    "SINCE_ROUNDING",
+    1e-6,
+    "since_same",
+    "the same quantity as SINCE_SAME with another value (persist.py's is_this_run: a stored"
+    " start at or after the --since, to float rounding). Unified to 0.001, a stored run begun"
+    " up to a millisecond before the --since would be taken as this run's; to 1e-6, a"
+    " --since that lost precision on its way through the store would start a new run.",
+)

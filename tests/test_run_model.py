@@ -1,0 +1,226 @@
+"""The run model's pure parts (``sensors._run``): its table of tolerances and its moments.
+
+Table tests, no clocks, no processes: what the signals use to tie evidence to a run.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from sensors._run import tolerances
+from sensors._run.tolerances import TABLE, Tolerance
+
+SENSORS = Path(__file__).resolve().parent.parent / "sensors"
+
+
+def _constants() -> dict[str, float]:
+    return {
+        name: value
+        for name, value in vars(tolerances).items()
+        if name.isupper() and isinstance(value, float) and name != "TABLE"
+    }
+
+
+def test_every_tolerance_is_a_row_of_the_table_with_its_source() -> None:
+    """One table: each module constant is a row (same name, same value) and each row a
+    constant, with a unit and where its figure comes from."""
+    assert set(_constants()) == set(TABLE)
+    for name, value in _constants().items():
+        row = TABLE[name]
+        assert isinstance(row, Tolerance)
+        assert (row.name, row.value, row.unit) == (name, value, "s")
+        assert row.value > 0
+        assert len(row.source.split()) >= 10, f"{name}: say where the figure comes from"
+
+
+def test_a_quantity_read_with_two_values_is_named_so() -> None:
+    """The quantities with two values today (left for a decision: unifying one changes
+    verdicts); a new one shows up here. Each second row says which it duplicates."""
+    twice = {q for q, n in Counter(row.quantity for row in TABLE.values()).items() if n > 1}
+    assert twice == {"proc_start_ticks", "file_time_lag", "since_same"}
+    for quantity in twice:
+        rows = [row for row in TABLE.values() if row.quantity == quantity]
+        assert len({row.value for row in rows}) == len(rows), quantity
+        assert any("the same quantity as" in row.source for row in rows), quantity
+
+
+def test_the_process_start_precision_is_the_tables() -> None:
+    assert {
+        "ticks": TABLE["PROC_START_TICKS"].value,
+        "btime": TABLE["PROC_START_WHOLE_SECONDS"].value,
+    } == tolerances.PROCESS_START_PRECISION
+
+
+# The names the tolerances had before the table: none may come back as a module's own.
+_OLD = {
+    "_TICK_SLACK",
+    "_WRITTEN_BY_TICK",
+    "_JIFFY",
+    "_START_PRECISION",
+    "_PROCESS_START_SLACK",
+    "START_SLACK",
+    "_TIMESTAMP_TICK",
+    "_FILE_CLOCK_TOLERANCE",
+    "ELAPSED_TOLERANCE",
+    "_CLOCKS_APART",
+}
+
+
+@pytest.mark.parametrize("path", sorted(SENSORS.rglob("*.py")), ids=lambda p: str(p.relative_to(SENSORS)))
+def test_no_module_defines_a_tolerance_of_its_own(path: Path) -> None:
+    """A tolerance of run binding is defined once, in the table (imported, never redefined)."""
+    if path.name == "tolerances.py":
+        return
+    defined = {
+        target.id
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    assert not defined & (set(TABLE) | _OLD), f"{path}: defines {sorted(defined & (set(TABLE) | _OLD))}"
+
+
+# --------------------------------------------------------------------------- moments
+
+from sensors._run.moment import Moment  # noqa: E402
+
+_START = Moment.about(100.0, 0.05, source="/proc start ticks")  # truth in [99.95, 100.05]
+
+
+@pytest.mark.parametrize(
+    ("moment", "before", "after"),
+    [
+        (Moment.within(99.0, 99.01), True, False),  # a write clearly earlier
+        (Moment.within(99.90, 99.94), True, False),  # a hundredth clear of the start's slack
+        (Moment.within(99.93, 99.95), None, False),  # touches its earliest: equal is not before
+        (Moment.within(100.02, 100.04), None, None),  # inside the start's precision: either
+        (Moment.about(100.0, 0.0), None, None),  # the start's own reading, exact
+        (Moment.within(100.05, 100.06), False, None),  # touches its latest: equal is not after
+        (Moment.within(100.06, 100.07), False, True),  # clearly later
+        (Moment.within(100.0, 101.0), None, None),  # a whole second's mtime spans the start
+    ],
+)
+def test_a_moment_is_before_or_after_another_only_when_every_truth_says_so(moment, before, after) -> None:
+    assert moment.before(_START) is before
+    assert moment.after(_START) is after
+    assert _START.after(moment) is before  # the same question turned round
+    assert _START.before(moment) is after
+
+
+@pytest.mark.parametrize(
+    ("moment", "earliest", "latest"),
+    [
+        (Moment.about(10.0, 0.5), 9.5, 10.5),
+        (Moment.within(10.0, 11.0), 10.0, 11.0),
+        (Moment(10.0, early=0.25, late=1.0), 9.75, 11.0),
+        (Moment(10.0), 10.0, 10.0),
+    ],
+)
+def test_a_moments_interval(moment, earliest, latest) -> None:
+    assert (moment.earliest, moment.latest) == (earliest, latest)
+
+
+def test_moments_on_two_clocks_are_compared_only_once_on_one() -> None:
+    """A --since given on this machine's clock against a host 60 s ahead (issue 35): moved
+    onto the host's clock by the offset measured in the round trip, not compared raw."""
+    since = Moment(1000.0, clock="checker", source="--since")
+    line = Moment.within(1030.0, 1030.02, clock="host", source="mtime")  # run 1's, host 60 s ahead
+    with pytest.raises(ValueError, match="moment compared with a"):
+        line.after(since)
+    on_host = since.moved("host", offset=60.0, uncertainty=0.2)
+    assert (on_host.earliest, on_host.latest, on_host.clock) == (
+        pytest.approx(1059.8),
+        pytest.approx(1060.2),
+        "host",
+    )
+    assert line.after(on_host) is False  # before the run began on the host: not this run's
+    assert Moment.within(1060.1, 1060.12, "host").after(on_host) is None  # within the offset's precision
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Moment(1.0, early=-0.1),
+        lambda: Moment(float("nan")),
+        lambda: Moment(1.0, late=float("inf")),
+        lambda: Moment.within(2.0, 1.0),
+        lambda: Moment(1.0).moved("host", 1.0, uncertainty=-1.0),
+    ],
+)
+def test_a_moment_refuses_what_no_clock_reads(make) -> None:
+    with pytest.raises(ValueError):
+        make()
+
+
+# --------------------------------------------------------------------------- binding rules
+
+from typing import NamedTuple  # noqa: E402
+
+from sensors._run.binding import file_time_ahead, last_write, time_impossible, written_by  # noqa: E402
+from sensors._run.run import Run  # noqa: E402
+
+
+class _Times(NamedTuple):
+    inode: int = 7
+    size: int = 10
+    birth: float = 0.0
+    written: float = 1000.0
+    resolution: float = 0.02
+
+
+@pytest.mark.parametrize(
+    ("written", "resolution", "source", "slack", "when"),
+    [
+        (998.0, 0.02, "process", 0.05, "before"),
+        (999.93, 0.02, "process", 0.05, "before"),  # its span ends at the start's earliest
+        (999.94, 0.02, "process", 0.05, "unclear"),
+        (1000.05, 0.02, "process", 0.05, "after"),
+        (1000.04, 0.02, "process", 0.05, "unclear"),
+        (1000.5, 0.02, "process", None, "unclear"),  # no precision known: a second either way
+        (999.0, 1.0, "since", None, "before"),  # whole seconds, a --since is exact
+        (999.5, 1.0, "since", None, "unclear"),
+        (1000.0, 0.02, "since", None, "after"),
+    ],
+)
+def test_when_a_file_was_last_written_against_a_runs_start(written, resolution, source, slack, when) -> None:
+    assert last_write(written, resolution, 1000.0, source, None, slack) == when
+
+
+@pytest.mark.parametrize(
+    ("times", "latest", "own", "ahead"),
+    [
+        (_Times(written=1000.0), 1000.0, True, None),
+        (_Times(written=1000.05), 1000.0, True, None),  # within the probe's own clock read
+        (_Times(written=1000.2), 1000.0, True, 0.2),  # set ahead by a tool
+        (_Times(written=1000.9), 1000.0, False, None),  # a file server's clock, within its tolerance
+        (_Times(birth=1002.0), 1000.0, False, 2.0),
+    ],
+)
+def test_a_file_time_ahead_of_the_hosts_clock(times, latest, own, ahead) -> None:
+    assert file_time_ahead(times, latest, own) == (pytest.approx(ahead) if ahead is not None else None)
+
+
+@pytest.mark.parametrize(
+    ("times", "run", "impossible"),
+    [
+        (_Times(), None, False),
+        (_Times(birth=1001.0), None, True),  # last written before it was born
+        (_Times(), Run(source="launch", started_at=1005.0, log_inode=7, log_offset=10), False),  # unchanged
+        (_Times(size=20), Run(source="launch", started_at=1005.0, log_inode=7, log_offset=10), True),
+        (_Times(size=20), Run(source="process", started_at=1005.0), False),  # only a launch is exact
+    ],
+)
+def test_file_times_no_clock_can_have_given(times, run, impossible) -> None:
+    assert time_impossible(times, run, 1010.0, True) is impossible
+
+
+def test_written_by_a_moment_takes_the_whole_span_of_the_mtime() -> None:
+    assert written_by(_Times(written=999.0, resolution=1.0), 1000.0)
+    assert not written_by(_Times(written=999.5, resolution=1.0), 1000.0)
+    assert written_by(_Times(written=1000.0), 1000.0)  # to the kernel's tick
+    assert not written_by(_Times(), None)
