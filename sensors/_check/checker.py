@@ -36,7 +36,7 @@ from sensors._hosts import Host, LocalHost
 from sensors._hosts.exits import ExitWatch, SeenEnd, local_exits
 from sensors._hosts.ssh_exits import RemoteExitWatch
 from sensors._run.run import LaunchEnd, Run, Since, exit_record_lines, parse_since, read_launch_end
-from sensors._run.tolerances import JIFFY, SINCE_SAME
+from sensors._run.tolerances import END_WINDOW, JIFFY, SINCE_SAME
 from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
 from sensors._signals.base import JobView
 from sensors._signals.log import LogMemory, seed_log_memory
@@ -67,14 +67,6 @@ class _Memory:
     boot_id: str | None = None  # the boot the static facts belong to
     run: Run | None = None  # where the run being watched begins (launch, since, process)
     first_check_at: float | None = None  # the host's clock at this watch's first check
-
-
-#: The widest a process's end may be known to (its last sighting alive to the watch's finding
-#: it gone) for a file time up to that finding to count as written before the end: a later
-#: run would have had to begin and write within it and be gone again by the next check. The
-#: local watch polls every 5 ms, the SSH one every 50 ms; a job's last words (a `wandb:
-#: Synced` line, its last output closed) commonly come a millisecond before it exits.
-END_WINDOW = 0.1
 
 
 def _owned_by(end: SeenEnd) -> float:

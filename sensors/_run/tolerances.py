@@ -120,10 +120,20 @@ JIFFY = _row(
     0.01,
     "file_time_lag",
     "the same quantity as FILE_TIME_TICK with another value: one jiffy at HZ 100 (was log.py's"
-    " _JIFFY). Used only by log.py's 'text after the line was written before its writers'"
-    " seen end' (by_end). Unified to 0.02, text written in the last 10-20 ms before a seen"
-    " end would be unattributed (fewer 'complete'). Exercised by test_see_the_end.py; not yet"
-    " run with one value.",
+    " _JIFFY). Used only where an exit watch saw a process's end loosely (wider than"
+    " END_WINDOW): a change stamped a jiffy before its last sighting alive came while it lived"
+    " (sensors._check.checker._owned_by).",
+)
+END_WINDOW = _row(
+    "END_WINDOW",
+    0.1,
+    "end_seen",
+    "the widest a process's end may be known to (its last sighting alive to the exit watch's"
+    " finding it gone) for a change stamped up to that finding to count as written before the"
+    " end. The local pidfd watch polls every 5 ms, the SSH watch every 50 ms (its polls took"
+    " 55-70 ms under load here). Another history fits only with a later run begun and writing"
+    " within it, and gone by the next check; a job's last words (a `wandb: Synced` line, its"
+    " last output closed) come a millisecond before it exits.",
 )
 WHOLE_SECOND = _row(
     "WHOLE_SECOND",
