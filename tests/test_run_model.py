@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sensors._run import tolerances
+from sensors._run.advice import Had
 from sensors._run.tolerances import TABLE, Tolerance
 
 SENSORS = Path(__file__).resolve().parent.parent / "sensors"
@@ -224,3 +225,27 @@ def test_written_by_a_moment_takes_the_whole_span_of_the_mtime() -> None:
     assert not written_by(_Times(written=999.5, resolution=1.0), 1000.0)
     assert written_by(_Times(written=1000.0), 1000.0)  # to the kernel's tick
     assert not written_by(_Times(), None)
+
+
+@pytest.mark.parametrize(
+    ("had", "offered", "not_offered"),
+    [
+        (Had(), ["--since", "watch the job from before it ends", "launch the job"], []),
+        (Had(since=True), ["watch the job from before it ends", "launch the job"], ["--since"]),
+        (Had(seen_alive=True), ["--since", "launch the job"], ["watch the job from before it ends"]),
+        (Had(launched=True, seen_alive=True), [], ["--since", "watch the job", "launch the job"]),
+    ],
+)
+def test_the_logs_advice_never_repeats_what_the_watch_did(had, offered, not_offered) -> None:
+    """A log's "cannot be told" ends with what would tell it, less what the watch already did
+    (issue 35: a watch that saw the job at work was told to watch it from before it ends)."""
+    from sensors._run.advice import Fix
+    from sensors._signals.log import _advise
+
+    said = _advise((Fix.SINCE, Fix.WATCH_EARLIER, Fix.LAUNCH), had)
+    for words in offered:
+        assert words in said, (had, said)
+    for words in not_offered:
+        assert words not in said, (had, said)
+    if not offered:
+        assert said == ". No other tie crosscheck knows would tell it"

@@ -38,6 +38,7 @@ from sensors._base.probe import (
 from sensors._base.regex import UserRegex, compile_user_regex, required_literal
 from sensors._base.schema import AbsPath, Regex, Section
 from sensors._base.text import redact
+from sensors._run.advice import Fix, Had, advice
 from sensors._run.binding import file_time_ahead, last_write, run_start_slack, time_impossible, written_by
 from sensors._run.run import FINGERPRINT_BYTES, Run
 from sensors._run.tolerances import (
@@ -782,7 +783,13 @@ def read_log(
             " (the gate or wait that launched it), or keep the log on the host's own file system"
         )
         return Reading("log", Says.UNKNOWN, detail, evidence, meta.now, host), new_memory
-    says, detail = _log_says(scan, complete_line, still_writing, memory, age, word)
+    had = Had(
+        since=run is not None and run.source == "since",
+        launched=run is not None and run.source == "launch",
+        # A process of the job seen at work before its line was written: watched before it ended.
+        seen_alive=bool(word.writers),
+    )
+    says, detail = _log_says(scan, complete_line, still_writing, memory, age, word, had)
     if change:
         detail += f" (log {change} since the last check)"
     return Reading("log", says, detail, evidence, meta.now, host), new_memory
@@ -1157,6 +1164,12 @@ def _exit_log_holds(memory: LogMemory) -> bool:
     )
 
 
+def _advise(fixes: tuple[Fix, ...], had: Had) -> str:
+    """What would tell it, as the end of a sentence (the fixes the watch had left out)."""
+    left = advice(fixes, had)
+    return f". To tell: {left}" if left else ". No other tie crosscheck knows would tell it"
+
+
 def _log_says(
     scan: _LogScan,
     complete_line: str | None,
@@ -1164,7 +1177,9 @@ def _log_says(
     memory: LogMemory,
     age: float,
     word: _Word | None = None,
+    had: Had | None = None,
 ) -> tuple[Says, str]:
+    had = had or Had()
     if scan.error_line is not None:
         return Says.FAILED, f"error line: {scan.error_line.strip()[:200]}"
     if complete_line is not None and still_writing:
@@ -1186,8 +1201,8 @@ def _log_says(
             f"a completion line ({complete_line.strip()[:120]}) was in the log when this watch first"
             f" read it, while pid {word.undatable_by} of this run was alive, and {when}:"
             " whether that process is a later run, begun after the line and"
-            " with no completion line of its own, cannot be told. Watch the job from before it"
-            " ends, or launch it through crosscheck",
+            " with no completion line of its own, cannot be told"
+            + _advise((Fix.WATCH_EARLIER, Fix.LAUNCH), had),
         )
     if complete_line is not None and word is not None and word.unattributed and scan.followed_by is not None:
         return (
@@ -1195,9 +1210,8 @@ def _log_says(
             f"a completion line ({complete_line.strip()[:120]}) is followed by other text"
             f" ({scan.followed_by[:120]!r}) that no process known to have written the completion"
             " line can have written: a completion line counts only as its run's last word, and"
-            " whether a later run wrote that text cannot be told. Watch the job from before it"
-            " ends, launch it through crosscheck (its exit is then recorded), or have it write"
-            " its completion line last",
+            " whether a later run wrote that text cannot be told"
+            + _advise((Fix.WATCH_EARLIER, Fix.LAUNCH, Fix.LINE_LAST), had),
         )
     if complete_line is not None:
         return Says.DONE, f"completion line: {complete_line.strip()[:200]}"
@@ -1216,8 +1230,7 @@ def _log_says(
         return (
             Says.UNKNOWN,
             f"a completion line is in the log ({scan.earlier_complete.strip()[:120]}) but it may be an"
-            f" earlier run's: {why}. Give the run's start (--since TIME|DURATION), watch from"
-            " before the job ends, or launch the job through crosscheck (a launch section)",
+            f" earlier run's: {why}" + _advise((Fix.SINCE, Fix.WATCH_EARLIER, Fix.LAUNCH), had),
         )
     if word is not None and word.later_pid is not None:
         earlier = (

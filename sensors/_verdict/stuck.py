@@ -27,65 +27,13 @@ launched run to launch through crosscheck.
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 from sensors._base.model import Reading, Says, State, Stuck
+from sensors._run.advice import Fix, Had, advice
 from sensors._run.run import Run
 
 __all__ = ["Fix", "Had", "advice", "had_of", "stuck"]
-
-
-@dataclass(frozen=True)
-class Had:
-    """What the watch had of its run: each a fix it needs no telling of."""
-
-    since: bool = False  # the run's start, given (--since)
-    launched: bool = False  # crosscheck launched the job (its start is exact, its exit recorded)
-    seen_alive: bool = False  # this watch saw the job's process at work
-    end_seen: bool = False  # ... and found it gone later: it watched the job end
-
-
-class Fix(enum.Enum):
-    """One thing a person can do so that a run can be told."""
-
-    SINCE = "give the run's start with --since TIME|DURATION"
-    WATCH_EARLIER = "watch the job from before it ends"
-    LAUNCH = "launch the job through crosscheck (a launch section: its exit status is recorded)"
-    LINE_LAST = "have the job write its completion line last (after closing its outputs)"
-    ADD_SIGNAL = "add a log section with a completion line, or an outputs section"
-    OWN_PATHS = (
-        "give each run of the job its own log and output paths, or start no other run of it"
-        " until this run's gate has ended"
-    )
-    FROM_LAUNCH = "watch a launched job from its launch (the gate or wait that launched it)"
-    LOCAL_LOG = "keep the log on the host's own file system"
-
-
-def _needless(fix: Fix, had: Had) -> bool:
-    """Whether the watch already did what ``fix`` asks."""
-    if fix is Fix.SINCE:
-        return had.since or had.launched  # a launch is an exact start already
-    if fix is Fix.WATCH_EARLIER:
-        return had.seen_alive or had.end_seen
-    if fix is Fix.LAUNCH:
-        return had.launched
-    if fix is Fix.FROM_LAUNCH:
-        return not had.launched  # advice for launched runs only
-    return False
-
-
-def advice(fixes: Iterable[Fix], had: Had) -> str:
-    """The fixes, less those the watch already had, as one clause (``"A, B or C"``).
-
-    Empty where every one was done already: the caller then has nothing to suggest, and says
-    so rather than repeat what the user did.
-    """
-    left = [f.value for f in dict.fromkeys(fixes) if not _needless(f, had)]
-    if len(left) <= 1:
-        return "".join(left)
-    return ", ".join(left[:-1]) + " or " + left[-1]
 
 
 def had_of(readings: Mapping[str, Reading], run: Run | None) -> Had:
