@@ -120,14 +120,6 @@ _ROTATES_AT_THE_END = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_process_started reads /proc/self/stat's start, which exec keeps: `exec crosscheck wait` "
-    "at the end of a script places the watch's start at the script's, and a log born between the two "
-    "(an earlier run's rotation, its last lines in the fresh file) is bound as this run's (run_from 0, "
-    "bound by 'watch'). exec's time is not in /proc; a bound needs a time read in-process (e.g. at "
-    "sensors' first import) and a limit on how long the interpreter may take to get there: not local",
-)
 def test_a_wait_execd_by_a_script_begins_when_the_command_did_not_when_the_script_did(tmp_path: Path) -> None:
     """Rule 6 (the watch begins at the CLI process's start). A step script starts (its own
     work first: a sync, a sleep), then `exec crosscheck wait STAGE`: exec keeps the script's

@@ -36,6 +36,7 @@ from sensors._present.terminal import (
     text,
 )
 from sensors._run.run import Since, parse_since
+from sensors._run.tolerances import EXEC_TO_IMPORT
 from sensors._version import __version__
 from sensors._watch.gc import tune_for_watching
 from sensors._watch.schedule import watch_all
@@ -276,19 +277,24 @@ class _Options:
         return checker_for(stage, since=self.since, state=self.store, began=_process_started())
 
 
-def _process_started() -> float | None:
+def _process_started() -> float:
     """When this command began (this machine's clock, at the latest: its start tick rounded
-    up), None where /proc cannot tell. A watch begins when the person typed the command, not
-    once Python has imported it (a second or more on a loaded host): a job started just after
-    is over before its first check, and its log is still the run this watch is for."""
+    up). A watch begins when the person typed the command, not once Python has imported it
+    (a second or more on a loaded host): a job started just after is over before its first
+    check, and its log is still the run this watch is for. A process start long before the
+    package's first import is a script's that exec'd this command later (exec keeps the
+    start): then the import's time, as where /proc cannot tell."""
+    from sensors import _IMPORTED_AT
+
     try:
         with open("/proc/self/stat", "rb") as f:
             raw = f.read()
         ticks = int(raw[raw.rfind(b")") + 2 :].split()[19])
         boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
-        return boot + (ticks + 1) / os.sysconf("SC_CLK_TCK")
+        started = boot + (ticks + 1) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, AttributeError):
-        return None
+        return _IMPORTED_AT
+    return started if _IMPORTED_AT - started <= EXEC_TO_IMPORT else _IMPORTED_AT
 
 
 def _since_arg(value: str) -> Since:

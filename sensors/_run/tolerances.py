@@ -124,6 +124,16 @@ JIFFY = _row(
     " END_WINDOW): a change stamped a jiffy before its last sighting alive came while it lived"
     " (sensors._check.checker._owned_by).",
 )
+EXEC_TO_IMPORT = _row(
+    "EXEC_TO_IMPORT",
+    0.5,
+    "watch_start",
+    "the most a `crosscheck` command's interpreter may take from its process's start to the"
+    " first import of `sensors` for that start to be the command's own (sensors._cli.main"
+    " _process_started): longer, and the process was a script that exec'd the command later"
+    " (exec keeps the start), so the import's own time is the watch's start. Python's start"
+    " is 20-50 ms here idle, a few hundred under load.",
+)
 END_WINDOW = _row(
     "END_WINDOW",
     0.1,
