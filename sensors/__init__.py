@@ -15,15 +15,7 @@ Prefect tasks live in :mod:`sensors.prefect` (imported only when you ask for it)
 helpers in :mod:`sensors.testing`.
 """
 
-# ruff: noqa: E402 (the import time is read before the imports below)
-
-import time as _time
-
-#: When this package was first imported (this machine's clock): read before anything heavy is
-#: imported, a bound on when a command that uses it was exec'd (``sensors._cli.main``).
-_IMPORTED_AT = _time.time()
-del _time
-
+from sensors._base import started as _started  # noqa: F401 (first: the time of this import)
 from sensors._base.errors import (
     ConfigError,
     ConnectError,

@@ -20,7 +20,7 @@ Root counts as the user's own, as in OpenSSH: root can write anything anyway.
 The same rules run in two places: :data:`TRUST_SH`, a sh function the launch script (before
 it starts a job) and the probe (before it reads an exit record) both call on the host, and
 :func:`untrusted_store` in this process for the SQLite store. What refuses and why:
-docs/run-binding.md, "What crosscheck trusts on disk".
+docs/security.md, "What crosscheck trusts on disk".
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from sensors._base.errors import ConfigError, CrosscheckError, HostKeyError
 from sensors._base.model import State, Verdict
 from sensors._base.output import guarded_streams, on_closed
 from sensors._base.schema import bounded_duration
+from sensors._base.started import IMPORTED_AT
 from sensors._base.text import inert
 from sensors._check.checker import Checker
 from sensors._check.sampling import StatusSampling, sample_status
@@ -284,8 +285,6 @@ def _process_started() -> float:
     check, and its log is still the run this watch is for. A process start long before the
     package's first import is a script's that exec'd this command later (exec keeps the
     start): then the import's time, as where /proc cannot tell."""
-    from sensors import _IMPORTED_AT
-
     try:
         with open("/proc/self/stat", "rb") as f:
             raw = f.read()
@@ -293,8 +292,8 @@ def _process_started() -> float:
         boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
         started = boot + (ticks + 1) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, AttributeError):
-        return _IMPORTED_AT
-    return started if _IMPORTED_AT - started <= EXEC_TO_IMPORT else _IMPORTED_AT
+        return IMPORTED_AT
+    return started if IMPORTED_AT - started <= EXEC_TO_IMPORT else IMPORTED_AT
 
 
 def _since_arg(value: str) -> Since:
