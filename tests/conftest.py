@@ -38,7 +38,9 @@ def host(request):
 def prefect_harness():
     """One Prefect test API for the whole session (startup 15-45 s here), started only for
     the modules that ask for it. One, not one per module: a harness nested inside another
-    leaves Prefect's events worker bound to the first, and no event arrives."""
+    leaves Prefect's events worker bound to the first, and no event arrives. (Under make
+    test's pytest-xdist workers, a session is a worker: each worker that runs such a module
+    starts one of its own.)"""
     import inspect
 
     from prefect.testing.utilities import prefect_test_harness
