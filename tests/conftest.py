@@ -52,6 +52,7 @@ def prefect_harness():
 
 
 from tests.postgres import postgres_server, postgres_url  # noqa: E402, F401  (shared fixtures)
+from tests.prefect_server import prefect_server  # noqa: E402, F401  (a shared fixture)
 
 
 @pytest.fixture(autouse=True)
