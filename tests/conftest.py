@@ -17,6 +17,28 @@ from sensors import LocalHost
 from sensors._base.probe import split_sections
 from tests.sshd import ssh_spec, sshd_private, sshd_server  # noqa: F401  (shared fixtures)
 
+#: The modules that take a minute or more (a real Prefect server, a wheel installed into a
+#: fresh venv, a fuzz run, a bench, real timeouts): under make test's workers they are handed
+#: out first, slowest first, so that none of them starts last and keeps one worker busy
+#: after the others are done.
+_SLOW_FIRST = (
+    "test_deployments_e2e.py",
+    "test_packaging.py",
+    "test_bench_fleet.py",
+    "test_bounded.py",
+    "test_fuzz.py",
+    "test_false_complete_routes.py",
+    "test_false_complete.py",
+    "test_span.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not hasattr(config, "workerinput"):  # not a pytest-xdist worker: the usual order
+        return
+    rank = {name: i for i, name in enumerate(_SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest as collected
+
 
 @pytest.fixture(params=["local", "ssh"])
 def host(request):
