@@ -24,11 +24,14 @@ from tests.sshd import ssh_spec, sshd_private, sshd_server  # noqa: F401  (share
 _SLOW_FIRST = (
     "test_deployments_e2e.py",
     "test_packaging.py",
-    "test_bench_fleet.py",
-    "test_bounded.py",
-    "test_fuzz.py",
     "test_false_complete_routes.py",
     "test_false_complete.py",
+    "test_bounded.py",
+    "test_bench_fleet.py",
+    "test_fuzz.py",
+    "test_jsonl_rewrite.py",
+    "test_prefect.py",
+    "test_signals.py",
     "test_span.py",
 )
 
