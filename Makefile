@@ -22,9 +22,18 @@ $(STAMP): pyproject.toml
 system-deps:
 	@.ci/system-packages
 
-# The newest Prefect the range allows (what `pip install -e '.[dev]'` resolves to).
+# The newest Prefect the range allows (what `pip install -e '.[dev]'` resolves to). Most of the
+# suite waits on real time (real jobs, intervals, settle gaps), not on the CPU: 4 pytest-xdist
+# workers overlap those waits, also on 2 cores. Each test module runs whole on one worker
+# (--dist loadfile: its module fixtures start once, its tests never overlap each other); the
+# tests marked `alone` (they disturb whatever else runs on the machine) run after, by
+# themselves. TEST_WORKERS=0: no workers.
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL := pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone"
+PYTEST_ALONE := pytest -q -m alone
 test: $(STAMP) system-deps
-	$(BIN)/pytest -q
+	$(BIN)/$(PYTEST_PARALLEL)
+	$(BIN)/$(PYTEST_ALONE)
 
 # Both ends of the Prefect range pyproject.toml allows, each in its own virtualenv, the whole
 # suite (the wheel's install tests included: into an environment that has that Prefect, no
@@ -40,12 +49,14 @@ $(OLDEST)/.installed: pyproject.toml constraints/oldest.txt
 	touch $@
 
 test-compat: $(OLDEST)/.installed system-deps
-	$(OLDEST)/bin/pytest -q
+	$(OLDEST)/bin/$(PYTEST_PARALLEL)
+	$(OLDEST)/bin/$(PYTEST_ALONE)
 	[ -x $(NEWEST)/bin/pip ] || $(PYTHON) -m venv $(NEWEST)
 	$(NEWEST)/bin/pip install -q --upgrade pip
 	$(NEWEST)/bin/pip install -q --upgrade --upgrade-strategy eager -e '.[dev]'
 	$(NEWEST)/bin/pip list 2>/dev/null | grep -i '^prefect '
-	$(NEWEST)/bin/pytest -q
+	$(NEWEST)/bin/$(PYTEST_PARALLEL)
+	$(NEWEST)/bin/$(PYTEST_ALONE)
 
 demo: $(STAMP)
 	$(BIN)/crosscheck demo

@@ -17,6 +17,31 @@ from sensors import LocalHost
 from sensors._base.probe import split_sections
 from tests.sshd import ssh_spec, sshd_private, sshd_server  # noqa: F401  (shared fixtures)
 
+#: The modules that take a minute or more (a real Prefect server, a wheel installed into a
+#: fresh venv, a fuzz run, a bench, real timeouts): under make test's workers they are handed
+#: out first, slowest first, so that none of them starts last and keeps one worker busy
+#: after the others are done.
+_SLOW_FIRST = (
+    "test_deployments_e2e.py",
+    "test_packaging.py",
+    "test_false_complete_routes.py",
+    "test_false_complete.py",
+    "test_bounded.py",
+    "test_bench_fleet.py",
+    "test_fuzz.py",
+    "test_jsonl_rewrite.py",
+    "test_prefect.py",
+    "test_signals.py",
+    "test_span.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not hasattr(config, "workerinput"):  # not a pytest-xdist worker: the usual order
+        return
+    rank = {name: i for i, name in enumerate(_SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest as collected
+
 
 @pytest.fixture(params=["local", "ssh"])
 def host(request):
@@ -38,7 +63,9 @@ def host(request):
 def prefect_harness():
     """One Prefect test API for the whole session (startup 15-45 s here), started only for
     the modules that ask for it. One, not one per module: a harness nested inside another
-    leaves Prefect's events worker bound to the first, and no event arrives."""
+    leaves Prefect's events worker bound to the first, and no event arrives. (Under make
+    test's pytest-xdist workers, a session is a worker: each worker that runs such a module
+    starts one of its own.)"""
     import inspect
 
     from prefect.testing.utilities import prefect_test_harness
@@ -50,6 +77,7 @@ def prefect_harness():
 
 
 from tests.postgres import postgres_server, postgres_url  # noqa: E402, F401  (shared fixtures)
+from tests.prefect_server import prefect_server  # noqa: E402, F401  (a shared fixture)
 
 
 @pytest.fixture(autouse=True)

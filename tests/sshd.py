@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import getpass
 import os
-import pwd
 import shutil
 import signal
 import socket
@@ -250,17 +249,13 @@ def ensure_tcsh_user(server: SSHD) -> str:
     """
     if os.geteuid() != 0 or not os.access(TCSH, os.X_OK):
         pytest.skip("needs root and /bin/tcsh to create a user whose login shell is tcsh")
-    try:
-        pwd.getpwnam(TCSH_USER)
-    except KeyError:
-        subprocess.run(
-            ["useradd", "--create-home", "--shell", TCSH, TCSH_USER],
-            check=True,
-            capture_output=True,
-        )
+    from tests.users import useradd, users_locked
+
+    useradd(TCSH_USER, "--create-home", "--shell", TCSH)
     # useradd leaves the password field "!", and sshd without PAM refuses locked accounts
     # even for key auth; "*" means "no password" without "locked".
-    subprocess.run(["usermod", "-p", "*", TCSH_USER], check=True, capture_output=True)
+    with users_locked():
+        subprocess.run(["usermod", "-p", "*", TCSH_USER], check=True, capture_output=True)
     server.authorize(TCSH_USER)
     return TCSH_USER
 

@@ -15,12 +15,10 @@ import itertools
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,92 +26,12 @@ import httpx
 import pytest
 
 from sensors.testing import SimulatedJob
+from tests.prefect_server import PREFECT, _start, _stop, _wait_for
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parent.parent
-PREFECT = str(Path(sys.executable).with_name("prefect"))
 POOL = "crosscheck-e2e"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for(what: str, check: Callable[[], Any], *, timeout: float, every: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(httpx.HTTPError):
-            if result := check():
-                return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(every)
-
-
-def _stop(proc: subprocess.Popen[bytes], first: signal.Signals, *, grace: float) -> None:
-    """Stop one process we started: ``first``, then SIGKILL to its session if it lingers."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, first)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-    # Flow-run subprocesses a worker started live in its process group; none may outlive it.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    home = tmp_path_factory.mktemp("prefect-home")
-    port = _free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("PREFECT_")  # nothing from the test harness or a user profile
-    }
-    env.update(
-        PREFECT_HOME=str(home),
-        PREFECT_API_URL=api,
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        PREFECT_LOGGING_LEVEL="WARNING",
-        PREFECT_SERVER_LOGGING_LEVEL="WARNING",
-        PREFECT_CLOUD_ENABLE_ORCHESTRATION_TELEMETRY="false",
-        # Workers poll every 15 s by default; the test waits for several polls.
-        PREFECT_WORKER_QUERY_SECONDS="2",
-        PREFECT_WORKER_PREFETCH_SECONDS="5",
-    )
-    log = open(home / "server.log", "wb")  # noqa: SIM115 - closed in the finally below
-    proc = _start(
-        [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"], env, log
-    )
-    try:
-        _wait_for(
-            "the Prefect server",
-            lambda: (
-                (proc.poll() is None and httpx.get(f"{api}/health", timeout=5).status_code == 200)
-                or _server_died(proc, home)
-            ),
-            timeout=150,
-        )
-        yield {"api": api, "env": env, "home": home, "proc": proc}
-    finally:
-        _stop(proc, signal.SIGTERM, grace=30)
-        log.close()
-
-
-def _server_died(proc: subprocess.Popen[bytes], home: Path) -> bool:
-    if proc.poll() is not None:
-        tail = (home / "server.log").read_text(errors="replace")[-3000:]
-        raise AssertionError(f"prefect server exited with {proc.returncode}:\n{tail}")
-    return False
 
 
 def _cli(env: dict[str, str], *args: str, cwd: Path | None = None, timeout: float = 180) -> str:
@@ -164,9 +82,9 @@ def _finished(api: str, flow_run_id: str) -> dict[str, Any] | None:
 
 
 def test_gate_deployment_and_the_trigger_that_starts_the_next_stage(
-    server: dict[str, Any], tmp_path: Path
+    prefect_server: dict[str, Any], tmp_path: Path
 ) -> None:
-    api, env = server["api"], dict(server["env"])
+    api, env = prefect_server["api"], dict(prefect_server["env"])
     upstream = f"extract-{uuid.uuid4().hex[:6]}"
 
     extraction = SimulatedJob(tmp_path, scenario="eta0_spin", total=8, step=0.1, spin=1.5)
@@ -245,16 +163,6 @@ def test_gate_deployment_and_the_trigger_that_starts_the_next_stage(
         _stop(worker, signal.SIGINT, grace=30)
         worker_log.close()
         extraction.stop()
-
-
-def _start(
-    args: list[str], env: dict[str, str], log: Any, cwd: Path | None = None
-) -> subprocess.Popen[bytes]:
-    """A process of this test, in its own session (stopped by :func:`_stop`), logging to ``log``."""
-    return subprocess.Popen(
-        args, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )  # fmt: skip
 
 
 def _deploy(env: dict[str, str], pool: str, tmp_path: Path) -> None:
@@ -382,13 +290,13 @@ def _the_whole_story_is_told(api: str, flow_run_id: str, waiting_before: dict[st
 
 
 def test_a_gate_handed_to_the_watcher_holds_no_worker_while_its_stage_runs(
-    server: dict[str, Any], tmp_path: Path
+    prefect_server: dict[str, Any], tmp_path: Path
 ) -> None:
     """The gate hands its stage to `crosscheck serve` and suspends: for the minutes the stage
     runs, no process of that flow run exists on the worker machine; the watcher resumes it
     when every signal agrees, the gate ends Completed with the verdict, and its
     crosscheck.stage.complete event starts the next stage once."""
-    api, env = server["api"], dict(server["env"])
+    api, env = prefect_server["api"], dict(prefect_server["env"])
     upstream = f"handed-{uuid.uuid4().hex[:6]}"
     pool = f"{POOL}-handoff"
     # About 100 s of work: long enough to see the gate gone from the worker for a while.

@@ -34,9 +34,8 @@ from typing import Any
 import pytest
 
 from sensors.testing import SimulatedJob
-from tests.test_deployments_e2e import _deployment, _finished, _post, _stop, _wait_for, _yaml, server
-
-__all__ = ["server"]  # the module-scoped Prefect server fixture, shared with the e2e test
+from tests.prefect_server import _stop, _wait_for
+from tests.test_deployments_e2e import _deployment, _finished, _post, _yaml
 
 pytestmark = [pytest.mark.e2e, pytest.mark.packaging]
 
@@ -212,9 +211,9 @@ def _user_project(root: Path) -> Path:
 
 
 def test_a_user_project_with_its_own_flows_deploys_and_runs_the_gate(
-    venv: Path, server: dict[str, Any], tmp_path: Path
+    venv: Path, prefect_server: dict[str, Any], tmp_path: Path
 ) -> None:
-    api, env = server["api"], dict(server["env"])
+    api, env = prefect_server["api"], dict(prefect_server["env"])
     bin_ = venv / "bin"
     project = _user_project(tmp_path)
 

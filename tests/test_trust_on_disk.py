@@ -31,6 +31,7 @@ from sensors._base.probe import build_script, new_nonce, split_sections
 from sensors._hosts import _WRAPPER, LocalHost
 from sensors._run.run import Run, exit_record_lines, launch_mark_script, parse_launch_mark, read_launch_end
 from sensors.testing import COMPLETE_LINE
+from tests.users import useradd
 
 OTHER = "cc-trust"
 
@@ -42,11 +43,7 @@ def _other_user() -> int:
     try:
         return pwd.getpwnam(OTHER).pw_uid
     except KeyError:
-        subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER],
-            check=True,
-            capture_output=True,
-        )
+        useradd(OTHER, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin")
         return pwd.getpwnam(OTHER).pw_uid
 
 
