@@ -43,6 +43,11 @@ SSHD_BIN = "/usr/sbin/sshd"
 #: A local user whose login shell is tcsh: ``exec /bin/sh -s`` must work through it.
 TCSH_USER = "crosscheck-tcsh"
 TCSH = "/bin/tcsh"
+#: A local user whose login shell takes ``SLOW_LOGIN_S`` to start (rc files such as
+#: ``pyenv init`` or ``conda init`` in ~/.bashrc): a script in its home that sleeps, then
+#: runs /bin/sh with sshd's arguments.
+SLOW_USER = "crosscheck-slowrc"
+SLOW_LOGIN_S = 1.5
 
 
 def sshd_available() -> bool:
@@ -258,6 +263,29 @@ def ensure_tcsh_user(server: SSHD) -> str:
         subprocess.run(["usermod", "-p", "*", TCSH_USER], check=True, capture_output=True)
     server.authorize(TCSH_USER)
     return TCSH_USER
+
+
+def ensure_slow_login_user(server: SSHD) -> str:
+    """Create (once) a local user whose login shell starts ``SLOW_LOGIN_S`` late, authorised
+    with the test key. Needs root; skips the calling test otherwise."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a user whose login shell is slow to start")
+    home = Path("/home") / SLOW_USER
+    shell = home / "slow-login-sh"
+    try:
+        pwd.getpwnam(SLOW_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--create-home", "--home-dir", str(home), "--shell", str(shell), SLOW_USER],
+            check=True,
+            capture_output=True,
+        )
+    shell.write_text(f'#!/bin/sh\nsleep {SLOW_LOGIN_S}\nexec /bin/sh "$@"\n')
+    shell.chmod(0o755)
+    # As for the tcsh user: "*" is "no password", not "locked" (sshd without PAM).
+    subprocess.run(["usermod", "-p", "*", SLOW_USER], check=True, capture_output=True)
+    server.authorize(SLOW_USER)
+    return SLOW_USER
 
 
 def _require_sshd() -> None:

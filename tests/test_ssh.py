@@ -17,8 +17,10 @@ from sensors._config.stage import SSHSpec
 from sensors._hosts import Host
 from sensors._hosts.ssh import SSHHost, close_all, get_host
 from tests.sshd import (
+    SLOW_LOGIN_S,
     SSHD,
     TCSH_USER,
+    ensure_slow_login_user,
     ensure_tcsh_user,
     ssh_spec,
     sshd_private,
@@ -79,6 +81,25 @@ def test_sh_features_work_under_a_tcsh_login_shell(sshd_server: SSHD) -> None:
         out = h.run_script(script, timeout=10).decode()
     assert out.splitlines() == ["f:sub", "default", "redirected", "heredoc $HOME", "/bin/tcsh"]
     assert user == TCSH_USER
+
+
+def test_a_slow_login_shell_does_not_widen_the_first_probes_clock_bound(sshd_server: SSHD) -> None:
+    """The kept shell is started (its login shell's rc files, seconds with ``pyenv init``)
+    before the first script is sent, so ``sent_at`` is close before the host reads its clock:
+    the bound on how far ahead the host's clock can be is the script's round trip, not the
+    shell's start (issue 35: a watch's start placed on the host's clock by that bound landed
+    after a log a job began right after ``crosscheck wait``). The host is this machine: one
+    clock."""
+    user = ensure_slow_login_user(sshd_server)
+    with make_host(sshd_server.spec(user=user)) as h:
+        began = time.time()
+        host_clock = float(h.run_script(b"date +%s.%N\n", timeout=20))
+        sent = h.sent_at()
+        assert sent is not None
+        assert sent - began >= SLOW_LOGIN_S  # the login shell's start came before the script left
+        assert 0 <= host_clock - sent < 0.5, (began, sent, host_clock)
+        again = float(h.run_script(b"date +%s.%N\n", timeout=20))  # the same kept shell
+        assert 0 <= again - h.sent_at() < 0.5
 
 
 def test_connection_is_reused(host: SSHHost) -> None:

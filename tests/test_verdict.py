@@ -762,3 +762,58 @@ def test_work_is_claimed_only_where_progress_was_measured() -> None:
     third, _ = decide("s", "h", busy, POLICY, memory, 160.0)
     said = " ".join(third.reasons)
     assert "still at work" in said and "a CPU phase" in said and "CPU time +9.00s" in said, third.reasons
+
+
+# Rule 10 on a simulated clock (checks every 100 ms). A probe counts the outputs before it
+# reads the log and the process table, so the check that first finds the job over may hold a
+# count from before its last writes: outputs short is `failed` only as counted at a check
+# after one that already found the job over (seen alive, launched or its line read, then
+# gone). exit_grace is no guard: a millisecond here, and a job never seen alive is "gone"
+# from the start.
+GONE_UNSEEN, GONE_SEEN = proc("done", seen=False), proc("done")
+LINE = log("done", line="Extraction complete: 2 shards")
+U, R, F, C = State.UNKNOWN, State.RUNNING, State.FAILED, State.COMPLETE
+RULE_10 = {
+    # The job: never seen alive, it wrote its outputs, its line and exited inside one
+    # probe (after the count, before the log read): 0/2 then, 2/2 at the next check.
+    "ends inside one probe, never seen alive: waits one check, then completes": (
+        [(proc("done", seen=False), log(), outputs(0, 2)), (GONE_UNSEEN, LINE, outputs(0, 2)),
+         (GONE_UNSEEN, LINE, outputs(2, 2)), (GONE_UNSEEN, LINE, outputs(2, 2))],
+        [U, U, R, C],
+    ),
+    "line read, never seen alive, still short at the next check: failed": (
+        [(GONE_UNSEEN, log(), outputs(0, 2)), (GONE_UNSEEN, LINE, outputs(0, 2)),
+         (GONE_UNSEEN, LINE, outputs(0, 2))],
+        [U, U, F],
+    ),
+    "seen alive, gone with outputs short: waits one check, then completes": (
+        [(proc(), log(), outputs(1, 2)), (GONE_SEEN, LINE, outputs(1, 2)),
+         (GONE_SEEN, LINE, outputs(2, 2)), (GONE_SEEN, LINE, outputs(2, 2))],
+        [R, U, R, C],
+    ),
+    "seen alive, gone, still short at the next check: failed": (
+        [(proc(), log(), outputs(1, 2)), (GONE_SEEN, log(), outputs(1, 2)),
+         (GONE_SEEN, log(), outputs(1, 2))],
+        [R, U, F],
+    ),
+    "process unknown at the check before: not known over then, waits one check": (
+        [(proc(), log(), outputs(1, 2)),
+         (reading("process", "unknown", "stat unreadable"), log(), outputs(1, 2)),
+         (GONE_SEEN, LINE, outputs(1, 2)), (GONE_SEEN, LINE, outputs(1, 2))],
+        [R, U, U, F],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("grace", [0.001, 0.099])  # under one interval: rule 9 passes
+@pytest.mark.parametrize("name", sorted(RULE_10))
+def test_outputs_short_fails_only_as_counted_after_the_end(name: str, grace: float) -> None:
+    policy = PolicySpec(stall_after=600, settle=2, stuck_in_d_after=120, exit_grace=grace, interval=0.1)
+    history, expected = RULE_10[name]
+    memory, got = VerdictMemory(), []
+    for k, step in enumerate(history):
+        readings = r(process=step[0], log=step[1], outputs=step[2])
+        verdict, memory = decide("extract", "gpu-box", readings, policy, memory, 1_700_000_000.0 + 0.1 * k)
+        got.append(verdict.state)
+        assert verdict.stuck is None, verdict.reasons  # a wait for one more check, never for good
+    assert got == expected, got

@@ -102,18 +102,40 @@ class Session:
 
     def run(self, script: bytes, deadline: float) -> tuple[bytes, int | None]:
         """Run ``script``; return its stdout and exit status (137: stopped on the host)."""
-        marker = secrets.token_hex(12).encode()
-        end = b"\n@@crosscheck-done " + marker + b" "
         # The host enforces the deadline too, a second early: a probe stuck on the host (a
         # stat on a hung NFS mount) is killed there with its process group (_RUNNER), the
         # shell answers, and sshd's channel slot (MaxSessions) is not held by a command nobody
         # waits for.
         limit = max(1, int(deadline - time.monotonic()) - 1)
-        wrapped_script = wrapped(script, marker, limit)
-        return with_watchdog(self.chan, deadline, lambda: self._converse(wrapped_script, end, deadline))
 
-    def _converse(self, wrapped: bytes, end: bytes, deadline: float) -> tuple[bytes, int | None]:
+        def converse() -> tuple[bytes, int | None]:
+            if not self.started:
+                self._start(deadline, limit)
+            return self._converse(script, deadline, limit)
+
+        return with_watchdog(self.chan, deadline, converse)
+
+    def _start(self, deadline: float, limit: int) -> None:
+        """Start the shell and wait until it answers an empty script. The login shell's rc
+        files (``pyenv init`` took 1.9 s on a test machine) and the runner's lookup run before it reads a
+        first script: in the first probe's round trip they would widen, by all that time, the
+        bound on how far ahead the host's clock can be (the time from ``sent_at`` to the
+        host's clock read), and a watch's start placed on the host's clock by that bound
+        lands after a log a job began right after it (issue 35). One more round trip, once
+        per kept shell, never per check."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise Deadline
+        self.chan.settimeout(left)
+        self.chan.exec_command(REMOTE_COMMAND)
+        self.started = True
+        self._converse(b":", deadline, limit)
+
+    def _converse(self, script: bytes, deadline: float, limit: int) -> tuple[bytes, int | None]:
         chan = self.chan
+        marker = secrets.token_hex(12).encode()
+        end = b"\n@@crosscheck-done " + marker + b" "
+        wrapped_script = wrapped(script, marker, limit)
 
         def remaining() -> float:
             left = deadline - time.monotonic()
@@ -122,14 +144,12 @@ class Session:
             return left
 
         chan.settimeout(remaining())
-        if not self.started:
-            chan.exec_command(REMOTE_COMMAND)
-            self.started = True
-        # When the script left (this machine's clock, after any connecting): the host's clock
-        # in its answer was read after it, which bounds how far ahead that clock can be.
+        # When the script left (this machine's clock, after any connecting and the shell's
+        # start): the host's clock in its answer was read after it, which bounds how far
+        # ahead that clock can be.
         self.sent_at = time.time()
         try:
-            chan.sendall(wrapped)
+            chan.sendall(wrapped_script)
         except TimeoutError:
             raise Deadline from None
         buf = bytearray()

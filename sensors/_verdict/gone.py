@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from sensors._base.model import Reading, Says, State
 from sensors._config.stage import PolicySpec
 from sensors._run.run import Run
-from sensors._verdict.progress import Clocks, ev, short
+from sensors._verdict.progress import Clocks, ev, ran, short
 from sensors._verdict.stuck import Fix, Had, advice, had_of
 
 #: What a person can do when evidence cannot be tied to the run being watched.
@@ -70,7 +70,7 @@ def gone(
     # Rule 8: never seen alive in this watch, nor launched by it: not started yet, or a match
     # that matches nothing. Neither is evidence that the job ran and exited, and without this
     # run's completion line, outputs may be an earlier run's.
-    if not (ev(p, "seen_alive") or ev(p, "launched")) and not (lg is not None and lg.says is Says.DONE):
+    if not ran(p, lg):
         return State.UNKNOWN, [
             f"no process found and none seen alive during this watch: {p.detail}",
             "not started yet, or process.match/pid is wrong; nothing else ties the"
@@ -93,11 +93,25 @@ def _after_the_exit(readings: Mapping[str, Reading], policy: PolicySpec, clocks:
             f"process gone: {p.detail}",
             *(f"{r.signal}: {r.detail}" for r in lagging),
         ]
-    # Rule 10: outputs short, for good: as the last check found them. Changed since (a count
-    # that moved, a file rewritten), with the job already gone at that check, they are still
-    # being written — late, or by a writer the process signal does not find: a re-run that
-    # truncated them in the moment between this probe's process table and its count. A count
-    # such a writer is still growing settles nothing; it fails once it stops changing.
+    # Rule 10: outputs short, for good — only as counted after the job's end. A probe counts
+    # the outputs before it reads the log and the process table, so the check that first
+    # finds the job over (a job that writes its last outputs, its line and exits inside one
+    # probe; one never seen alive whose line this check found) may hold a count from before
+    # its last writes: the next check's count is the first surely after the end. exit_grace
+    # is no guard here: it may be 0, and a job never seen alive has been "gone" since the
+    # watch began.
+    if o is not None and o.says is Says.WORKING and short(o) and not clocks.over_before:
+        return State.UNKNOWN, [
+            "outputs short, but counted at the check that first found the job over, before its"
+            " process table was read: they may predate its last writes; the next check decides",
+            f"outputs: {o.detail}",
+            f"process gone: {p.detail}",
+        ]
+    # Changed since the last check (a count that moved, a file rewritten), with the job already
+    # over at that check, they are still being written — late, or by a writer the process
+    # signal does not find: a re-run that truncated them in the moment between this probe's
+    # process table and its count. A count such a writer is still growing settles nothing; it
+    # fails once it stops changing.
     if o is not None and o.says is Says.WORKING and short(o):
         moved = _outputs_moved(o)
         if moved:

@@ -18,6 +18,13 @@ def short(o: Reading) -> bool:
     return isinstance(count, int) and isinstance(expected, int) and count < expected
 
 
+def ran(p: Reading | None, lg: Reading | None) -> bool:
+    """Whether the job is known to have run in this watch: seen alive, launched by it, or
+    its run's completion line read. A process signal that finds no process then says the
+    job is over, not that it has not started yet."""
+    return bool(ev(p, "seen_alive") or ev(p, "launched")) or (lg is not None and lg.says is Says.DONE)
+
+
 def details(readings: Mapping[str, Reading]) -> list[str]:
     return [f"{r.signal}: {r.detail}" for r in readings.values()]
 
@@ -68,6 +75,11 @@ class Clocks(NamedTuple):
     stuck_d: bool  # in D beyond stuck_in_d_after: no progress, whatever moved
     gone_since: float | None  # the process signal says gone since
     gone_for: float
+    #: The previous check already found the job over (gone, after it was known to have
+    #: run): every reading of this check was taken after its end. A probe counts outputs
+    #: before it reads the process table, so at the check that first finds the job over its
+    #: outputs may predate the job's last writes.
+    over_before: bool = False
 
 
 def clocks(
@@ -102,4 +114,7 @@ def clocks(
     elif p is not None and p.says is Says.WORKING:
         gone_since = None
     gone_for = now - (gone_since or now)
-    return Clocks(moved, last_progress, now - last_progress, d_since, stuck_d, gone_since, gone_for)
+    over_before = pp is not None and pp.says is Says.DONE and ran(pp, previous.get("log"))
+    return Clocks(
+        moved, last_progress, now - last_progress, d_since, stuck_d, gone_since, gone_for, over_before
+    )
