@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import getpass
 import os
+import pwd
 import shutil
 import signal
 import socket
