@@ -249,6 +249,17 @@ class SSHHost:
                         host=self.name,
                     )
                 self._slots.wait(min(left, 1.0))
+        release = self._releaser()
+
+        try:
+            chan = self._open_channel(transport, deadline)
+        except BaseException:
+            release()
+            raise
+        return Session(chan, release), False
+
+    def _releaser(self) -> Callable[[], None]:
+        """Gives back one of the channel slots taken (at most once, however often called)."""
         released = threading.Event()
 
         def release() -> None:
@@ -258,12 +269,7 @@ class SSHHost:
                     self._channels_open -= 1
                     self._slots.notify()
 
-        try:
-            chan = self._open_channel(transport, deadline)
-        except BaseException:
-            release()
-            raise
-        return Session(chan, release), False
+        return release
 
     def _open_channel(self, transport: paramiko.Transport, deadline: float) -> paramiko.Channel:
         try:
@@ -317,14 +323,7 @@ class SSHHost:
             if self._channels_open >= MAX_CHANNELS:
                 return None
             self._channels_open += 1
-        released = threading.Event()
-
-        def release() -> None:
-            if not released.is_set():
-                released.set()
-                with self._slots:
-                    self._channels_open -= 1
-                    self._slots.notify()
+        release = self._releaser()
 
         chan: paramiko.Channel | None = None
         try:
