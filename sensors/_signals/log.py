@@ -1083,12 +1083,14 @@ def _whose(
 
 
 def _writers_end(writers: tuple[int, ...], job: JobView | None) -> float | None:
-    """The last time the last of the line's writers was known alive, where every one's end was
-    seen and none is alive (None: one of them is alive, or ended unseen)."""
+    """The latest file time of a write still one of the line's writers' own, from the ends
+    the exit watch saw (None: one of them is alive, or none's end was seen). One writer's
+    seen end is enough: a write before it came while that writer lived. Another that ended
+    unseen (a pool worker gone before its end could be watched) only may have lived longer."""
     if not writers or job is None or job.live.intersection(writers):
         return None
-    ends = [job.ends.get(pid) for pid in writers]
-    return max(ends) if all(end is not None for end in ends) else None  # type: ignore[type-var]
+    ends = [end for pid in writers if (end := job.ends.get(pid)) is not None]
+    return max(ends) if ends else None
 
 
 def _undatable(
