@@ -150,22 +150,26 @@ _FORKS_LATE = textwrap.dedent(
 )
 
 
+_SEEDED_UNTOLD = pytest.mark.xfail(
+    strict=True,
+    reason="read as `nohup job > log`: a log born within the job's start precision is its own "
+    "(issue 35: the gate must open there), and its completion line, followed by the re-run's "
+    "line, is undated: no evidence a watch has tells a copy made in that millisecond apart "
+    "(docs/run-binding.md, 'What is not told apart')",
+)
+
+
 @pytest.mark.parametrize(
-    "how",
+    ("how", "writes"),
     [
-        pytest.param(
-            "cp",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="read as `nohup job > log`: a log born within the job's start precision is "
-                "its own (issue 35: the gate must open there); no evidence a watch has tells a copy "
-                "made in that millisecond apart (docs/run-binding.md, 'What is not told apart')",
-            ),
-        ),
-        "mv",
+        pytest.param("cp", "resuming", marks=_SEEDED_UNTOLD),
+        # The seeded line is the log's last, dated by its mtime: the job began too near it
+        # to be known to precede it (undatable), so it is not taken as the job's.
+        ("cp", "nothing"),
+        ("mv", "resuming"),
+        ("mv", "nothing"),
     ],
 )
-@pytest.mark.parametrize("writes", ["resuming", "nothing"])
 def test_a_log_seeded_with_the_last_runs_log_as_the_rerun_starts_is_not_its_own(
     tmp_path: Path, writes: str, how: str
 ) -> None:

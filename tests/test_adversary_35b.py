@@ -48,7 +48,7 @@ _JOB = textwrap.dedent(
 _BANNER_IN_THE_END_WINDOW = pytest.mark.xfail(
     strict=True,
     reason="END_WINDOW: a change stamped up to the moment the exit thread found the writer gone "
-    "(checker._owned_by: end.gone where gone - alive <= 0.1 s) counts as the writer's; a banner "
+    "(checker._owned_by: end.gone where gone - alive <= END_WINDOW) counts as the writer's; a banner "
     "written within a millisecond after the end, its mtime on the coarse clock, is stamped before "
     "`gone` (3/3 here). The writer's last output closed just before its exit and a relaunch's first "
     "write just after it read alike: a design trade-off (3ae328b), not a local fix",
@@ -76,6 +76,12 @@ def test_a_later_runs_banner_written_the_moment_the_job_ends_is_not_the_jobs(
 
     if isinstance(host, LocalHost):
         request.applymarker(_BANNER_IN_THE_END_WINDOW)
+    else:
+        # Over SSH the end is seen within END_WINDOW (0.25 s) whenever the host's poll keeps
+        # up (50 ms): the same trade-off; under load the end is seen wider and the case holds.
+        request.applymarker(
+            pytest.mark.xfail(strict=False, reason=_BANNER_IN_THE_END_WINDOW.kwargs["reason"])
+        )
     tag = f"relaunch-{time.time_ns()}"
     log = tmp_path / "job.log"
     job = " ".join(shlex.quote(a) for a in [sys.executable, "-c", _JOB, str(log), "0.6", "--tag", tag])

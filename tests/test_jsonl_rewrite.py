@@ -260,7 +260,8 @@ def test_outputs_short_fail_a_gone_job_only_once_they_stopped_changing(
         evidence["rewritten"] = True
     outputs = _reading("outputs", Says.DONE if count >= 6 and count == previous else Says.WORKING, **evidence)
     policy = PolicySpec(interval=1, exit_grace=1)
-    memory = VerdictMemory(gone_since=900.0)
+    # Gone since an earlier check that had seen it run (a count taken now is after its end).
+    memory = VerdictMemory(gone_since=900.0, previous={"process": _GONE, "log": _LOG})
     verdict, _ = decide(
         "s", "local", {"process": _GONE, "log": _LOG, "outputs": outputs}, policy, memory, 1000.0
     )

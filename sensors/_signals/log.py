@@ -998,7 +998,13 @@ def _whose(
             # millisecond of the start. The one other history that fits, a launcher that
             # seeds the new log with an old one in that same millisecond (`cp last.log log;
             # exec job >> log`), is not one a watch of a job can tell (docs/run-binding.md).
-            early |= {pid for pid, start in job.starts.items() if start <= st.birth + start_slack}
+            # Not one begun too near a dated line to be known to precede it (a re-run begun a
+            # moment after a log written whole at once: _undatable's).
+            early |= {
+                pid
+                for pid, start in job.starts.items()
+                if start <= st.birth + start_slack and (at is None or start < at - start_slack)
+            }
         writers = tuple(sorted((job.previous if job is not None else frozenset()) | early))[:64]
         # Found by the end of this probe (its log read comes after its clock read, ``now``):
         # only a change after that is surely after the line (a job that wrote its outputs, its
