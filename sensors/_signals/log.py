@@ -91,8 +91,9 @@ class LogMemory:
     # last word, and cannot be counted (a completion line followed by a later run's progress
     # line is an earlier run's outright: ``earlier_complete``).
     followed_by: str | None = None
-    # A progress line among that text ("'line', then 'progress'"): a later run's progress,
-    # unless the line's writers wrote it (their own last update): ``_whose`` decides.
+    # A progress line among that text ("'line', then 'progress'"): a later run's progress
+    # or the line's writers' own last update; like any text after the line, only the
+    # processes that can have written it tell (``_whose``), else it cannot be told.
     later_run: str | None = None
     clock_ahead: bool = False  # the log's file times were ahead of the host's clock at binding
     # Who can have written this run's completion line, and when (see ``_whose``): the job's
@@ -710,6 +711,9 @@ def read_log(
     complete_line, complete_end = word.complete_line, word.complete_end
     still_writing = (
         complete_end is not None
+        # Grown since the last check, past the line: still being written, unless the job is
+        # found gone (what it wrote before its end is no sign of a writer at work).
+        and (job is None or bool(job.live))
         and change is None
         and memory.inode is not None
         and memory.size > 0
@@ -1070,10 +1074,6 @@ def _whose(
         # end was seen (see ``JobView.ends``).
         by_end = ended is not None and not memory.foreign_clock and st.written <= ended
         unattributed = not (by_writer or by_exit or by_end)
-        if unattributed and scan.later_run is not None:
-            # Progress after the line that none of its writers is known to have written: a
-            # later run's, begun after it. The line is an earlier run's, for good.
-            return _Word(None, None, demoted=complete_line, demoted_end=complete_end)
     return _Word(
         complete_line,
         complete_end,
@@ -1144,7 +1144,7 @@ def _launch_over(
         return None
     if memory.superseded is not None:
         return memory.superseded
-    if scan.later_run is not None and word.demoted is not None:
+    if scan.later_run is not None and word.unattributed:
         return f"a completion line followed by a later run's progress: {scan.later_run}"
     if _exit_log_holds(memory) and (change is not None or (st.inode, st.size) != memory.exit_log):
         return "the log changed after a check had found the launched job over"
@@ -1285,8 +1285,8 @@ def _scan_log(
     A completion line counts only as the last word of its run. After it, whitespace is
     evidence of nothing; an error line fails the run; any other text is a later run's or this
     one's own output after the line (``followed_by``), which only the processes that can have
-    written it tell (``_whose``); a progress line (of the stage's ``progress`` pattern) among
-    it (``later_run``) makes the line an earlier run's unless its own writers wrote it.
+    written it tell (``_whose``), progress (``later_run``) as any other text: a later run's
+    begun after the line, or the line's own writers' last update.
     """
     tail_start = st.size - len(tail)
     run_from = memory.run_from or 0
@@ -1348,9 +1348,8 @@ def _scan_log(
             if progress_rx is not None and any(
                 progress_rx.named_groups(part.strip()) is not None for part in clean.split("\r")
             ):
-                # Progress after the completion line: a later run's, which makes the line an
-                # earlier run's, unless the line's own writers wrote it (a last update of the
-                # bar after the line): ``_whose`` tells which.
+                # Progress after the completion line: a later run's, or the line's own writers'
+                # last update of the bar: ``_whose`` tells which, or that it cannot be told.
                 later_run = later_run or f"{complete_line.strip()[:120]!r}, then {clean.strip()[:120]!r}"
             if followed_by is None:
                 # Whose it is is the job's question (see _whose): the process that wrote the

@@ -263,6 +263,17 @@ def _judge(
         # ended before the since or was still finishing at it (a relaunch while the old run
         # writes its last line).
         gone = run.ended is not None and run.ended <= scope.since_lo - SINCE_SLACK
+        sees = "process" in d.signals and d.match_hits and scope.probe == "local"
+        if not gone and not sees:
+            # Only a process tells a run alive at the since from one begun after it: where no
+            # process section finds it, what it writes after the since reads as the run asked
+            # for (as a run alive where no configured signal sees it: soft).
+            return Judgement(
+                SOFT,
+                f"the latest run (run {run.index}) began {scope.since_lo - run.started:.1f}s before"
+                " since and was alive at it, where no process section finds it",
+                "since-inside-earlier-run-unseen",
+            )
         return Judgement(
             HARD,
             f"the latest run (run {run.index}) began {scope.since_lo - run.started:.1f}s before since"
@@ -375,6 +386,10 @@ def obligation(
         return EITHER, f"a process-only stage: run {run.index}'s exit and a kill look alike (no exit record)"
     saw = [s for s in sightings if run.index in s.seen]
     after_since = scope.since_lo is not None and run.started > scope.since_lo + PRECISION
+    if not launched and not saw and "log" not in d.signals:
+        # Its end seen only as a process found gone that the watch never found alive: a match
+        # that misses a job still at work reads alike (the product's rule 8).
+        return EITHER, f"run {run.index}'s process was never seen alive, and no log or record tells its end"
     if scope.since_lo is not None and not after_since and not launched:
         # A since names the run's start: a run begun before it (within the slack the truth
         # allows) is not named by it, whatever the watch saw.
