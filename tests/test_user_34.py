@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -134,12 +136,18 @@ def _python_job(tmp_path: Path, extra_argv: list[str]) -> tuple[dict, int, Path]
 
 
 @pytest.mark.parametrize("user", [None, "self"])
-def test_a_python_job_with_odd_text_completes_within_three_checks_of_its_exit(host, tmp_path, user) -> None:
+def test_a_python_job_with_odd_text_completes_within_three_checks_of_its_exit(
+    host, tmp_path, user, request: pytest.FixtureRequest
+) -> None:
     """A job started with nohup, its log full of @-lines, backslashes, head's banners,
     non-UTF-8, a 100 KB line and tqdm's \\r, its argv with a newline and @: complete within
     three checks of its exit, locally and over SSH, with process.user as the job's own."""
     argv = ["--tag", "@exp-7", "first\nsecond", "C:\\data\\x", "==> file <=="]
-    stage, _, exitf = _python_job(tmp_path, argv)
+    # A short folder: the evidence keeps a command line's first 512 bytes, and under pytest's
+    # workers tmp_path alone is a hundred (the argv's odd tail must fit to be looked at).
+    short = Path(tempfile.mkdtemp(prefix="u34-"))
+    request.addfinalizer(lambda: shutil.rmtree(short, ignore_errors=True))
+    stage, _, exitf = _python_job(short, argv)
     stage["process"]["match"] += r" --tag @exp-7 first\nsecond C:\\data"
     if user:
         stage["process"]["user"] = os.getuid()

@@ -1261,12 +1261,13 @@ def _gone_detail(
     if boot_changed:
         return "the host rebooted since the last check: the job is gone"
     if processes:
-        return f"pid {processes[0]['pid']} exited (zombie)"
+        # /proc tells an end, not how: an exit and a kill look alike there.
+        return f"pid {processes[0]['pid']} ended (a zombie: exited or killed)"
     if memory.last_seen:
         last = memory.last_seen
         at = last.get("at")
         ago = meta.now - float(at) if isinstance(at, (int, float)) and meta.now is not None else None
-        return f"pid {last['pid']} exited" + (
+        return f"pid {last['pid']} ended" + (
             f" (last seen alive {ago:.0f}s ago, {last['cpu_seconds']}s CPU)" if ago is not None else ""
         )
     return f"no process found ({found.how})"
