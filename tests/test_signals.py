@@ -144,7 +144,11 @@ def test_never_matches_itself(tmp_path) -> None:
         import sys; sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
         from sensors import Checker, stage_from_dict
         st = stage_from_dict({{"stage": "s", "host": "local", "process": {{"match": {tag!r}}}}})
-        v = Checker(st).check()
+        checker = Checker(st)
+        for _ in range(5):  # a table another test's processes made unreadable is read again
+            v = checker.check()
+            if "matched" in v.readings["process"].evidence:
+                break
         print(v.readings["process"].evidence["matched"])
     """)
     out = subprocess.run([sys.executable, "-c", code, tag], capture_output=True, text=True, timeout=60)

@@ -145,6 +145,11 @@ def _job(tmp: Path, tag: str, n: int = 6, *extra: str) -> str:
     return " ".join(shlex.quote(x) for x in argv)
 
 
+def _read(path: Path) -> bytes:
+    """The log's bytes so far (none before the job, started in the background, made it)."""
+    return path.read_bytes() if path.exists() else b""
+
+
 def _stage(tmp: Path, tag: str, where: Any, n: int = 6, log: str = "job.log") -> Path:
     """The stage file a user writes from docs/stage-file.md (for ``logging``'s file, whose
     lines begin with a time, the completion regex is not anchored)."""
@@ -255,7 +260,7 @@ def test_watch_started_late_during_post_processing(
     stage = _stage(tmp_path, tag, _where(where, request))
     job = _nohup(tmp_path, tag, "--post", "6")
     deadline = time.monotonic() + 40
-    while b"Saving index" not in (tmp_path / "job.log").read_bytes():
+    while b"Saving index" not in _read(tmp_path / "job.log"):
         assert time.monotonic() < deadline and job.at is None
         time.sleep(0.05)
     watch = Watch(stage, tmp_path, timeout="60s")
@@ -354,7 +359,7 @@ def test_a_late_watch_whose_job_exits_a_second_after_it_starts(
     stage = _stage(tmp_path, tag, _where(where, request))
     job = _nohup(tmp_path, tag, "--post", "30")
     deadline = time.monotonic() + 40
-    while b"Saving index" not in (tmp_path / "job.log").read_bytes():
+    while b"Saving index" not in _read(tmp_path / "job.log"):
         assert time.monotonic() < deadline and job.at is None
         time.sleep(0.05)
     watch = Watch(stage, tmp_path, timeout="20s")
@@ -421,7 +426,7 @@ def test_a_job_killed_by_sigkill_never_completes(
     watch.first()
     job = _nohup(tmp_path, tag)
     deadline = time.monotonic() + 40
-    while b"[3/6]" not in (tmp_path / "job.log").read_bytes():
+    while b"[3/6]" not in _read(tmp_path / "job.log"):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     os.kill(job.pid, signal.SIGKILL)
@@ -441,7 +446,7 @@ def test_the_verdict_a_person_reads_for_a_late_watch(tmp_path: Path) -> None:
     stage = _stage(tmp_path, tag, "local")
     job = _nohup(tmp_path, tag, "--post", "3")
     deadline = time.monotonic() + 40
-    while b"Saving index" not in (tmp_path / "job.log").read_bytes():
+    while b"Saving index" not in _read(tmp_path / "job.log"):
         assert time.monotonic() < deadline and job.at is None
         time.sleep(0.05)
     done = subprocess.run([*CLI, "wait", str(stage), "--timeout", "40s"], capture_output=True, text=True,
