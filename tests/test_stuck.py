@@ -22,9 +22,10 @@ from sensors._base.model import Reading, Says, State, Verdict
 from sensors._check.codec import dumps, loads
 from sensors._config.stage import NotifySpec
 from sensors._notify.policy import Notifier
+from sensors._run.advice import Fix, Had, advice
 from sensors._run.run import Run
 from sensors._verdict.gone import HOW_TO_TIE, how_to_tie
-from sensors._verdict.stuck import Fix, Had, advice, cause, had_of, stuck
+from sensors._verdict.stuck import cause, had_of, stuck
 from tests.webhook_server import WebhookServer
 
 REPO = Path(__file__).resolve().parent.parent

@@ -603,8 +603,8 @@ class Checker(Following):
         if mem.first_check_at is None:
             mem.first_check_at = meta.now
         if mem.run is None and self._since is not None:
-            started_at, slack = self._since.resolve(meta.now, self._ahead(meta))
-            mem.run = Run(source="since", started_at=started_at, given=self._since.at, slack=slack)
+            start = self._since.resolve(meta.now, self._ahead(meta))
+            mem.run = Run(source="since", started_at=start.at, given=self._since.at, slack=start.early)
         facts = CheckFacts(
             meta=meta,
             nonce=nonce,

@@ -27,6 +27,7 @@ from sensors._check.checker import Checker
 from sensors._check.sampling import StatusSampling, sample_status
 from sensors._check.span import SpanChecker, checker_for
 from sensors._config.stage import Stage, load_stage
+from sensors._hosts.exits import proc_start_ticks
 from sensors._present.evidence import STATE_STYLE
 from sensors._present.terminal import (
     LiveProgress,
@@ -285,14 +286,11 @@ def _process_started() -> float:
     check, and its log is still the run this watch is for. A process start long before the
     package's first import is a script's that exec'd this command later (exec keeps the
     start): then the import's time, as where /proc cannot tell."""
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            raw = f.read()
-        ticks = int(raw[raw.rfind(b")") + 2 :].split()[19])
-        boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
-        started = boot + (ticks + 1) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, AttributeError):
+    ticks = proc_start_ticks(os.getpid())
+    if ticks is None:
         return IMPORTED_AT
+    boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    started = boot + (ticks + 1) / os.sysconf("SC_CLK_TCK")
     return started if IMPORTED_AT - started <= EXEC_TO_IMPORT else IMPORTED_AT
 
 

@@ -80,7 +80,7 @@ class ExitWatch:
             fd = os.pidfd_open(key[0])
         except OSError:
             return  # gone already (or not allowed): its end is not seen
-        if _start_ticks(key[0]) != key[1]:
+        if proc_start_ticks(key[0]) != key[1]:
             os.close(fd)  # the PID is another process's now
             return
         alive = time.time()
@@ -156,7 +156,8 @@ class ExitWatch:
                     self._since.clear()
 
 
-def _start_ticks(pid: int) -> int | None:
+def proc_start_ticks(pid: int) -> int | None:
+    """The start of a process, in clock ticks since boot (field 22 of /proc/PID/stat)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()

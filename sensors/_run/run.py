@@ -30,6 +30,7 @@ from sensors._base.probe import helper
 from sensors._base.schema import parse_duration
 from sensors._base.text import redact, redact_command
 from sensors._base.trust import TRUST_FN, TRUST_SH, Untrusted, parse_untrusted
+from sensors._run.moment import Moment
 from sensors._run.tolerances import WHOLE_SECOND
 
 #: Bytes compared at a remembered offset to tell "appended to" from "rewritten".
@@ -235,8 +236,8 @@ class Since:
     at: float | None = None
     ago: float | None = None
 
-    def resolve(self, now: float, ahead: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
-        """The start on the monitored host's clock, as a moment and how far it may be off:
+    def resolve(self, now: float, ahead: tuple[float, float] = (0.0, 0.0)) -> Moment:
+        """The start on the monitored host's clock, with how far it may be off either way:
         a duration before ``now`` (that clock's: exact), or the time as given (the checking
         machine's clock) moved by the host's clock offset. ``ahead``: the least and the most
         the host's clock can be ahead of this machine's, measured in the probe's round trip
@@ -246,11 +247,15 @@ class Since:
         NTP keeps them within milliseconds, far inside a round trip under load, which would
         otherwise make every write near the start undatable."""
         if self.at is None:
-            return now - float(self.ago or 0.0), 0.0
+            return Moment(now - float(self.ago or 0.0), source="--since (a duration)")
         low, high = min(ahead), max(ahead)
         if low <= 0.0 <= high:
-            return self.at, 0.0
-        return self.at + (low + high) / 2, (high - low) / 2
+            return Moment(self.at, source="--since (a time)")
+        return Moment.about(
+            self.at + (low + high) / 2,
+            (high - low) / 2,
+            source="--since (a time, moved by the host's clock offset)",
+        )
 
 
 _ISO_HINT = re.compile(r"^\d{4}-\d{2}-\d{2}")

@@ -701,11 +701,14 @@ def read_log(
     # An error line first found while only an earlier run's processes were at work (now and
     # at the last check: none of this run's, begun after its exact start) is that run's last
     # word, not this one's (a --since given while an old run was finishing).
-    only_earlier = job is not None and (memory.earlier_alive or bool(job.earlier)) and not job.live
+    only_earlier = (
+        job is not None
+        and (memory.earlier_alive or bool(job.earlier))
+        and not job.live
+        and not job.previous
+    )
     if scan.error_line is not None and scan.error_line != memory.error_line and only_earlier:
-        assert job is not None
-        if not job.previous:
-            earlier_error = scan.error_line
+        earlier_error = scan.error_line
     if scan.error_line is not None and scan.error_line == earlier_error:
         scan = scan._replace(error_line=None)
     complete_line, complete_end = word.complete_line, word.complete_end

@@ -6,9 +6,10 @@ from collections.abc import Mapping
 
 from sensors._base.model import Reading, Says, State
 from sensors._config.stage import PolicySpec
+from sensors._run.advice import Fix, Had, advice
 from sensors._run.run import Run
 from sensors._verdict.progress import Clocks, ev, ran, short
-from sensors._verdict.stuck import Fix, Had, advice, had_of
+from sensors._verdict.stuck import had_of
 
 #: What a person can do when evidence cannot be tied to the run being watched.
 TIE_FIXES = (Fix.SINCE, Fix.WATCH_EARLIER, Fix.LAUNCH)

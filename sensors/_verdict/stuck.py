@@ -33,7 +33,7 @@ from sensors._base.model import Reading, Says, State, Stuck
 from sensors._run.advice import Fix, Had, advice
 from sensors._run.run import Run
 
-__all__ = ["Fix", "Had", "advice", "had_of", "stuck"]
+__all__ = ["had_of", "stuck"]
 
 
 def had_of(readings: Mapping[str, Reading], run: Run | None) -> Had:
