@@ -337,6 +337,30 @@ def test_error_line_and_completion_after_it(tmp_path, host) -> None:
     assert checker.check().readings["log"].says is Says.DONE
 
 
+def test_progress_after_an_error_line_means_the_work_went_on(tmp_path, host) -> None:
+    """An error line followed by progress is no one's last word: the job survived it (a
+    caught OOM, a retry), or a later run in the same log is at work (fuzzer seed 2000316:
+    run 1's traceback failed the stage while run 2 counted its steps). Text that is not
+    progress after it (a teardown, a wandb summary) leaves it failed, and an error after the
+    progress fails again."""
+    log = tmp_path / "p.log"
+    log.write_text("[1/7]\nTraceback (most recent call last):\nRuntimeError: CUDA error: out of memory\n")
+    stage = stage_from_dict(_log_stage(log, progress=r"\[(?P<done>\d+)/(?P<total>\d+)\]"))
+    checker = Checker(stage, host=host, since="1h")
+    assert checker.check().readings["log"].says is Says.FAILED
+    with open(log, "a") as f:
+        f.write("wandb: Synced 3 W&B file(s)\n")
+    assert checker.check().readings["log"].says is Says.FAILED
+    with open(log, "a") as f:
+        f.write("[1/7]\n")
+    reading = checker.check().readings["log"]
+    assert reading.says is Says.WORKING, reading.detail
+    assert reading.evidence["error_line"] is None
+    with open(log, "a") as f:
+        f.write("Traceback (most recent call last):\n")
+    assert checker.check().readings["log"].says is Says.FAILED
+
+
 def test_rotation_and_truncation_are_noticed(tmp_path, host) -> None:
     log = tmp_path / "r.log"
     log.write_text("a\n" * 100 + "Extraction complete\n")

@@ -702,10 +702,7 @@ def read_log(
     # at the last check: none of this run's, begun after its exact start) is that run's last
     # word, not this one's (a --since given while an old run was finishing).
     only_earlier = (
-        job is not None
-        and (memory.earlier_alive or bool(job.earlier))
-        and not job.live
-        and not job.previous
+        job is not None and (memory.earlier_alive or bool(job.earlier)) and not job.live and not job.previous
     )
     if scan.error_line is not None and scan.error_line != memory.error_line and only_earlier:
         earlier_error = scan.error_line
@@ -1311,7 +1308,12 @@ def _scan_log(
     # last, partial one is looked at). A per-line match implies a whole-text match for every
     # pattern but those anchored with \A or \Z. Once this run has a completion line, every
     # line after it is looked at: what follows it decides whose it is.
-    may = complete_line is not None or _may_match(spec.complete, flat) or _may_match(spec.error, flat)
+    may = (
+        complete_line is not None
+        or _may_match(spec.complete, flat)
+        or _may_match(spec.error, flat)
+        or (error_line is not None and _may_match(spec.progress, flat))
+    )
     raw_lines = tail.split(b"\n") if may else [last_raw]
     last = len(raw_lines) - 1
     for i, raw in enumerate(raw_lines):
@@ -1347,10 +1349,12 @@ def _scan_log(
             error_line, followed_by, later_run = None, None, None
         elif whole and error_rx and error_rx.search(clean):
             error_line = redact(clean)
+        elif error_line is not None and complete_line is None and _is_progress(progress_rx, clean):
+            # Progress after an error line: work went on past it (the job survived it, or a
+            # later run in the same log is at work). Either way it is no run's last word yet.
+            error_line = None
         elif complete_line is not None and (complete_end is None or end > complete_end):
-            if progress_rx is not None and any(
-                progress_rx.named_groups(part.strip()) is not None for part in clean.split("\r")
-            ):
+            if _is_progress(progress_rx, clean):
                 # Progress after the completion line: a later run's, or the line's own writers'
                 # last update of the bar: ``_whose`` tells which, or that it cannot be told.
                 later_run = later_run or f"{complete_line.strip()[:120]!r}, then {clean.strip()[:120]!r}"
@@ -1380,6 +1384,13 @@ def _scan_log(
         partial,
         followed_by,
         later_run,
+    )
+
+
+def _is_progress(progress_rx: UserRegex | None, line: str) -> bool:
+    """Whether a line (any of its ``\\r``-segments: a bar redrawn in place) is a progress update."""
+    return progress_rx is not None and any(
+        progress_rx.named_groups(part.strip()) is not None for part in line.split("\r")
     )
 
 
