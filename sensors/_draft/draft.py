@@ -91,39 +91,29 @@ def _words(proc: Proc) -> list[str]:
 
 
 def _match_for(proc: Proc, node_template: bool) -> tuple[str, str]:
-    """``process.match`` for the job whose root is ``proc``, and where it came from."""
+    """``process.match`` for the job whose root is ``proc``, and where it came from: the
+    program and the words after it, up to 3 (over several hosts, up to the node's number,
+    which becomes ``{node}``), stopping at a rank's own number; a secret is any word."""
     words = _words(proc)
     shown = redact_argv(words)
+    node_at = next((k for k, w in enumerate(words) if w.partition("=")[0] in NODE_FLAGS), None)
+    last = node_at + (0 if node_at is None or "=" in words[node_at] else 1) if node_template and node_at is not None else 2
     parts: list[str] = []
-    ended_on_node = False
-    skip_next = False
-    for k, (word, safe) in enumerate(zip(words, shown, strict=True)):
-        if skip_next:
-            skip_next = False
-            continue
-        if k == 0 and "/" in word and not word.startswith("-m"):
-            parts.append(_escape(posixpath.basename(word)))
-            continue
+    for k, (word, safe) in enumerate(zip(words[: min(last + 1, 16)], shown, strict=False)):
         name = word.partition("=")[0]
         if name in RANK_FLAGS:
             break  # a rank's own number: the ranks' lines differ from here on
-        if node_template and name in NODE_FLAGS:
-            parts.append(_escape(name) + ("={node}" if "=" in word else " {node}"))
-            skip_next = "=" not in word
-            ended_on_node = True
-            if len(parts) >= 3:
-                break
-            continue
-        if word != safe or "\n" in word or len(word) > 120:
-            break  # a secret, or text no pattern should carry
-        parts.append(_escape(word))
-        ended_on_node = False
-        if len(parts) >= 3:
-            break
-    match = " ".join(parts)
-    if ended_on_node:
-        match += "( |$)"
-    return match, f"from /proc/{proc.pid}/cmdline: the program and its first arguments, interpreter left out"
+        if k == 0 and "/" in word:
+            parts.append(_escape(posixpath.basename(word)))
+        elif node_template and node_at is not None and k == node_at and "=" in word:
+            parts.append(_escape(name) + "={node}( |$)")
+        elif node_template and node_at is not None and k == node_at + 1:
+            parts.append("{node}( |$)")
+        elif word != safe or "\n" in word or len(word) > 200:
+            parts.append(r"\S+")  # a secret, or text no pattern should carry
+        else:
+            parts.append(_escape(word))
+    return " ".join(parts), f"from /proc/{proc.pid}/cmdline: the program and its first arguments, interpreter left out"
 
 
 def _rank_of(proc: Proc) -> int | None:

@@ -279,7 +279,10 @@ def survey(
     else:
         assert match is not None
         found = _matcher(match)
-        hits = {p for p, text in cmdlines.items() if p in stats and p not in mine and found(text)}
+        hits = {
+            p for p, text in cmdlines.items()
+            if p in stats and p not in mine and found(text) and not _asks_for(text, match)
+        }  # fmt: skip
         roots = sorted(p for p in hits if stats[p].ppid not in hits)
         if node is not None:
             roots = [p for p in roots if _node_rank(p, sections, cmdlines) in (None, node)] or roots
@@ -301,6 +304,12 @@ def survey(
     tails, dirs, candidates = _files(sections.get("survey") or b"")
     gpu = read_local(GpuSpec()) if host.nvml else parse_remote(sections)
     return Survey(host.name, meta, root, procs, others, tails, dirs, candidates, gpu)
+
+
+def _asks_for(cmdline: str, match: str) -> bool:
+    """Whether ``cmdline`` is a ``crosscheck init`` given this very pattern (this command,
+    seen from a host over SSH that is this machine): it names the job, it is not the job."""
+    return " init " in f" {cmdline} " and (f"--match {match}" in cmdline or f"--match={match}" in cmdline)
 
 
 def _not_seen(what: str, host: str, meta: Meta) -> str:
