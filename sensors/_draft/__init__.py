@@ -8,7 +8,7 @@
   guess with a YAML comment saying where it came from.
 
 Nothing here writes on a host or on this machine: the command prints the draft (and writes
-it only where ``--write`` asks, in :mod:`sensors._cli`).
+it only where ``--write`` asks, in the command).
 
 May import :mod:`sensors._base`, :mod:`sensors._run`, :mod:`sensors._signals`,
 :mod:`sensors._config` and :mod:`sensors._hosts`.
