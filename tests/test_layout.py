@@ -46,12 +46,13 @@ LAYERS: dict[str, set[str]] = {
     "_present": {"_base", "_config"},
     "_notify": {"_base", "_config", "_present"},
     "_watch": {"_base", "_run", "_config", "_hosts", "_check", "_store", "_present"},
+    "_draft": {"_base", "_run", "_signals", "_config", "_hosts"},
     "_cli": {"_base", "_run", "_config", "_check", "_present", "_watch", "_version"},
 }
 #: What a layer may import only inside a function, when a command or a stage asks for it.
 LAZY: dict[str, set[str]] = {
     "_watch": {"_notify", "_prefect"},
-    "_cli": {"_hosts", "_notify", "_store", "_prefect", "blocks"},
+    "_cli": {"_hosts", "_notify", "_store", "_prefect", "blocks", "_draft"},
 }
 #: The Prefect layer: it may import Prefect (and the demo the flows); the core may not.
 PREFECT_LAYER = {"sensors.prefect", "sensors.flows", "sensors.blocks"}

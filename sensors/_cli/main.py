@@ -1,5 +1,5 @@
-"""The ``crosscheck`` command: status, wait, check, serve, history, demo, validate, schema,
-completion."""
+"""The ``crosscheck`` command: init, status, wait, check, serve, history, demo, validate,
+schema, completion."""
 
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ EXIT_STUCK = 5
 
 EPILOG = """\
 examples:
+  crosscheck init --pid 4242 --write extract.yaml   draft a stage file from a running job
   crosscheck status extract.yaml              one check, a table for a person
   crosscheck status extract.yaml --json       one JSON object for a script
   crosscheck wait extract.yaml && train.sh    block until every signal agrees it is done
@@ -68,6 +69,7 @@ exit codes:
   check: 0 OK (complete, running), 1 WARNING (stalled, contradiction), 2 CRITICAL (failed),
          3 UNKNOWN (unknown, a host that cannot be read, a config error, --timeout)
   validate: 0 every file loads, 1 --strict and a warning, 2 a file that does not load
+  init: 0 drafted, 1 the job cannot be seen or read, 2 usage (--write to an existing file)
 """
 
 
@@ -117,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"crosscheck {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    from sensors._cli.init import add_parser as add_init
+
+    add_init(sub, _duration_arg)
     status = sub.add_parser(
         "status",
         help="check stages once and print the verdict",
@@ -402,6 +407,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _plugin_check(args)
         if args.command == "validate":
             return _validate(args)
+        if args.command == "init":
+            from sensors._cli.init import init
+
+            return init(args)
         if args.command == "schema":
             from sensors._config.stage import stage_json_schema
 
