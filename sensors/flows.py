@@ -224,14 +224,25 @@ def launch_stage(stage: Stage, force: bool = False, state: str | None = None) ->
     return record
 
 
-def _launch_supervised(stage: Stage, host: Any, mark: Run, log_path: str, state: str | None) -> dict[str, Any]:
+def _launch_supervised(
+    stage: Stage, host: Any, mark: Run, log_path: str, state: str | None
+) -> dict[str, Any]:
     assert stage.launch is not None and stage.supervisor is not None
     launched = launch_supervised(stage, host, mark, log_path)
     record = launch_record(
-        stage.stage, stage.host_name, launched, log=log_path, command=stage.launch.command, cwd=stage.launch.cwd
+        stage.stage,
+        stage.host_name,
+        launched,
+        log=log_path,
+        command=stage.launch.command,
+        cwd=stage.launch.cwd,
     )
     get_run_logger().info(
-        "%s: launched on %s through %s as %s", stage.stage, stage.host_name, stage.supervisor.kind, launched.supervised
+        "%s: launched on %s through %s as %s",
+        stage.stage,
+        stage.host_name,
+        stage.supervisor.kind,
+        launched.supervised,
     )
     store = state_store(state)
     if store is not None:

@@ -274,10 +274,16 @@ PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP
         path.write_text(f'#!/bin/sh\nSLURM_CONF={slurm.conf}; export SLURM_CONF\nexec {real} "$@"\n')
         path.chmod(0o755)
     env = {**os.environ, "SLURM_CONF": str(slurm.conf)}
-    procs = [subprocess.Popen(["slurmctld", "-D", "-i"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)]
+    procs = [
+        subprocess.Popen(
+            ["slurmctld", "-D", "-i"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+        )
+    ]
     try:
         time.sleep(1.0)
-        procs.append(subprocess.Popen(["slurmd", "-D"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+        procs.append(
+            subprocess.Popen(["slurmd", "-D"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        )
         deadline = time.monotonic() + 30
         while "idle" not in slurm.tool("sinfo", "-h", "-o", "%t", check=False):
             if time.monotonic() > deadline:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -43,7 +44,13 @@ def _docker(tmp_path, **kw) -> str:
         ({"status": "exited", "finished": T0 + 60, "exit_code": 0}, "exited", True, 0, False),
         ({"status": "exited", "finished": T0 + 60, "exit_code": 1}, "exited", False, 1, False),
         ({"status": "exited", "finished": T0 + 60, "exit_code": 137}, "exited", False, 137, False),
-        ({"status": "exited", "finished": T0 + 60, "exit_code": 137, "oom": True}, "exited", False, 137, True),
+        (
+            {"status": "exited", "finished": T0 + 60, "exit_code": 137, "oom": True},
+            "exited",
+            False,
+            137,
+            True,
+        ),
         ({"status": "created", "started": None}, "waiting", False, None, False),
     ],
 )
@@ -80,18 +87,54 @@ def _unit(tmp_path, **kw) -> str:
     "kw, phase, success, status, oom",
     [
         ({"active": "active", "sub": "running", "pid": 99}, "running", False, None, False),
-        ({"active": "active", "sub": "exited", "exited": T0 + 5, "code": 1, "status": 0}, "exited", True, 0, False),
         (
-            {"active": "failed", "sub": "failed", "exited": T0 + 5, "code": 1, "status": 3, "result": "exit-code"},
-            "exited", False, 3, False,
+            {"active": "active", "sub": "exited", "exited": T0 + 5, "code": 1, "status": 0},
+            "exited",
+            True,
+            0,
+            False,
         ),
         (
-            {"active": "failed", "sub": "failed", "exited": T0 + 5, "code": 2, "status": 9, "result": "signal"},
-            "exited", False, 137, False,
+            {
+                "active": "failed",
+                "sub": "failed",
+                "exited": T0 + 5,
+                "code": 1,
+                "status": 3,
+                "result": "exit-code",
+            },
+            "exited",
+            False,
+            3,
+            False,
         ),
         (
-            {"active": "failed", "sub": "failed", "exited": T0 + 5, "code": 2, "status": 9, "result": "oom-kill"},
-            "exited", False, 137, True,
+            {
+                "active": "failed",
+                "sub": "failed",
+                "exited": T0 + 5,
+                "code": 2,
+                "status": 9,
+                "result": "signal",
+            },
+            "exited",
+            False,
+            137,
+            False,
+        ),
+        (
+            {
+                "active": "failed",
+                "sub": "failed",
+                "exited": T0 + 5,
+                "code": 2,
+                "status": 9,
+                "result": "oom-kill",
+            },
+            "exited",
+            False,
+            137,
+            True,
         ),
     ],
 )
@@ -157,7 +200,9 @@ def test_slurm_without_accounting_reads_squeue() -> None:
     assert failed.phase == "exited" and not failed.success and failed.failed
     gone = parse_slurm("5", off, (1, "slurm_load_jobs error: Invalid job id specified"))
     assert gone.phase == "absent"
-    down = parse_slurm("5", off, (1, "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"))
+    down = parse_slurm(
+        "5", off, (1, "slurm_load_jobs error: Unable to contact slurm controller (connect failure)")
+    )
     assert down.phase == "unreadable" and "Unable to contact" in down.unreadable
 
 
@@ -169,7 +214,9 @@ def _r(signal: str, says: Says, **evidence) -> Reading:
 
 
 def _decide(*readings: Reading, settle: int = 1) -> State:
-    verdict, _ = decide("s", "local", {r.signal: r for r in readings}, PolicySpec(settle=settle), VerdictMemory(), T0)
+    verdict, _ = decide(
+        "s", "local", {r.signal: r for r in readings}, PolicySpec(settle=settle), VerdictMemory(), T0
+    )
     return verdict.state
 
 
@@ -339,7 +386,7 @@ def _unit_stage(stand: Stand, **extra) -> dict:
 
 
 def _own_cgroup() -> str:
-    for line in open("/proc/self/cgroup"):
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
         if line.startswith("0::"):
             return line.strip()[3:]
     return ""
@@ -362,7 +409,9 @@ def test_systemd_ends(stand, host, kw, state) -> None:
 
 def test_systemd_running_reads_the_units_cgroup(stand, host) -> None:
     cgroup = _own_cgroup()
-    stand.unit("job.service", invocation="ab" * 16, started=T0, active="active", sub="running", pid=1, cgroup=cgroup)
+    stand.unit(
+        "job.service", invocation="ab" * 16, started=T0, active="active", sub="running", pid=1, cgroup=cgroup
+    )
     _, verdict = _watch(_unit_stage(stand), host, checks=1)
     assert verdict.state is State.RUNNING
     import os
@@ -372,7 +421,9 @@ def test_systemd_running_reads_the_units_cgroup(stand, host) -> None:
 
 
 def test_systemd_a_new_invocation_is_a_new_run(stand, host) -> None:
-    stand.unit("job.service", invocation="ab" * 16, started=T0, exited=T0 + 3, active="active", sub="exited", code=1)
+    stand.unit(
+        "job.service", invocation="ab" * 16, started=T0, exited=T0 + 3, active="active", sub="exited", code=1
+    )
     checker = Checker(stage_from_dict(_unit_stage(stand)), host=host)
     assert checker.check().run["supervised"] == "ab" * 16
     stand.unit("job.service", invocation="cd" * 16, started=T0 + 60, active="active", sub="running", pid=1)
@@ -382,7 +433,11 @@ def test_systemd_a_new_invocation_is_a_new_run(stand, host) -> None:
 
 def test_systemd_record_that_cannot_be_read(stand, host) -> None:
     stand.systemd_error("job.service", "Failed to connect to bus: No medium found")
-    _, verdict = _watch(_unit_stage(stand, supervisor={"systemd": "job.service", "user": True, "bin": str(stand.bin)}), host, checks=1)
+    _, verdict = _watch(
+        _unit_stage(stand, supervisor={"systemd": "job.service", "user": True, "bin": str(stand.bin)}),
+        host,
+        checks=1,
+    )
     assert verdict.state is State.UNKNOWN
     assert "No medium found" in verdict.readings["supervisor"].detail
 
@@ -463,7 +518,10 @@ def test_slurm_requeued_is_a_new_run(slurm, host) -> None:
     deadline = time.monotonic() + 40
     while time.monotonic() < deadline:
         verdict = checker.check()
-        if verdict.run["supervised"] != first and verdict.readings["supervisor"].evidence["supervisor_phase"] == "running":
+        if (
+            verdict.run["supervised"] != first
+            and verdict.readings["supervisor"].evidence["supervisor_phase"] == "running"
+        ):
             break
         time.sleep(0.5)
     else:

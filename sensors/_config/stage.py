@@ -302,7 +302,9 @@ class Stage(Section):
         if self.launch is not None:
             raise ValueError("launch: is for a stage on one host (a launch across hosts is not built)")
         if self.supervisor is not None:
-            raise ValueError("supervisor: names a job on one host (a stage over several hosts reads its processes)")
+            raise ValueError(
+                "supervisor: names a job on one host (a stage over several hosts reads its processes)"
+            )
         if self.process is None or self.process.match is None:
             # Every host must show its ranks gone, and a PID names a process of one host only.
             raise ValueError(

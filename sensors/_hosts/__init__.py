@@ -213,7 +213,8 @@ def supervised_launch_script(
             raise ValueError("a systemd launch needs the unit's name")
         flag = " --user" if user else ""
         out = (
-            f" -p StandardOutput=append:{shlex.quote(log_path)} -p StandardError=append:{shlex.quote(log_path)}"
+            f" -p StandardOutput=append:{shlex.quote(log_path)}"
+            f" -p StandardError=append:{shlex.quote(log_path)}"
             if log_path
             else ""
         )

@@ -69,7 +69,12 @@ class Record:
     @property
     def success(self) -> bool:
         """Exited with status 0: no signal, no OOM kill, no failure the supervisor named."""
-        return self.phase == "exited" and self.exit_code == 0 and self.signal is None and not (self.oom or self.failed)
+        return (
+            self.phase == "exited"
+            and self.exit_code == 0
+            and self.signal is None
+            and not (self.oom or self.failed)
+        )
 
     @property
     def exit_status(self) -> int | None:
@@ -85,7 +90,8 @@ class Record:
         if self.signal is not None:
             return f"killed by {_signal_name(self.signal)} ({self.state})"
         if self.exit_code is not None:
-            return f"exited with status {self.exit_code}{' (success)' if self.exit_code == 0 else ''} ({self.state})"
+            ok = " (success)" if self.exit_code == 0 else ""
+            return f"exited with status {self.exit_code}{ok} ({self.state})"
         return f"ended: {self.state}" + (" (a failure, its exit code not recorded)" if self.failed else "")
 
 
@@ -245,10 +251,24 @@ def parse_systemd(name: str, rc: int | None, body: str, pids: tuple[int, ...] = 
 
 
 #: Slurm's job states (squeue's %T, sacct's State) and what they are.
-SLURM_RUNNING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING"})
-SLURM_WAITING = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
+SLURM_RUNNING = frozenset(
+    {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING"}
+)
+SLURM_WAITING = frozenset(
+    {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
+)
 SLURM_FAILED = frozenset(
-    {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REVOKED"}
+    {
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+        "REVOKED",
+    }
 )
 
 
@@ -277,7 +297,9 @@ def parse_slurm(
         if len(cut) >= 4 and cut[0] == name:
             qfields = cut[:4]
     if fields is None and qfields is None:
-        absent = "Invalid job id" in queue[1] and (acct[0] == 0 or "accounting storage is disabled" in acct[1])
+        absent = "Invalid job id" in queue[1] and (
+            acct[0] == 0 or "accounting storage is disabled" in acct[1]
+        )
         if absent or (acct[0] == 0 and queue[0] == 0):
             return Record("slurm", name, "absent", state="no such job")
         return _unreadable("slurm", name, queue[0] if acct[0] == 0 else acct[0], queue[1] or acct[1])
@@ -359,5 +381,3 @@ def read_record(kind: str, name: str, sections: Mapping[str, bytes]) -> Record:
     if kind == "systemd":
         return parse_systemd(name, rc, body, pids)
     return parse_slurm(name, (rc, body), _answer(sections.get("supervisor_queue")), pids)
-
-

@@ -73,7 +73,11 @@ class SupervisorSpec(Section):
     @classmethod
     def _job_id_text(cls, value: object) -> object:
         # ``slurm: 1234`` in YAML is a number: the ID as text.
-        if isinstance(value, dict) and isinstance(value.get("slurm"), int) and not isinstance(value["slurm"], bool):
+        if (
+            isinstance(value, dict)
+            and isinstance(value.get("slurm"), int)
+            and not isinstance(value["slurm"], bool)
+        ):
             return {**value, "slurm": str(value["slurm"])}
         return value
 
@@ -125,7 +129,7 @@ def snippet(spec: SupervisorSpec, memory: SupervisorMemory, probe: ProbeInputs) 
             "sec supervisor_pids",
             "q=$(printf '%s\\n' \"$o\" | sed -n 's/^ *\"Pid\": \\([1-9][0-9]*\\),*$/\\1/p' | head -n 1); n=0",
             f'while [ -n "$q" ] && [ $n -lt {PIDS_CAP} ]; do set -- $q; p=$1; shift; q=$*; echo "$p";'
-            " n=$((n+1)); for c in $(cat /proc/$p/task/*/children 2>/dev/null); do q=\"$q $c\"; done; done",
+            ' n=$((n+1)); for c in $(cat /proc/$p/task/*/children 2>/dev/null); do q="$q $c"; done; done',
         ]
         return lines
     if spec.kind == "systemd":
@@ -196,7 +200,14 @@ def reading_of(record: Record, *, now: float | None, host: str, bound: str | Non
     evidence = record_evidence(record)
     where = f"{record.kind} {record.name}"
     if record.phase == "unreadable":
-        return Reading("supervisor", Says.UNKNOWN, f"{where}: the record cannot be read: {record.unreadable}", evidence, now, host)
+        return Reading(
+            "supervisor",
+            Says.UNKNOWN,
+            f"{where}: the record cannot be read: {record.unreadable}",
+            evidence,
+            now,
+            host,
+        )
     if bound is not None and record.identity is not None and not _is_bound(record.identity, bound):
         evidence["supervisor_bound"] = bound
         return Reading(
@@ -218,10 +229,19 @@ def reading_of(record: Record, *, now: float | None, host: str, bound: str | Non
             host,
         )
     if record.phase == "waiting":
-        return Reading("supervisor", Says.WORKING, f"{where} has not started its job yet ({record.state})", evidence, now, host)
+        return Reading(
+            "supervisor",
+            Says.WORKING,
+            f"{where} has not started its job yet ({record.state})",
+            evidence,
+            now,
+            host,
+        )
     if record.phase == "running":
         pids = f", pids {', '.join(map(str, record.pids[:8]))}" if record.pids else ""
-        return Reading("supervisor", Says.WORKING, f"{where} is running ({record.state}{pids})", evidence, now, host)
+        return Reading(
+            "supervisor", Says.WORKING, f"{where} is running ({record.state}{pids})", evidence, now, host
+        )
     ended = record.how_it_ended()
     if record.success:
         return Reading("supervisor", Says.DONE, f"{where} {ended}", evidence, now, host)
@@ -249,8 +269,10 @@ def _read(
     reading = reading_of(record, now=facts.meta.now, host=facts.host, bound=bound)
     new_memory = memory
     if record.identity is not None and reading.says is not Says.UNKNOWN:
-        if bound is None and (run is None or run.source != "since") and (
-            memory.identity != record.identity or run is None or run.supervised != record.identity
+        if (
+            bound is None
+            and (run is None or run.source != "since")
+            and (memory.identity != record.identity or run is None or run.supervised != record.identity)
         ):
             # A new container, invocation or job: a new run, whatever file times say. The
             # checker sets the last run's memory aside (its log offsets, its verdict).

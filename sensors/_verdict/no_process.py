@@ -40,7 +40,11 @@ def no_process(
             *details(readings),
         ]
     if all(r.says is Says.DONE for r in readings.values()):
-        if lg is None and not (o is not None and ev(o, "written_this_run")) and not recorded_exit_ok(readings):
+        if (
+            lg is None
+            and not (o is not None and ev(o, "written_this_run"))
+            and not recorded_exit_ok(readings)
+        ):
             # Outputs may predate the run (resumable jobs skip what exists) and a GPU at rest
             # says nothing of which run: without a log, only an output written during the
             # run ties them to it.

@@ -31,11 +31,16 @@ def supervised(readings: Mapping[str, Reading]) -> tuple[State, list[str]] | Non
         return None
     if s.says is Says.FAILED:
         # S1
-        return State.FAILED, [f"supervisor: {s.detail}", *details({k: r for k, r in readings.items() if r is not s})]
+        return State.FAILED, [
+            f"supervisor: {s.detail}",
+            *details({k: r for k, r in readings.items() if r is not s}),
+        ]
     if s.says is Says.DONE and p is not None and p.says is Says.WORKING:
         theirs = set(ev(s, "supervisor_pids") or ())  # type: ignore[call-overload]
         outside = [
-            e for e in ev(p, "processes") or () if isinstance(e, Mapping) and e.get("pid") not in theirs  # type: ignore[attr-defined]
+            e
+            for e in ev(p, "processes") or ()
+            if isinstance(e, Mapping) and e.get("pid") not in theirs  # type: ignore[attr-defined]
         ]
         if outside:
             # S2
