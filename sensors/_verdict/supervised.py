@@ -36,12 +36,10 @@ def supervised(readings: Mapping[str, Reading]) -> tuple[State, list[str]] | Non
             *details({k: r for k, r in readings.items() if r is not s}),
         ]
     if s.says is Says.DONE and p is not None and p.says is Says.WORKING:
-        theirs = set(ev(s, "supervisor_pids") or ())  # type: ignore[call-overload]
-        outside = [
-            e
-            for e in ev(p, "processes") or ()
-            if isinstance(e, Mapping) and e.get("pid") not in theirs  # type: ignore[attr-defined]
-        ]
+        pids, processes = ev(s, "supervisor_pids"), ev(p, "processes")
+        theirs = set(pids) if isinstance(pids, (list, tuple)) else set()
+        listed = processes if isinstance(processes, (list, tuple)) else ()
+        outside = [e for e in listed if isinstance(e, Mapping) and e.get("pid") not in theirs]
         if outside:
             # S2
             shown = ", ".join(f"pid {e.get('pid')} ({e.get('cmdline', '')})" for e in outside[:3])
