@@ -32,6 +32,7 @@ from prefect.artifacts import create_table_artifact
 from sensors._base.errors import ConfigError
 from sensors._base.model import Says
 from sensors._check.checker import Checker, host_for
+from sensors._check.launch import launch_supervised, supervised_stage
 from sensors._check.persist import Persistence
 from sensors._config.stage import Stage, parse_duration, stage_from_dict
 from sensors._prefect.compat import NO_CACHE
@@ -189,6 +190,10 @@ def launch_stage(stage: Stage, force: bool = False, state: str | None = None) ->
     # Under a wrapper that records the job's exit status on the host: an exit and a kill
     # look alike from /proc, and only this tells a crash from a success for a stage whose
     # other signals cannot.
+    if stage.supervisor is not None:
+        # Started by its supervisor, which records its end: the run is bound to the record
+        # it created (a record of another identity is another run's).
+        return _launch_supervised(stage, host, mark, log_path, state)
     name = f"{stage.stage}-{int(mark.started_at or time.time())}-{uuid.uuid4().hex[:8]}"
     pid, exit_file = host.launch(stage.launch.command, log_path=log_path, cwd=stage.launch.cwd, name=name)
     launched = Run(
@@ -216,6 +221,34 @@ def launch_stage(stage: Stage, force: bool = False, state: str | None = None) ->
         table=[{k: str(v) for k, v in record.items() if k != "run"}],
         description=f"{stage.stage}: launched as PID {pid} on {stage.host_name}",
     )
+    return record
+
+
+def _launch_supervised(
+    stage: Stage, host: Any, mark: Run, log_path: str, state: str | None
+) -> dict[str, Any]:
+    assert stage.launch is not None and stage.supervisor is not None
+    launched = launch_supervised(stage, host, mark, log_path)
+    record = launch_record(
+        stage.stage,
+        stage.host_name,
+        launched,
+        log=log_path,
+        command=stage.launch.command,
+        cwd=stage.launch.cwd,
+    )
+    get_run_logger().info(
+        "%s: launched on %s through %s as %s",
+        stage.stage,
+        stage.host_name,
+        stage.supervisor.kind,
+        launched.supervised,
+    )
+    store = state_store(state)
+    if store is not None:
+        with Checker(supervised_stage(stage, launched), host=host, run=launched, state=store) as checker:
+            checker.check()
+        store.close()
     return record
 
 

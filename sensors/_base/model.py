@@ -13,7 +13,7 @@ from typing import Any
 
 from sensors._base.text import redact, redact_deep
 
-SIGNALS = ("process", "log", "outputs", "gpu")
+SIGNALS = ("supervisor", "process", "log", "outputs", "gpu")
 
 
 class Says(enum.StrEnum):
@@ -88,7 +88,7 @@ class Reading:
     """One signal's reading.
 
     Attributes:
-        signal: ``process``, ``log``, ``outputs`` or ``gpu``.
+        signal: ``supervisor``, ``process``, ``log``, ``outputs`` or ``gpu``.
         says: done, working, failed or unknown.
         detail: one line a person reads.
         evidence: the raw facts behind ``says`` (JSON-serialisable values).

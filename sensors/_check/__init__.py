@@ -5,6 +5,7 @@
 - :mod:`~sensors._check.span`: a stage over several hosts, one Checker per host, one verdict.
 - :mod:`~sensors._check.sampling`: how many quick checks ``crosscheck status`` takes.
 - :mod:`~sensors._check.codec`: a Checker's memory as JSON text and back (what a store keeps).
+- :mod:`~sensors._check.launch`: a launch through a supervisor, bound to the record it made.
 - :mod:`~sensors._check.persist`: that memory in the durable store, keyed by stage, host, run
   and the definition's fingerprint.
 

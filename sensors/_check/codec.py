@@ -33,6 +33,7 @@ from sensors._signals.gpu import GpuMemory, GpuWindow
 from sensors._signals.log import LogMemory
 from sensors._signals.outputs import OutputsMemory
 from sensors._signals.process import ProcessMemory
+from sensors._signals.supervisor import SupervisorMemory
 from sensors._verdict import VerdictMemory
 from sensors._verdict.across import AcrossMemory
 
@@ -46,6 +47,7 @@ _TYPES: dict[str, type] = {
         LogMemory,
         OutputsMemory,
         GpuMemory,
+        SupervisorMemory,
         GpuWindow,
         VerdictMemory,
         AcrossMemory,

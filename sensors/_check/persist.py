@@ -404,7 +404,11 @@ def dead_here(holder: str) -> bool:
 def run_key(run: Run) -> str:
     """The identity of a run, for "announced once per run"."""
     started = "?" if run.started_at is None else f"{run.started_at:.0f}"
-    return f"{run.source}:{started}" + (f":{run.pid}" if run.pid is not None else "")
+    return (
+        f"{run.source}:{started}"
+        + (f":{run.pid}" if run.pid is not None else "")
+        + (f":{run.supervised}" if run.supervised is not None else "")
+    )
 
 
 def is_store(value: object) -> TypeIs[Store]:

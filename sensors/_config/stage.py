@@ -32,6 +32,7 @@ from sensors._signals.gpu import GpuSpec
 from sensors._signals.log import LogSpec
 from sensors._signals.outputs import DEFAULT_EXCLUDES, OutputsSpec
 from sensors._signals.process import ProcessSpec
+from sensors._signals.supervisor import SupervisorSpec
 
 __all__ = [
     "DEFAULT_CHECK_TIMEOUT",
@@ -50,6 +51,7 @@ __all__ = [
     "SSHMaterial",
     "SSHSpec",
     "Stage",
+    "SupervisorSpec",
     "load_stage",
     "load_stage_bytes",
     "load_stage_text",
@@ -242,6 +244,11 @@ class Stage(Section):
         " {host} and {node} in log.path and process.match name each host and its node rank;"
         " {rank} in log.path a log per rank (with process.per_host)",
     )
+    supervisor: SupervisorSpec | None = Field(
+        None,
+        description="the supervisor that runs the job (docker, systemd, slurm): its record is the"
+        " run's identity, its end and its processes (docs/supervisors.md)",
+    )
     process: ProcessSpec | None = None
     log: LogSpec | None = None
     outputs: OutputsSpec | None = None
@@ -269,8 +276,10 @@ class Stage(Section):
                 f"gpu.idle_for ({self.gpu.idle_for:g}s) is too short for policy.interval "
                 f"({self.policy.interval:g}s): use at least {self.policy.interval / 1.5:g}s"
             )
-        if not any((self.process, self.log, self.outputs, self.gpu)):
-            raise ValueError("no signal configured: give at least one of process, log, outputs, gpu")
+        if not any((self.supervisor, self.process, self.log, self.outputs, self.gpu)):
+            raise ValueError(
+                "no signal configured: give at least one of supervisor, process, log, outputs, gpu"
+            )
         if self.hosts is None:
             if self.process is not None and self.process.per_host is not None:
                 raise ValueError("process.per_host is for a stage over several hosts (hosts:)")
@@ -292,6 +301,10 @@ class Stage(Section):
             raise ValueError("hosts: a host is named twice")
         if self.launch is not None:
             raise ValueError("launch: is for a stage on one host (a launch across hosts is not built)")
+        if self.supervisor is not None:
+            raise ValueError(
+                "supervisor: names a job on one host (a stage over several hosts reads its processes)"
+            )
         if self.process is None or self.process.match is None:
             # Every host must show its ranks gone, and a PID names a process of one host only.
             raise ValueError(
@@ -420,7 +433,7 @@ class Stage(Section):
 
     @property
     def signals(self) -> tuple[str, ...]:
-        return tuple(n for n in ("process", "log", "outputs", "gpu") if getattr(self, n))
+        return tuple(n for n in ("supervisor", "process", "log", "outputs", "gpu") if getattr(self, n))
 
     @property
     def host_name(self) -> str:
@@ -450,7 +463,11 @@ def _label(host: Literal["local"] | SSHSpec, hosts: tuple[Literal["local"] | SSH
 SCHEMA_URL = "https://raw.githubusercontent.com/crosscheck/prefect-crosscheck/main/schema/stage.schema.json"
 
 #: Sections that take exactly one of two keys (their models' validators say so too).
-_ONE_OF = {"ProcessSpec": ("match", "pid"), "OutputsSpec": ("files", "lines")}
+_ONE_OF = {
+    "ProcessSpec": ("match", "pid"),
+    "OutputsSpec": ("files", "lines"),
+    "SupervisorSpec": ("docker", "systemd", "slurm"),
+}
 
 
 def stage_json_schema() -> dict[str, Any]:
@@ -471,7 +488,9 @@ def stage_json_schema() -> dict[str, Any]:
     schema = Stage.model_json_schema()
     for name, keys in _ONE_OF.items():
         schema["$defs"][name]["oneOf"] = [{"required": [key]} for key in keys]
-    schema["anyOf"] = [{"required": [signal]} for signal in ("process", "log", "outputs", "gpu")]
+    schema["anyOf"] = [
+        {"required": [signal]} for signal in ("supervisor", "process", "log", "outputs", "gpu")
+    ]
     schema["title"] = "crosscheck stage file"
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_URL, **schema}
 

@@ -164,3 +164,86 @@ def parsed_launch(out: bytes, status: int | None, host: str) -> Launched:
             f"launch failed ({why.get(status or 0, f'exit {status}')}): {detail or 'no output'}", host=host
         )
     return Launched(int(pid.group(1)), exit_file.group(1).decode("utf-8", "surrogateescape"))
+
+
+# --------------------------------------------------------------------------- supervised launch
+
+#: What a supervised launch prints of the record it created: a container's ID, a unit's
+#: InvocationID, a Slurm job's ID.
+_SUPERVISED_ID = re.compile(rb"^id ([0-9A-Za-z_+]{1,128})$", re.MULTILINE)
+
+
+def supervised_launch_script(
+    kind: str,
+    name: str | None,
+    argv: Sequence[str],
+    *,
+    log_path: str | None,
+    cwd: str | None,
+    user: bool = False,
+    bin: str | None = None,
+) -> bytes:
+    """A sh script that starts ``argv`` through a supervisor and prints ``id ID``: the
+    identity of the record it created, which binds the run (``Run.supervised``).
+
+    - docker: ``docker run -d --name NAME ARGV`` (ARGV: the image, then its arguments;
+      the container's output stays docker's: ``docker logs``); prints the container's ID.
+    - systemd: ``systemd-run [--user] --unit NAME -p RemainAfterExit=yes`` (the record stays
+      after the exit, to be read), output appended to ``log_path``; then the unit's
+      InvocationID (``systemctl show``).
+    - slurm: ``sbatch --parsable -o LOG [-D CWD] --wrap ARGV``; prints the job's ID.
+
+    The supervisor runs the job: no exit wrapper (its record is the exit).
+    """
+
+    def tool(command: str) -> str:
+        return shlex.quote(f"{bin.rstrip('/')}/{command}" if bin else command)
+
+    cmd = " ".join(shlex.quote(a) for a in argv)
+    if kind == "docker":
+        if not name:
+            raise ValueError("a docker launch needs the container's name")
+        body = (
+            f"o=$({tool('docker')} run -d --name {shlex.quote(name)} {cmd} 2>&1) || "
+            '{ printf "%s\\n" "$o"; exit 95; }\n'
+            'printf "%s\\n" "$o" | tail -n 1 | sed "s/^/id /"\n'
+        )
+    elif kind == "systemd":
+        if not name:
+            raise ValueError("a systemd launch needs the unit's name")
+        flag = " --user" if user else ""
+        out = (
+            f" -p StandardOutput=append:{shlex.quote(log_path)}"
+            f" -p StandardError=append:{shlex.quote(log_path)}"
+            if log_path
+            else ""
+        )
+        wd = f" --working-directory={shlex.quote(cwd)}" if cwd else ""
+        body = (
+            f"o=$({tool('systemd-run')}{flag} --unit {shlex.quote(name)} -p RemainAfterExit=yes{out}{wd}"
+            f' -- {cmd} 2>&1) || {{ printf "%s\\n" "$o"; exit 95; }}\n'
+            f"i=$({tool('systemctl')}{flag} show -p InvocationID --value -- {shlex.quote(name)} 2>&1)"
+            ' && echo "id $i"\n'
+        )
+    elif kind == "slurm":
+        out = f" -o {shlex.quote(log_path)}" if log_path else ""
+        wd = f" -D {shlex.quote(cwd)}" if cwd else ""
+        body = (
+            f"o=$({tool('sbatch')} --parsable{out}{wd} --wrap {shlex.quote(cmd)} 2>&1) || "
+            '{ printf "%s\\n" "$o"; exit 95; }\n'
+            # "ID" or "ID;cluster"
+            'echo "id ${o%%;*}"\n'
+        )
+    else:
+        raise ValueError(f"no such supervisor: {kind!r}")
+    return ("set -u\n" + body).encode()
+
+
+def parsed_supervised_launch(out: bytes, host: str) -> str:
+    """The identity a :func:`supervised_launch_script` printed; ProbeError when it failed
+    (the supervisor's own words: no daemon, no user manager, an image not found)."""
+    found = _SUPERVISED_ID.search(out)
+    if found is None:
+        detail = out.decode("utf-8", "replace").strip()[-300:]
+        raise ProbeError(f"supervised launch failed: {detail or 'no output'}", host=host)
+    return found.group(1).decode()

@@ -21,6 +21,8 @@ tell; "cannot tell" only where another history fits within the measured precisio
 - :mod:`~sensors._run.tolerances`: every tolerance, with its unit and source (one table).
 - :mod:`~sensors._run.moment`: ``Moment``, a time on one clock with its interval.
 - :mod:`~sensors._run.binding`: when a file was written against a run's start.
+- :mod:`~sensors._run.supervisor`: a supervisor's record (docker, systemd, Slurm), parsed:
+  the run's identity, its end and its processes as the supervisor keeps them.
 
 Signals read facts and ask here whether they belong; the verdict combines. The rules that
 follow from the model are in docs/run-binding.md.

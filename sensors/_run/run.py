@@ -9,6 +9,8 @@ be an earlier run's. A :class:`Run` says where "this run" begins, from the best 
   modified before it are not this run's; a log born after it is all this run's.
 - ``process``: the job's process, first seen alive by this watch; its start time (from
   /proc start ticks and the boot clock) is the run's start.
+- ``supervisor``: docker, systemd or Slurm recorded the run (a container's ID and start, an
+  invocation, a job): its identity is the record's (``Run.supervised``), its start the record's.
 - ``watch``: none of these: only what is written while this watch looks is this run's.
 
 How each signal uses it is written where the signal is read (``_signals``); the rules are
@@ -36,7 +38,7 @@ from sensors._run.tolerances import WHOLE_SECOND
 #: Bytes compared at a remembered offset to tell "appended to" from "rewritten".
 FINGERPRINT_BYTES = 64
 
-RunSource = Literal["launch", "since", "process", "watch"]
+RunSource = Literal["launch", "since", "process", "watch", "supervisor"]
 
 #: The probe's check of an exit record before it is read (defined once per probe).
 _TRUST_HELPER = helper(TRUST_FN, list(TRUST_SH))
@@ -71,6 +73,10 @@ class Run:
     #: For ``since`` given as a time: that time as given (the checking machine's clock);
     #: ``started_at`` is it on the monitored host's clock (see :meth:`Since.resolve`).
     given: float | None = None
+    #: The supervisor's identity of the run (``sensors._run.supervisor.Record.identity``): a
+    #: ``supervisor`` run's, or the record a launch through a supervisor created (a record of
+    #: another identity is another run's).
+    supervised: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self._json)
@@ -82,6 +88,7 @@ class Run:
             "source": self.source,
             "started_at": _iso(self.started_at),
             **({"pid": self.pid} if self.pid is not None else {}),
+            **({"supervised": self.supervised} if self.supervised is not None else {}),
         }
 
 
@@ -384,6 +391,7 @@ def launch_record(
         "command": redact(command) if isinstance(command, str) else redact_command(command),
         "cwd": cwd or "",
         "exit_file": run.exit_file,
+        "supervised": run.supervised,
         "run": {
             "started_at": run.started_at,
             "log_inode": run.log_inode,
@@ -408,6 +416,7 @@ def run_from_record(record: Mapping[str, Any] | Run | None) -> Run | None:
         log_fingerprint=run.get("log_fingerprint") or None,
         pid=_int([record.get("pid")]),
         exit_file=record.get("exit_file") or None,
+        supervised=record.get("supervised") or None,
     )
 
 

@@ -21,6 +21,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from sensors._base.model import Reading
 from sensors._base.probe import Meta
 from sensors._run.run import LaunchEnd, Run
+from sensors._run.supervisor import Record
 
 SpecT = TypeVar("SpecT")
 MemoryT = TypeVar("MemoryT")
@@ -184,6 +185,8 @@ class CheckFacts(NamedTuple):
     #: clock at its start, moved by the most the host's clock can be ahead of it as the
     #: first probe's round trip measured): a file born after it is of a run begun after it.
     watch_began: float | None = None
+    #: The supervisor's record of the job as this check read it (None: no supervisor section).
+    supervised: Record | None = None
 
     @property
     def run_start(self) -> float | None:

@@ -429,7 +429,7 @@ def _bind(
     base = replace(memory, inode=st.inode, bound_at=memory.bound_at or now)
     if memory.absent:
         return replace(base, run_from=0, bound_by=memory.bound_by or "watch")
-    if run is None or run.source not in ("since", "process") or run.started_at is None:
+    if run is None or run.source not in ("since", "process", "supervisor") or run.started_at is None:
         if (
             watch_began is not None
             and st.birth

@@ -1,7 +1,8 @@
 """The verdict: a pure function of this check's readings and what earlier checks saw.
 
 :func:`decide` applies the rules of docs/verdict.md's table, first that applies wins: the
-host or the process signal unknown (1-2) here, then by what the process signal says —
+host unknown (1) here, a supervisor's record (S1-S3: :mod:`~sensors._verdict.supervised`),
+the process signal unknown (2), then by what the process signal says —
 :mod:`~sensors._verdict.alive` (rules 3-5, the process alive), :mod:`~sensors._verdict.gone`
 (6-15, gone), :mod:`~sensors._verdict.no_process` (16, no process signal) — with
 :mod:`~sensors._verdict.progress` for what moved between two checks; each rule is labelled
@@ -25,6 +26,7 @@ from sensors._verdict.gone import HOW_TO_TIE, gone
 from sensors._verdict.no_process import no_process
 from sensors._verdict.progress import Clocks, clocks
 from sensors._verdict.stuck import stuck
+from sensors._verdict.supervised import supervised
 
 __all__ = ["HOW_TO_TIE", "VerdictMemory", "decide"]
 
@@ -136,6 +138,9 @@ def _by_process(
     run: Run | None = None,
 ) -> tuple[State | None, list[str]]:
     p, lg = readings.get("process"), readings.get("log")
+    by_record = supervised(readings)
+    if by_record is not None:
+        return by_record
     if p is None:
         return no_process(readings, policy, c, launch, run)
     if p.says is Says.UNKNOWN:

@@ -10,6 +10,7 @@ from sensors._run.advice import Fix, Had, advice
 from sensors._run.run import Run
 from sensors._verdict.progress import Clocks, ev, ran, short
 from sensors._verdict.stuck import had_of
+from sensors._verdict.supervised import recorded_exit_ok
 
 #: What a person can do when evidence cannot be tied to the run being watched.
 TIE_FIXES = (Fix.SINCE, Fix.WATCH_EARLIER, Fix.LAUNCH)
@@ -27,7 +28,7 @@ def how_to_tie(had: Had) -> str:
 CANNOT_TELL = (
     "no log completion line, no outputs, no recorded exit status (an exit and a kill look alike"
     " from /proc); add a log or outputs section, or launch the job through crosscheck (a launch"
-    " section: its exit status is recorded)"
+    " section: its exit status is recorded), or name its supervisor (docker, systemd, slurm)"
 )
 
 Outcome = tuple[State | None, list[str]]
@@ -71,7 +72,7 @@ def gone(
     # Rule 8: never seen alive in this watch, nor launched by it: not started yet, or a match
     # that matches nothing. Neither is evidence that the job ran and exited, and without this
     # run's completion line, outputs may be an earlier run's.
-    if not ran(p, lg):
+    if not ran(p, lg) and not recorded_exit_ok(readings):
         return State.UNKNOWN, [
             f"no process found and none seen alive during this watch: {p.detail}",
             "not started yet, or process.match/pid is wrong; nothing else ties the"
@@ -140,7 +141,7 @@ def _after_the_exit(readings: Mapping[str, Reading], policy: PolicySpec, clocks:
             ]
     # Rule 12b: nothing in the stage tells a success from a crash (no log with a completion
     # line, no outputs to count) and no exit status was recorded: a SIGKILL looks like an exit.
-    if lg is None and o is None and ev(p, "exit_status") != 0:
+    if lg is None and o is None and ev(p, "exit_status") != 0 and not recorded_exit_ok(readings):
         return State.UNKNOWN, [
             f"nothing in this stage tells a success from a crash: {CANNOT_TELL}",
             f"process gone: {p.detail}",

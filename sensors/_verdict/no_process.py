@@ -10,6 +10,7 @@ from sensors._run.run import LaunchEnd, Run, describe_exit
 from sensors._verdict.gone import Outcome, how_to_tie
 from sensors._verdict.progress import Clocks, details, ev
 from sensors._verdict.stuck import had_of
+from sensors._verdict.supervised import recorded_exit_ok
 
 
 def no_process(
@@ -39,7 +40,11 @@ def no_process(
             *details(readings),
         ]
     if all(r.says is Says.DONE for r in readings.values()):
-        if lg is None and not (o is not None and ev(o, "written_this_run")):
+        if (
+            lg is None
+            and not (o is not None and ev(o, "written_this_run"))
+            and not recorded_exit_ok(readings)
+        ):
             # Outputs may predate the run (resumable jobs skip what exists) and a GPU at rest
             # says nothing of which run: without a log, only an output written during the
             # run ties them to it.

@@ -1,0 +1,546 @@
+"""Supervisors (docker, systemd, Slurm): their records as evidence of the run and its exit.
+
+Pure parsing of each tool's real output format; verdict tables; then the real probe, locally
+and over the test sshd, against the stand-ins of tests/supervisors.py (docker, systemctl: no
+daemon, no systemd here), the real docker and systemctl CLIs where they cannot reach their
+daemon (the record that cannot be read), and a real Slurm on loopback.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sensors import Checker, Says, State, stage_from_dict
+from sensors._base.model import Reading
+from sensors._config.stage import PolicySpec
+from sensors._run.supervisor import parse_docker, parse_slurm, parse_systemd
+from sensors._verdict import VerdictMemory, decide
+from tests.supervisors import DOCKER_PERMISSION_DENIED, Stand, slurm_cluster, slurm_installed
+
+T0 = 1_796_104_800.0
+CID = "4f" * 32
+CID2 = "7a" * 32
+
+
+# --------------------------------------------------------------------------- pure parsing
+
+
+def _docker(tmp_path, **kw) -> str:
+    stand = Stand(tmp_path)
+    stand.container("web", **kw)
+    return (stand.bin / "state" / "docker-web").read_text().split("\n", 1)[1]
+
+
+@pytest.mark.parametrize(
+    "kw, phase, success, status, oom",
+    [
+        ({"status": "running", "pid": 4242}, "running", False, None, False),
+        ({"status": "exited", "finished": T0 + 60, "exit_code": 0}, "exited", True, 0, False),
+        ({"status": "exited", "finished": T0 + 60, "exit_code": 1}, "exited", False, 1, False),
+        ({"status": "exited", "finished": T0 + 60, "exit_code": 137}, "exited", False, 137, False),
+        (
+            {"status": "exited", "finished": T0 + 60, "exit_code": 137, "oom": True},
+            "exited",
+            False,
+            137,
+            True,
+        ),
+        ({"status": "created", "started": None}, "waiting", False, None, False),
+    ],
+)
+def test_docker_inspect_as_docker_28_prints_it(tmp_path, kw, phase, success, status, oom) -> None:
+    kw = {"cid": CID, "started": T0 + 0.123456789, **kw}
+    record = parse_docker("web", 0, _docker(tmp_path, **kw))
+    assert (record.phase, record.success, record.oom) == (phase, success, oom)
+    if phase == "exited":
+        assert record.exit_status == status
+        assert record.finished_at == pytest.approx(T0 + 60)
+    if phase != "waiting":
+        assert record.identity.startswith(CID + "@")
+        assert record.started_at == pytest.approx(T0 + 0.123456789)
+
+
+def test_docker_errors_are_not_a_state() -> None:
+    absent = parse_docker("web", 1, "[]\nError: No such container: web")
+    assert absent.phase == "absent"
+    denied = parse_docker("web", 1, "[]\n" + DOCKER_PERMISSION_DENIED.format(name="web"))
+    assert denied.phase == "unreadable" and "permission denied" in denied.unreadable
+    missing = parse_docker("web", 127, "sh: 1: docker: not found")
+    assert missing.phase == "unreadable" and "no docker command" in missing.unreadable
+    garbage = parse_docker("web", 0, "not json")
+    assert garbage.phase == "unreadable"
+
+
+def _unit(tmp_path, **kw) -> str:
+    stand = Stand(tmp_path)
+    stand.unit("job.service", **kw)
+    return (stand.bin / "state" / "systemd-job.service").read_text().split("\n", 1)[1]
+
+
+@pytest.mark.parametrize(
+    "kw, phase, success, status, oom",
+    [
+        ({"active": "active", "sub": "running", "pid": 99}, "running", False, None, False),
+        (
+            {"active": "active", "sub": "exited", "exited": T0 + 5, "code": 1, "status": 0},
+            "exited",
+            True,
+            0,
+            False,
+        ),
+        (
+            {
+                "active": "failed",
+                "sub": "failed",
+                "exited": T0 + 5,
+                "code": 1,
+                "status": 3,
+                "result": "exit-code",
+            },
+            "exited",
+            False,
+            3,
+            False,
+        ),
+        (
+            {
+                "active": "failed",
+                "sub": "failed",
+                "exited": T0 + 5,
+                "code": 2,
+                "status": 9,
+                "result": "signal",
+            },
+            "exited",
+            False,
+            137,
+            False,
+        ),
+        (
+            {
+                "active": "failed",
+                "sub": "failed",
+                "exited": T0 + 5,
+                "code": 2,
+                "status": 9,
+                "result": "oom-kill",
+            },
+            "exited",
+            False,
+            137,
+            True,
+        ),
+    ],
+)
+def test_systemctl_show_as_systemd_252_prints_it(tmp_path, kw, phase, success, status, oom) -> None:
+    kw = {"invocation": "0123456789abcdef0123456789abcdef", "started": T0, **kw}
+    record = parse_systemd("job.service", 0, _unit(tmp_path, **kw))
+    assert (record.phase, record.success, record.oom) == (phase, success, oom)
+    assert record.identity == "0123456789abcdef0123456789abcdef"
+    assert record.started_at == T0
+    if phase == "exited":
+        assert record.exit_status == status and record.finished_at == T0 + 5
+
+
+def test_systemctl_errors_are_not_a_state() -> None:
+    no_systemd = parse_systemd(
+        "job.service",
+        1,
+        "System has not been booted with systemd as init system (PID 1). Can't operate.\n"
+        "Failed to connect to bus: Host is down",
+    )
+    assert no_systemd.phase == "unreadable" and "booted with systemd" in no_systemd.unreadable
+    not_found = parse_systemd("x.service", 0, "LoadState=not-found\nActiveState=inactive\nSubState=dead\n")
+    assert not_found.phase == "absent"
+
+
+# sacct -P -n -o JobID,State,ExitCode,Start,End as Slurm 22.05 documents and prints it (the
+# job line, then its steps; "CANCELLED by UID"; ExitCode "code:signal").
+SACCT = {
+    "ok": "77|COMPLETED|0:0|2026-12-01T06:00:00|2026-12-01T07:00:00\n77.batch|COMPLETED|0:0|2026-12-01T06:00:00|2026-12-01T07:00:00\n",
+    "fail": "77|FAILED|3:0|2026-12-01T06:00:00|2026-12-01T06:01:00\n77.batch|FAILED|3:0|2026-12-01T06:00:00|2026-12-01T06:01:00\n",
+    "cancel": "77|CANCELLED by 0|0:15|2026-12-01T06:00:00|2026-12-01T06:02:00\n77.batch|CANCELLED|0:15|2026-12-01T06:00:00|2026-12-01T06:02:00\n",
+    "oom": "77|OUT_OF_MEMORY|0:125|2026-12-01T06:00:00|2026-12-01T06:03:00\n77.batch|OUT_OF_MEMORY|0:125|2026-12-01T06:00:00|2026-12-01T06:03:00\n",
+    "running": "77|RUNNING|0:0|2026-12-01T06:00:00|Unknown\n",
+    "pending": "77|PENDING|0:0|Unknown|Unknown\n",
+}
+
+
+@pytest.mark.parametrize(
+    "key, phase, success, status, oom",
+    [
+        ("ok", "exited", True, 0, False),
+        ("fail", "exited", False, 3, False),
+        ("cancel", "exited", False, 143, False),
+        ("oom", "exited", False, 253, True),
+        ("running", "running", False, None, False),
+        ("pending", "waiting", False, None, False),
+    ],
+)
+def test_sacct_as_slurm_22_05_prints_it(key, phase, success, status, oom) -> None:
+    record = parse_slurm("77", (0, SACCT[key]), (1, "slurm_load_jobs error: Invalid job id specified"))
+    assert (record.phase, record.success, record.oom) == (phase, success, oom)
+    if phase == "exited":
+        assert record.exit_status == status
+    if phase != "waiting":
+        assert record.identity == "77@2026-12-01T06:00:00"
+
+
+def test_slurm_without_accounting_reads_squeue() -> None:
+    off = (1, "Slurm accounting storage is disabled")
+    done = parse_slurm("5", off, (0, "5|COMPLETED|2026-12-05T18:44:32|2026-12-05T18:44:35"))
+    assert done.success and done.identity == "5@2026-12-05T18:44:32"
+    failed = parse_slurm("5", off, (0, "5|FAILED|2026-12-05T18:44:32|2026-12-05T18:44:35"))
+    assert failed.phase == "exited" and not failed.success and failed.failed
+    gone = parse_slurm("5", off, (1, "slurm_load_jobs error: Invalid job id specified"))
+    assert gone.phase == "absent"
+    down = parse_slurm(
+        "5", off, (1, "slurm_load_jobs error: Unable to contact slurm controller (connect failure)")
+    )
+    assert down.phase == "unreadable" and "Unable to contact" in down.unreadable
+
+
+# --------------------------------------------------------------------------- verdict tables
+
+
+def _r(signal: str, says: Says, **evidence) -> Reading:
+    return Reading(signal, says, f"{signal} {says}", evidence, T0, "local")
+
+
+def _decide(*readings: Reading, settle: int = 1) -> State:
+    verdict, _ = decide(
+        "s", "local", {r.signal: r for r in readings}, PolicySpec(settle=settle), VerdictMemory(), T0
+    )
+    return verdict.state
+
+
+@pytest.mark.parametrize(
+    "readings, state",
+    [
+        # exit 0 recorded, nothing else: complete (the record ties it to this run).
+        ((_r("supervisor", Says.DONE),), State.COMPLETE),
+        # a process-only stage under a supervisor: gone + recorded exit 0 completes.
+        ((_r("supervisor", Says.DONE), _r("process", Says.DONE, seen_alive=True)), State.COMPLETE),
+        # never seen alive here, but the supervisor recorded this run's exit 0.
+        ((_r("supervisor", Says.DONE), _r("process", Says.DONE)), State.COMPLETE),
+        # a non-zero code, a signal, an OOM kill: failed, whatever the log says.
+        ((_r("supervisor", Says.FAILED), _r("log", Says.DONE)), State.FAILED),
+        # running while the log says complete: just running.
+        ((_r("supervisor", Says.WORKING), _r("log", Says.DONE)), State.RUNNING),
+        # running while this probe sees no process of the job: running.
+        ((_r("supervisor", Says.WORKING), _r("process", Says.DONE, seen_alive=True)), State.RUNNING),
+        # the record cannot be read: unknown, never complete.
+        ((_r("supervisor", Says.UNKNOWN), _r("log", Says.DONE)), State.UNKNOWN),
+        # exited 0, yet a process of the job is alive outside the container: contradiction.
+        (
+            (
+                _r("supervisor", Says.DONE, supervisor_pids=[]),
+                _r("process", Says.WORKING, processes=[{"pid": 4321, "cmdline": "extract.py"}]),
+            ),
+            State.CONTRADICTION,
+        ),
+        # alive inside the record's processes while it says exited 0 cannot be; inside: no contradiction.
+        (
+            (
+                _r("supervisor", Says.DONE, supervisor_pids=[4321]),
+                _r("process", Says.WORKING, processes=[{"pid": 4321, "cmdline": "extract.py"}]),
+            ),
+            State.RUNNING,
+        ),
+    ],
+)
+def test_verdict_table(readings, state) -> None:
+    assert _decide(*readings) is state
+
+
+def test_a_contradiction_names_both_sides() -> None:
+    verdict, _ = decide(
+        "s",
+        "local",
+        {
+            "supervisor": _r("supervisor", Says.DONE, supervisor_pids=[]),
+            "process": _r("process", Says.WORKING, processes=[{"pid": 4321, "cmdline": "extract.py --all"}]),
+        },
+        PolicySpec(),
+        VerdictMemory(),
+        T0,
+    )
+    assert "pid 4321 (extract.py --all)" in verdict.reasons[0]
+    assert verdict.reasons[1].startswith("supervisor:") and verdict.reasons[2].startswith("process alive:")
+
+
+# --------------------------------------------------------------------------- the real probe
+
+
+def _watch(stage: dict, host, checks: int = 3):
+    checker = Checker(stage_from_dict(stage), host=host)
+    verdicts = [checker.check() for _ in range(checks)]
+    return checker, verdicts[-1]
+
+
+@pytest.fixture
+def stand(tmp_path) -> Stand:
+    return Stand(tmp_path)
+
+
+def _docker_stage(stand: Stand, **extra) -> dict:
+    return {"stage": "web", "supervisor": {"docker": "web", "bin": str(stand.bin)}, **extra}
+
+
+def test_docker_exit_0_completes_and_the_pid_is_the_containers(stand, host) -> None:
+    job = subprocess.Popen(["sleep", "30"])
+    try:
+        stand.container("web", status="running", cid=CID, started=time.time() - 5, pid=job.pid)
+        checker = Checker(stage_from_dict(_docker_stage(stand)), host=host)
+        running = checker.check()
+        assert running.state is State.RUNNING
+        sup = running.readings["supervisor"]
+        assert sup.evidence["supervisor_pids"][0] == job.pid
+        assert 1 not in sup.evidence["supervisor_pids"]  # the "Pid" label is not the State's
+        assert running.run["source"] == "supervisor" and running.run["supervised"].startswith(CID)
+    finally:
+        job.kill()
+        job.wait()
+    stand.container("web", status="exited", cid=CID, started=time.time() - 5, finished=time.time())
+    verdicts = [checker.check() for _ in range(2)]
+    assert verdicts[-1].state is State.COMPLETE, verdicts[-1].reasons
+
+
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        ({"exit_code": 1}, "exited with status 1"),
+        ({"exit_code": 137}, "SIGKILL"),
+        ({"exit_code": 137, "oom": True}, "OOM"),
+    ],
+)
+def test_docker_non_zero_kill_oom_fail(stand, host, kw, words) -> None:
+    stand.container("web", status="exited", cid=CID, started=T0, finished=T0 + 9, **kw)
+    _, verdict = _watch(_docker_stage(stand), host, checks=1)
+    assert verdict.state is State.FAILED
+    assert words in verdict.reasons[0]
+    assert verdict.readings["supervisor"].evidence["exit_status"] == 137 if kw["exit_code"] == 137 else 1
+
+
+def test_docker_restarted_as_a_new_container_is_a_new_run(stand, host, tmp_path) -> None:
+    log = tmp_path / "web.log"
+    log.write_text("working\nDONE\n")
+    stage = _docker_stage(stand, log={"path": str(log), "complete": "^DONE$"})
+    stand.container("web", status="exited", cid=CID, started=T0, finished=T0 + 9, exit_code=0)
+    checker = Checker(stage_from_dict(stage), host=host)
+    first = checker.check()
+    assert first.run["supervised"].startswith(CID)
+    # The same name, a new container, at work: a new run whatever the log holds.
+    now = time.time()
+    stand.container("web", status="running", cid=CID2, started=now, pid=0)
+    second = checker.check()
+    assert second.run["supervised"].startswith(CID2)
+    # The check that finds the new run reads the log with the last run's offsets set aside
+    # (its section was asked with them): it may say unknown once; the next is the new run's.
+    assert second.state in (State.RUNNING, State.UNKNOWN)
+    assert checker.check().state is State.RUNNING
+    # It exits 0 without writing the completion line again: the earlier run's line is no
+    # word of this run (written before it began).
+    stand.container("web", status="exited", cid=CID2, started=now, finished=time.time(), exit_code=0)
+    third = [checker.check() for _ in range(2)][-1]
+    assert third.state is not State.COMPLETE
+
+
+def test_docker_record_that_cannot_be_read(stand, host) -> None:
+    stand.docker_error("web", DOCKER_PERMISSION_DENIED)
+    _, verdict = _watch(_docker_stage(stand), host, checks=1)
+    sup = verdict.readings["supervisor"]
+    assert verdict.state is State.UNKNOWN and sup.says is Says.UNKNOWN
+    assert "permission denied" in sup.detail
+
+
+def test_the_real_docker_cli_without_a_daemon_is_unknown(host) -> None:
+    # The real docker CLI (28.2.2 here), no daemon: its own words, unknown.
+    _, verdict = _watch({"stage": "web", "supervisor": {"docker": "web"}}, host, checks=1)
+    sup = verdict.readings["supervisor"]
+    assert sup.says is Says.UNKNOWN, sup.detail
+    assert verdict.state is State.UNKNOWN
+
+
+def test_docker_exit_0_with_the_job_alive_outside_is_a_contradiction(stand, host, tmp_path) -> None:
+    tag = f"cc-sup-{uuid.uuid4().hex[:8]}"
+    outside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", tag])
+    try:
+        stand.container("web", status="exited", cid=CID, started=T0, finished=T0 + 9, exit_code=0)
+        _, verdict = _watch(_docker_stage(stand, process={"match": tag}), host, checks=1)
+        assert verdict.state is State.CONTRADICTION, verdict.reasons
+        assert f"pid {outside.pid}" in verdict.reasons[0]
+    finally:
+        outside.kill()
+        outside.wait()
+
+
+def _unit_stage(stand: Stand, **extra) -> dict:
+    return {"stage": "job", "supervisor": {"systemd": "job.service", "bin": str(stand.bin)}, **extra}
+
+
+def _own_cgroup() -> str:
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return line.strip()[3:]
+    return ""
+
+
+@pytest.mark.parametrize(
+    "kw, state",
+    [
+        ({"active": "active", "sub": "exited", "code": 1, "status": 0}, State.COMPLETE),
+        ({"active": "failed", "sub": "failed", "code": 1, "status": 2, "result": "exit-code"}, State.FAILED),
+        ({"active": "failed", "sub": "failed", "code": 2, "status": 9, "result": "signal"}, State.FAILED),
+        ({"active": "failed", "sub": "failed", "code": 2, "status": 9, "result": "oom-kill"}, State.FAILED),
+    ],
+)
+def test_systemd_ends(stand, host, kw, state) -> None:
+    stand.unit("job.service", invocation="ab" * 16, started=T0, exited=T0 + 3, **kw)
+    _, verdict = _watch(_unit_stage(stand), host)
+    assert verdict.state is state, verdict.reasons
+
+
+def test_systemd_running_reads_the_units_cgroup(stand, host) -> None:
+    cgroup = _own_cgroup()
+    stand.unit(
+        "job.service", invocation="ab" * 16, started=T0, active="active", sub="running", pid=1, cgroup=cgroup
+    )
+    _, verdict = _watch(_unit_stage(stand), host, checks=1)
+    assert verdict.state is State.RUNNING
+    import os
+
+    if cgroup and os.path.exists(f"/sys/fs/cgroup{cgroup}/cgroup.procs"):
+        assert verdict.readings["supervisor"].evidence.get("supervisor_pids")
+
+
+def test_systemd_a_new_invocation_is_a_new_run(stand, host) -> None:
+    stand.unit(
+        "job.service", invocation="ab" * 16, started=T0, exited=T0 + 3, active="active", sub="exited", code=1
+    )
+    checker = Checker(stage_from_dict(_unit_stage(stand)), host=host)
+    assert checker.check().run["supervised"] == "ab" * 16
+    stand.unit("job.service", invocation="cd" * 16, started=T0 + 60, active="active", sub="running", pid=1)
+    verdict = checker.check()
+    assert verdict.run["supervised"] == "cd" * 16 and verdict.state is State.RUNNING
+
+
+def test_systemd_record_that_cannot_be_read(stand, host) -> None:
+    stand.systemd_error("job.service", "Failed to connect to bus: No medium found")
+    _, verdict = _watch(
+        _unit_stage(stand, supervisor={"systemd": "job.service", "user": True, "bin": str(stand.bin)}),
+        host,
+        checks=1,
+    )
+    assert verdict.state is State.UNKNOWN
+    assert "No medium found" in verdict.readings["supervisor"].detail
+
+
+def test_the_real_systemctl_without_systemd_is_unknown(host) -> None:
+    _, verdict = _watch({"stage": "job", "supervisor": {"systemd": "job.service"}}, host, checks=1)
+    assert verdict.readings["supervisor"].says is Says.UNKNOWN
+    assert verdict.state is State.UNKNOWN
+
+
+def test_a_real_systemd_run_user_unit(tmp_path) -> None:
+    done = subprocess.run(["systemctl", "--user", "show", "-p", "Version"], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"no systemd user manager here: systemctl --user says {done.stderr.strip()!r}")
+    unit = f"cc-test-{uuid.uuid4().hex[:8]}.service"
+    subprocess.run(["systemd-run", "--user", "--unit", unit, "-p", "RemainAfterExit=yes", "true"], check=True)
+    try:
+        _, verdict = _watch({"stage": "job", "supervisor": {"systemd": unit, "user": True}}, None, checks=3)
+        assert verdict.state is State.COMPLETE
+    finally:
+        subprocess.run(["systemctl", "--user", "stop", unit], check=False)
+
+
+# --------------------------------------------------------------------------- Slurm, for real
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    why = slurm_installed()
+    if why:
+        pytest.skip(why)
+    root = tmp_path_factory.mktemp("slurm")
+    root.chmod(0o755)
+    with slurm_cluster(root) as cluster:
+        yield cluster
+
+
+def _slurm_stage(slurm, job: str) -> dict:
+    return {"stage": "sb", "supervisor": {"slurm": job, "bin": str(slurm.bin)}}
+
+
+@pytest.mark.parametrize(
+    "script, final, state",
+    [
+        ("sleep 0.5; exit 0", "COMPLETED", State.COMPLETE),
+        ("sleep 0.5; exit 3", "FAILED", State.FAILED),
+    ],
+)
+def test_slurm_job_ends(slurm, host, script, final, state) -> None:
+    job = slurm.submit(script)
+    slurm.wait_state(job, final)
+    _, verdict = _watch(_slurm_stage(slurm, job), host)
+    assert verdict.state is state, verdict.reasons
+    assert verdict.run["supervised"].startswith(f"{job}@")
+
+
+def test_slurm_job_killed(slurm, host) -> None:
+    job = slurm.submit("sleep 60")
+    slurm.wait_state(job, "RUNNING")
+    checker = Checker(stage_from_dict(_slurm_stage(slurm, job)), host=host)
+    running = checker.check()
+    assert running.state is State.RUNNING, running.reasons
+    slurm.tool("scancel", job)
+    slurm.wait_state(job, "CANCELLED")
+    assert checker.check().state is State.FAILED
+
+
+def test_slurm_requeued_is_a_new_run(slurm, host) -> None:
+    job = slurm.submit("sleep 60")
+    slurm.wait_state(job, "RUNNING")
+    checker = Checker(stage_from_dict(_slurm_stage(slurm, job)), host=host)
+    first = checker.check().run["supervised"]
+    time.sleep(1.1)  # Slurm's start times are whole seconds
+    slurm.tool("scontrol", "requeue", job)
+    # A requeued job is held back (its BeginTime, ~2 minutes on): let it start now.
+    slurm.wait_state(job, "PENDING", "REQUEUED")
+    slurm.tool("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        verdict = checker.check()
+        if (
+            verdict.run["supervised"] != first
+            and verdict.readings["supervisor"].evidence["supervisor_phase"] == "running"
+        ):
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"the requeued job was never read as a new run: {verdict.run}")
+    slurm.tool("scancel", job)
+
+
+def test_slurm_record_that_cannot_be_read(slurm, host, tmp_path) -> None:
+    # A controller that does not answer: a configuration naming a port nobody listens on.
+    bad = tmp_path / "bin"
+    bad.mkdir()
+    conf = tmp_path / "slurm.conf"
+    text = slurm.conf.read_text()
+    import re
+
+    conf.write_text(re.sub(r"SlurmctldPort=\d+", "SlurmctldPort=1", text))
+    for tool in ("sacct", "squeue", "scontrol"):
+        (bad / tool).write_text(f'#!/bin/sh\nSLURM_CONF={conf}; export SLURM_CONF\nexec {tool} "$@"\n')
+        (bad / tool).chmod(0o755)
+    _, verdict = _watch({"stage": "sb", "supervisor": {"slurm": "1", "bin": str(bad)}}, host, checks=1)
+    assert verdict.readings["supervisor"].says is Says.UNKNOWN, verdict.readings["supervisor"].detail
+    assert verdict.state is State.UNKNOWN
