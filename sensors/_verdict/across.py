@@ -748,7 +748,10 @@ def _as_shown(
             out[key] = replace(
                 p,
                 says=Says.UNKNOWN,
-                detail=f"never saw the job on {node.host} in this watch (it may never have run there): {p.detail}",
+                detail=(
+                    f"never saw the job on {node.host} in this watch (it may never have run there):"
+                    f" {p.detail}"
+                ),
             )
         elif per_host is not None and count is not None:
             out[key] = replace(p, detail=f"ranks {count}/{per_host} alive on {node.host}; {p.detail}")
