@@ -1,5 +1,5 @@
 """One rank of a simulated multi-node job (tests/test_span.py): started once per rank as
-``python span_job.py TAG --node N --rank R DIR`` (the tag and node in its command line are
+``python span_job.py TAG --node N --local_rank R DIR`` (the tag and node in its command line are
 what a stage's ``process.match`` finds, one host's ranks apart from another's).
 
 It works while ``DIR/finish`` and ``DIR/hang`` are absent: local rank 0 of each node appends

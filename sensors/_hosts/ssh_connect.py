@@ -155,7 +155,7 @@ def authenticate(
         )
     except Exception as exc:
         client.close()
-        error = _connect_failure(exc, ep, known_hosts, name)
+        error = _connect_failure(exc, ep, known_hosts, name, timeout)
         if error is None:
             raise
         # A transient failure keeps its cause; the others say all there is (no secrets).
@@ -199,9 +199,26 @@ def private_key(material: SSHMaterial, *, name: str) -> paramiko.PKey:
 
 
 def _connect_failure(
-    exc: Exception, ep: Endpoint, known_hosts: str, name: str
+    exc: Exception, ep: Endpoint, known_hosts: str, name: str, timeout: float | None = None
 ) -> HostError | Transient | None:
     """What a failed ``SSHClient.connect`` means for crosscheck (None: not ours to translate)."""
+    if (
+        timeout is not None
+        and isinstance(exc, paramiko.SSHException)
+        and isinstance(exc.__context__, TimeoutError)
+    ):
+        # A host that accepts the connection and says nothing within the timeout (frozen, its
+        # sshd stopped: the kernel still completes TCP handshakes): paramiko's words ("Error
+        # reading SSH protocol banner") name none of that. Its banner read timed out: the
+        # SSHException it raised in its place keeps the timeout as its context (a server that
+        # closed at once keeps an EOFError, and its own words).
+        return Transient(
+            ConnectError(
+                f"no answer from {ep.label} within {timeout:g} s (it accepted the connection but sent"
+                " no SSH greeting: the host or its sshd may be frozen)",
+                host=name,
+            )
+        )
     if isinstance(exc, _Unknown):
         return HostKeyError(
             f"host key for {ep.label} is not in {known_hosts} (looked up as {exc.name}); "
