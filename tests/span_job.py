@@ -35,12 +35,12 @@ def main() -> int:
             with open(mine, "a") as f:
                 f.write(f"ERROR rank {node * per_node + rank}\n")
             return 1
+        if os.path.exists(os.path.join(folder, "hang")):
+            time.sleep(0.1)  # blocked in a collective: no CPU, no line in any log
+            continue
         if mine is not None:
             with open(mine, "a") as f:
                 f.write(f"step {step}\n")
-        if os.path.exists(os.path.join(folder, "hang")):
-            time.sleep(0.1)
-            continue
         if rank == 0:
             with open(log, "a") as f:
                 f.write(f"step {step}\n")

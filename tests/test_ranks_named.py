@@ -218,3 +218,190 @@ def test_a_host_that_never_ran_the_job_does_not_say_process_done() -> None:
     verdict, _ = decide_across("t", [a, b], POLICY, 2, AcrossMemory(), NOW)
     row = verdict.readings["process@b"]
     assert row.says is Says.UNKNOWN and row.detail.startswith("never saw the job on b in this watch"), row
+
+
+def test_rank_variables_are_read_as_digits_or_not_at_all() -> None:
+    from sensors._signals.process import parse_rank_env
+
+    body = (
+        b"/proc/12/environ:RANK=3\0/proc/12/environ:LOCAL_RANK=1\0"
+        b"/proc/13/environ:RANK=1\n/proc/14/environ:RANK=0\0"  # a value with a newline: not read
+        b"/proc/15/environ:RAN"  # cut by the cap
+    )
+    assert parse_rank_env(body) == {12: {"env_rank": 3, "env_local_rank": 1}}
+
+
+# --------------------------------------------------------------------------- the real CLI, two sshd hosts
+
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import yaml  # noqa: E402
+
+from tests.test_span import _alive_everywhere, _Host, _Ranks, _stage, _Wait  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _rank_logs(path: Path, ranks: _Ranks) -> None:
+    doc = yaml.safe_load(path.read_text())
+    doc["log"] = {
+        "path": str(ranks.folder / "rank{rank}.log"),
+        "complete": r"rank \d+ done",
+        "error": r"^ERROR",
+        "progress": r"^step",
+    }
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def test_over_two_hosts_a_hung_collective_names_the_lost_rank(tmp_path: Path, hosts: list[_Host]) -> None:
+    """2 nodes x 2 ranks, a log per rank; rank 3 (node 1's second) is killed while the
+    others block in a collective: the verdict names rank 3, its PID, when it was last seen
+    and its log's last line; its log row says its writer is gone; each host's process row
+    shows its ranks against per_host."""
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2, rank_logs=True)
+    path = _stage(tmp_path, hosts, ranks)
+    _rank_logs(path, ranks)
+    b = f"127.0.0.1:{hosts[1].sshd.port}"
+    victim = ranks.procs[(1, 1)]
+    try:
+        waiting = _Wait(path, "40s")
+        waiting.until(lambda v: _alive_everywhere(v, hosts) and f"log#rank3@{b}" in v["signals"])
+        (ranks.folder / "hang").touch()
+        time.sleep(0.5)
+        os.kill(victim.pid, signal.SIGKILL)
+        rc = waiting.end()
+    finally:
+        ranks.stop()
+    last = waiting.verdicts[-1]
+    assert rc == 3 and last["verdict"] == "failed", [
+        (v["verdict"], v["reasons"][:1]) for v in waiting.verdicts[-3:]
+    ]
+    why = last["reasons"][0]
+    assert f"1 of 2 ranks on {b} gone" in why and "a collective waiting for a lost rank" in why, why
+    assert f"rank 3, pid {victim.pid}, last seen alive " in why, why
+    assert "its log's last line: 'step " in why, why
+    row = last["signals"][f"log#rank3@{b}"]
+    assert row["says"] == "failed" and row["detail"].startswith("writer gone: rank 3 last seen alive"), row
+    assert last["signals"][f"process@{b}"]["detail"].startswith(f"ranks 1/2 alive on {b}; "), last["signals"]
+
+
+def test_over_two_hosts_under_chief_workers_tearing_down_after_the_chiefs_line_are_no_loss(
+    tmp_path: Path, hosts: list[_Host]
+) -> None:
+    """success: chief. Rank 3 is held (SIGSTOP) while every other rank ends normally: the
+    chief writes its line, rank 2 ends, rank 3 lingers quiet for longer than stall_after,
+    then ends. A worker that ends after the chief's line is no lost rank: never 'gone', never
+    a collective said to wait, and the stage completes."""
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2, rank_logs=True)
+    path = _stage(tmp_path, hosts, ranks, success="chief")
+    _rank_logs(path, ranks)
+    late = ranks.procs[(1, 1)]
+    try:
+        waiting = _Wait(path, "40s")
+        waiting.until(lambda v: _alive_everywhere(v, hosts))
+        late.send_signal(signal.SIGSTOP)
+        ranks.finish()
+        for key, proc in ranks.procs.items():
+            if key != (1, 1):
+                assert proc.wait(20) == 0
+        time.sleep(4.0)  # twice stall_after, rank 3 alive and quiet
+        late.send_signal(signal.SIGCONT)
+        rc = waiting.end()
+    finally:
+        ranks.stop()
+    said = [r for v in waiting.verdicts for r in v["reasons"]]
+    assert rc == 0 and waiting.verdicts[-1]["verdict"] == "complete", waiting.verdicts[-1]["reasons"]
+    assert not [r for r in said if "gone" in r and "rank" in r], said
+    assert not [r for r in said if "collective" in r], said
+
+
+def test_over_two_hosts_under_chief_a_worker_ended_after_the_chief_was_killed_is_not_called_failed(
+    tmp_path: Path, hosts: list[_Host]
+) -> None:
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2)
+    b = f"127.0.0.1:{hosts[1].sshd.port}"
+    path = _stage(tmp_path, hosts, ranks, success="chief")
+    doc = yaml.safe_load(path.read_text())
+    del doc["outputs"]  # none written: the chief's log alone tells
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    try:
+        waiting = _Wait(path, "30s")
+        waiting.until(lambda v: _alive_everywhere(v, hosts))
+        for node in (0, 1):  # the chief's node killed, the workers told to end
+            for rank in range(2):
+                ranks.procs[(node, rank)].send_signal(signal.SIGKILL if node == 0 else signal.SIGTERM)
+        rc = waiting.end()
+    finally:
+        ranks.stop()
+    last = waiting.verdicts[-1]
+    assert rc == 3 and last["verdict"] == "failed", last["reasons"]
+    said = [r for v in waiting.verdicts for r in v["reasons"]]
+    assert f"{b}: failed" not in said, said
+
+
+def test_over_two_hosts_a_host_that_never_ran_the_job_says_so(tmp_path: Path, hosts: list[_Host]) -> None:
+    ranks = _Ranks(tmp_path / "job", nodes=1, per_host=2)  # node 1 never runs
+    b = f"127.0.0.1:{hosts[1].sshd.port}"
+    try:
+        waiting = _Wait(_stage(tmp_path, hosts, ranks), "4s")
+        rc = waiting.end()
+    finally:
+        ranks.stop()
+    last = waiting.verdicts[-1]
+    assert rc == 4 and last["verdict"] != "complete"
+    row = last["signals"][f"process@{b}"]
+    assert row["says"] == "unknown" and row["detail"].startswith(f"never saw the job on {b}"), row
+    assert "\\\\" not in row["detail"] and f"match '{ranks.tag} --node 1 '" in row["detail"], row
+
+
+def test_over_two_hosts_a_frozen_host_is_no_answer_within_its_timeout(
+    tmp_path: Path, hosts: list[_Host]
+) -> None:
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2)
+    sshd = hosts[1].sshd
+    path = _stage(tmp_path, hosts, ranks)
+    doc = yaml.safe_load(path.read_text())
+    doc["hosts"][1]["connect_timeout"] = 2.0
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    os.kill(sshd.proc.pid, signal.SIGSTOP)  # accepts (the kernel), answers nothing
+    try:
+        waiting = _Wait(path, "6s")
+        rc = waiting.end()
+    finally:
+        os.kill(sshd.proc.pid, signal.SIGCONT)
+        ranks.stop()
+    b = f"127.0.0.1:{sshd.port}"
+    last = waiting.verdicts[-1]
+    assert rc == 4 and last["verdict"] == "unknown", last["reasons"]
+    why = last["reasons"][0]
+    assert why.startswith(f"{b} cannot be read") and f"no answer from {b} within 2 s" in why, last["reasons"]
+    assert "banner" not in " ".join(last["reasons"])
+
+
+def test_validate_names_the_field_that_names_two_hosts_alike(tmp_path: Path) -> None:
+    path = tmp_path / "dup.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "stage": "t",
+                "hosts": [{"ssh": "10.0.0.5", "port": 2201}, {"ssh": "10.0.0.5", "port": 2202}],
+                "process": {"match": "train.py --node {node} "},
+                "log": {"path": "/logs/{host}.log", "complete": "done"},
+            }
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "sensors", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 2, out
+    assert "log.path: {host} would name two hosts alike" in out.stderr + out.stdout, out
