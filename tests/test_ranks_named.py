@@ -162,6 +162,23 @@ def test_before_stall_after_the_lost_rank_is_named_too() -> None:
     assert "1 of 2 ranks on b gone" in verdict.reasons[0] and "rank 3, pid 202" in verdict.reasons[0]
 
 
+def test_the_lost_rank_is_named_in_the_table_the_notification_and_the_picture(capsys) -> None:
+    from sensors._notify.message import build_message
+    from sensors._present.picture import Sample, wait_svg
+    from sensors._present.terminal import print_table
+
+    verdict = _hung()
+    named = "rank 3, pid 202, last seen alive"
+    print_table(verdict)
+    table = capsys.readouterr().out
+    assert named in table and "writer gone: rank 3" in table and "ranks 1/2 alive on b" in table, table
+    message = build_message(verdict)
+    assert named in message.text, message.text
+    assert named in str(message.payload["attachments"]), message.payload
+    svg = wait_svg([Sample.of(verdict, at=NOW)], title="t: the wait", note=verdict.reasons[0])
+    assert named in svg, svg
+
+
 # --------------------------------------------------------------------------- success: chief
 
 
