@@ -1,5 +1,5 @@
 """One rank of a simulated multi-node job (tests/test_span.py): started once per rank as
-``python span_job.py TAG --node N --rank R DIR`` (the tag and node in its command line are
+``python span_job.py TAG --node N --local_rank R DIR`` (the tag and node in its command line are
 what a stage's ``process.match`` finds, one host's ranks apart from another's).
 
 It works while ``DIR/finish`` and ``DIR/hang`` are absent: local rank 0 of each node appends
@@ -35,12 +35,12 @@ def main() -> int:
             with open(mine, "a") as f:
                 f.write(f"ERROR rank {node * per_node + rank}\n")
             return 1
+        if os.path.exists(os.path.join(folder, "hang")):
+            time.sleep(0.1)  # blocked in a collective: no CPU, no line in any log
+            continue
         if mine is not None:
             with open(mine, "a") as f:
                 f.write(f"step {step}\n")
-        if os.path.exists(os.path.join(folder, "hang")):
-            time.sleep(0.1)
-            continue
         if rank == 0:
             with open(log, "a") as f:
                 f.write(f"step {step}\n")

@@ -330,13 +330,16 @@ class Stage(Section):
                 "log.path names {rank}: give process.per_host (how many ranks each host runs),"
                 " so that each host's ranks, node * per_host to node * per_host + per_host - 1, are known"
             )
-        uses_host = any("{host}" in text for text in (self.process.match, self.log.path if self.log else ""))
         # Two hosts of one name (one address, two ports), not a ':' in a label: an IPv6
-        # address has its own, and two of them were told they named one host.
+        # address has its own, and two of them were told they named one host. The field that
+        # says {host} is named: a person looks for it in the file.
         names = ["local" if h == "local" else h.ssh for h in self.hosts]
-        if uses_host and len(set(names)) != len(names):
+        fields = {"process.match": self.process.match, "log.path": self.log.path if self.log else ""}
+        using = [where for where, text in fields.items() if text and "{host}" in text]
+        if using and len(set(names)) != len(names):
             raise ValueError(
-                "{host} would name two hosts alike (one name, two ports): use {node}, each host's rank"
+                f"{' and '.join(using)}: {{host}} would name two hosts alike (one name, two ports):"
+                " use {node}, each host's rank"
             )
         return self
 

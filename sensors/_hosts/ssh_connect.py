@@ -23,6 +23,7 @@ import io
 import os
 import shlex
 import socket
+import time
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -136,6 +137,7 @@ def authenticate(
         # Public-key authentication sends a jump host a signature, never the key: the same
         # key serves every hop (a worker has no other key to offer).
         pkey = private_key(spec.material, name=name)
+    began = time.monotonic()
     try:
         client.connect(
             ep.hostname,
@@ -155,7 +157,7 @@ def authenticate(
         )
     except Exception as exc:
         client.close()
-        error = _connect_failure(exc, ep, known_hosts, name)
+        error = _connect_failure(exc, ep, known_hosts, name, timeout, time.monotonic() - began)
         if error is None:
             raise
         # A transient failure keeps its cause; the others say all there is (no secrets).
@@ -199,7 +201,12 @@ def private_key(material: SSHMaterial, *, name: str) -> paramiko.PKey:
 
 
 def _connect_failure(
-    exc: Exception, ep: Endpoint, known_hosts: str, name: str
+    exc: Exception,
+    ep: Endpoint,
+    known_hosts: str,
+    name: str,
+    timeout: float | None = None,
+    waited: float | None = None,
 ) -> HostError | Transient | None:
     """What a failed ``SSHClient.connect`` means for crosscheck (None: not ours to translate)."""
     if isinstance(exc, _Unknown):
@@ -225,6 +232,23 @@ def _connect_failure(
         return ConnectError(
             f"authentication as {ep.user}@{ep.label} failed: {type(exc).__name__}",
             host=name,
+        )
+    if (
+        timeout is not None
+        and waited is not None
+        and waited >= timeout * 0.9
+        and isinstance(exc, (paramiko.SSHException, EOFError, TimeoutError))
+    ):
+        # A host that accepts the connection and then says nothing for the whole timeout
+        # (frozen, its sshd stopped: the kernel still completes TCP handshakes). paramiko's
+        # words for it vary with the moment it gave up ("Error reading SSH protocol banner",
+        # "No existing session") and name none of that; the time waited does.
+        return Transient(
+            ConnectError(
+                f"no answer from {ep.label} within {timeout:g} s (it accepted the connection, then"
+                " said nothing: the host or its sshd may be frozen)",
+                host=name,
+            )
         )
     if isinstance(exc, (paramiko.SSHException, EOFError, OSError)):
         return Transient(ConnectError(f"SSH handshake with {ep.label} failed: {exc}", host=name))

@@ -338,7 +338,12 @@ class GateReport:
             description=markdown_escape(title),
             create=lambda **kw: create_markdown_artifact(markdown=markdown, **kw),
         )
-        svg = wait_svg(self.history.samples, title=f"{self.name}: the wait, {verdict.state} at {when}")
+        svg = wait_svg(
+            self.history.samples,
+            title=f"{self.name}: the wait, {verdict.state} at {when}",
+            # Why, under the title: a hung collective's lost rank is named in the first reason.
+            note=verdict.reasons[0] if verdict.reasons and verdict.state is not State.COMPLETE else "",
+        )
         # Markdown that embeds the picture, not an image artifact: the UI prints an image
         # artifact's whole data: URL under it (see markdown_image).
         picture = markdown_image(svg, alt=f"{self.name}: the wait, {verdict.state} at {when}")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
 from sensors._base.model import State, Verdict
-from sensors._base.text import markdown_escape
+from sensors._base.text import inert, markdown_escape
 from sensors._present.evidence import COLOUR, number
 
 __all__ = ["Sample", "WaitHistory", "data_url", "markdown_image", "wait_svg"]
@@ -176,30 +176,35 @@ _PANELS = (
     ("gpu_util", "GPU utilisation (%)", "#cf222e"),
 )
 _WIDTH, _LEFT, _RIGHT, _TOP, _PANEL, _GAP = 860, 150, 20, 34, 64, 14
+_NOTE_MAX = 200  # characters of the note under the title (one line of the picture's width)
 
 
-def wait_svg(samples: Sequence[Sample], *, title: str) -> str:
-    """The SVG document (a string) for ``samples``, oldest first."""
+def wait_svg(samples: Sequence[Sample], *, title: str, note: str = "") -> str:
+    """The SVG document (a string) for ``samples``, oldest first; ``note`` (the verdict's
+    first reason: a hung collective's lost rank, named) is written under the title, one line."""
+    top = _TOP + (16 if note else 0)
     hosts = list(dict.fromkeys(row[0] for s in samples for row in s.per_host))
     panels = [
         p
         for p in _PANELS
         if any(s.value(p[0]) is not None or any(s.value(p[0], h) is not None for h in hosts) for s in samples)
     ]
-    height = _TOP + len(panels) * (_PANEL + _GAP) + 44
+    height = top + len(panels) * (_PANEL + _GAP) + 44
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" '
         f'viewBox="0 0 {_WIDTH} {height}" font-family="sans-serif" font-size="11">',
         f'<rect width="{_WIDTH}" height="{height}" fill="#ffffff"/>',
         f'<text x="{_LEFT}" y="18" font-size="13" font-weight="bold">{escape(title)}</text>',
     ]
+    if note:
+        out.append(f'<text x="{_LEFT}" y="34">{escape(inert(note, _NOTE_MAX))}</text>')
     if not samples:
-        out.append(f'<text x="{_LEFT}" y="{_TOP + 20}">no checks yet</text></svg>')
+        out.append(f'<text x="{_LEFT}" y="{top + 20}">no checks yet</text></svg>')
         return "".join(out)
-    frame = _Frame(samples[0].at, samples[-1].at, _TOP + len(panels) * (_PANEL + _GAP) - _GAP)
+    frame = _Frame(samples[0].at, samples[-1].at, top + len(panels) * (_PANEL + _GAP) - _GAP)
     out += _bands(samples, frame)
     for n, panel in enumerate(panels):
-        out += _panel(samples, frame, _TOP + n * (_PANEL + _GAP), *panel, hosts=hosts)
+        out += _panel(samples, frame, top + n * (_PANEL + _GAP), *panel, hosts=hosts)
     out += _axis_and_legend(samples, frame)
     out.append("</svg>")
     return "".join(out)

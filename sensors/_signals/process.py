@@ -27,7 +27,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Literal, NamedTuple, NotRequired, TypedDict
+from typing import Annotated, Literal, NamedTuple, NotRequired, TypedDict, cast
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
@@ -183,6 +183,8 @@ class ProcessEntry(TypedDict):
     started_at: float | None  # when it began (the host's clock, to the ms)
     elapsed_unknown: NotRequired[str]  # why elapsed_seconds is None
     note: NotRequired[str]  # what effective_state saw past a zombie leader
+    env_rank: NotRequired[int]  # its environment's RANK (read for the job's PIDs known at the last check)
+    env_local_rank: NotRequired[int]  # its environment's LOCAL_RANK
 
 
 class ProcessEvidence(TypedDict, total=False):
@@ -240,8 +242,33 @@ def snippet(spec: ProcessSpec, memory: ProcessMemory, probe: ProbeInputs) -> lis
             "  while IFS=': ' read -r k v; do case $k in rchar|wchar) echo \"$k: $v\";; esac;"
             " done </proc/$p/io 2>/dev/null",
             "done",
+            # Each process's RANK and LOCAL_RANK (torchrun passes them in the environment, not
+            # on the command line): what names a rank lost from a stage over several hosts.
+            # Readable for the job's own user or root; a value is digits or it is not read.
+            "sec rankenv",
+            "grep -a -z -H -E '^(RANK|LOCAL_RANK)=[0-9]{1,6}$' "
+            + " ".join(f"/proc/{int(p)}/environ" for p in memory.job_pids[:64])
+            + f" 2>/dev/null | head -c {_RANK_ENV_CAP} | {ESCAPE}",
         ]
     return lines
+
+
+#: The most bytes of the rank variables read back (64 processes' two variables, with room).
+_RANK_ENV_CAP = 8192
+_RANK_ENV = re.compile(rb"/proc/(\d+)/environ:(RANK|LOCAL_RANK)=(\d{1,6})")
+
+
+def parse_rank_env(body: bytes | None) -> dict[int, dict[str, int]]:
+    """PID → its ``RANK``/``LOCAL_RANK`` from ``grep -z -H`` over its environ: each record
+    ``/proc/PID/environ:NAME=DIGITS``; anything else (a piece cut by the cap, a value the
+    pattern let through with a newline in it) is not read."""
+    found: dict[int, dict[str, int]] = {}
+    for piece in (body or b"").split(b"\0"):
+        m = _RANK_ENV.fullmatch(piece)
+        if m is not None:
+            key = "env_rank" if m.group(2) == b"RANK" else "env_local_rank"
+            found.setdefault(int(m.group(1)), {})[key] = int(m.group(3))
+    return found
 
 
 #: How the probe's own scan of the command lines reads in them (see ``_ProcessTable``).
@@ -630,7 +657,8 @@ def _find(
             if pid in stats and stats[pid].starttime == start and pid not in excluded
         }
     user = f" of user {spec.user!r}" if spec.user is not None else ""
-    return _Found(sorted(matched), f"match {spec.match!r}{user}")
+    # The pattern as the user wrote it: repr() doubled every backslash (\\. for \.).
+    return _Found(sorted(matched), f"match '{spec.match}'{user}")
 
 
 def _owned(
@@ -939,6 +967,11 @@ def read_process(
     if owners_seen != new_memory.owners_seen:
         new_memory = replace(new_memory, owners_seen=owners_seen)
     evidence = _evidence(spec, found, job, memory, meta, launched_pid)
+    ranks_env = parse_rank_env(sections.get("rankenv"))
+    if ranks_env:
+        evidence["processes"] = [
+            cast(ProcessEntry, {**e, **ranks_env.get(e["pid"], {})}) for e in evidence["processes"]
+        ]
     if found.ignored and owners is not None:
         evidence["ignored"] = [_ignored_text(pid, uid, owners) for pid, uid in found.ignored[:16]]
     if users:

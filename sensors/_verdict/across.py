@@ -28,8 +28,9 @@ The rules, first that applies wins (docs/multi-host.md, "One verdict across host
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sensors._base.model import Reading, Says, State, Verdict
 from sensors._config.stage import PolicySpec
@@ -65,6 +66,9 @@ class AcrossMemory:
     chief_began: float | None = None  # where node 0's run began, found begun again here (its clock)
     pids: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # job processes seen alive, per host
     pids_before: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # those of the run before
+    # Each host's ranks seen alive, by PID: (global rank or None, how it was told, last seen
+    # alive on the host's clock): what names a lost rank once its process is gone.
+    sightings: Mapping[str, Mapping[int, tuple[int | None, str, float]]] = field(default_factory=dict)
 
 
 #: Graver first: the state a stage shows when node 0 and the live nodes disagree.
@@ -100,7 +104,17 @@ def decide_across(
     for host, count in alive.items():
         if count is not None:
             most[host] = max(most.get(host, 0), count)
-    lost = {n.host for n in nodes if _lost(alive[n.host], most.get(n.host, 0), per_host, n, policy)}
+    # Under ``chief``, node 0's completion line is the job's success: ranks that end after it
+    # tear down, they are not lost (no collective waits for them, nothing failed).
+    chief_done = policy.success == "chief" and _chief_line(nodes[0])
+    lost = {
+        n.host
+        for n in nodes
+        if not chief_done and _lost(alive[n.host], most.get(n.host, 0), per_host, n, policy)
+    }
+    sightings = {
+        n.host: _sighted(n, k, per_host, memory.sightings.get(n.host, {})) for k, n in enumerate(nodes)
+    }
     # Kept for a host not read this check (a blip says nothing of its ranks): dropped, the
     # time they were first found gone became the time the host was read again.
     lost_at = {h: t for h, t in memory.lost_at.items() if h in lost or alive.get(h) is None}
@@ -126,8 +140,15 @@ def decide_across(
         chief_began=memory.chief_began,
         pids={n.host: tuple(sorted(set(memory.pids.get(n.host, ())) | live_pids(n.verdict))) for n in nodes},
         pids_before=memory.pids_before,
+        sightings=sightings,
     )
-    state, reasons, shown = _rules(nodes, policy, per_host, alive, most, lost, lost_at, idle, memory)
+    gone = {
+        n.host: _gone_ranks(n, k, per_host, sightings.get(n.host, {}))
+        for k, n in enumerate(nodes)
+        if n.host in lost
+    }
+    state, reasons, shown = _rules(nodes, policy, per_host, alive, most, lost, lost_at, idle, memory, gone)
+    shown = _as_shown(shown, nodes, state, per_host, alive, most, gone)
     verdict = Verdict(
         stage=stage,
         state=state,
@@ -151,6 +172,7 @@ def _rules(
     lost_at: Mapping[str, float],
     idle: Mapping[str, float],
     memory: AcrossMemory | None = None,
+    gone: Mapping[str, Sequence[_Gone]] | None = None,
 ) -> tuple[State, list[str], dict[str, Reading]]:
     chief = nodes[0]
     every = _readings(nodes)
@@ -168,19 +190,19 @@ def _rules(
             # Ranks lost while others are alive: say so (the others may wait for them).
             left = (
                 [
-                    f"{_all_lost(lost, alive, most, per_host, lost_at)}; ranks alive on "
+                    f"{_all_lost(lost, alive, most, per_host, lost_at, gone or {})}; ranks alive on "
                     + ", ".join(f"{n.host} ({alive[n.host]})" for n in waiting)
                     + ": a collective may be waiting for a lost rank"
                 ]
                 if lost and waiting
                 else []
             )
-            return State.FAILED, [f"{node.host}: {why}", *left, *_others(nodes, node)], every
+            return State.FAILED, [f"{node.host}: {why}", *left, *_others(nodes, node, policy)], every
     # Rule 2: ranks lost on a node while the others wait without progress.
     # Progress is CPU time, I/O, the log and the outputs (``_mark``): a GPU busy is not, for
     # NCCL spins at 100 % while it waits for a peer that is gone.
     if lost and waiting and all(n.host in idle and idle[n.host] >= policy.stall_after for n in waiting):
-        gone = _all_lost(lost, alive, most, per_host, lost_at)
+        gone = _all_lost(lost, alive, most, per_host, lost_at, gone or {})
         live = ", ".join(f"{n.host} ({alive[n.host]})" for n in waiting)
         quiet = min(idle[n.host] for n in waiting)
         busy = [n.host for n in waiting if _gpu_busy(n.verdict)]
@@ -253,7 +275,7 @@ def _rules(
     if lost and waiting:
         reasons.insert(
             0,
-            f"{_all_lost(lost, alive, most, per_host, lost_at)}; if the others make no progress"
+            f"{_all_lost(lost, alive, most, per_host, lost_at, gone or {})}; if the others make no progress"
             f" for {policy.stall_after:g}s, it is a collective waiting for a lost rank",
         )
     return state, reasons, every
@@ -368,15 +390,24 @@ def _all_lost(
     most: Mapping[str, int],
     per_host: int | None,
     lost_at: Mapping[str, float],
+    gone: Mapping[str, Sequence[_Gone]],
 ) -> str:
-    return "; ".join(_lost_words(h, alive[h], per_host, lost_at.get(h)) for h in sorted(lost))
+    return "; ".join(
+        _lost_words(h, alive[h], per_host, lost_at.get(h), [g.words for g in gone.get(h, ())])
+        for h in sorted(lost)
+    )
 
 
-def _lost_words(host: str, alive: int | None, per_host: int | None, at: float | None) -> str:
+def _lost_words(
+    host: str, alive: int | None, per_host: int | None, at: float | None, named: Sequence[str] = ()
+) -> str:
     when = f" (found gone at {_hms(at)}, its clock)" if at is not None else ""
+    # Which rank: on a node of 8 GPUs a person should not have to diff command lines to
+    # find the stderr to read.
+    which = f": {'; '.join(named)}" if named else ""
     if per_host is not None and alive:
-        return f"{per_host - alive} of {per_host} ranks on {host} gone{when}"
-    return f"every rank on {host} gone{when}"
+        return f"{per_host - alive} of {per_host} ranks on {host} gone{when}{which}"
+    return f"every rank on {host} gone{when}{which}"
 
 
 def _hms(ts: float) -> str:
@@ -525,5 +556,221 @@ def _not_done(
     return ""
 
 
-def _others(nodes: Sequence[NodeCheck], but: NodeCheck) -> list[str]:
-    return [f"{n.host}: {n.verdict.state}" for n in nodes if n is not but]
+def _others(nodes: Sequence[NodeCheck], but: NodeCheck, policy: PolicySpec) -> list[str]:
+    """The other nodes' states, in words the policy makes true: under ``chief`` a worker
+    node whose own verdict failed only because its ranks ended without a line of their own
+    (single-host rule 12) did not fail: it needs none."""
+    words = []
+    for k, n in enumerate(nodes):
+        if n is but:
+            continue
+        if (
+            k > 0
+            and policy.success == "chief"
+            and n.verdict.state is State.FAILED
+            and not any(r.says is Says.FAILED for r in n.readings.values())
+        ):
+            words.append(
+                f"{n.host}: its ranks ended (under success: chief a worker needs no completion line)"
+            )
+        else:
+            words.append(f"{n.host}: {n.verdict.state}")
+    return words
+
+
+# --------------------------------------------------------------------------- naming the ranks
+
+
+def _chief_line(chief: NodeCheck) -> bool:
+    """Node 0 shows the chief's completion line (its own log, done) or its verdict is complete."""
+    lg = chief.verdict.readings.get("log")
+    return chief.verdict.state is State.COMPLETE or (lg is not None and lg.says is Says.DONE)
+
+
+#: A rank's number on its command line: ``--local_rank 1``, ``--local-rank=1``, ``--rank 3``,
+#: ``--node_rank 1`` (torchrun's older launch passes ``--local_rank``; scripts take ``--rank``).
+_ARG = re.compile(r"(?:^|\s)--(local[_-]rank|node[_-]rank|rank)[= ](\d{1,6})(?=\s|$)")
+
+
+def _rank_of(entry: Mapping[str, object], k: int, per_host: int | None) -> tuple[int | None, str]:
+    """A rank process's global rank and how it was told: its environment's ``RANK`` (or
+    ``LOCAL_RANK`` on node ``k``) where the probe could read it, else its command line's
+    arguments; (None, "") when neither says."""
+    rank, local = entry.get("env_rank"), entry.get("env_local_rank")
+    if isinstance(rank, int) and not isinstance(rank, bool):
+        return rank, "RANK"
+    if isinstance(local, int) and not isinstance(local, bool) and per_host is not None:
+        return k * per_host + local, "LOCAL_RANK"
+    cmdline = entry.get("cmdline")
+    args = (
+        {m.group(1).replace("-", "_"): int(m.group(2)) for m in _ARG.finditer(cmdline)}
+        if isinstance(cmdline, str)
+        else {}
+    )
+    if "rank" in args:
+        return args["rank"], "--rank"
+    if "local_rank" in args and per_host is not None:
+        node = args.get("node_rank", k)
+        return node * per_host + args["local_rank"], "--local_rank"
+    return None, ""
+
+
+def _rank_entries(verdict: Verdict) -> list[Mapping[str, object]] | None:
+    """The node's live rank processes as its process reading lists them (a rank's forked
+    workers left out: their parent is matched too); None where not read."""
+    p = verdict.readings.get("process")
+    if p is None or p.says is Says.UNKNOWN or p.read_at is None:
+        return None
+    listed = p.evidence.get("processes")
+    if not isinstance(listed, (list, tuple)):
+        return None
+    pids = {e.get("pid") for e in listed if isinstance(e, Mapping)}
+    return [
+        e
+        for e in listed
+        if isinstance(e, Mapping)
+        and isinstance(e.get("pid"), int)
+        and e.get("state") not in _GONE_STATES
+        and e.get("ppid") not in pids
+    ]
+
+
+#: The most PIDs remembered per host (a job restarting its ranks in place for days).
+_SIGHTINGS_KEPT = 64
+
+
+def _sighted(
+    node: NodeCheck, k: int, per_host: int | None, before: Mapping[int, tuple[int | None, str, float]]
+) -> dict[int, tuple[int | None, str, float]]:
+    """The node's ranks seen alive so far, by PID: each one's global rank (told by its
+    environment or command line; else by its place among the node's ranks by start, when
+    all ``per_host`` were seen at once) and when it was last seen alive (the host's clock)."""
+    seen = dict(before)
+    at = node.verdict.checked_at
+    entries = _rank_entries(node.verdict)
+    if entries is None or at is None:
+        return seen
+    ordered = sorted(entries, key=lambda e: (_num(e.get("started_at")), _num(e.get("pid"))))
+    whole = per_host is not None and len(ordered) == per_host
+    for place, e in enumerate(ordered):
+        pid = int(e["pid"])  # type: ignore[call-overload]
+        rank, how = _rank_of(e, k, per_host)
+        old = seen.get(pid)
+        if rank is None and old is not None and old[0] is not None:
+            rank, how = old[0], old[1]
+        elif rank is None and whole and per_host is not None:
+            rank, how = k * per_host + place, "position"
+        seen[pid] = (rank, how, at)
+    if len(seen) > _SIGHTINGS_KEPT:
+        seen = dict(sorted(seen.items(), key=lambda kv: kv[1][2])[-_SIGHTINGS_KEPT:])
+    return seen
+
+
+def _num(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) else float("inf")
+
+
+def _rank_log(node: NodeCheck, k: int, per_host: int | None, rank: int | None) -> tuple[str, Reading] | None:
+    """The rank's own log reading (``log#rankN``, or the node's own log where it is the
+    node's first rank's), where the log path names ``{rank}``."""
+    if rank is None:
+        return None
+    key = f"log#rank{rank}"
+    if key in node.ranks:
+        return key, node.ranks[key]
+    own = node.verdict.readings.get("log")
+    if node.ranks and per_host is not None and rank == k * per_host and own is not None:
+        return "log", own
+    return None
+
+
+@dataclass(frozen=True)
+class _Gone:
+    """A rank seen alive on a node and gone now: who it was, and the words that name it."""
+
+    rank: int | None
+    pid: int
+    last_seen: float
+    words: str
+
+
+def _gone_ranks(
+    node: NodeCheck, k: int, per_host: int | None, seen: Mapping[int, tuple[int | None, str, float]]
+) -> list[_Gone]:
+    """Each rank seen alive on the node and gone now, named: its global rank, PID, last
+    sighting and its log's last line."""
+    live = live_pids(node.verdict)
+    out = []
+    for pid, (rank, how, at) in sorted(seen.items(), key=lambda kv: (kv[1][0] is None, kv[1][0] or 0, kv[0])):
+        if pid in live:
+            continue
+        who = "a rank" if rank is None else f"rank {rank}"
+        if how == "position":
+            who += " (told by its place among the host's ranks)"
+        text = f"{who}, pid {pid}, last seen alive {_hms(at)}"
+        found = _rank_log(node, k, per_host, rank)
+        line = found[1].evidence.get("last_line") if found is not None else None
+        if isinstance(line, str) and line:
+            text += f", its log's last line: {line[:160]!r}"
+        out.append(_Gone(rank, pid, at, text))
+    return out
+
+
+def _as_shown(
+    shown: Mapping[str, Reading],
+    nodes: Sequence[NodeCheck],
+    state: State,
+    per_host: int | None,
+    alive: Mapping[str, int | None],
+    most: Mapping[str, int],
+    gone: Mapping[str, Sequence[_Gone]],
+) -> dict[str, Reading]:
+    """The readings as a person is shown them, each row true of its host: a process row says
+    how many ranks are alive against ``per_host``; a host where no job process was ever seen
+    says so (not ``done``: nothing ended there that this watch knows of); a lost rank's own
+    log no longer says ``working`` once its writer is gone. Only the words and ``says`` of
+    the rows shown change: the rules above read the readings as they came."""
+    out = dict(shown)
+    final = state is State.COMPLETE  # a complete verdict shows only done readings, as they are
+    for k, node in enumerate(nodes):
+        key = f"process@{node.host}"
+        p = out.get(key)
+        if p is None:
+            continue
+        count = alive.get(node.host)
+        if (
+            not final
+            and p.says is Says.DONE
+            and most.get(node.host, 0) == 0
+            and not p.evidence.get("seen_alive")
+            and not p.evidence.get("launched")
+        ):
+            out[key] = replace(
+                p,
+                says=Says.UNKNOWN,
+                detail=(
+                    f"never saw the job on {node.host} in this watch (it may never have run there):"
+                    f" {p.detail}"
+                ),
+            )
+        elif per_host is not None and count is not None:
+            out[key] = replace(p, detail=f"ranks {count}/{per_host} alive on {node.host}; {p.detail}")
+        if final or node.host not in gone:
+            continue
+        for g in gone[node.host]:
+            rank, at = g.rank, g.last_seen
+            found = _rank_log(node, k, per_host, rank)
+            if found is None:
+                continue
+            name, reading = found
+            row = f"{name}@{node.host}"
+            if row not in out or reading.says is not Says.WORKING:
+                continue
+            line = reading.evidence.get("last_line")
+            out[row] = replace(
+                reading,
+                says=Says.FAILED,
+                detail=f"writer gone: rank {rank} last seen alive {_hms(at)}, no completion line"
+                + (f"; last line: {line[:160]!r}" if isinstance(line, str) and line else ""),
+            )
+    return out

@@ -1,0 +1,424 @@
+"""What a person is shown for a stage over several hosts (issue 37, part 2): the lost rank
+named (its global rank, PID, last sighting, its log's last line) wherever the verdict is
+shown; words that follow ``policy.success``; rows that say what is true of each host.
+
+The verdict across hosts is pure and tested here as a table on a simulated clock; the real
+CLI over the two test sshd hosts is tested in the second half."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from sensors import Reading, Says, State, Verdict
+from sensors._config.stage import PolicySpec
+from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
+
+NOW = 1_000_000.0
+POLICY = PolicySpec(stall_after=60.0)
+
+
+def _hms(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%H:%M:%S UTC")
+
+
+def _r(signal: str, says: Says, read_at: float | None = NOW, detail: str = "", **evidence: Any) -> Reading:
+    return Reading(signal, says, detail or f"{signal} {says}", evidence, read_at)
+
+
+def _proc(*ranks: tuple[int, str], at: float = NOW, cpu: float = 5.0, **extra: Any) -> Reading:
+    """A process reading listing live ranks: (pid, command line) each, any ``extra`` per entry
+    keyed by pid (``env={pid: {...}}``)."""
+    env = extra.pop("env", {})
+    processes = [
+        {
+            "pid": pid,
+            "ppid": 1,
+            "state": "S",
+            "cmdline": cmd,
+            "started_at": NOW - 500 + pid % 100,
+            **env.get(pid, {}),
+        }
+        for pid, cmd in ranks
+    ]
+    says = Says.WORKING if ranks else Says.DONE
+    return _r(
+        "process",
+        says,
+        at,
+        alive=len(ranks),
+        ranks=len(ranks),
+        matched=len(ranks),
+        processes=processes,
+        seen_alive=True,
+        cpu_seconds=cpu,
+        **extra,
+    )
+
+
+def _log(says: Says = Says.WORKING, last: str = "step 12", size: int = 10, at: float = NOW) -> Reading:
+    return _r("log", says, at, detail=f"log {says}", last_line=last, size=size)
+
+
+def _node(
+    host: str, state: State, *readings: Reading, at: float = NOW, ranks: dict | None = None, why: str = ""
+) -> NodeCheck:
+    verdict = Verdict("t", state, (why or f"{host} {state}",), {r.signal: r for r in readings}, at, host)
+    return NodeCheck(host, verdict, ranks or {})
+
+
+def _cmd(node: int, local: int, flag: str = "--local_rank") -> str:
+    return f"python train.py --node {node} {flag} {local}" if flag else f"python train.py --node {node}"
+
+
+def _two_checks(policy: PolicySpec, flag: str = "--local_rank", env: dict | None = None) -> AcrossMemory:
+    """Two checks, 70 s and 65 s ago, of hosts a and b (2 ranks each, alive, logs per rank)."""
+    memory = AcrossMemory()
+    for at in (NOW - 70, NOW - 65):
+        a = _node(
+            "a",
+            State.RUNNING,
+            _proc((101, _cmd(0, 0, flag)), (102, _cmd(0, 1, flag)), at=at),
+            _log(at=at),
+            at=at,
+            ranks={"log#rank1": _log(at=at)},
+        )
+        b = _node(
+            "b",
+            State.RUNNING,
+            _proc((201, _cmd(1, 0, flag)), (202, _cmd(1, 1, flag)), at=at, env=env or {}),
+            _log(at=at),
+            at=at,
+            ranks={"log#rank3": _log(at=at, last="step 11")},
+        )
+        _, memory = decide_across("t", [a, b], policy, 2, memory, at)
+    return memory
+
+
+def _hung(flag: str = "--local_rank", env: dict | None = None, success: str = "all") -> Verdict:
+    """b's rank 3 (pid 202) gone; every rank left quiet for stall_after."""
+    policy = POLICY.model_copy(update={"success": success})
+    memory = _two_checks(policy, flag, env)
+    a = _node(
+        "a",
+        State.RUNNING,
+        _proc((101, _cmd(0, 0, flag)), (102, _cmd(0, 1, flag))),
+        _log(),
+        ranks={"log#rank1": _log()},
+    )
+    b = _node(
+        "b",
+        State.RUNNING,
+        _proc((201, _cmd(1, 0, flag)), env=env or {}),
+        _log(),
+        ranks={"log#rank3": _log(last="step 11")},
+    )
+    verdict, _ = decide_across("t", [a, b], policy, 2, memory, NOW)
+    return verdict
+
+
+@pytest.mark.parametrize(
+    ("flag", "env", "named"),
+    [
+        ("--local_rank", None, "rank 3, pid 202"),
+        ("--rank", None, "rank 1, pid 202"),  # --rank is the global rank as the job was told it
+        ("", {202: {"env_rank": 3}}, "rank 3, pid 202"),  # the environment's RANK
+        ("", {202: {"env_local_rank": 1}}, "rank 3, pid 202"),  # LOCAL_RANK on node 1
+        ("", None, "rank 3 (told by its place among the host's ranks), pid 202"),
+    ],
+    ids=["--local_rank", "--rank", "RANK", "LOCAL_RANK", "position"],
+)
+def test_a_hung_collective_names_the_lost_rank(flag: str, env: dict | None, named: str) -> None:
+    verdict = _hung(flag, env)
+    assert verdict.state is State.FAILED, verdict.reasons
+    why = verdict.reasons[0]
+    assert why.startswith("1 of 2 ranks on b gone") and "a collective waiting for a lost rank" in why, why
+    assert f"{named}, last seen alive {_hms(NOW - 65)}" in why, why
+    if named.startswith("rank 3"):
+        assert "its log's last line: 'step 11'" in why, why
+    assert "pid 201" not in why  # the rank still alive is not named
+
+
+def test_the_lost_ranks_log_row_says_its_writer_is_gone_and_the_table_shows_ranks() -> None:
+    verdict = _hung()
+    row = verdict.readings["log#rank3@b"]
+    assert row.says is Says.FAILED and row.detail.startswith("writer gone: rank 3 last seen alive"), row
+    assert "last line: 'step 11'" in row.detail
+    # The ranks alive stay as they were read.
+    assert verdict.readings["log#rank1@a"].says is Says.WORKING
+    assert verdict.readings["log@b"].says is Says.WORKING  # rank 2's, alive
+    assert verdict.readings["process@b"].detail.startswith("ranks 1/2 alive on b; ")
+    assert verdict.readings["process@a"].detail.startswith("ranks 2/2 alive on a; ")
+
+
+def test_before_stall_after_the_lost_rank_is_named_too() -> None:
+    memory = _two_checks(POLICY)
+    a = _node("a", State.RUNNING, _proc((101, _cmd(0, 0)), (102, _cmd(0, 1)), cpu=9.0), _log(size=20))
+    b = _node("b", State.RUNNING, _proc((201, _cmd(1, 0))), _log(), ranks={"log#rank3": _log(last="step 11")})
+    verdict, _ = decide_across("t", [a, b], POLICY, 2, memory, NOW)
+    assert verdict.state is State.RUNNING
+    assert "1 of 2 ranks on b gone" in verdict.reasons[0] and "rank 3, pid 202" in verdict.reasons[0]
+
+
+def test_the_lost_rank_is_named_in_the_table_the_notification_and_the_picture(capsys) -> None:
+    from sensors._notify.message import build_message
+    from sensors._present.picture import Sample, wait_svg
+    from sensors._present.terminal import print_table
+
+    verdict = _hung()
+    named = "rank 3, pid 202, last seen alive"
+    print_table(verdict)
+    table = capsys.readouterr().out
+    assert named in table and "writer gone: rank 3" in table and "ranks 1/2 alive on b" in table, table
+    message = build_message(verdict)
+    assert named in message.text, message.text
+    assert named in str(message.payload["attachments"]), message.payload
+    svg = wait_svg([Sample.of(verdict, at=NOW)], title="t: the wait", note=verdict.reasons[0])
+    assert named in svg, svg
+
+
+# --------------------------------------------------------------------------- success: chief
+
+
+@pytest.mark.parametrize(
+    ("success", "state", "lost"),
+    [("chief", State.RUNNING, False), ("all", State.FAILED, True)],
+    ids=["chief: the chief's line read, a worker tears down", "all: the same is a lost rank"],
+)
+def test_a_worker_ending_after_the_chiefs_line(success: str, state: State, lost: bool) -> None:
+    """Node 0's own log holds the chief's completion line; rank 1 on a is still alive (it
+    tears down), b's rank 3 ended, b's rank 2 still alive; nothing moves for stall_after."""
+    policy = POLICY.model_copy(update={"success": success})
+    memory = _two_checks(policy)
+    a = _node(
+        "a",
+        State.RUNNING,
+        _proc((102, _cmd(0, 1))),
+        _log(Says.DONE, last="rank 0 done"),
+        ranks={"log#rank1": _log()},
+    )
+    b = _node("b", State.RUNNING, _proc((201, _cmd(1, 0))), _log(), ranks={"log#rank3": _log(last="step 11")})
+    verdict, _ = decide_across("t", [a, b], policy, 2, memory, NOW)
+    said = " ".join(verdict.reasons)
+    assert verdict.state is state, verdict.reasons
+    assert ("gone" in said and "collective" in said) is lost, verdict.reasons
+    if not lost:
+        assert verdict.readings["log#rank3@b"].says is Says.WORKING  # no writer said lost
+
+
+def test_under_chief_a_worker_whose_ranks_ended_without_a_line_is_not_called_failed() -> None:
+    """Only the chief was killed: node 0 failed; b's workers then ended, without a line of
+    their own (none needed under chief): b is not 'failed' in the words."""
+    nodes = [
+        _node("a", State.FAILED, _proc(), _log(), why="pid 101 ended without a completion line"),
+        _node("b", State.FAILED, _proc(), _log(), why="pid 201 ended without a completion line"),
+    ]
+    for success, words in (("chief", "b: its ranks ended (under success: chief"), ("all", "b: failed")):
+        verdict, _ = decide_across(
+            "t", nodes, POLICY.model_copy(update={"success": success}), 2, AcrossMemory(), NOW
+        )
+        assert verdict.state is State.FAILED and verdict.reasons[0].startswith("a: pid 101"), verdict.reasons
+        assert any(r.startswith(words) for r in verdict.reasons), verdict.reasons
+        if success == "chief":
+            assert "b: failed" not in verdict.reasons
+
+
+# --------------------------------------------------------------------------- rows true of each host
+
+
+def test_a_host_that_never_ran_the_job_does_not_say_process_done() -> None:
+    never = _r("process", Says.DONE, detail="no process found (match 'x')", alive=0, seen_alive=False)
+    a = _node("a", State.RUNNING, _proc((101, _cmd(0, 0)), (102, _cmd(0, 1))), _log())
+    b = _node("b", State.UNKNOWN, never)
+    verdict, _ = decide_across("t", [a, b], POLICY, 2, AcrossMemory(), NOW)
+    row = verdict.readings["process@b"]
+    assert row.says is Says.UNKNOWN and row.detail.startswith("never saw the job on b in this watch"), row
+
+
+def test_rank_variables_are_read_as_digits_or_not_at_all() -> None:
+    from sensors._signals.process import parse_rank_env
+
+    body = (
+        b"/proc/12/environ:RANK=3\0/proc/12/environ:LOCAL_RANK=1\0"
+        b"/proc/13/environ:RANK=1\n/proc/14/environ:RANK=0\0"  # a value with a newline: not read
+        b"/proc/15/environ:RAN"  # cut by the cap
+    )
+    assert parse_rank_env(body) == {12: {"env_rank": 3, "env_local_rank": 1}}
+
+
+# --------------------------------------------------------------------------- the real CLI, two sshd hosts
+
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import yaml  # noqa: E402
+
+from tests.test_span import _alive_everywhere, _Host, _Ranks, _stage, _Wait  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _rank_logs(path: Path, ranks: _Ranks) -> None:
+    doc = yaml.safe_load(path.read_text())
+    doc["log"] = {
+        "path": str(ranks.folder / "rank{rank}.log"),
+        "complete": r"rank \d+ done",
+        "error": r"^ERROR",
+        "progress": r"^step",
+    }
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def test_over_two_hosts_a_hung_collective_names_the_lost_rank(tmp_path: Path, hosts: list[_Host]) -> None:
+    """2 nodes x 2 ranks, a log per rank; rank 3 (node 1's second) is killed while the
+    others block in a collective: the verdict names rank 3, its PID, when it was last seen
+    and its log's last line; its log row says its writer is gone; each host's process row
+    shows its ranks against per_host."""
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2, rank_logs=True)
+    path = _stage(tmp_path, hosts, ranks)
+    _rank_logs(path, ranks)
+    b = f"127.0.0.1:{hosts[1].sshd.port}"
+    victim = ranks.procs[(1, 1)]
+    try:
+        waiting = _Wait(path, "40s")
+        waiting.until(lambda v: _alive_everywhere(v, hosts) and f"log#rank3@{b}" in v["signals"])
+        (ranks.folder / "hang").touch()
+        time.sleep(0.5)
+        os.kill(victim.pid, signal.SIGKILL)
+        rc = waiting.end()
+    finally:
+        ranks.stop()
+    last = waiting.verdicts[-1]
+    assert rc == 3 and last["verdict"] == "failed", [
+        (v["verdict"], v["reasons"][:1]) for v in waiting.verdicts[-3:]
+    ]
+    why = last["reasons"][0]
+    assert f"1 of 2 ranks on {b} gone" in why and "a collective waiting for a lost rank" in why, why
+    assert f"rank 3, pid {victim.pid}, last seen alive " in why, why
+    assert "its log's last line: 'step " in why, why
+    row = last["signals"][f"log#rank3@{b}"]
+    assert row["says"] == "failed" and row["detail"].startswith("writer gone: rank 3 last seen alive"), row
+    assert last["signals"][f"process@{b}"]["detail"].startswith(f"ranks 1/2 alive on {b}; "), last["signals"]
+
+
+def test_over_two_hosts_under_chief_workers_tearing_down_after_the_chiefs_line_are_no_loss(
+    tmp_path: Path, hosts: list[_Host]
+) -> None:
+    """success: chief. Rank 3 is held (SIGSTOP) while every other rank ends normally: the
+    chief writes its line, rank 2 ends, rank 3 lingers quiet for longer than stall_after,
+    then ends. A worker that ends after the chief's line is no lost rank: never 'gone', never
+    a collective said to wait, and the stage completes."""
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2, rank_logs=True)
+    path = _stage(tmp_path, hosts, ranks, success="chief")
+    _rank_logs(path, ranks)
+    late = ranks.procs[(1, 1)]
+    try:
+        waiting = _Wait(path, "40s")
+        waiting.until(lambda v: _alive_everywhere(v, hosts))
+        late.send_signal(signal.SIGSTOP)
+        ranks.finish()
+        for key, proc in ranks.procs.items():
+            if key != (1, 1):
+                assert proc.wait(20) == 0
+        time.sleep(4.0)  # twice stall_after, rank 3 alive and quiet
+        late.send_signal(signal.SIGCONT)
+        rc = waiting.end()
+    finally:
+        ranks.stop()
+    said = [r for v in waiting.verdicts for r in v["reasons"]]
+    assert rc == 0 and waiting.verdicts[-1]["verdict"] == "complete", waiting.verdicts[-1]["reasons"]
+    assert not [r for r in said if "gone" in r and "rank" in r], said
+    assert not [r for r in said if "collective" in r], said
+
+
+def test_over_two_hosts_under_chief_a_worker_ended_after_the_chief_was_killed_is_not_called_failed(
+    tmp_path: Path, hosts: list[_Host]
+) -> None:
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2)
+    b = f"127.0.0.1:{hosts[1].sshd.port}"
+    path = _stage(tmp_path, hosts, ranks, success="chief")
+    doc = yaml.safe_load(path.read_text())
+    del doc["outputs"]  # none written: the chief's log alone tells
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    try:
+        waiting = _Wait(path, "30s")
+        waiting.until(lambda v: _alive_everywhere(v, hosts))
+        for node in (0, 1):  # the chief's node killed, the workers told to end
+            for rank in range(2):
+                ranks.procs[(node, rank)].send_signal(signal.SIGKILL if node == 0 else signal.SIGTERM)
+        rc = waiting.end()
+    finally:
+        ranks.stop()
+    last = waiting.verdicts[-1]
+    assert rc == 3 and last["verdict"] == "failed", last["reasons"]
+    said = [r for v in waiting.verdicts for r in v["reasons"]]
+    assert f"{b}: failed" not in said, said
+
+
+def test_over_two_hosts_a_host_that_never_ran_the_job_says_so(tmp_path: Path, hosts: list[_Host]) -> None:
+    ranks = _Ranks(tmp_path / "job", nodes=1, per_host=2)  # node 1 never runs
+    b = f"127.0.0.1:{hosts[1].sshd.port}"
+    try:
+        waiting = _Wait(_stage(tmp_path, hosts, ranks), "4s")
+        rc = waiting.end()
+    finally:
+        ranks.stop()
+    last = waiting.verdicts[-1]
+    assert rc == 4 and last["verdict"] != "complete"
+    row = last["signals"][f"process@{b}"]
+    assert row["says"] == "unknown" and row["detail"].startswith(f"never saw the job on {b}"), row
+    assert "\\\\" not in row["detail"] and f"match '{ranks.tag} --node 1 '" in row["detail"], row
+
+
+def test_over_two_hosts_a_frozen_host_is_no_answer_within_its_timeout(
+    tmp_path: Path, hosts: list[_Host]
+) -> None:
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2)
+    sshd = hosts[1].sshd
+    path = _stage(tmp_path, hosts, ranks)
+    doc = yaml.safe_load(path.read_text())
+    doc["hosts"][1]["connect_timeout"] = 2.0
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    os.kill(sshd.proc.pid, signal.SIGSTOP)  # accepts (the kernel), answers nothing
+    try:
+        waiting = _Wait(path, "6s")
+        rc = waiting.end()
+    finally:
+        os.kill(sshd.proc.pid, signal.SIGCONT)
+        ranks.stop()
+    b = f"127.0.0.1:{sshd.port}"
+    last = waiting.verdicts[-1]
+    assert rc == 4 and last["verdict"] == "unknown", last["reasons"]
+    why = last["reasons"][0]
+    assert why.startswith(f"{b} cannot be read") and f"no answer from {b} within 2 s" in why, last["reasons"]
+    assert "banner" not in " ".join(last["reasons"])
+
+
+def test_validate_names_the_field_that_names_two_hosts_alike(tmp_path: Path) -> None:
+    path = tmp_path / "dup.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "stage": "t",
+                "hosts": [{"ssh": "10.0.0.5", "port": 2201}, {"ssh": "10.0.0.5", "port": 2202}],
+                "process": {"match": "train.py --node {node} "},
+                "log": {"path": "/logs/{host}.log", "complete": "done"},
+            }
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "sensors", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 2, out
+    assert "log.path: {host} would name two hosts alike" in out.stderr + out.stdout, out
