@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sensors._base.text import redact
+from sensors._base.trust import parse_untrusted
 
 #: The most PIDs read as the job's (a container's tree, a unit's cgroup).
 PIDS_CAP = 512
@@ -102,10 +103,21 @@ def _signal_name(sig: int) -> str:
         return f"signal {sig}"
 
 
+#: The status the probe's snippet gives for a ``supervisor.bin`` it does not trust (its
+#: answer: ``__cc_trust``'s line; see ``sensors._signals.supervisor``).
+UNTRUSTED_RC = 96
+
+
 def _unreadable(kind: str, name: str, rc: int | None, text: str) -> Record:
     # The first line with words (docker prints an empty JSON array before its error).
     first = next((line.strip() for line in text.splitlines() if any(c.isalpha() for c in line)), "")
-    if rc == 127 or first == "missing":
+    untrusted = parse_untrusted(first) if rc == UNTRUSTED_RC else None
+    if untrusted is not None:
+        # The snippet ran no tool from a supervisor.bin it does not trust (see trust.py).
+        why = f"supervisor.bin is not trusted, its {_TOOL[kind]} not run: {untrusted.why('the probe user')}"
+    elif rc == UNTRUSTED_RC and first == "unreadable":
+        why = "supervisor.bin cannot be read by the probe's user"
+    elif rc == 127 or first == "missing":
         why = f"no {_TOOL[kind]} command on the host (give supervisor.bin where it lives)"
     else:
         why = f"{_TOOL[kind]} answered {first[:300]!r}" + (f" (exit status {rc})" if rc is not None else "")
@@ -135,7 +147,13 @@ def parse_docker(name: str, rc: int | None, body: str, pids: tuple[int, ...] = (
             return Record("docker", name, "absent", state="no such container")
         return _unreadable("docker", name, rc, body)
     try:
-        found = json.loads(body)
+        # The array from the line that opens it: the CLI writes its warnings (an unreadable
+        # ~/.docker/config.json, a context's) to stderr, which the probe reads with stdout.
+        text = body.lstrip()
+        start = 0 if text.startswith("[") else text.find("\n[") + 1
+        if start == 0 and not text.startswith("["):
+            raise ValueError("no JSON array")
+        found, _ = json.JSONDecoder().raw_decode(text, start)
         info = found[0]
         state = info["State"]
         status = str(state["Status"])
@@ -149,10 +167,21 @@ def parse_docker(name: str, rc: int | None, body: str, pids: tuple[int, ...] = (
     base = {"identity": identity, "started_at": started, "pids": pids}
     if status in ("running", "paused", "restarting") or state.get("Running") is True:
         return Record("docker", name, "running", state=word, **base)  # type: ignore[arg-type]
-    if status in ("created",) or started is None:
-        return Record("docker", name, "waiting", state=word, identity=None)
     code = state.get("ExitCode")
     code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    if status in ("created",) or started is None:
+        if code or state.get("Error"):
+            # A start that failed (the command not found: 127, not executable: 126): docker
+            # leaves it "created", never started, with the code and the runtime's error.
+            return Record(
+                "docker",
+                name,
+                "exited",
+                state=word + (f" ({state.get('Error')})" if state.get("Error") else ""),
+                exit_code=code if code else None,
+                failed=True,
+            )
+        return Record("docker", name, "waiting", state=word, identity=None)
     oom = state.get("OOMKilled") is True
     sig = None
     if code is not None and 128 < code < 128 + 65:
@@ -220,6 +249,11 @@ def parse_systemd(name: str, rc: int | None, body: str, pids: tuple[int, ...] = 
     exited_mono = _int(props.get("ExecMainExitTimestampMonotonic"))
     main_pid = _int(props.get("ExecMainPID")) or 0
     base = {"identity": invocation, "started_at": started, "coarse": True, "pids": pids}
+    if active == "activating":
+        # Being started (again): an auto-restart after the last exit (Restart=), a start's
+        # ExecStartPre. The ExecMain* properties are still the last exit's until the new main
+        # process runs: not this start's end.
+        return Record("systemd", name, "waiting", state=word, identity=invocation)
     if exited_mono:
         code = _int(props.get("ExecMainCode"))
         status = _int(props.get("ExecMainStatus"))
@@ -241,8 +275,6 @@ def parse_systemd(name: str, rc: int | None, body: str, pids: tuple[int, ...] = 
         )
     if active in ("active", "reloading", "deactivating") and main_pid > 0:
         return Record("systemd", name, "running", state=word, **base)  # type: ignore[arg-type]
-    if active == "activating":
-        return Record("systemd", name, "waiting", state=word, identity=invocation)
     if active == "failed":
         # Failed before its main process ran (start-limit-hit, resources): no exit to read.
         return Record("systemd", name, "exited", state=word, failed=True, **base)  # type: ignore[arg-type]
@@ -316,7 +348,9 @@ def parse_slurm(
     base = {"identity": identity, "started_at": started, "coarse": True, "pids": pids, "state": word}
     if word in SLURM_RUNNING:
         return Record("slurm", name, "running", **base)  # type: ignore[arg-type]
-    if word in SLURM_WAITING or (word and started is None and word not in SLURM_FAILED):
+    # A final state is final whatever its times read as (a start in a format not parsed:
+    # the probe asks for SLURM_TIME_FORMAT=standard, a site's wrapper may not).
+    if word in SLURM_WAITING or (word and started is None and word not in SLURM_FAILED | {"COMPLETED"}):
         return Record("slurm", name, "waiting", state=word)
     code, sig = None, None
     m = re.fullmatch(r"(\d+):(\d+)", code_text.strip())

@@ -28,10 +28,11 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from sensors._base.model import Reading, Says
-from sensors._base.probe import PUT
+from sensors._base.probe import PUT, helper
 from sensors._base.schema import AbsPath, Section
+from sensors._base.trust import TRUST_FN, TRUST_SH
 from sensors._run.run import LaunchEnd, Run
-from sensors._run.supervisor import PIDS_CAP, SYSTEMD_PROPERTIES, Record, read_record
+from sensors._run.supervisor import PIDS_CAP, SYSTEMD_PROPERTIES, UNTRUSTED_RC, Record, read_record
 from sensors._run.tolerances import WHOLE_SECOND
 from sensors._signals.base import CheckFacts, ProbeInputs, Signal
 
@@ -106,13 +107,34 @@ def _tool(spec: SupervisorSpec, command: str) -> str:
     return shlex.quote(f"{spec.bin.rstrip('/')}/{command}" if spec.bin else command)
 
 
+#: The commands each supervisor's snippet runs (from ``bin`` where the stage gives one).
+_TOOLS = {"docker": ("docker",), "systemd": ("systemctl",), "slurm": ("sacct", "squeue", "scontrol")}
+
+
+def _trust(spec: SupervisorSpec) -> list[str]:
+    """``t=ok`` where the tools may be run: a ``bin`` folder and its commands are trusted as
+    an exit record is (sensors/_base/trust.py): another user who could write them could
+    print any record (an exit 0 for a job that failed), and would run as the probe's user."""
+    if not spec.bin:
+        return ["t=ok"]
+    d = shlex.quote(spec.bin.rstrip("/") or "/")
+    lines = [helper(TRUST_FN, list(TRUST_SH)), "t=ok"]
+    for tool in _TOOLS[spec.kind]:
+        lines.append(
+            f'[ "$t" = ok ] && {{ t=$({TRUST_FN} {d} {_tool(spec, tool)}) && [ -n "$t" ]'
+            f' || t="untrusted stat file - - - "{d}; }}'
+        )
+    return lines
+
+
 def _run(section: str, command: str) -> list[str]:
     """``sec SECTION``, ``rc N`` (the tool's exit status: 127 where it is not there, as the
     shell says), then its answer (stdout and stderr, capped), every line of it through the
-    escape: a container's labels or a unit's description are not the probe's text."""
+    escape: a container's labels or a unit's description are not the probe's text. Where
+    ``bin`` is not trusted (``$t``), ``rc 96`` and why, the tool never run."""
     return [
         f"sec {section}",
-        f"o=$({command} 2>&1); r=$?",
+        f'if [ "$t" = ok ]; then o=$({command} 2>&1); r=$?; else o=$t r={UNTRUSTED_RC}; fi',
         'echo "rc $r"',
         f'[ -n "$o" ] && {PUT} "$(printf \'%s\\n\' "$o" | head -c {ANSWER_CAP})"',
     ]
@@ -121,8 +143,9 @@ def _run(section: str, command: str) -> list[str]:
 def snippet(spec: SupervisorSpec, memory: SupervisorMemory, probe: ProbeInputs) -> list[str]:
     """Read-only: the supervisor's record (one call, two for Slurm) and the job's PIDs."""
     name = shlex.quote(spec.name)
+    trust = _trust(spec)
     if spec.kind == "docker":
-        lines = _run("supervisor", f"{_tool(spec, 'docker')} inspect --type container -- {name}")
+        lines = trust + _run("supervisor", f"{_tool(spec, 'docker')} inspect --type container -- {name}")
         # The container's host PID (State.Pid: a number after a fixed key, first in the
         # answer: the State object comes before the config, and a label's value is quoted).
         lines += [
@@ -135,7 +158,9 @@ def snippet(spec: SupervisorSpec, memory: SupervisorMemory, probe: ProbeInputs) 
     if spec.kind == "systemd":
         user = " --user" if spec.user else ""
         props = ",".join(SYSTEMD_PROPERTIES)
-        lines = _run("supervisor", f"TZ=UTC {_tool(spec, 'systemctl')}{user} show -p {props} -- {name}")
+        lines = trust + _run(
+            "supervisor", f"TZ=UTC {_tool(spec, 'systemctl')}{user} show -p {props} -- {name}"
+        )
         # The unit's cgroup (cgroup v2, else v1's systemd hierarchy): every process in it is
         # the unit's. A path systemd wrote, read only where it has no "..".
         lines += [
@@ -146,12 +171,15 @@ def snippet(spec: SupervisorSpec, memory: SupervisorMemory, probe: ProbeInputs) 
             f' {{ head -n {PIDS_CAP} -- "$f"; break; }}; done ;; esac 2>/dev/null',
         ]
         return lines
-    acct = f"TZ=UTC {_tool(spec, 'sacct')} -j {name} -P -n -o JobID,State,ExitCode,Start,End"
-    queue = f"TZ=UTC {_tool(spec, 'squeue')} -h -t all -j {name} -o '%i|%T|%S|%e'"
-    lines = _run("supervisor", acct) + _run("supervisor_queue", queue)
+    # SLURM_TIME_FORMAT=standard: the times as ISO 8601 whatever the probe user's
+    # environment sets (a site's "relative", "%s": a start not parsed is no identity).
+    env = "TZ=UTC SLURM_TIME_FORMAT=standard"
+    acct = f"{env} {_tool(spec, 'sacct')} -j {name} -P -n -o JobID,State,ExitCode,Start,End"
+    queue = f"{env} {_tool(spec, 'squeue')} -h -t all -j {name} -o '%i|%T|%S|%e'"
+    lines = trust + _run("supervisor", acct) + _run("supervisor_queue", queue)
     lines += [
         "sec supervisor_pids",
-        f"{_tool(spec, 'scontrol')} listpids {name} 2>/dev/null | head -n {PIDS_CAP + 1}",
+        f'[ "$t" = ok ] && {_tool(spec, "scontrol")} listpids {name} 2>/dev/null | head -n {PIDS_CAP + 1}',
     ]
     return lines
 
@@ -194,9 +222,12 @@ def record_evidence(record: Record) -> dict[str, object]:
     return evidence
 
 
-def reading_of(record: Record, *, now: float | None, host: str, bound: str | None = None) -> Reading:
+def reading_of(
+    record: Record, *, now: float | None, host: str, bound: str | None = None, begins: float | None = None
+) -> Reading:
     """What the record says of the job. ``bound``: the identity a launch bound the run to (a
-    record of another identity is another run's)."""
+    record of another identity is another run's). ``begins``: when the run began, as given
+    with ``since`` (an exit recorded of a run begun, or ended, before it is an earlier run's)."""
     evidence = record_evidence(record)
     where = f"{record.kind} {record.name}"
     if record.phase == "unreadable":
@@ -215,6 +246,20 @@ def reading_of(record: Record, *, now: float | None, host: str, bound: str | Non
             Says.UNKNOWN,
             f"{where} is another run ({record.identity}), not the launched one ({bound}): the launched"
             " run's record is gone, and how it ended cannot be told from it",
+            evidence,
+            now,
+            host,
+        )
+    # As for a process (docs/run-binding.md, rule 11): an earlier run's record is `running`
+    # while it runs, its exit no evidence of this run.
+    earlier = _earlier(record, begins) if record.phase == "exited" else ""
+    if earlier:
+        evidence["supervisor_before"] = begins
+        return Reading(
+            "supervisor",
+            Says.UNKNOWN,
+            f"{where} {record.how_it_ended()}, but that is an earlier run's end ({earlier} before"
+            " the given start of the run): no record of a run begun since",
             evidence,
             now,
             host,
@@ -248,6 +293,20 @@ def reading_of(record: Record, *, now: float | None, host: str, bound: str | Non
     return Reading("supervisor", Says.FAILED, f"{where} {ended}", evidence, now, host)
 
 
+def _earlier(record: Record, begins: float | None) -> str:
+    """How the record shows itself an earlier run's than one that began at ``begins`` (its
+    start, else its end, clearly before it; to the second where the record keeps whole
+    seconds); empty: it does not."""
+    if begins is None:
+        return ""
+    slack = WHOLE_SECOND if record.coarse else 0.0
+    if record.started_at is not None:
+        return "it began" if record.started_at + slack < begins else ""
+    if record.finished_at is not None and record.finished_at + slack < begins:
+        return "it ended"
+    return ""
+
+
 def _is_bound(identity: str, bound: str) -> bool:
     """Whether a record's identity is the one a launch bound: a unit's InvocationID exactly;
     a container's ID or a job's ID with whatever start the record has (the launch saw only
@@ -266,7 +325,14 @@ def _read(
     record = read_record(spec.kind, spec.name, sections)
     run = facts.run
     bound = run.supervised if run is not None and run.source == "launch" else None
-    reading = reading_of(record, now=facts.meta.now, host=facts.host, bound=bound)
+    # A start given with --since is exact (to its slack): a record begun before it is an
+    # earlier run's, whatever it says (its exit 0 is no word of this run).
+    begins = (
+        run.started_at - (run.slack or 0.0)
+        if run is not None and run.source == "since" and run.started_at is not None
+        else None
+    )
+    reading = reading_of(record, now=facts.meta.now, host=facts.host, bound=bound, begins=begins)
     new_memory = memory
     if record.identity is not None and reading.says is not Says.UNKNOWN:
         if (
