@@ -281,25 +281,28 @@ def test_a_nohup_job_completes(tmp_path: Path, where: str, request: pytest.Fixtu
     _completes(watch, job.wait(), f"nohup/{where}")
 
 
-def test_a_job_logging_to_a_file_completes(tmp_path: Path) -> None:
-    """Python's ``logging`` to a file it opens after its imports (basicConfig)."""
-    tag = f"logging-{uuid.uuid4().hex[:8]}"
+#: How people start a job, each its own seam (who opens the log, when its lines reach it): the
+#: job's mode (``_job_argv``) and the shell line that starts it ({argv}, {log}).
+_LAUNCHES = {
+    # Python's ``logging`` to a file it opens after its imports (basicConfig).
+    "logging": ("logging", "{argv} > /dev/null 2>&1 &"),
+    # ``print`` without flush to ``> log``: block-buffered, every line written at the exit.
+    "print": ("print", "{argv} > {log} 2>&1 &"),
+    # ``setsid``: a new session, no controlling terminal, stdin closed.
+    "setsid": ("stdout", "setsid {argv} > {log} 2>&1 < /dev/null &"),
+}
+
+
+@pytest.mark.parametrize("launch", sorted(_LAUNCHES))
+def test_a_job_started_as_people_start_jobs_completes(tmp_path: Path, launch: str) -> None:
+    mode, line = _LAUNCHES[launch]
+    tag = f"{launch}-{uuid.uuid4().hex[:8]}"
     stage = _stage_file(tmp_path, _stage(tmp_path, tag))
     watch = Watch(stage, tmp_path)
     watch.first()
-    job = _shell(f"{_q(_job_argv(tmp_path, tag, 'logging'))} > /dev/null 2>&1 &", tag)
-    _completes(watch, job.wait(), "logging")
-
-
-def test_a_job_printing_to_a_redirected_stdout_completes(tmp_path: Path) -> None:
-    """``print`` without flush to ``> log``: block-buffered, every line written at the exit."""
-    tag = f"print-{uuid.uuid4().hex[:8]}"
-    stage = _stage_file(tmp_path, _stage(tmp_path, tag))
-    watch = Watch(stage, tmp_path)
-    watch.first()
-    argv = _job_argv(tmp_path, tag, "print")
-    job = _shell(f"{_q(argv)} > {shlex.quote(str(tmp_path / 'job.log'))} 2>&1 &", tag)
-    _completes(watch, job.wait(), "print")
+    argv = _q(_job_argv(tmp_path, tag, mode))
+    job = _shell(line.format(argv=argv, log=shlex.quote(str(tmp_path / "job.log"))), tag)
+    _completes(watch, job.wait(), launch)
 
 
 @pytest.mark.parametrize("since", [False, True], ids=["watched", "since"])
@@ -403,16 +406,6 @@ def test_a_job_launched_through_crosscheck_completes(tmp_path: Path) -> None:
     job = Exit(_pid_of(tag))
     watch = Watch(stage, tmp_path, env=env)
     _completes(watch, job.wait(), "launch")
-
-
-def test_a_setsid_job_completes(tmp_path: Path) -> None:
-    tag = f"setsid-{uuid.uuid4().hex[:8]}"
-    stage = _stage_file(tmp_path, _stage(tmp_path, tag))
-    watch = Watch(stage, tmp_path)
-    watch.first()
-    argv = _job_argv(tmp_path, tag, "stdout")
-    job = _shell(f"setsid {_q(argv)} > {shlex.quote(str(tmp_path / 'job.log'))} 2>&1 < /dev/null &", tag)
-    _completes(watch, job.wait(), "setsid")
 
 
 def test_a_tmux_job_completes(tmp_path: Path) -> None:
