@@ -754,7 +754,11 @@ def _as_shown(
                 ),
             )
         elif per_host is not None and count is not None:
-            out[key] = replace(p, detail=f"ranks {count}/{per_host} alive on {node.host}; {p.detail}")
+            out[key] = replace(
+                p,
+                detail=f"ranks {count}/{per_host} alive on {node.host}; {p.detail}",
+                evidence={**p.evidence, "per_host": per_host},  # for the key values: ranks=1/2
+            )
         if final or node.host not in gone:
             continue
         for g in gone[node.host]:
