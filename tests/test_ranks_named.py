@@ -499,3 +499,18 @@ def test_over_two_hosts_a_local_log_stamped_ahead_says_so_and_no_file_server(
     assert row["says"] == "unknown" and row["evidence"]["age_seconds"] < 0, row  # the raw number kept
     assert "ahead of the host's clock, on the host's own file system" in row["detail"], row
     assert "file server" not in json.dumps(doc) and "--since" not in json.dumps(doc), doc
+
+
+def test_the_ranks_against_per_host_in_every_place_a_row_is_shown() -> None:
+    """The process row of a host (its evidence given ``per_host`` by the verdict across
+    hosts) shows its ranks against it: the table's key values, the notification's line, the
+    evidence artifact's facts."""
+    from sensors._present.evidence import evidence_line, key_values
+    from sensors._present.facts import _process_facts
+
+    verdict = _hung()
+    row = verdict.readings["process@b"]
+    assert row.evidence["per_host"] == 2 and row.evidence["ranks"] == 1, row.evidence
+    assert key_values("process", row.evidence).startswith("ranks=1/2  "), key_values("process", row.evidence)
+    assert "(ranks 1/2, " in evidence_line(row, "process@b"), evidence_line(row, "process@b")
+    assert _process_facts(row.evidence)[0] == "ranks 1/2"

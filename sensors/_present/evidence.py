@@ -187,6 +187,8 @@ def evidence_line(reading: Any, name: str | None = None) -> str:
 
 def _process_values(ev: Mapping[str, Any]) -> list[str]:
     out = []
+    if has_value(ev, "per_host") and (ranks := number(ev.get("ranks"))) is not None:
+        out.append(f"ranks {ranks:.0f}/{ev['per_host']}")  # over several hosts: against per_host
     if has_value(ev, "pid"):
         out.append(f"pid {ev['pid']}")
     if has_value(ev, "state"):

@@ -167,6 +167,9 @@ def facts(reading: Any, *, limit: int = 100) -> str:
 
 def _process_facts(ev: Mapping[str, Any]) -> list[str]:
     out = []
+    # A stage over several hosts: the host's ranks alive against ``process.per_host``.
+    if has_value(ev, "per_host") and (ranks := number(ev.get("ranks"))) is not None:
+        out.append(f"ranks {ranks:.0f}/{one_line(ev['per_host'], 10)}")
     if has_value(ev, "pid"):
         out.append(f"pid {one_line(ev['pid'], 20)}")
     if has_value(ev, "state"):
