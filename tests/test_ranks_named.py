@@ -514,3 +514,13 @@ def test_the_ranks_against_per_host_in_every_place_a_row_is_shown() -> None:
     assert key_values("process", row.evidence).startswith("ranks=1/2  "), key_values("process", row.evidence)
     assert "(ranks 1/2, " in evidence_line(row, "process@b"), evidence_line(row, "process@b")
     assert _process_facts(row.evidence)[0] == "ranks 1/2"
+
+
+def test_the_table_of_several_stages_shows_each_hosts_ranks_against_per_host(capsys, monkeypatch) -> None:
+    from sensors._present.terminal import print_verdicts
+
+    monkeypatch.setenv("COLUMNS", "300")
+    verdict = _hung()
+    print_verdicts([verdict, verdict])
+    out = capsys.readouterr().out
+    assert "a working ranks=2/2  cpu=5.0s; b working ranks=1/2  cpu=5.0s" in out, out
