@@ -1279,7 +1279,7 @@ def clock_ahead_words(ahead: float | None, local: bool | None) -> str:
 
     Example:
         >>> clock_ahead_words(575.6, True)[:62]
-        "the log's file times are 575.6s ahead of the host's clock, on"
+        "the log's file times are 575.6s ahead of the host's clock, on "
     """
     by = f" {ahead:.1f}s" if ahead is not None else ""
     said = f"the log's file times are{by} ahead of the host's clock"
