@@ -9,6 +9,12 @@ stalled one still waits takes the pictures: the runs list, each flow run's page 
 evidence artifact, the picture of its wait, and the event feed. Every process it starts has its
 own session and is stopped by PID; nothing but 127.0.0.1 is contacted (Chromium runs with its
 background networking off). Needs Debian's ``chromium`` (``apt-get install chromium``).
+
+A fourth gate watches a stage over two hosts: two real OpenSSH sshd on 127.0.0.1 (the tests'
+``tests/sshd.py``; needs ``sshd``), two ranks on each (the tests' ``tests/span_job.py``), a log
+per rank. Once every rank is seen at work the ranks are told to block in a collective and
+global rank 3 is killed: the gate fails on the hung collective, and its flow run, evidence and
+picture name the lost rank (``hung-*.png``). ``--only hung`` takes those pictures alone.
 """
 
 from __future__ import annotations
@@ -145,6 +151,75 @@ def _start_gate(work: Path, env: dict[str, str], situation: str) -> tuple[subpro
     return proc, job
 
 
+HUNG = "train-hung"  # the stage over two hosts
+
+
+@contextlib.contextmanager
+def _hung_collective(work: Path, env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[bytes], Any]]:
+    """A gate on a job over two loopback sshd hosts, 2 ranks each, a log per rank; yields the
+    gate's process and the ranks (``tests.test_span._Ranks``)."""
+    import yaml
+
+    from tests.sshd import SSHD
+    from tests.test_span import _Ranks
+
+    servers = [SSHD(), SSHD()]
+    ranks = None
+    proc = None
+    try:
+        for server in servers:
+            server.start()
+        ranks = _Ranks(work / "job", nodes=2, per_host=2, rank_logs=True)
+        stage = {
+            "stage": HUNG,
+            "hosts": [server.spec() for server in servers],
+            "process": {"match": ranks.match, "per_host": 2},
+            "log": {
+                "path": str(ranks.folder / "rank{rank}.log"),
+                "complete": r"rank \d+ done",
+                "error": r"^ERROR",
+                "progress": r"^step",
+            },
+            "outputs": {"files": str(ranks.folder / "out"), "expected": 2},
+            "policy": {"interval": "1s", "settle": 1, "stall_after": "4s"},
+        }
+        path = work / f"{HUNG}.yaml"
+        path.write_text(yaml.safe_dump(stage, sort_keys=False))
+        log = open(work / "gate-hung.log", "wb")  # noqa: SIM115 - lives as long as the gate
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _GATE_SCRIPT, str(path), "180"],
+            env={**env, "PREFECT_LOGGING_LEVEL": "INFO"},
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        yield proc, ranks
+    finally:
+        if proc is not None:
+            _stop(proc, signal.SIGINT)
+        if ranks is not None:
+            ranks.stop()
+        for server in servers:
+            server.cleanup()
+
+
+def _hang_and_kill(api: str, ranks: Any) -> None:
+    """Once the gate's evidence shows every rank at work, block the ranks in a collective and
+    kill global rank 3 (node 1's second): the others wait for it for good."""
+
+    def all_at_work() -> bool:
+        run = _flow_run(api, HUNG)
+        found = _artifact(api, run["id"], "-evidence") if run else None
+        return bool(found) and str(found.get("data")).count("ranks 2/2") >= 2
+
+    _wait_for("every rank at work", all_at_work, 120)
+    (ranks.folder / "hang").touch()
+    time.sleep(0.5)
+    os.kill(ranks.procs[(1, 1)].pid, signal.SIGKILL)
+
+
 def _flow_run(api: str, name: str) -> dict[str, Any] | None:
     runs = _api(api, "/flow_runs/filter", {"flow_runs": {"name": {"any_": [f"gate-{name}"]}}, "limit": 1})
     return runs[0] if runs else None
@@ -189,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(REPO / "docs" / "screenshots"))
     parser.add_argument("--chromium", default=shutil.which("chromium") or "chromium")
+    parser.add_argument("--only", choices=("hung",), help="take only these pictures (the others stay)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -198,6 +274,18 @@ def main(argv: list[str] | None = None) -> int:
         (work / "home").mkdir()
         with _server(work / "home") as (api, env):
             ui = api.removesuffix("/api")
+            with _hung_collective(work, env) as (proc, ranks):
+                _hang_and_kill(api, ranks)
+                proc.wait(180)  # the gate fails on the hung collective
+                run = _wait_for("the hung gate's flow run", lambda: _flow_run(api, HUNG), 60)
+                _shoot(args.chromium, f"{ui}/runs/flow-run/{run['id']}", out / "hung-flow-run.png")
+                for kind in ("evidence", "picture"):
+                    artifact = _artifact(api, run["id"], f"-{kind}")
+                    if artifact is not None:
+                        page = f"{ui}/artifacts/artifact/{artifact['id']}"
+                        _shoot(args.chromium, page, out / f"hung-{kind}.png")
+            if args.only == "hung":
+                return 0
             gates = {s: _start_gate(work, env, s) for s in GATES}
             try:
                 runs: dict[str, dict[str, Any]] = {}

@@ -250,6 +250,7 @@ def test_rank_variables_are_read_as_digits_or_not_at_all() -> None:
 
 # --------------------------------------------------------------------------- the real CLI, two sshd hosts
 
+import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
@@ -422,3 +423,104 @@ def test_validate_names_the_field_that_names_two_hosts_alike(tmp_path: Path) -> 
     )
     assert out.returncode == 2, out
     assert "log.path: {host} would name two hosts alike" in out.stderr + out.stdout, out
+
+
+# --------------------------------------------------------------------------- a log stamped ahead
+
+
+def test_a_log_stamped_ahead_is_worded_for_where_it_lives() -> None:
+    """A file time ahead of the host's clock is no age, and its cause depends on the file
+    system: the host's own kernel never stamps ahead (a tool set it), a file server's clock may
+    run ahead; not known: both named. No words blame a file server for a local file."""
+    from sensors._present.evidence import evidence_line, key_values
+    from sensors._present.facts import _log_facts
+    from sensors._signals.log import clock_ahead_words
+
+    local = clock_ahead_words(575.6, True)
+    assert "575.6s ahead of the host's clock" in local and "a tool set them" in local
+    assert "file server" not in local
+    served = clock_ahead_words(575.6, False)
+    assert "file server" in served and "tool" not in served
+    assert "file server" in clock_ahead_words(None, None) and "tool" in clock_ahead_words(None, None)
+    ev = {"age_seconds": -575.6, "size": 16, "last_line": "step 3"}
+    assert key_values("log", ev, "gpu-02") == "stamped 575.6s ahead of gpu-02's clock  bytes=16"
+    assert key_values("log", ev) == "stamped 575.6s ahead of the host's clock  bytes=16"
+    assert key_values("log", {"age_seconds": 12.0}) == "age=12.0s"
+    line = evidence_line(Reading("log", Says.UNKNOWN, "x", ev))
+    assert "stamped 9m 35s ahead of the host's clock" in line and "age" not in line, line
+    assert _log_facts(ev)[1] == "stamped 9 m 35 s ahead of the host's clock"
+    assert key_values("process", {"ranks": 1, "per_host": 2, "pid": 7}) == "ranks=1/2  pid=7"
+    assert key_values("process", {"ranks": 1, "pid": 7}) == "pid=7"
+
+
+def test_over_two_hosts_a_local_log_stamped_ahead_says_so_and_no_file_server(
+    tmp_path: Path, hosts: list[_Host]
+) -> None:
+    """Each node's log (local files, on this machine's file systems) touched 10 minutes into
+    the future, the watch given --since: the table says how far ahead of which host's clock
+    the log is stamped (no negative age), its words blame no file server, and no advice asks
+    for the --since the watch has."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    for node in (0, 1):
+        log = folder / f"node{node}.log"
+        log.write_text(f"step 1\nnode {node} done\n")
+        subprocess.run(["touch", "-d", "+10 minutes", str(log)], check=True)
+    stage = {
+        "stage": "ahead",
+        "hosts": [h.sshd.spec() for h in hosts],
+        "process": {"match": f"no-such-job-{os.getpid()} --node {{node}} "},
+        "log": {"path": str(folder / "node{node}.log"), "complete": r"node \d+ done"},
+    }
+    path = tmp_path / "ahead.yaml"
+    path.write_text(yaml.safe_dump(stage, sort_keys=False))
+
+    def cli(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "sensors", "status", str(path), "--since", "5m", *extra],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "400"},
+            timeout=120,
+            check=False,
+        )
+
+    table = cli()
+    shown = table.stdout + table.stderr
+    b = f"127.0.0.1:{hosts[1].sshd.port}"
+    assert "stamped 6" in shown or "stamped 5" in shown, shown
+    assert f"ahead of {b}'s clock" in shown, shown
+    assert "age=-" not in shown and "s ago" not in shown.replace("seen alive", ""), shown
+    assert "file server" not in shown, shown
+    assert "a tool set them (touch -d" in shown, shown
+    assert "--since" not in shown, shown
+    doc = json.loads(cli("--json").stdout)
+    row = doc["signals"][f"log@{b}"]
+    assert row["says"] == "unknown" and row["evidence"]["age_seconds"] < 0, row  # the raw number kept
+    assert "ahead of the host's clock, on the host's own file system" in row["detail"], row
+    assert "file server" not in json.dumps(doc) and "--since" not in json.dumps(doc), doc
+
+
+def test_the_ranks_against_per_host_in_every_place_a_row_is_shown() -> None:
+    """The process row of a host (its evidence given ``per_host`` by the verdict across
+    hosts) shows its ranks against it: the table's key values, the notification's line, the
+    evidence artifact's facts."""
+    from sensors._present.evidence import evidence_line, key_values
+    from sensors._present.facts import _process_facts
+
+    verdict = _hung()
+    row = verdict.readings["process@b"]
+    assert row.evidence["per_host"] == 2 and row.evidence["ranks"] == 1, row.evidence
+    assert key_values("process", row.evidence).startswith("ranks=1/2  "), key_values("process", row.evidence)
+    assert "(ranks 1/2, " in evidence_line(row, "process@b"), evidence_line(row, "process@b")
+    assert _process_facts(row.evidence)[0] == "ranks 1/2"
+
+
+def test_the_table_of_several_stages_shows_each_hosts_ranks_against_per_host(capsys, monkeypatch) -> None:
+    from sensors._present.terminal import print_verdicts
+
+    monkeypatch.setenv("COLUMNS", "300")
+    verdict = _hung()
+    print_verdicts([verdict, verdict])
+    out = capsys.readouterr().out
+    assert "a working ranks=2/2  cpu=5.0s; b working ranks=1/2  cpu=5.0s" in out, out

@@ -362,6 +362,13 @@ def on_local_fs(path: str | None, sections: Mapping[str, bytes]) -> bool:
     return _stat_fs(sections.get("statfs")).get(path or "") in LOCAL_FILE_SYSTEMS
 
 
+def local_fs(path: str | None, sections: Mapping[str, bytes]) -> bool | None:
+    """Whether ``path``'s file system is a local one (its times the host's own clock's), as
+    this probe's shared stat found it; None where it did not find it."""
+    magic = _stat_fs(sections.get("statfs")).get(path or "")
+    return None if magic is None else magic in LOCAL_FILE_SYSTEMS
+
+
 def keeps_times(path: str | None, sections: Mapping[str, bytes]) -> bool:
     """Whether ``path``'s file system, as this probe's shared stat found it, is one whose
     times move with every change (:data:`TIMES_KEPT`)."""

@@ -102,12 +102,15 @@ from sensors._present.facts import (  # noqa: E402 - the shared pieces, re-expor
 # --------------------------------------------------------------------------- terminal
 
 
-def key_values(signal: str, evidence: dict[str, Any] | Any) -> str:
-    """The few evidence values a person looks at first, per signal (one inert line).
+def key_values(signal: str, evidence: dict[str, Any] | Any, host: str | None = None) -> str:
+    """The few evidence values a person looks at first, per signal (one inert line). ``host``:
+    the host the reading is of, named where a value is true of its clock.
 
     Example:
         >>> key_values("process", {"pid": 4455, "state": "R", "cpu_seconds": 2761.0})
         'pid=4455  state=R  cpu=2761.0s'
+        >>> key_values("log", {"age_seconds": -575.6, "size": 16}, "gpu-02")
+        "stamped 575.6s ahead of gpu-02's clock  bytes=16"
     """
     ev = dict(evidence)
 
@@ -121,14 +124,25 @@ def key_values(signal: str, evidence: dict[str, Any] | Any) -> str:
 
     parts: list[str | None]
     if signal == "process":
+        # A stage over several hosts: the host's ranks alive against ``process.per_host``.
+        ranks = number(ev.get("ranks")) if has_value(ev, "per_host") else None
         parts = [
+            f"ranks={ranks:.0f}/{ev['per_host']}" if ranks is not None else None,
             fmt("pid"),
             fmt("state"),
             fmt("cpu_seconds", "cpu", "s"),
             fmt("elapsed_seconds", "elapsed", "s"),
         ]
     elif signal == "log":
-        parts = [fmt("age_seconds", "age", "s"), fmt("size", "bytes")]
+        age = number(ev.get("age_seconds"))
+        whose = "this machine's" if host == "local" else f"{host}'s" if host else "the host's"
+        parts = [
+            # A file time ahead of the host's clock is no age: say what it is.
+            f"stamped {-age:.1f}s ahead of {whose} clock"
+            if age is not None and age < 0
+            else fmt("age_seconds", "age", "s"),
+            fmt("size", "bytes"),
+        ]
     elif signal == "outputs":
         count, expected = ev.get("count"), ev.get("expected")
         parts = [f"{count if count is not None else '?'}/{expected}"]
@@ -173,6 +187,8 @@ def evidence_line(reading: Any, name: str | None = None) -> str:
 
 def _process_values(ev: Mapping[str, Any]) -> list[str]:
     out = []
+    if has_value(ev, "per_host") and (ranks := number(ev.get("ranks"))) is not None:
+        out.append(f"ranks {ranks:.0f}/{ev['per_host']}")  # over several hosts: against per_host
     if has_value(ev, "pid"):
         out.append(f"pid {ev['pid']}")
     if has_value(ev, "state"):
@@ -193,7 +209,11 @@ def _log_values(ev: Mapping[str, Any]) -> list[str]:
     if has_value(ev, "last_line"):
         out.append(f'last "{one_line(ev["last_line"], 100)}"')
     if (age := number(ev.get("age_seconds"))) is not None:
-        out.append(f"age {fmt_duration(age)}")
+        out.append(
+            f"age {fmt_duration(age)}"
+            if age >= 0
+            else f"stamped {fmt_duration(-age)} ahead of the host's clock"
+        )
     progress = ev.get("progress")
     if isinstance(progress, Mapping) and has_value(progress, "done"):
         total = progress.get("total")

@@ -167,6 +167,9 @@ def facts(reading: Any, *, limit: int = 100) -> str:
 
 def _process_facts(ev: Mapping[str, Any]) -> list[str]:
     out = []
+    # A stage over several hosts: the host's ranks alive against ``process.per_host``.
+    if has_value(ev, "per_host") and (ranks := number(ev.get("ranks"))) is not None:
+        out.append(f"ranks {ranks:.0f}/{one_line(ev['per_host'], 10)}")
     if has_value(ev, "pid"):
         out.append(f"pid {one_line(ev['pid'], 20)}")
     if has_value(ev, "state"):
@@ -195,7 +198,12 @@ def _log_facts(ev: Mapping[str, Any]) -> list[str]:
     elif has_value(ev, "last_line"):
         out.append(f'last "{one_line(ev["last_line"], 60)}"')
     if (seconds := number(ev.get("age_seconds"))) is not None:
-        out.append(f"written {age(seconds)} ago")
+        # A file time ahead of the host's clock tells no age: say what it is.
+        out.append(
+            f"written {age(seconds)} ago"
+            if seconds >= 0
+            else f"stamped {age(-seconds)} ahead of the host's clock"
+        )
     progress = ev.get("progress")
     shown = any(has_value(ev, k) for k in ("error_line", "complete_line", "last_line"))
     if not shown and isinstance(progress, Mapping) and number(progress.get("done")) is not None:

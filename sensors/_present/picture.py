@@ -48,7 +48,7 @@ class Sample:
     def of(cls, verdict: Verdict, *, at: float) -> Sample:
         def ev(signal: str, key: str) -> float | None:
             reading = verdict.readings.get(signal)
-            return number(reading.evidence.get(key)) if reading is not None else None
+            return _drawn(key, reading.evidence.get(key)) if reading is not None else None
 
         hosts: dict[str, list[float | None]] = {}
         for name, reading in verdict.readings.items():
@@ -58,7 +58,7 @@ class Sample:
                 values[_PER_HOST.index(signal)] = (
                     _gpu_use(reading.evidence)
                     if signal == "gpu"
-                    else number(reading.evidence.get(_KEY[signal]))
+                    else _drawn(_KEY[signal], reading.evidence.get(_KEY[signal]))
                 )
         gpu = verdict.readings.get("gpu")
         return cls(
@@ -89,6 +89,13 @@ class Sample:
 _PER_HOST = ("process", "log", "gpu")
 _KEY = {"process": "cpu_seconds", "log": "age_seconds"}
 _HOST_ATTRS = ("cpu_seconds", "log_age", "gpu_util")
+
+
+def _drawn(key: str, value: object) -> float | None:
+    """An evidence value as drawn: a log "age" below zero is a file time ahead of the host's
+    clock, no age, and is left out of the line (the table says what it is)."""
+    found = number(value)
+    return None if key == "age_seconds" and found is not None and found < 0 else found
 
 
 def _gpu_use(evidence: object) -> float | None:

@@ -94,7 +94,7 @@ def print_verdicts(verdicts: Sequence[Verdict]) -> None:
         for name in ("process", "log", "outputs", "gpu"):
             r = data.get(name)
             if r is not None:
-                cells.append(_says_cell(r["says"], key_values(name, r["evidence"])))
+                cells.append(_says_cell(r["says"], key_values(name, r["evidence"], v.host)))
                 continue
             # A stage over several hosts keys each host's reading ``process@HOST``: "—" there
             # said it has no such signal. Each host's, named.
@@ -120,8 +120,15 @@ def _per_host_cell(signal: str, readings: list[tuple[str, Any]]) -> Any:
         if parts:
             parts.append("; ")
         where = key[len(signal) :].removeprefix("@")
-        parts += [text(where), " ", _says_cell(str(reading.says), key_values(signal, reading.evidence))]
+        values = key_values(signal, reading.evidence, _host_of(key, reading))
+        parts += [text(where), " ", _says_cell(str(reading.says), values)]
     return Text.assemble(*parts)
+
+
+def _host_of(key: str, reading: Any) -> str:
+    """The host a reading is of, as the stage names it: after the ``@`` of its key over several
+    hosts (``log#rank3@gpu-02``, with its port where the stage gives one), else its own."""
+    return key.partition("@")[2] or reading.host
 
 
 def print_table(verdict: Verdict) -> None:
@@ -153,7 +160,11 @@ def print_table(verdict: Verdict) -> None:
         table.add_row(
             text(name),
             _says_cell(r["says"]),
-            text(key_values(verdict.readings[name].signal, r["evidence"])),
+            text(
+                key_values(
+                    verdict.readings[name].signal, r["evidence"], _host_of(name, verdict.readings[name])
+                )
+            ),
             text(r["detail"]),
         )
     console.print(table)

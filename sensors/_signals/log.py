@@ -28,6 +28,7 @@ from sensors._base.probe import (
     fstype_request,
     helper,
     keeps_times,
+    local_fs,
     own_clock,
     settled,
     shareable,
@@ -778,13 +779,24 @@ def read_log(
             " launched run's"
         )
         return Reading("log", Says.UNKNOWN, detail, evidence, meta.now, host), new_memory
+    # Where the log lives, for words true of it (a file server's clock, or a tool's times).
+    fs = sections.get("log_fs")
+    local = own_clock(fs) if fs and fs.strip() else local_fs(spec.path, sections)
     if new_memory.exit_unclear:
         evidence["exit_unclear"] = True  # for good: the verdict is stuck (sensors._verdict.stuck)
+        whose = (
+            "times a tool set, on the host's own file system"
+            if local
+            else "a file server's"
+            if local is False
+            else "a file server's, or times a tool set"
+        )
         detail = (
             "the launched job's exit was already recorded when this watch first read the log, and"
-            " the log's file times come from another clock than the host's (a file server's): whether"
+            f" the log's file times come from another clock than the host's ({whose}): whether"
             " a later run wrote to it since cannot be told. Watch a launched job from its launch"
-            " (the gate or wait that launched it), or keep the log on the host's own file system"
+            " (the gate or wait that launched it)"
+            + ("" if local else ", or keep the log on the host's own file system")
         )
         return Reading("log", Says.UNKNOWN, detail, evidence, meta.now, host), new_memory
     had = Had(
@@ -793,7 +805,7 @@ def read_log(
         # A process of the job seen at work before its line was written: watched before it ended.
         seen_alive=bool(word.writers),
     )
-    says, detail = _log_says(scan, complete_line, still_writing, memory, age, word, had)
+    says, detail = _log_says(scan, complete_line, still_writing, memory, age, word, had, ahead, local)
     if change:
         detail += f" (log {change} since the last check)"
     return Reading("log", says, detail, evidence, meta.now, host), new_memory
@@ -1186,6 +1198,8 @@ def _log_says(
     age: float,
     word: _Word | None = None,
     had: Had | None = None,
+    ahead: float | None = None,
+    local: bool | None = None,
 ) -> tuple[Says, str]:
     had = had or Had()
     if scan.error_line is not None:
@@ -1227,10 +1241,7 @@ def _log_says(
         if memory.bound_by == "watch":
             why = "no run start is known"
         elif memory.clock_ahead:
-            why = (
-                "the log's file times are ahead of the host's clock (a file server with a clock of"
-                " its own), so they do not tell when it was written"
-            )
+            why = clock_ahead_words(ahead, local)
         elif memory.last_write_unclear:
             why = "the log was last written too near the run's start to tell which run wrote it"
         else:
@@ -1255,8 +1266,32 @@ def _log_says(
         earlier = " (the completion line in it is an earlier run's)" if scan.earlier_complete else ""
     return (
         Says.WORKING,
-        f"no completion line from this run yet{earlier}; last: {scan.last_line[:160]!r}, {age:.0f}s ago",
+        f"no completion line from this run yet{earlier}; last: {scan.last_line[:160]!r},"
+        + (f" {age:.0f}s ago" if age >= 0 else f" the log stamped {-age:.0f}s ahead of the host's clock"),
     )
+
+
+def clock_ahead_words(ahead: float | None, local: bool | None) -> str:
+    """Why a log whose file times are ahead of the host's clock cannot be dated, true of where
+    it lives (``local``: its file system is the host's own, None: not known): a file server's
+    clock may run ahead of the host's; on a local file system the host's kernel stamps the
+    times from its own clock, which never leads, so a tool set them.
+
+    Example:
+        >>> clock_ahead_words(575.6, True)[:62]
+        "the log's file times are 575.6s ahead of the host's clock, on "
+    """
+    by = f" {ahead:.1f}s" if ahead is not None else ""
+    said = f"the log's file times are{by} ahead of the host's clock"
+    undated = "so they do not tell when it was written"
+    if local:
+        return (
+            f"{said}, on the host's own file system, whose times never run ahead of its clock: a tool"
+            f" set them (touch -d, a copy or an unpack that kept another machine's times), {undated}"
+        )
+    if local is False:
+        return f"{said} (the log's file server stamps them by a clock of its own), {undated}"
+    return f"{said} (set by a tool, or by a file server's clock), {undated}"
 
 
 class _LogScan(NamedTuple):

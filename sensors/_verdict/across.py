@@ -202,14 +202,14 @@ def _rules(
     # Progress is CPU time, I/O, the log and the outputs (``_mark``): a GPU busy is not, for
     # NCCL spins at 100 % while it waits for a peer that is gone.
     if lost and waiting and all(n.host in idle and idle[n.host] >= policy.stall_after for n in waiting):
-        gone = _all_lost(lost, alive, most, per_host, lost_at, gone or {})
+        which = _all_lost(lost, alive, most, per_host, lost_at, gone or {})
         live = ", ".join(f"{n.host} ({alive[n.host]})" for n in waiting)
         quiet = min(idle[n.host] for n in waiting)
         busy = [n.host for n in waiting if _gpu_busy(n.verdict)]
         return (
             State.FAILED,
             [
-                f"{gone}; ranks alive on {live} with no progress for {quiet:.0f}s"
+                f"{which}; ranks alive on {live} with no progress for {quiet:.0f}s"
                 " (CPU time, I/O, log and outputs unchanged)"
                 + (f", GPUs busy on {', '.join(busy)}" if busy else "")
                 + ": a collective waiting for a lost rank",
@@ -754,7 +754,11 @@ def _as_shown(
                 ),
             )
         elif per_host is not None and count is not None:
-            out[key] = replace(p, detail=f"ranks {count}/{per_host} alive on {node.host}; {p.detail}")
+            out[key] = replace(
+                p,
+                detail=f"ranks {count}/{per_host} alive on {node.host}; {p.detail}",
+                evidence={**p.evidence, "per_host": per_host},  # for the key values: ranks=1/2
+            )
         if final or node.host not in gone:
             continue
         for g in gone[node.host]:
