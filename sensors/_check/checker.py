@@ -35,6 +35,7 @@ from sensors._config.stage import PolicySpec, Stage
 from sensors._hosts import Host, LocalHost
 from sensors._hosts.exits import ExitWatch, SeenEnd, local_exits
 from sensors._hosts.ssh_exits import RemoteExitWatch
+from sensors._check.launch import supervised_stage
 from sensors._run.run import LaunchEnd, Run, Since, exit_record_lines, parse_since, read_launch_end
 from sensors._run.tolerances import END_WINDOW, JIFFY, SINCE_SAME
 from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
@@ -295,6 +296,9 @@ class Checker(Following):
                 " (sensors.checker_for gives the checker of any stage)",
                 field="hosts",
             )
+        # A Slurm job a launch created is named by the ID sbatch gave (the launch record's),
+        # whatever the stage file says: every consumer of the record watches that job.
+        stage = supervised_stage(stage, run)
         self.stage = stage
         self.host = host if host is not None else host_for(stage)
         self.last: Verdict | None = None
