@@ -668,3 +668,66 @@ def test_slurm_launch_binds_the_job_sbatch_gave(slurm, on, tmp_path, script, fin
     assert sup.evidence["supervisor_name"] == job and sup.evidence["supervisor_identity"].startswith(f"{job}@")
     if final is State.COMPLETE:
         assert "done" in log.read_text()
+
+
+# --------------------------------------------------------------------------- process-only under a supervisor
+
+
+def test_process_without_match_needs_a_supervisor() -> None:
+    from sensors._base.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="give a supervisor section"):
+        stage_from_dict({"stage": "p", "process": {}})
+    with pytest.raises(ConfigError, match="exactly one of match or pid"):
+        stage_from_dict({"stage": "p", "supervisor": {"docker": "x"}, "process": {"match": "a", "pid": 3}})
+    assert stage_from_dict({"stage": "p", "supervisor": {"docker": "x"}, "process": {}}).process.supervised
+
+
+def _supervised_stage(kind: str, stand: Stand, request, tmp_path: Path, code: int) -> dict:
+    script = f"sleep 2; exit {code}"
+    if kind == "docker":
+        sup, command = {"docker": f"p-{uuid.uuid4().hex[:6]}", "bin": str(stand.bin)}, ["img", "sh", "-c", script]
+    elif kind == "systemd":
+        sup, command = {"systemd": f"p-{uuid.uuid4().hex[:6]}", "bin": str(stand.bin)}, ["sh", "-c", script]
+    else:
+        slurm = request.getfixturevalue("slurm")
+        tmp_path.chmod(0o755)
+        sup, command = {"slurm": 999999, "bin": str(slurm.bin)}, ["sh", "-c", script]
+    return {"stage": "p", "supervisor": sup, "process": {}, "launch": {"command": command, "log": str(tmp_path / "p.log")}}
+
+
+@pytest.mark.parametrize("kind", ["docker", "systemd", "slurm"])
+@pytest.mark.parametrize("code, final", [(0, State.COMPLETE), (4, State.FAILED)])
+def test_a_process_only_stage_under_a_supervisor_ends(kind, code, final, stand, on, request, tmp_path) -> None:
+    stage = {**_supervised_stage(kind, stand, request, tmp_path, code), **on}
+    record = _launch(stage, tmp_path / "state.db")
+    from sensors._run.run import run_from_record
+
+    checker = Checker(stage_from_dict(stage), run=run_from_record(record))
+    deadline = time.monotonic() + 30
+    seen: list = []
+    while time.monotonic() < deadline:
+        verdict = checker.check()
+        seen.append(verdict)
+        if verdict.state in (State.COMPLETE, State.FAILED):
+            break
+        time.sleep(0.2)
+    assert verdict.state is final, [
+        (v.state, v.readings["supervisor"].evidence.get("supervisor_pids"), v.readings["process"].detail)
+        for v in seen
+    ]
+    at_work = [v for v in seen if v.readings["process"].says is Says.WORKING]
+    # The record's processes were the job's while it ran (the container's PID, the unit's
+    # cgroup, the job's PIDs on this node), read as its process.
+    assert at_work, [v.readings["process"].detail for v in seen]
+    pids = at_work[0].readings["supervisor"].evidence["supervisor_pids"]
+    assert {p["pid"] for p in at_work[0].readings["process"].evidence["processes"]} <= set(pids)
+    if final is State.COMPLETE:
+        assert verdict.readings["process"].says is Says.DONE
+
+
+def test_a_process_only_stage_whose_record_cannot_be_read_is_unknown(stand, host) -> None:
+    stand.docker_error("web", DOCKER_PERMISSION_DENIED)
+    _, verdict = _watch(_docker_stage(stand, process={}), host, checks=2)
+    assert verdict.state is State.UNKNOWN
+    assert verdict.readings["process"].says is Says.UNKNOWN, verdict.readings["process"].detail
