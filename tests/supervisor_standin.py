@@ -187,7 +187,7 @@ def docker(folder: Path, argv: list[str]) -> int:
             old = json.loads(path.read_text().partition("\n")[2])[0]["Id"]
             print(
                 f'docker: Error response from daemon: Conflict. The container name "/{name}" is already'
-                f" in use by container \"{old}\". You have to remove (or rename) that container to be"
+                f' in use by container "{old}". You have to remove (or rename) that container to be'
                 " able to reuse that name.\n\nRun 'docker run --help' for more information",
                 file=sys.stderr,
             )
@@ -198,15 +198,23 @@ def docker(folder: Path, argv: list[str]) -> int:
             started = time.time()
             job = subprocess.Popen(command, start_new_session=True)
             write_state(
-                folder, f"docker-{name}", 0,
+                folder,
+                f"docker-{name}",
+                0,
                 container_json(name, status="running", cid=cid, started=started, pid=job.pid),
             )
             rc = job.wait()
             code, sig = _status(rc)
             write_state(
-                folder, f"docker-{name}", 0,
+                folder,
+                f"docker-{name}",
+                0,
                 container_json(
-                    name, status="exited", cid=cid, started=started, finished=time.time(),
+                    name,
+                    status="exited",
+                    cid=cid,
+                    started=started,
+                    finished=time.time(),
                     exit_code=128 + sig if sig else int(code or 0),
                 ),
             )
@@ -284,7 +292,10 @@ def systemd_run(folder: Path, argv: list[str]) -> int:
     name = unit_name(name)
     path = folder / f"systemd-{name}"
     if path.exists():
-        print(f"Failed to start transient service unit: Unit {name} was already loaded or has a fragment file.", file=sys.stderr)
+        print(
+            f"Failed to start transient service unit: Unit {name} was already loaded or has a fragment file.",
+            file=sys.stderr,
+        )
         return 1
     invocation = uuid.uuid4().hex
     log = props.get("StandardOutput", "")
@@ -301,22 +312,59 @@ def systemd_run(folder: Path, argv: list[str]) -> int:
 
         job = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=out, preexec_fn=enter)
         write_state(
-            folder, f"systemd-{name}", 0,
-            unit_text(active="active", sub="running", invocation=invocation, started=started,
-                      pid=job.pid, cgroup=cgroup),
+            folder,
+            f"systemd-{name}",
+            0,
+            unit_text(
+                active="active",
+                sub="running",
+                invocation=invocation,
+                started=started,
+                pid=job.pid,
+                cgroup=cgroup,
+            ),
         )
         rc = job.wait()
         code, sig = _status(rc)
         exited = time.time()
         if sig:
-            text = unit_text(active="failed", sub="failed", invocation=invocation, started=started,
-                             exited=exited, result="signal", code=2, status=sig, pid=0, cgroup=cgroup)
+            text = unit_text(
+                active="failed",
+                sub="failed",
+                invocation=invocation,
+                started=started,
+                exited=exited,
+                result="signal",
+                code=2,
+                status=sig,
+                pid=0,
+                cgroup=cgroup,
+            )
         elif code:
-            text = unit_text(active="failed", sub="failed", invocation=invocation, started=started,
-                             exited=exited, result="exit-code", code=1, status=int(code), pid=0, cgroup=cgroup)
+            text = unit_text(
+                active="failed",
+                sub="failed",
+                invocation=invocation,
+                started=started,
+                exited=exited,
+                result="exit-code",
+                code=1,
+                status=int(code),
+                pid=0,
+                cgroup=cgroup,
+            )
         else:
-            text = unit_text(active="active", sub="exited", invocation=invocation, started=started,
-                             exited=exited, code=1, status=0, pid=0, cgroup=cgroup)
+            text = unit_text(
+                active="active",
+                sub="exited",
+                invocation=invocation,
+                started=started,
+                exited=exited,
+                code=1,
+                status=0,
+                pid=0,
+                cgroup=cgroup,
+            )
         write_state(folder, f"systemd-{name}", 0, text)
         if where is not None:
             # Empty now (the job's tree ended with it, or left it): systemd removes it too.

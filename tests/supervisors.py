@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.supervisor_standin import container_json, rfc3339, systemd_time, unit_name, unit_text, write_state
+from tests.supervisor_standin import container_json, unit_name, unit_text, write_state
 
 DOCKER_PERMISSION_DENIED = (
     "permission denied while trying to connect to the Docker daemon socket at"

@@ -590,7 +590,10 @@ def test_docker_launch_binds_the_container_it_created(stand, on, tmp_path, code,
         "stage": "web",
         **on,
         "supervisor": {"docker": name, "bin": str(stand.bin)},
-        "launch": {"command": ["busybox:1.36", "sh", "-c", f"sleep 1; exit {code}"], "log": str(tmp_path / "web.log")},
+        "launch": {
+            "command": ["busybox:1.36", "sh", "-c", f"sleep 1; exit {code}"],
+            "log": str(tmp_path / "web.log"),
+        },
     }
     record = _launch(stage, tmp_path / "state.db")
     cid = record["supervised"]
@@ -623,7 +626,11 @@ def test_systemd_launch_binds_the_invocation_it_created(stand, on, tmp_path, cod
         "stage": "job",
         **on,
         "supervisor": {"systemd": unit, "bin": str(stand.bin)},
-        "launch": {"command": ["sh", "-c", f"echo at work in $PWD; sleep 1; exit {code}"], "log": str(log), "cwd": str(tmp_path)},
+        "launch": {
+            "command": ["sh", "-c", f"echo at work in $PWD; sleep 1; exit {code}"],
+            "log": str(log),
+            "cwd": str(tmp_path),
+        },
     }
     record = _launch(stage, tmp_path / "state.db")
     invocation = record["supervised"]
@@ -665,7 +672,9 @@ def test_slurm_launch_binds_the_job_sbatch_gave(slurm, on, tmp_path, script, fin
     verdict = _until(stage, record, State.COMPLETE, State.FAILED, timeout=40)
     assert verdict.state is final, verdict.reasons
     sup = verdict.readings["supervisor"]
-    assert sup.evidence["supervisor_name"] == job and sup.evidence["supervisor_identity"].startswith(f"{job}@")
+    assert sup.evidence["supervisor_name"] == job and sup.evidence["supervisor_identity"].startswith(
+        f"{job}@"
+    )
     if final is State.COMPLETE:
         assert "done" in log.read_text()
 
@@ -686,19 +695,29 @@ def test_process_without_match_needs_a_supervisor() -> None:
 def _supervised_stage(kind: str, stand: Stand, request, tmp_path: Path, code: int) -> dict:
     script = f"sleep 2; exit {code}"
     if kind == "docker":
-        sup, command = {"docker": f"p-{uuid.uuid4().hex[:6]}", "bin": str(stand.bin)}, ["img", "sh", "-c", script]
+        sup, command = (
+            {"docker": f"p-{uuid.uuid4().hex[:6]}", "bin": str(stand.bin)},
+            ["img", "sh", "-c", script],
+        )
     elif kind == "systemd":
         sup, command = {"systemd": f"p-{uuid.uuid4().hex[:6]}", "bin": str(stand.bin)}, ["sh", "-c", script]
     else:
         slurm = request.getfixturevalue("slurm")
         tmp_path.chmod(0o755)
         sup, command = {"slurm": 999999, "bin": str(slurm.bin)}, ["sh", "-c", script]
-    return {"stage": "p", "supervisor": sup, "process": {}, "launch": {"command": command, "log": str(tmp_path / "p.log")}}
+    return {
+        "stage": "p",
+        "supervisor": sup,
+        "process": {},
+        "launch": {"command": command, "log": str(tmp_path / "p.log")},
+    }
 
 
 @pytest.mark.parametrize("kind", ["docker", "systemd", "slurm"])
 @pytest.mark.parametrize("code, final", [(0, State.COMPLETE), (4, State.FAILED)])
-def test_a_process_only_stage_under_a_supervisor_ends(kind, code, final, stand, on, request, tmp_path) -> None:
+def test_a_process_only_stage_under_a_supervisor_ends(
+    kind, code, final, stand, on, request, tmp_path
+) -> None:
     stage = {**_supervised_stage(kind, stand, request, tmp_path, code), **on}
     record = _launch(stage, tmp_path / "state.db")
     from sensors._run.run import run_from_record

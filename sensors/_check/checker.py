@@ -30,12 +30,12 @@ from sensors._base.probe import (
     parse_meta,
     split_sections,
 )
+from sensors._check.launch import supervised_stage
 from sensors._check.persist import NotOurs, OwnRun, Persistence, is_this_run, save_all
 from sensors._config.stage import PolicySpec, Stage
 from sensors._hosts import Host, LocalHost
 from sensors._hosts.exits import ExitWatch, SeenEnd, local_exits
 from sensors._hosts.ssh_exits import RemoteExitWatch
-from sensors._check.launch import supervised_stage
 from sensors._run.run import LaunchEnd, Run, Since, exit_record_lines, parse_since, read_launch_end
 from sensors._run.tolerances import END_WINDOW, JIFFY, SINCE_SAME
 from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
