@@ -591,7 +591,7 @@ def test_docker_launch_binds_the_container_it_created(stand, on, tmp_path, code,
         **on,
         "supervisor": {"docker": name, "bin": str(stand.bin)},
         "launch": {
-            "command": ["busybox:1.36", "sh", "-c", f"sleep 1; exit {code}"],
+            "command": ["busybox:1.36", "sh", "-c", f"sleep 3; exit {code}"],
             "log": str(tmp_path / "web.log"),
         },
     }
@@ -627,7 +627,7 @@ def test_systemd_launch_binds_the_invocation_it_created(stand, on, tmp_path, cod
         **on,
         "supervisor": {"systemd": unit, "bin": str(stand.bin)},
         "launch": {
-            "command": ["sh", "-c", f"echo at work in $PWD; sleep 1; exit {code}"],
+            "command": ["sh", "-c", f"echo at work in $PWD; sleep 3; exit {code}"],
             "log": str(log),
             "cwd": str(tmp_path),
         },
