@@ -1,9 +1,10 @@
 """Stand-ins for docker and systemctl, and a real Slurm on loopback, for tests/test_supervisors.py.
 
-No docker daemon runs here (and none can), and systemd is not PID 1: the stand-ins are tiny sh
-executables in a folder a stage names with ``supervisor.bin`` (the probe sets its own PATH:
-a folder first on the test's PATH would never be seen by it). Each prints what the test last
-wrote for it, byte for byte the real tool's format:
+No docker daemon runs here (and none can), and systemd is not PID 1: the stand-ins are one
+small program (tests/supervisor_standin.py) under three names in a folder a stage names with
+``supervisor.bin`` (the probe sets its own PATH: a folder first on the test's PATH would never
+be seen by it). Each prints what the test, or a launch through it, last wrote for it, byte for
+byte the real tool's format:
 
 - ``docker``: ``docker inspect``'s JSON array as Docker 28.2.2 (API 1.50) prints it (Go's
   ``json.Indent`` with four spaces: ``json.dumps(indent=4)`` writes the same), and its error
@@ -11,6 +12,8 @@ wrote for it, byte for byte the real tool's format:
   (exit 1).
 - ``systemctl``: ``systemctl show -p ...`` as systemd 252 (Debian 12) prints it, ``Key=value``
   a line, timestamps as ``Thu 2026-12-05 18:43:40 UTC`` under ``TZ=UTC``.
+- ``docker run -d --name``, ``systemd-run --unit``: start the job for real, detached, and
+  record it running, then its exit, as the real supervisor would (see the program's docstring).
 
 Slurm 22.05.8 (Debian 12's ``slurmctld``/``slurmd``) runs for real: :func:`slurm_cluster`
 starts both on 127.0.0.1 from a temporary folder (auth/none, proctrack/linuxproc, task/none, no
@@ -21,45 +24,18 @@ that run the real tools with that cluster's ``SLURM_CONF``.
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-ZERO_TIME = "0001-01-01T00:00:00Z"
-
-_DOCKER = """#!/bin/sh
-# A stand-in for the docker CLI 28.2.2 (API 1.50): `docker inspect --type container -- NAME`
-# prints what the test wrote in state/docker-NAME (its first line: the exit status; the rest:
-# stdout, docker's JSON array, or stderr's error text), as the real CLI prints it.
-for a; do n=$a; done
-f="$(dirname "$0")/state/docker-$n"
-[ -f "$f" ] || { echo "[]"; echo "Error: No such container: $n" >&2; exit 1; }
-rc=$(head -n 1 "$f"); tail -n +2 "$f"; exit "$rc"
-"""
-
-_SYSTEMCTL = """#!/bin/sh
-# A stand-in for systemctl of systemd 252 (Debian 12): `systemctl [--user] show -p ... -- UNIT`
-# prints what the test wrote in state/systemd-UNIT (first line: the exit status; then the
-# Key=value lines systemd 252 prints for the properties asked).
-for a; do n=$a; done
-f="$(dirname "$0")/state/systemd-$n"
-if [ ! -f "$f" ]; then
-  # systemd 252 on a unit it does not know: loaded "not-found", exit 0.
-  printf 'LoadState=not-found\\nActiveState=inactive\\nSubState=dead\\nResult=success\\nExecMainStatus=0\\n'
-  printf 'ExecMainCode=0\\nExecMainPID=0\\nInvocationID=\\nExecMainStartTimestampMonotonic=0\\n'
-  printf 'ExecMainExitTimestampMonotonic=0\\nControlGroup=\\n'
-  exit 0
-fi
-rc=$(head -n 1 "$f"); tail -n +2 "$f"; exit "$rc"
-"""
+from tests.supervisor_standin import container_json, unit_name, unit_text, write_state
 
 DOCKER_PERMISSION_DENIED = (
     "permission denied while trying to connect to the Docker daemon socket at"
@@ -67,16 +43,8 @@ DOCKER_PERMISSION_DENIED = (
     " dial unix /var/run/docker.sock: connect: permission denied"
 )
 
-
-def rfc3339(epoch: float) -> str:
-    """Go's time.RFC3339Nano in UTC, as docker writes StartedAt/FinishedAt."""
-    whole = dt.datetime.fromtimestamp(int(epoch), tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    nanos = round((epoch - int(epoch)) * 1e9)
-    return whole + (f".{nanos:09d}".rstrip("0") if nanos else "") + "Z"
-
-
-def systemd_time(epoch: float) -> str:
-    return dt.datetime.fromtimestamp(int(epoch), tz=dt.UTC).strftime("%a %Y-%m-%d %H:%M:%S UTC")
+#: The stand-ins' one program (docker, systemctl, systemd-run), told apart by its name.
+STANDIN = Path(__file__).with_name("supervisor_standin.py")
 
 
 class Stand:
@@ -85,100 +53,46 @@ class Stand:
     def __init__(self, root: Path) -> None:
         self.bin = root / "bin"
         (self.bin / "state").mkdir(parents=True)
-        for name, text in (("docker", _DOCKER), ("systemctl", _SYSTEMCTL)):
+        text = f"#!{sys.executable}\n" + STANDIN.read_text()
+        for name in ("docker", "systemctl", "systemd-run"):
             path = self.bin / name
             path.write_text(text)
             path.chmod(0o755)
 
     # ------------------------------------------------------------------ docker
 
-    def container(
-        self,
-        name: str,
-        *,
-        status: str,
-        cid: str,
-        started: float | None,
-        finished: float | None = None,
-        exit_code: int = 0,
-        oom: bool = False,
-        pid: int = 0,
-        restarts: int = 0,
-        error: str = "",
-    ) -> None:
-        state = {
-            "Status": status,
-            "Running": status in ("running", "paused", "restarting"),
-            "Paused": status == "paused",
-            "Restarting": status == "restarting",
-            "OOMKilled": oom,
-            "Dead": status == "dead",
-            "Pid": pid,
-            "ExitCode": exit_code,
-            "Error": error,
-            "StartedAt": rfc3339(started) if started is not None else ZERO_TIME,
-            "FinishedAt": rfc3339(finished) if finished is not None else ZERO_TIME,
-        }
-        info: dict[str, Any] = {
-            "Id": cid,
-            "Created": rfc3339((started or time.time()) - 1),
-            "Path": "python",
-            "Args": ["-m", "extract"],
-            "State": state,
-            "Image": "sha256:" + "ab" * 32,
-            "Name": f"/{name}",
-            "RestartCount": restarts,
-            "Driver": "overlay2",
-            # A label that says "Pid" (job-chosen text): the probe's PID read must not take it.
-            "Config": {"Hostname": cid[:12], "Env": ["PATH=/usr/bin"], "Labels": {"Pid": "1"}},
-        }
-        self._write(f"docker-{name}", 0, json.dumps([info], indent=4))
+    def container(self, name: str, **kw: Any) -> None:
+        """Write what ``docker inspect NAME`` prints (see ``container_json``)."""
+        self._write(f"docker-{name}", 0, container_json(name, **kw))
 
     def docker_error(self, name: str, text: str) -> None:
         self._write(f"docker-{name}", 1, "[]\n" + text.format(name=name))
 
     # ------------------------------------------------------------------ systemd
 
-    def unit(
-        self,
-        name: str,
-        *,
-        active: str,
-        sub: str,
-        invocation: str,
-        started: float | None,
-        exited: float | None = None,
-        result: str = "success",
-        code: int = 0,
-        status: int = 0,
-        pid: int = 0,
-        cgroup: str = "",
-    ) -> None:
-        lines = {
-            "LoadState": "loaded",
-            "ActiveState": active,
-            "SubState": sub,
-            "Result": result,
-            "ExecMainStatus": status,
-            "ExecMainCode": code,
-            "ExecMainPID": pid,
-            "InvocationID": invocation,
-            "ExecMainStartTimestamp": systemd_time(started) if started else "",
-            "ExecMainExitTimestamp": systemd_time(exited) if exited else "",
-            "ExecMainStartTimestampMonotonic": int((started or 0) * 1e6) % 10**12 if started else 0,
-            "ExecMainExitTimestampMonotonic": int((exited or 0) * 1e6) % 10**12 if exited else 0,
-            "ControlGroup": cgroup,
-        }
-        self._write(f"systemd-{name}", 0, "\n".join(f"{k}={v}" for k, v in lines.items()))
+    def unit(self, name: str, **kw: Any) -> None:
+        """Write what ``systemctl show UNIT`` prints (see ``unit_text``)."""
+        self._write(f"systemd-{unit_name(name)}", 0, unit_text(**kw))
 
     def systemd_error(self, name: str, text: str) -> None:
-        self._write(f"systemd-{name}", 1, text)
+        self._write(f"systemd-{unit_name(name)}", 1, text)
 
     def _write(self, name: str, rc: int, body: str) -> None:
-        path = self.bin / "state" / name
-        tmp = path.with_suffix(".part")
-        tmp.write_text(f"{rc}\n{body}\n")
-        tmp.rename(path)
+        write_state(self.bin / "state", name, rc, body)
+
+    def record(self, name: str) -> str:
+        """What the stand-in prints for ``name`` now (``docker-NAME``, ``systemd-UNIT``)."""
+        return (self.bin / "state" / name).read_text().partition("\n")[2]
+
+    def wait(self, name: str, word: str, timeout: float = 15.0) -> str:
+        """The record of ``name`` once it holds ``word`` (a launched job's exit, say)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            path = self.bin / "state" / name
+            if path.exists() and word in (text := self.record(name)):
+                return text
+            time.sleep(0.05)
+        raise TimeoutError(f"{name} never said {word!r}")
 
 
 # --------------------------------------------------------------------------- Slurm

@@ -544,3 +544,209 @@ def test_slurm_record_that_cannot_be_read(slurm, host, tmp_path) -> None:
     _, verdict = _watch({"stage": "sb", "supervisor": {"slurm": "1", "bin": str(bad)}}, host, checks=1)
     assert verdict.readings["supervisor"].says is Says.UNKNOWN, verdict.readings["supervisor"].detail
     assert verdict.state is State.UNKNOWN
+
+
+# --------------------------------------------------------------------------- launch through a supervisor
+
+
+@pytest.fixture(params=["local", "ssh"])
+def on(request) -> dict:
+    """Where a launched stage lives: this machine, or the test sshd (the stage's ``host``)."""
+    return {} if request.param == "local" else {"host": request.getfixturevalue("ssh_spec")}
+
+
+def _launch(stage: dict, state: Path) -> dict:
+    """``launch_stage`` as a flow runs it (its body, Prefect's run logger off: no API needed
+    for a supervised launch)."""
+    from prefect.logging import disable_run_logger
+
+    from sensors.flows import launch_stage
+
+    with disable_run_logger():
+        return launch_stage.fn(stage_from_dict(stage), state=str(state))
+
+
+def _gate(stage: dict, record: dict, checks: int = 1):
+    """A gate given the launch record (``check_stage``'s body: a Checker of the record's run)."""
+    from sensors._run.run import run_from_record
+
+    checker = Checker(stage_from_dict(stage), run=run_from_record(record))
+    return [checker.check() for _ in range(checks)][-1]
+
+
+def _until(stage: dict, record: dict, *states: State, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        verdict = _gate(stage, record, checks=2)
+        if verdict.state in states or time.monotonic() > deadline:
+            return verdict
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("code, final", [(0, State.COMPLETE), (3, State.FAILED)])
+def test_docker_launch_binds_the_container_it_created(stand, on, tmp_path, code, final) -> None:
+    name = f"web-{uuid.uuid4().hex[:6]}"
+    stage = {
+        "stage": "web",
+        **on,
+        "supervisor": {"docker": name, "bin": str(stand.bin)},
+        "launch": {
+            "command": ["busybox:1.36", "sh", "-c", f"sleep 3; exit {code}"],
+            "log": str(tmp_path / "web.log"),
+        },
+    }
+    record = _launch(stage, tmp_path / "state.db")
+    cid = record["supervised"]
+    assert record["pid"] is None and cid and cid in stand.record(f"docker-{name}")
+    running = _gate(stage, record)
+    assert running.state is State.RUNNING, running.reasons
+    assert running.readings["supervisor"].evidence["supervisor_pids"], running.readings["supervisor"]
+    verdict = _until(stage, record, State.COMPLETE, State.FAILED)
+    assert verdict.state is final, verdict.reasons
+    assert verdict.readings["supervisor"].evidence["supervisor_identity"].startswith(cid)
+    # The name again, a later container (removed and run again by hand): another run. The
+    # launched run's record is gone; its gate never takes the later one's exit for it.
+    subprocess.run([str(stand.bin / "docker"), "rm", name], check=True, capture_output=True)
+    stand.container(name, status="exited", cid=CID2, started=time.time(), finished=time.time(), exit_code=0)
+    later = _gate(stage, record, checks=2)
+    assert later.state is State.UNKNOWN, later.reasons
+    assert "another run" in later.readings["supervisor"].detail
+    # A second launch under a name in use is docker's conflict, said as the launch's error.
+    from sensors._base.errors import ProbeError
+
+    with pytest.raises(ProbeError, match="already in use"):
+        _launch(stage, tmp_path / "state.db")
+
+
+@pytest.mark.parametrize("code, final", [(0, State.COMPLETE), (3, State.FAILED)])
+def test_systemd_launch_binds_the_invocation_it_created(stand, on, tmp_path, code, final) -> None:
+    unit = f"job-{uuid.uuid4().hex[:6]}"
+    log = tmp_path / "job.log"
+    stage = {
+        "stage": "job",
+        **on,
+        "supervisor": {"systemd": unit, "bin": str(stand.bin)},
+        "launch": {
+            "command": ["sh", "-c", f"echo at work in $PWD; sleep 3; exit {code}"],
+            "log": str(log),
+            "cwd": str(tmp_path),
+        },
+    }
+    record = _launch(stage, tmp_path / "state.db")
+    invocation = record["supervised"]
+    assert record["pid"] is None and len(invocation) == 32
+    running = _gate(stage, record)
+    assert running.state is State.RUNNING, running.reasons
+    verdict = _until(stage, record, State.COMPLETE, State.FAILED)
+    assert verdict.state is final, verdict.reasons
+    assert verdict.readings["supervisor"].evidence["supervisor_identity"] == invocation
+    assert f"at work in {tmp_path}" in log.read_text()  # the unit's output, appended to the log
+    # The unit collected (reset-failed, stop) and run again under the same name: a new
+    # invocation, another run for the launched one's gate.
+    (stand.bin / "state" / f"systemd-{unit}.service").unlink()
+    again = _launch(stage, tmp_path / "other.db")
+    assert again["supervised"] != invocation
+    later = _gate(stage, record, checks=2)
+    assert later.state is State.UNKNOWN, later.reasons
+    assert "another run" in later.readings["supervisor"].detail
+    assert _until(stage, again, State.COMPLETE, State.FAILED).state is final
+
+
+@pytest.mark.parametrize(
+    "script, final", [("sleep 1; echo done; exit 0", State.COMPLETE), ("sleep 1; exit 3", State.FAILED)]
+)
+def test_slurm_launch_binds_the_job_sbatch_gave(slurm, on, tmp_path, script, final) -> None:
+    tmp_path.chmod(0o755)
+    log = tmp_path / "sb.log"
+    # The stage file cannot know the job's ID before sbatch gives it: it names any; every
+    # consumer of the launch record watches the job the record names.
+    stage = {
+        "stage": "sb",
+        **on,
+        "supervisor": {"slurm": 999999, "bin": str(slurm.bin)},
+        "launch": {"command": ["sh", "-c", script], "log": str(log)},
+    }
+    record = _launch(stage, tmp_path / "state.db")
+    job = record["supervised"]
+    assert job.isdigit() and job != "999999"
+    verdict = _until(stage, record, State.COMPLETE, State.FAILED, timeout=40)
+    assert verdict.state is final, verdict.reasons
+    sup = verdict.readings["supervisor"]
+    assert sup.evidence["supervisor_name"] == job and sup.evidence["supervisor_identity"].startswith(
+        f"{job}@"
+    )
+    if final is State.COMPLETE:
+        assert "done" in log.read_text()
+
+
+# --------------------------------------------------------------------------- process-only under a supervisor
+
+
+def test_process_without_match_needs_a_supervisor() -> None:
+    from sensors._base.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="give a supervisor section"):
+        stage_from_dict({"stage": "p", "process": {}})
+    with pytest.raises(ConfigError, match="exactly one of match or pid"):
+        stage_from_dict({"stage": "p", "supervisor": {"docker": "x"}, "process": {"match": "a", "pid": 3}})
+    assert stage_from_dict({"stage": "p", "supervisor": {"docker": "x"}, "process": {}}).process.supervised
+
+
+def _supervised_stage(kind: str, stand: Stand, request, tmp_path: Path, code: int) -> dict:
+    script = f"sleep 2; exit {code}"
+    if kind == "docker":
+        sup, command = (
+            {"docker": f"p-{uuid.uuid4().hex[:6]}", "bin": str(stand.bin)},
+            ["img", "sh", "-c", script],
+        )
+    elif kind == "systemd":
+        sup, command = {"systemd": f"p-{uuid.uuid4().hex[:6]}", "bin": str(stand.bin)}, ["sh", "-c", script]
+    else:
+        slurm = request.getfixturevalue("slurm")
+        tmp_path.chmod(0o755)
+        sup, command = {"slurm": 999999, "bin": str(slurm.bin)}, ["sh", "-c", script]
+    return {
+        "stage": "p",
+        "supervisor": sup,
+        "process": {},
+        "launch": {"command": command, "log": str(tmp_path / "p.log")},
+    }
+
+
+@pytest.mark.parametrize("kind", ["docker", "systemd", "slurm"])
+@pytest.mark.parametrize("code, final", [(0, State.COMPLETE), (4, State.FAILED)])
+def test_a_process_only_stage_under_a_supervisor_ends(
+    kind, code, final, stand, on, request, tmp_path
+) -> None:
+    stage = {**_supervised_stage(kind, stand, request, tmp_path, code), **on}
+    record = _launch(stage, tmp_path / "state.db")
+    from sensors._run.run import run_from_record
+
+    checker = Checker(stage_from_dict(stage), run=run_from_record(record))
+    deadline = time.monotonic() + 30
+    seen: list = []
+    while time.monotonic() < deadline:
+        verdict = checker.check()
+        seen.append(verdict)
+        if verdict.state in (State.COMPLETE, State.FAILED):
+            break
+        time.sleep(0.2)
+    assert verdict.state is final, [
+        (v.state, v.readings["supervisor"].evidence.get("supervisor_pids"), v.readings["process"].detail)
+        for v in seen
+    ]
+    at_work = [v for v in seen if v.readings["process"].says is Says.WORKING]
+    # The record's processes were the job's while it ran (the container's PID, the unit's
+    # cgroup, the job's PIDs on this node), read as its process.
+    assert at_work, [v.readings["process"].detail for v in seen]
+    pids = at_work[0].readings["supervisor"].evidence["supervisor_pids"]
+    assert {p["pid"] for p in at_work[0].readings["process"].evidence["processes"]} <= set(pids)
+    if final is State.COMPLETE:
+        assert verdict.readings["process"].says is Says.DONE
+
+
+def test_a_process_only_stage_whose_record_cannot_be_read_is_unknown(stand, host) -> None:
+    stand.docker_error("web", DOCKER_PERMISSION_DENIED)
+    _, verdict = _watch(_docker_stage(stand, process={}), host, checks=2)
+    assert verdict.state is State.UNKNOWN
+    assert verdict.readings["process"].says is Says.UNKNOWN, verdict.readings["process"].detail

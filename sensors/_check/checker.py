@@ -30,6 +30,7 @@ from sensors._base.probe import (
     parse_meta,
     split_sections,
 )
+from sensors._check.launch import supervised_stage
 from sensors._check.persist import NotOurs, OwnRun, Persistence, is_this_run, save_all
 from sensors._config.stage import PolicySpec, Stage
 from sensors._hosts import Host, LocalHost
@@ -295,6 +296,9 @@ class Checker(Following):
                 " (sensors.checker_for gives the checker of any stage)",
                 field="hosts",
             )
+        # A Slurm job a launch created is named by the ID sbatch gave (the launch record's),
+        # whatever the stage file says: every consumer of the record watches that job.
+        stage = supervised_stage(stage, run)
         self.stage = stage
         self.host = host if host is not None else host_for(stage)
         self.last: Verdict | None = None

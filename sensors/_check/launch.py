@@ -32,9 +32,17 @@ def launch_supervised(stage: Stage, host: Host, mark: Run, log_path: str | None)
 def supervised_stage(stage: Stage, run: Run | None) -> Stage:
     """``stage`` naming the Slurm job a launch created (sbatch gives the ID: the stage file
     cannot name it before); any other stage as it is."""
-    if stage.supervisor is None or stage.supervisor.slurm is None or run is None or not run.supervised:
+    if (
+        stage.supervisor is None
+        or stage.supervisor.slurm is None
+        or run is None
+        or run.source != "launch"
+        or not run.supervised
+    ):
         return stage
     job = run.supervised.partition("@")[0]
+    if job == stage.supervisor.slurm:
+        return stage
     data = stage.model_dump(exclude_none=True)
     data["supervisor"] = {**data["supervisor"], "slurm": job}
     return stage_from_dict(data)

@@ -86,7 +86,8 @@ def explain_files(paths: Sequence[str]) -> list[Explained]:
 def warnings_of(stage: Stage) -> list[str]:
     """What in ``stage`` loads but will likely not behave as meant (the host's route aside)."""
     notes: list[str] = []
-    told_by_files = stage.log is not None or stage.outputs is not None
+    # A supervisor's record tells the end (its exit status) as a launch's record does.
+    told_by_files = stage.log is not None or stage.outputs is not None or stage.supervisor is not None
     if stage.process is not None and not told_by_files:
         if stage.launch is None:
             # A launch section is refused for a stage over several hosts: not offered there.
@@ -122,7 +123,11 @@ def describe(stage: Stage) -> list[tuple[str, str]]:
     p = stage.process
     if p is not None:
         scope = "every process of the host" if p.scope == "host" else "every process the probe can see"
-        if p.pid is not None:
+        if p.supervised:
+            parts.append(
+                ("process", "the processes the supervisor's record names (their state, CPU time and I/O)")
+            )
+        elif p.pid is not None:
             parts.append(("process", f"PID {p.pid} on the host (its state, CPU time and I/O)"))
         else:
             matches = f"{scope} whose command line matches {_rx(p.match)}"

@@ -280,6 +280,11 @@ class Stage(Section):
             raise ValueError(
                 "no signal configured: give at least one of supervisor, process, log, outputs, gpu"
             )
+        if self.process is not None and self.process.supervised and self.supervisor is None:
+            raise ValueError(
+                "process: give match or pid (with neither, the job's processes are its supervisor's:"
+                " give a supervisor section)"
+            )
         if self.hosts is None:
             if self.process is not None and self.process.per_host is not None:
                 raise ValueError("process.per_host is for a stage over several hosts (hosts:)")
@@ -466,8 +471,8 @@ def _label(host: Literal["local"] | SSHSpec, hosts: tuple[Literal["local"] | SSH
 SCHEMA_URL = "https://raw.githubusercontent.com/crosscheck/prefect-crosscheck/main/schema/stage.schema.json"
 
 #: Sections that take exactly one of two keys (their models' validators say so too).
+#: ``process`` takes at most one of ``match`` and ``pid`` (neither: its supervisor's processes).
 _ONE_OF = {
-    "ProcessSpec": ("match", "pid"),
     "OutputsSpec": ("files", "lines"),
     "SupervisorSpec": ("docker", "systemd", "slurm"),
 }
@@ -478,7 +483,7 @@ def stage_json_schema() -> dict[str, Any]:
 
     What an editor can check as you type: the sections and their keys (unknown keys are
     errors), types, bounds, durations as numbers or ``30s``-like strings, absolute paths, at
-    least one signal, ``match`` or ``pid``, ``files`` or ``lines``. What it cannot (a regex
+    least one signal, ``match`` or ``pid`` (not both), ``files`` or ``lines``. What it cannot (a regex
     that does not compile, a duration past 365 d, ``gpu.idle_for`` against
     ``policy.interval``) the models check: ``crosscheck validate``. Key material (a block's)
     is never part of a stage file, nor of the schema.
@@ -491,6 +496,7 @@ def stage_json_schema() -> dict[str, Any]:
     schema = Stage.model_json_schema()
     for name, keys in _ONE_OF.items():
         schema["$defs"][name]["oneOf"] = [{"required": [key]} for key in keys]
+    schema["$defs"]["ProcessSpec"]["not"] = {"required": ["match", "pid"]}
     schema["anyOf"] = [
         {"required": [signal]} for signal in ("supervisor", "process", "log", "outputs", "gpu")
     ]

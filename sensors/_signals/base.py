@@ -185,7 +185,8 @@ class CheckFacts(NamedTuple):
     #: clock at its start, moved by the most the host's clock can be ahead of it as the
     #: first probe's round trip measured): a file born after it is of a run begun after it.
     watch_began: float | None = None
-    #: The supervisor's record of the job as this check read it (None: no supervisor section).
+    #: The supervisor's record of the job as this check read it (None: no supervisor section,
+    #: or a record that tells nothing of this run: unreadable, absent, another run's).
     supervised: Record | None = None
 
     @property

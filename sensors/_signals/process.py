@@ -133,11 +133,18 @@ class ProcessSpec(Section):
 
     @model_validator(mode="after")
     def _one_of(self) -> ProcessSpec:
-        if (self.match is None) == (self.pid is None):
+        # Neither: the job's processes are those its supervisor's record names (the stage
+        # needs a supervisor; checked with the stage).
+        if self.match is not None and self.pid is not None:
             raise ValueError("give exactly one of match or pid")
-        if self.user is not None and self.pid is not None:
-            raise ValueError("process.user narrows a match: a pid names one process already")
+        if self.user is not None and self.match is None:
+            raise ValueError("process.user narrows a match: give process.match with it")
         return self
+
+    @property
+    def supervised(self) -> bool:
+        """No match, no PID: the job is the processes the supervisor's record names."""
+        return self.match is None and self.pid is None
 
 
 @dataclass(frozen=True)
@@ -636,8 +643,16 @@ def _find(
     memory: ProcessMemory,
     excluded: frozenset[int],
     boot_changed: bool,
+    supervised: tuple[int, ...] = (),
 ) -> _Found:
     stats = table.stats
+    if spec.supervised:
+        # The record's processes as it names them at this check (the container's tree, the
+        # unit's cgroup, the job's PIDs on this node), and no others: none is carried over
+        # from an earlier check, so one odd read (Slurm's proctrack/linuxproc walks /proc
+        # while a step starts or ends) holds nothing past the read that showed it.
+        ours = {pid for pid in supervised if pid in stats and pid not in excluded}
+        return _Found(sorted(ours), "the supervisor's processes")
     if spec.pid is not None:
         candidates = [spec.pid] if spec.pid in stats or spec.pid in table.cmdlines else []
         # Identity is (boot_id, pid, start ticks): a reused PID is another process.
@@ -799,6 +814,7 @@ def read_process(
     exclude_pids: frozenset[int] = frozenset(),
     launched_pid: int | None = None,
     run: Run | None = None,
+    supervised: tuple[int, ...] = (),
 ) -> tuple[Reading, ProcessMemory, frozenset[int]]:
     """Read the process signal. Returns the reading, the memory, and the job's PIDs
     (matched processes and their live descendants) for the GPU attribution.
@@ -807,6 +823,7 @@ def read_process(
     ``run``: where the watched run begins; a match that started before a start given with
     ``--since`` (or before the launch) is an earlier run's process: alive, it keeps the
     stage running; gone, its exit is no evidence of this run's.
+    ``supervised``: the PIDs the supervisor's record names (a stage with no match or pid).
     """
     memory = memory or ProcessMemory()
 
@@ -820,7 +837,7 @@ def read_process(
         return unknown(table if isinstance(table, str) else "the host's clock could not be read")
     excluded = _excluded_once(meta, table, exclude_pids)
     boot_changed = memory.boot_id is not None and meta.boot_id != memory.boot_id
-    found = _find(spec, table, memory, excluded, boot_changed)
+    found = _find(spec, table, memory, excluded, boot_changed, supervised)
     want: int | None = None
     if spec.user is not None:
         resolved = _resolve_user(spec, sections, host)
@@ -856,7 +873,7 @@ def read_process(
             " whether it is the job cannot be told",
             cut_pids=cut[:16],
         )
-    if not alive_pids and spec.pid is None:
+    if not alive_pids and spec.match is not None:
         unread = _unread_once(table, meta, excluded)
         if unread and want is not None:
             # Another user's, with process.user: not the job, whatever its command line.
@@ -879,7 +896,14 @@ def read_process(
             )
     launched = launched_pid is not None and (spec.pid == launched_pid or launched_pid in found.candidates)
     seen_here = memory.last_seen is not None and memory.seen_view == meta.view
-    if not alive_pids and meta.hidden and spec.scope == "host" and not seen_here and not launched:
+    if (
+        not alive_pids
+        and meta.hidden
+        and spec.scope == "host"
+        and not seen_here
+        and not launched
+        and not spec.supervised  # the supervisor names the PIDs: none is matched from /proc
+    ):
         # "No match" from a probe that cannot see every process is not "not running": the
         # job may be at work where this /proc does not show it (issue 21). Seen alive by a
         # probe with another view (root, the host's PID namespace: memory restored from the
@@ -1313,6 +1337,20 @@ def _read(
     spec: ProcessSpec, sections: Mapping[str, bytes], memory: ProcessMemory, facts: CheckFacts
 ) -> tuple[Reading, ProcessMemory, CheckFacts]:
     run = facts.run
+    if spec.supervised and facts.supervised is None:
+        # Which processes are the job is the record's word, and it said nothing of this run.
+        return (
+            Reading(
+                "process",
+                Says.UNKNOWN,
+                "the job's processes are the supervisor's, and its record tells nothing of this run",
+                {"how": "the supervisor's processes"},
+                facts.meta.now,
+                facts.host,
+            ),
+            memory,
+            facts._replace(job_pids=frozenset(), job=None, job_unread=True),
+        )
     reading, new_memory, job_pids = read_process(
         spec,
         sections,
@@ -1323,6 +1361,9 @@ def _read(
         exclude_pids=facts.exclude_pids,
         launched_pid=run.pid if run is not None else None,
         run=run,
+        supervised=facts.supervised.pids
+        if spec.supervised and facts.supervised is not None and facts.supervised.phase == "running"
+        else (),
     )
     started = reading.evidence.get("started_at")
     if reading.says is Says.WORKING and isinstance(started, (int, float)):

@@ -344,7 +344,9 @@ def _read(
             # checker sets the last run's memory aside (its log offsets, its verdict).
             run = run_of(record, 0.0 if not record.coarse else WHOLE_SECOND)
         new_memory = SupervisorMemory(record.identity)
-    facts = facts._replace(run=run, supervised=record)
+    # The record, where it tells of this run (not unreadable, absent, another run's): the
+    # process signal of a stage with no match takes its PIDs for the job's.
+    facts = facts._replace(run=run, supervised=record if reading.says is not Says.UNKNOWN else None)
     if record.phase == "exited" and facts.launch is None and reading.says is not Says.UNKNOWN:
         # The recorded end, as a launch wrapper's: what the log and outputs hold after it is
         # no longer the job's own work (the signals read after this one use it so).
