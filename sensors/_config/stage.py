@@ -483,7 +483,8 @@ def stage_json_schema() -> dict[str, Any]:
 
     What an editor can check as you type: the sections and their keys (unknown keys are
     errors), types, bounds, durations as numbers or ``30s``-like strings, absolute paths, at
-    least one signal, ``match`` or ``pid`` (not both), ``files`` or ``lines``. What it cannot (a regex
+    least one signal, ``match`` or ``pid`` (not both; neither only under a ``supervisor``), ``files`` or
+    ``lines``. What it cannot (a regex
     that does not compile, a duration past 365 d, ``gpu.idle_for`` against
     ``policy.interval``) the models check: ``crosscheck validate``. Key material (a block's)
     is never part of a stage file, nor of the schema.
@@ -500,6 +501,9 @@ def stage_json_schema() -> dict[str, Any]:
     schema["anyOf"] = [
         {"required": [signal]} for signal in ("supervisor", "process", "log", "outputs", "gpu")
     ]
+    # ``process: {}`` (the supervisor's record names the job's processes) only with a supervisor.
+    schema["if"] = {"not": {"required": ["supervisor"]}}
+    schema["then"] = {"properties": {"process": {"anyOf": [{"required": ["match"]}, {"required": ["pid"]}]}}}
     schema["title"] = "crosscheck stage file"
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_URL, **schema}
 
