@@ -248,9 +248,11 @@ def _connect_failure(
         # "No existing session") and name none of that; the time waited does.
         # Said only where it is true: a host that sent its SSH banner did answer, then stalled.
         said = (
-            f"{ep.label} sent its SSH banner, then no answer within {timeout:g} s (it stalled in the handshake"
+            f"{ep.label} sent its SSH banner, then no answer within {timeout:g} s"
+            " (it stalled in the handshake"
             if banner
-            else f"no answer from {ep.label} within {timeout:g} s (it accepted the connection, then said nothing"
+            else f"no answer from {ep.label} within {timeout:g} s"
+            " (it accepted the connection, then said nothing"
         )
         return Transient(ConnectError(f"{said}: the host or its sshd may be frozen)", host=name))
     if isinstance(exc, (paramiko.SSHException, EOFError, OSError)):
