@@ -124,6 +124,10 @@ def init(args: argparse.Namespace) -> int:
         except FileExistsError:
             print(f"crosscheck: {inert(args.write)} exists: init never overwrites a file", file=sys.stderr)
             return EXIT_USAGE
+        except OSError as exc:  # no such folder, not a folder, not ours: one line, not a traceback
+            why = inert(exc.strerror or exc)
+            print(f"crosscheck: cannot write {inert(args.write)}: {why}", file=sys.stderr)
+            return EXIT_USAGE
     sys.stdout.write(drafted.text)
     sys.stdout.flush()
     name = args.write or "STAGE.yaml"

@@ -365,6 +365,10 @@ def draft(
         entries, total = first.dirs[folder]
         glob, count = _pattern(entries)
         expected = _expected(first, lines)
+        if expected is not None and expected[0] < count:
+            # "epoch 1/3" beside 5 files already there counts something else: a total below
+            # today's count would have the outputs done the moment the file is saved.
+            expected = None
         out += [
             "outputs:",
             _line(2, "files", _scalar(folder), folder_why),
@@ -380,6 +384,9 @@ def draft(
             todo.append(f"outputs.expected: a placeholder ({EXPECTED_PLACEHOLDER}); set the total the job will write")
         else:
             out.append(_line(2, "expected", str(expected[0]), expected[1]))
+            # A guess is not a placeholder: without this line, a person who fills in what
+            # "to do" lists would leave a total that may count steps, not files.
+            todo.append(f"outputs.expected: {expected[0]} is a guess ({expected[1]})")
     # GPU
     gpu = _gpu(surveys)
     idle_for = 2 * (interval if interval is not None else 30.0)

@@ -29,6 +29,7 @@ Records (``KIND REST``, each ended by a NUL):
 from __future__ import annotations
 
 import posixpath
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from sensors._base.errors import CrosscheckError, HostError
 from sensors._base.probe import ESCAPE, Meta, build_script, new_nonce, parse_meta, split_sections
 from sensors._base.regex import compile_user_regex, required_literal
+from sensors._base.text import inert, redact
 from sensors._signals.gpu import GpuSnapshot, GpuSpec, parse_remote, read_local, remote_sections
 from sensors._signals.procfs import ProcStat, ancestors, descendants, parse_cmdlines, parse_stats
 from sensors._signals.process import table_lines
@@ -163,7 +165,9 @@ def _job_lines(pid: int | None, prefilter: str | None) -> list[str]:
         '      t=$(readlink "$f" 2>/dev/null) || continue',
         "      printf 'fd %s %s %s\\000' \"$n\" \"$fl\" \"$t\"",
         '      case $t in *"$__cc_nl"* | "") continue ;; esac',
-        '      if [ "$w" -ne 0 ] && [ -f "$t" ]; then',
+        # -ef: the path names the very file the fd holds (a removed log reads "PATH (deleted)",
+        # and a file of that name, anyone's, is not it).
+        '      if [ "$w" -ne 0 ] && [ -f "$t" ] && [ "$f" -ef "$t" ]; then',
         f'        case "$__cc_nl$W" in *"$__cc_nl$t$__cc_nl"*) ;; *) [ ${{#W}} -lt 65536 ] && W="$W$t$__cc_nl" ;; esac',
         '        t=${t%/*}; [ -n "$t" ] || continue; k=fd',
         '      elif [ "$dd" -ne 0 ]; then k=fd; else continue; fi',
@@ -288,6 +292,7 @@ def survey(
             roots = [p for p in roots if _node_rank(p, sections, cmdlines) in (None, node)] or roots
         if not roots:
             raise JobNotVisible(_not_seen(f"no process matches {match!r}", host.name, meta))
+        _one_job(roots, cmdlines, match, host.name)
         root = roots[0]
     procs = _procs(sections.get("survey") or b"", stats, cmdlines, roots)
     if root not in procs:
@@ -304,6 +309,22 @@ def survey(
     tails, dirs, candidates = _files(sections.get("survey") or b"")
     gpu = read_local(GpuSpec()) if host.nvml else parse_remote(sections)
     return Survey(host.name, meta, root, procs, others, tails, dirs, candidates, gpu)
+
+
+def _one_job(roots: list[int], cmdlines: Mapping[int, str], match: str, host: str) -> None:
+    """Several matched processes are one job's ranks only where their command lines differ in
+    nothing but numbers (``--rank 1``, a port); an editor on ``train.py`` beside the job is
+    another process, and a draft over both (one's ``match``, the other's log, "2 ranks") says
+    false things: a usage error naming them, never a pick."""
+    shapes = {re.sub(r"\d+", "#", cmdlines.get(p, "")) for p in roots}
+    if len(shapes) <= 1:
+        return
+    shown = "; ".join(f"pid {p}: {inert(redact(cmdlines.get(p, '')), limit=80)}" for p in roots[:4])
+    more = f" (and {len(roots) - 4} more)" if len(roots) > 4 else ""
+    raise ValueError(
+        f"--match {match!r} matches {len(roots)} processes on {host} that are not one job ({shown}{more}):"
+        " give --pid, or a --match only the job's command line holds"
+    )
 
 
 def _asks_for(cmdline: str, match: str) -> bool:

@@ -156,8 +156,10 @@ def authenticate(
             channel_timeout=timeout,  # paramiko's default is an hour
         )
     except Exception as exc:
+        transport = client.get_transport()
+        banner = getattr(transport, "remote_version", "") if transport is not None else ""
         client.close()
-        error = _connect_failure(exc, ep, known_hosts, name, timeout, time.monotonic() - began)
+        error = _connect_failure(exc, ep, known_hosts, name, timeout, time.monotonic() - began, banner=banner)
         if error is None:
             raise
         # A transient failure keeps its cause; the others say all there is (no secrets).
@@ -207,6 +209,7 @@ def _connect_failure(
     name: str,
     timeout: float | None = None,
     waited: float | None = None,
+    banner: str = "",
 ) -> HostError | Transient | None:
     """What a failed ``SSHClient.connect`` means for crosscheck (None: not ours to translate)."""
     if isinstance(exc, _Unknown):
@@ -243,13 +246,15 @@ def _connect_failure(
         # (frozen, its sshd stopped: the kernel still completes TCP handshakes). paramiko's
         # words for it vary with the moment it gave up ("Error reading SSH protocol banner",
         # "No existing session") and name none of that; the time waited does.
-        return Transient(
-            ConnectError(
-                f"no answer from {ep.label} within {timeout:g} s (it accepted the connection, then"
-                " said nothing: the host or its sshd may be frozen)",
-                host=name,
-            )
+        # Said only where it is true: a host that sent its SSH banner did answer, then stalled.
+        said = (
+            f"{ep.label} sent its SSH banner, then no answer within {timeout:g} s"
+            " (it stalled in the handshake"
+            if banner
+            else f"no answer from {ep.label} within {timeout:g} s"
+            " (it accepted the connection, then said nothing"
         )
+        return Transient(ConnectError(f"{said}: the host or its sshd may be frozen)", host=name))
     if isinstance(exc, (paramiko.SSHException, EOFError, OSError)):
         return Transient(ConnectError(f"SSH handshake with {ep.label} failed: {exc}", host=name))
     return None
