@@ -101,7 +101,7 @@ def test_blank_lines_appended_keep_the_last_line_with_text(tmp_path, host, answe
         assert blank.evidence["progress"]["done"] == 89
 
 
-def test_errors_in_what_was_appended_fail_and_a_later_completion_survives_them(tmp_path, host) -> None:
+def test_errors_in_what_was_appended_fail_until_work_goes_on_past_them(tmp_path, host) -> None:
     log = tmp_path / "job.log"
     log.write_text("[1/3] one\n")
     checker = Checker(stage_from_dict(_stage(log)), host=host, since="1h")
@@ -109,9 +109,12 @@ def test_errors_in_what_was_appended_fail_and_a_later_completion_survives_them(t
     _append(log, "Traceback (most recent call last):\n  oom\n")
     failed = checker.check()
     assert failed.readings["log"].says is Says.FAILED, failed.readings["log"].detail
-    _append(log, "[2/3] retried\n")
-    still = checker.check()  # the error stays this run's until a completion line follows
+    _append(log, "  wandb: Synced 1 W&B file(s)\n")
+    still = checker.check()  # text that is not progress after it: the error stands
     assert still.readings["log"].says is Says.FAILED
+    _append(log, "[2/3] retried\n")
+    went_on = checker.check()  # progress after it: the job went on past it (a caught OOM)
+    assert went_on.readings["log"].says is Says.WORKING, went_on.readings["log"].detail
     _append(log, "done\n")
     survived = checker.check()
     assert survived.readings["log"].says is Says.DONE, survived.readings["log"].detail

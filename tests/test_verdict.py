@@ -631,6 +631,22 @@ ROWS = [
         State.COMPLETE,
     ),
     Row(
+        "issue 35: process only, a launch record read after the exit (its wrapper never in view, the job"
+        " never seen): the recorded status 0 is this run's end: complete",
+        checks(
+            (0, r(process=proc("done", seen=False, launched=False, exit_status=0, exited_at=1.0))),
+            (30, r(process=proc("done", seen=False, launched=False, exit_status=0, exited_at=1.0))),
+        ),
+        State.COMPLETE,
+    ),
+    Row(
+        "issue 35: never seen, not launched in view, a recorded status other than 0: failed, not unknown",
+        checks(
+            (0, r(process=proc("done", seen=False, launched=False, exit_status=1, exited_at=1.0))),
+        ),
+        State.FAILED,
+    ),
+    Row(
         "issue 21 (3): launched, the wrapper recorded status 137 (SIGKILL); completion line and every output"
         " there: failed",
         checks(

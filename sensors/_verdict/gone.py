@@ -71,8 +71,9 @@ def gone(
         ]
     # Rule 8: never seen alive in this watch, nor launched by it: not started yet, or a match
     # that matches nothing. Neither is evidence that the job ran and exited, and without this
-    # run's completion line, outputs may be an earlier run's.
-    if not ran(p, lg) and not recorded_exit_ok(readings):
+    # run's completion line, outputs may be an earlier run's. A recorded exit of this run (its
+    # launch wrapper's status 0, or its supervisor's) is: the run ran, and ended so.
+    if not ran(p, lg) and not recorded_exit_ok(readings) and ev(p, "exit_status") != 0:
         return State.UNKNOWN, [
             f"no process found and none seen alive during this watch: {p.detail}",
             "not started yet, or process.match/pid is wrong; nothing else ties the"
