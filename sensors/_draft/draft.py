@@ -20,6 +20,7 @@ import yaml
 
 from sensors._base.text import inert, redact, redact_argv
 from sensors._draft.survey import NODE_FLAGS, RANK_FLAGS, Proc, Survey, arg_value
+from sensors._config.stage import PolicySpec
 from sensors._signals.outputs import DEFAULT_EXCLUDES
 
 __all__ = ["EXPECTED_PLACEHOLDER", "Draft", "draft"]
@@ -27,6 +28,9 @@ __all__ = ["EXPECTED_PLACEHOLDER", "Draft", "draft"]
 #: ``outputs.expected`` where nothing said the total: a count no job reaches, so a draft
 #: left as it is never opens the gate on a partial set (a false ``complete`` is the worst bug).
 EXPECTED_PLACEHOLDER = 999999999
+
+#: ``policy.exit_grace`` as the stage file has it by default.
+EXIT_GRACE: float = PolicySpec.model_fields["exit_grace"].default
 
 #: A completion line by convention: a line that *ends* with the word (``Extraction complete``,
 #: ``INFO all done.``); not ``epoch 3 done, loss 0.3``.
@@ -169,27 +173,48 @@ def _patterns(lines: list[str]) -> tuple[str, str, str, str]:
 
 def _outputs_for(s: Survey, log: str | None) -> tuple[str, str] | None:
     """An outputs directory: one an argument names (not the log's, nor the cwd), else one
-    the job writes in (not the log's)."""
-    mine = set(s.procs)
+    the job writes in (not the log's).
+
+    The script names each directory once, after the first process that named it, and it reads
+    every process that holds the ``--match`` text: on a host that runs two nodes' ranks (or a
+    loopback test host) that first process may be another node's rank. Which of *this* job's
+    processes names a directory, and how, is decided here, from their own arguments and fds."""
     log_dir = posixpath.dirname(log) if log else None
     cwd = s.procs[s.root].cwd
-    ordered = sorted(
-        (c for c in s.candidates if c[1] in mine and c[2] in s.dirs and c[2] != log_dir),
-        key=lambda c: (c[0] != "arg", c[2] == cwd),
-    )
-    for how, pid, path in ordered:
-        if how == "arg":
-            return path, f"from an argument of pid {pid} ({_arg_naming(s.procs[pid], path)})"
-        return path, f"from /proc/{pid}/fd (a file it writes is there)"
-    return None
+    found: list[tuple[bool, bool, str, str]] = []
+    for path in dict.fromkeys(c[2] for c in s.candidates):
+        if path not in s.dirs or path == log_dir:
+            continue
+        named = next(((p, w) for p in s.procs.values() if (w := _arg_naming(p, path)) is not None), None)
+        if named is not None:
+            proc, word = named
+            found.append((False, path == cwd, path, f"from an argument of pid {proc.pid} ({word})"))
+            continue
+        writer = next((p for p in s.procs.values() if _writes_in(p, path)), None)
+        if writer is not None:
+            found.append((True, path == cwd, path, f"from /proc/{writer.pid}/fd (a file it writes is there)"))
+    if not found:
+        return None
+    _, _, path, why = min(found, key=lambda f: (f[0], f[1]))
+    return path, why
 
 
-def _arg_naming(proc: Proc, path: str) -> str:
+def _arg_naming(proc: Proc, path: str) -> str | None:
+    """The argument of ``proc`` that names the directory ``path`` (``--out=/x``, ``/x``, or a
+    path relative to its working directory), or None."""
     for word in proc.argv[1:]:
         value = word.partition("=")[2] if word.startswith("-") and "=" in word else word
         if value and posixpath.normpath(posixpath.join(proc.cwd or "/", value)) == path:
             return word
-    return posixpath.basename(path)
+    return None
+
+
+def _writes_in(proc: Proc, path: str) -> bool:
+    """Whether ``proc`` writes a file in ``path``, or holds the directory itself open."""
+    return any(
+        (fd.writing and posixpath.dirname(fd.target) == path) or (fd.directory and fd.target == path)
+        for fd in proc.fds
+    )
 
 
 def _pattern(entries: Sequence[str]) -> tuple[str, int]:
@@ -392,8 +417,21 @@ def draft(
             _line(2, "devices", "[" + ", ".join(map(str, devices)) + "]", gpu_why),
             _line(2, "idle_for", _duration(idle_for), "two checks' samples (2 x policy.interval)"),
         ]
+    policy = []
     if interval is not None:
-        out += ["policy:", _line(2, "interval", _duration(interval), "from --interval")]
+        policy.append(_line(2, "interval", _duration(interval), "from --interval"))
+    if multi:
+        # Said in the draft because it is the wait a person will see: node 0 alone would open
+        # the gate at its settle count, the others hold it for this (across.py, rule 4).
+        policy.append(
+            _line(
+                2, "exit_grace", _duration(EXIT_GRACE),
+                "the default: a host but node 0 counts as done only this long after its ranks"
+                " were last seen alive (a log on NFS may lag); lower it where logs are on local disks",
+            )
+        )  # fmt: skip
+    if policy:
+        out += ["policy:", *policy]
     return Draft("\n".join(out) + "\n", tuple(todo))
 
 
