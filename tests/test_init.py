@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -344,3 +345,57 @@ def test_a_match_with_no_literal_text_is_a_usage_error() -> None:
     assert result.returncode == 2
     assert "needs some literal text" in result.stderr
 
+
+
+def _needs_root_unshare() -> None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare (a namespace of its own)")
+
+
+def test_a_job_in_another_pid_namespace_is_one_line_and_exit_1(jobs) -> None:
+    """crosscheck in a container of its own, the job on the host: /proc lists neither."""
+    _needs_root_unshare()
+    job = jobs("logging")
+    proc = job.start()
+    for which in (["--pid", str(proc.pid)], ["--match", job.tag]):
+        result = subprocess.run(
+            ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "sensors", "init", *which],
+            capture_output=True, text=True, env=_env(), timeout=60,
+        )  # fmt: skip
+        assert result.returncode == 1, result.stderr
+        assert result.stdout == ""
+        line = result.stderr.strip()
+        assert len(line.splitlines()) == 1, line
+        assert line.startswith("crosscheck: local: no process"), line
+        assert "the probe runs in a PID namespace of its own" in line, line
+        assert line.endswith("run crosscheck init in the job's PID namespace (on the host, not in a container of its own)")
+
+
+def test_a_job_hidden_by_hidepid_is_one_line_and_exit_1(jobs) -> None:
+    """Over SSH as a user who is not the job's, on a host whose /proc is mounted hidepid=2."""
+    from tests.sshd import SSHD, ensure_tcsh_user, sshd_available
+
+    _needs_root_unshare()
+    if not sshd_available():
+        pytest.skip("no sshd")
+    job = jobs("logging")
+    proc = job.start()
+    wrap = [
+        "unshare", "-m", "--propagation", "private", "sh", "-c",
+        'mount -t proc -o hidepid=2 proc /proc && exec "$@"', "sh",
+    ]  # fmt: skip
+    with SSHD(wrap=wrap) as server:
+        user = ensure_tcsh_user(server)
+        spec = server.spec()
+        result = _cli(
+            "init", "--pid", str(proc.pid), "--host", f"{user}@127.0.0.1:{spec['port']}",
+            "--key", spec["key"], "--known-hosts", spec["known_hosts"],
+        )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == ""
+    line = result.stderr.strip()
+    assert len(line.splitlines()) == 1, line
+    assert line.startswith(f"crosscheck: 127.0.0.1: no process {proc.pid} the probe can see"), line
+    # The kernel names the option as it was given (2) or by its name (invisible).
+    assert re.search(r"/proc is mounted with hidepid=(2|invisible) and the probe runs as uid \d+", line), line
+    assert line.endswith("run crosscheck init as the job's user, or as root"), line

@@ -314,7 +314,12 @@ def _asks_for(cmdline: str, match: str) -> bool:
 
 def _not_seen(what: str, host: str, meta: Meta) -> str:
     if meta.hidden:
-        return f"{host}: {what} the probe can see: {meta.hidden}"
+        # What to do differs by the cause blindness() names: hidepid hides other users'.
+        where = (
+            "as the job's user, or as root" if "hidepid" in meta.hidden
+            else "in the job's PID namespace (on the host, not in a container of its own)"
+        )  # fmt: skip
+        return f"{host}: {what} the probe can see: {meta.hidden}; run crosscheck init {where}"
     return f"{host}: {what}"
 
 
