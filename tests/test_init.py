@@ -4,6 +4,7 @@ Locally, over the test sshd, over two loopback hosts (ranks), and under the fake
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -22,6 +23,7 @@ import yaml
 from sensors._base.regex import compile_user_regex
 from sensors._config.stage import load_stage_text
 from sensors._draft.draft import EXIT_GRACE, EXPECTED_PLACEHOLDER
+from sensors._draft.survey import Survey
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -399,3 +401,65 @@ def test_a_job_hidden_by_hidepid_is_one_line_and_exit_1(jobs) -> None:
     # The kernel names the option as it was given (2) or by its name (invisible).
     assert re.search(r"/proc is mounted with hidepid=(2|invisible) and the probe runs as uid \d+", line), line
     assert line.endswith("run crosscheck init as the job's user, or as root"), line
+
+
+# --------------------------------------------------------------------------- the draft, pure
+
+
+def _survey(host: str, root: int, log: str, *, candidates=(), node: int = 0) -> Survey:
+    from sensors._base.probe import Meta
+    from sensors._draft.survey import Fd, Proc
+
+    argv = ("python3", "/srv/train.py", "--out", "/data/out", "--node", str(node))
+    proc = Proc(root, 1, argv, "/srv", (Fd(1, 0o100001, log),))
+    meta = Meta(now=0.0, uptime=1.0, btime=0, boot_id="b", clk_tck=100, script_pid=None, hostname=host,
+                uptime_virtualised=False)  # fmt: skip
+    return Survey(
+        host, meta, root, {root: proc}, {}, {log: b"step 1\n"}, {"/data/out": (("part-00000.npy",), 1)},
+        tuple(candidates) or (("arg", root, "/data/out"),), None,
+    )  # fmt: skip
+
+
+def _hosts_named(*names: str) -> list[dict[str, object]]:
+    return [{"ssh": name, "user": "ml"} for name in names]
+
+
+@pytest.mark.parametrize(
+    ("names", "logs", "path", "why"),
+    [
+        # The node's number, the host's stage-file name, one shared log, neither.
+        (("gpu-a", "gpu-b"), ("/logs/node0.log", "/logs/node1.log"), "/logs/node{node}.log", "{node}: each host's own"),
+        (("gpu-a", "gpu-b"), ("/logs/gpu-a/train.log", "/logs/gpu-b/train.log"), "/logs/{host}/train.log",
+         "{host}: each host's own"),
+        (("gpu-a", "gpu-b"), ("/logs/train.log", "/logs/train.log"), "/logs/train.log", "(stdout)"),
+        (("gpu-a", "gpu-b"), ("/logs/x.log", "/logs/y.log"), "/logs/x.log", "CHECK: each host logs elsewhere"),
+        # {host} is the name in hosts: the name a machine calls itself may differ, and is no template.
+        (("10.0.0.1", "10.0.0.2"), ("/logs/gpu-a.log", "/logs/gpu-b.log"), "/logs/gpu-a.log", "CHECK"),
+    ],
+)  # fmt: skip
+def test_a_log_per_host_is_a_template(names, logs, path, why) -> None:
+    from sensors._draft.draft import draft
+
+    surveys = [_survey(n, 100 + k, log, node=k) for k, (n, log) in enumerate(zip(names, logs, strict=True))]
+    text = draft(surveys, _hosts_named(*names), now=0).text
+    stage = yaml.safe_load(text)
+    assert stage["log"]["path"] == path, text
+    assert why in next(line for line in text.splitlines() if line.startswith("  path: ")), text
+    load_stage_text(text, file="draft.yaml")  # the template validates
+
+
+def test_outputs_named_by_another_nodes_process_first_are_still_this_jobs() -> None:
+    """The script names a directory once, after the first process that named it: on a host
+    running both nodes' ranks that may be node 1's; node 0's own argument names it too."""
+    from sensors._draft.draft import draft
+
+    surveys = [
+        _survey("gpu-a", 100, "/logs/node0.log", candidates=[("arg", 999, "/data/out")]),
+        _survey("gpu-b", 200, "/logs/node1.log", node=1),
+    ]
+    text = draft(surveys, _hosts_named("gpu-a", "gpu-b"), now=0).text
+    assert yaml.safe_load(text)["outputs"]["files"] == "/data/out", text
+    assert "from an argument of pid 100 (/data/out)" in text, text
+    lone = _survey("gpu-a", 100, "/logs/x.log", candidates=[("arg", 999, "/elsewhere")])
+    lone = dataclasses.replace(lone, dirs={"/elsewhere": (("a.npy",), 1)})
+    assert "\noutputs:" not in draft([lone], ["local"], now=0).text  # named by no process of this job

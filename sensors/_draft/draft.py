@@ -286,19 +286,29 @@ def _why_no_gpu(surveys: Sequence[Survey]) -> str:
     return "no GPU shows the job's processes"
 
 
-def _template(values: Sequence[str]) -> str | None:
-    """One text for every host's ``values`` (the same, or the node's number as ``{node}``)."""
+def _template(values: Sequence[str], names: Sequence[str] = ()) -> str | None:
+    """One text for every host's ``values`` (the same, or the node's number as ``{node}``, or
+    the host's name in the stage file as ``{host}``: ``names``, node 0 first)."""
     if len(set(values)) == 1:
         return values[0]
-    for k, value in enumerate(values):
-        if str(k) not in value:
-            return None
-    first = values[0]
-    for pos in [m.start() for m in re.finditer("0", first)]:
-        candidate = first[:pos] + "{node}" + first[pos + 1 :]
-        if all(candidate.replace("{node}", str(k)) == v for k, v in enumerate(values)):
+    if all(str(k) in value for k, value in enumerate(values)):
+        first = values[0]
+        for pos in [m.start() for m in re.finditer("0", first)]:
+            candidate = first[:pos] + "{node}" + first[pos + 1 :]
+            if all(candidate.replace("{node}", str(k)) == v for k, v in enumerate(values)):
+                return candidate
+    # {host} is filled with each host's ssh name (not the name the machine calls itself), so
+    # only that name can become it; two hosts of one name cannot (validation says why).
+    if len(names) == len(values) and len(set(names)) == len(names) and all(n and n in v for n, v in zip(names, values)):
+        candidate = values[0].replace(names[0], "{host}")
+        if all(candidate.replace("{host}", n) == v for n, v in zip(names, values, strict=True)):
             return candidate
     return None
+
+
+def _host_name(entry: str | dict[str, object]) -> str:
+    """The name ``{host}`` becomes for a host entry (``local``, or its ``ssh`` value)."""
+    return "local" if entry == "local" else str(entry["ssh"])  # type: ignore[index]
 
 
 def draft(
@@ -363,14 +373,16 @@ def draft(
         todo.append("log: none found; add one if the job writes a log")
     else:
         paths = [x[0] for x in logs if x is not None]
-        path = _template(paths) if multi else paths[0]
+        path = _template(paths, [_host_name(h) for h in hosts]) if multi else paths[0]
         log_why = logs[0][1] if logs[0] else ""
         if path is None:
             path = paths[0]
             log_why = f"CHECK: each host logs elsewhere ({', '.join(paths)}); node 0's"
-            todo.append("log.path: the hosts' logs differ in more than the node's number")
-        elif path != paths[0]:
-            log_why += "; {node}: each host's own"
+            todo.append("log.path: the hosts' logs differ in more than the node's number or the host's name")
+        elif "{node}" in path and path != paths[0]:
+            log_why += "; {node}: each host's own, by its place in hosts"
+        elif "{host}" in path:
+            log_why += "; {host}: each host's own, by its name in hosts"
         lines = _lines(first.tails.get(paths[0], b""))
         complete, complete_why, error, error_why = _patterns(lines)
         if complete == CONVENTION_COMPLETE:
