@@ -459,7 +459,35 @@ def test_outputs_named_by_another_nodes_process_first_are_still_this_jobs() -> N
     ]
     text = draft(surveys, _hosts_named("gpu-a", "gpu-b"), now=0).text
     assert yaml.safe_load(text)["outputs"]["files"] == "/data/out", text
-    assert "from an argument of pid 100 (/data/out)" in text, text
+    assert "from an argument of pid 100 (--out /data/out)" in text, text
     lone = _survey("gpu-a", 100, "/logs/x.log", candidates=[("arg", 999, "/elsewhere")])
     lone = dataclasses.replace(lone, dirs={"/elsewhere": (("a.npy",), 1)})
     assert "\noutputs:" not in draft([lone], ["local"], now=0).text  # named by no process of this job
+
+
+def test_a_log_of_its_own_beside_stdout_is_named_and_expected_from_an_argument_is_a_to_do() -> None:
+    """``nohup python job.py --num-samples 400 > out.log 2>&1`` with ``logging`` to train.log
+    and 40 files of 10 samples: the draft names both logs, and says the 400 is a guess."""
+    from sensors._base.probe import Meta
+    from sensors._draft.draft import draft
+    from sensors._draft.survey import Fd, Proc
+
+    argv = ("python", "job.py", "--out-dir", "/d/out", "--num-samples", "400")
+    fds = (Fd(1, 0o102001, "/d/out.log"), Fd(2, 0o102001, "/d/out.log"), Fd(3, 0o102001, "/d/train.log"))
+    meta = Meta(now=0.0, uptime=1.0, btime=0, boot_id="b", clk_tck=100, script_pid=None, hostname="h",
+                uptime_virtualised=False)  # fmt: skip
+    s = Survey(
+        "local", meta, 7, {7: Proc(7, 1, argv, "/d", fds)}, {},
+        {"/d/out.log": b"Extracting:  12%|##  | 50/400\r", "/d/train.log": b"x INFO Processed 50/400 samples\n"},
+        {"/d/out": (tuple(f"part-{k:05d}.npy" for k in range(5)), 5)}, (("arg", 7, "/d/out"),), None,
+    )  # fmt: skip
+    made = draft([s], ["local"], now=0)
+    path = next(line for line in made.text.splitlines() if line.startswith("  path: "))
+    assert path.startswith("  path: '/d/out.log'  # from /proc/7/fd/1 (stdout); it also writes /d/train.log"), path
+    assert "CHECK which one its last line goes to" in path
+    assert "from an argument of pid 7 (--out-dir /d/out)" in made.text
+    assert any(t.startswith("log.path: the job writes two logs") for t in made.todo), made.todo
+    assert (
+        "outputs.expected: 400 is a guess (from the argument --num-samples 400 of pid 7); check it counts"
+        " the files matching part-*.npy (5 now), not samples or steps"
+    ) in made.todo, made.todo

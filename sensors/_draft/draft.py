@@ -143,7 +143,29 @@ def _log_for(s: Survey) -> tuple[str, str] | None:
             rank = rank * 2 + (0 if proc.pid == s.root else 1)
             if best is None or rank < best[0]:
                 best = (rank, fd.target, why)
-    return None if best is None else (best[1], best[2])
+    if best is None:
+        return None
+    # A log of its own besides a redirected stdout/stderr (logging to a file, a progress bar on
+    # stderr): the stdout file holds the tracebacks, the other one the job's own lines. Which
+    # one its last line goes to only the person knows; the comment names the other.
+    other = next(
+        (
+            (proc.pid, fd)
+            for proc in s.procs.values()
+            for fd in proc.fds
+            if fd.writing and fd.num > 2 and fd.target.endswith(".log") and fd.target != best[1]
+            and fd.target in s.tails
+        ),
+        None,
+    )  # fmt: skip
+    why = best[2]
+    if other is not None and best[0] < 2:
+        pid, fd = other
+        why += (
+            f"; it also writes {fd.target} (/proc/{pid}/fd/{fd.num}): CHECK which one its last line"
+            " goes to"
+        )
+    return best[1], why
 
 
 def _lines(tail: bytes) -> list[str]:
@@ -202,10 +224,11 @@ def _outputs_for(s: Survey, log: str | None) -> tuple[str, str] | None:
 def _arg_naming(proc: Proc, path: str) -> str | None:
     """The argument of ``proc`` that names the directory ``path`` (``--out=/x``, ``/x``, or a
     path relative to its working directory), or None."""
-    for word in proc.argv[1:]:
+    for k, word in enumerate(proc.argv[1:], 1):
         value = word.partition("=")[2] if word.startswith("-") and "=" in word else word
         if value and posixpath.normpath(posixpath.join(proc.cwd or "/", value)) == path:
-            return word
+            before = proc.argv[k - 1]
+            return f"{before} {word}" if k > 1 and before.startswith("-") and "=" not in before else word
     return None
 
 
@@ -328,7 +351,7 @@ def draft(
     where = ", ".join(f"pid {s.root} on {s.host}" for s in surveys)
     out = [
         _comment(f"Drafted by crosscheck init from {where} at {when}. Review every guess (comments say where", 400),
-        "# each came from), then run the crosscheck wait command printed below.",
+        "# each came from), then run crosscheck wait with this file.",
         _line(0, "stage", _scalar(_stage_name(root)), "from the program's name: rename as you like"),
     ]
     if multi:
@@ -383,6 +406,8 @@ def draft(
             log_why += "; {node}: each host's own, by its place in hosts"
         elif "{host}" in path:
             log_why += "; {host}: each host's own, by its name in hosts"
+        if "CHECK which one its last line goes to" in log_why:
+            todo.append("log.path: the job writes two logs; keep the one its last line goes to (the comment names both)")
         lines = _lines(first.tails.get(paths[0], b""))
         complete, complete_why, error, error_why = _patterns(lines)
         if complete == CONVENTION_COMPLETE:
@@ -417,6 +442,8 @@ def draft(
             todo.append(f"outputs.expected: a placeholder ({EXPECTED_PLACEHOLDER}); set the total the job will write")
         else:
             out.append(_line(2, "expected", str(expected[0]), expected[1]))
+            todo.append(f"outputs.expected: {expected[0]} is a guess ({expected[1].partition(':')[0]}); check it counts"
+                        f" the files matching {glob} ({count} now), not samples or steps")  # fmt: skip
     # GPU
     gpu = _gpu(surveys)
     idle_for = 2 * (interval if interval is not None else 30.0)
