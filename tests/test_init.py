@@ -75,7 +75,11 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _cli(*args: str, timeout: float = 90, **extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sensors", *args], capture_output=True, text=True, timeout=timeout, env=_env(**extra)
+        [sys.executable, "-m", "sensors", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(**extra),
     )
 
 
@@ -100,7 +104,9 @@ class Job:
             cmd = f"exec nohup {shlex.join(argv)} > {shlex.quote(str(self.folder / 'job.log'))} 2>&1"
             proc = subprocess.Popen(["sh", "-c", cmd], start_new_session=True)
         else:
-            proc = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                argv, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
         self.procs.append(proc)
         deadline = time.monotonic() + 20
         while not (self.out / "part-00001.npy").exists() and self.procs[0] is proc:
@@ -161,7 +167,11 @@ def _gate(tmp_path: Path, text: str, job: Job, expected: int = 4, timeout: float
         # saw it could not tell this run's end from an earlier one's, and should not).
         while not seen or json.loads(seen[-1])["verdict"] != "running":
             line = waiting.stdout.readline()
-            assert line, ("wait ended before it saw the job running", seen[-3:], waiting.stderr.read()[-2000:])
+            assert line, (
+                "wait ended before it saw the job running",
+                seen[-3:],
+                waiting.stderr.read()[-2000:],
+            )
             seen.append(line)
         job.finish()
         ended = time.monotonic()
@@ -270,7 +280,9 @@ def test_a_job_on_a_gpu(tmp_path, jobs) -> None:
     proc = job.start()
     nvml = tmp_path / "nvml-state"
     gpu = "GPU-00000000-0000-0000-0000-000000000037"
-    nvml.write_text(f"driver 550.54.15\ndevice {gpu} 97 40000 97887 H200\nsample 1000 97\nproc {proc.pid} 40000\n")
+    nvml.write_text(
+        f"driver 550.54.15\ndevice {gpu} 97 40000 97887 H200\nsample 1000 97\nproc {proc.pid} 40000\n"
+    )
     env = {"LD_LIBRARY_PATH": str(lib), "FAKE_NVML_STATE": str(nvml)}
     result = _cli("init", "--pid", str(proc.pid), "--interval", "300ms", **env)
     stage = _drafted(result)
@@ -348,7 +360,6 @@ def test_a_match_with_no_literal_text_is_a_usage_error() -> None:
     assert "needs some literal text" in result.stderr
 
 
-
 def _needs_root_unshare() -> None:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare (a namespace of its own)")
@@ -370,7 +381,9 @@ def test_a_job_in_another_pid_namespace_is_one_line_and_exit_1(jobs) -> None:
         assert len(line.splitlines()) == 1, line
         assert line.startswith("crosscheck: local: no process"), line
         assert "the probe runs in a PID namespace of its own" in line, line
-        assert line.endswith("run crosscheck init in the job's PID namespace (on the host, not in a container of its own)")
+        assert line.endswith(
+            "run crosscheck init in the job's PID namespace (on the host, not in a container of its own)"
+        )
 
 
 def test_a_job_hidden_by_hidepid_is_one_line_and_exit_1(jobs) -> None:
@@ -483,7 +496,9 @@ def test_a_log_of_its_own_beside_stdout_is_named_and_expected_from_an_argument_i
     )  # fmt: skip
     made = draft([s], ["local"], now=0)
     path = next(line for line in made.text.splitlines() if line.startswith("  path: "))
-    assert path.startswith("  path: '/d/out.log'  # from /proc/7/fd/1 (stdout); it also writes /d/train.log"), path
+    assert path.startswith(
+        "  path: '/d/out.log'  # from /proc/7/fd/1 (stdout); it also writes /d/train.log"
+    ), path
     assert "CHECK which one its last line goes to" in path
     assert "from an argument of pid 7 (--out-dir /d/out)" in made.text
     assert any(t.startswith("log.path: the job writes two logs") for t in made.todo), made.todo

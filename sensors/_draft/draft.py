@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import yaml
 
 from sensors._base.text import inert, redact, redact_argv
-from sensors._draft.survey import NODE_FLAGS, RANK_FLAGS, Proc, Survey, arg_value
 from sensors._config.stage import PolicySpec
+from sensors._draft.survey import NODE_FLAGS, RANK_FLAGS, Proc, Survey, arg_value
 from sensors._signals.outputs import DEFAULT_EXCLUDES
 
 __all__ = ["EXPECTED_PLACEHOLDER", "Draft", "draft"]
@@ -38,7 +38,9 @@ CONVENTION_COMPLETE = r"(?i)\b(complete|completed|done|finished|success|succeede
 #: An error line: a Python traceback's first line, an exception line, a CUDA error.
 CONVENTION_ERROR = r"^Traceback \(most recent call last\)|^[A-Za-z_][\w.]*(Error|Exception): |CUDA error"
 
-_INTERPRETERS = re.compile(r"^(python[0-9.]*|pypy[0-9.]*|bash|sh|dash|zsh|env|nohup|setsid|stdbuf|nice|ionice|time)$")
+_INTERPRETERS = re.compile(
+    r"^(python[0-9.]*|pypy[0-9.]*|bash|sh|dash|zsh|env|nohup|setsid|stdbuf|nice|ionice|time)$"
+)
 _INTERPRETER_FLAGS_WITH_VALUE = {"-W", "-X", "-c", "-Q"}
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr")
 _EXPECTED_FLAGS = re.compile(
@@ -101,7 +103,11 @@ def _match_for(proc: Proc, node_template: bool) -> tuple[str, str]:
     words = _words(proc)
     shown = redact_argv(words)
     node_at = next((k for k, w in enumerate(words) if w.partition("=")[0] in NODE_FLAGS), None)
-    last = node_at + (0 if node_at is None or "=" in words[node_at] else 1) if node_template and node_at is not None else 2
+    last = (
+        node_at + (0 if node_at is None or "=" in words[node_at] else 1)
+        if node_template and node_at is not None
+        else 2
+    )
     parts: list[str] = []
     for k, (word, safe) in enumerate(zip(words[: min(last + 1, 16)], shown, strict=False)):
         name = word.partition("=")[0]
@@ -117,7 +123,9 @@ def _match_for(proc: Proc, node_template: bool) -> tuple[str, str]:
             parts.append(r"\S+")  # a secret, or text no pattern should carry
         else:
             parts.append(_escape(word))
-    return " ".join(parts), f"from /proc/{proc.pid}/cmdline: the program and its first arguments, interpreter left out"
+    return " ".join(
+        parts
+    ), f"from /proc/{proc.pid}/cmdline: the program and its first arguments, interpreter left out"
 
 
 def _rank_of(proc: Proc) -> int | None:
@@ -162,8 +170,7 @@ def _log_for(s: Survey) -> tuple[str, str] | None:
     if other is not None and best[0] < 2:
         pid, fd = other
         why += (
-            f"; it also writes {fd.target} (/proc/{pid}/fd/{fd.num}): CHECK which one its last line"
-            " goes to"
+            f"; it also writes {fd.target} (/proc/{pid}/fd/{fd.num}): CHECK which one its last line goes to"
         )
     return best[1], why
 
@@ -171,14 +178,21 @@ def _log_for(s: Survey) -> tuple[str, str] | None:
 def _lines(tail: bytes) -> list[str]:
     text = tail.decode("utf-8", "replace").replace("\r", "\n")
     lines = text.split("\n")
-    return [line for line in lines[1:-1] if line.strip()] if len(tail) >= 65536 else [x for x in lines[:-1] if x.strip()]
+    return (
+        [line for line in lines[1:-1] if line.strip()]
+        if len(tail) >= 65536
+        else [x for x in lines[:-1] if x.strip()]
+    )
 
 
 def _patterns(lines: list[str]) -> tuple[str, str, str, str]:
     """``complete`` and ``error`` and where each came from."""
-    complete, complete_why = CONVENTION_COMPLETE, (
-        "PLACEHOLDER by convention (no line of the log says done yet): a line ending in"
-        " complete/done/finished; better: your job's own last line"
+    complete, complete_why = (
+        CONVENTION_COMPLETE,
+        (
+            "PLACEHOLDER by convention (no line of the log says done yet): a line ending in"
+            " complete/done/finished; better: your job's own last line"
+        ),
     )
     already = [line for line in lines if re.search(CONVENTION_COMPLETE, line)]
     if already:
@@ -267,7 +281,9 @@ def _expected(s: Survey, lines: list[str]) -> tuple[int, str] | None:
             if not eq:
                 value = argv[k + 1] if k + 1 < len(argv) else ""
             if value.isdigit() and 0 < int(value) <= 2**53:
-                return int(value), f"from the argument {name} {value} of pid {proc.pid}: CHECK it counts files"
+                return int(
+                    value
+                ), f"from the argument {name} {value} of pid {proc.pid}: CHECK it counts files"
     for line in reversed(lines):
         m = _PROGRESS_TOTAL.search(line)
         if m and 0 < int(m.group(2)) <= 2**53 and int(m.group(1)) <= int(m.group(2)):
@@ -277,7 +293,9 @@ def _expected(s: Survey, lines: list[str]) -> tuple[int, str] | None:
 
 def _stage_name(proc: Proc) -> str:
     words = _words(proc)
-    base = posixpath.basename(words[1] if words and words[0] == "-m" and len(words) > 1 else words[0] if words else "")
+    base = posixpath.basename(
+        words[1] if words and words[0] == "-m" and len(words) > 1 else words[0] if words else ""
+    )
     base = re.sub(r"\.(py|sh)$", "", base)
     name = re.sub(r"[^A-Za-z0-9_.\-]", "-", base).strip("-.") or "job"
     return name[:60] if name[0].isalnum() else "job-" + name[:60]
@@ -322,7 +340,11 @@ def _template(values: Sequence[str], names: Sequence[str] = ()) -> str | None:
                 return candidate
     # {host} is filled with each host's ssh name (not the name the machine calls itself), so
     # only that name can become it; two hosts of one name cannot (validation says why).
-    if len(names) == len(values) and len(set(names)) == len(names) and all(n and n in v for n, v in zip(names, values)):
+    if (
+        len(names) == len(values)
+        and len(set(names)) == len(names)
+        and all(n and n in v for n, v in zip(names, values, strict=True))
+    ):
         candidate = values[0].replace(names[0], "{host}")
         if all(candidate.replace("{host}", n) == v for n, v in zip(names, values, strict=True)):
             return candidate
@@ -350,7 +372,9 @@ def draft(
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now if now is not None else time.time()))
     where = ", ".join(f"pid {s.root} on {s.host}" for s in surveys)
     out = [
-        _comment(f"Drafted by crosscheck init from {where} at {when}. Review every guess (comments say where", 400),
+        _comment(
+            f"Drafted by crosscheck init from {where} at {when}. Review every guess (comments say where", 400
+        ),
         "# each came from), then run crosscheck wait with this file.",
         _line(0, "stage", _scalar(_stage_name(root)), "from the program's name: rename as you like"),
     ]
@@ -407,7 +431,10 @@ def draft(
         elif "{host}" in path:
             log_why += "; {host}: each host's own, by its name in hosts"
         if "CHECK which one its last line goes to" in log_why:
-            todo.append("log.path: the job writes two logs; keep the one its last line goes to (the comment names both)")
+            todo.append(
+                "log.path: the job writes two logs; keep the one its last line goes to"
+                " (the comment names both)"
+            )
         lines = _lines(first.tails.get(paths[0], b""))
         complete, complete_why, error, error_why = _patterns(lines)
         if complete == CONVENTION_COMPLETE:
@@ -432,18 +459,30 @@ def draft(
             _line(2, "files", _scalar(folder), folder_why),
             _line(
                 2, "pattern", _scalar(glob),
-                f"the most common name shape: {count} of {total} entries now" if total else "PLACEHOLDER: the directory is empty now",
+                f"the most common name shape: {count} of {total} entries now"
+                if total
+                else "PLACEHOLDER: the directory is empty now",
             ),
         ]  # fmt: skip
         if expected is None:
             out.append(
-                _line(2, "expected", str(EXPECTED_PLACEHOLDER), f"PLACEHOLDER: the total the job will write ({count} now)")
+                _line(
+                    2,
+                    "expected",
+                    str(EXPECTED_PLACEHOLDER),
+                    f"PLACEHOLDER: the total the job will write ({count} now)",
+                )
             )
-            todo.append(f"outputs.expected: a placeholder ({EXPECTED_PLACEHOLDER}); set the total the job will write")
+            todo.append(
+                f"outputs.expected: a placeholder ({EXPECTED_PLACEHOLDER}); set the total the job will write"
+            )
         else:
             out.append(_line(2, "expected", str(expected[0]), expected[1]))
-            todo.append(f"outputs.expected: {expected[0]} is a guess ({expected[1].partition(':')[0]}); check it counts"
-                        f" the files matching {glob} ({count} now), not samples or steps")  # fmt: skip
+            source = expected[1].partition(":")[0]
+            todo.append(
+                f"outputs.expected: {expected[0]} is a guess ({source}); check it counts"
+                f" the files matching {glob} ({count} now), not samples or steps"
+            )
     # GPU
     gpu = _gpu(surveys)
     idle_for = 2 * (interval if interval is not None else 30.0)
@@ -491,7 +530,7 @@ def _job_note(s: Survey, match: str) -> str:
 
     try:
         regex = compile_user_regex(match.replace("{node}", "0"))
-    except Exception:  # noqa: BLE001  (validation below names it)
+    except Exception:
         return "does not compile"
     roots = [p for p in s.procs.values() if p.ppid not in s.procs]
     found = sum(1 for p in s.procs.values() if regex.search(p.cmdline))
@@ -501,4 +540,6 @@ def _job_note(s: Survey, match: str) -> str:
     said = f"matches {job}" + (f" and {workers} of its children" if workers else "")
     if found < len(roots):
         said = f"CHECK: matches only {found} of the job's {len(s.procs)} processes"
-    return said + (f"; CHECK: and {others} other processes of the host" if others else "; no other process of the host")
+    return said + (
+        f"; CHECK: and {others} other processes of the host" if others else "; no other process of the host"
+    )
