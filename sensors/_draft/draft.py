@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import yaml
 
 from sensors._base.text import inert, redact, redact_argv
+from sensors._config.stage import PolicySpec
 from sensors._draft.survey import NODE_FLAGS, RANK_FLAGS, Proc, Survey, arg_value
 from sensors._signals.outputs import DEFAULT_EXCLUDES
 
@@ -28,13 +29,18 @@ __all__ = ["EXPECTED_PLACEHOLDER", "Draft", "draft"]
 #: left as it is never opens the gate on a partial set (a false ``complete`` is the worst bug).
 EXPECTED_PLACEHOLDER = 999999999
 
+#: ``policy.exit_grace`` as the stage file has it by default.
+EXIT_GRACE: float = PolicySpec.model_fields["exit_grace"].default
+
 #: A completion line by convention: a line that *ends* with the word (``Extraction complete``,
 #: ``INFO all done.``); not ``epoch 3 done, loss 0.3``.
 CONVENTION_COMPLETE = r"(?i)\b(complete|completed|done|finished|success|succeeded)[.!]?$"
 #: An error line: a Python traceback's first line, an exception line, a CUDA error.
 CONVENTION_ERROR = r"^Traceback \(most recent call last\)|^[A-Za-z_][\w.]*(Error|Exception): |CUDA error"
 
-_INTERPRETERS = re.compile(r"^(python[0-9.]*|pypy[0-9.]*|bash|sh|dash|zsh|env|nohup|setsid|stdbuf|nice|ionice|time)$")
+_INTERPRETERS = re.compile(
+    r"^(python[0-9.]*|pypy[0-9.]*|bash|sh|dash|zsh|env|nohup|setsid|stdbuf|nice|ionice|time)$"
+)
 _INTERPRETER_FLAGS_WITH_VALUE = {"-W", "-X", "-c", "-Q"}
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr")
 _EXPECTED_FLAGS = re.compile(
@@ -97,7 +103,11 @@ def _match_for(proc: Proc, node_template: bool) -> tuple[str, str]:
     words = _words(proc)
     shown = redact_argv(words)
     node_at = next((k for k, w in enumerate(words) if w.partition("=")[0] in NODE_FLAGS), None)
-    last = node_at + (0 if node_at is None or "=" in words[node_at] else 1) if node_template and node_at is not None else 2
+    last = (
+        node_at + (0 if node_at is None or "=" in words[node_at] else 1)
+        if node_template and node_at is not None
+        else 2
+    )
     parts: list[str] = []
     for k, (word, safe) in enumerate(zip(words[: min(last + 1, 16)], shown, strict=False)):
         name = word.partition("=")[0]
@@ -113,7 +123,9 @@ def _match_for(proc: Proc, node_template: bool) -> tuple[str, str]:
             parts.append(r"\S+")  # a secret, or text no pattern should carry
         else:
             parts.append(_escape(word))
-    return " ".join(parts), f"from /proc/{proc.pid}/cmdline: the program and its first arguments, interpreter left out"
+    return " ".join(
+        parts
+    ), f"from /proc/{proc.pid}/cmdline: the program and its first arguments, interpreter left out"
 
 
 def _rank_of(proc: Proc) -> int | None:
@@ -139,20 +151,48 @@ def _log_for(s: Survey) -> tuple[str, str] | None:
             rank = rank * 2 + (0 if proc.pid == s.root else 1)
             if best is None or rank < best[0]:
                 best = (rank, fd.target, why)
-    return None if best is None else (best[1], best[2])
+    if best is None:
+        return None
+    # A log of its own besides a redirected stdout/stderr (logging to a file, a progress bar on
+    # stderr): the stdout file holds the tracebacks, the other one the job's own lines. Which
+    # one its last line goes to only the person knows; the comment names the other.
+    other = next(
+        (
+            (proc.pid, fd)
+            for proc in s.procs.values()
+            for fd in proc.fds
+            if fd.writing and fd.num > 2 and fd.target.endswith(".log") and fd.target != best[1]
+            and fd.target in s.tails
+        ),
+        None,
+    )  # fmt: skip
+    why = best[2]
+    if other is not None and best[0] < 2:
+        pid, fd = other
+        why += (
+            f"; it also writes {fd.target} (/proc/{pid}/fd/{fd.num}): CHECK which one its last line goes to"
+        )
+    return best[1], why
 
 
 def _lines(tail: bytes) -> list[str]:
     text = tail.decode("utf-8", "replace").replace("\r", "\n")
     lines = text.split("\n")
-    return [line for line in lines[1:-1] if line.strip()] if len(tail) >= 65536 else [x for x in lines[:-1] if x.strip()]
+    return (
+        [line for line in lines[1:-1] if line.strip()]
+        if len(tail) >= 65536
+        else [x for x in lines[:-1] if x.strip()]
+    )
 
 
 def _patterns(lines: list[str]) -> tuple[str, str, str, str]:
     """``complete`` and ``error`` and where each came from."""
-    complete, complete_why = CONVENTION_COMPLETE, (
-        "PLACEHOLDER by convention (no line of the log says done yet): a line ending in"
-        " complete/done/finished; better: your job's own last line"
+    complete, complete_why = (
+        CONVENTION_COMPLETE,
+        (
+            "PLACEHOLDER by convention (no line of the log says done yet): a line ending in"
+            " complete/done/finished; better: your job's own last line"
+        ),
     )
     already = [line for line in lines if re.search(CONVENTION_COMPLETE, line)]
     if already:
@@ -169,27 +209,49 @@ def _patterns(lines: list[str]) -> tuple[str, str, str, str]:
 
 def _outputs_for(s: Survey, log: str | None) -> tuple[str, str] | None:
     """An outputs directory: one an argument names (not the log's, nor the cwd), else one
-    the job writes in (not the log's)."""
-    mine = set(s.procs)
+    the job writes in (not the log's).
+
+    The script names each directory once, after the first process that named it, and it reads
+    every process that holds the ``--match`` text: on a host that runs two nodes' ranks (or a
+    loopback test host) that first process may be another node's rank. Which of *this* job's
+    processes names a directory, and how, is decided here, from their own arguments and fds."""
     log_dir = posixpath.dirname(log) if log else None
     cwd = s.procs[s.root].cwd
-    ordered = sorted(
-        (c for c in s.candidates if c[1] in mine and c[2] in s.dirs and c[2] != log_dir),
-        key=lambda c: (c[0] != "arg", c[2] == cwd),
-    )
-    for how, pid, path in ordered:
-        if how == "arg":
-            return path, f"from an argument of pid {pid} ({_arg_naming(s.procs[pid], path)})"
-        return path, f"from /proc/{pid}/fd (a file it writes is there)"
+    found: list[tuple[bool, bool, str, str]] = []
+    for path in dict.fromkeys(c[2] for c in s.candidates):
+        if path not in s.dirs or path == log_dir:
+            continue
+        named = next(((p, w) for p in s.procs.values() if (w := _arg_naming(p, path)) is not None), None)
+        if named is not None:
+            proc, word = named
+            found.append((False, path == cwd, path, f"from an argument of pid {proc.pid} ({word})"))
+            continue
+        writer = next((p for p in s.procs.values() if _writes_in(p, path)), None)
+        if writer is not None:
+            found.append((True, path == cwd, path, f"from /proc/{writer.pid}/fd (a file it writes is there)"))
+    if not found:
+        return None
+    _, _, path, why = min(found, key=lambda f: (f[0], f[1]))
+    return path, why
+
+
+def _arg_naming(proc: Proc, path: str) -> str | None:
+    """The argument of ``proc`` that names the directory ``path`` (``--out=/x``, ``/x``, or a
+    path relative to its working directory), or None."""
+    for k, word in enumerate(proc.argv[1:], 1):
+        value = word.partition("=")[2] if word.startswith("-") and "=" in word else word
+        if value and posixpath.normpath(posixpath.join(proc.cwd or "/", value)) == path:
+            before = proc.argv[k - 1]
+            return f"{before} {word}" if k > 1 and before.startswith("-") and "=" not in before else word
     return None
 
 
-def _arg_naming(proc: Proc, path: str) -> str:
-    for word in proc.argv[1:]:
-        value = word.partition("=")[2] if word.startswith("-") and "=" in word else word
-        if value and posixpath.normpath(posixpath.join(proc.cwd or "/", value)) == path:
-            return word
-    return posixpath.basename(path)
+def _writes_in(proc: Proc, path: str) -> bool:
+    """Whether ``proc`` writes a file in ``path``, or holds the directory itself open."""
+    return any(
+        (fd.writing and posixpath.dirname(fd.target) == path) or (fd.directory and fd.target == path)
+        for fd in proc.fds
+    )
 
 
 def _pattern(entries: Sequence[str]) -> tuple[str, int]:
@@ -219,7 +281,9 @@ def _expected(s: Survey, lines: list[str]) -> tuple[int, str] | None:
             if not eq:
                 value = argv[k + 1] if k + 1 < len(argv) else ""
             if value.isdigit() and 0 < int(value) <= 2**53:
-                return int(value), f"from the argument {name} {value} of pid {proc.pid}: CHECK it counts files"
+                return int(
+                    value
+                ), f"from the argument {name} {value} of pid {proc.pid}: CHECK it counts files"
     for line in reversed(lines):
         m = _PROGRESS_TOTAL.search(line)
         if m and 0 < int(m.group(2)) <= 2**53 and int(m.group(1)) <= int(m.group(2)):
@@ -229,7 +293,9 @@ def _expected(s: Survey, lines: list[str]) -> tuple[int, str] | None:
 
 def _stage_name(proc: Proc) -> str:
     words = _words(proc)
-    base = posixpath.basename(words[1] if words and words[0] == "-m" and len(words) > 1 else words[0] if words else "")
+    base = posixpath.basename(
+        words[1] if words and words[0] == "-m" and len(words) > 1 else words[0] if words else ""
+    )
     base = re.sub(r"\.(py|sh)$", "", base)
     name = re.sub(r"[^A-Za-z0-9_.\-]", "-", base).strip("-.") or "job"
     return name[:60] if name[0].isalnum() else "job-" + name[:60]
@@ -261,19 +327,33 @@ def _why_no_gpu(surveys: Sequence[Survey]) -> str:
     return "no GPU shows the job's processes"
 
 
-def _template(values: Sequence[str]) -> str | None:
-    """One text for every host's ``values`` (the same, or the node's number as ``{node}``)."""
+def _template(values: Sequence[str], names: Sequence[str] = ()) -> str | None:
+    """One text for every host's ``values`` (the same, or the node's number as ``{node}``, or
+    the host's name in the stage file as ``{host}``: ``names``, node 0 first)."""
     if len(set(values)) == 1:
         return values[0]
-    for k, value in enumerate(values):
-        if str(k) not in value:
-            return None
-    first = values[0]
-    for pos in [m.start() for m in re.finditer("0", first)]:
-        candidate = first[:pos] + "{node}" + first[pos + 1 :]
-        if all(candidate.replace("{node}", str(k)) == v for k, v in enumerate(values)):
+    if all(str(k) in value for k, value in enumerate(values)):
+        first = values[0]
+        for pos in [m.start() for m in re.finditer("0", first)]:
+            candidate = first[:pos] + "{node}" + first[pos + 1 :]
+            if all(candidate.replace("{node}", str(k)) == v for k, v in enumerate(values)):
+                return candidate
+    # {host} is filled with each host's ssh name (not the name the machine calls itself), so
+    # only that name can become it; two hosts of one name cannot (validation says why).
+    if (
+        len(names) == len(values)
+        and len(set(names)) == len(names)
+        and all(n and n in v for n, v in zip(names, values, strict=True))
+    ):
+        candidate = values[0].replace(names[0], "{host}")
+        if all(candidate.replace("{host}", n) == v for n, v in zip(names, values, strict=True)):
             return candidate
     return None
+
+
+def _host_name(entry: str | dict[str, object]) -> str:
+    """The name ``{host}`` becomes for a host entry (``local``, or its ``ssh`` value)."""
+    return "local" if entry == "local" else str(entry["ssh"])  # type: ignore[index]
 
 
 def draft(
@@ -292,8 +372,10 @@ def draft(
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now if now is not None else time.time()))
     where = ", ".join(f"pid {s.root} on {s.host}" for s in surveys)
     out = [
-        _comment(f"Drafted by crosscheck init from {where} at {when}. Review every guess (comments say where", 400),
-        "# each came from), then run the crosscheck wait command printed below.",
+        _comment(
+            f"Drafted by crosscheck init from {where} at {when}. Review every guess (comments say where", 400
+        ),
+        "# each came from), then run crosscheck wait with this file.",
         _line(0, "stage", _scalar(_stage_name(root)), "from the program's name: rename as you like"),
     ]
     if multi:
@@ -338,14 +420,21 @@ def draft(
         todo.append("log: none found; add one if the job writes a log")
     else:
         paths = [x[0] for x in logs if x is not None]
-        path = _template(paths) if multi else paths[0]
+        path = _template(paths, [_host_name(h) for h in hosts]) if multi else paths[0]
         log_why = logs[0][1] if logs[0] else ""
         if path is None:
             path = paths[0]
             log_why = f"CHECK: each host logs elsewhere ({', '.join(paths)}); node 0's"
-            todo.append("log.path: the hosts' logs differ in more than the node's number")
-        elif path != paths[0]:
-            log_why += "; {node}: each host's own"
+            todo.append("log.path: the hosts' logs differ in more than the node's number or the host's name")
+        elif "{node}" in path and path != paths[0]:
+            log_why += "; {node}: each host's own, by its place in hosts"
+        elif "{host}" in path:
+            log_why += "; {host}: each host's own, by its name in hosts"
+        if "CHECK which one its last line goes to" in log_why:
+            todo.append(
+                "log.path: the job writes two logs; keep the one its last line goes to"
+                " (the comment names both)"
+            )
         lines = _lines(first.tails.get(paths[0], b""))
         complete, complete_why, error, error_why = _patterns(lines)
         if complete == CONVENTION_COMPLETE:
@@ -374,19 +463,30 @@ def draft(
             _line(2, "files", _scalar(folder), folder_why),
             _line(
                 2, "pattern", _scalar(glob),
-                f"the most common name shape: {count} of {total} entries now" if total else "PLACEHOLDER: the directory is empty now",
+                f"the most common name shape: {count} of {total} entries now"
+                if total
+                else "PLACEHOLDER: the directory is empty now",
             ),
         ]  # fmt: skip
         if expected is None:
             out.append(
-                _line(2, "expected", str(EXPECTED_PLACEHOLDER), f"PLACEHOLDER: the total the job will write ({count} now)")
+                _line(
+                    2,
+                    "expected",
+                    str(EXPECTED_PLACEHOLDER),
+                    f"PLACEHOLDER: the total the job will write ({count} now)",
+                )
             )
-            todo.append(f"outputs.expected: a placeholder ({EXPECTED_PLACEHOLDER}); set the total the job will write")
+            todo.append(
+                f"outputs.expected: a placeholder ({EXPECTED_PLACEHOLDER}); set the total the job will write"
+            )
         else:
             out.append(_line(2, "expected", str(expected[0]), expected[1]))
-            # A guess is not a placeholder: without this line, a person who fills in what
-            # "to do" lists would leave a total that may count steps, not files.
-            todo.append(f"outputs.expected: {expected[0]} is a guess ({expected[1]})")
+            source = expected[1].partition(":")[0]
+            todo.append(
+                f"outputs.expected: {expected[0]} is a guess ({source}); check it counts"
+                f" the files matching {glob} ({count} now), not samples or steps"
+            )
     # GPU
     gpu = _gpu(surveys)
     idle_for = 2 * (interval if interval is not None else 30.0)
@@ -399,8 +499,21 @@ def draft(
             _line(2, "devices", "[" + ", ".join(map(str, devices)) + "]", gpu_why),
             _line(2, "idle_for", _duration(idle_for), "two checks' samples (2 x policy.interval)"),
         ]
+    policy = []
     if interval is not None:
-        out += ["policy:", _line(2, "interval", _duration(interval), "from --interval")]
+        policy.append(_line(2, "interval", _duration(interval), "from --interval"))
+    if multi:
+        # Said in the draft because it is the wait a person will see: node 0 alone would open
+        # the gate at its settle count, the others hold it for this (across.py, rule 4).
+        policy.append(
+            _line(
+                2, "exit_grace", _duration(EXIT_GRACE),
+                "the default: a host but node 0 counts as done only this long after its ranks"
+                " were last seen alive (a log on NFS may lag); lower it where logs are on local disks",
+            )
+        )  # fmt: skip
+    if policy:
+        out += ["policy:", *policy]
     return Draft("\n".join(out) + "\n", tuple(todo))
 
 
@@ -421,7 +534,7 @@ def _job_note(s: Survey, match: str) -> str:
 
     try:
         regex = compile_user_regex(match.replace("{node}", "0"))
-    except Exception:  # noqa: BLE001  (validation below names it)
+    except Exception:
         return "does not compile"
     roots = [p for p in s.procs.values() if p.ppid not in s.procs]
     found = sum(1 for p in s.procs.values() if regex.search(p.cmdline))
@@ -431,4 +544,6 @@ def _job_note(s: Survey, match: str) -> str:
     said = f"matches {job}" + (f" and {workers} of its children" if workers else "")
     if found < len(roots):
         said = f"CHECK: matches only {found} of the job's {len(s.procs)} processes"
-    return said + (f"; CHECK: and {others} other processes of the host" if others else "; no other process of the host")
+    return said + (
+        f"; CHECK: and {others} other processes of the host" if others else "; no other process of the host"
+    )

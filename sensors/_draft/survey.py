@@ -28,19 +28,21 @@ Records (``KIND REST``, each ended by a NUL):
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sensors._base.errors import CrosscheckError, HostError
 from sensors._base.probe import ESCAPE, Meta, build_script, new_nonce, parse_meta, split_sections
 from sensors._base.regex import compile_user_regex, required_literal
 from sensors._base.text import inert, redact
+from sensors._hosts import Host
 from sensors._signals.gpu import GpuSnapshot, GpuSpec, parse_remote, read_local, remote_sections
-from sensors._signals.procfs import ProcStat, ancestors, descendants, parse_cmdlines, parse_stats
 from sensors._signals.process import table_lines
+from sensors._signals.procfs import ProcStat, ancestors, descendants, parse_cmdlines, parse_stats
 
 __all__ = ["Fd", "JobNotVisible", "Proc", "Survey", "survey", "survey_script"]
 
@@ -140,39 +142,39 @@ def _job_lines(pid: int | None, prefilter: str | None) -> list[str]:
         seeds,
         # The seeds and their descendants, by the parent each stat names (a comm of 15 bytes
         # cannot hold head's header; a record is cut at the last ') ').
-        "D=$(head -c 4096 /dev/null /proc/[0-9]*/stat 2>/dev/null | awk -v s=\"$S\" '"
-        "/^==> \\/proc\\/[0-9]+\\/stat <==$/ { p = $2; gsub(/[^0-9]/, \"\", p); next } "
-        "p != \"\" && /[)] / { r = $0; sub(/.*[)] /, \"\", r); split(r, f, \" \"); par[p] = f[2] } "
-        "END { n = split(s, a, \" \"); for (i = 1; i <= n; i++) sel[a[i]] = 1; "
+        'D=$(head -c 4096 /dev/null /proc/[0-9]*/stat 2>/dev/null | awk -v s="$S" \''
+        '/^==> \\/proc\\/[0-9]+\\/stat <==$/ { p = $2; gsub(/[^0-9]/, "", p); next } '
+        'p != "" && /[)] / { r = $0; sub(/.*[)] /, "", r); split(r, f, " "); par[p] = f[2] } '
+        'END { n = split(s, a, " "); for (i = 1; i <= n; i++) sel[a[i]] = 1; '
         "for (k = 0; k < 64; k++) { more = 0; for (q in par) if (!(q in sel) && (par[q] in sel)) "
         "{ sel[q] = 1; more = 1 } if (!more) break } "
-        f"c = 0; for (q in sel) if (c++ < {MAX_PROCS}) printf \"%s \", q }}')",
+        f'c = 0; for (q in sel) if (c++ < {MAX_PROCS}) printf "%s ", q }}\')',
         "sec survey",
         "{",
         "W=; L=; set -f",
         "for p in $D; do",
         '  isnum "$p" || continue',
         "  printf 'pid %s\\000' \"$p\"",
-        '  c=$(readlink /proc/$p/cwd 2>/dev/null) && printf \'cwd %s\\000\' "$c"',
+        "  c=$(readlink /proc/$p/cwd 2>/dev/null) && printf 'cwd %s\\000' \"$c\"",
         "  if [ -r /proc/$p/fd ] && [ -x /proc/$p/fd ]; then",
         "    set +f",
         "    for f in /proc/$p/fd/*; do",
         '      n=${f##*/}; isnum "$n" || continue',
-        "      fl=; while read -r k v; do [ \"$k\" = flags: ] && { fl=$v; break; }; done 2>/dev/null </proc/$p/fdinfo/$n",
+        '      fl=; while read -r k v; do [ "$k" = flags: ] && { fl=$v; break; }; done 2>/dev/null </proc/$p/fdinfo/$n',  # noqa: E501  (one line of the script, as the shell reads it)
         '      isnum "$fl" || continue',
-        '      w=$(( 0$fl & 3 )); dd=$(( 0$fl & 0200000 ))',
+        "      w=$(( 0$fl & 3 )); dd=$(( 0$fl & 0200000 ))",
         '      [ "$w" -ne 0 ] || [ "$dd" -ne 0 ] || [ "$n" -le 2 ] || continue',
         '      t=$(readlink "$f" 2>/dev/null) || continue',
-        "      printf 'fd %s %s %s\\000' \"$n\" \"$fl\" \"$t\"",
+        '      printf \'fd %s %s %s\\000\' "$n" "$fl" "$t"',
         '      case $t in *"$__cc_nl"* | "") continue ;; esac',
         # -ef: the path names the very file the fd holds (a removed log reads "PATH (deleted)",
         # and a file of that name, anyone's, is not it).
         '      if [ "$w" -ne 0 ] && [ -f "$t" ] && [ "$f" -ef "$t" ]; then',
-        f'        case "$__cc_nl$W" in *"$__cc_nl$t$__cc_nl"*) ;; *) [ ${{#W}} -lt 65536 ] && W="$W$t$__cc_nl" ;; esac',
+        '        case "$__cc_nl$W" in *"$__cc_nl$t$__cc_nl"*) ;; *) [ ${#W} -lt 65536 ] && W="$W$t$__cc_nl" ;; esac',  # noqa: E501  (one line of the script, as the shell reads it)
         '        t=${t%/*}; [ -n "$t" ] || continue; k=fd',
         '      elif [ "$dd" -ne 0 ]; then k=fd; else continue; fi',
-        f'      case $t in {skip}) continue ;; esac',
-        '      case "$__cc_nl$L" in *"$__cc_nl$t$__cc_nl"*) ;; *) L="$L$t$__cc_nl"; printf \'cand %s %s %s\\000\' "$k" "$p" "$t" ;; esac',
+        f"      case $t in {skip}) continue ;; esac",
+        '      case "$__cc_nl$L" in *"$__cc_nl$t$__cc_nl"*) ;; *) L="$L$t$__cc_nl"; printf \'cand %s %s %s\\000\' "$k" "$p" "$t" ;; esac',  # noqa: E501  (one line of the script, as the shell reads it)
         "    done",
         "    set -f",
         "  else printf 'fddenied\\000'; fi",
@@ -183,9 +185,9 @@ def _job_lines(pid: int | None, prefilter: str | None) -> list[str]:
         "  for a in $(tr '\\000' '\\n' </proc/$p/cmdline 2>/dev/null | tail -n +2 | head -n 512); do",
         "    case $a in -*=*) a=${a#*=} ;; esac",
         '    case $a in /*) ;; "") continue ;; *) [ -n "$c" ] || continue; a="$c/$a" ;; esac',
-        f'    case $a in {skip}) continue ;; esac',
+        f"    case $a in {skip}) continue ;; esac",
         '    [ -d "$a" ] || continue',
-        '    case "$__cc_nl$L" in *"$__cc_nl$a$__cc_nl"*) ;; *) L="$L$a$__cc_nl"; printf \'cand arg %s %s\\000\' "$p" "$a" ;; esac',
+        '    case "$__cc_nl$L" in *"$__cc_nl$a$__cc_nl"*) ;; *) L="$L$a$__cc_nl"; printf \'cand arg %s %s\\000\' "$p" "$a" ;; esac',  # noqa: E501  (one line of the script, as the shell reads it)
         "  done",
         "  unset IFS",
         "done",
@@ -230,13 +232,13 @@ def _records(body: bytes) -> list[tuple[str, str]]:
     return out
 
 
-def _matcher(pattern: str):  # type: ignore[no-untyped-def]
+def _matcher(pattern: str) -> Callable[[str], bool]:
     regex = compile_user_regex(pattern)
     return lambda text: regex.search(text) is not None
 
 
 def survey(
-    host,  # type: ignore[no-untyped-def]  # sensors._hosts.Host
+    host: Host,
     *,
     pid: int | None = None,
     match: str | None = None,
@@ -335,7 +337,12 @@ def _asks_for(cmdline: str, match: str) -> bool:
 
 def _not_seen(what: str, host: str, meta: Meta) -> str:
     if meta.hidden:
-        return f"{host}: {what} the probe can see: {meta.hidden}"
+        # What to do differs by the cause blindness() names: hidepid hides other users'.
+        where = (
+            "as the job's user, or as root" if "hidepid" in meta.hidden
+            else "in the job's PID namespace (on the host, not in a container of its own)"
+        )  # fmt: skip
+        return f"{host}: {what} the probe can see: {meta.hidden}; run crosscheck init {where}"
     return f"{host}: {what}"
 
 
@@ -387,7 +394,7 @@ def _procs(
         elif kind == "fddenied":
             current["denied"] = True
         elif kind == "fd":
-            num, flags, target = (rest.split(" ", 2) + ["", ""])[:3]
+            num, flags, target = [*rest.split(" ", 2), "", ""][:3]
             if num.isdigit() and flags.isdigit():
                 current["fds"].append(Fd(int(num), int(flags, 8), target))  # type: ignore[attr-defined]
         elif kind == "env":
@@ -424,10 +431,8 @@ def _files(
         if kind == "tail":
             tail, folder = rest, None
         elif kind == "hex" and tail is not None:
-            try:
+            with contextlib.suppress(ValueError):  # cut: no tail rather than a wrong one
                 tails[tail] = bytes.fromhex(rest)
-            except ValueError:
-                pass  # cut: no tail rather than a wrong one
             tail = None
         elif kind == "dir":
             folder, entries = rest, []
