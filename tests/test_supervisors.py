@@ -237,7 +237,10 @@ def _decide(*readings: Reading, settle: int = 1) -> State:
         ((_r("supervisor", Says.WORKING), _r("process", Says.DONE, seen_alive=True)), State.RUNNING),
         # at work (or queued) while its log and outputs are not there yet (sbatch opens the log
         # when the job starts): running, as a live process with such a log is.
-        ((_r("supervisor", Says.WORKING), _r("log", Says.UNKNOWN), _r("outputs", Says.UNKNOWN)), State.RUNNING),
+        (
+            (_r("supervisor", Says.WORKING), _r("log", Says.UNKNOWN), _r("outputs", Says.UNKNOWN)),
+            State.RUNNING,
+        ),
         (
             (_r("supervisor", Says.WORKING, supervisor_phase="waiting"), _r("log", Says.UNKNOWN)),
             State.RUNNING,
@@ -272,6 +275,7 @@ def test_verdict_table(readings, state) -> None:
 def test_queued_job_is_no_stall_but_a_running_one_with_nothing_readable_is_unknown() -> None:
     """A job waiting in Slurm's queue an hour is running (no progress is due before it
     starts); one at work whose log is unreadable for stall_after is unknown, as before."""
+
     def state(*readings: Reading) -> State:
         now = {r.signal: r for r in readings}
         idle = VerdictMemory(previous=now, last_progress_at=T0 - 3600)
