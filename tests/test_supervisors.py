@@ -235,6 +235,19 @@ def _decide(*readings: Reading, settle: int = 1) -> State:
         ((_r("supervisor", Says.WORKING), _r("log", Says.DONE)), State.RUNNING),
         # running while this probe sees no process of the job: running.
         ((_r("supervisor", Says.WORKING), _r("process", Says.DONE, seen_alive=True)), State.RUNNING),
+        # at work (or queued) while its log and outputs are not there yet (sbatch opens the log
+        # when the job starts): running, as a live process with such a log is.
+        (
+            (_r("supervisor", Says.WORKING), _r("log", Says.UNKNOWN), _r("outputs", Says.UNKNOWN)),
+            State.RUNNING,
+        ),
+        (
+            (_r("supervisor", Says.WORKING, supervisor_phase="waiting"), _r("log", Says.UNKNOWN)),
+            State.RUNNING,
+        ),
+        ((_r("supervisor", Says.WORKING), _r("process", Says.UNKNOWN)), State.RUNNING),
+        # ... but a failure it shows is still a failure.
+        ((_r("supervisor", Says.WORKING), _r("log", Says.FAILED), _r("outputs", Says.UNKNOWN)), State.FAILED),
         # the record cannot be read: unknown, never complete.
         ((_r("supervisor", Says.UNKNOWN), _r("log", Says.DONE)), State.UNKNOWN),
         # exited 0, yet a process of the job is alive outside the container: contradiction.
@@ -257,6 +270,22 @@ def _decide(*readings: Reading, settle: int = 1) -> State:
 )
 def test_verdict_table(readings, state) -> None:
     assert _decide(*readings) is state
+
+
+def test_queued_job_is_no_stall_but_a_running_one_with_nothing_readable_is_unknown() -> None:
+    """A job waiting in Slurm's queue an hour is running (no progress is due before it
+    starts); one at work whose log is unreadable for stall_after is unknown, as before."""
+
+    def state(*readings: Reading) -> State:
+        now = {r.signal: r for r in readings}
+        idle = VerdictMemory(previous=now, last_progress_at=T0 - 3600)
+        verdict, _ = decide("s", "local", now, PolicySpec(), idle, T0)
+        return verdict.state
+
+    queued = _r("supervisor", Says.WORKING, supervisor_phase="waiting")
+    assert state(queued, _r("log", Says.UNKNOWN)) is State.RUNNING
+    assert state(queued, _r("log", Says.WORKING)) is State.RUNNING
+    assert state(_r("supervisor", Says.WORKING), _r("log", Says.UNKNOWN)) is State.UNKNOWN
 
 
 def test_a_contradiction_names_both_sides() -> None:

@@ -26,6 +26,7 @@ from sensors._base.errors import ConfigError
 from sensors._base.regex import BacktrackingRegexWarning, compile_user_regex
 from sensors._base.text import inert, redact_command
 from sensors._config.stage import Stage, load_stage
+from sensors._signals.supervisor import SupervisorSpec
 
 __all__ = ["Explained", "describe", "explain_files", "warnings_of"]
 
@@ -115,11 +116,31 @@ def warnings_of(stage: Stage) -> list[str]:
     return notes
 
 
+def _supervisor(sup: SupervisorSpec) -> str:
+    """What the supervisor section reads and decides (docs/supervisors.md), in words."""
+    if sup.docker is not None:
+        text = f"docker's record of container {_q(sup.docker)} (docker inspect)"
+    elif sup.systemd is not None:
+        text = f"systemd's record of {'user ' if sup.user else ''}unit {_q(sup.systemd)} (systemctl show)"
+    else:
+        text = f"Slurm's record of job {_q(sup.slurm or '')} (squeue, sacct, scontrol listpids)"
+    if sup.bin is not None:
+        text += f", its commands from {_q(sup.bin)}"
+    return (
+        text + ": the run's identity (a new container, invocation or job is a new run), running"
+        " while it says so, done at a recorded exit 0, failed at any other end (a non-zero code,"
+        " a signal, an OOM kill, a cancel)"
+    )
+
+
 def describe(stage: Stage) -> list[tuple[str, str]]:
     """What each part of ``stage`` will read and decide, in words, one line per part."""
     if stage.hosts is not None:
         return _describe_span(stage)
     parts = [("host", _host(stage))]
+    sup = stage.supervisor
+    if sup is not None:
+        parts.append(("supervisor", _supervisor(sup)))
     p = stage.process
     if p is not None:
         scope = "every process of the host" if p.scope == "host" else "every process the probe can see"

@@ -138,7 +138,7 @@ def _by_process(
     run: Run | None = None,
 ) -> tuple[State | None, list[str]]:
     p, lg = readings.get("process"), readings.get("log")
-    by_record = supervised(readings)
+    by_record = supervised(readings, stalled=c.idle_for >= policy.stall_after)
     if by_record is not None:
         return by_record
     if p is None:

@@ -10,6 +10,12 @@ The record is the run's recorded end, as a launch wrapper's is (docs/supervisors
   both sides' evidence given: the supervisor's run is over, yet something of the job runs.
 - S3: a record that says running while the process signal finds no match is ``running``: the
   supervisor sees the job's processes where this probe may not (another PID namespace).
+- S4: a record that says the job is at work, or not started yet (Slurm's PENDING, a container
+  created), while a log, outputs or process reading is ``unknown`` (a log sbatch has not
+  opened yet, an output folder not made yet) is ``running``, as a live process with such a
+  log is (rule 5): the supervisor's word that the job is at work stands. A job not started
+  yet is ``running`` however long it waits (a queue is no stall); one at work with nothing
+  readable for ``stall_after`` goes on to the other rules (``unknown``).
 
 Everything else goes on to the process rules, with the record's exit 0 as a recorded exit
 (rules 8 and 12b of ``gone``; 16 of ``no_process``).
@@ -23,9 +29,9 @@ from sensors._base.model import Reading, Says, State
 from sensors._verdict.progress import details, ev
 
 
-def supervised(readings: Mapping[str, Reading]) -> tuple[State, list[str]] | None:
+def supervised(readings: Mapping[str, Reading], *, stalled: bool = False) -> tuple[State, list[str]] | None:
     """The state a supervisor's record decides, with its reasons (None: it decides nothing
-    alone; the other rules go on)."""
+    alone; the other rules go on). ``stalled``: nothing moved for ``stall_after``."""
     s, p = readings.get("supervisor"), readings.get("process")
     if s is None:
         return None
@@ -55,6 +61,16 @@ def supervised(readings: Mapping[str, Reading]) -> tuple[State, list[str]] | Non
             f"supervisor: {s.detail}",
             f"the process signal finds no process of the job ({p.detail}): the supervisor's word stands",
         ]
+    if s.says is Says.WORKING and not any(r.says is Says.FAILED for r in readings.values()):
+        # S4
+        unknown = [r for r in readings.values() if r.says is Says.UNKNOWN]
+        waiting = ev(s, "supervisor_phase") == "waiting"
+        if waiting or (unknown and not stalled and (p is None or p.says is not Says.WORKING)):
+            return State.RUNNING, [
+                f"supervisor: {s.detail}",
+                *(f"{r.signal} unknown: {r.detail}" for r in unknown),
+                *(f"{r.signal}: {r.detail}" for r in readings.values() if r is not s and r not in unknown),
+            ]
     return None
 
 
