@@ -759,3 +759,36 @@ def test_a_32_process_host_names_its_lost_rank_or_says_it_cannot(listed: int | N
     else:
         assert "which one is not told (the probe lists 16 of its 28 processes)" in why, why
         assert "pid 2" not in why, why
+
+
+def test_over_two_hosts_a_rank_begun_again_is_no_lost_rank(tmp_path: Path, hosts: list[_Host]) -> None:
+    """An elastic restart over the two sshd hosts: rank 3 is killed and a new process with
+    its command line takes its place at once. Once the watch sees it, no verdict calls a
+    rank gone or names the old PID, and the stage completes when every rank ends."""
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2, rank_logs=True)
+    path = _stage(tmp_path, hosts, ranks)
+    _rank_logs(path, ranks)
+    b = f"127.0.0.1:{hosts[1].sshd.port}"
+    old = ranks.procs[(1, 1)]
+    try:
+        waiting = _Wait(path, "40s")
+        waiting.until(lambda v: _alive_everywhere(v, hosts) and f"log#rank3@{b}" in v["signals"])
+        old.kill()
+        old.wait()
+        new = subprocess.Popen(
+            [sys.executable, *old.args[1:]], start_new_session=True, env={**os.environ, "SPAN_RANK_LOGS": "2"}
+        )
+        ranks.procs[(1, 1)] = new
+        waiting.until(lambda v: f'"pid": {new.pid},' in json.dumps(v["signals"].get(f"process@{b}", {})))
+        seen = len(waiting.verdicts)
+        time.sleep(1.5)
+        ranks.finish()
+        rc = waiting.end()
+    finally:
+        ranks.stop()
+    after = waiting.verdicts[seen:]
+    said = [r for v in after for r in v["reasons"]] + [
+        s["detail"] for v in after for s in v["signals"].values()
+    ]
+    assert not [s for s in said if f"pid {old.pid}" in s or "gone" in s], said
+    assert rc == 0 and waiting.verdicts[-1]["verdict"] == "complete", waiting.verdicts[-1]["reasons"]
