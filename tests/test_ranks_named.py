@@ -551,7 +551,9 @@ def _env_proc(entries: list[tuple[int, int | None, float]], at: float = NOW, **e
     )  # fmt: skip
 
 
-def _run(checks: list[tuple[float, list[tuple[int, int | None, float]]]], last: str = "step 11") -> list[Verdict]:
+def _run(
+    checks: list[tuple[float, list[tuple[int, int | None, float]]]], last: str = "step 11"
+) -> list[Verdict]:
     """Host a (ranks 0, 1: pids 101, 102) unchanged; host b as each check lists it. Every
     rank quiet (no progress), logs per rank."""
     memory, out = AcrossMemory(), []
@@ -681,7 +683,9 @@ def test_a_lost_ranks_log_line_is_shown_inert_redacted_and_bounded(capsys, monke
     )
     verdict = verdicts[-1]
     why = verdict.reasons[0]
-    assert "its log's last line: '<!channel> <script>x</script> \\x1b[2J\\x1b]8;;http://evil.example" in why, why
+    assert (
+        "its log's last line: '<!channel> <script>x</script> \\x1b[2J\\x1b]8;;http://evil.example" in why
+    ), why
     print_table(verdict)
     table = capsys.readouterr().out
     message = build_message(verdict)
@@ -691,7 +695,10 @@ def test_a_lost_ranks_log_line_is_shown_inert_redacted_and_bounded(capsys, monke
         assert "hunter2" not in shown and token[3:] not in shown, shown
         assert "x" * 200 not in shown, shown  # bounded (160 characters of the line)
     assert "<script>" not in svg and "&lt;script&gt;" in svg
-    assert "<!channel>" not in str(message.payload["attachments"]) and "&lt;!channel&gt;" in message.payload["text"]
+    assert (
+        "<!channel>" not in str(message.payload["attachments"])
+        and "&lt;!channel&gt;" in message.payload["text"]
+    )
 
 
 def test_ranks_come_first_in_the_listed_processes() -> None:
@@ -724,7 +731,13 @@ def _workers_proc(ranks: list[int], at: float, listed: int | None = None) -> Rea
         for r in ranks
     ]  # fmt: skip
     workers = [
-        {"pid": 300 + 3 * r + w, "ppid": 200 + r, "state": "S", "cmdline": "python train.py", "started_at": NOW - 390}
+        {
+            "pid": 300 + 3 * r + w,
+            "ppid": 200 + r,
+            "state": "S",
+            "cmdline": "python train.py",
+            "started_at": NOW - 390,
+        }
         for r in ranks
         for w in range(3)
     ]

@@ -774,7 +774,7 @@ def _gone_ranks(
     for pid, (rank, how, at) in sorted(seen.items(), key=lambda kv: (kv[1][0] is None, kv[1][0] or 0, kv[0])):
         if pid in live or (whole_at is not None and at < whole_at):
             continue
-        held = [h for h in holders.get(rank, ()) if rank is not None] if rank is not None else []
+        held = list(holders.get(rank, ())) if rank is not None else []
         if any(host == node.host and began is not None and began > at for host, _, began in held):
             continue  # begun again in a new process since it was last seen: not lost
         who = "a rank" if rank is None else f"rank {rank}"
@@ -791,7 +791,9 @@ def _gone_ranks(
         line = found[1].evidence.get("last_line") if found is not None else None
         if isinstance(line, str) and line:
             # With a twin alive the log may be either's: its line is rank N's log's, not its own.
-            whose = f"rank {rank}'s log's last line (either may have written it)" if held else "its log's last line"
+            whose = "its log's last line"
+            if held:
+                whose = f"rank {rank}'s log's last line (either may have written it)"
             text += f", {whose}: {line[:160]!r}"
         out.append(_Gone(rank, pid, at, text, how, bool(held)))
     return out
