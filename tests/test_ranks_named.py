@@ -70,7 +70,8 @@ def _node(
 
 
 def _cmd(node: int, local: int, flag: str = "--local_rank") -> str:
-    return f"python train.py --node {node} {flag} {local}" if flag else f"python train.py --node {node}"
+    number = node * 2 + local if flag == "--rank" else local  # --rank: the global rank
+    return f"python train.py --node {node} {flag} {number}" if flag else f"python train.py --node {node}"
 
 
 def _two_checks(policy: PolicySpec, flag: str = "--local_rank", env: dict | None = None) -> AcrossMemory:
@@ -123,7 +124,7 @@ def _hung(flag: str = "--local_rank", env: dict | None = None, success: str = "a
     ("flag", "env", "named"),
     [
         ("--local_rank", None, "rank 3, pid 202"),
-        ("--rank", None, "rank 1, pid 202"),  # --rank is the global rank as the job was told it
+        ("--rank", None, "rank 3, pid 202"),  # --rank is the global rank as the job was told it
         ("", {202: {"env_rank": 3}}, "rank 3, pid 202"),  # the environment's RANK
         ("", {202: {"env_local_rank": 1}}, "rank 3, pid 202"),  # LOCAL_RANK on node 1
         ("", None, "rank 3 (told by its place among the host's ranks), pid 202"),
@@ -524,3 +525,283 @@ def test_the_table_of_several_stages_shows_each_hosts_ranks_against_per_host(cap
     print_verdicts([verdict, verdict])
     out = capsys.readouterr().out
     assert "a working ranks=2/2  cpu=5.0s; b working ranks=1/2  cpu=5.0s" in out, out
+
+
+# --------------------------------------------------------------------------- the rank named, and only when true
+
+
+def _env_proc(entries: list[tuple[int, int | None, float]], at: float = NOW, **extra: Any) -> Reading:
+    """A process reading of live ranks (pid, RANK or None, when it began) with no rank on
+    their command lines."""
+    processes = [
+        {
+            "pid": pid,
+            "ppid": 1,
+            "state": "S",
+            "cmdline": "python train.py",
+            "started_at": began,
+            **({"env_rank": rank} if rank is not None else {}),
+        }
+        for pid, rank, began in entries
+    ]
+    n = len(entries)
+    return _r(
+        "process", Says.WORKING if n else Says.DONE, at, alive=n, ranks=n, matched=n, processes=processes,
+        seen_alive=True, cpu_seconds=5.0, **extra,
+    )  # fmt: skip
+
+
+def _run(
+    checks: list[tuple[float, list[tuple[int, int | None, float]]]], last: str = "step 11"
+) -> list[Verdict]:
+    """Host a (ranks 0, 1: pids 101, 102) unchanged; host b as each check lists it. Every
+    rank quiet (no progress), logs per rank."""
+    memory, out = AcrossMemory(), []
+    for at, b_entries in checks:
+        a = _node(
+            "a", State.RUNNING, _env_proc([(101, 0, NOW - 500), (102, 1, NOW - 500)], at=at), _log(at=at),
+            at=at, ranks={"log#rank1": _log(at=at)},
+        )  # fmt: skip
+        b = _node(
+            "b", State.RUNNING, _env_proc(b_entries, at=at), _log(at=at),
+            at=at, ranks={"log#rank3": _log(at=at, last=last)},
+        )  # fmt: skip
+        verdict, memory = decide_across("t", [a, b], POLICY, 2, memory, at)
+        out.append(verdict)
+    return out
+
+
+def test_two_processes_told_the_same_rank_are_both_said() -> None:
+    """A misconfigured launch (both of b's ranks given RANK=3): one ends. The words do not
+    name it as rank 3 alone, nor read rank 3's log as its own, nor call that log's writer
+    gone (the other one, alive, may be writing it)."""
+    both = [(201, 3, NOW - 400), (202, 3, NOW - 400)]
+    verdicts = _run([(NOW - 70, both), (NOW - 65, both), (NOW, [(201, 3, NOW - 400)])])
+    why = verdicts[-1].reasons[0]
+    assert verdicts[-1].state is State.FAILED, verdicts[-1].reasons
+    assert "pid 202" in why and "pid 201 on b, alive, is told rank 3 too" in why, why
+    assert "so its environment's RANK says" in why and "cannot be told" in why, why
+    assert "its log's last line" not in why and "rank 3's log's last line (either may have written it)" in why
+    assert verdicts[-1].readings["log#rank3@b"].says is Says.WORKING  # a writer of it is alive
+
+
+def test_a_stale_rank_of_an_earlier_run_told_the_same_rank_is_said_too() -> None:
+    """b runs a stale rank 3 (pid 150, begun long before) beside this run's ranks 2 and 3;
+    this run's two end: rank 2 is named plainly, rank 3 with the stale one that shares it."""
+    three = [(150, 3, NOW - 9000), (201, 2, NOW - 400), (202, 3, NOW - 400)]
+    verdicts = _run([(NOW - 70, three), (NOW - 65, three), (NOW, [(150, 3, NOW - 9000)])])
+    why = verdicts[-1].reasons[0]
+    assert "rank 2, pid 201, last seen alive" in why, why
+    assert "pid 150 on b, alive, is told rank 3 too" in why and "pid 202" in why, why
+
+
+def test_an_elastic_restart_is_no_lost_rank() -> None:
+    """torchrun --max-restarts: rank 3 (pid 202) ends and a new process told RANK=3 (pid
+    203) takes its place. Between the two, rank 3 is lost and named; once it is back nothing
+    calls it lost, and when rank 2 is lost later the old pid 202 is not named with it."""
+    whole = [(201, 2, NOW - 400), (202, 3, NOW - 400)]
+    again = [(201, 2, NOW - 400), (203, 3, NOW - 62)]
+    verdicts = _run(
+        [
+            (NOW - 70, whole),
+            (NOW - 65, whole),
+            (NOW - 63, [(201, 2, NOW - 400)]),  # rank 3 gone, not back yet
+            (NOW - 60, again),  # back, in a new process
+            (NOW - 5, again),
+            (NOW, [(203, 3, NOW - 62)]),  # rank 2 lost now
+        ]
+    )
+    assert "rank 3, pid 202" in verdicts[2].reasons[0], verdicts[2].reasons
+    for v in verdicts[3:5]:
+        said = " ".join(v.reasons) + " ".join(r.detail for r in v.readings.values())
+        assert "gone" not in said and "202" not in said, v.reasons
+        assert v.readings["log#rank3@b"].says is Says.WORKING
+    why = verdicts[-1].reasons[0]
+    assert "rank 2, pid 201" in why and "202" not in why and "203" not in why, why
+    assert verdicts[-1].readings["log#rank3@b"].says is Says.WORKING  # rank 3's writer, pid 203, alive
+
+
+def test_a_rank_replaced_while_another_is_lost_is_not_named() -> None:
+    """In one interval rank 3 is begun again (pid 203) and rank 2 ends: only rank 2 is lost."""
+    whole = [(201, 2, NOW - 400), (202, 3, NOW - 400)]
+    verdicts = _run([(NOW - 70, whole), (NOW - 65, whole), (NOW, [(203, 3, NOW - 30)])])
+    why = verdicts[-1].reasons[0]
+    assert "rank 2, pid 201" in why and "pid 202" not in why, why
+
+
+def test_a_whole_restart_told_by_place_names_the_new_process_only() -> None:
+    """Ranks told by place alone (no RANK readable, nothing on the command line): every rank
+    begun again (pids 203, 204), then 204 ends: rank 3 is pid 204, said as told by place."""
+    old = [(201, None, NOW - 400), (202, None, NOW - 399)]
+    new = [(203, None, NOW - 100), (204, None, NOW - 99)]
+    verdicts = _run([(NOW - 70, old), (NOW - 65, new), (NOW - 60, new), (NOW, [(203, None, NOW - 100)])])
+    why = verdicts[-1].reasons[0]
+    assert "rank 3 (told by its place among the host's ranks), pid 204" in why, why
+    assert "201" not in why and "202" not in why, why
+
+
+def test_a_rank_told_by_place_is_said_so_wherever_it_is_named(capsys) -> None:
+    """No RANK readable (another user's job) and nothing on the command line: every place
+    that names rank 3 says it was told by its place, never as if read."""
+    from sensors._notify.message import build_message
+    from sensors._present.picture import Sample, wait_svg
+    from sensors._present.terminal import print_table
+
+    verdict = _hung("")
+    told = "rank 3 (told by its place among the host's ranks)"
+    row = verdict.readings["log#rank3@b"]
+    assert row.says is Says.FAILED and row.detail.startswith(f"writer gone: {told} last seen alive"), row
+    print_table(verdict)
+    table = capsys.readouterr().out
+    message = build_message(verdict)
+    svg = wait_svg([Sample.of(verdict, at=NOW)], title="t", note=verdict.reasons[0])
+    for shown in (verdict.reasons[0], table, message.text, json.dumps(message.payload, ensure_ascii=False)):
+        assert told in shown, shown
+        assert shown.count("rank 3") == shown.count(told), shown  # never a bare "rank 3"
+    assert "rank 3 (told by its place" in svg, svg
+
+
+def test_a_lost_ranks_log_line_is_shown_inert_redacted_and_bounded(capsys, monkeypatch) -> None:
+    """The lost rank's log's last line holds terminal escapes (clear screen, an OSC 8 link),
+    secrets and 5 KB of text: shown as visible escapes, redacted, cut, everywhere."""
+    from sensors._notify.message import build_message
+    from sensors._present.picture import Sample, wait_svg
+    from sensors._present.terminal import print_table
+
+    monkeypatch.setenv("COLUMNS", "400")
+    token = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWx"
+    nasty = (
+        "<!channel> <script>x</script> \x1b[2J\x1b]8;;http://evil.example\x1b\\click\x1b]8;;\x1b\\ "
+        f"step 11 {token} password=hunter2hunter2 "
+    )
+    nasty += "x" * (5000 - len(nasty))
+    # As the log signal gives it: its last 300 characters (a Reading redacts its evidence).
+    verdicts = _run(
+        [(NOW - 70, [(201, 2, NOW - 400), (202, 3, NOW - 400)])] * 1
+        + [(NOW - 65, [(201, 2, NOW - 400), (202, 3, NOW - 400)]), (NOW, [(201, 2, NOW - 400)])],
+        last=nasty[:300],
+    )
+    verdict = verdicts[-1]
+    why = verdict.reasons[0]
+    assert (
+        "its log's last line: '<!channel> <script>x</script> \\x1b[2J\\x1b]8;;http://evil.example" in why
+    ), why
+    print_table(verdict)
+    table = capsys.readouterr().out
+    message = build_message(verdict)
+    svg = wait_svg([Sample.of(verdict, at=NOW)], title="t", note=why)
+    for shown in (why, table, message.text, str(message.payload), svg):
+        assert "\x1b" not in shown and "\r" not in shown, shown
+        assert "hunter2" not in shown and token[3:] not in shown, shown
+        assert "x" * 200 not in shown, shown  # bounded (160 characters of the line)
+    assert "<script>" not in svg and "&lt;script&gt;" in svg
+    assert (
+        "<!channel>" not in str(message.payload["attachments"])
+        and "&lt;!channel&gt;" in message.payload["text"]
+    )
+
+
+def test_ranks_come_first_in_the_listed_processes() -> None:
+    """8 ranks each with 3 DataLoader workers, each rank's workers forked before the next
+    rank began (PIDs interleaved): the evidence's 16 list every rank first."""
+    from sensors._signals.process import _Job, _ranks_first
+
+    processes: list[Any] = []
+    pid = 1000
+    for rank in range(8):
+        parent = pid
+        processes.append({"pid": parent, "ppid": 1, "state": "S", "cmdline": f"train.py --local_rank {rank}"})
+        for _ in range(3):
+            pid += 1
+            processes.append({"pid": pid, "ppid": parent, "state": "S", "cmdline": "train.py"})
+        pid += 1
+    job = _Job(processes, [e["pid"] for e in processes], set(), 1.0, None, processes[0], NOW - 100)
+    listed = _ranks_first(job)[:16]
+    assert [e["cmdline"] for e in listed[:8]] == [f"train.py --local_rank {r}" for r in range(8)]
+    assert [e["pid"] for e in listed[:8]] == sorted(e["pid"] for e in listed[:8])
+
+
+def _workers_proc(ranks: list[int], at: float, listed: int | None = None) -> Reading:
+    """Host b: 8 ranks (pids 200 + rank, RANK in the environment), 3 workers each; the
+    probe's 16 listed ranks first (``listed``: only the first ``listed`` entries in PID
+    order, as a list cut before the ranks came first)."""
+    parents = [
+        {"pid": 200 + r, "ppid": 1, "state": "S", "cmdline": "python train.py", "started_at": NOW - 400,
+         "env_rank": 8 + r}
+        for r in ranks
+    ]  # fmt: skip
+    workers = [
+        {
+            "pid": 300 + 3 * r + w,
+            "ppid": 200 + r,
+            "state": "S",
+            "cmdline": "python train.py",
+            "started_at": NOW - 390,
+        }
+        for r in ranks
+        for w in range(3)
+    ]
+    if listed is None:
+        shown = (parents + workers)[:16]
+    else:
+        mixed = sorted(parents + workers, key=lambda e: (e["ppid"] if e["ppid"] != 1 else e["pid"], e["pid"]))
+        shown = mixed[:listed]
+    n = len(parents) + len(workers)
+    return _r(
+        "process", Says.WORKING, at, alive=n, ranks=len(parents), matched=n, processes=shown,
+        seen_alive=True, cpu_seconds=5.0,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("listed", [None, 16], ids=["ranks first", "cut among the workers"])
+def test_a_32_process_host_names_its_lost_rank_or_says_it_cannot(listed: int | None) -> None:
+    """Host b, node 1 of 8 ranks each (ranks 8..15), 32 processes with their workers; rank 13
+    (pid 205) ends with its workers. Listed ranks first, rank 13 is named; listed by PID with
+    ranks left out of the 16, no rank is named wrong: the words say which is not told."""
+    memory = AcrossMemory()
+    policy = POLICY
+    for at, ranks in ((NOW - 70, range(8)), (NOW - 65, range(8)), (NOW, [r for r in range(8) if r != 5])):
+        a = _node("a", State.RUNNING, _env_proc([(100 + r, r, NOW - 500) for r in range(8)], at=at), at=at)
+        b = _node("b", State.RUNNING, _workers_proc(list(ranks), at, listed), at=at)
+        verdict, memory = decide_across("t", [a, b], policy, 8, memory, at)
+    why = verdict.reasons[0]
+    assert why.startswith("1 of 8 ranks on b gone"), why
+    if listed is None:
+        assert "rank 13, pid 205, last seen alive" in why, why
+        assert why.count("pid 2") == 1, why  # no other rank of b named
+    else:
+        assert "which one is not told (the probe lists 16 of its 28 processes)" in why, why
+        assert "pid 2" not in why, why
+
+
+def test_over_two_hosts_a_rank_begun_again_is_no_lost_rank(tmp_path: Path, hosts: list[_Host]) -> None:
+    """An elastic restart over the two sshd hosts: rank 3 is killed and a new process with
+    its command line takes its place at once. Once the watch sees it, no verdict calls a
+    rank gone or names the old PID, and the stage completes when every rank ends."""
+    ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2, rank_logs=True)
+    path = _stage(tmp_path, hosts, ranks)
+    _rank_logs(path, ranks)
+    b = f"127.0.0.1:{hosts[1].sshd.port}"
+    old = ranks.procs[(1, 1)]
+    try:
+        waiting = _Wait(path, "40s")
+        waiting.until(lambda v: _alive_everywhere(v, hosts) and f"log#rank3@{b}" in v["signals"])
+        old.kill()
+        old.wait()
+        new = subprocess.Popen(
+            [sys.executable, *old.args[1:]], start_new_session=True, env={**os.environ, "SPAN_RANK_LOGS": "2"}
+        )
+        ranks.procs[(1, 1)] = new
+        waiting.until(lambda v: f'"pid": {new.pid},' in json.dumps(v["signals"].get(f"process@{b}", {})))
+        seen = len(waiting.verdicts)
+        time.sleep(1.5)
+        ranks.finish()
+        rc = waiting.end()
+    finally:
+        ranks.stop()
+    after = waiting.verdicts[seen:]
+    said = [r for v in after for r in v["reasons"]] + [
+        s["detail"] for v in after for s in v["signals"].values()
+    ]
+    assert not [s for s in said if f"pid {old.pid}" in s or "gone" in s], said
+    assert rc == 0 and waiting.verdicts[-1]["verdict"] == "complete", waiting.verdicts[-1]["reasons"]

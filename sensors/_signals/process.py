@@ -1231,6 +1231,15 @@ def _ranks(job: _Job) -> int:
     return sum(1 for e in job.processes if e["pid"] in alive and e.get("ppid") not in pids)
 
 
+def _ranks_first(job: _Job) -> list[ProcessEntry]:
+    """The matches as the evidence lists them: the ranks (no matched parent) before their
+    forked workers, each in PID order. The list is cut at 16: by PID alone, 8 ranks with 3
+    DataLoader workers each could leave ranks out, and a stage over several hosts names a
+    lost rank from the ranks listed."""
+    pids = {e["pid"] for e in job.processes}
+    return sorted(job.processes, key=lambda e: e.get("ppid") in pids)
+
+
 def _evidence(
     spec: ProcessSpec,
     found: _Found,
@@ -1251,7 +1260,7 @@ def _evidence(
         matched=len(job.processes),
         ranks=_ranks(job),
         descendants=len(job.descendants),
-        processes=job.processes[:16],
+        processes=_ranks_first(job)[:16],
         boot_id=meta.boot_id,
         started_at=job.started_at,
     )

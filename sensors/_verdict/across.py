@@ -69,6 +69,9 @@ class AcrossMemory:
     # Each host's ranks seen alive, by PID: (global rank or None, how it was told, last seen
     # alive on the host's clock): what names a lost rank once its process is gone.
     sightings: Mapping[str, Mapping[int, tuple[int | None, str, float]]] = field(default_factory=dict)
+    # Each host's last check with all its ranks alive (``per_host``, else the most seen): a
+    # rank last seen before it was replaced then (an elastic restart), it is not lost now.
+    whole_at: Mapping[str, float] = field(default_factory=dict)
 
 
 #: Graver first: the state a stage shows when node 0 and the live nodes disagree.
@@ -115,6 +118,11 @@ def decide_across(
     sightings = {
         n.host: _sighted(n, k, per_host, memory.sightings.get(n.host, {})) for k, n in enumerate(nodes)
     }
+    whole_at = dict(memory.whole_at)
+    for n in nodes:
+        count, at = alive[n.host], n.verdict.checked_at
+        if count and at is not None and count >= (per_host or most.get(n.host, 0)):
+            whole_at[n.host] = at
     # Kept for a host not read this check (a blip says nothing of its ranks): dropped, the
     # time they were first found gone became the time the host was read again.
     lost_at = {h: t for h, t in memory.lost_at.items() if h in lost or alive.get(h) is None}
@@ -141,9 +149,13 @@ def decide_across(
         pids={n.host: tuple(sorted(set(memory.pids.get(n.host, ())) | live_pids(n.verdict))) for n in nodes},
         pids_before=memory.pids_before,
         sightings=sightings,
+        whole_at=whole_at,
     )
+    holders = _holders(nodes, sightings)
     gone = {
-        n.host: _gone_ranks(n, k, per_host, sightings.get(n.host, {}))
+        n.host: _gone_ranks(
+            n, k, per_host, sightings.get(n.host, {}), memory.whole_at.get(n.host), holders, _cut(n.verdict)
+        )
         for k, n in enumerate(nodes)
         if n.host in lost
     }
@@ -692,27 +704,98 @@ class _Gone:
     pid: int
     last_seen: float
     words: str
+    how: str = ""  # how its rank was told (``position``: by its place, a guess said as one)
+    twin: bool = False  # a live process is told the same rank: its log is not its alone
+
+
+#: How a rank's number was told, in words (``position`` is said where the rank is named).
+_HOW = {
+    "RANK": "its environment's RANK",
+    "LOCAL_RANK": "its LOCAL_RANK and its node",
+    "--rank": "its command line's --rank",
+    "--local_rank": "its command line's --local_rank",
+    "position": "its place among the host's ranks",
+}
+
+#: Live rank processes by the rank they are told: (host, pid, when it began, its host's clock).
+_Holders = Mapping[int, Sequence[tuple[str, int, float | None]]]
+
+
+def _holders(
+    nodes: Sequence[NodeCheck], sightings: Mapping[str, Mapping[int, tuple[int | None, str, float]]]
+) -> dict[int, list[tuple[str, int, float | None]]]:
+    out: dict[int, list[tuple[str, int, float | None]]] = {}
+    for n in nodes:
+        seen = sightings.get(n.host, {})
+        for e in _rank_entries(n.verdict) or ():
+            pid = int(e["pid"])  # type: ignore[call-overload]
+            rank = seen.get(pid, (None,))[0]
+            began = e.get("started_at")
+            if rank is not None:
+                out.setdefault(rank, []).append(
+                    (n.host, pid, float(began) if isinstance(began, (int, float)) else None)
+                )
+    return out
+
+
+def _cut(verdict: Verdict) -> int | None:
+    """How many processes the probe matched where its list (16) left out live ranks: a rank
+    seen before and not listed now is not known gone. None where the list holds them all."""
+    p = verdict.readings.get("process")
+    entries = _rank_entries(verdict)
+    if p is None or entries is None:
+        return None
+    ranks, matched = p.evidence.get("ranks"), p.evidence.get("matched")
+    if isinstance(ranks, int) and isinstance(matched, int) and len(entries) < ranks:
+        return matched
+    return None
 
 
 def _gone_ranks(
-    node: NodeCheck, k: int, per_host: int | None, seen: Mapping[int, tuple[int | None, str, float]]
+    node: NodeCheck,
+    k: int,
+    per_host: int | None,
+    seen: Mapping[int, tuple[int | None, str, float]],
+    whole_at: float | None = None,
+    holders: _Holders | None = None,
+    cut: int | None = None,
 ) -> list[_Gone]:
     """Each rank seen alive on the node and gone now, named: its global rank, PID, last
-    sighting and its log's last line."""
+    sighting and its log's last line. Not a process replaced since (last seen before the
+    host last had all its ranks, or its rank held now by one begun after it was last seen:
+    an elastic restart); where a live process is told the same rank, both are said."""
+    if cut is not None:
+        # The list holds 16 processes: a rank left out of it now may be alive (its place
+        # taken by a lower PID): which rank is gone is not told rather than told wrong.
+        return [_Gone(None, 0, 0.0, f"which one is not told (the probe lists 16 of its {cut} processes)")]
     live = live_pids(node.verdict)
+    holders = holders or {}
     out = []
     for pid, (rank, how, at) in sorted(seen.items(), key=lambda kv: (kv[1][0] is None, kv[1][0] or 0, kv[0])):
-        if pid in live:
+        if pid in live or (whole_at is not None and at < whole_at):
             continue
+        held = list(holders.get(rank, ())) if rank is not None else []
+        if any(host == node.host and began is not None and began > at for host, _, began in held):
+            continue  # begun again in a new process since it was last seen: not lost
         who = "a rank" if rank is None else f"rank {rank}"
         if how == "position":
             who += " (told by its place among the host's ranks)"
+        if held:
+            others = ", ".join(f"pid {p} on {host}" for host, p, _ in held)
+            who += (
+                f" (so {_HOW.get(how, how)} says; {others}, alive, is told rank {rank} too:"
+                " which one the job counts as it cannot be told)"
+            )
         text = f"{who}, pid {pid}, last seen alive {_hms(at)}"
         found = _rank_log(node, k, per_host, rank)
         line = found[1].evidence.get("last_line") if found is not None else None
         if isinstance(line, str) and line:
-            text += f", its log's last line: {line[:160]!r}"
-        out.append(_Gone(rank, pid, at, text))
+            # With a twin alive the log may be either's: its line is rank N's log's, not its own.
+            whose = "its log's last line"
+            if held:
+                whose = f"rank {rank}'s log's last line (either may have written it)"
+            text += f", {whose}: {line[:160]!r}"
+        out.append(_Gone(rank, pid, at, text, how, bool(held)))
     return out
 
 
@@ -764,8 +847,8 @@ def _as_shown(
         for g in gone[node.host]:
             rank, at = g.rank, g.last_seen
             found = _rank_log(node, k, per_host, rank)
-            if found is None:
-                continue
+            if found is None or g.twin:
+                continue  # a live process told the same rank may write that log still
             name, reading = found
             row = f"{name}@{node.host}"
             if row not in out or reading.says is not Says.WORKING:
@@ -774,7 +857,9 @@ def _as_shown(
             out[row] = replace(
                 reading,
                 says=Says.FAILED,
-                detail=f"writer gone: rank {rank} last seen alive {_hms(at)}, no completion line"
+                detail=f"writer gone: rank {rank}"
+                + (" (told by its place among the host's ranks)" if g.how == "position" else "")
+                + f" last seen alive {_hms(at)}, no completion line"
                 + (f"; last line: {line[:160]!r}" if isinstance(line, str) and line else ""),
             )
     return out
