@@ -352,8 +352,6 @@ def test_docker_restarted_as_a_new_container_is_a_new_run(stand, host, tmp_path)
     assert third.state is not State.COMPLETE
 
 
-
-
 @pytest.mark.parametrize(
     "code, after",
     [(0, State.COMPLETE), (1, State.FAILED), (None, State.RUNNING)],
@@ -392,7 +390,9 @@ def test_the_check_that_finds_a_new_container_of_an_unchanged_log(stand, host, t
     log = tmp_path / "web.log"
     log.write_text("working\nDONE\n")
     stage = _docker_stage(stand, log={"path": str(log), "complete": "^DONE$"})
-    stand.container("web", status="exited", cid=CID, started=time.time() - 30, finished=time.time() - 2, exit_code=0)
+    stand.container(
+        "web", status="exited", cid=CID, started=time.time() - 30, finished=time.time() - 2, exit_code=0
+    )
     checker = Checker(stage_from_dict(stage), host=host)
     [checker.check() for _ in range(2)]
     now = time.time()
