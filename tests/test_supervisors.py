@@ -381,6 +381,57 @@ def test_docker_restarted_as_a_new_container_is_a_new_run(stand, host, tmp_path)
     assert third.state is not State.COMPLETE
 
 
+@pytest.mark.parametrize(
+    "code, after",
+    [(0, State.COMPLETE), (1, State.FAILED), (None, State.RUNNING)],
+)
+def test_the_check_that_finds_a_new_container_reads_its_log(stand, host, tmp_path, code, after) -> None:
+    # The probe asks for the log with the last run's memory (a read from its offset, or none
+    # where the log looked unchanged): the check that finds the new container must read its
+    # log all the same, not say unknown once (issue 36).
+    log = tmp_path / "web.log"
+    log.write_text("working\n" * 40 + "DONE\n")
+    stage = _docker_stage(stand, log={"path": str(log), "complete": "^DONE$"})
+    began = time.time() - 30
+    stand.container("web", status="exited", cid=CID, started=began, finished=time.time() - 2, exit_code=0)
+    checker = Checker(stage_from_dict(stage), host=host)
+    assert [checker.check() for _ in range(2)][-1].state is State.COMPLETE
+    now = time.time()
+    stand.container("web", status="running", cid=CID2, started=now, pid=0)
+    time.sleep(1.2)
+    if code is not None:  # at work, it has written nothing yet: the log looks unchanged
+        with log.open("a") as f:
+            f.write("again\n" + ("DONE\n" if code == 0 else ""))
+    if code is not None:
+        stand.container("web", status="exited", cid=CID2, started=now, finished=time.time(), exit_code=code)
+    first = checker.check()
+    assert first.run["supervised"].startswith(CID2)
+    assert first.state is not State.UNKNOWN, first.reasons
+    # What a whole read of the log tells (an earlier line, then more, is not this run's).
+    assert "left off" not in first.readings["log"].detail, first.readings["log"].detail
+    verdicts = [first] + [checker.check() for _ in range(2)]
+    assert after in [v.state for v in verdicts], [v.reasons for v in verdicts]
+
+
+def test_the_check_that_finds_a_new_container_of_an_unchanged_log(stand, host, tmp_path) -> None:
+    # The log did not change between the checks (the probe asked for no read at all): the
+    # new run's exit 1 fails the stage at the check that finds it.
+    log = tmp_path / "web.log"
+    log.write_text("working\nDONE\n")
+    stage = _docker_stage(stand, log={"path": str(log), "complete": "^DONE$"})
+    stand.container(
+        "web", status="exited", cid=CID, started=time.time() - 30, finished=time.time() - 2, exit_code=0
+    )
+    checker = Checker(stage_from_dict(stage), host=host)
+    [checker.check() for _ in range(2)]
+    now = time.time()
+    stand.container("web", status="exited", cid=CID2, started=now, finished=now + 0.5, exit_code=0)
+    first = checker.check()
+    assert first.run["supervised"].startswith(CID2)
+    assert first.readings["log"].says is not Says.UNKNOWN, first.readings["log"].detail
+    assert first.state is not State.COMPLETE  # its line is the last run's
+
+
 def test_docker_record_that_cannot_be_read(stand, host) -> None:
     stand.docker_error("web", DOCKER_PERMISSION_DENIED)
     _, verdict = _watch(_docker_stage(stand), host, checks=1)

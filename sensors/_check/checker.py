@@ -635,9 +635,10 @@ class Checker(Following):
                 # A new run of the job (see the process signal): nothing remembered of the
                 # last one (its log offsets, its outputs, its settle streak) holds for it.
                 log.info("%s: a new run of the job began; the last run's memory is set aside", stage.stage)
+                set_aside = mem.signals
                 mem.signals = {signal.name: mem.signals[signal.name]}
                 mem.verdict, self.last = VerdictMemory(), None
-                facts = facts._replace(first_check_at=meta.now)
+                facts = facts._replace(first_check_at=meta.now, set_aside=set_aside)
                 mem.first_check_at = meta.now
         mem.run = facts.run
         verdict, mem.verdict = decide(

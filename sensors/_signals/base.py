@@ -188,6 +188,10 @@ class CheckFacts(NamedTuple):
     #: The supervisor's record of the job as this check read it (None: no supervisor section,
     #: or a record that tells nothing of this run: unreadable, absent, another run's).
     supervised: Record | None = None
+    #: The memories a new run set aside at this check (see ``Checker.absorb``): the probe's
+    #: request was built from them, so a signal reads its sections with them first (the log:
+    #: a read resumed at the last run's offset, or none where it looked unchanged).
+    set_aside: Mapping[str, object] = {}
 
     @property
     def run_start(self) -> float | None:

@@ -598,6 +598,7 @@ def read_log(
     exited_by: float | None = None,
     job_unread: bool = False,
     watch_began: float | None = None,
+    asked_with: LogMemory | None = None,
 ) -> tuple[Reading, LogMemory]:
     """Read the log signal: this run's completion and error lines, progress, staleness.
 
@@ -606,9 +607,16 @@ def read_log(
     process signal's view of the job, see ``_whose``; ``exited``: a launched job's recorded
     end (``exited_by``: the latest it can have been, the record's precision allowing); ``over``:
     the launched job is over, recorded or not: see ``_launch_over``; ``job_unread``: the
-    process signal is configured but could not read the processes at this check).
+    process signal is configured but could not read the processes at this check;
+    ``asked_with``: the memory the probe's request was built from, where a new run set it
+    aside at this check, see ``_rebound``).
     """
     memory = memory or LogMemory()
+    rebound = None
+    if asked_with is not None and memory.inode is None and memory.run_from is None:
+        rebound = _rebound(spec, sections, meta, asked_with, host, run, watch_began)
+        if rebound is not None:
+            memory = rebound[0]
     looked = memory.foreign_clock is not None  # read at an earlier check (a launch seeds the rest)
 
     def unknown(why: str, kept: LogMemory = memory, *, absent: bool = False) -> tuple[Reading, LogMemory]:
@@ -617,9 +625,12 @@ def read_log(
             evidence["absent"] = True  # not there (yet): its appearing is the job's first sign
         return Reading("log", Says.UNKNOWN, why, evidence, meta.now, host), kept
 
-    same = "log_same" in sections
+    same = "log_same" in sections or rebound is not None
     stat_raw = sections.get("log_stat")
-    if same:
+    if rebound is not None:
+        # The new run's memory holds this very stat's scan (see _rebound): read as unchanged.
+        st: _LogStat | str = rebound[1]
+    elif same:
         # The shared stat printed the very line the last scan was of (see ``snippet``).
         stamp = shared_stats(sections.get("stats")).get(spec.path)
         if memory.scanned is None or stamp != memory.scanned:
@@ -642,14 +653,13 @@ def read_log(
             return unknown(_MISSING)
         window = max(st.size - spec.tail_bytes, 0)
         if tail_from < window or len(tail) != st.size - tail_from:
-            return unknown("the log changed while it was read")
+            return unknown(_CHANGED_WHILE_READ)
         resumed = tail_from > window
         if resumed and tail_from != resume_at(memory):
             # Read from where another memory left off (this one was set aside meanwhile: a
-            # new run): what came before is not scanned in this one. Read whole next time.
-            return unknown(
-                "the log was read from where an earlier check left off; read whole at the next check"
-            )
+            # new run, and _rebound could not take over): what came before is not scanned in
+            # this one. Read whole next time.
+            return unknown(_READ_ELSEWHERE)
     prev = _previous_bytes(memory, st, tail, sections.get("log_prev"))
     if "log_fs" in sections:
         memory = replace(memory, foreign_clock=not own_clock(sections.get("log_fs")))
@@ -846,6 +856,83 @@ def _scanned_memory(
 
 
 _MISSING = "the probe's log section is missing"
+_CHANGED_WHILE_READ = "the log changed while it was read"
+_READ_ELSEWHERE = "the log was read from where an earlier check left off; read whole at the next check"
+#: The answers of a read whose sections were not what its memory asked for, or not whole.
+_NOT_READ = frozenset({_MISSING, _CHANGED_WHILE_READ, _READ_ELSEWHERE})
+
+
+def _rebound(
+    spec: LogSpec,
+    sections: Mapping[str, bytes],
+    meta: Meta,
+    asked: LogMemory,
+    host: str,
+    run: Run | None,
+    watch_began: float | None,
+) -> tuple[LogMemory, _LogStat] | None:
+    """A new run's first memory of the log, from sections the last run's memory (``asked``)
+    asked for, with the stat they hold (None: it cannot be told; the log is read whole at
+    the next check, ``unknown`` at this one).
+
+    The check that finds a new run (a new container, invocation or job, or the process
+    signal's new run) had its probe built before it knew: the log was read from where the
+    last run's memory left off, or not at all where it looked unchanged. Those sections are
+    read with that memory first; what it then knows of the file is the file's, whoever's run
+    it is (its inode, size, last bytes, last line, progress, and the last line matching the
+    completion pattern). A fresh memory binds the log at the file's end unless the file was
+    born after the new run began (``_bind``): then every line now in it is an earlier run's,
+    and the scan of the whole tail a fresh read would make tells no more than that last
+    matching line, whether it is the log's last, and the rest the old memory holds. Born
+    after the new run began (every byte the new run's): not told, the log is read whole.
+    """
+    if asked.run_from is None:
+        return None  # not bound: its request was a whole read, as a fresh memory's is
+    if "log_same" in sections:
+        stamp = shared_stats(sections.get("stats")).get(spec.path)
+        if stamp is None or stamp != asked.scanned:
+            return None
+        st = _parsed_stamp(stamp, spec.path)
+    else:
+        raw = sections.get("log_stat")
+        st = _parse_log_stat(raw, spec.path) if raw is not None else "no stat"
+    if isinstance(st, str) or meta.now is None:
+        return None
+    reading, read = read_log(spec, sections, meta, asked, host=host)
+    changed = any(reading.evidence.get(k) for k in ("replaced", "truncated", "rewritten", "rotated"))
+    if (
+        changed
+        or (reading.says is Says.UNKNOWN and reading.detail in _NOT_READ)
+        or (read.inode, read.size) != (st.inode, st.size)
+        or read.run_from is None
+    ):
+        return None
+    own = read.foreign_clock is not True
+    bound = _bind(
+        LogMemory(foreign_clock=read.foreign_clock), st, run, meta.now, meta.now_end, own, watch_began
+    )
+    if bound.run_from != st.size:
+        return None
+    if read.complete_end is not None:
+        last, last_is_end = read.complete_line, read.complete_end == st.size
+    else:
+        last, last_is_end = read.earlier_complete, read.earlier_is_last
+    return (
+        replace(
+            bound,
+            foreign_clock=read.foreign_clock,
+            size=st.size,
+            fingerprint=read.fingerprint,
+            scanned=read.scanned,
+            earlier_complete=last,
+            earlier_is_last=last is not None and last_is_end,
+            progress=read.progress,
+            last_line=read.last_line,
+            partial=read.partial,
+            line_start=read.line_start,
+        ),
+        st,
+    )
 
 
 def _offset(raw: bytes | None) -> int | None:
@@ -1532,6 +1619,7 @@ def _read(
         exited_by=facts.launch.exited_by if facts.launch is not None else None,
         job_unread=facts.job_unread,
         watch_began=facts.watch_began,
+        asked_with=asked if isinstance(asked := facts.set_aside.get("log"), LogMemory) else None,
     )
     if new_memory.complete_end is not None:
         # Alive now or at the last check: outputs written in between may be its own.
