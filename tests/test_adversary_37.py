@@ -128,7 +128,9 @@ def test_expected_is_not_guessed_below_the_files_already_there(tmp_path, procs) 
     stage = yaml.safe_load(result.stdout)
     assert stage["outputs"]["files"] == str(out)
     assert stage["outputs"]["expected"] > 5, result.stdout
-    assert any(line.startswith("to do: outputs.expected") for line in result.stderr.splitlines()), result.stderr
+    assert any(line.startswith("to do: outputs.expected") for line in result.stderr.splitlines()), (
+        result.stderr
+    )
 
 
 def test_a_guessed_expected_is_a_line_to_do(tmp_path, procs) -> None:
@@ -143,7 +145,9 @@ def test_a_guessed_expected_is_a_line_to_do(tmp_path, procs) -> None:
     result = _cli("init", "--pid", str(proc.pid))
     assert result.returncode == 0, result.stderr
     assert yaml.safe_load(result.stdout)["outputs"]["expected"] == 100
-    assert any(line.startswith("to do: outputs.expected") for line in result.stderr.splitlines()), result.stderr
+    assert any(line.startswith("to do: outputs.expected") for line in result.stderr.splitlines()), (
+        result.stderr
+    )
 
 
 def test_a_deleted_log_is_not_taken_for_a_file_named_like_its_link(tmp_path, procs) -> None:
@@ -159,13 +163,15 @@ def test_a_deleted_log_is_not_taken_for_a_file_named_like_its_link(tmp_path, pro
     proc = procs.start(code, cwd=tmp_path, ready=tmp_path / "ready")
     result = _cli("init", "--pid", str(proc.pid))
     assert result.returncode == 0, result.stderr
-    assert "job.log (deleted)" not in result.stdout.split("\n# outputs")[0].replace("# log:", ""), result.stdout
+    assert "job.log (deleted)" not in result.stdout.split("\n# outputs")[0].replace("# log:", ""), (
+        result.stdout
+    )
     stage = yaml.safe_load(result.stdout)
     assert "log" not in stage or "(deleted)" not in stage["log"]["path"], result.stdout
 
 
 def test_a_host_that_sent_its_banner_then_stalled_is_not_said_to_have_said_nothing(tmp_path) -> None:
-    """"no answer from H within N s (it accepted the connection, then said nothing)" for a
+    """ "no answer from H within N s (it accepted the connection, then said nothing)" for a
     host that did answer (its SSH banner) and then stalled: the words must be true."""
     from sensors._base.errors import CrosscheckError
     from sensors._config.stage import SSHSpec
@@ -192,7 +198,9 @@ def test_a_host_that_sent_its_banner_then_stalled_is_not_said_to_have_said_nothi
     thread.start()
     known = tmp_path / "known_hosts"
     known.write_text("")
-    host = SSHHost(SSHSpec(ssh="127.0.0.1", port=port, user="nobody", connect_timeout=1.5, known_hosts=str(known)))
+    host = SSHHost(
+        SSHSpec(ssh="127.0.0.1", port=port, user="nobody", connect_timeout=1.5, known_hosts=str(known))
+    )
     try:
         with pytest.raises(CrosscheckError) as caught:
             host.run_script(b"echo hi\n", timeout=10)
@@ -220,7 +228,9 @@ def test_a_closed_port_is_not_no_answer(tmp_path) -> None:
     probe.close()  # nothing listens there now
     known = tmp_path / "known_hosts"
     known.write_text("")
-    host = SSHHost(SSHSpec(ssh="127.0.0.1", port=port, user="nobody", connect_timeout=1.5, known_hosts=str(known)))
+    host = SSHHost(
+        SSHSpec(ssh="127.0.0.1", port=port, user="nobody", connect_timeout=1.5, known_hosts=str(known))
+    )
     try:
         with pytest.raises(CrosscheckError) as caught:
             host.run_script(b"echo hi\n", timeout=10)

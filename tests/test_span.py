@@ -426,7 +426,16 @@ class _Ranks:
         env = {**os.environ, "SPAN_RANK_LOGS": str(per_host)} if rank_logs else None
         self.procs = {
             (node, rank): subprocess.Popen(
-                [sys.executable, str(JOB), self.tag, "--node", str(node), "--local_rank", str(rank), str(folder)],
+                [
+                    sys.executable,
+                    str(JOB),
+                    self.tag,
+                    "--node",
+                    str(node),
+                    "--local_rank",
+                    str(rank),
+                    str(folder),
+                ],
                 start_new_session=True,
                 env=env,
             )

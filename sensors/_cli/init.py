@@ -31,7 +31,9 @@ __all__ = ["add_parser", "init"]
 
 EXIT_DRAFTED, EXIT_NOT_SEEN, EXIT_USAGE = 0, 1, 2
 
-_DEST = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>[^@\s:\[\]]+|\[[0-9A-Fa-f:.]+\])(?::(?P<port>\d{1,5}))?$")
+_DEST = re.compile(
+    r"^(?:(?P<user>[^@\s]+)@)?(?P<host>[^@\s:\[\]]+|\[[0-9A-Fa-f:.]+\])(?::(?P<port>\d{1,5}))?$"
+)
 
 
 def add_parser(sub: Any, duration: Any) -> None:
@@ -41,7 +43,9 @@ def add_parser(sub: Any, duration: Any) -> None:
     )
     which = init.add_mutually_exclusive_group(required=True)
     which.add_argument("--pid", type=_pid, help="the job's PID (on each --host)")
-    which.add_argument("--match", metavar="REGEX", help="a regex over the job's command line (with literal text)")
+    which.add_argument(
+        "--match", metavar="REGEX", help="a regex over the job's command line (with literal text)"
+    )
     init.add_argument(
         "--host",
         action="append",
@@ -50,10 +54,14 @@ def add_parser(sub: Any, duration: Any) -> None:
         " once per host for a job over several hosts (node 0 first)",
     )
     init.add_argument("--key", metavar="FILE", help="SSH private key for every --host")
-    init.add_argument("--known-hosts", metavar="FILE", help="known_hosts for every --host (default ~/.ssh/known_hosts)")
+    init.add_argument(
+        "--known-hosts", metavar="FILE", help="known_hosts for every --host (default ~/.ssh/known_hosts)"
+    )
     init.add_argument("--ssh-config", metavar="FILE", help="ssh config file (default ~/.ssh/config)")
     init.add_argument("--interval", type=duration, help="policy.interval to write (default: the stage's 30s)")
-    init.add_argument("--write", metavar="FILE", help="also write the draft to FILE (never over an existing file)")
+    init.add_argument(
+        "--write", metavar="FILE", help="also write the draft to FILE (never over an existing file)"
+    )
 
 
 def _pid(value: str) -> int:
@@ -101,8 +109,11 @@ def init(args: argparse.Namespace) -> int:
     from sensors._draft.survey import JobNotVisible, survey
 
     if args.write and os.path.lexists(args.write):
-        print(f"crosscheck: {inert(args.write)} exists: init never overwrites a file (remove it, or name another)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"crosscheck: {inert(args.write)} exists: init never overwrites a file"
+            " (remove it, or name another)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     entries = [_host_entry(dest, args) for dest in (args.host or ["local"])]
     multi = len(entries) > 1

@@ -27,7 +27,6 @@ from sensors._check.checker import Checker
 from sensors._check.sampling import StatusSampling, sample_status
 from sensors._check.span import SpanChecker, checker_for
 from sensors._config.stage import Stage, load_stage
-from sensors._hosts.exits import proc_start_ticks
 from sensors._present.evidence import STATE_STYLE
 from sensors._present.terminal import (
     LiveProgress,
@@ -291,6 +290,8 @@ def _process_started() -> float:
     check, and its log is still the run this watch is for. A process start long before the
     package's first import is a script's that exec'd this command later (exec keeps the
     start): then the import's time, as where /proc cannot tell."""
+    from sensors._hosts.exits import proc_start_ticks  # lazy: the CLI imports hosts per command
+
     ticks = proc_start_ticks(os.getpid())
     if ticks is None:
         return IMPORTED_AT

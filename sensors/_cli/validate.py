@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 from sensors._base.errors import ConfigError
 from sensors._base.regex import BacktrackingRegexWarning, compile_user_regex
 from sensors._base.text import inert, redact_command
-from sensors._config.stage import Stage, load_stage
-from sensors._signals.supervisor import SupervisorSpec
+from sensors._config.stage import Stage, SupervisorSpec, load_stage
 
 __all__ = ["Explained", "describe", "explain_files", "warnings_of"]
 
