@@ -6,6 +6,7 @@ sshd can be started, over SSH to 127.0.0.1 — so the two hosts cannot drift apa
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -359,6 +360,19 @@ def test_progress_after_an_error_line_means_the_work_went_on(tmp_path, host) -> 
     with open(log, "a") as f:
         f.write("Traceback (most recent call last):\n")
     assert checker.check().readings["log"].says is Says.FAILED
+
+
+def test_a_secret_at_the_edge_of_a_shown_line_is_redacted_whole(tmp_path, host) -> None:
+    """Lines the evidence keeps are cut (300, 200 characters): redacted first, whole, then
+    cut. Cut first, a token at the edge keeps too few characters to read as one and its
+    head leaks (``hf_AbCdEfGh``)."""
+    token = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWx"
+    log = tmp_path / "s.log"
+    log.write_text("Extraction complete\n" + "x" * 188 + " " + token + "\n")
+    reading = Checker(stage_from_dict(_log_stage(log)), host=host, since="1h").check().readings["log"]
+    shown = json.dumps(dict(reading.evidence), default=str) + reading.detail
+    assert "AbCdEf" not in shown, shown
+    assert reading.evidence["last_line"].endswith("hf_***") or "hf_" not in reading.evidence["last_line"]
 
 
 def test_rotation_and_truncation_are_noticed(tmp_path, host) -> None:

@@ -1479,17 +1479,20 @@ def _scan_log(
             if _is_progress(progress_rx, clean):
                 # Progress after the completion line: a later run's, or the line's own writers'
                 # last update of the bar: ``_whose`` tells which, or that it cannot be told.
-                later_run = later_run or f"{complete_line.strip()[:120]!r}, then {clean.strip()[:120]!r}"
+                later_run = (
+                    later_run or f"{complete_line.strip()[:120]!r}, then {redact(clean.strip())[:120]!r}"
+                )
             if followed_by is None:
                 # Whose it is is the job's question (see _whose): the process that wrote the
                 # completion line, still at work, or a later run.
-                followed_by = clean.strip()[:200]
+                followed_by = redact(clean.strip())[:200]
         if earlier_end is not None and end > earlier_end:
             earlier_end = -1
     # Nothing after the earlier line, not even whitespace: its newline is the file's last byte.
     earlier_is_last = earlier_end is not None and earlier_end == st.size
     trimmed = flat.rstrip()
-    last_line = trimmed[trimmed.rfind("\n") + 1 :].strip()[:300]
+    # Redacted whole, then cut: a secret cut at the edge would no longer read as one.
+    last_line = redact(trimmed[trimmed.rfind("\n") + 1 :].strip())[:300]
     progress = _progress_of(spec, flat)
     if resumed:
         if progress is None and memory.progress is not None:
