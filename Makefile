@@ -25,7 +25,8 @@ system-deps:
 # The newest Prefect the range allows (what `pip install -e '.[dev]'` resolves to). Most of the
 # suite waits on real time (real jobs, intervals, settle gaps), not on the CPU: 4 pytest-xdist
 # workers overlap those waits, also on 2 cores. Each test module runs whole on one worker
-# (--dist loadfile: its module fixtures start once, its tests never overlap each other); the
+# (--dist loadfile: its module fixtures start once, its tests never overlap each other; the
+# modules that share a Prefect server or test harness run on one, tests/conftest.py); the
 # tests marked `alone` (they disturb whatever else runs on the machine) run after, by
 # themselves. TEST_WORKERS=0: no workers. Two by default: on this 2-core machine 4 workers
 # loaded the timing of real-time tests enough for ~3 to fail a run; 2 ran clean.

@@ -456,8 +456,11 @@ def _run_size(
 # --------------------------------------------------------------------------- side by side
 
 
-def side_by_side(fleet: Fleet, work: Path, rounds: int, label: str) -> dict[str, tuple[float, float]]:
-    """CPU ms per stage-check: (batched, per-stage), for 40 stages on one SSH host and 40 local.
+def side_by_side(
+    fleet: Fleet, work: Path, rounds: int, label: str, stages: int = PER_HOST
+) -> dict[str, tuple[float, float]]:
+    """CPU ms per stage-check: (batched, per-stage), for 40 stages on one SSH host and 40 local
+    (``stages``: fewer, for the test suite's smoke run, where only that it runs counts).
 
     The fleet's logs are idle (each check finds it as the last one did, and reads only its
     stat); ``ssh+grow`` is the same SSH host with every log appended to before each check
@@ -469,7 +472,7 @@ def side_by_side(fleet: Fleet, work: Path, rounds: int, label: str) -> dict[str,
     directory.mkdir()
     placed = (("ssh", 0), ("local", None), ("ssh+grow", 0), ("ssh+grow-1MB", 0))
     groups: dict[str, list] = {group: [] for group, _ in placed}
-    for k in range(PER_HOST):
+    for k in range(stages):
         for group, host in placed:
             name = f"side-{label}-{group.replace('+', '-')}-s{k:02d}"
             path = directory / f"{name}.yaml"
@@ -558,6 +561,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", help="stage counts, comma-separated (100,500,1000,2500)")
     ap.add_argument("--rounds", type=int, help="side-by-side rounds (24)")
     ap.add_argument("--mix", default=",".join(MIXES), help="the mixes, comma-separated (idle,busy)")
+    ap.add_argument(
+        "--side-stages", type=int, default=PER_HOST, help=f"stages a group side by side ({PER_HOST})"
+    )
     ap.add_argument("--quick", action="store_true", help="a smoke run: 100,250 stages, 3 s, 2 ticks")
     args = ap.parse_args(argv)
     quick = {"interval": 3.0, "ticks": 2, "sizes": "100,250", "rounds": 2}
@@ -586,9 +592,9 @@ def main(argv: list[str] | None = None) -> int:
             f" {SLEEPS} + {PER_HOST} live jobs;"
             f" load average at the start {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
         )
-        side_default = side_by_side(fleet, work, args.rounds, "default-gc")
+        side_default = side_by_side(fleet, work, args.rounds, "default-gc", args.side_stages)
         tune_for_watching()  # as crosscheck serve does, before its stages load
-        side = side_by_side(fleet, work, args.rounds, "watcher-gc")
+        side = side_by_side(fleet, work, args.rounds, "watcher-gc", args.side_stages)
         rows: dict[str, list[dict]] = {}
         for mix in mixes:
             print(f"{mix} mix:", flush=True)
@@ -638,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"{size:>6} {cells}")
 
-    print("\nCPU per stage-check, 40 stages on one host, side by side (ms):")
+    print(f"\nCPU per stage-check, {args.side_stages} stages on one host, side by side (ms):")
     print(f"{'host':>12} {'batched':>8} {'per-stage':>10} {'ratio':>6}   with CPython's GC settings")
     for group, (b, s) in side.items():
         bd, sd = side_default[group]

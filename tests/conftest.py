@@ -36,6 +36,42 @@ _SLOW_FIRST = (
 )
 
 
+#: Modules that share a session fixture slow to start: under make test's ``--dist loadfile``
+#: each group is one work unit (one worker runs its modules, one after the other), so that the
+#: fixture starts once, not once on each worker that happens to get one of them. A session
+#: fixture is a worker's: a real Prefect server (tests/prefect_server.py, ~50 s to start on
+#: this loaded machine) and the Prefect test harness (``prefect_harness``, 15-45 s).
+_SHARED_UNITS = {
+    "test_deployments_e2e.py": "prefect_server",
+    "test_packaging.py": "prefect_server",
+    **dict.fromkeys(
+        (
+            "test_prefect.py",
+            "test_span.py",
+            "test_blocks_server.py",
+            "test_readme.py",
+            "test_secrets.py",
+            "test_notify.py",
+        ),
+        "prefect_harness",
+    ),
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class _SharedFixtureScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)  # the module's path
+            return _SHARED_UNITS.get(scope.rpartition("/")[2], scope)
+
+    return _SharedFixtureScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not hasattr(config, "workerinput"):  # not a pytest-xdist worker: the usual order
         return
@@ -64,8 +100,8 @@ def prefect_harness():
     """One Prefect test API for the whole session (startup 15-45 s here), started only for
     the modules that ask for it. One, not one per module: a harness nested inside another
     leaves Prefect's events worker bound to the first, and no event arrives. (Under make
-    test's pytest-xdist workers, a session is a worker: each worker that runs such a module
-    starts one of its own.)"""
+    test's pytest-xdist workers, a session is a worker: the modules that ask for it are one
+    work unit, ``_SHARED_UNITS``, so that one worker starts it.)"""
     import inspect
 
     from prefect.testing.utilities import prefect_test_harness

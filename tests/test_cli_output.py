@@ -340,11 +340,16 @@ def test_serve_log_levels_and_paramiko_quiet_by_default(ssh_spec: dict, tmp_path
     ):
         env = _env(tmp_path, CROSSCHECK_STATE=str(tmp_path / f"{name}.db"))
 
-        def stored(env: dict[str, str] = env) -> bool:  # a verdict: the SSH connection was made
-            done = subprocess.run(
-                [CROSSCHECK, "history", "ssh-logs", "--json"], env=env, capture_output=True, text=True
-            )
-            return bool(done.stdout.strip())
+        def stored(state: str = env["CROSSCHECK_STATE"]) -> bool:  # a verdict: the SSH connection was made
+            # What `crosscheck history ssh-logs` prints, read here: a CLI process at every
+            # look cost a second of startup each on this loaded machine.
+            from sensors._store import StoreError, open_store
+
+            try:
+                with open_store(state, readonly=True) as store:
+                    return bool(store.history("ssh-logs"))
+            except StoreError:  # not made yet (StoreMissing), or busy: as the CLI, look again
+                return False
 
         _serving([str(directory), "--rescan", "300ms", *flags], env, stored, tmp_path / f"{name}.log")
         seen[name] = (tmp_path / f"{name}.log").read_text()
