@@ -65,7 +65,7 @@ def test_bash_sources_it_and_completes_subcommands_options_and_values(tmp_path: 
         "crosscheck wait extract.yaml --st",
     )
     assert got == [
-        "--help --version -h check completion demo history schema serve status validate wait",
+        "--help --version -h check completion demo history init schema serve status validate wait",
         "status",
         "--help --json --since --state",
         "extract.yaml stages train.yml",  # stage files and directories, not notes.txt

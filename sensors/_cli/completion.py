@@ -13,7 +13,7 @@ the command runs, so completion cannot drift from the command. Stage files compl
 Example:
     >>> from sensors._cli.main import build_parser
     >>> [c.name for c in commands(build_parser())][:3]
-    ['status', 'wait', 'check']
+    ['init', 'status', 'wait']
 """
 
 from __future__ import annotations
