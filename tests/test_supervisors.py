@@ -461,6 +461,75 @@ def test_docker_exit_0_with_the_job_alive_outside_is_a_contradiction(stand, host
         outside.wait()
 
 
+def _rewrite(path: Path, text: str) -> None:
+    """A job's last write: a temporary file renamed over an output (its folder changes)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+@pytest.mark.parametrize(
+    "when, completes",
+    [
+        # the last output rewritten after the completion line, the container still running
+        # at the check that finds it (then it exits 0)
+        ("running", True),
+        # rewritten, then exited 0, both between two checks: the record said running at the
+        # last check and its FinishedAt is after the write: the job's own work
+        ("before_exit", True),
+        # rewritten after the recorded FinishedAt: not the job's (never complete)
+        ("after_exit", False),
+    ],
+)
+def test_outputs_written_after_the_line_while_the_container_works_are_its_own(
+    stand, host, tmp_path, when, completes
+) -> None:
+    # A gate that never opened (review of issue 36): a job that writes its completion line,
+    # then its last output, then exits, watched with a log and outputs and no process
+    # section: the supervisor's record is the job's liveness and its end.
+    log, out = tmp_path / "web.log", tmp_path / "out"
+    out.mkdir()
+    (out / "a.out").write_text("a")
+    (out / "b.out").write_text("b")
+    log.write_text("working\nDONE\n")
+    job = subprocess.Popen(["sleep", "60"])
+    began = time.time() - 5
+    stage = _docker_stage(
+        stand,
+        log={"path": str(log), "complete": "^DONE$"},
+        outputs={"files": str(out), "expected": 2},
+    )
+    try:
+        stand.container("web", status="running", cid=CID, started=began, pid=job.pid)
+        checker = Checker(stage_from_dict(stage), host=host)
+        seen = [checker.check(), checker.check()]
+        assert [v.state for v in seen] == [State.RUNNING, State.RUNNING], [v.reasons for v in seen]
+        time.sleep(0.05)
+        if when == "after_exit":
+            stand.container("web", status="exited", cid=CID, started=began, finished=time.time(), exit_code=0)
+            time.sleep(0.05)
+            _rewrite(out / "b.out", "b, final")
+        else:
+            _rewrite(out / "b.out", "b, final")
+            if when == "running":
+                seen.append(checker.check())
+                assert seen[-1].state is State.RUNNING, seen[-1].reasons
+            time.sleep(0.05)
+            stand.container("web", status="exited", cid=CID, started=began, finished=time.time(), exit_code=0)
+    finally:
+        job.kill()
+        job.wait()
+    seen += [checker.check() for _ in range(4)]
+    if completes:
+        assert seen[-1].state is State.COMPLETE, [v.reasons for v in seen]
+        assert not any("completion line" in v.readings["outputs"].detail for v in seen), [
+            v.readings["outputs"].detail for v in seen
+        ]
+    else:
+        assert all(v.state is not State.COMPLETE for v in seen), [v.reasons for v in seen]
+        assert seen[-1].readings["outputs"].says is Says.UNKNOWN, seen[-1].readings["outputs"].detail
+
+
 def _unit_stage(stand: Stand, **extra) -> dict:
     return {"stage": "job", "supervisor": {"systemd": "job.service", "bin": str(stand.bin)}, **extra}
 

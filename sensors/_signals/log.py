@@ -49,6 +49,7 @@ from sensors._run.tolerances import (
     PROC_START_TICKS,
     PROC_START_TICKS_WRITER,
     PROC_START_WHOLE_SECONDS,
+    WHOLE_SECOND,
 )
 from sensors._signals.base import CheckFacts, JobView, LastWord, ProbeInputs, Signal, evolve
 
@@ -1626,9 +1627,13 @@ def _read(
     )
     if new_memory.complete_end is not None:
         # Alive now or at the last check: outputs written in between may be its own.
-        alive = facts.job is not None and bool(facts.job.live or facts.job.previous)
+        # A supervisor's record of this run is the job's liveness and end as a process's
+        # is (a stage without a process section has no other): its job at work now or at the
+        # last check, the writer alive while it says running, the recorded exit the writers'
+        # end (to its precision: whole seconds for systemd and Slurm, docker's nanoseconds).
+        alive = (facts.job is not None and bool(facts.job.live or facts.job.previous)) or facts.supervised_alive
         stamp = shared_stats(sections.get("stats")).get(spec.path)
-        writer_alive = _writer_alive(new_memory, facts)
+        writer_alive = _writer_alive(new_memory, facts) or _supervised_phase(facts) == "running"
         last_word = LastWord(
             new_memory.complete_end,
             alive,
@@ -1637,10 +1642,25 @@ def _read(
             log_own_clock=new_memory.foreign_clock is False,
             seen_at=new_memory.complete_seen_at,
             writer_alive=writer_alive,
-            writers_end=_writers_end(new_memory.writers, facts.job),
+            writers_end=_writers_end(new_memory.writers, facts.job) or _recorded_end(facts),
         )
         facts = facts._replace(last_word=last_word)
     return reading, new_memory, facts
+
+
+def _supervised_phase(facts: CheckFacts) -> str | None:
+    """The phase of the supervisor's record of this run (None: none, or none of this run)."""
+    return facts.supervised.phase if facts.supervised is not None else None
+
+
+def _recorded_end(facts: CheckFacts) -> float | None:
+    """The latest moment the supervisor's recorded exit of this run can have been (its
+    ``FinishedAt``, a whole second standing for any moment of it): a change stamped no later
+    is the job's own (None: no exit recorded with a time)."""
+    record = facts.supervised
+    if record is None or record.phase != "exited" or record.finished_at is None:
+        return None
+    return record.finished_at + (WHOLE_SECOND if record.coarse else 0.0)
 
 
 def _writer_alive(memory: LogMemory, facts: CheckFacts) -> bool:

@@ -189,9 +189,11 @@ def snippet(spec: SupervisorSpec, memory: SupervisorMemory, probe: ProbeInputs) 
 
 @dataclass(frozen=True)
 class SupervisorMemory:
-    """The identity of the run this watch has been reading (None: none seen yet)."""
+    """The identity of the run this watch has been reading (None: none seen yet), and
+    whether the last check that read its record found it at work."""
 
     identity: str | None = None
+    running: bool = False
 
 
 def record_evidence(record: Record) -> dict[str, object]:
@@ -334,6 +336,8 @@ def _read(
     )
     reading = reading_of(record, now=facts.meta.now, host=facts.host, bound=bound, begins=begins)
     new_memory = memory
+    # At work at the last check that read this run's record (its identity the same).
+    alive_before = memory.running and record.identity is not None and memory.identity == record.identity
     if record.identity is not None and reading.says is not Says.UNKNOWN:
         if (
             bound is None
@@ -343,10 +347,16 @@ def _read(
             # A new container, invocation or job: a new run, whatever file times say. The
             # checker sets the last run's memory aside (its log offsets, its verdict).
             run = run_of(record, 0.0 if not record.coarse else WHOLE_SECOND)
-        new_memory = SupervisorMemory(record.identity)
+        new_memory = SupervisorMemory(record.identity, running=record.phase == "running")
     # The record, where it tells of this run (not unreadable, absent, another run's): the
-    # process signal of a stage with no match takes its PIDs for the job's.
-    facts = facts._replace(run=run, supervised=record if reading.says is not Says.UNKNOWN else None)
+    # process signal of a stage with no match takes its PIDs for the job's; the log and the
+    # outputs read its job at work now or at the last check as a live process of the run.
+    told = reading.says is not Says.UNKNOWN
+    facts = facts._replace(
+        run=run,
+        supervised=record if told else None,
+        supervised_alive=told and (record.phase == "running" or alive_before),
+    )
     if record.phase == "exited" and facts.launch is None and reading.says is not Says.UNKNOWN:
         # The recorded end, as a launch wrapper's: what the log and outputs hold after it is
         # no longer the job's own work (the signals read after this one use it so).
