@@ -193,11 +193,21 @@ def test_sacct_as_slurm_22_05_prints_it(key, phase, success, status, oom) -> Non
 
 
 def test_slurm_without_accounting_reads_squeue() -> None:
+    # squeue -h -t all -O 'JobID:|,State:|,exit_code:|,StartTime:|,EndTime:' as Slurm 22.05
+    # prints it: exit_code is the job's raw wait status (exit 3: 768; SIGKILL: 9).
     off = (1, "Slurm accounting storage is disabled")
-    done = parse_slurm("5", off, (0, "5|COMPLETED|2026-12-05T18:44:32|2026-12-05T18:44:35"))
+    done = parse_slurm("5", off, (0, "5|COMPLETED|0|2026-12-05T18:44:32|2026-12-05T18:44:35"))
     assert done.success and done.identity == "5@2026-12-05T18:44:32"
-    failed = parse_slurm("5", off, (0, "5|FAILED|2026-12-05T18:44:32|2026-12-05T18:44:35"))
+    failed = parse_slurm("5", off, (0, "5|FAILED|768|2026-12-05T18:44:32|2026-12-05T18:44:35"))
     assert failed.phase == "exited" and not failed.success and failed.failed
+    assert failed.exit_code == 3 and failed.how_it_ended() == "exited with status 3 (FAILED)"
+    killed = parse_slurm("5", off, (0, "5|FAILED|9|2026-12-05T18:44:32|2026-12-05T18:44:35"))
+    assert killed.signal == 9 and killed.exit_status == 137 and "SIGKILL" in killed.how_it_ended()
+    running = parse_slurm("5", off, (0, "5|RUNNING|0|2026-12-05T18:44:32|NONE"))
+    assert running.phase == "running"
+    # Cancelled while pending: 0:0 is no exit status, and none is told.
+    cancelled = parse_slurm("5", off, (0, "5|CANCELLED|0|None|2026-12-05T18:44:35"))
+    assert cancelled.exit_status is None and "status 0" not in cancelled.how_it_ended()
     gone = parse_slurm("5", off, (1, "slurm_load_jobs error: Invalid job id specified"))
     assert gone.phase == "absent"
     down = parse_slurm(
@@ -629,18 +639,21 @@ def _slurm_stage(slurm, job: str) -> dict:
 
 
 @pytest.mark.parametrize(
-    "script, final, state",
+    "script, final, state, words",
     [
-        ("sleep 0.5; exit 0", "COMPLETED", State.COMPLETE),
-        ("sleep 0.5; exit 3", "FAILED", State.FAILED),
+        ("sleep 0.5; exit 0", "COMPLETED", State.COMPLETE, "exited with status 0 (success)"),
+        # No accounting here: the code is squeue's (its exit_code, the wait status), not lost.
+        ("sleep 0.5; exit 3", "FAILED", State.FAILED, "exited with status 3 (FAILED)"),
+        ("kill -9 $$", "FAILED", State.FAILED, "killed by SIGKILL (signal 9)"),
     ],
 )
-def test_slurm_job_ends(slurm, host, script, final, state) -> None:
+def test_slurm_job_ends(slurm, host, script, final, state, words) -> None:
     job = slurm.submit(script)
     slurm.wait_state(job, final)
     _, verdict = _watch(_slurm_stage(slurm, job), host)
     assert verdict.state is state, verdict.reasons
     assert verdict.run["supervised"].startswith(f"{job}@")
+    assert words in verdict.readings["supervisor"].detail, verdict.readings["supervisor"].detail
 
 
 def test_slurm_job_killed(slurm, host) -> None:

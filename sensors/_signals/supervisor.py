@@ -9,7 +9,8 @@ check's one probe, read-only:
   host PID (``/proc/PID/task/*/children``);
 - systemd: ``systemctl show [--user] -p ... UNIT``, and the unit's ``cgroup.procs``;
 - Slurm: ``sacct -j ID -P -n -o JobID,State,ExitCode,Start,End`` (the accounting, where there
-  is one), ``squeue -h -t all -j ID -o %i|%T|%S|%e`` (the controller's memory of the job) and
+  is one), ``squeue -h -t all -j ID -O JobID:|,State:|,exit_code:|,StartTime:|,EndTime:`` (the
+  controller's memory of the job, with its wait status) and
   ``scontrol listpids ID`` (the job's PIDs on this node).
 
 The answers are parsed by ``sensors._run.supervisor`` (pure). The signal is read first: a
@@ -175,7 +176,9 @@ def snippet(spec: SupervisorSpec, memory: SupervisorMemory, probe: ProbeInputs) 
     # environment sets (a site's "relative", "%s": a start not parsed is no identity).
     env = "TZ=UTC SLURM_TIME_FORMAT=standard"
     acct = f"{env} {_tool(spec, 'sacct')} -j {name} -P -n -o JobID,State,ExitCode,Start,End"
-    queue = f"{env} {_tool(spec, 'squeue')} -h -t all -j {name} -o '%i|%T|%S|%e'"
+    # -O's exit_code: the job's wait status, its exit code where there is no accounting.
+    fields = "JobID:|,State:|,exit_code:|,StartTime:|,EndTime:"
+    queue = f"{env} {_tool(spec, 'squeue')} -h -t all -j {name} -O '{fields}'"
     lines = trust + _run("supervisor", acct) + _run("supervisor_queue", queue)
     lines += [
         "sec supervisor_pids",
