@@ -296,6 +296,21 @@ def test_queued_job_is_no_stall_but_a_running_one_with_nothing_readable_is_unkno
     assert state(queued, _r("log", Says.UNKNOWN)) is State.RUNNING
     assert state(queued, _r("log", Says.WORKING)) is State.RUNNING
     assert state(_r("supervisor", Says.WORKING), _r("log", Says.UNKNOWN)) is State.UNKNOWN
+    # A log read whole, doubting only whose its completion line is: no unreadable signal;
+    # a job at work with nothing moving is stalled, not unknown.
+    doubt = _r("log", Says.UNKNOWN, line_doubt=True)
+    assert state(_r("supervisor", Says.WORKING), doubt) is State.STALLED
+
+
+def test_a_running_record_outranks_the_logs_doubt_about_an_earlier_line() -> None:
+    # docs/supervisors.md: running, whatever the log says; an error line still fails.
+    doubt = _r("log", Says.UNKNOWN, line_doubt=True)
+    assert _decide(_r("supervisor", Says.WORKING), doubt) is State.RUNNING
+    assert _decide(_r("supervisor", Says.WORKING), doubt, _r("outputs", Says.DONE)) is State.RUNNING
+    assert _decide(_r("supervisor", Says.WORKING), doubt, _r("outputs", Says.FAILED)) is State.FAILED
+    assert _decide(_r("supervisor", Says.WORKING), _r("log", Says.FAILED)) is State.FAILED
+    # not at work: the doubt stands
+    assert _decide(_r("supervisor", Says.DONE), doubt) is State.UNKNOWN
 
 
 def test_a_contradiction_names_both_sides() -> None:
@@ -538,6 +553,27 @@ def test_outputs_written_after_the_line_while_the_container_works_are_its_own(
     else:
         assert all(v.state is not State.COMPLETE for v in seen), [v.reasons for v in seen]
         assert seen[-1].readings["outputs"].says is Says.UNKNOWN, seen[-1].readings["outputs"].detail
+
+
+@pytest.mark.parametrize("error", [False, True])
+def test_a_running_container_whose_log_holds_an_earlier_line_then_more_is_running(
+    stand, host, tmp_path, error
+) -> None:
+    log = tmp_path / "web.log"
+    log.write_text("working\nDONE\n")
+    stand.container("web", status="running", cid=CID, started=time.time() - 30, pid=0)
+    with log.open("a") as f:
+        f.write("a new run begins\n" + ("Traceback (most recent call last):\n" if error else ""))
+    stage = _docker_stage(
+        stand, log={"path": str(log), "complete": "^DONE$", "error": "^Traceback"}
+    )
+    _, verdict = _watch(stage, host, checks=2)
+    if error:
+        assert verdict.state is State.FAILED, verdict.reasons
+    else:
+        assert verdict.readings["log"].says is Says.UNKNOWN, verdict.readings["log"].detail
+        assert verdict.readings["log"].evidence.get("line_doubt") is True
+        assert verdict.state is State.RUNNING, verdict.reasons
 
 
 def _unit_stage(stand: Stand, **extra) -> dict:

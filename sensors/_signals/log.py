@@ -178,6 +178,9 @@ class LogEvidence(TypedDict, total=False):
     run_bound_by: str | None  # what told it: launch, since, process or watch
     earlier_complete_line: str  # a completion line before the run's first byte, or one a later run followed
     followed_by: str  # text after the completion line that may be a later run's
+    # Unknown only for whose run a completion line is (the log itself was read): a
+    # supervisor's word that this run is at work stands over it (rule S4).
+    line_doubt: bool
     complete_writers: list[int]  # the job's PIDs alive before the completion line was written
     superseded_by_pid: int  # a process of this run that began after the completion line
     launch_superseded: str  # words written after the launched run's last: a later run's
@@ -817,6 +820,8 @@ def read_log(
         seen_alive=bool(word.writers),
     )
     says, detail = _log_says(scan, complete_line, still_writing, memory, age, word, had, ahead, local)
+    if says is Says.UNKNOWN:
+        evidence["line_doubt"] = True  # _log_says's only unknowns: whose a completion line is
     if change:
         detail += f" (log {change} since the last check)"
     return Reading("log", says, detail, evidence, meta.now, host), new_memory
