@@ -564,9 +564,7 @@ def test_a_running_container_whose_log_holds_an_earlier_line_then_more_is_runnin
     stand.container("web", status="running", cid=CID, started=time.time() - 30, pid=0)
     with log.open("a") as f:
         f.write("a new run begins\n" + ("Traceback (most recent call last):\n" if error else ""))
-    stage = _docker_stage(
-        stand, log={"path": str(log), "complete": "^DONE$", "error": "^Traceback"}
-    )
+    stage = _docker_stage(stand, log={"path": str(log), "complete": "^DONE$", "error": "^Traceback"})
     _, verdict = _watch(stage, host, checks=2)
     if error:
         assert verdict.state is State.FAILED, verdict.reasons

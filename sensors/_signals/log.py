@@ -1636,7 +1636,9 @@ def _read(
         # is (a stage without a process section has no other): its job at work now or at the
         # last check, the writer alive while it says running, the recorded exit the writers'
         # end (to its precision: whole seconds for systemd and Slurm, docker's nanoseconds).
-        alive = (facts.job is not None and bool(facts.job.live or facts.job.previous)) or facts.supervised_alive
+        alive = (
+            facts.job is not None and bool(facts.job.live or facts.job.previous)
+        ) or facts.supervised_alive
         stamp = shared_stats(sections.get("stats")).get(spec.path)
         writer_alive = _writer_alive(new_memory, facts) or _supervised_phase(facts) == "running"
         last_word = LastWord(
