@@ -14,7 +14,8 @@ import pytest
 from sensors import Checker, Says, State, stage_from_dict
 from sensors._hosts.local import LocalHost
 from sensors._run.supervisor import parse_docker, parse_slurm, parse_systemd
-from tests.supervisors import Stand, slurm_cluster, slurm_installed, systemd_time
+from tests.supervisor_standin import systemd_time
+from tests.supervisors import Stand, slurm_cluster, slurm_installed
 
 CID = "4f" * 32
 
@@ -189,7 +190,7 @@ def test_docker_json_after_a_warning_parses(stand) -> None:
 
 def test_slurm_completed_with_a_start_not_parsed_is_not_waiting() -> None:
     off = (1, "Slurm accounting storage is disabled")
-    record = parse_slurm("5", off, (0, "5|COMPLETED|19:00:29|19:00:31"))
+    record = parse_slurm("5", off, (0, "5|COMPLETED|0|19:00:29|19:00:31"))
     assert record.phase == "exited" and record.success
 
 

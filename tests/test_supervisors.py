@@ -193,11 +193,21 @@ def test_sacct_as_slurm_22_05_prints_it(key, phase, success, status, oom) -> Non
 
 
 def test_slurm_without_accounting_reads_squeue() -> None:
+    # squeue -h -t all -O 'JobID:|,State:|,exit_code:|,StartTime:|,EndTime:' as Slurm 22.05
+    # prints it: exit_code is the job's raw wait status (exit 3: 768; SIGKILL: 9).
     off = (1, "Slurm accounting storage is disabled")
-    done = parse_slurm("5", off, (0, "5|COMPLETED|2026-12-05T18:44:32|2026-12-05T18:44:35"))
+    done = parse_slurm("5", off, (0, "5|COMPLETED|0|2026-12-05T18:44:32|2026-12-05T18:44:35"))
     assert done.success and done.identity == "5@2026-12-05T18:44:32"
-    failed = parse_slurm("5", off, (0, "5|FAILED|2026-12-05T18:44:32|2026-12-05T18:44:35"))
+    failed = parse_slurm("5", off, (0, "5|FAILED|768|2026-12-05T18:44:32|2026-12-05T18:44:35"))
     assert failed.phase == "exited" and not failed.success and failed.failed
+    assert failed.exit_code == 3 and failed.how_it_ended() == "exited with status 3 (FAILED)"
+    killed = parse_slurm("5", off, (0, "5|FAILED|9|2026-12-05T18:44:32|2026-12-05T18:44:35"))
+    assert killed.signal == 9 and killed.exit_status == 137 and "SIGKILL" in killed.how_it_ended()
+    running = parse_slurm("5", off, (0, "5|RUNNING|0|2026-12-05T18:44:32|NONE"))
+    assert running.phase == "running"
+    # Cancelled while pending: 0:0 is no exit status, and none is told.
+    cancelled = parse_slurm("5", off, (0, "5|CANCELLED|0|None|2026-12-05T18:44:35"))
+    assert cancelled.exit_status is None and "status 0" not in cancelled.how_it_ended()
     gone = parse_slurm("5", off, (1, "slurm_load_jobs error: Invalid job id specified"))
     assert gone.phase == "absent"
     down = parse_slurm(
@@ -286,6 +296,21 @@ def test_queued_job_is_no_stall_but_a_running_one_with_nothing_readable_is_unkno
     assert state(queued, _r("log", Says.UNKNOWN)) is State.RUNNING
     assert state(queued, _r("log", Says.WORKING)) is State.RUNNING
     assert state(_r("supervisor", Says.WORKING), _r("log", Says.UNKNOWN)) is State.UNKNOWN
+    # A log read whole, doubting only whose its completion line is: no unreadable signal;
+    # a job at work with nothing moving is stalled, not unknown.
+    doubt = _r("log", Says.UNKNOWN, line_doubt=True)
+    assert state(_r("supervisor", Says.WORKING), doubt) is State.STALLED
+
+
+def test_a_running_record_outranks_the_logs_doubt_about_an_earlier_line() -> None:
+    # docs/supervisors.md: running, whatever the log says; an error line still fails.
+    doubt = _r("log", Says.UNKNOWN, line_doubt=True)
+    assert _decide(_r("supervisor", Says.WORKING), doubt) is State.RUNNING
+    assert _decide(_r("supervisor", Says.WORKING), doubt, _r("outputs", Says.DONE)) is State.RUNNING
+    assert _decide(_r("supervisor", Says.WORKING), doubt, _r("outputs", Says.FAILED)) is State.FAILED
+    assert _decide(_r("supervisor", Says.WORKING), _r("log", Says.FAILED)) is State.FAILED
+    # not at work: the doubt stands
+    assert _decide(_r("supervisor", Says.DONE), doubt) is State.UNKNOWN
 
 
 def test_a_contradiction_names_both_sides() -> None:
@@ -461,6 +486,94 @@ def test_docker_exit_0_with_the_job_alive_outside_is_a_contradiction(stand, host
         outside.wait()
 
 
+def _rewrite(path: Path, text: str) -> None:
+    """A job's last write: a temporary file renamed over an output (its folder changes)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+@pytest.mark.parametrize(
+    "when, completes",
+    [
+        # the last output rewritten after the completion line, the container still running
+        # at the check that finds it (then it exits 0)
+        ("running", True),
+        # rewritten, then exited 0, both between two checks: the record said running at the
+        # last check and its FinishedAt is after the write: the job's own work
+        ("before_exit", True),
+        # rewritten after the recorded FinishedAt: not the job's (never complete)
+        ("after_exit", False),
+    ],
+)
+def test_outputs_written_after_the_line_while_the_container_works_are_its_own(
+    stand, host, tmp_path, when, completes
+) -> None:
+    # A gate that never opened (review of issue 36): a job that writes its completion line,
+    # then its last output, then exits, watched with a log and outputs and no process
+    # section: the supervisor's record is the job's liveness and its end.
+    log, out = tmp_path / "web.log", tmp_path / "out"
+    out.mkdir()
+    (out / "a.out").write_text("a")
+    (out / "b.out").write_text("b")
+    log.write_text("working\nDONE\n")
+    job = subprocess.Popen(["sleep", "60"])
+    began = time.time() - 5
+    stage = _docker_stage(
+        stand,
+        log={"path": str(log), "complete": "^DONE$"},
+        outputs={"files": str(out), "expected": 2},
+    )
+    try:
+        stand.container("web", status="running", cid=CID, started=began, pid=job.pid)
+        checker = Checker(stage_from_dict(stage), host=host)
+        seen = [checker.check(), checker.check()]
+        assert [v.state for v in seen] == [State.RUNNING, State.RUNNING], [v.reasons for v in seen]
+        time.sleep(0.05)
+        if when == "after_exit":
+            stand.container("web", status="exited", cid=CID, started=began, finished=time.time(), exit_code=0)
+            time.sleep(0.05)
+            _rewrite(out / "b.out", "b, final")
+        else:
+            _rewrite(out / "b.out", "b, final")
+            if when == "running":
+                seen.append(checker.check())
+                assert seen[-1].state is State.RUNNING, seen[-1].reasons
+            time.sleep(0.05)
+            stand.container("web", status="exited", cid=CID, started=began, finished=time.time(), exit_code=0)
+    finally:
+        job.kill()
+        job.wait()
+    seen += [checker.check() for _ in range(4)]
+    if completes:
+        assert seen[-1].state is State.COMPLETE, [v.reasons for v in seen]
+        assert not any("completion line" in v.readings["outputs"].detail for v in seen), [
+            v.readings["outputs"].detail for v in seen
+        ]
+    else:
+        assert all(v.state is not State.COMPLETE for v in seen), [v.reasons for v in seen]
+        assert seen[-1].readings["outputs"].says is Says.UNKNOWN, seen[-1].readings["outputs"].detail
+
+
+@pytest.mark.parametrize("error", [False, True])
+def test_a_running_container_whose_log_holds_an_earlier_line_then_more_is_running(
+    stand, host, tmp_path, error
+) -> None:
+    log = tmp_path / "web.log"
+    log.write_text("working\nDONE\n")
+    stand.container("web", status="running", cid=CID, started=time.time() - 30, pid=0)
+    with log.open("a") as f:
+        f.write("a new run begins\n" + ("Traceback (most recent call last):\n" if error else ""))
+    stage = _docker_stage(stand, log={"path": str(log), "complete": "^DONE$", "error": "^Traceback"})
+    _, verdict = _watch(stage, host, checks=2)
+    if error:
+        assert verdict.state is State.FAILED, verdict.reasons
+    else:
+        assert verdict.readings["log"].says is Says.UNKNOWN, verdict.readings["log"].detail
+        assert verdict.readings["log"].evidence.get("line_doubt") is True
+        assert verdict.state is State.RUNNING, verdict.reasons
+
+
 def _unit_stage(stand: Stand, **extra) -> dict:
     return {"stage": "job", "supervisor": {"systemd": "job.service", "bin": str(stand.bin)}, **extra}
 
@@ -560,18 +673,21 @@ def _slurm_stage(slurm, job: str) -> dict:
 
 
 @pytest.mark.parametrize(
-    "script, final, state",
+    "script, final, state, words",
     [
-        ("sleep 0.5; exit 0", "COMPLETED", State.COMPLETE),
-        ("sleep 0.5; exit 3", "FAILED", State.FAILED),
+        ("sleep 0.5; exit 0", "COMPLETED", State.COMPLETE, "exited with status 0 (success)"),
+        # No accounting here: the code is squeue's (its exit_code, the wait status), not lost.
+        ("sleep 0.5; exit 3", "FAILED", State.FAILED, "exited with status 3 (FAILED)"),
+        ("kill -9 $$", "FAILED", State.FAILED, "killed by SIGKILL (signal 9)"),
     ],
 )
-def test_slurm_job_ends(slurm, host, script, final, state) -> None:
+def test_slurm_job_ends(slurm, host, script, final, state, words) -> None:
     job = slurm.submit(script)
     slurm.wait_state(job, final)
     _, verdict = _watch(_slurm_stage(slurm, job), host)
     assert verdict.state is state, verdict.reasons
     assert verdict.run["supervised"].startswith(f"{job}@")
+    assert words in verdict.readings["supervisor"].detail, verdict.readings["supervisor"].detail
 
 
 def test_slurm_job_killed(slurm, host) -> None:

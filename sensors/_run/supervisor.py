@@ -6,7 +6,7 @@ new container (or the same one started again), a new invocation of a unit, a new
 requeued job's new start) is a new run, whatever file times say.
 
 Each parser follows the real tool's output: ``docker inspect`` of Docker 28.2 (API 1.50),
-``systemctl show`` of systemd 252 (Debian 12), ``sacct -P``/``squeue -o`` of Slurm 22.05.
+``systemctl show`` of systemd 252 (Debian 12), ``sacct -P``/``squeue -O`` of Slurm 22.05.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ class Record:
         signal: the signal that killed it, where one did.
         oom: the kernel's OOM killer ended it (docker's OOMKilled, systemd's oom-kill,
             Slurm's OUT_OF_MEMORY).
-        failed: the supervisor says the job failed, its code unknown (Slurm's squeue: FAILED,
-            TIMEOUT, NODE_FAIL, CANCELLED).
+        failed: the supervisor names the end a failure (Slurm's FAILED, TIMEOUT, NODE_FAIL,
+            CANCELLED; systemd's Result; docker's start that failed), with or without a code.
         started_at / finished_at: epoch seconds (``coarse``: whole seconds).
         pids: the job's processes on this host (the container's tree, the unit's cgroup, the
             step's PIDs), as far as the probe saw them.
@@ -93,7 +93,9 @@ class Record:
         if self.exit_code is not None:
             ok = " (success)" if self.exit_code == 0 else ""
             return f"exited with status {self.exit_code}{ok} ({self.state})"
-        return f"ended: {self.state}" + (" (a failure, its exit code not recorded)" if self.failed else "")
+        # No code: none was recorded with this end (Slurm's 0:0 of a job cancelled while
+        # pending, a unit that failed before its main process ran, a start docker refused).
+        return f"ended: {self.state}" + (" (a failure, with no exit status recorded)" if self.failed else "")
 
 
 def _signal_name(sig: int) -> str:
@@ -315,9 +317,11 @@ def parse_slurm(
     name: str, acct: tuple[int | None, str], queue: tuple[int | None, str], pids: tuple[int, ...] = ()
 ) -> Record:
     """A record from ``sacct -P -n -o JobID,State,ExitCode,Start,End`` and ``squeue -h -t all
-    -o %i|%T|%S|%e`` (each: its exit status and answer). squeue's word is the controller's
-    own, now; sacct's is the accounting's, kept after the controller forgot the job (its
-    ``MinJobAge``) and holding the exit code. Neither carries text the job's user chose."""
+    -O JobID:|,State:|,exit_code:|,StartTime:|,EndTime:`` (each: its exit status and answer).
+    squeue's word is the controller's own, now, with the job's wait status (the exit code
+    where there is no accounting); sacct's is the accounting's, kept after the controller
+    forgot the job (its ``MinJobAge``). Neither carries text the job's user chose (scontrol's
+    job line does: a JobName first, and it is not read)."""
     fields = None
     for line in acct[1].splitlines() if acct[0] == 0 else ():
         cut = line.split("|")
@@ -326,8 +330,8 @@ def parse_slurm(
     qfields = None
     for line in queue[1].splitlines() if queue[0] == 0 else ():
         cut = line.split("|")
-        if len(cut) >= 4 and cut[0] == name:
-            qfields = cut[:4]
+        if len(cut) >= 5 and cut[0] == name:
+            qfields = cut[:5]
     if fields is None and qfields is None:
         absent = "Invalid job id" in queue[1] and (
             acct[0] == 0 or "accounting storage is disabled" in acct[1]
@@ -336,8 +340,12 @@ def parse_slurm(
             return Record("slurm", name, "absent", state="no such job")
         return _unreadable("slurm", name, queue[0] if acct[0] == 0 else acct[0], queue[1] or acct[1])
     if qfields is not None:
-        state_word, start, end = qfields[1], qfields[2], qfields[3]
-        code_text = fields[2] if fields is not None and fields[1].split()[0] == state_word else ""
+        state_word, start, end = qfields[1], qfields[3], qfields[4]
+        code_text = (
+            fields[2]
+            if fields is not None and fields[1].split()[0] == state_word
+            else _wait_status(qfields[2])
+        )
     else:
         assert fields is not None
         state_word, start, end, code_text = fields[1], fields[3], fields[4], fields[2]
@@ -360,6 +368,10 @@ def parse_slurm(
             code = None
     if word == "COMPLETED":
         code = 0 if code is None else code
+    elif code == 0 and sig is None:
+        # A failed state with 0:0 (cancelled while pending, a node that failed): no exit
+        # status was recorded with it, and none is told.
+        code = None
     elif word not in SLURM_FAILED:
         return _unreadable("slurm", name, 0, f"a job state it does not know: {word or '(none)'}")
     return Record(
@@ -373,6 +385,15 @@ def parse_slurm(
         finished_at=_slurm_time(end),
         **base,  # type: ignore[arg-type]
     )
+
+
+def _wait_status(text: str) -> str:
+    """squeue's ``exit_code`` (``-O``, Slurm 22.05: the job's raw wait status, 768 for exit 3,
+    9 for SIGKILL) as sacct's ``code:signal`` (empty: not a number)."""
+    status = _int(text)
+    if status is None or status < 0:
+        return ""
+    return f"{(status >> 8) & 0xFF}:{status & 0x7F}"
 
 
 def _int(text: str | None) -> int | None:

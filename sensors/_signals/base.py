@@ -188,6 +188,10 @@ class CheckFacts(NamedTuple):
     #: The supervisor's record of the job as this check read it (None: no supervisor section,
     #: or a record that tells nothing of this run: unreadable, absent, another run's).
     supervised: Record | None = None
+    #: That record says this run's job was at work at this check or at the last one (the
+    #: same identity): what changed in between may be its own, as for a live process
+    #: (``LastWord.job_alive``); a stage with no process section has no other sign of it.
+    supervised_alive: bool = False
     #: The memories a new run set aside at this check (see ``Checker.absorb``): the probe's
     #: request was built from them, so a signal reads its sections with them first (the log:
     #: a read resumed at the last run's offset, or none where it looked unchanged).

@@ -49,6 +49,7 @@ from sensors._run.tolerances import (
     PROC_START_TICKS,
     PROC_START_TICKS_WRITER,
     PROC_START_WHOLE_SECONDS,
+    WHOLE_SECOND,
 )
 from sensors._signals.base import CheckFacts, JobView, LastWord, ProbeInputs, Signal, evolve
 
@@ -177,6 +178,9 @@ class LogEvidence(TypedDict, total=False):
     run_bound_by: str | None  # what told it: launch, since, process or watch
     earlier_complete_line: str  # a completion line before the run's first byte, or one a later run followed
     followed_by: str  # text after the completion line that may be a later run's
+    # Unknown only for whose run a completion line is (the log itself was read): a
+    # supervisor's word that this run is at work stands over it (rule S4).
+    line_doubt: bool
     complete_writers: list[int]  # the job's PIDs alive before the completion line was written
     superseded_by_pid: int  # a process of this run that began after the completion line
     launch_superseded: str  # words written after the launched run's last: a later run's
@@ -816,6 +820,8 @@ def read_log(
         seen_alive=bool(word.writers),
     )
     says, detail = _log_says(scan, complete_line, still_writing, memory, age, word, had, ahead, local)
+    if says is Says.UNKNOWN:
+        evidence["line_doubt"] = True  # _log_says's only unknowns: whose a completion line is
     if change:
         detail += f" (log {change} since the last check)"
     return Reading("log", says, detail, evidence, meta.now, host), new_memory
@@ -1626,9 +1632,15 @@ def _read(
     )
     if new_memory.complete_end is not None:
         # Alive now or at the last check: outputs written in between may be its own.
-        alive = facts.job is not None and bool(facts.job.live or facts.job.previous)
+        # A supervisor's record of this run is the job's liveness and end as a process's
+        # is (a stage without a process section has no other): its job at work now or at the
+        # last check, the writer alive while it says running, the recorded exit the writers'
+        # end (to its precision: whole seconds for systemd and Slurm, docker's nanoseconds).
+        alive = (
+            facts.job is not None and bool(facts.job.live or facts.job.previous)
+        ) or facts.supervised_alive
         stamp = shared_stats(sections.get("stats")).get(spec.path)
-        writer_alive = _writer_alive(new_memory, facts)
+        writer_alive = _writer_alive(new_memory, facts) or _supervised_phase(facts) == "running"
         last_word = LastWord(
             new_memory.complete_end,
             alive,
@@ -1637,10 +1649,25 @@ def _read(
             log_own_clock=new_memory.foreign_clock is False,
             seen_at=new_memory.complete_seen_at,
             writer_alive=writer_alive,
-            writers_end=_writers_end(new_memory.writers, facts.job),
+            writers_end=_writers_end(new_memory.writers, facts.job) or _recorded_end(facts),
         )
         facts = facts._replace(last_word=last_word)
     return reading, new_memory, facts
+
+
+def _supervised_phase(facts: CheckFacts) -> str | None:
+    """The phase of the supervisor's record of this run (None: none, or none of this run)."""
+    return facts.supervised.phase if facts.supervised is not None else None
+
+
+def _recorded_end(facts: CheckFacts) -> float | None:
+    """The latest moment the supervisor's recorded exit of this run can have been (its
+    ``FinishedAt``, a whole second standing for any moment of it): a change stamped no later
+    is the job's own (None: no exit recorded with a time)."""
+    record = facts.supervised
+    if record is None or record.phase != "exited" or record.finished_at is None:
+        return None
+    return record.finished_at + (WHOLE_SECOND if record.coarse else 0.0)
 
 
 def _writer_alive(memory: LogMemory, facts: CheckFacts) -> bool:

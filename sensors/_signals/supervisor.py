@@ -9,7 +9,8 @@ check's one probe, read-only:
   host PID (``/proc/PID/task/*/children``);
 - systemd: ``systemctl show [--user] -p ... UNIT``, and the unit's ``cgroup.procs``;
 - Slurm: ``sacct -j ID -P -n -o JobID,State,ExitCode,Start,End`` (the accounting, where there
-  is one), ``squeue -h -t all -j ID -o %i|%T|%S|%e`` (the controller's memory of the job) and
+  is one), ``squeue -h -t all -j ID -O JobID:|,State:|,exit_code:|,StartTime:|,EndTime:`` (the
+  controller's memory of the job, with its wait status) and
   ``scontrol listpids ID`` (the job's PIDs on this node).
 
 The answers are parsed by ``sensors._run.supervisor`` (pure). The signal is read first: a
@@ -175,7 +176,9 @@ def snippet(spec: SupervisorSpec, memory: SupervisorMemory, probe: ProbeInputs) 
     # environment sets (a site's "relative", "%s": a start not parsed is no identity).
     env = "TZ=UTC SLURM_TIME_FORMAT=standard"
     acct = f"{env} {_tool(spec, 'sacct')} -j {name} -P -n -o JobID,State,ExitCode,Start,End"
-    queue = f"{env} {_tool(spec, 'squeue')} -h -t all -j {name} -o '%i|%T|%S|%e'"
+    # -O's exit_code: the job's wait status, its exit code where there is no accounting.
+    fields = "JobID:|,State:|,exit_code:|,StartTime:|,EndTime:"
+    queue = f"{env} {_tool(spec, 'squeue')} -h -t all -j {name} -O '{fields}'"
     lines = trust + _run("supervisor", acct) + _run("supervisor_queue", queue)
     lines += [
         "sec supervisor_pids",
@@ -189,9 +192,11 @@ def snippet(spec: SupervisorSpec, memory: SupervisorMemory, probe: ProbeInputs) 
 
 @dataclass(frozen=True)
 class SupervisorMemory:
-    """The identity of the run this watch has been reading (None: none seen yet)."""
+    """The identity of the run this watch has been reading (None: none seen yet), and
+    whether the last check that read its record found it at work."""
 
     identity: str | None = None
+    running: bool = False
 
 
 def record_evidence(record: Record) -> dict[str, object]:
@@ -334,6 +339,8 @@ def _read(
     )
     reading = reading_of(record, now=facts.meta.now, host=facts.host, bound=bound, begins=begins)
     new_memory = memory
+    # At work at the last check that read this run's record (its identity the same).
+    alive_before = memory.running and record.identity is not None and memory.identity == record.identity
     if record.identity is not None and reading.says is not Says.UNKNOWN:
         if (
             bound is None
@@ -343,10 +350,16 @@ def _read(
             # A new container, invocation or job: a new run, whatever file times say. The
             # checker sets the last run's memory aside (its log offsets, its verdict).
             run = run_of(record, 0.0 if not record.coarse else WHOLE_SECOND)
-        new_memory = SupervisorMemory(record.identity)
+        new_memory = SupervisorMemory(record.identity, running=record.phase == "running")
     # The record, where it tells of this run (not unreadable, absent, another run's): the
-    # process signal of a stage with no match takes its PIDs for the job's.
-    facts = facts._replace(run=run, supervised=record if reading.says is not Says.UNKNOWN else None)
+    # process signal of a stage with no match takes its PIDs for the job's; the log and the
+    # outputs read its job at work now or at the last check as a live process of the run.
+    told = reading.says is not Says.UNKNOWN
+    facts = facts._replace(
+        run=run,
+        supervised=record if told else None,
+        supervised_alive=told and (record.phase == "running" or alive_before),
+    )
     if record.phase == "exited" and facts.launch is None and reading.says is not Says.UNKNOWN:
         # The recorded end, as a launch wrapper's: what the log and outputs hold after it is
         # no longer the job's own work (the signals read after this one use it so).

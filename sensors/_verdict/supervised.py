@@ -1,4 +1,4 @@
-"""Rules S1-S3: what a supervisor's record (docker, systemd, Slurm) decides before the process.
+"""Rules S1-S4: what a supervisor's record (docker, systemd, Slurm) decides before the process.
 
 The record is the run's recorded end, as a launch wrapper's is (docs/supervisors.md):
 
@@ -15,7 +15,11 @@ The record is the run's recorded end, as a launch wrapper's is (docs/supervisors
   opened yet, an output folder not made yet) is ``running``, as a live process with such a
   log is (rule 5): the supervisor's word that the job is at work stands. A job not started
   yet is ``running`` however long it waits (a queue is no stall); one at work with nothing
-  readable for ``stall_after`` goes on to the other rules (``unknown``).
+  readable for ``stall_after`` goes on to the other rules (``unknown``). A log that was read
+  and doubts only whose a completion line is (an earlier run's, then more text) is no
+  unreadable signal: while the record says at work, the line counts for nothing anyway, so
+  the stage is ``running`` (``stalled`` once nothing moved for ``stall_after``, as for any
+  job at work); an error line still fails it.
 
 Everything else goes on to the process rules, with the record's exit 0 as a recorded exit
 (rules 8 and 12b of ``gone``; 16 of ``no_process``).
@@ -63,8 +67,17 @@ def supervised(readings: Mapping[str, Reading], *, stalled: bool = False) -> tup
         ]
     if s.says is Says.WORKING and not any(r.says is Says.FAILED for r in readings.values()):
         # S4
-        unknown = [r for r in readings.values() if r.says is Says.UNKNOWN]
+        unknown = [r for r in readings.values() if r.says is Says.UNKNOWN and not ev(r, "line_doubt")]
+        doubts = [r for r in readings.values() if r.says is Says.UNKNOWN and ev(r, "line_doubt")]
         waiting = ev(s, "supervisor_phase") == "waiting"
+        if doubts and not unknown and not waiting and (p is None or p.says is not Says.WORKING):
+            # The log was read; only whose its completion line is cannot be told, and while
+            # the supervisor says this run is at work, no completion line decides anything.
+            at_work = f"supervisor: {s.detail}"
+            others = [f"{r.signal}: {r.detail}" for r in readings.values() if r is not s]
+            if stalled:
+                return State.STALLED, [f"no progress for stall_after while {at_work}", *others]
+            return State.RUNNING, [at_work, *others]
         if waiting or (unknown and not stalled and (p is None or p.says is not Says.WORKING)):
             return State.RUNNING, [
                 f"supervisor: {s.detail}",
