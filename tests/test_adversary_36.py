@@ -158,14 +158,19 @@ def test_docker_warnings_on_stderr_do_not_hide_the_record(stand, host) -> None:
     now = time.time()
     stand.container("web", status="exited", cid=CID, started=now - 60, finished=now - 5, exit_code=0)
     real = stand.bin / "docker"
-    (stand.bin / "docker-real").write_text(real.read_text())
-    (stand.bin / "docker-real").chmod(0o755)
+    # The stand-in is one program that acts as the tool its name says (argv[0]): kept as
+    # `docker` in a folder of its own, behind a wrapper that warns first.
+    inner = stand.bin / "real"
+    inner.mkdir()
+    real.rename(inner / "docker")
+    (stand.bin / "state").rename(inner / "state")
     real.write_text(
         "#!/bin/sh\n"
         "echo 'WARNING: Error loading config file: /root/.docker/config.json: open"
         " /root/.docker/config.json: permission denied' >&2\n"
-        'exec "$(dirname "$0")/docker-real" "$@"\n'
+        'exec "$(dirname "$0")/real/docker" "$@"\n'
     )
+    real.chmod(0o755)
     verdict = _last(_docker_stage(stand), host)
     assert verdict.state is State.COMPLETE, verdict.reasons
 
