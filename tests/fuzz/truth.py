@@ -36,6 +36,12 @@ measured precision (:data:`PRECISION`), the truth is ``either``. :func:`failed_a
 grades ``failed``: a ``failed`` verdict when the run it can be about did not fail is a false
 failed.
 
+A supervised run (``Definition.supervisor``): where the watch reads the record
+(:func:`record_read`), it is an exit record like a launch wrapper's, of the latest container:
+the latest run is observable, a run it says is running or that ended otherwise than 0 is never
+complete (hard, not soft), and its exit 0 settles the end (``must``, a process-only stage too).
+An unreadable record is no record.
+
 Times are this machine's wall clock (the job and the probe run here).
 """
 
