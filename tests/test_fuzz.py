@@ -308,7 +308,11 @@ UNREADABLE = replace(SUP, record_readable=False)
             _snap(FINISHED), replace(SUP, process_any=False), Scope(probe="hidepid"), EITHER,
             id="a probe that cannot run the supervisor's tool: no record",
         ),
-        pytest.param(_snap(FINISHED), UNREADABLE, Scope(), EITHER, id="an unreadable record is no record"),
+        pytest.param(_snap(FINISHED), UNREADABLE, Scope(), EITHER, id="an unreadable record: unknown by design"),
+        pytest.param(
+            _snap(FINISHED), replace(SUP_FULL, record_readable=False), Scope(), EITHER,
+            id="an unreadable record with every other signal done: still unknown by design",
+        ),
         pytest.param(_snap(RunFacts(1, 100.0, 110.0, -9)), SUP, Scope(), NOT, id="killed (137): never complete"),
         pytest.param(
             _snap(FINISHED, RunFacts(2, 120.0, text="[1/4]\n")), SUP_FULL, Scope(), NOT,

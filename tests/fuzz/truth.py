@@ -432,6 +432,11 @@ def obligation(
             )
         )
     run = snap.runs[-1]
+    if d.supervisor and not record_read(d, scope):
+        # A supervisor named and its record unreadable: the product's verdict is ``unknown``
+        # by design (docs/supervisors.md: "cannot be read"), whatever the other signals say.
+        # For what must not be, that is no record (the rules above); nothing must complete.
+        return EITHER, f"the supervisor's record cannot be read: run {run.index}'s verdict stays unknown"
     launched = scope.launched == run.index and run.recorded
     # A supervisor's record is an exit record (like a launch wrapper's) of the latest
     # container, which names the run too; it does not divide the log (below).
