@@ -335,7 +335,9 @@ def _judge(
     declares = "log" in d.signals or "outputs" in d.signals
     if run.ended is None:
         if record_read(d, scope):
-            return Judgement(HARD, f"run {run.index} is alive, and its supervisor's record says so", "alive/record")
+            return Judgement(
+                HARD, f"run {run.index} is alive, and its supervisor's record says so", "alive/record"
+            )
         sees = "process" in d.signals and (d.match_hits or (bool(d.supervisor) and d.process_any))
         if sees:
             hidden = "" if scope.probe == "local" else f" (the probe runs in {scope.probe})"
