@@ -287,3 +287,53 @@ def test_a_launched_run_with_its_exit_recorded_is_hard_not_soft() -> None:
     run = RunFacts(1, 100.0, 110.0, 1, launched=True, recorded=True, text="Extraction complete\n")
     assert judge(_snap(run), FULL, Scope(launched=1), frozenset({1})).kind == HARD
     assert judge(_snap(replace(run, recorded=False)), FULL, Scope(launched=1), frozenset({1})).kind == SOFT
+
+
+# --------------------------------------------------------------------------- supervised runs (issue 36)
+
+SUP = Definition(signals=("process",), supervisor="docker", process_any=True)
+SUP_FULL = replace(FULL, supervisor="docker")
+UNREADABLE = replace(SUP, record_readable=False)
+
+
+@pytest.mark.parametrize(
+    ("snap", "definition", "scope", "kind"),
+    [
+        pytest.param(_snap(FINISHED), SUP, Scope(), MUST, id="process: {}, record exited 0: must, never seen"),
+        pytest.param(
+            _snap(FINISHED), replace(SUP, process_any=False), Scope(probe="pidns"), MUST,
+            id="process-only with a match, a probe that cannot see it: the record still says",
+        ),
+        pytest.param(
+            _snap(FINISHED), replace(SUP, process_any=False), Scope(probe="hidepid"), EITHER,
+            id="a probe that cannot run the supervisor's tool: no record",
+        ),
+        pytest.param(_snap(FINISHED), UNREADABLE, Scope(), EITHER, id="an unreadable record: unknown by design"),
+        pytest.param(
+            _snap(FINISHED), replace(SUP_FULL, record_readable=False), Scope(), EITHER,
+            id="an unreadable record with every other signal done: still unknown by design",
+        ),
+        pytest.param(_snap(RunFacts(1, 100.0, 110.0, -9)), SUP, Scope(), NOT, id="killed (137): never complete"),
+        pytest.param(
+            _snap(FINISHED, RunFacts(2, 120.0, text="[1/4]\n")), SUP_FULL, Scope(), NOT,
+            id="a new container at work: the earlier one's exit never decides",
+        ),
+    ],
+)  # fmt: skip
+def test_the_obligation_of_a_supervised_run(snap, definition, scope, kind) -> None:
+    lenient = judge(snap, definition, scope).kind == OK
+    assert obligation(snap, definition, scope, (), lenient_ok=lenient)[0] == kind
+
+
+def test_a_supervised_run_that_declared_then_died_is_hard_where_the_record_reads() -> None:
+    run = RunFacts(1, 100.0, 110.0, -9, text="Extraction complete\n")
+    assert judge(_snap(run), SUP_FULL, Scope()).kind == HARD
+    assert judge(_snap(run), replace(SUP_FULL, record_readable=False), Scope()).kind == SOFT
+    # Alive where no process section looks: the record says running.
+    alive = RunFacts(1, 100.0, text="Extraction complete\n")
+    assert judge(_snap(alive), replace(SUP_FULL, signals=("log", "outputs")), Scope()).kind == HARD
+    assert judge(_snap(alive), replace(FULL, signals=("log", "outputs")), Scope()).kind == SOFT
+    # A container that died without a trace is still the latest run: the record names it.
+    gone = RunFacts(2, 120.0, 121.0, -9)
+    assert judge(_snap(FINISHED, gone), SUP_FULL, Scope(), frozenset({1})).kind == HARD
+    assert failed_allowed(_snap(FINISHED, gone), SUP_FULL, Scope(), frozenset({1}))[0]

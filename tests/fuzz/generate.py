@@ -13,6 +13,12 @@ stopped and abandoned; the definition edited; the file clock skewed.
 The generator keeps a small model of what the world will be (which runs exist, which gaps
 between them are wide enough for a since, which watches are live) so that every step is
 valid; the times are the world's business.
+
+About 15 % of histories are supervised (the job in a docker container whose record the world
+keeps, see ``World._container``): decided, with what goes with it (``process: {}`` or a
+``match``, a record the probe may not read, an OOM kill, a process-only stage), from a stream
+of its own (``random.Random("supervised:SEED")``), so an unsupervised seed's history is the
+one it was before supervised runs were generated.
 """
 
 from __future__ import annotations
@@ -57,6 +63,9 @@ TEXTS = [
 ]
 POST_LINES = ["saving index", "", "   ", "uploading manifest", "[{n}/{n}]", "cleanup done"]
 JUNK = ["loading model", "shard {i} opened", "warming up", "ETA 0 minutes"]
+
+#: The share of histories whose job runs under a supervisor (docker).
+SUPERVISED = 0.15
 
 GAP = 2 * MARGIN + 0.2  # a pause that leaves room for a since on each side
 MAX_CHECKERS = 3  # live checker watches at once: each burst checks them all
@@ -131,8 +140,12 @@ class Generator:
         rng = self.rng
         self.cls = rng.choices(list(CLASSES), weights=list(CLASSES.values()))[0]
         self.k = knobs_for(self.cls)
-        self.h = History(seed, self.cls)
         self.m = _Model()
+        # Its own stream: drawing from it leaves ``rng``'s draws, and so the unsupervised
+        # histories, as they were.
+        self.sup = random.Random(f"supervised:{seed}")
+        self.supervised = self.sup.random() < SUPERVISED
+        self.h = History(seed, self.cls + ("+docker" if self.supervised else ""))
 
     # ------------------------------------------------------------------ the whole history
 
@@ -143,6 +156,15 @@ class Generator:
         else:
             sets, weights = zip(*SIGNAL_SETS, strict=True)
             signals = rng.choices(sets, weights=weights)[0]
+        sup: dict = {}
+        if self.supervised:
+            if self.sup.random() < 0.25:
+                signals = ("process",)  # a process-only stage: the record tells its end
+            sup = {
+                "supervisor": "docker",
+                "process_any": self.sup.random() < 0.5,  # process: {}
+                "record_readable": self.sup.random() >= 0.15,  # else: permission denied
+            }
         m.signals = signals
         m.expected = rng.randint(2, 6)
         m.complete = rng.choice(REGEXES)
@@ -150,6 +172,7 @@ class Generator:
         m.outputs_kind = "lines" if rng.random() < 0.2 else "files"
         self.h.add(
             "define",
+            **sup,
             signals=signals,
             expected=m.expected,
             complete=m.complete,
@@ -212,6 +235,8 @@ class Generator:
         fate = rng.choices(list(fates), weights=list(fates.values()))[0]
         mode = rng.choice(["overwrite", "overwrite", "skip", "clean"])
         launch = rng.random() < k.launch
+        if self.supervised:
+            launch = False  # the container is the launch (crosscheck's launch wrapper is not run)
         self.h.add("start_run", outputs=mode, atomic=rng.random() < 0.3, launch=launch)
         m.runs, m.alive, m.paused_since_end = index, True, False
         m.launched = m.launched or launch
@@ -231,7 +256,11 @@ class Generator:
             self.h.add(op, **kwargs)
             self._event_point()
         if fate in ("killed", "killed_post"):
-            self.h.add("kill", sig=rng.choice(["KILL", "KILL", "TERM"]))
+            sig = rng.choice(["KILL", "KILL", "TERM"])
+            if self.supervised and sig == "KILL" and self.sup.random() < 0.3:
+                self.h.add("kill", sig=sig, oom=True)
+            else:
+                self.h.add("kill", sig=sig)
         elif fate in ("running", "post_alive"):
             return
         elif fate in ("fail_error", "declared_fail"):

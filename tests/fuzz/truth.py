@@ -36,6 +36,12 @@ measured precision (:data:`PRECISION`), the truth is ``either``. :func:`failed_a
 grades ``failed``: a ``failed`` verdict when the run it can be about did not fail is a false
 failed.
 
+A supervised run (``Definition.supervisor``): where the watch reads the record
+(:func:`record_read`), it is an exit record like a launch wrapper's, of the latest container:
+the latest run is observable, a run it says is running or that ended otherwise than 0 is never
+complete (hard, not soft), and its exit 0 settles the end (``must``, a process-only stage too).
+An unreadable record is no record.
+
 Times are this machine's wall clock (the job and the probe run here).
 """
 
@@ -53,6 +59,8 @@ SINCE_SLACK = 1.0
 PRECISION = 0.05
 
 OK, SOFT, HARD = "ok", "soft", "hard"
+#: The container's name in a supervised history (the stand-in's state is per world).
+SUPERVISED_NAME = "extract"
 SEVERITY = {OK: 0, SOFT: 1, HARD: 2}
 
 
@@ -69,6 +77,7 @@ class RunFacts:
     count_trace: bool = False  # changed the output count (its launcher's clean included)
     recorded: bool = False  # launched, and its wrapper recorded its exit (not killed with it)
     pid: int | None = None  # the process the world spawned (a launched run: its wrapper)
+    container: str = ""  # supervised: the container's ID (a new one per run)
 
     @property
     def lines(self) -> list[str]:
@@ -110,11 +119,24 @@ class Definition:
     progress: bool = True
     settle: int = 1
     exit_grace: float = 0.0
+    #: The job runs under a supervisor (docker: the world writes its container record, see
+    #: ``World.supervise``); "" for none.
+    supervisor: str = ""
+    #: ``process: {}`` (the record's processes are the job's) instead of ``process.match``.
+    process_any: bool = False
+    #: Whether the supervisor's record can be read (else: docker's permission denied). Not a
+    #: part of the stage file: a fact of the history's host, fixed for the whole history.
+    record_readable: bool = True
 
-    def stage_dict(self, *, name: str, tag: str, log: str, out: str, lines: str) -> dict:
+    def stage_dict(self, *, name: str, tag: str, log: str, out: str, lines: str, sup_bin: str = "") -> dict:
         stage: dict = {"stage": name, "host": "local"}
+        if self.supervisor:
+            stage["supervisor"] = {self.supervisor: SUPERVISED_NAME, "bin": sup_bin}
         if "process" in self.signals:
-            stage["process"] = {"match": f"--tag {tag}{'' if self.match_hits else '-elsewhere'}( |$)"}
+            if self.supervisor and self.process_any:
+                stage["process"] = {}
+            else:
+                stage["process"] = {"match": f"--tag {tag}{'' if self.match_hits else '-elsewhere'}( |$)"}
         if "log" in self.signals:
             stage["log"] = {"path": log, "complete": self.complete, "error": "Traceback|CUDA error"}
             if self.progress:
@@ -149,6 +171,25 @@ class Judgement:
     why: str
     route: str = ""  # a short class name for grouping findings
     extra: dict = field(default_factory=dict)
+
+
+def record_read(d: Definition, scope: Scope) -> bool:
+    """Whether the watch reads the supervisor's record: a supervised stage, a record the
+    probe's user may read, and a probe that can run the tool (a probe as ``nobody`` cannot run
+    the stand-in's interpreter here: its record reads ``unknown``, as no record). The record
+    is the latest container's: it names the latest run, its start, and its end."""
+    return bool(d.supervisor) and d.record_readable and scope.probe in ("local", "pidns")
+
+
+def process_sees(d: Definition, scope: Scope) -> bool:
+    """Whether the stage's process section finds the job where this probe looks: a ``match``
+    that hits it, or ``process: {}`` with the record's PIDs (host PIDs: a probe in another
+    PID namespace cannot look them up)."""
+    if "process" not in d.signals or scope.probe != "local":
+        return False
+    if d.supervisor and d.process_any:
+        return record_read(d, scope)
+    return d.match_hits
 
 
 def criteria(run: RunFacts, snap: Snapshot, d: Definition) -> tuple[bool, str, str]:
@@ -199,6 +240,9 @@ def observable(
     if counts and "outputs" in d.signals and run.count_trace:
         return True
     if "process" in d.signals and (run.index in seen_alive or (scope.probe != "local" and run.ended is None)):
+        return True
+    if record_read(d, scope):
+        # The record names the latest container as soon as it is created.
         return True
     return scope.launched == run.index
 
@@ -263,7 +307,8 @@ def _judge(
         # ended before the since or was still finishing at it (a relaunch while the old run
         # writes its last line).
         gone = run.ended is not None and run.ended <= scope.since_lo - SINCE_SLACK
-        sees = "process" in d.signals and d.match_hits and scope.probe == "local"
+        # The record's StartedAt dates the container too.
+        sees = process_sees(d, scope) or record_read(d, scope)
         if not gone and not sees:
             # Only a process tells a run alive at the since from one begun after it: where no
             # process section finds it, what it writes after the since reads as the run asked
@@ -289,7 +334,11 @@ def _judge(
         return Judgement(HARD, f"run {run.index} {state}; {why}", f"{route}/{_fate(run)}")
     declares = "log" in d.signals or "outputs" in d.signals
     if run.ended is None:
-        sees = "process" in d.signals and d.match_hits
+        if record_read(d, scope):
+            return Judgement(
+                HARD, f"run {run.index} is alive, and its supervisor's record says so", "alive/record"
+            )
+        sees = "process" in d.signals and (d.match_hits or (bool(d.supervisor) and d.process_any))
         if sees:
             hidden = "" if scope.probe == "local" else f" (the probe runs in {scope.probe})"
             return Judgement(
@@ -309,6 +358,12 @@ def _judge(
             HARD,
             f"launched run {run.index} declared completion, then {state}, and its wrapper recorded it",
             f"launched-recorded-{_fate(run)}",
+        )
+    if record_read(d, scope):
+        return Judgement(
+            HARD,
+            f"run {run.index} declared completion, then {state}, and its supervisor recorded it",
+            f"supervised-recorded-{_fate(run)}",
         )
     return Judgement(
         SOFT, f"run {run.index} declared completion, then {state}", f"declared-then-{_fate(run)}"
@@ -379,14 +434,22 @@ def obligation(
             )
         )
     run = snap.runs[-1]
+    if d.supervisor and not record_read(d, scope):
+        # A supervisor named and its record unreadable: the product's verdict is ``unknown``
+        # by design (docs/supervisors.md: "cannot be read"), whatever the other signals say.
+        # For what must not be, that is no record (the rules above); nothing must complete.
+        return EITHER, f"the supervisor's record cannot be read: run {run.index}'s verdict stays unknown"
     launched = scope.launched == run.index and run.recorded
-    if not launched and not ("process" in d.signals and d.match_hits and scope.probe == "local"):
+    # A supervisor's record is an exit record (like a launch wrapper's) of the latest
+    # container, which names the run too; it does not divide the log (below).
+    supervised = record_read(d, scope)
+    if not (launched or supervised) and not process_sees(d, scope):
         return EITHER, f"run {run.index}'s end is out of the watch's sight (no record, no process it can see)"
-    if not launched and not ("log" in d.signals or "outputs" in d.signals):
+    if not (launched or supervised) and not ("log" in d.signals or "outputs" in d.signals):
         return EITHER, f"a process-only stage: run {run.index}'s exit and a kill look alike (no exit record)"
     saw = [s for s in sightings if run.index in s.seen]
     after_since = scope.since_lo is not None and run.started > scope.since_lo + PRECISION
-    if not launched and not saw and "log" not in d.signals:
+    if not (launched or supervised) and not saw and "log" not in d.signals:
         # Its end seen only as a process found gone that the watch never found alive: a match
         # that misses a job still at work reads alike (the product's rule 8).
         return EITHER, f"run {run.index}'s process was never seen alive, and no log or record tells its end"
@@ -394,7 +457,7 @@ def obligation(
         # A since names the run's start: a run begun before it (within the slack the truth
         # allows) is not named by it, whatever the watch saw.
         return EITHER, f"run {run.index} began before the since, within its slack"
-    if not (launched or saw or after_since):
+    if not (launched or supervised or saw or after_since):
         return EITHER, f"nothing names run {run.index} for the watch (never seen alive, no launch, no since)"
     if not clean_clock:
         return EITHER, "a file clock was skewed"

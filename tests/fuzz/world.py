@@ -51,6 +51,7 @@ from tests.fuzz.truth import (
     OK,
     SEVERITY,
     SOFT,
+    SUPERVISED_NAME,
     Definition,
     Judgement,
     RunFacts,
@@ -60,7 +61,10 @@ from tests.fuzz.truth import (
     failed_allowed,
     judge,
     obligation,
+    process_sees,
+    record_read,
 )
+from tests.supervisors import DOCKER_PERMISSION_DENIED, Stand
 
 JOB = str(Path(__file__).with_name("job.py"))
 REPO = str(Path(__file__).resolve().parents[2])
@@ -309,6 +313,8 @@ class World:
         self.preludes = 0
         self.log_tail = ""  # the log's unfinished last line, whoever wrote it
         self.pending_text = ""  # whole lines a launcher wrote: the next run's first ones
+        self.stand: Stand | None = None  # a supervised history's docker stand-in
+        self.containers = 0
         self.step_no = 0
         self.timeline: list[tuple[float, float, Snapshot]] = []
         self.findings: list[Finding] = []
@@ -359,6 +365,25 @@ class World:
         if delay > 0:
             time.sleep(delay)
 
+    def _sup_bin(self, d: Definition) -> str:
+        if not d.supervisor:
+            return ""
+        if self.stand is None:
+            # Its folder is root's and writable by root only, as the probe's trust rule asks.
+            self.stand = Stand(self.dir / "supervisor")
+        return str(self.stand.bin)
+
+    def _container(self, **kw: Any) -> None:
+        """Write the container's record as docker keeps it (the stand-in prints it to the
+        probe's ``docker inspect``): the harness is the daemon, since the job is driven
+        through its stdin and cannot be detached by the stand-in's ``docker run -d``."""
+        if self.stand is None or not self.definition.supervisor:
+            return
+        if not self.definition.record_readable:
+            self.stand.docker_error(SUPERVISED_NAME, DOCKER_PERMISSION_DENIED)
+            return
+        self.stand.container(SUPERVISED_NAME, **kw)
+
     def _write_stage(self) -> None:
         d = self.definition.stage_dict(
             name=STAGE,
@@ -366,6 +391,7 @@ class World:
             log=str(self.log_path),
             out=str(self.out_dir),
             lines=str(self.lines_path),
+            sup_bin=self._sup_bin(self.definition),
         )
         tmp = self.stage_dir / ".stage.yaml.tmp"
         tmp.write_text(yaml.safe_dump(d, sort_keys=False))
@@ -378,6 +404,7 @@ class World:
             log=str(self.log_path),
             out=str(self.out_dir),
             lines=str(self.lines_path),
+            sup_bin=self._sup_bin(definition or self.definition),
         )
         return stage_from_dict(d)
 
@@ -390,8 +417,11 @@ class World:
         began = time.time()
         if "signals" in changes:
             changes["signals"] = tuple(changes["signals"])
+        first = not self.definitions
         self.definition = replace(self.definition, **changes)
         self._write_stage()
+        if first and self.definition.supervisor and not self.definition.record_readable:
+            self._container()  # permission denied from the start
         self.definitions.append((time.time(), self.definition))
         self._snap(began, time.time())
 
@@ -447,6 +477,14 @@ class World:
             exit_file = str(self.dir / f"exit-{self.launches}")
             argv = ["/bin/sh", "-c", _WRAPPER, exit_file, *argv]
         started = time.time()
+        cid = ""
+        if self.definition.supervisor:
+            # A new container (a re-run: a new ID under the same name), created before its
+            # process starts, as docker does: no probe reads the last container's exit while
+            # this run lives.
+            self.containers += 1
+            cid = uuid.UUID(int=self.seed * 1000 + self.containers).hex + uuid.uuid4().hex
+            self._container(status="created", cid=cid, started=None)
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -457,6 +495,8 @@ class World:
             start_new_session=True,
             cwd=self.dir,
         )
+        if cid:
+            self._container(status="running", cid=cid, started=started, pid=self.proc.pid)
         if self._ack() != "ready":
             raise HistoryError("the job did not start")
         index = len(self.runs) + 1
@@ -468,6 +508,7 @@ class World:
                 text=self.pending_text,
                 count_trace=cleaned,
                 pid=self.proc.pid,
+                container=cid,
             )
         )
         self.pending_text = ""
@@ -531,8 +572,9 @@ class World:
         code = self.proc.wait(10)
         self._ended(code, began)
 
-    def kill(self, sig: str = "KILL") -> None:
-        """SIGKILL (or SIGTERM) the job's process group, at whatever point it is."""
+    def kill(self, sig: str = "KILL", oom: bool = False) -> None:
+        """SIGKILL (or SIGTERM) the job's process group, at whatever point it is; ``oom``: a
+        supervised run's record says the kernel's OOM killer did it (docker's ``OOMKilled``)."""
         self.step_no += 1
         if self.proc is None:
             raise HistoryError("no run is alive")
@@ -541,9 +583,9 @@ class World:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, getattr(signal, f"SIG{sig}"))
         code = self.proc.wait(10)
-        self._ended(code, began)
+        self._ended(code, began, oom=oom)
 
-    def _ended(self, code: int, began: float) -> None:
+    def _ended(self, code: int, began: float, oom: bool = False) -> None:
         assert self.proc is not None
         for pipe in (self.proc.stdin, self.proc.stdout):
             with contextlib.suppress(OSError):
@@ -557,6 +599,17 @@ class World:
                 code = int(Path(self.exit_file).read_text().split()[0])
                 code = 128 - code if code > 128 else code  # 128 + N: killed by signal N
                 recorded = True
+        run = self.runs[-1]
+        if run.container:
+            # The daemon records the exit once it reaps the process: 128 + N for signal N.
+            self._container(
+                status="exited",
+                cid=run.container,
+                started=run.started,
+                finished=time.time(),
+                exit_code=128 - code if code < 0 else code,
+                oom=oom and code < 0,
+            )
         self._set_run(replace(self.runs[-1], ended=time.time(), status=code, recorded=recorded))
         self._snap(began, time.time())
 
@@ -775,10 +828,15 @@ class World:
         launch wrapper's child); none for a followed verdict (another watch's probe)."""
         if _followed(verdict):
             return frozenset()
-        ev = ((verdict.get("signals") or {}).get("process") or {}).get("evidence") or {}
+        signals = verdict.get("signals") or {}
+        ev = (signals.get("process") or {}).get("evidence") or {}
         pids: set[int] = set()
         for p in ev.get("processes") or []:
             pids.update(x for x in (p.get("pid"), p.get("ppid")) if isinstance(x, int))
+        sup = (signals.get("supervisor") or {}).get("evidence") or {}
+        if sup.get("supervisor_phase") == "running":
+            # The record said the container was running, its host PID the job's.
+            pids.update(x for x in sup.get("supervisor_pids") or [] if isinstance(x, int))
         return frozenset(r.index for r in self.runs if r.pid is not None and r.pid in pids)
 
     def _record(
@@ -845,7 +903,7 @@ class World:
 
     def _sees_job(self, d: Definition, scope: Scope) -> bool:
         """Whether a probe of this watch now sees a run alive (the world is still meanwhile)."""
-        return self.proc is not None and "process" in d.signals and d.match_hits and scope.probe == "local"
+        return self.proc is not None and (process_sees(d, scope) or record_read(d, scope))
 
     def status(self, since: SinceSpec | None = None, store: str | None = None) -> None:
         """``crosscheck status --json`` once (a subprocess); its exit code must match ``advance``."""
@@ -1068,7 +1126,7 @@ class World:
         """
         every = frozenset(r.index for r in self.runs)
         d = w.definition
-        if "process" not in d.signals or not d.match_hits or w.scope.probe != "local":
+        if not (process_sees(d, w.scope) or record_read(d, w.scope)):
             return frozenset(), every if followed else frozenset()
         if w.kind not in ("wait", "serve"):
             return frozenset(w.seen_alive), every if followed else frozenset()
