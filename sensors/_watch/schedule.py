@@ -239,14 +239,13 @@ class Scheduler:
         ``interval`` (its policy's by default)."""
         with self._lock:
             now = self.clock()
-            if due is None:
-                due = None if self.phased else now
-            elif not math.isfinite(due):
+            if due is not None and not math.isfinite(due):
                 due = now
             if not self.phased:
-                self._phases.setdefault(
-                    self._phase_of.get(checker.host, checker.host), now if due is None else due
-                )
+                due = now if due is None else due
+                # Its host's cycle starts here where it has none yet (a stage over several
+                # hosts: its own, which its hosts take if it is the least).
+                self._phases.setdefault(self._phase_of.get(checker.host, checker.host), due)
             if isinstance(checker, SpanChecker):
                 self._link(checker, now)
             interval = bounded(interval or checker.stage.policy.interval, default=30.0, floor=MIN_INTERVAL)
