@@ -4,9 +4,11 @@
 most ``workers`` threads, at most ``per_host`` probes at once on one host; the stages due on
 one host at the same tick are read by one probe (``sensors._check.batch``). A stage over
 several hosts is checked in that same probe of each of its hosts: its nodes join their hosts'
-batches, and the verdict across them is made when the last one is back. With ``phased=True``
-(``crosscheck serve``) each host's stages are due at a phase of the interval of their own,
-shared by every host of a stage over several. It is shared by ``crosscheck wait``
+batches, and the verdict across them is made when the last one is back. Each host keeps a
+cycle its stages are due on (shared by every host of a stage over several), so that they stay
+in one probe when a check comes back late: with ``phased=True`` (``crosscheck serve``) at a
+phase of the interval of its own (a hash), else (``crosscheck wait``) where its first stage
+was first due. It is shared by ``crosscheck wait``
 (:func:`watch_all`) and ``crosscheck serve`` (``sensors._watch.watcher``), with stages keyed by
 a string the caller chooses. Why, and how the phases work: docs/serve.md, "In the code".
 
@@ -165,6 +167,9 @@ class _Slot:
     running: bool = False
     turn: int = 0  # bumped on every reschedule: older heap items for the slot are stale
     hurried: bool = False  # asked to be due now while its check ran: due as soon as it is back
+    #: Goes when due, even while a probe of its host is in flight: it waited for the host's
+    #: next cycle point once already (or was hurried).
+    waited: bool = False
 
 
 _Future = Future[Sequence[Verdict | None]]
@@ -203,6 +208,8 @@ class Scheduler:
         self.per_host = max(1, per_host)
         self.clock = clock
         self.phased = phased
+        #: Each phase owner's offset on the clock: phased, a hash of it; unphased, where its
+        #: first stage was first due (``crosscheck wait``: the start).
         self._phases: dict[HostKey, float] = {}
         #: Whose phase a host or a stage over several hosts keeps: the stage over several
         #: hosts it belongs to (the least by name, where several share a host), or its own.
@@ -231,14 +238,19 @@ class Scheduler:
         (by default now, or when phased its host's next phase point), then every
         ``interval`` (its policy's by default)."""
         with self._lock:
-            if isinstance(checker, SpanChecker):
-                self._link(checker)
-            interval = bounded(interval or checker.stage.policy.interval, default=30.0, floor=MIN_INTERVAL)
             now = self.clock()
-            if due is None:
-                due = self._next_phase(checker.host, interval, now) if self.phased else now
-            elif not math.isfinite(due):
+            if due is not None and not math.isfinite(due):
                 due = now
+            if not self.phased:
+                due = now if due is None else due
+                # Its host's cycle starts here where it has none yet (a stage over several
+                # hosts: its own, which its hosts take if it is the least).
+                self._phases.setdefault(self._phase_of.get(checker.host, checker.host), due)
+            if isinstance(checker, SpanChecker):
+                self._link(checker, now)
+            interval = bounded(interval or checker.stage.policy.interval, default=30.0, floor=MIN_INTERVAL)
+            if due is None:
+                due = self._next_phase(checker.host, interval, now)
             slot = _Slot(checker, due, interval)
             self._slots[key] = slot
             self._push(key, slot)
@@ -262,6 +274,7 @@ class Scheduler:
                 slot.hurried = True  # that check may be from before: one more once it is back
                 return
             slot.due = self.clock()
+            slot.waited = True
             self._push(key, slot)
         self._wake.set()
 
@@ -285,17 +298,33 @@ class Scheduler:
 
     # ------------------------------------------------------------------ phases
 
-    def _link(self, span: SpanChecker) -> None:
+    def _link(self, span: SpanChecker, now: float) -> None:
         """Give the span's hosts (and every host and span already sharing a phase with one of
-        them) one phase: the least span's by name, whatever order they were added in."""
+        them) one phase: the least span's by name, whatever order they were added in.
+
+        Unphased, that phase is where the span is first due (``now``: before it, each host's
+        own). The stages due later on a host whose phase moved are moved to its next phase
+        point (sooner, once, or within an interval), not left due at the old one: there, a
+        node's probe and the host's own stages' were two probes a cycle, at once where the
+        first was slow."""
         keys: list[HostKey] = [span.host, *hosts_of(span)]
         owners = {self._phase_of.get(k, k) for k in keys}
         owner = min((o for o in owners if isinstance(o, Span)), key=repr)
+        if not self.phased:
+            self._phases.setdefault(owner, now)
+        moved = {o for o in owners if o != owner and self._phase(o) != self._phase(owner)}
+        before = {
+            key: self._phase_of.get(slot.checker.host, slot.checker.host) for key, slot in self._slots.items()
+        }
         for key, mine in list(self._phase_of.items()):
             if mine in owners:
                 self._phase_of[key] = owner
         for key in keys:
             self._phase_of[key] = owner
+        for name, slot in self._slots.items():
+            if not slot.running and slot.due > now and before[name] in moved:  # due now: goes now
+                slot.due = self._next_phase(slot.checker.host, slot.interval, now)
+                self._push(name, slot)
 
     def _phase(self, host: HostKey) -> float:
         """The host's offset on the clock, in [0, 1 day): a stable hash of its identity (the
@@ -389,6 +418,16 @@ class Scheduler:
                     held.append(item)  # its check under another key is in flight
                     continue
                 hosts = hosts_of(checker)
+                if not slot.waited and any(h not in batches and self._busy.get(h, 0) for h in hosts):
+                    # Due while a probe of its host is in flight (one it missed: it was in
+                    # flight itself, or added since): it joins the host's next one, at the next
+                    # point of its cycle, not a probe of its own now, at once with that one,
+                    # and on every cycle after where that host is slower than the interval.
+                    # Once: a host whose probe is still not back by then gets a second.
+                    slot.waited = True
+                    slot.due = self._next_phase(checker.host, slot.interval, now + MIN_DURATION)
+                    self._push(key, slot)
+                    continue
                 if any(
                     h not in batches and self._busy.get(h, 0) + kept.get(h, 0) >= self.per_host for h in hosts
                 ):
@@ -397,6 +436,7 @@ class Scheduler:
                         kept[h] = kept.get(h, 0) + 1
                     continue
                 slot.running = True
+                slot.waited = False
                 if isinstance(checker, SpanChecker):
                     # Each node in its host's batch; the verdict across them is this round's.
                     self._checking.add(checker)
@@ -463,15 +503,15 @@ class Scheduler:
                 raise error  # a host key error ends every watch, now
             due = on_error([key for key, _ in members], error)
             for key, slot in members:
-                self._reschedule(key, slot, due)
+                self._reschedule(key, slot, due, began)
             return
         for (key, slot), verdict in zip(members, fut.result(), strict=True):
             if self._slots.get(key) is not slot:
                 continue  # removed or replaced while it was checked
             due = began + slot.interval if verdict is None else on_verdict(key, verdict, began)
-            self._reschedule(key, slot, due)
+            self._reschedule(key, slot, due, began)
 
-    def _reschedule(self, key: str, slot: _Slot, due: float | None) -> None:
+    def _reschedule(self, key: str, slot: _Slot, due: float | None, began: float) -> None:
         with self._lock:
             if self._slots.get(key) is not slot:
                 return
@@ -483,10 +523,16 @@ class Scheduler:
                 due = now + slot.interval
             if slot.hurried:
                 slot.hurried = False
+                slot.waited = True
                 slot.due = now
                 self._push(key, slot)
                 return
-            if self.phased:
+            # On the host's cycle, with the host's other stages: a check back late is due at
+            # the next point of it, not now (due now, it was a probe of its own on that host,
+            # every cycle after: two round trips a cycle, at once where the other was slow).
+            # Unphased, a due sooner than an interval after the check began is the caller's
+            # own (``watch_all``'s timeout): kept as asked.
+            if self.phased or due >= began + slot.interval * (1 - 1e-9):
                 due = self._nearest_phase(slot.checker.host, slot.interval, due)
                 if due < now:
                     due = self._next_phase(slot.checker.host, slot.interval, now)
