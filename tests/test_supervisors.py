@@ -406,6 +406,65 @@ def test_docker_restarted_as_a_new_container_is_a_new_run(stand, host, tmp_path)
     assert third.state is not State.COMPLETE
 
 
+def test_a_since_watch_moves_to_a_new_container_and_its_own_outputs(stand, host, tmp_path) -> None:
+    """A watch given --since sees container 1 killed, then container 2 (the same name) run
+    and exit 0 with its line and every output: the latest run since the start decides, and
+    nothing of container 1's (its end, the outputs' memory of it) holds for container 2
+    (fuzzer seeds 87, 105, 159: container 2's outputs read as written after the job was
+    over, unknown for good). What was written before container 2 began stays the last run's
+    (seed 57: its line, a false complete when container 2 wrote none)."""
+    log, out = tmp_path / "web.log", tmp_path / "out"
+    out.mkdir()
+    stage = _docker_stage(
+        stand,
+        log={"path": str(log), "complete": "^DONE$"},
+        outputs={"files": str(out), "pattern": "*.pt", "expected": 2},
+    )
+    since = time.time()
+    time.sleep(0.05)
+    start1 = time.time()
+    stand.container("web", status="running", cid=CID, started=start1, pid=0)
+    log.write_text("step 1\n")
+    (out / "a.pt").write_text("x")
+    checker = Checker(stage_from_dict(stage), host=host, since=since)
+    assert checker.check().state is State.RUNNING
+    stand.container("web", status="exited", cid=CID, started=start1, finished=time.time(), exit_code=137)
+    assert checker.check().state is State.FAILED
+    time.sleep(0.05)
+    start2 = time.time()
+    stand.container("web", status="running", cid=CID2, started=start2, pid=0)
+    (out / "a.pt").write_text("y")
+    (out / "b.pt").write_text("y")
+    with open(log, "a") as f:
+        f.write("step 2\nDONE\n")
+    stand.container("web", status="exited", cid=CID2, started=start2, finished=time.time(), exit_code=0)
+    states = [checker.check().state for _ in range(4)]
+    assert states[-1] is State.COMPLETE, (states, checker.last.reasons if checker.last else None)
+
+
+def test_a_since_watch_never_takes_the_last_containers_line_for_a_new_ones(stand, host, tmp_path) -> None:
+    log = tmp_path / "web.log"
+    stage = _docker_stage(stand, log={"path": str(log), "complete": "^DONE$"})
+    since = time.time()
+    time.sleep(0.05)
+    start1 = time.time()
+    stand.container("web", status="running", cid=CID, started=start1, pid=0)
+    log.write_text("step 1\n")
+    checker = Checker(stage_from_dict(stage), host=host, since=since)
+    assert checker.check().state is State.RUNNING
+    with open(log, "a") as f:
+        f.write("DONE\n")
+    stand.container("web", status="exited", cid=CID, started=start1, finished=time.time(), exit_code=0)
+    checker.check()
+    time.sleep(1.1)
+    start2 = time.time()
+    stand.container("web", status="running", cid=CID2, started=start2, pid=0)
+    assert checker.check().state is not State.COMPLETE
+    stand.container("web", status="exited", cid=CID2, started=start2, finished=time.time(), exit_code=0)
+    states = [checker.check().state for _ in range(3)]
+    assert State.COMPLETE not in states, states
+
+
 @pytest.mark.parametrize(
     "code, after",
     [(0, State.COMPLETE), (1, State.FAILED), (None, State.RUNNING)],

@@ -785,8 +785,12 @@ def read_outputs(
         unknown: dict[str, object] = {"path": where, "count": None, "expected": spec.expected}
         if got.startswith(("output directory missing", "output file missing")):
             unknown["absent"] = True  # not there (yet): its appearing is the job's first sign
-        if over and memory.over_seen_at is None:
-            # Found over with no outputs to count: what appears from now on is not its own.
+        if over and memory.over_seen_at is None and unknown.get("absent"):
+            # Found over with no outputs there: what appears from now on is not its own. Not
+            # where they are there but went uncounted (unreadable, or a count a new run's
+            # memory must take whole at the next check): that count is no change after the end
+            # (fuzzer seeds 87, 105, 159: a new container found exited 0, its outputs then
+            # "written after it was over", unknown for good).
             memory = evolve(memory, over_seen_at=meta.now, checked_at=meta.now)
         return Reading("outputs", Says.UNKNOWN, got, unknown, meta.now, host), memory
     count, expected = got.count, spec.expected

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -350,6 +350,25 @@ def _read(
             # A new container, invocation or job: a new run, whatever file times say. The
             # checker sets the last run's memory aside (its log offsets, its verdict).
             run = run_of(record, 0.0 if not record.coarse else WHOLE_SECOND)
+        elif (
+            run is not None
+            and run.source == "since"
+            and memory.identity is not None
+            and memory.identity != record.identity
+            and record.started_at is not None
+        ):
+            # Another container, invocation or job since the one this watch saw: the latest
+            # run since the start given decides, and nothing of the last one (its end, its
+            # outputs' memory) holds for it (fuzzer seeds 87, 105, 159: container 1's end
+            # made container 2's outputs "written after the job was over", unknown for good).
+            # Its start is the record's (to its precision), never the start given: what was
+            # written between the two is the last run's (fuzzer seed 57).
+            run = replace(
+                run,
+                supervised=record.identity,
+                started_at=max(record.started_at, run.started_at or record.started_at),
+                slack=WHOLE_SECOND if record.coarse else 0.0,
+            )
         new_memory = SupervisorMemory(record.identity, running=record.phase == "running")
     # The record, where it tells of this run (not unreadable, absent, another run's): the
     # process signal of a stage with no match takes its PIDs for the job's; the log and the
