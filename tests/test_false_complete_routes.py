@@ -1729,7 +1729,7 @@ def test_output_times_set_ahead_of_a_local_clock_are_not_written_during_the_run(
         {"stage": "ahead-out", "outputs": section, "policy": {"interval": "100ms", "settle": 1}}
     )
     checker = Checker(stage, since="1ms")
-    stamped = time.time() + 0.6
+    stamped = time.time() + 2.0  # ahead still at the first check, even on a loaded machine
     if kind == "files":
         for i in (1, 2):
             (out / f"{i}.pt").write_text("x")
