@@ -339,18 +339,22 @@ def test_error_line_and_completion_after_it(tmp_path, host) -> None:
 
 
 def test_progress_after_an_error_line_means_the_work_went_on(tmp_path, host) -> None:
-    """An error line followed by progress is no one's last word: the job survived it (a
-    caught OOM, a retry), or a later run in the same log is at work (fuzzer seed 2000316:
-    run 1's traceback failed the stage while run 2 counted its steps). Text that is not
-    progress after it (a teardown, a wandb summary) leaves it failed, and an error after the
-    progress fails again."""
+    """An error line followed by progress to a new count is no one's last word: the job
+    survived it (a caught OOM, a retry), or a later run in the same log is at work (fuzzer
+    seed 2000316: run 1's traceback failed the stage while run 2 counted its steps). Text
+    that is not progress after it (a teardown, a wandb summary), or the count seen before it
+    drawn again (tqdm closing its bar at the crashed interpreter's exit), leaves it failed;
+    an error after the new progress fails again."""
     log = tmp_path / "p.log"
-    log.write_text("[1/7]\nTraceback (most recent call last):\nRuntimeError: CUDA error: out of memory\n")
+    log.write_text("[7/7]\nTraceback (most recent call last):\nRuntimeError: CUDA error: out of memory\n")
     stage = stage_from_dict(_log_stage(log, progress=r"\[(?P<done>\d+)/(?P<total>\d+)\]"))
     checker = Checker(stage, host=host, since="1h")
     assert checker.check().readings["log"].says is Says.FAILED
     with open(log, "a") as f:
         f.write("wandb: Synced 3 W&B file(s)\n")
+    assert checker.check().readings["log"].says is Says.FAILED
+    with open(log, "a") as f:
+        f.write("\r[7/7]\n")  # the bar closed at shutdown: the same count again
     assert checker.check().readings["log"].says is Says.FAILED
     with open(log, "a") as f:
         f.write("[1/7]\n")
@@ -360,6 +364,14 @@ def test_progress_after_an_error_line_means_the_work_went_on(tmp_path, host) -> 
     with open(log, "a") as f:
         f.write("Traceback (most recent call last):\n")
     assert checker.check().readings["log"].says is Says.FAILED
+
+
+def test_a_bar_redrawn_after_the_traceback_in_one_read_still_fails(tmp_path, host) -> None:
+    """The same within one read of the log (a job that crashed between two checks)."""
+    log = tmp_path / "q.log"
+    log.write_text("[3/10]\n[5/10]\nTraceback (most recent call last):\nValueError: x\n[5/10]\n")
+    stage = stage_from_dict(_log_stage(log, progress=r"\[(?P<done>\d+)/(?P<total>\d+)\]"))
+    assert Checker(stage, host=host, since="1h").check().readings["log"].says is Says.FAILED
 
 
 def test_a_secret_at_the_edge_of_a_shown_line_is_redacted_whole(tmp_path, host) -> None:

@@ -1430,6 +1430,8 @@ def _scan_log(
     error_line, followed_by = memory.error_line, memory.followed_by
     earlier, earlier_end = memory.earlier_complete, None
     later_run = memory.later_run
+    # The last progress update read before this line (a redraw of it is no new work).
+    progress_key = _memory_progress_key(memory.progress)
     offset = tail_start
     # One C-speed search over the whole tail (\r as line breaks, MULTILINE) tells whether any
     # line can match; only then is the tail split into lines and each examined (else only the
@@ -1468,6 +1470,7 @@ def _scan_log(
             elif earlier_end is not None:
                 earlier_end = -1  # text after it: it is not the last line
             continue
+        line_key = _progress_key(progress_rx, clean) if whole and progress_rx is not None else None
         if whole and complete_rx.search(segment):
             # Lines kept are kept redacted (the memory is stored), and compared as kept: the
             # same line redacts the same way at every check.
@@ -1477,9 +1480,16 @@ def _scan_log(
             error_line, followed_by, later_run = None, None, None
         elif whole and error_rx and error_rx.search(clean):
             error_line = redact(clean)
-        elif error_line is not None and complete_line is None and _is_progress(progress_rx, clean):
-            # Progress after an error line: work went on past it (the job survived it, or a
-            # later run in the same log is at work). Either way it is no run's last word yet.
+        elif (
+            error_line is not None
+            and complete_line is None
+            and (key := _progress_key(progress_rx, clean)) is not None
+            and key != progress_key
+        ):
+            # Progress after an error line, to a count not seen before it: work went on past
+            # it (the job survived it, or a later run in the same log is at work): no run's
+            # last word yet. The count seen before it again is a bar redrawn at the crashed
+            # interpreter's exit (tqdm's close at shutdown, after the traceback): no work.
             error_line = None
         elif complete_line is not None and (complete_end is None or end > complete_end):
             if _is_progress(progress_rx, clean):
@@ -1492,6 +1502,8 @@ def _scan_log(
                 # Whose it is is the job's question (see _whose): the process that wrote the
                 # completion line, still at work, or a later run.
                 followed_by = redact(clean.strip())[:200]
+        if line_key is not None:
+            progress_key = line_key
         if earlier_end is not None and end > earlier_end:
             earlier_end = -1
     # Nothing after the earlier line, not even whitespace: its newline is the file's last byte.
@@ -1516,6 +1528,30 @@ def _scan_log(
         followed_by,
         later_run,
     )
+
+
+def _progress_key(progress_rx: UserRegex | None, line: str) -> tuple[object, ...] | None:
+    """What a progress line says (its named groups, or its match): None where it is none.
+    The last ``\\r``-segment that is one counts (a bar redrawn in place)."""
+    if progress_rx is None:
+        return None
+    for part in reversed(line.split("\r")):
+        found = progress_rx.named_groups(part.strip())
+        if found is not None:
+            whole, groups = found
+            if not groups:
+                return (("match", whole[:200]),)
+            return tuple(sorted((k, _num(v)) for k, v in groups.items() if v is not None))
+    return None
+
+
+def _memory_progress_key(progress: Mapping[str, object] | None) -> tuple[object, ...] | None:
+    """:func:`_progress_key` of the progress a memory kept (``_progress_of``'s dict)."""
+    if not progress:
+        return None
+    if "match" in progress:
+        return (("match", progress["match"]),)
+    return tuple(sorted((k, v) for k, v in progress.items() if k != "line"))
 
 
 def _is_progress(progress_rx: UserRegex | None, line: str) -> bool:
