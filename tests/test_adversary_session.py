@@ -121,3 +121,41 @@ def test_a_crashed_job_with_a_process_section_still_fails_on_its_error_line(tmp_
     verdict = checker.check()
     assert verdict.state is State.FAILED, verdict.reasons
     assert "CUDA out of memory" in verdict.reasons[0]
+
+
+# --------------------------------------------------- 1: rule 8, a recorded exit read after it
+
+
+def test_a_wrapper_that_recorded_0_while_its_job_daemonized_a_match_is_not_complete(tmp_path) -> None:
+    """What held: a watch given the launch record after the wrapper recorded status 0, the
+    job's daemonized child (setsid: no descendant any more) still alive under the match: no
+    ``complete`` on the recorded exit (the process reading is ``unknown``)."""
+    host = LocalHost("local")
+    log = tmp_path / "job.log"
+    tag = f"advdaemon{uuid.uuid4().hex[:8]}"
+    mark = parse_launch_mark(host.run_script(launch_mark_script(str(log)), timeout=30))
+    script = f"setsid sh -c 'sleep 30; : {tag}' </dev/null >/dev/null 2>&1 & exit 0"
+    pid, exit_file = host.launch(["sh", "-c", script], log_path=str(log), name=f"d-{tag}")
+    run = Run(
+        source="launch", started_at=mark.started_at, log_inode=mark.log_inode,
+        log_offset=mark.log_offset, log_fingerprint=mark.log_fingerprint, pid=pid, exit_file=exit_file,
+    )  # fmt: skip
+    deadline = time.time() + 10
+    while not (os.path.exists(exit_file) and os.path.getsize(exit_file)) and time.time() < deadline:
+        time.sleep(0.05)
+    assert Path(exit_file).read_text().split()[0] == "0"
+    daemon = subprocess.run(["pgrep", "-f", f"sleep 30; : {tag}"], capture_output=True, text=True)
+    assert daemon.stdout.split(), "the daemon is alive"
+    try:
+        stage = stage_from_dict(
+            {"stage": "d", "host": "local", "process": {"match": tag},
+             "policy": {"interval": "1s", "settle": 2, "exit_grace": "1s"}}
+        )  # fmt: skip
+        checker = Checker(stage, host=host, run=run)
+        for _ in range(3):
+            verdict = checker.check()
+            assert verdict.state is not State.COMPLETE, verdict.reasons
+            time.sleep(0.3)
+    finally:
+        for p in daemon.stdout.split():
+            subprocess.run(["kill", p], check=False)
