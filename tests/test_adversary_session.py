@@ -14,8 +14,6 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
-
 from sensors import Checker, Says, State, stage_from_dict
 from sensors._hosts import LocalHost
 from sensors._run.run import Run, launch_mark_script, parse_launch_mark
@@ -38,17 +36,9 @@ _CRASH = 'Traceback (most recent call last):\n  File "train.py", line 3\nRuntime
 #: tqdm's close() at interpreter shutdown, after the traceback: the same count redrawn.
 _REDRAW = "\r  50%|##  | 5/10 [00:06<00:05]\n"
 
-_SAME_COUNT = pytest.mark.xfail(
-    strict=True,
-    reason="sensors/_signals/log.py _scan_log: any progress line after an error line clears it,"
-    " a redraw of the very count seen before the error too (tqdm's close() at interpreter"
-    " shutdown, after the traceback): a crashed log-only job is running, then stalled, never"
-    " failed; with a process section failed only after exit_grace, for 'no completion line'."
-    " Not fixed here: a same-count clear is what tests/test_signals.py::"
-    "test_progress_after_an_error_line_means_the_work_went_on asks for (seed 2000316: a later"
-    " run, or a resume from a checkpoint, whose first count equals the crashed run's last);"
-    " text alone cannot tell the two apart, the lead must choose (the process's end can)",
-)
+# Found: any progress line after an error line cleared it, a redraw of the very count seen
+# before the error too: a crashed log-only job was running, then stalled, never failed. Only
+# progress to a count not seen before the error clears it since.
 
 
 def _append(log: Path, text: str) -> None:
@@ -56,7 +46,6 @@ def _append(log: Path, text: str) -> None:
         f.write(text)
 
 
-@_SAME_COUNT
 def test_a_bar_redrawn_at_shutdown_after_a_traceback_does_not_clear_it(tmp_path) -> None:
     """A log-only stage: a job that crashed (traceback, then tqdm's last redraw of the same
     count at interpreter shutdown) said ``running`` and then ``stalled`` for ever, never
@@ -71,7 +60,6 @@ def test_a_bar_redrawn_at_shutdown_after_a_traceback_does_not_clear_it(tmp_path)
     assert "CUDA out of memory" in verdict.reasons[0]
 
 
-@_SAME_COUNT
 def test_the_redraw_in_a_later_check_than_the_traceback_does_not_clear_it(tmp_path) -> None:
     log = tmp_path / "job.log"
     log.write_text("")
@@ -97,7 +85,6 @@ def test_progress_that_moved_past_the_error_still_clears_it(tmp_path) -> None:
     assert went_on.readings["log"].says is Says.WORKING, went_on.readings["log"].detail
 
 
-@_SAME_COUNT
 def test_a_crashed_job_with_a_process_section_still_fails_on_its_error_line(tmp_path) -> None:
     """With a process section the crash ended ``failed`` before the fix too, but only after
     ``exit_grace`` and for "no completion line": the error line is the reason again."""
