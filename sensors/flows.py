@@ -269,7 +269,9 @@ def _live_launch(stage: Stage, host: Any, state: str | None) -> dict[str, Any] |
     if store is None:
         return None
     try:
-        run = Persistence(store, stage, host.name).stored_run()
+        persistence = Persistence(store, stage, host.name)
+        run = persistence.stored_run()
+        same_launch = persistence.stored_launch_matches()
     finally:
         store.close()
     if run is None or run.source != "launch" or run.pid is None:
@@ -278,6 +280,16 @@ def _live_launch(stage: Stage, host: Any, state: str | None) -> dict[str, Any] |
         process = checker.check().readings.get("process")
     if process is None or process.says is not Says.WORKING or not process.evidence.get("launched"):
         return None
+    if not same_launch:
+        # Still running, but launched under another launch section (the command edited
+        # since): handing its record back under this one would let the gate complete on
+        # the other command's exit. Nor is a second job started beside it.
+        raise ConfigError(
+            f"the last launch of {stage.stage} (PID {run.pid} on {stage.host_name}) still runs, but"
+            " was launched under another launch section: stop it, or wait for it, before"
+            " launching this one (force=True starts this one beside it)",
+            field=f"{stage.stage}.launch",
+        )
     assert stage.launch is not None
     record = launch_record(
         stage.stage,

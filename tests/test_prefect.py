@@ -723,6 +723,36 @@ def test_launch_stage_does_not_start_a_recorded_live_run_twice(jobs, tmp_path: P
                 os.killpg(pid, signal.SIGKILL)
 
 
+def test_a_launch_under_an_edited_command_is_not_the_old_runs(jobs, tmp_path: Path) -> None:
+    """The session's adversary: the launched run still runs and the stage's launch command
+    was edited since. Handing the old run's record back under the new command let a gate
+    complete on the old command's exit 0; nor may a second job start beside it unasked."""
+    from sensors._base.errors import ConfigError
+    from sensors.flows import launch_stage
+
+    stuck = jobs("stall", total=4, step=0.01)
+    spec = stuck.stage_dict(name=_unique("relaunch"))
+    spec.pop("process")
+    spec["launch"] = {"command": stuck.command, "log": str(stuck.log_path)}
+    edited = {**spec, "launch": {**spec["launch"], "command": [*stuck.command, "--edited"]}}
+
+    @flow
+    def first_then_edited() -> tuple[dict, str]:
+        first = launch_stage(stage_from_dict(spec))
+        try:
+            launch_stage(stage_from_dict(edited))
+        except ConfigError as exc:
+            return first, str(exc)
+        return first, ""
+
+    first, refused = first_then_edited()
+    try:
+        assert "another launch section" in refused, refused
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(first["pid"], signal.SIGKILL)
+
+
 def test_a_stuck_gate_raises_stage_stuck_at_once_not_at_its_timeout(tmp_path: Path) -> None:
     """A job watched by its process alone, seen at work and then gone: nothing tells a success
     from a crash, now or later. The gate ends within seconds of the end with StageStuck (a

@@ -61,6 +61,10 @@ def stage_parts(stage: Stage) -> dict[str, Any]:
     # name, and another machine's memory or verdict of its own job is not this one's.
     parts["host"] = _host_part(stage.host)
     parts["policy"] = {name: getattr(stage.policy, name) for name in _DECISIVE_POLICY}
+    if stage.launch is not None:
+        # What is launched is part of the definition: a run of another command is no run of
+        # this one (its record, its verdict, its "already running").
+        parts["launch"] = stage.launch.model_dump(mode="json")
     if stage.hosts is not None:
         # A stage over several hosts: every host, in order (node k is the k-th), and the
         # success policy (``all`` or ``chief`` decide differently from the same readings).
@@ -209,6 +213,17 @@ class Persistence:
         self._last_state = (stored.verdict or {}).get("verdict")
         changed = [p for p, digest in self._parts.items() if stored.fingerprint.get(p) != digest]
         return Restored(_without(memory, changed), _notes(changed))
+
+    def stored_launch_matches(self) -> bool:
+        """Whether the stored memory was saved under this stage's ``launch`` section as it
+        is now (True where nothing is stored, or the stored one has no launch part)."""
+        try:
+            stored = self.store.load(self.key)
+        except Exception:  # unreadable: nothing on record to differ
+            return True
+        if stored is None or "launch" not in dict(stored.fingerprint):
+            return True
+        return dict(stored.fingerprint).get("launch") == self._parts.get("launch")
 
     def stored_run(self) -> Run | None:
         """The run the stored memory belongs to, whatever the definition says now (a launched
