@@ -205,14 +205,7 @@ def launch_stage(stage: Stage, force: bool = False, state: str | None = None) ->
         pid=pid,
         exit_file=exit_file,
     )
-    record = launch_record(
-        stage.stage,
-        stage.host_name,
-        launched,
-        log=log_path,
-        command=stage.launch.command,
-        cwd=stage.launch.cwd,
-    )
+    record = _record(stage, launched, log_path)
     get_run_logger().info("%s: launched on %s as PID %d, log %s", stage.stage, stage.host_name, pid, log_path)
     _remember_launch(stage, host, run_from_record(record), state)
     slug = run_slug({"source": "launch", "started_at": _iso(mark.started_at)})
@@ -224,19 +217,20 @@ def launch_stage(stage: Stage, force: bool = False, state: str | None = None) ->
     return record
 
 
+def _record(stage: Stage, run: Run, log_path: str | None) -> dict[str, Any]:
+    """The launch record of ``run``, launched by ``stage``'s launch section."""
+    assert stage.launch is not None
+    return launch_record(
+        stage.stage, stage.host_name, run, log=log_path, command=stage.launch.command, cwd=stage.launch.cwd
+    )
+
+
 def _launch_supervised(
     stage: Stage, host: Any, mark: Run, log_path: str, state: str | None
 ) -> dict[str, Any]:
     assert stage.launch is not None and stage.supervisor is not None
     launched = launch_supervised(stage, host, mark, log_path)
-    record = launch_record(
-        stage.stage,
-        stage.host_name,
-        launched,
-        log=log_path,
-        command=stage.launch.command,
-        cwd=stage.launch.cwd,
-    )
+    record = _record(stage, launched, log_path)
     get_run_logger().info(
         "%s: launched on %s through %s as %s",
         stage.stage,
@@ -291,14 +285,7 @@ def _live_launch(stage: Stage, host: Any, state: str | None) -> dict[str, Any] |
             field=f"{stage.stage}.launch",
         )
     assert stage.launch is not None
-    record = launch_record(
-        stage.stage,
-        stage.host_name,
-        run,
-        log=stage.launch.log or (stage.log.path if stage.log else None),
-        command=stage.launch.command,
-        cwd=stage.launch.cwd,
-    )
+    record = _record(stage, run, stage.launch.log or (stage.log.path if stage.log else None))
     return {**record, "existing": True}
 
 
