@@ -263,9 +263,7 @@ def _live_launch(stage: Stage, host: Any, state: str | None) -> dict[str, Any] |
     if store is None:
         return None
     try:
-        persistence = Persistence(store, stage, host.name)
-        run = persistence.stored_run()
-        same_launch = persistence.stored_launch_matches()
+        run, same_launch = Persistence(store, stage, host.name).stored_run()
     finally:
         store.close()
     if run is None or run.source != "launch" or run.pid is None:

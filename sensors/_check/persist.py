@@ -214,27 +214,19 @@ class Persistence:
         changed = [p for p, digest in self._parts.items() if stored.fingerprint.get(p) != digest]
         return Restored(_without(memory, changed), _notes(changed))
 
-    def stored_launch_matches(self) -> bool:
-        """Whether the stored memory was saved under this stage's ``launch`` section as it
-        is now (True where nothing is stored, or the stored one has no launch part)."""
-        try:
-            stored = self.store.load(self.key)
-        except Exception:  # unreadable: nothing on record to differ
-            return True
-        if stored is None or "launch" not in dict(stored.fingerprint):
-            return True
-        return dict(stored.fingerprint).get("launch") == self._parts.get("launch")
-
-    def stored_run(self) -> Run | None:
+    def stored_run(self) -> tuple[Run | None, bool]:
         """The run the stored memory belongs to, whatever the definition says now (a launched
-        stage is saved with its PID filled in)."""
+        stage is saved with its PID filled in), and whether it was saved under this stage's
+        ``launch`` section as it is now (True where nothing tells otherwise): one read."""
         try:
             stored = self.store.load(self.key)
             memory = loads(stored.memory) if stored is not None and stored.version == VERSION else None
         except Exception:  # unreadable: no run on record
-            return None
+            return None, True
         run = memory.get("run") if isinstance(memory, dict) else None
-        return run if isinstance(run, Run) else None
+        parts = dict(stored.fingerprint) if stored is not None else {}
+        same_launch = "launch" not in parts or parts["launch"] == self._parts.get("launch")
+        return (run if isinstance(run, Run) else None), same_launch
 
     # ------------------------------------------------------------------ save
 

@@ -1470,7 +1470,6 @@ def _scan_log(
             elif earlier_end is not None:
                 earlier_end = -1  # text after it: it is not the last line
             continue
-        line_key = _progress_key(progress_rx, clean) if whole and progress_rx is not None else None
         if whole and complete_rx.search(segment):
             # Lines kept are kept redacted (the memory is stored), and compared as kept: the
             # same line redacts the same way at every check.
@@ -1480,6 +1479,8 @@ def _scan_log(
             error_line, followed_by, later_run = None, None, None
         elif whole and error_rx and error_rx.search(clean):
             error_line = redact(clean)
+            # The last progress before it (once per error line, not a match per line).
+            progress_key = _key_before(progress_rx, raw_lines, i) or progress_key
         elif (
             error_line is not None
             and complete_line is None
@@ -1491,8 +1492,9 @@ def _scan_log(
             # last word yet. The count seen before it again is a bar redrawn at the crashed
             # interpreter's exit (tqdm's close at shutdown, after the traceback): no work.
             error_line = None
+            progress_key = key
         elif complete_line is not None and (complete_end is None or end > complete_end):
-            if _is_progress(progress_rx, clean):
+            if _progress_key(progress_rx, clean) is not None:
                 # Progress after the completion line: a later run's, or the line's own writers'
                 # last update of the bar: ``_whose`` tells which, or that it cannot be told.
                 later_run = (
@@ -1502,8 +1504,6 @@ def _scan_log(
                 # Whose it is is the job's question (see _whose): the process that wrote the
                 # completion line, still at work, or a later run.
                 followed_by = redact(clean.strip())[:200]
-        if line_key is not None:
-            progress_key = line_key
         if earlier_end is not None and end > earlier_end:
             earlier_end = -1
     # Nothing after the earlier line, not even whitespace: its newline is the file's last byte.
@@ -1545,6 +1545,17 @@ def _progress_key(progress_rx: UserRegex | None, line: str) -> tuple[object, ...
     return None
 
 
+def _key_before(progress_rx: UserRegex | None, raw_lines: list[bytes], i: int) -> tuple[object, ...] | None:
+    """:func:`_progress_key` of the last progress line before ``raw_lines[i]`` (None: none)."""
+    if progress_rx is None:
+        return None
+    for raw in reversed(raw_lines[:i]):
+        key = _progress_key(progress_rx, raw.decode("utf-8", "replace").rstrip("\r"))
+        if key is not None:
+            return key
+    return None
+
+
 def _memory_progress_key(progress: Mapping[str, object] | None) -> tuple[object, ...] | None:
     """:func:`_progress_key` of the progress a memory kept (``_progress_of``'s dict)."""
     if not progress:
@@ -1552,13 +1563,6 @@ def _memory_progress_key(progress: Mapping[str, object] | None) -> tuple[object,
     if "match" in progress:
         return (("match", progress["match"]),)
     return tuple(sorted((k, v) for k, v in progress.items() if k != "line"))
-
-
-def _is_progress(progress_rx: UserRegex | None, line: str) -> bool:
-    """Whether a line (any of its ``\\r``-segments: a bar redrawn in place) is a progress update."""
-    return progress_rx is not None and any(
-        progress_rx.named_groups(part.strip()) is not None for part in line.split("\r")
-    )
 
 
 def _remembered_scan(memory: LogMemory) -> _LogScan:
