@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from sensors._base.probe import Meta, build_script, parse_meta
 from sensors._run import tolerances
 from sensors._run.advice import Had
 from sensors._run.tolerances import TABLE, Tolerance
+from sensors._signals.procfs import start_precision
 
 SENSORS = Path(__file__).resolve().parent.parent / "sensors"
 
@@ -54,6 +56,54 @@ def test_the_process_start_precision_is_the_tables() -> None:
         "ticks": TABLE["PROC_START_TICKS"].value,
         "btime": TABLE["PROC_START_WHOLE_SECONDS"].value,
     } == tolerances.PROCESS_START_PRECISION
+
+
+def _meta(**kw: object) -> Meta:
+    base: dict[str, object] = dict(
+        now=1_800_000_000.0,
+        uptime=5000.0,
+        btime=1_799_995_000,
+        boot_id="b",
+        clk_tck=100,
+        script_pid=1,
+        hostname="h",
+        uptime_virtualised=False,
+    )
+    return Meta(**{**base, **kw})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "meta, precision",
+    [
+        # /proc/uptime read on both sides of `date` in the same 10 ms: 10 ms of /proc/uptime's
+        # rounding and one tick of the start's.
+        (_meta(uptime_before=5000.0), 0.02),
+        # A `date` that took 80 ms to fork under load: the boot's wall clock is known to that.
+        (_meta(uptime_before=4999.92), 0.1),
+        # Another tick rate: a tick of 4 ms.
+        (_meta(uptime_before=5000.0, clk_tck=250), 0.014),
+        # An answer without the read before `date` (an older probe): the fixed worst case.
+        (_meta(), tolerances.PROC_START_TICKS),
+        (_meta(uptime_before=5000.0, clk_tck=None), tolerances.PROC_START_TICKS),
+        # /proc/uptime virtualised: the start stands on btime's whole seconds.
+        (_meta(uptime_before=5000.0, uptime_virtualised=True), tolerances.PROC_START_WHOLE_SECONDS),
+    ],
+)
+def test_a_process_starts_precision_is_what_its_probe_measured(meta: Meta, precision: float) -> None:
+    assert start_precision(meta) == pytest.approx(precision)
+
+
+def test_the_probe_reads_proc_uptime_on_both_sides_of_the_clock() -> None:
+    """The script's meta section: /proc/uptime, `date`, /proc/uptime, in that order, and the
+    answer's fields parsed into the Meta the precision is measured from."""
+    script = build_script("n0nce", None, []).decode()
+    before = script.index('echo "uptime_before $up0"')
+    clock = script.index('echo "now $(date +%s.%N')
+    after = script.index('echo "uptime $up"')
+    assert before < clock < after
+    meta = parse_meta(b"now 1800000000.5\nuptime_before 4999.98\nuptime 5000.01\nclk_tck 100\n")
+    assert (meta.uptime_before, meta.uptime) == (4999.98, 5000.01)
+    assert start_precision(meta) == pytest.approx(0.05)
 
 
 # The names the tolerances had before the table: none may come back as a module's own.

@@ -82,6 +82,10 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
         # builtins (read) instead of a process per file: forks are most of a probe's cost.
         "sec meta",
         'echo "pid $$"',
+        # /proc/uptime read on both sides of `date`: the wall clock of the boot is known to
+        # the span between the two reads (a fork under load can take a tenth of a second),
+        # and a process's start read from /proc is as exact as that span (see procfs).
+        'read -r up0 _ </proc/uptime 2>/dev/null && echo "uptime_before $up0"',
         'echo "now $(date +%s.%N 2>/dev/null)"',
         'read -r up _ </proc/uptime 2>/dev/null && echo "uptime $up"',
         'read -r bid </proc/sys/kernel/random/boot_id 2>/dev/null && echo "boot_id $bid"',
@@ -526,6 +530,9 @@ class Meta:
     #: options. Two probes with the same view see the same processes; what one saw says
     #: nothing of what another, with another view, can see.
     view: str | None = None
+    #: /proc/uptime read just before the clock (``uptime`` is read just after it): the span
+    #: between the two bounds how exactly a /proc start maps onto the host's clock.
+    uptime_before: float | None = None
 
 
 #: The inode of the host's (the initial) PID namespace: a fixed constant of the kernel
@@ -595,6 +602,7 @@ def parse_meta(body: bytes | None, known: Static | None = None, end: bytes | Non
     return Meta(
         now=now,
         uptime=num("uptime"),
+        uptime_before=num("uptime_before"),
         btime=num("btime", int),
         boot_id=fields.get("boot_id") or None,
         clk_tck=num("clk_tck", int) or (known.clk_tck if known else None),

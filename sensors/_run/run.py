@@ -68,7 +68,8 @@ class Run:
     exit_file: str | None = None
     #: How far ``started_at`` may be from the truth (seconds), from where it was read; None:
     #: the source's own (a ``since`` is exact; a process's start, the worst case of
-    #: :data:`~sensors._run.tolerances.PROCESS_START_PRECISION`).
+    #: :data:`~sensors._run.tolerances.PROCESS_START_PRECISION`). A process's start carries
+    #: the precision its probe measured (``procfs.start_precision``).
     slack: float | None = None
     #: For ``since`` given as a time: that time as given (the checking machine's clock);
     #: ``started_at`` is it on the monitored host's clock (see :meth:`Since.resolve`).
@@ -87,6 +88,9 @@ class Run:
         return {
             "source": self.source,
             "started_at": _iso(self.started_at),
+            # How exact that start is, where it was read from /proc (the probe measures it):
+            # a reader judging "too near the run's start" needs it as much as the start.
+            **({"precision_s": self.slack} if self.source == "process" and self.slack is not None else {}),
             **({"pid": self.pid} if self.pid is not None else {}),
             **({"supervised": self.supervised} if self.supervised is not None else {}),
         }

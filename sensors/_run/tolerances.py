@@ -47,10 +47,21 @@ PROC_START_TICKS = _row(
     "proc_start_ticks",
     "how far a process's start read from /proc may be off where /proc/uptime is the host's:"
     " start ticks are 10 ms (USER_HZ 100), /proc/uptime is 10 ms, `date` and /proc/uptime are"
-    " read a moment apart by one shell, the start is rounded to 10 ms: 50 ms. Used for"
-    " Run.slack of a process start (PROCESS_START_PRECISION['ticks']), the log's binding and"
-    " its line's writers (log.py), a launched job's later runs (process.py); both modules"
-    " called it _TICK_SLACK.",
+    " read a moment apart by one shell, the start is rounded to 10 ms: 50 ms. The worst case,"
+    " where a probe's answer does not carry /proc/uptime read before `date` as well as after"
+    " it; otherwise the precision is measured (procfs.start_precision, which every use goes"
+    " through: Run.slack of a process start, the log's binding and its line's writers,"
+    " a launched job's later runs and earlier runs before a start); both modules called it"
+    " _TICK_SLACK.",
+)
+UPTIME_RESOLUTION = _row(
+    "UPTIME_RESOLUTION",
+    0.01,
+    "uptime_resolution",
+    "/proc/uptime prints CLOCK_BOOTTIME rounded down to 10 ms (fs/proc/uptime.c). With the"
+    " span between the two reads of it around `date` and one clock tick of the start"
+    " (1/CLK_TCK, start_boottime rounded down), the measured precision of a process's start"
+    " (procfs.start_precision): 20 ms on an idle host, where PROC_START_TICKS is 50.",
 )
 PROC_START_TICKS_WRITER = _row(
     "PROC_START_TICKS_WRITER",
@@ -98,8 +109,10 @@ RERUN_START_GAP = _row(
     " start read again against another boot clock is not taken for a re-run.",
 )
 
-#: How far a process start read from /proc may be from the truth, by where the boot clock
-#: came from: ``ticks`` against /proc/uptime, ``btime`` where /proc/uptime is virtualised.
+#: How far a process start read from /proc may be from the truth at worst, by where the boot
+#: clock came from: ``ticks`` against /proc/uptime, ``btime`` where /proc/uptime is
+#: virtualised. A probe that read /proc/uptime around `date` measures its own
+#: (procfs.start_precision); these are for one that did not.
 PROCESS_START_PRECISION = {"ticks": PROC_START_TICKS, "btime": PROC_START_WHOLE_SECONDS}
 
 

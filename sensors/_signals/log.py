@@ -52,6 +52,7 @@ from sensors._run.tolerances import (
     WHOLE_SECOND,
 )
 from sensors._signals.base import CheckFacts, JobView, LastWord, ProbeInputs, Signal, evolve
+from sensors._signals.procfs import start_precision
 
 
 class LogSpec(Section):
@@ -692,7 +693,7 @@ def read_log(
     complete_line, complete_end, accepted = _completion(scan, memory, st, run)
     # How far a start read from /proc may be off: a few clock ticks, or whole seconds where
     # /proc/uptime is virtualised (the process signal's slack, for the same reason).
-    start_slack = PROC_START_WHOLE_SECONDS if meta.uptime_virtualised else PROC_START_TICKS
+    start_slack = start_precision(meta)
     word = _whose(
         memory,
         scan,

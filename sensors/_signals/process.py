@@ -37,13 +37,7 @@ from sensors._base.regex import compile_user_regex, required_text, to_utf8
 from sensors._base.schema import Regex, Section
 from sensors._base.text import redact
 from sensors._run.run import Run, describe_exit, read_exit_record
-from sensors._run.tolerances import (
-    PROC_START_TICKS,
-    PROC_START_WHOLE_SECONDS,
-    PROCESS_START_PRECISION,
-    RERUN_START_GAP,
-    WHOLE_SECOND,
-)
+from sensors._run.tolerances import RERUN_START_GAP, WHOLE_SECOND
 from sensors._signals.base import CheckFacts, JobView, ProbeInputs, Reread, Signal
 from sensors._signals.procfs import (
     ALIVE_STATES,
@@ -63,6 +57,7 @@ from sensors._signals.procfs import (
     parse_stats,
     parse_task_cmdlines,
     parse_task_stats,
+    start_precision,
 )
 
 _CMD_EVIDENCE = 512
@@ -600,7 +595,7 @@ def _describe(
         if state in ALIVE_STATES:
             alive_pids.append(pid)
             if age is not None and meta.now is not None:
-                started = round(meta.now - age, 2)
+                started = round(meta.now - age, 3)
                 earliest = started if earliest is None else min(earliest, started)
     return processes, alive_pids, missing_stat, earliest
 
@@ -972,7 +967,7 @@ def read_process(
             owners_seen = tuple(sorted({**known, **fresh}.items()))[:_OWNERS_SEEN]
     users = tuple(label for _, label in owners_seen) if len(owners_seen) > 1 else ()
     note = _owner_note(spec, found, owners, users)
-    earlier = _earlier_runs(processes, alive_pids, run, meta.now, meta.uptime_virtualised)
+    earlier = _earlier_runs(processes, alive_pids, run, start_precision(meta))
     job = _Job.of(processes, alive_pids, table, sections, meta, started_at, earlier)
     if (
         job is _NO_JOB
@@ -1030,16 +1025,15 @@ def read_process(
 
 
 def _earlier_runs(
-    processes: list[ProcessEntry], alive: list[int], run: Run | None, now: float, virtualised: bool = True
+    processes: list[ProcessEntry], alive: list[int], run: Run | None, precision: float
 ) -> list[int]:
     """The live matches that began before the run did: an earlier run's processes (a start
     given with --since, or a launch: both exact; a start learnt from the job itself is the
     earliest such start by construction, and so is a watch without a start)."""
     if run is None or run.source not in ("since", "launch") or run.started_at is None:
         return []
-    # As exact as the process's start is (PROCESS_START_PRECISION): a process begun a second
+    # As exact as the process's start is (procfs.start_precision): a process begun a second
     # before a --since is an earlier run's where /proc dates it to the tick.
-    precision = PROCESS_START_PRECISION["btime" if virtualised else "ticks"]
     begins = run.started_at - (run.slack or 0.0) - precision
     earlier = []
     for entry in processes:
@@ -1099,22 +1093,22 @@ def _after_launch(
     if not alive:
         return memory, []
     ours = set() if reused else {launched_pid} | descendants([launched_pid], table.stats, table.children)
-    # A start read from /proc is exact to a clock tick, but to whole seconds where uptime is
-    # virtualised (see PROC_START_WHOLE_SECONDS).
-    slack = PROC_START_WHOLE_SECONDS if meta.uptime_virtualised else PROC_START_TICKS
+    # A start read from /proc is exact to a few clock ticks, but to whole seconds where
+    # uptime is virtualised (see procfs.start_precision).
+    slack = start_precision(meta)
     later: list[int] = []
     unordered: list[int] = []
     for entry in processes:
-        elapsed = entry.get("elapsed_seconds")
+        # The start to the ms, never rebuilt from the elapsed time shown (a tenth of a second).
+        began = entry.get("started_at")
         if entry["pid"] not in alive or entry["pid"] in ours:
             continue
-        if not isinstance(elapsed, (int, float)):
+        if not isinstance(began, (int, float)):
             # A start /proc cannot tell (uptime virtualised without btime, boot clocks that
             # disagree) orders nothing: not shown to be the launched job's own, nor an earlier
             # run's (see _earlier_runs), it may be another run's.
             unordered.append(int(entry["pid"]))
             continue
-        began = meta.now - elapsed
         if ends_by is not None and began > ends_by + slack:
             later.append(int(entry["pid"]))
         elif run.started_at is None or began >= run.started_at - slack:
@@ -1376,8 +1370,8 @@ def _read(
     )
     started = reading.evidence.get("started_at")
     if reading.says is Says.WORKING and isinstance(started, (int, float)):
-        # As exact as the boot clock it was read against (see PROCESS_START_PRECISION).
-        slack = PROCESS_START_PRECISION["btime" if facts.meta.uptime_virtualised else "ticks"]
+        # As exact as the boot clock it was read against (see procfs.start_precision).
+        slack = start_precision(facts.meta)
         if run is None:
             # First seen alive: its start is where this run begins.
             run = Run(source="process", started_at=float(started), slack=slack)

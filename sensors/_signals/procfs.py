@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from sensors._base.probe import Meta
-from sensors._run.tolerances import BOOT_CLOCKS_APART, ELAPSED_BELOW_ZERO
+from sensors._run.tolerances import (
+    BOOT_CLOCKS_APART,
+    ELAPSED_BELOW_ZERO,
+    PROC_START_TICKS,
+    PROC_START_WHOLE_SECONDS,
+    UPTIME_RESOLUTION,
+)
 
 #: Caps on what one section may carry back (bytes). Sized for hosts with ~20k processes.
 STAT_CAP = 16 * 1024 * 1024
@@ -306,6 +312,25 @@ def elapsed(st: ProcStat, meta: Meta) -> tuple[float | None, str | None]:
     if value < -ELAPSED_BELOW_ZERO or (limit is not None and value > limit + BOOT_CLOCKS_APART):
         return None, f"implausible elapsed time {value:.0f}s"
     return max(value, 0.0), None
+
+
+def start_precision(meta: Meta) -> float:
+    """How far a process's start read from /proc in this probe (``meta.now - elapsed``) may
+    be from the truth, in seconds.
+
+    The start is ``now - uptime + starttime / CLK_TCK``. ``starttime`` is rounded down to a
+    tick, /proc/uptime down to 10 ms, and ``uptime`` is read after ``date``: the truth lies
+    in (start - 10 ms, start + (uptime - uptime_before) + 1 tick). Measured so in every
+    probe that read /proc/uptime on both sides of ``date``; the fixed worst case
+    (PROC_START_TICKS) otherwise, and whole seconds where /proc/uptime is virtualised and
+    the start stands on /proc/stat's btime.
+    """
+    if meta.uptime_virtualised:
+        return PROC_START_WHOLE_SECONDS
+    if meta.uptime is None or meta.uptime_before is None or not meta.clk_tck or meta.clk_tck <= 0:
+        return PROC_START_TICKS
+    span = max(meta.uptime - meta.uptime_before, 0.0)
+    return round(span + UPTIME_RESOLUTION + 1.0 / meta.clk_tck, 3)
 
 
 def effective_state(st: ProcStat, tasks: Mapping[int, list[ProcStat]]) -> tuple[str, str | None]:
