@@ -267,6 +267,15 @@ def test_the_obligation(snap, definition, scope, sightings, clean, kind) -> None
             _snap(RunFacts(1, 100.0, 110.0, 1)), FULL, Scope(since_lo=115.0), False,
             id="a run begun before the since failed: not the run asked for",
         ),
+        pytest.param(
+            _snap(RunFacts(1, 100.0, 120.0, 1, text="[3/4]\nTraceback\n")), FULL, Scope(since_lo=115.0), False,
+            id="alive at the since, failed after it, a process section sees it: not the run asked for",
+        ),
+        pytest.param(
+            _snap(RunFacts(1, 100.0, 120.0, 1, text="[3/4]\nTraceback\n")),
+            Definition(signals=("log", "outputs"), expected=4), Scope(since_lo=115.0), True,
+            id="alive at the since, failed after it, no process section: reads as the run asked for",
+        ),
     ],
 )  # fmt: skip
 def test_failed_allowed(snap, definition, scope, allowed) -> None:

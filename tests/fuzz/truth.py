@@ -510,8 +510,14 @@ def failed_allowed(
             if scope.launched is not None and run.index != scope.launched:
                 return True, ""
             if scope.since_lo is not None and run.started <= scope.since_lo - SINCE_SLACK:
-                why = f"run {run.index} began before since: the run asked for has not started"
-                continue
+                gone = run.ended is not None and run.ended <= scope.since_lo - SINCE_SLACK
+                if gone or process_sees(d, scope) or record_read(d, scope):
+                    why = f"run {run.index} began before since: the run asked for has not started"
+                    continue
+                # Alive at the since where no process section finds it: what it writes after
+                # the since reads as the run asked for (the same judgement as a complete's,
+                # soft in complete_allowed: only a process tells the two runs apart). Its
+                # error line, its end short of the definition, fail the run asked for.
             if "log" in d.signals and any(ERROR.search(line) for line in run.lines):
                 return True, ""
             if run.ended is None:
