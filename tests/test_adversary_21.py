@@ -319,3 +319,40 @@ def test_a_holder_frozen_past_its_lease_does_not_resume_on_its_own_old_memory(tm
         if second is not None:
             second.close()
     assert all(v.state is not State.COMPLETE for v in after), _states(after)
+
+
+def test_a_holders_failed_gone_stale_is_not_followed_against_a_check_that_finds_done(tmp_path) -> None:
+    """Fuzzer seed 1200346: the holder saw run 1 fail (its error line, its exit) and then went
+    quiet, its lease still live. Run 2 wrote its completion line after run 1's error and
+    exited 0. A new watch of the same store follows the holder's final verdict only once a
+    check of its own agrees; its check finds every signal done. The holder's stale failed
+    stopped the pipeline for a run that completed; a complete on the follower's check alone,
+    against the holder's word, is no agreement either: unknown, until the two agree."""
+    from sensors import Checker, State, stage_from_dict
+
+    tag = f"adv21-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "job.log"
+    doc = _stage(tmp_path, tag)
+    doc["log"]["error"] = "^RuntimeError"
+    doc["policy"]["interval"] = "30s"  # a lease that outlives this test: the holder stays holder
+    stage = stage_from_dict(doc)
+    store = str(tmp_path / "state.db")
+    holder = Checker(stage, state=store)
+    follower = None
+    try:
+        run1 = _tagged(f"sleep 0.5; printf 'step 1\\nRuntimeError: CUDA error\\n' >> {log}; exit 1", tag)
+        time.sleep(0.2)
+        assert holder.check().readings["process"].says.value == "working"
+        run1.wait(10)
+        failed = holder.check()
+        assert failed.state is State.FAILED, failed.reasons
+        run2 = _tagged(f"printf 'step 1\\n{COMPLETE_LINE}: 6 files\\n' >> {log}", tag)
+        assert run2.wait(10) == 0
+        follower = Checker(stage, state=store)
+        after = [follower.check() for _ in range(3)]
+    finally:
+        holder.close()
+        if follower is not None:
+            follower.close()
+    assert [v.state for v in after] == [State.UNKNOWN] * 3, _states(after)
+    assert "says failed" in after[0].reasons[0] and "finds every signal done" in after[0].reasons[0]

@@ -13,11 +13,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sensors._base.errors import ConfigError, HostError, HostKeyError
-from sensors._base.model import Reading, Says, Verdict
+from sensors._base.model import Reading, Says, State, Verdict
 from sensors._base.probe import (
     FIRST,
     GARBLED,
@@ -249,7 +249,25 @@ class Following:
         holding_back = [c for c in checks if not c.advance]
         if holding_back:
             return next((c for c in holding_back if c.state is not followed.state), holding_back[0])
-        return followed  # the holder's failed, though a check of this watch found done: not done
+        # The holder's failed, while every check of this watch finds the stage done: neither
+        # is followed. The holder's word is as old as its last check (a later run may have
+        # completed since: fuzzer seed 1200346, a holder gone quiet with its lease still
+        # live), and a complete on this watch's check alone, against the holder's failed,
+        # is no agreement. Unknown until the two agree, or the lease ends and this watch
+        # checks for itself.
+        done = checks[-1]
+        holder = followed.reasons[0].split(": its verdict", 1)[0]
+        why = followed.reasons[1] if len(followed.reasons) > 1 else "no reason given"
+        return replace(
+            done,
+            state=State.UNKNOWN,
+            stuck=None,
+            reasons=(
+                f"{holder} says failed ({why}), while a check here finds every signal done:"
+                " neither is taken until the two agree",
+                *done.reasons,
+            ),
+        )
 
 
 class Checker(Following):
