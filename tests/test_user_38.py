@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.test_scenarios_35 import (
-    SHORT,
     PYTHON,
+    SHORT,
     Watch,
     _completes,
     _job_argv,
@@ -31,8 +31,9 @@ from tests.test_scenarios_35 import (
 )
 
 
+@pytest.mark.usefixtures("crowded_host")
 def test_a_short_job_between_two_checks_on_a_crowded_host_over_ssh_completes(
-    tmp_path: Path, ssh_spec: dict, crowded_host: None
+    tmp_path: Path, ssh_spec: dict
 ) -> None:
     """The CI failure of issue 35's short-job test, over SSH: ~1,000 processes, checks every
     100 ms, a job that writes its line and exits ~50 ms after its start, started after the
