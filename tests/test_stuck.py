@@ -137,6 +137,20 @@ ADVICE = [
     (Had(), (Fix.SINCE, Fix.WATCH_EARLIER, Fix.LAUNCH), ["--since", "before it ends", "launch"], []),
     (Had(since=True), (Fix.SINCE, Fix.WATCH_EARLIER, Fix.LAUNCH), ["before it ends", "launch"], ["--since"]),
     (Had(seen_alive=True), (Fix.SINCE, Fix.WATCH_EARLIER, Fix.LAUNCH), ["--since", "launch"], ["before it"]),
+    # A watch there before the job that never saw it: a check inside its life, not an earlier watch.
+    (
+        Had(before_job=True),
+        (Fix.SINCE, Fix.WATCH_EARLIER, Fix.CHECK_OFTEN, Fix.LAUNCH),
+        ["--since", "check more often", "launch"],
+        ["before it"],
+    ),
+    (Had(), (Fix.WATCH_EARLIER, Fix.CHECK_OFTEN), ["before it ends"], ["more often"]),
+    (
+        Had(before_job=True, seen_alive=True),
+        (Fix.WATCH_EARLIER, Fix.CHECK_OFTEN),
+        [],
+        ["before it", "more often"],
+    ),
     (
         Had(seen_alive=True, end_seen=True, since=True),
         (Fix.SINCE, Fix.WATCH_EARLIER, Fix.LAUNCH),

@@ -73,18 +73,10 @@ def test_text_after_the_line_of_a_job_no_check_saw_never_completes(tmp_path: Pat
     assert watch.states()[-1] == "unknown", watch.story()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "issue 38: the watch began before the job (its first check found no log) and still"
-        " advises 'watch the job from before it ends' (log: 'To tell: watch the job from before"
-        " it ends, launch the job through crosscheck ...'; process: 'give the run's start with"
-        " --since ..., watch the job from before it ends or launch ...'): what it lacked is a"
-        " check inside the job's life (an interval shorter than the job), which no advice names"
-    ),
-)
 def test_a_watch_begun_before_the_job_is_not_told_to_watch_earlier(tmp_path: Path) -> None:
     watch = _wandb_between_checks(tmp_path)
     last = watch.lines[-1][1]
     assert last["verdict"] == "unknown", watch.story()
     assert not any("watch the job from before it ends" in r for r in last["reasons"]), last["reasons"]
+    # What it lacked: a check inside the job's life.
+    assert any("check more often than the job runs" in r for r in last["reasons"]), last["reasons"]

@@ -22,6 +22,9 @@ class Had:
     launched: bool = False  # crosscheck launched the job (its start is exact, its exit recorded)
     seen_alive: bool = False  # this watch saw the job's process at work
     end_seen: bool = False  # ... and found it gone later: it watched the job end
+    #: This watch looked before the job's log existed (or was born): it was there before the
+    #: job ended, and only a check inside the job's life was missing.
+    before_job: bool = False
 
 
 class Fix(enum.Enum):
@@ -29,6 +32,7 @@ class Fix(enum.Enum):
 
     SINCE = "give the run's start with --since TIME|DURATION"
     WATCH_EARLIER = "watch the job from before it ends"
+    CHECK_OFTEN = "check more often than the job runs (a policy.interval shorter than its life)"
     LAUNCH = "launch the job through crosscheck (a launch section: its exit status is recorded)"
     LINE_LAST = "have the job write its completion line last (after closing its outputs)"
     ADD_SIGNAL = "add a log section with a completion line, or an outputs section"
@@ -45,7 +49,11 @@ def _needless(fix: Fix, had: Had) -> bool:
     if fix is Fix.SINCE:
         return had.since or had.launched  # a launch is an exact start already
     if fix is Fix.WATCH_EARLIER:
-        return had.seen_alive or had.end_seen
+        return had.seen_alive or had.end_seen or had.before_job
+    if fix is Fix.CHECK_OFTEN:
+        # Offered to a watch that was there before the job and never saw it at work: what it
+        # lacked is a check inside the job's life. Anywhere else, watching earlier is the fix.
+        return not had.before_job or had.seen_alive or had.end_seen
     if fix is Fix.LAUNCH:
         return had.launched
     if fix is Fix.FROM_LAUNCH:

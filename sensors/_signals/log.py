@@ -819,6 +819,7 @@ def read_log(
         launched=run is not None and run.source == "launch",
         # A process of the job seen at work before its line was written: watched before it ended.
         seen_alive=bool(word.writers),
+        before_job=watched_before_job(new_memory),
     )
     says, detail = _log_says(scan, complete_line, still_writing, memory, age, word, had, ahead, local)
     if says is Says.UNKNOWN:
@@ -1278,6 +1279,12 @@ def _exit_log_holds(memory: LogMemory) -> bool:
     )
 
 
+def watched_before_job(memory: LogMemory) -> bool:
+    """Whether this watch looked before the job's log existed: the log was absent at an
+    earlier check, or born after the watch began (every byte of it bound by the watch)."""
+    return memory.bound_by == "watch" and memory.run_from == 0
+
+
 def _advise(fixes: tuple[Fix, ...], had: Had) -> str:
     """What would tell it, as the end of a sentence (the fixes the watch had left out)."""
     left = advice(fixes, had)
@@ -1318,7 +1325,7 @@ def _log_says(
             f" read it, while pid {word.undatable_by} of this run was alive, and {when}:"
             " whether that process is a later run, begun after the line and"
             " with no completion line of its own, cannot be told"
-            + _advise((Fix.WATCH_EARLIER, Fix.LAUNCH), had),
+            + _advise((Fix.WATCH_EARLIER, Fix.CHECK_OFTEN, Fix.LAUNCH), had),
         )
     if complete_line is not None and word is not None and word.unattributed and scan.followed_by is not None:
         return (
@@ -1327,7 +1334,7 @@ def _log_says(
             f" ({scan.followed_by[:120]!r}) that no process known to have written the completion"
             " line can have written: a completion line counts only as its run's last word, and"
             " whether a later run wrote that text cannot be told"
-            + _advise((Fix.WATCH_EARLIER, Fix.LAUNCH, Fix.LINE_LAST), had),
+            + _advise((Fix.WATCH_EARLIER, Fix.CHECK_OFTEN, Fix.LAUNCH, Fix.LINE_LAST), had),
         )
     if complete_line is not None:
         return Says.DONE, f"completion line: {complete_line.strip()[:200]}"
@@ -1343,7 +1350,8 @@ def _log_says(
         return (
             Says.UNKNOWN,
             f"a completion line is in the log ({scan.earlier_complete.strip()[:120]}) but it may be an"
-            f" earlier run's: {why}" + _advise((Fix.SINCE, Fix.WATCH_EARLIER, Fix.LAUNCH), had),
+            f" earlier run's: {why}"
+            + _advise((Fix.SINCE, Fix.WATCH_EARLIER, Fix.CHECK_OFTEN, Fix.LAUNCH), had),
         )
     if word is not None and word.later_pid is not None:
         earlier = (

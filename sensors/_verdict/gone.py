@@ -13,7 +13,7 @@ from sensors._verdict.stuck import had_of
 from sensors._verdict.supervised import recorded_exit_ok
 
 #: What a person can do when evidence cannot be tied to the run being watched.
-TIE_FIXES = (Fix.SINCE, Fix.WATCH_EARLIER, Fix.LAUNCH)
+TIE_FIXES = (Fix.SINCE, Fix.WATCH_EARLIER, Fix.CHECK_OFTEN, Fix.LAUNCH)
 #: Those fixes, for a watch that had none of them (see :func:`how_to_tie`).
 HOW_TO_TIE = advice(TIE_FIXES, Had())
 

@@ -45,11 +45,19 @@ def had_of(readings: Mapping[str, Reading], run: Run | None) -> Had:
         launched = launched or p.evidence.get("launched") is True
         seen = p.evidence.get("seen_alive") is True
     gone = p is not None and p.says is Says.DONE
+    lg = readings.get("log")
+    # The log bound whole by the watch: it was absent at an earlier check, or born after the
+    # watch began (see sensors._signals.log.watched_before_job).
+    before_job = lg is not None and (lg.evidence.get("run_bound_by"), lg.evidence.get("run_from_offset")) == (
+        "watch",
+        0,
+    )
     return Had(
         since=run is not None and run.source == "since",
         launched=launched,
         seen_alive=seen,
         end_seen=seen and gone,
+        before_job=before_job,
     )
 
 
