@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -21,7 +22,9 @@ from sensors._run.tolerances import (
     ELAPSED_BELOW_ZERO,
     PROC_START_TICKS,
     PROC_START_WHOLE_SECONDS,
+    START_ROUNDING,
     UPTIME_RESOLUTION,
+    WHOLE_SECOND,
 )
 
 #: Caps on what one section may carry back (bytes). Sized for hosts with ~20k processes.
@@ -320,17 +323,40 @@ def start_precision(meta: Meta) -> float:
 
     The start is ``now - uptime + starttime / CLK_TCK``. ``starttime`` is rounded down to a
     tick, /proc/uptime down to 10 ms, and ``uptime`` is read after ``date``: the truth lies
-    in (start - 10 ms, start + (uptime - uptime_before) + 1 tick). Measured so in every
-    probe that read /proc/uptime on both sides of ``date``; the fixed worst case
-    (PROC_START_TICKS) otherwise, and whole seconds where /proc/uptime is virtualised and
-    the start stands on /proc/stat's btime.
+    in (start - 10 ms, start + (uptime - uptime_before) + 1 tick), and half a ms more either
+    way for the start's rounding to the ms. Measured so in every probe that read
+    /proc/uptime on both sides of ``date`` where its premises hold: ``now`` to the ns, and
+    /proc/uptime this clock's boot clock (never backwards, agreeing with btime to the
+    second). The fixed worst case (PROC_START_TICKS) where the answer lacks the read before
+    ``date``; whole seconds where the start stands on /proc/stat's btime (/proc/uptime
+    virtualised or unread), where ``now`` is whole seconds (a date without %N), or where
+    /proc/uptime ran backwards; as far as it is off btime where it is.
     """
-    if meta.uptime_virtualised:
+    if meta.uptime_virtualised or meta.uptime is None or meta.now_coarse:
+        # No /proc/uptime (virtualised, or unread: the start stands on btime, see elapsed),
+        # or a wall clock read to the second (a date without %N): whole seconds.
         return PROC_START_WHOLE_SECONDS
-    if meta.uptime is None or meta.uptime_before is None or not meta.clk_tck or meta.clk_tck <= 0:
+    if meta.now is not None and meta.btime is not None:
+        # The kernel's btime is the boot's wall clock rounded down to the second, read just
+        # after `date`: now - uptime lies within [btime - span - 10 ms, btime + 1 s + 10 ms].
+        # Further off, /proc/uptime is not this clock's boot clock (virtualised where no
+        # mount shows it, the clock stepped between the reads): a start read against it is
+        # as far off as the two disagree, whatever its reads' span.
+        gap = meta.now - meta.uptime - meta.btime
+        span = meta.uptime - meta.uptime_before if meta.uptime_before is not None else 0.0
+        if not -max(span, 0.0) - 2 * UPTIME_RESOLUTION <= gap <= WHOLE_SECOND + 2 * UPTIME_RESOLUTION:
+            return round(abs(gap) + PROC_START_WHOLE_SECONDS, 3)
+    if meta.uptime_before is None or not meta.clk_tck or meta.clk_tck <= 0:
         return PROC_START_TICKS
-    span = max(meta.uptime - meta.uptime_before, 0.0)
-    return round(span + UPTIME_RESOLUTION + 1.0 / meta.clk_tck, 3)
+    span = meta.uptime - meta.uptime_before
+    if span < 0:
+        # /proc/uptime ran backwards within one shell: not CLOCK_BOOTTIME (which never does),
+        # so its span measures nothing; the start is as good as btime's agreement with it.
+        return PROC_START_WHOLE_SECONDS
+    # The start is kept to the ms (process._describe rounds it: half a ms either way), and
+    # the precision rounded up to the ms, never below the bound.
+    bound = span + UPTIME_RESOLUTION + 1.0 / meta.clk_tck + START_ROUNDING
+    return math.ceil(bound * 1000 - 1e-6) / 1000
 
 
 def effective_state(st: ProcStat, tasks: Mapping[int, list[ProcStat]]) -> tuple[str, str | None]:
