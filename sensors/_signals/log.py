@@ -1102,8 +1102,10 @@ def _whose(
         )
         if job is not None and memory.run_from == 0 and st.birth and not memory.foreign_clock:
             # Begun before the log was born, or within its start's own precision of the birth
-            # (50 ms against /proc/uptime, a second where uptime is virtualised): it can have
-            # written every line of it. Python's `logging` opens its file a few hundred ms in;
+            # (what the probe measured against /proc/uptime, a second where uptime is
+            # virtualised) and the birth's own lag (a file time is stamped from the kernel's
+            # coarse clock, FILE_TIME_TICK behind the write): it can have written every line
+            # of it. Python's `logging` opens its file a few hundred ms in;
             # `nohup job > log` has the shell open it between the fork and the exec, within a
             # millisecond of the start. The one other history that fits, a launcher that
             # seeds the new log with an old one in that same millisecond (`cp last.log log;
@@ -1113,7 +1115,7 @@ def _whose(
             early |= {
                 pid
                 for pid, start in job.starts.items()
-                if start <= st.birth + start_slack and (at is None or start < at - start_slack)
+                if start <= st.birth + start_slack + FILE_TIME_TICK and (at is None or start < at - start_slack)
             }
         writers = tuple(sorted((job.previous if job is not None else frozenset()) | early))[:64]
         # Found by the end of this probe (its log read comes after its clock read, ``now``):
