@@ -1,0 +1,268 @@
+"""Adversary 38: the measured precision of a /proc start (procfs.start_precision, commit
+b3d712c) against the kernel's facts and the rules that use it.
+
+The derivation: start = now - uptime + starttime/CLK_TCK, where /proc/uptime is
+CLOCK_BOOTTIME rounded down to 10 ms (fs/proc/uptime.c), starttime is start_boottime
+rounded down to a tick (nsec_to_clock_t), and /proc/uptime is read before (U0) and after
+(U1) `date`: the truth lies in (start - 10 ms, start + (U1 - U0) + 1 tick). It holds only
+where ``now`` is to the ns, ``uptime`` is the kernel's boot clock, and the start is read
+against /proc/uptime at all (not btime's whole seconds). Table tests on Meta where the
+host cannot be made so; real processes where it can.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from sensors._base.probe import Meta, parse_meta
+from sensors._run import tolerances
+from sensors._run.binding import proc_start_lead
+from sensors._signals.base import JobView
+from sensors._signals.log import LogMemory, _LogScan, _LogStat, _whose
+from sensors._signals.procfs import elapsed, parse_stat_line, start_precision
+
+
+def _meta(**kw: object) -> Meta:
+    # A consistent host: now - uptime - btime within [0, 1 s) (btime is the boot's wall
+    # clock rounded down), /proc/uptime read on both sides of `date` within 10 ms.
+    base: dict[str, object] = dict(
+        now=1_800_000_000.4,
+        uptime=5000.0,
+        uptime_before=5000.0,
+        btime=1_799_995_000,
+        boot_id="b",
+        clk_tck=100,
+        script_pid=1,
+        hostname="h",
+        uptime_virtualised=False,
+    )
+    return Meta(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_a_consistent_idle_host_measures_about_20_ms() -> None:
+    """The commit's claim stands where its premises hold (a control for the rows below)."""
+    assert 0.02 <= start_precision(_meta()) <= 0.022
+
+
+def test_a_date_without_nanoseconds_is_no_20_ms_clock() -> None:
+    """BusyBox's `date +%s.%N` prints "1800000000.%N": parse_meta keeps the whole seconds,
+    rounded down, so a start read against it is up to a second early. It said 20 ms (the
+    span of two /proc/uptime reads); it is good to a second."""
+    for shown in (b"1800000000.%N", b"1800000000.N", b"1800000000"):
+        meta = parse_meta(b"now " + shown + b"\nuptime_before 5000.00\nuptime 5000.00\nclk_tck 100\n")
+        assert meta.now == 1_800_000_000.0
+        assert start_precision(meta) >= tolerances.WHOLE_SECOND, shown
+    # GNU date's nine digits are the clock to the ns: the measured precision stands.
+    meta = parse_meta(b"now 1800000000.400000000\nuptime_before 5000.00\nuptime 5000.00\nclk_tck 100\n")
+    assert start_precision(meta) < tolerances.PROC_START_TICKS
+
+
+def test_a_start_standing_on_btime_alone_is_good_to_a_second() -> None:
+    """/proc/uptime unread after `date` (the read before it answered, or neither did), not
+    virtualised: elapsed() dates the process by btime's whole seconds, yet the precision
+    said 50 ms (PROC_START_TICKS), as if /proc/uptime were there."""
+    st = parse_stat_line("42 (job) S 1 42 42 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 400000 0 0")
+    for meta in (_meta(uptime=None), _meta(uptime=None, uptime_before=None)):
+        age, why = elapsed(st, meta)
+        assert why is None and age is not None  # dated, by btime alone
+        assert start_precision(meta) >= tolerances.PROC_START_WHOLE_SECONDS
+
+
+def test_a_proc_uptime_that_runs_backwards_measures_nothing() -> None:
+    """/proc/uptime read 300 ms lower after `date` than before it (no kernel's
+    CLOCK_BOOTTIME does: a file served by something else, unseen in mountinfo): the span
+    was clamped to 0 and the start claimed the tightest precision there is, 20 ms."""
+    meta = _meta(uptime_before=5000.3, uptime=5000.0)
+    assert start_precision(meta) >= tolerances.PROC_START_WHOLE_SECONDS
+
+
+def test_a_proc_uptime_that_is_not_this_clocks_boot_clock_is_not_20_ms() -> None:
+    """/proc/uptime 12 s off the kernel's boot clock (virtualised where no mount shows it;
+    elapsed() believes it within BOOT_CLOCKS_APART, 30 s, and uses it first): a start read
+    against it is 12 s off, and it claimed 20 ms. btime, the boot's wall clock to the
+    second, shows it: now - uptime must lie within about a second of it."""
+    meta = _meta(uptime=4988.0, uptime_before=4988.0)
+    assert start_precision(meta) >= 12.0
+    # Where it agrees with btime to the second (btime rounded down, read after `date`), the
+    # measured precision stands, whatever fraction of the second the boot began at.
+    for now in (1_800_000_000.0, 1_800_000_000.5, 1_800_000_000.999):
+        assert start_precision(_meta(now=now)) < tolerances.PROC_START_TICKS
+
+
+def test_the_precision_covers_the_starts_rounding_to_the_ms() -> None:
+    """The start is kept rounded to the ms (process._describe): half a ms more either way
+    than the derivation's interval; the precision is never rounded below it."""
+    for before, tck in ((5000.0, 100), (4999.99, 100), (5000.0, 300), (4999.92, 250)):
+        meta = _meta(uptime_before=before, clk_tck=tck)
+        bound = (meta.uptime - before) + 0.01 + 1.0 / tck + 0.0005
+        assert start_precision(meta) >= bound - 1e-9, (before, tck)
+
+
+def _log_word(birth: float, start: float, followed: bool = True, slack: float | None = None):
+    """_whose at the first check that finds the line, the job first seen at that check (no
+    previous sighting), `nohup job > log`: the log born by the job's shell between its fork
+    and its exec."""
+    line = "DONE"
+    size = 200 if followed else 100
+    st = _LogStat(
+        inode=1,
+        size=size,
+        mtime=int(birth) + 30,
+        birth=birth,
+        written=birth + 30.0,
+        resolution=1e-9,
+        stamp="s",
+    )
+    scan = _LogScan(
+        complete_line=line,
+        complete_end=100,
+        error_line=None,
+        earlier_complete=None,
+        earlier_is_last=False,
+        progress=None,
+        last_line="cleanup done" if followed else line,
+        partial=False,
+        followed_by="cleanup done" if followed else None,
+    )
+    job = JobView(live=frozenset({4242}), starts={4242: start})
+    return _whose(
+        LogMemory(inode=1, size=0, run_from=0),
+        scan,
+        st,
+        line,
+        100,
+        job,
+        None,
+        birth + 31.0,
+        start_slack=start_precision(_meta()) if slack is None else slack,
+    )
+
+
+def test_nohup_job_gt_log_is_its_logs_writer_when_the_births_stamp_lags_a_jiffy() -> None:
+    """The headline: `nohup job > log`. The log's birth is stamped from the kernel's coarse
+    clock, up to a jiffy or two behind (FILE_TIME_TICK, 20 ms), and the start read from /proc
+    up to 10 ms (+ half a ms of rounding) after the truth: the start may read ~30 ms after
+    the log's birth. With the measured 20 ms (the fixed 50 ms before), the job was not its
+    own log's writer, and its post-processing line after the completion line could not be
+    told its own (unattributed: the gate never opens)."""
+    truth = 1_800_000_000.0
+    word = _log_word(birth=truth - 0.0195, start=round(truth + 0.0099, 3))
+    assert word.writers == (4242,)
+    assert not word.unattributed
+    assert word.complete_line == "DONE"
+
+
+def test_a_rerun_begun_well_after_the_logs_birth_is_no_writer_of_it() -> None:
+    """The other side stays: a process begun 60 ms after the log was born (a re-run that
+    appends to it) is not taken for the writer of every line of it."""
+    truth = 1_800_000_000.0
+    word = _log_word(birth=truth, start=truth + 0.06)
+    assert word.writers == ()
+
+
+def test_a_real_nohup_job_reads_as_begun_by_its_logs_birth(tmp_path) -> None:
+    """Real processes: `nohup sleep > log &` many times; the start read as the probe reads it
+    (now - (uptime - starttime/CLK_TCK), /proc/uptime on both sides of `date`) is within the
+    log rules' margin of the log's birth (statx btime) every time: late by /proc/uptime's
+    rounding at most, the birth early by the coarse clock's lag at most."""
+    tck = os.sysconf("SC_CLK_TCK")
+    worst = -1.0
+    for i in range(40):
+        log = tmp_path / f"log{i}"
+        proc = subprocess.Popen(["sh", "-c", f"nohup sleep 5 > {log} 2>&1 & echo $!"], stdout=subprocess.PIPE)
+        pid = int(proc.stdout.read().strip())  # type: ignore[union-attr]
+        proc.wait()
+        try:
+            time.sleep(0.01)
+            out = subprocess.run(
+                [
+                    "sh",
+                    "-c",
+                    'read -r a _ </proc/uptime; echo "$a"; date +%s.%N; read -r b _ </proc/uptime; echo "$b";'
+                    f" cat /proc/{pid}/stat",
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split("\n")
+            u0, now, u1 = float(out[0]), float(out[1]), float(out[2])
+            st = parse_stat_line(out[3])
+            meta = _meta(now=now, uptime=u1, uptime_before=u0, btime=None, clk_tck=tck)
+            age, why = elapsed(st, meta)
+            assert why is None and age is not None
+            start = round(now - age, 3)
+            birth = _birth(str(log))
+            if birth is None:
+                pytest.skip("no birth time on this file system")
+            worst = max(worst, start - birth)
+            assert start <= birth + proc_start_lead(start_precision(meta)) + tolerances.FILE_TIME_TICK, (
+                start,
+                birth,
+            )
+        finally:
+            os.kill(pid, 9)
+    assert worst > -1.0
+
+
+def _birth(path: str) -> float | None:
+    out = subprocess.run(["stat", "-c", "%.9W", path], capture_output=True, text=True).stdout.strip()
+    try:
+        value = float(out)
+    except ValueError:
+        return None
+    return value or None
+
+
+def _bound(birth: float, start: float, slack: float):
+    from sensors._run.run import Run
+    from sensors._signals.log import _bind
+
+    st = _LogStat(
+        inode=1, size=100, mtime=int(start) + 5, birth=birth, written=start + 5.0, resolution=1e-9, stamp="s"
+    )
+    run = Run(source="process", started_at=start, slack=slack)
+    return _bind(LogMemory(), st, run, start + 6.0, start + 6.0)
+
+
+def test_nohup_job_gt_log_is_bound_whole_when_date_was_slow_at_its_first_sighting() -> None:
+    """`nohup job > log`, first seen by a probe whose `date` took 80 ms to fork (a loaded
+    host): the run's start carries 101 ms. The log, born a ms after the job's start, was not
+    bound whole (the rule asked run.slack <= PROC_START_TICKS, the fixed 50 ms it was
+    written for): the completion line the job wrote before this watch first looked was
+    before the run's bytes, the gate never opened on it. The span only widens how late the
+    truth may be; how early it may be (10 ms of /proc/uptime's rounding) is the same."""
+    truth = 1_800_000_000.0
+    memory = _bound(birth=truth + 0.001, start=round(truth + 0.0099, 3), slack=0.101)
+    assert memory.run_from == 0
+
+
+def test_nohup_job_gt_log_is_bound_whole_when_the_births_stamp_lags() -> None:
+    """The same, on an idle host (21 ms): the birth stamped from the coarse clock up to
+    FILE_TIME_TICK behind, the start read up to 10.5 ms late: ~30 ms apart, past 21 ms."""
+    truth = 1_800_000_000.0
+    memory = _bound(birth=truth - 0.0195, start=round(truth + 0.0099, 3), slack=0.021)
+    assert memory.run_from == 0
+
+
+def test_a_log_born_well_before_a_start_is_not_bound_whole_however_slow_date_was() -> None:
+    """The other side: a log born 100 ms before the job's start (an earlier run's, appended
+    to) is not the job's own, even where `date` was slow and the start's precision wide."""
+    truth = 1_800_000_000.0
+    for slack in (0.021, 0.101, 0.3):
+        memory = _bound(birth=truth - 0.1, start=truth, slack=slack)
+        assert memory.run_from != 0, slack
+    # Where the start stands on whole seconds (lxcfs), the rule is none of its business.
+    assert _bound(birth=truth - 0.001, start=truth, slack=1.0).run_from != 0
+
+
+def test_a_rerun_begun_a_while_after_the_logs_birth_is_no_writer_however_slow_date_was() -> None:
+    """The _whose side of the same: with a slow `date` (precision 0.3 s) a process begun
+    200 ms after the log's birth was taken for the writer of every line of it (the window
+    was the symmetric precision): it may be a re-run appending to an earlier run's log."""
+    truth = 1_800_000_000.0
+    word = _log_word(birth=truth, start=truth + 0.2, slack=0.3)
+    assert word.writers == ()
