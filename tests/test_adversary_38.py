@@ -266,3 +266,68 @@ def test_a_rerun_begun_a_while_after_the_logs_birth_is_no_writer_however_slow_da
     truth = 1_800_000_000.0
     word = _log_word(birth=truth, start=truth + 0.2, slack=0.3)
     assert word.writers == ()
+
+
+class _Following:
+    """Following's confirmation rule alone: a stored final verdict, and the checks this
+    watch makes of its own (a table, no store, no host)."""
+
+    def __init__(self, checks):
+        from types import SimpleNamespace
+
+        from sensors._check.checker import Following
+
+        class _Rule(Following):
+            own_run = None  # told nothing of the run
+
+        self.rule = _Rule()
+        self.rule.stage = None  # type: ignore[assignment]
+        self.rule.last = None
+        self.rule._persist = SimpleNamespace(restore=lambda: SimpleNamespace(memory={}))  # type: ignore[assignment]
+        self.rule._saving = True
+        self.rule._told_not_ours = False
+        self.rule._checked_here = False
+        answers = iter(checks)
+        self.rule._check = lambda: next(answers)  # type: ignore[method-assign]
+
+    def confirm(self, followed):
+        return self.rule._confirmed(followed)
+
+
+def _verdict(state, *reasons, stuck=None):
+    from sensors._base.model import State, Verdict
+
+    return Verdict(
+        stage="s", state=State(state), reasons=reasons, readings={}, checked_at=1.0, host="h", stuck=stuck
+    )
+
+
+def test_a_holders_stuck_unknown_against_a_check_that_finds_done_is_not_called_failed() -> None:
+    """e0f581d: where every check of this watch finds the stage done and the holder's final
+    verdict is not complete, the reason says the holder "says failed". A holder's final
+    verdict may be an unknown that can never become complete (stuck: a launched run taken
+    over by a later one): the sentence shown to a person said the holder failed the stage."""
+    from sensors._base.model import State, Stuck
+
+    followed = _verdict(
+        "unknown",
+        "watched elsewhere by hostB:42: its verdict, not a check of this watch",
+        "the launched run's log was taken over by a later run",
+        stuck=Stuck("a later run took the log over", "launch it again"),
+    )
+    got = _Following([_verdict("complete", "every signal done")]).confirm(followed)
+    assert got.state is State.UNKNOWN and not got.advance
+    assert "says failed" not in got.reasons[0], got.reasons[0]
+    assert "unknown" in got.reasons[0], got.reasons[0]
+
+
+def test_a_holders_failed_against_a_check_that_finds_done_is_unknown_and_says_so() -> None:
+    """The commit's own case, as a table (a control for the row above)."""
+    from sensors._base.model import State
+
+    followed = _verdict(
+        "failed", "watched elsewhere by hostB:42: its verdict, not a check of this watch", "exit 1"
+    )
+    got = _Following([_verdict("complete", "every signal done")]).confirm(followed)
+    assert got.state is State.UNKNOWN and got.stuck is None
+    assert got.reasons[0].startswith("watched elsewhere by hostB:42 says failed (exit 1)"), got.reasons[0]
