@@ -331,3 +331,78 @@ def test_a_holders_failed_against_a_check_that_finds_done_is_unknown_and_says_so
     got = _Following([_verdict("complete", "every signal done")]).confirm(followed)
     assert got.state is State.UNKNOWN and got.stuck is None
     assert got.reasons[0].startswith("watched elsewhere by hostB:42 says failed (exit 1)"), got.reasons[0]
+
+
+@pytest.mark.parametrize("slow_date", [False, True], ids=["idle", "date-slow-to-fork"])
+def test_the_headline_nohup_job_gt_log_first_seen_after_its_line_completes(
+    tmp_path, monkeypatch, slow_date
+) -> None:
+    """Real processes, the real Checker, told nothing: `nohup job > log &`, the job writing
+    its completion line and a post-processing line after it before this watch first looks,
+    then exiting 0. The job's start is read to the measured precision: its own log is bound
+    whole, it is the writer of every line, and the stage completes (several times over, so a
+    start read at another moment of the tick is tried). ``date-slow-to-fork``: the probe's
+    `date` takes 80 ms (a loaded host), so the start's precision is ~0.1 s: the log-binding
+    rule for a job's own log asked for 50 ms at most, and the stage never completed."""
+    import uuid
+
+    host = None
+    if slow_date:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        date = bin_dir / "date"
+        date.write_text('#!/bin/sh\nsleep 0.08\nexec /bin/date "$@"\n')
+        date.chmod(0o755)
+        if os.geteuid() != 0:
+            pytest.skip("needs root to make a mount namespace")
+        from sensors._hosts.local import LocalHost
+
+        class _SlowDateHost(LocalHost):
+            # The probe sets its own PATH (/usr/local/bin first): in a mount namespace of its
+            # own, a `date` that takes 80 ms to start is mounted there, for the probe alone.
+            shell = (
+                "unshare",
+                "-m",
+                "sh",
+                "-c",
+                f"mount --bind {bin_dir} /usr/local/bin && exec /bin/sh -s",
+            )
+
+        host = _SlowDateHost()
+
+    from sensors import Checker, State, stage_from_dict
+    from sensors.testing import COMPLETE_LINE
+
+    for attempt in range(3):
+        tag = f"adv38-{uuid.uuid4().hex[:8]}"
+        log = tmp_path / f"job{attempt}.log"
+        stage = stage_from_dict(
+            {
+                "stage": "adv38",
+                "host": "local",
+                "process": {"match": f"--tag {tag}( |$)"},
+                "log": {"path": str(log), "complete": f"^{COMPLETE_LINE}"},
+                "policy": {"interval": "100ms", "settle": 1, "exit_grace": "1ms"},
+            }
+        )
+        job = f"printf 'step 1\\n{COMPLETE_LINE}: 6 files\\n'; printf 'cleanup done\\n'; sleep 1.2"
+        launcher = subprocess.Popen(
+            ["/bin/sh", "-c", f"nohup /bin/sh -c {job!r} --tag {tag} > {log} 2>&1 &"], start_new_session=True
+        )
+        launcher.wait(5)
+        checker = Checker(stage, host=host) if host is not None else Checker(stage)
+        try:
+            time.sleep(0.4)  # the line and the text after it are there before the first check
+            first = checker.check()
+            assert first.readings["process"].says.value == "working", first.readings["process"].detail
+            assert first.state is not State.COMPLETE
+            precision = (first.run or {}).get("precision_s")
+            assert precision is not None and (precision >= 0.08) is slow_date, first.run
+            deadline = time.monotonic() + 15
+            verdict = first
+            while time.monotonic() < deadline and not verdict.settled:
+                time.sleep(0.2)
+                verdict = checker.check()
+        finally:
+            checker.close()
+        assert verdict.state is State.COMPLETE, (attempt, verdict.reasons)
