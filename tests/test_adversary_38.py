@@ -20,10 +20,9 @@ import pytest
 
 from sensors._base.probe import Meta, parse_meta
 from sensors._run import tolerances
-from sensors._run.binding import proc_start_lead
 from sensors._signals.base import JobView
 from sensors._signals.log import LogMemory, _LogScan, _LogStat, _whose
-from sensors._signals.procfs import elapsed, parse_stat_line, start_precision
+from sensors._signals.procfs import elapsed, parse_stat_line, start_lead, start_precision
 
 
 def _meta(**kw: object) -> Meta:
@@ -102,7 +101,7 @@ def test_the_precision_covers_the_starts_rounding_to_the_ms() -> None:
         assert start_precision(meta) >= bound - 1e-9, (before, tck)
 
 
-def _log_word(birth: float, start: float, followed: bool = True, slack: float | None = None):
+def _log_word(birth: float, start: float, followed: bool = True, meta: Meta | None = None):
     """_whose at the first check that finds the line, the job first seen at that check (no
     previous sighting), `nohup job > log`: the log born by the job's shell between its fork
     and its exec."""
@@ -138,7 +137,8 @@ def _log_word(birth: float, start: float, followed: bool = True, slack: float | 
         job,
         None,
         birth + 31.0,
-        start_slack=start_precision(_meta()) if slack is None else slack,
+        start_slack=start_precision(meta or _meta()),
+        lead=start_lead(meta or _meta()),
     )
 
 
@@ -199,7 +199,7 @@ def test_a_real_nohup_job_reads_as_begun_by_its_logs_birth(tmp_path) -> None:
             if birth is None:
                 pytest.skip("no birth time on this file system")
             worst = max(worst, start - birth)
-            assert start <= birth + proc_start_lead(start_precision(meta)) + tolerances.FILE_TIME_TICK, (
+            assert start <= birth + start_lead(meta) + tolerances.FILE_TIME_TICK, (
                 start,
                 birth,
             )
@@ -217,46 +217,66 @@ def _birth(path: str) -> float | None:
     return value or None
 
 
-def _bound(birth: float, start: float, slack: float):
+def _bound(birth: float, start: float, meta: Meta | None = None, **run: object):
     from sensors._run.run import Run
     from sensors._signals.log import _bind
 
     st = _LogStat(
         inode=1, size=100, mtime=int(start) + 5, birth=birth, written=start + 5.0, resolution=1e-9, stamp="s"
     )
-    run = Run(source="process", started_at=start, slack=slack)
-    return _bind(LogMemory(), st, run, start + 6.0, start + 6.0)
+    if meta is not None:
+        run = {"slack": start_precision(meta), "lead": start_lead(meta), **run}
+    return _bind(LogMemory(), st, Run(source="process", started_at=start, **run), start + 6.0, start + 6.0)  # type: ignore[arg-type]
+
+
+#: A probe whose `date` took 80 ms to fork (a loaded host), and one whose `date` has no %N.
+_SLOW_DATE = _meta(uptime_before=4999.92)
+_BUSYBOX_DATE = _meta(now=1_800_000_000.0, now_coarse=True)
 
 
 def test_nohup_job_gt_log_is_bound_whole_when_date_was_slow_at_its_first_sighting() -> None:
-    """`nohup job > log`, first seen by a probe whose `date` took 80 ms to fork (a loaded
-    host): the run's start carries 101 ms. The log, born a ms after the job's start, was not
-    bound whole (the rule asked run.slack <= PROC_START_TICKS, the fixed 50 ms it was
-    written for): the completion line the job wrote before this watch first looked was
-    before the run's bytes, the gate never opened on it. The span only widens how late the
-    truth may be; how early it may be (10 ms of /proc/uptime's rounding) is the same."""
+    """`nohup job > log`, first seen by a probe whose `date` took 80 ms to fork: the run's
+    start carries 101 ms. The log, born a ms after the job's start, was not bound whole (the
+    rule asked run.slack <= PROC_START_TICKS, the fixed 50 ms it was written for): the
+    completion line the job wrote before this watch first looked was before the run's bytes,
+    the gate never opened on it. The span only widens how early the truth may be; how late
+    the start may read (10 ms of /proc/uptime's rounding) is the same."""
     truth = 1_800_000_000.0
-    memory = _bound(birth=truth + 0.001, start=round(truth + 0.0099, 3), slack=0.101)
-    assert memory.run_from == 0
+    assert start_precision(_SLOW_DATE) > tolerances.PROC_START_TICKS
+    assert _bound(birth=truth + 0.001, start=round(truth + 0.0099, 3), meta=_SLOW_DATE).run_from == 0
 
 
 def test_nohup_job_gt_log_is_bound_whole_when_the_births_stamp_lags() -> None:
     """The same, on an idle host (21 ms): the birth stamped from the coarse clock up to
     FILE_TIME_TICK behind, the start read up to 10.5 ms late: ~30 ms apart, past 21 ms."""
     truth = 1_800_000_000.0
-    memory = _bound(birth=truth - 0.0195, start=round(truth + 0.0099, 3), slack=0.021)
-    assert memory.run_from == 0
+    assert _bound(birth=truth - 0.0195, start=round(truth + 0.0099, 3), meta=_meta()).run_from == 0
+
+
+def test_nohup_job_gt_log_is_bound_whole_where_date_has_no_nanoseconds() -> None:
+    """BusyBox's date: the start is good to a second (read early, never late: ``now``
+    rounded down), yet its own log, born with it, is still its own, as with the fixed 50 ms
+    before (a precision of a second would have turned the rule off)."""
+    truth = 1_800_000_000.0
+    assert start_precision(_BUSYBOX_DATE) >= tolerances.WHOLE_SECOND
+    assert _bound(birth=truth - 0.0195, start=round(truth - 0.4, 3), meta=_BUSYBOX_DATE).run_from == 0
+
+
+def test_a_run_stored_before_the_lead_binds_its_own_log_as_before() -> None:
+    """A run kept in a store from before (no lead): its slack stands for both sides."""
+    truth = 1_800_000_000.0
+    assert _bound(birth=truth - 0.001, start=truth + 0.005, slack=0.05).run_from == 0
+    assert _bound(birth=truth - 0.1, start=truth, slack=0.05).run_from != 0
 
 
 def test_a_log_born_well_before_a_start_is_not_bound_whole_however_slow_date_was() -> None:
     """The other side: a log born 100 ms before the job's start (an earlier run's, appended
     to) is not the job's own, even where `date` was slow and the start's precision wide."""
     truth = 1_800_000_000.0
-    for slack in (0.021, 0.101, 0.3):
-        memory = _bound(birth=truth - 0.1, start=truth, slack=slack)
-        assert memory.run_from != 0, slack
+    for meta in (_meta(), _SLOW_DATE, _meta(uptime_before=4999.7), _BUSYBOX_DATE):
+        assert _bound(birth=truth - 0.1, start=truth, meta=meta).run_from != 0, meta
     # Where the start stands on whole seconds (lxcfs), the rule is none of its business.
-    assert _bound(birth=truth - 0.001, start=truth, slack=1.0).run_from != 0
+    assert _bound(birth=truth - 0.001, start=truth, meta=_meta(uptime_virtualised=True)).run_from != 0
 
 
 def test_a_rerun_begun_a_while_after_the_logs_birth_is_no_writer_however_slow_date_was() -> None:
@@ -264,8 +284,11 @@ def test_a_rerun_begun_a_while_after_the_logs_birth_is_no_writer_however_slow_da
     200 ms after the log's birth was taken for the writer of every line of it (the window
     was the symmetric precision): it may be a re-run appending to an earlier run's log."""
     truth = 1_800_000_000.0
-    word = _log_word(birth=truth, start=truth + 0.2, slack=0.3)
+    word = _log_word(birth=truth, start=truth + 0.2, meta=_meta(uptime_before=4999.7))
     assert word.writers == ()
+    # And the job born with its log is its writer, however slow `date` was.
+    word = _log_word(birth=truth - 0.0195, start=round(truth + 0.0099, 3), meta=_meta(uptime_before=4999.7))
+    assert word.writers == (4242,)
 
 
 class _Following:

@@ -15,8 +15,6 @@ from sensors._run.tolerances import (
     FILE_TIME_TICK,
     OWN_CLOCK_SLACK,
     PROC_START_WHOLE_SECONDS,
-    START_ROUNDING,
-    UPTIME_RESOLUTION,
 )
 
 
@@ -70,16 +68,6 @@ def run_start_slack(source: str, slack: float | None = None) -> float:
     if source == "since":
         return slack or 0.0  # exact on the host's clock; another host's, to its measured offset
     return PROC_START_WHOLE_SECONDS if slack is None else slack
-
-
-def proc_start_lead(precision: float) -> float:
-    """How far a process's start read from /proc with ``precision`` (procfs.start_precision)
-    may be *after* the truth: /proc/uptime, rounded down to 10 ms and read after `date`,
-    makes it late by less than its rounding (and half a ms of the start's own), whatever the
-    span between its two reads, which only widens how early it may be. Where the start
-    stands on whole seconds (btime, a date without %N, a /proc/uptime off btime), the
-    precision either way."""
-    return UPTIME_RESOLUTION + START_ROUNDING if precision < PROC_START_WHOLE_SECONDS else precision
 
 
 def last_write(

@@ -43,7 +43,6 @@ from sensors._run.advice import Fix, Had, advice
 from sensors._run.binding import (
     file_time_ahead,
     last_write,
-    proc_start_lead,
     run_start_slack,
     time_impossible,
     written_by,
@@ -58,7 +57,7 @@ from sensors._run.tolerances import (
     WHOLE_SECOND,
 )
 from sensors._signals.base import CheckFacts, JobView, LastWord, ProbeInputs, Signal, evolve
-from sensors._signals.procfs import start_precision
+from sensors._signals.procfs import start_lead, start_precision
 
 
 class LogSpec(Section):
@@ -476,8 +475,8 @@ def _bind(
         and own
         and run.source == "process"
         and run.slack is not None
-        and run.slack < PROC_START_WHOLE_SECONDS
-        and st.birth >= run.started_at - proc_start_lead(run.slack) - FILE_TIME_TICK
+        and (lead := run.lead if run.lead is not None else run.slack) < PROC_START_WHOLE_SECONDS
+        and st.birth >= run.started_at - lead - FILE_TIME_TICK
     ):
         # Born within the start's own precision of it (`nohup job > log` opens the log
         # between the fork and the exec, a millisecond after the start): the job's own log.
@@ -715,6 +714,9 @@ def read_log(
         job_unread,
         start_slack,
         found_by=meta.now_end,
+        # How late those starts may read (the late side of start_slack: /proc/uptime's
+        # rounding, however slow `date` was): a job born with its log is its writer.
+        lead=start_lead(meta),
     )
     superseded = _launch_over(memory, scan, word, st, change, run, exited_by)
     if superseded is not None and word.complete_line is not None:
@@ -1047,6 +1049,7 @@ def _whose(
     job_unread: bool = False,
     start_slack: float = PROC_START_WHOLE_SECONDS,
     found_by: float | None = None,
+    lead: float | None = None,
 ) -> _Word:
     """Whether this run's completion line is its run's last word, by the processes that can
     have written what is in the log (issue 21: the latest run decides).
@@ -1123,7 +1126,7 @@ def _whose(
             early |= {
                 pid
                 for pid, start in job.starts.items()
-                if start <= st.birth + proc_start_lead(start_slack) + FILE_TIME_TICK
+                if start <= st.birth + (start_slack if lead is None else lead) + FILE_TIME_TICK
                 and (at is None or start < at - start_slack)
             }
         writers = tuple(sorted((job.previous if job is not None else frozenset()) | early))[:64]

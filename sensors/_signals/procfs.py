@@ -317,6 +317,32 @@ def elapsed(st: ProcStat, meta: Meta) -> tuple[float | None, str | None]:
     return max(value, 0.0), None
 
 
+def _uptime_off(meta: Meta) -> float | None:
+    """None where a start read in this probe stands on the kernel's /proc/uptime, as far as
+    the probe can tell; else how far such a start may be off either way (seconds).
+
+    Not where /proc/uptime is virtualised or unread (the start stands on btime's whole
+    seconds, see :func:`elapsed`), nor where it ran backwards between its two reads (no
+    kernel's CLOCK_BOOTTIME does), nor where it is off btime: the kernel's btime is the
+    boot's wall clock rounded down to the second, read just after `date`, so now - uptime
+    lies within [btime - span - 10 ms, btime + 1 s + 10 ms] (a second lower where ``now`` is
+    whole seconds). Further off, /proc/uptime is not this clock's boot clock (virtualised
+    where no mount shows it, the clock stepped between the reads): a start read against it
+    is as far off as the two disagree.
+    """
+    if meta.uptime_virtualised or meta.uptime is None:
+        return PROC_START_WHOLE_SECONDS
+    span = meta.uptime - meta.uptime_before if meta.uptime_before is not None else 0.0
+    if span < 0:
+        return PROC_START_WHOLE_SECONDS
+    if meta.now is not None and meta.btime is not None:
+        gap = meta.now - meta.uptime - meta.btime
+        low = -span - 2 * UPTIME_RESOLUTION - (WHOLE_SECOND if meta.now_coarse else 0.0)
+        if not low <= gap <= WHOLE_SECOND + 2 * UPTIME_RESOLUTION:
+            return round(abs(gap) + PROC_START_WHOLE_SECONDS, 3)
+    return None
+
+
 def start_precision(meta: Meta) -> float:
     """How far a process's start read from /proc in this probe (``meta.now - elapsed``) may
     be from the truth, in seconds.
@@ -325,38 +351,33 @@ def start_precision(meta: Meta) -> float:
     tick, /proc/uptime down to 10 ms, and ``uptime`` is read after ``date``: the truth lies
     in (start - 10 ms, start + (uptime - uptime_before) + 1 tick), and half a ms more either
     way for the start's rounding to the ms. Measured so in every probe that read
-    /proc/uptime on both sides of ``date`` where its premises hold: ``now`` to the ns, and
-    /proc/uptime this clock's boot clock (never backwards, agreeing with btime to the
-    second). The fixed worst case (PROC_START_TICKS) where the answer lacks the read before
-    ``date``; whole seconds where the start stands on /proc/stat's btime (/proc/uptime
-    virtualised or unread), where ``now`` is whole seconds (a date without %N), or where
-    /proc/uptime ran backwards; as far as it is off btime where it is.
+    /proc/uptime on both sides of ``date`` where /proc/uptime is the kernel's
+    (:func:`_uptime_off`; as far off as that says otherwise). The fixed worst case
+    (PROC_START_TICKS) where the answer lacks the read before ``date``; a second more where
+    ``now`` is whole seconds (a date without %N: rounded down, the start reads early).
     """
-    if meta.uptime_virtualised or meta.uptime is None or meta.now_coarse:
-        # No /proc/uptime (virtualised, or unread: the start stands on btime, see elapsed),
-        # or a wall clock read to the second (a date without %N): whole seconds.
-        return PROC_START_WHOLE_SECONDS
-    if meta.now is not None and meta.btime is not None:
-        # The kernel's btime is the boot's wall clock rounded down to the second, read just
-        # after `date`: now - uptime lies within [btime - span - 10 ms, btime + 1 s + 10 ms].
-        # Further off, /proc/uptime is not this clock's boot clock (virtualised where no
-        # mount shows it, the clock stepped between the reads): a start read against it is
-        # as far off as the two disagree, whatever its reads' span.
-        gap = meta.now - meta.uptime - meta.btime
-        span = meta.uptime - meta.uptime_before if meta.uptime_before is not None else 0.0
-        if not -max(span, 0.0) - 2 * UPTIME_RESOLUTION <= gap <= WHOLE_SECOND + 2 * UPTIME_RESOLUTION:
-            return round(abs(gap) + PROC_START_WHOLE_SECONDS, 3)
+    off = _uptime_off(meta)
+    if off is not None:
+        return off
+    assert meta.uptime is not None  # _uptime_off: unread is off
     if meta.uptime_before is None or not meta.clk_tck or meta.clk_tck <= 0:
-        return PROC_START_TICKS
-    span = meta.uptime - meta.uptime_before
-    if span < 0:
-        # /proc/uptime ran backwards within one shell: not CLOCK_BOOTTIME (which never does),
-        # so its span measures nothing; the start is as good as btime's agreement with it.
-        return PROC_START_WHOLE_SECONDS
-    # The start is kept to the ms (process._describe rounds it: half a ms either way), and
-    # the precision rounded up to the ms, never below the bound.
-    bound = span + UPTIME_RESOLUTION + 1.0 / meta.clk_tck + START_ROUNDING
-    return math.ceil(bound * 1000 - 1e-6) / 1000
+        measured = PROC_START_TICKS
+    else:
+        # The start is kept to the ms (process._describe rounds it: half a ms either way),
+        # and the precision rounded up to the ms, never below the bound.
+        bound = meta.uptime - meta.uptime_before + UPTIME_RESOLUTION + 1.0 / meta.clk_tck + START_ROUNDING
+        measured = math.ceil(bound * 1000 - 1e-6) / 1000
+    return WHOLE_SECOND + measured if meta.now_coarse else measured
+
+
+def start_lead(meta: Meta) -> float:
+    """How far a process's start read in this probe may be *after* the truth (seconds): the
+    late side of :func:`start_precision`'s interval. Read against the kernel's /proc/uptime,
+    /proc/uptime's 10 ms of rounding and half a ms of the start's own, whatever the span
+    between its two reads and even where ``now`` is whole seconds (rounded down: that makes
+    a start early, never late); otherwise as far off as :func:`_uptime_off` says."""
+    off = _uptime_off(meta)
+    return off if off is not None else UPTIME_RESOLUTION + START_ROUNDING
 
 
 def effective_state(st: ProcStat, tasks: Mapping[int, list[ProcStat]]) -> tuple[str, str | None]:
