@@ -533,6 +533,9 @@ class Meta:
     #: /proc/uptime read just before the clock (``uptime`` is read just after it): the span
     #: between the two bounds how exactly a /proc start maps onto the host's clock.
     uptime_before: float | None = None
+    #: ``now`` is whole seconds, rounded down (a ``date`` without ``%N``: BusyBox's prints
+    #: it as it is): a start read against it is good to a second, whatever /proc/uptime says.
+    now_coarse: bool = False
 
 
 #: The inode of the host's (the initial) PID namespace: a fixed constant of the kernel
@@ -595,14 +598,18 @@ def parse_meta(body: bytes | None, known: Static | None = None, end: bytes | Non
             return None
 
     now = num("now")
+    # GNU date prints %N as nine digits; BusyBox's as "%N" or "N": whole seconds.
+    coarse = now is not None and "." not in fields.get("now", "")
     if now is None:
         # busybox date has no %N: "1700000000.%N" or "1700000000.N"
         m = re.match(r"(\d+)", fields.get("now", ""))
         now = float(m.group(1)) if m else None
+        coarse = now is not None
     return Meta(
         now=now,
         uptime=num("uptime"),
         uptime_before=num("uptime_before"),
+        now_coarse=coarse,
         btime=num("btime", int),
         boot_id=fields.get("boot_id") or None,
         clk_tck=num("clk_tck", int) or (known.clk_tck if known else None),

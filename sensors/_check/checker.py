@@ -258,12 +258,15 @@ class Following:
         done = checks[-1]
         holder = followed.reasons[0].split(": its verdict", 1)[0]
         why = followed.reasons[1] if len(followed.reasons) > 1 else "no reason given"
+        # Its final verdict as it is: failed, or an unknown that can never become complete
+        # (stuck), never called a failure.
+        said = "failed" if followed.state is State.FAILED else f"{followed.state}, never to become complete"
         return replace(
             done,
             state=State.UNKNOWN,
             stuck=None,
             reasons=(
-                f"{holder} says failed ({why}), while a check here finds every signal done:"
+                f"{holder} says {said} ({why}), while a check here finds every signal done:"
                 " neither is taken until the two agree",
                 *done.reasons,
             ),

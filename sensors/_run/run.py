@@ -71,6 +71,10 @@ class Run:
     #: :data:`~sensors._run.tolerances.PROCESS_START_PRECISION`). A process's start carries
     #: the precision its probe measured (``procfs.start_precision``).
     slack: float | None = None
+    #: How far ``started_at`` may be *after* the truth, where it is less than ``slack``: a
+    #: process's start read against /proc/uptime is late by its rounding at most, however
+    #: wide the span its probe measured (``procfs.start_lead``). None: ``slack``.
+    lead: float | None = None
     #: For ``since`` given as a time: that time as given (the checking machine's clock);
     #: ``started_at`` is it on the monitored host's clock (see :meth:`Since.resolve`).
     given: float | None = None

@@ -63,6 +63,14 @@ UPTIME_RESOLUTION = _row(
     " (1/CLK_TCK, start_boottime rounded down), the measured precision of a process's start"
     " (procfs.start_precision): 20 ms on an idle host, where PROC_START_TICKS is 50.",
 )
+START_ROUNDING = _row(
+    "START_ROUNDING",
+    0.0005,
+    "proc_start_rounding",
+    "a process's start read from /proc is kept rounded to the ms (process._describe, the"
+    " started_at of its evidence and of the run): half a ms either way of the value the"
+    " probe's clocks give, which procfs.start_precision adds to the interval it measured.",
+)
 PROC_START_TICKS_WRITER = _row(
     "PROC_START_TICKS_WRITER",
     0.02,

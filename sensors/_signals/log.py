@@ -40,19 +40,24 @@ from sensors._base.regex import UserRegex, compile_user_regex, required_literal
 from sensors._base.schema import AbsPath, Regex, Section
 from sensors._base.text import redact
 from sensors._run.advice import Fix, Had, advice
-from sensors._run.binding import file_time_ahead, last_write, run_start_slack, time_impossible, written_by
+from sensors._run.binding import (
+    file_time_ahead,
+    last_write,
+    run_start_slack,
+    time_impossible,
+    written_by,
+)
 from sensors._run.run import FINGERPRINT_BYTES, Run
 from sensors._run.tolerances import (
     ATTRIBUTE_CACHE_GRACE,
     FILE_CLOCK_TOLERANCE,
     FILE_TIME_TICK,
-    PROC_START_TICKS,
     PROC_START_TICKS_WRITER,
     PROC_START_WHOLE_SECONDS,
     WHOLE_SECOND,
 )
 from sensors._signals.base import CheckFacts, JobView, LastWord, ProbeInputs, Signal, evolve
-from sensors._signals.procfs import start_precision
+from sensors._signals.procfs import start_lead, start_precision
 
 
 class LogSpec(Section):
@@ -470,11 +475,13 @@ def _bind(
         and own
         and run.source == "process"
         and run.slack is not None
-        and run.slack <= PROC_START_TICKS
-        and st.birth >= run.started_at - run.slack
+        and (lead := run.lead if run.lead is not None else run.slack) < PROC_START_WHOLE_SECONDS
+        and st.birth >= run.started_at - lead - FILE_TIME_TICK
     ):
         # Born within the start's own precision of it (`nohup job > log` opens the log
         # between the fork and the exec, a millisecond after the start): the job's own log.
+        # The start read may be late by /proc/uptime's rounding only (however slow `date`
+        # was: that widens the other side), the birth early by the coarse clock's lag.
         # Another history fits only with a second run begun within those ticks of this one,
         # writing the same log: no history a watch of one job can tell, nor needs to.
         return replace(base, run_from=0, bound_by=run.source)
@@ -707,6 +714,9 @@ def read_log(
         job_unread,
         start_slack,
         found_by=meta.now_end,
+        # How late those starts may read (the late side of start_slack: /proc/uptime's
+        # rounding, however slow `date` was): a job born with its log is its writer.
+        lead=start_lead(meta),
     )
     superseded = _launch_over(memory, scan, word, st, change, run, exited_by)
     if superseded is not None and word.complete_line is not None:
@@ -1040,6 +1050,7 @@ def _whose(
     job_unread: bool = False,
     start_slack: float = PROC_START_WHOLE_SECONDS,
     found_by: float | None = None,
+    lead: float | None = None,
 ) -> _Word:
     """Whether this run's completion line is its run's last word, by the processes that can
     have written what is in the log (issue 21: the latest run decides).
@@ -1103,8 +1114,10 @@ def _whose(
         )
         if job is not None and memory.run_from == 0 and st.birth and not memory.foreign_clock:
             # Begun before the log was born, or within its start's own precision of the birth
-            # (50 ms against /proc/uptime, a second where uptime is virtualised): it can have
-            # written every line of it. Python's `logging` opens its file a few hundred ms in;
+            # (late by /proc/uptime's rounding at most, whatever the span the probe measured;
+            # a second where uptime is virtualised) and the birth's own lag (a file time is
+            # stamped from the kernel's coarse clock, FILE_TIME_TICK behind the write): it can
+            # have written every line of it. Python's `logging` opens its file a few hundred ms in;
             # `nohup job > log` has the shell open it between the fork and the exec, within a
             # millisecond of the start. The one other history that fits, a launcher that
             # seeds the new log with an old one in that same millisecond (`cp last.log log;
@@ -1114,7 +1127,8 @@ def _whose(
             early |= {
                 pid
                 for pid, start in job.starts.items()
-                if start <= st.birth + start_slack and (at is None or start < at - start_slack)
+                if start <= st.birth + (start_slack if lead is None else lead) + FILE_TIME_TICK
+                and (at is None or start < at - start_slack)
             }
         writers = tuple(sorted((job.previous if job is not None else frozenset()) | early))[:64]
         # Found by the end of this probe (its log read comes after its clock read, ``now``):

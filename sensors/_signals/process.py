@@ -57,6 +57,7 @@ from sensors._signals.procfs import (
     parse_stats,
     parse_task_cmdlines,
     parse_task_stats,
+    start_lead,
     start_precision,
 )
 
@@ -1371,10 +1372,10 @@ def _read(
     started = reading.evidence.get("started_at")
     if reading.says is Says.WORKING and isinstance(started, (int, float)):
         # As exact as the boot clock it was read against (see procfs.start_precision).
-        slack = start_precision(facts.meta)
+        slack, lead = start_precision(facts.meta), start_lead(facts.meta)
         if run is None:
             # First seen alive: its start is where this run begins.
-            run = Run(source="process", started_at=float(started), slack=slack)
+            run = Run(source="process", started_at=float(started), slack=slack, lead=lead)
         elif (
             run.source == "process"
             and run.started_at is not None
@@ -1382,7 +1383,7 @@ def _read(
         ):
             # Every job process alive now started after the run this watch knew (restored
             # from the state store): the job was run again. A new run, announced anew.
-            run = Run(source="process", started_at=float(started), slack=slack)
+            run = Run(source="process", started_at=float(started), slack=slack, lead=lead)
     return (
         reading,
         new_memory,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -21,7 +22,9 @@ from sensors._run.tolerances import (
     ELAPSED_BELOW_ZERO,
     PROC_START_TICKS,
     PROC_START_WHOLE_SECONDS,
+    START_ROUNDING,
     UPTIME_RESOLUTION,
+    WHOLE_SECOND,
 )
 
 #: Caps on what one section may carry back (bytes). Sized for hosts with ~20k processes.
@@ -314,23 +317,67 @@ def elapsed(st: ProcStat, meta: Meta) -> tuple[float | None, str | None]:
     return max(value, 0.0), None
 
 
+def _uptime_off(meta: Meta) -> float | None:
+    """None where a start read in this probe stands on the kernel's /proc/uptime, as far as
+    the probe can tell; else how far such a start may be off either way (seconds).
+
+    Not where /proc/uptime is virtualised or unread (the start stands on btime's whole
+    seconds, see :func:`elapsed`), nor where it ran backwards between its two reads (no
+    kernel's CLOCK_BOOTTIME does), nor where it is off btime: the kernel's btime is the
+    boot's wall clock rounded down to the second, read just after `date`, so now - uptime
+    lies within [btime - span - 10 ms, btime + 1 s + 10 ms] (a second lower where ``now`` is
+    whole seconds). Further off, /proc/uptime is not this clock's boot clock (virtualised
+    where no mount shows it, the clock stepped between the reads): a start read against it
+    is as far off as the two disagree.
+    """
+    if meta.uptime_virtualised or meta.uptime is None:
+        return PROC_START_WHOLE_SECONDS
+    span = meta.uptime - meta.uptime_before if meta.uptime_before is not None else 0.0
+    if span < 0:
+        return PROC_START_WHOLE_SECONDS
+    if meta.now is not None and meta.btime is not None:
+        gap = meta.now - meta.uptime - meta.btime
+        low = -span - 2 * UPTIME_RESOLUTION - (WHOLE_SECOND if meta.now_coarse else 0.0)
+        if not low <= gap <= WHOLE_SECOND + 2 * UPTIME_RESOLUTION:
+            return round(abs(gap) + PROC_START_WHOLE_SECONDS, 3)
+    return None
+
+
 def start_precision(meta: Meta) -> float:
     """How far a process's start read from /proc in this probe (``meta.now - elapsed``) may
     be from the truth, in seconds.
 
     The start is ``now - uptime + starttime / CLK_TCK``. ``starttime`` is rounded down to a
     tick, /proc/uptime down to 10 ms, and ``uptime`` is read after ``date``: the truth lies
-    in (start - 10 ms, start + (uptime - uptime_before) + 1 tick). Measured so in every
-    probe that read /proc/uptime on both sides of ``date``; the fixed worst case
-    (PROC_START_TICKS) otherwise, and whole seconds where /proc/uptime is virtualised and
-    the start stands on /proc/stat's btime.
+    in (start - 10 ms, start + (uptime - uptime_before) + 1 tick), and half a ms more either
+    way for the start's rounding to the ms. Measured so in every probe that read
+    /proc/uptime on both sides of ``date`` where /proc/uptime is the kernel's
+    (:func:`_uptime_off`; as far off as that says otherwise). The fixed worst case
+    (PROC_START_TICKS) where the answer lacks the read before ``date``; a second more where
+    ``now`` is whole seconds (a date without %N: rounded down, the start reads early).
     """
-    if meta.uptime_virtualised:
-        return PROC_START_WHOLE_SECONDS
-    if meta.uptime is None or meta.uptime_before is None or not meta.clk_tck or meta.clk_tck <= 0:
-        return PROC_START_TICKS
-    span = max(meta.uptime - meta.uptime_before, 0.0)
-    return round(span + UPTIME_RESOLUTION + 1.0 / meta.clk_tck, 3)
+    off = _uptime_off(meta)
+    if off is not None:
+        return off
+    assert meta.uptime is not None  # _uptime_off: unread is off
+    if meta.uptime_before is None or not meta.clk_tck or meta.clk_tck <= 0:
+        measured = PROC_START_TICKS
+    else:
+        # The start is kept to the ms (process._describe rounds it: half a ms either way),
+        # and the precision rounded up to the ms, never below the bound.
+        bound = meta.uptime - meta.uptime_before + UPTIME_RESOLUTION + 1.0 / meta.clk_tck + START_ROUNDING
+        measured = math.ceil(bound * 1000 - 1e-6) / 1000
+    return WHOLE_SECOND + measured if meta.now_coarse else measured
+
+
+def start_lead(meta: Meta) -> float:
+    """How far a process's start read in this probe may be *after* the truth (seconds): the
+    late side of :func:`start_precision`'s interval. Read against the kernel's /proc/uptime,
+    /proc/uptime's 10 ms of rounding and half a ms of the start's own, whatever the span
+    between its two reads and even where ``now`` is whole seconds (rounded down: that makes
+    a start early, never late); otherwise as far off as :func:`_uptime_off` says."""
+    off = _uptime_off(meta)
+    return off if off is not None else UPTIME_RESOLUTION + START_ROUNDING
 
 
 def effective_state(st: ProcStat, tasks: Mapping[int, list[ProcStat]]) -> tuple[str, str | None]:
