@@ -614,6 +614,59 @@ def test_outputs_written_after_the_line_while_the_container_works_are_its_own(
         assert seen[-1].readings["outputs"].says is Says.UNKNOWN, seen[-1].readings["outputs"].detail
 
 
+@pytest.mark.parametrize(
+    "when, completes",
+    [
+        # the line, then a summary, then exit 0, all between two checks: the record said
+        # running at the last check and its FinishedAt is after the summary: the job's own
+        ("before_exit", True),
+        # the summary written after the recorded FinishedAt: another writer's (never complete)
+        ("after_exit", False),
+    ],
+)
+def test_text_after_the_line_while_the_container_works_is_its_own(
+    stand, host, tmp_path, when, completes
+) -> None:
+    # Fuzzer seed 1600096: a job that prints a summary after its completion line
+    # ("uploading manifest") and exits 0, watched with a log and no process section: the
+    # supervisor's recorded end tells whose the summary is, as a launched job's recorded
+    # exit does. Before, it stayed unknown for good ("no process known to have written the
+    # completion line can have written" the summary).
+    log = tmp_path / "web.log"
+    log.write_text("working\n")
+    job = subprocess.Popen(["sleep", "60"])
+    began = time.time() - 5
+    stage = _docker_stage(stand, log={"path": str(log), "complete": "^DONE$"})
+    try:
+        stand.container("web", status="running", cid=CID, started=began, pid=job.pid)
+        checker = Checker(stage_from_dict(stage), host=host)
+        seen = [checker.check(), checker.check()]
+        assert [v.state for v in seen] == [State.RUNNING, State.RUNNING], [v.reasons for v in seen]
+        time.sleep(0.05)
+        with log.open("a") as f:
+            f.write("DONE\n")
+        if when == "after_exit":
+            time.sleep(0.05)
+            stand.container("web", status="exited", cid=CID, started=began, finished=time.time(), exit_code=0)
+            time.sleep(0.05)
+            with log.open("a") as f:
+                f.write("uploading manifest\n")
+        else:
+            with log.open("a") as f:
+                f.write("uploading manifest\n")
+            time.sleep(0.05)
+            stand.container("web", status="exited", cid=CID, started=began, finished=time.time(), exit_code=0)
+    finally:
+        job.kill()
+        job.wait()
+    seen += [checker.check() for _ in range(4)]
+    if completes:
+        assert seen[-1].state is State.COMPLETE, [v.reasons for v in seen]
+    else:
+        assert all(v.state is not State.COMPLETE for v in seen), [v.reasons for v in seen]
+        assert seen[-1].readings["log"].says is Says.UNKNOWN, seen[-1].readings["log"].detail
+
+
 @pytest.mark.parametrize("error", [False, True])
 def test_a_running_container_whose_log_holds_an_earlier_line_then_more_is_running(
     stand, host, tmp_path, error

@@ -608,6 +608,7 @@ def read_log(
     exited: float | None = None,
     over: bool = False,
     exited_by: float | None = None,
+    record_end: float | None = None,
     job_unread: bool = False,
     watch_began: float | None = None,
     asked_with: LogMemory | None = None,
@@ -617,7 +618,8 @@ def read_log(
     A completion line counts only when this run wrote it (``run`` and the memory say where
     its bytes begin: see ``sensors._run.run``), and only as its run's last word (``job``: the
     process signal's view of the job, see ``_whose``; ``exited``: a launched job's recorded
-    end (``exited_by``: the latest it can have been, the record's precision allowing); ``over``:
+    end (``exited_by``: the latest it can have been, the record's precision allowing);
+    ``record_end``: the latest a supervisor's recorded end of this run can have been; ``over``:
     the launched job is over, recorded or not: see ``_launch_over``; ``job_unread``: the
     process signal is configured but could not read the processes at this check;
     ``asked_with``: the memory the probe's request was built from, where a new run set it
@@ -714,6 +716,7 @@ def read_log(
         job_unread,
         start_slack,
         found_by=meta.now_end,
+        record_end=record_end,
         # How late those starts may read (the late side of start_slack: /proc/uptime's
         # rounding, however slow `date` was): a job born with its log is its writer.
         lead=start_lead(meta),
@@ -1050,6 +1053,7 @@ def _whose(
     job_unread: bool = False,
     start_slack: float = PROC_START_WHOLE_SECONDS,
     found_by: float | None = None,
+    record_end: float | None = None,
     lead: float | None = None,
 ) -> _Word:
     """Whether this run's completion line is its run's last word, by the processes that can
@@ -1189,6 +1193,15 @@ def _whose(
             and exited is not None
             and not memory.foreign_clock
             and st.written <= exited + FILE_TIME_TICK
+        ) or (
+            # A supervisor's recorded end of this run (its container, unit or job: a later run
+            # is another identity, and another run): written by then is the run's own, as
+            # a launched job's is before its recorded exit.
+            run is not None
+            and run.source == "supervisor"
+            and record_end is not None
+            and not memory.foreign_clock
+            and st.written <= record_end + FILE_TIME_TICK
         )
         ended = _writers_end(writers, job)
         # ``ended``: the latest file time of a write still the writers' own, from when their
@@ -1689,6 +1702,7 @@ def _read(
         exited=facts.launch.exited_at if facts.launch is not None else None,
         over=facts.launch is not None and facts.launch.over,
         exited_by=facts.launch.exited_by if facts.launch is not None else None,
+        record_end=_recorded_end(facts),
         job_unread=facts.job_unread,
         watch_began=facts.watch_began,
         asked_with=asked if isinstance(asked := facts.set_aside.get("log"), LogMemory) else None,
