@@ -378,6 +378,9 @@ def test_the_headline_nohup_job_gt_log_first_seen_after_its_line_completes(
         date.chmod(0o755)
         if os.geteuid() != 0:
             pytest.skip("needs root to make a mount namespace")
+        probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, text=True, check=False)
+        if probe.returncode != 0:
+            pytest.skip(f"no mount namespace here: unshare -m says {probe.stderr.strip()[:200]!r}")
         from sensors._hosts.local import LocalHost
 
         class _SlowDateHost(LocalHost):
