@@ -31,7 +31,7 @@ from sensors._base.probe import (
     split_sections,
 )
 from sensors._check.launch import supervised_stage
-from sensors._check.persist import NotOurs, OwnRun, Persistence, is_this_run, save_all
+from sensors._check.persist import FOLLOWED, NotOurs, OwnRun, Persistence, is_this_run, save_all
 from sensors._config.stage import PolicySpec, Stage
 from sensors._hosts import Host, LocalHost
 from sensors._hosts.exits import ExitWatch, SeenEnd, local_exits
@@ -211,11 +211,11 @@ class Following:
             self._saving = False
             return None
         if followed.settled:
-            return self._confirmed(followed)
+            return self._confirmed(followed, elsewhere)
         self.last = followed
         return followed
 
-    def _confirmed(self, followed: Verdict) -> Verdict:
+    def _confirmed(self, followed: Verdict, elsewhere: str) -> Verdict:
         """The holder's final verdict (``complete`` or ``failed``), confirmed by this watch's
         own checks, or the least advanced of them where one disagrees.
 
@@ -256,7 +256,6 @@ class Following:
         # is no agreement. Unknown until the two agree, or the lease ends and this watch
         # checks for itself.
         done = checks[-1]
-        holder = followed.reasons[0].split(": its verdict", 1)[0]
         why = followed.reasons[1] if len(followed.reasons) > 1 else "no reason given"
         # Its final verdict as it is: failed, or an unknown that can never become complete
         # (stuck), never called a failure.
@@ -266,7 +265,7 @@ class Following:
             state=State.UNKNOWN,
             stuck=None,
             reasons=(
-                f"{holder} says {said} ({why}), while a check here finds every signal done:"
+                f"{FOLLOWED} {elsewhere} says {said} ({why}), while a check here finds every signal done:"
                 " neither is taken until the two agree",
                 *done.reasons,
             ),

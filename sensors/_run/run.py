@@ -209,17 +209,20 @@ def _untrusted_why(found: Untrusted | None) -> str:
     )
 
 
+def signal_words(sig: int) -> str:
+    """A signal in words: ``SIGKILL (signal 9)``, or ``signal 99`` where it has no name."""
+    try:
+        return f"{_signal.Signals(sig).name} (signal {sig})"
+    except ValueError:
+        return f"signal {sig}"
+
+
 def describe_exit(status: int) -> str:
     """An exit status in words (a POSIX shell reports death by signal N as 128 + N)."""
     if status == 0:
         return "exited with status 0 (success), as its launch wrapper recorded"
     if 128 < status < 128 + 65:
-        sig = status - 128
-        try:
-            name = _signal.Signals(sig).name
-        except ValueError:
-            name = f"signal {sig}"
-        return f"exit status {status}: killed by {name} (signal {sig}), as its launch wrapper recorded"
+        return f"exit status {status}: killed by {signal_words(status - 128)}, as its launch wrapper recorded"
     return f"exited with status {status}, as its launch wrapper recorded"
 
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import re
-import signal as _signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from sensors._base.text import redact
 from sensors._base.trust import parse_untrusted
+from sensors._run.run import signal_words
 
 #: The most PIDs read as the job's (a container's tree, a unit's cgroup).
 PIDS_CAP = 512
@@ -89,20 +89,13 @@ class Record:
         if self.oom:
             return f"killed by the kernel's OOM killer ({self.state})"
         if self.signal is not None:
-            return f"killed by {_signal_name(self.signal)} ({self.state})"
+            return f"killed by {signal_words(self.signal)} ({self.state})"
         if self.exit_code is not None:
             ok = " (success)" if self.exit_code == 0 else ""
             return f"exited with status {self.exit_code}{ok} ({self.state})"
         # No code: none was recorded with this end (Slurm's 0:0 of a job cancelled while
         # pending, a unit that failed before its main process ran, a start docker refused).
         return f"ended: {self.state}" + (" (a failure, with no exit status recorded)" if self.failed else "")
-
-
-def _signal_name(sig: int) -> str:
-    try:
-        return f"{_signal.Signals(sig).name} (signal {sig})"
-    except ValueError:
-        return f"signal {sig}"
 
 
 #: The status the probe's snippet gives for a ``supervisor.bin`` it does not trust (its

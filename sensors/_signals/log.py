@@ -40,13 +40,7 @@ from sensors._base.regex import UserRegex, compile_user_regex, required_literal
 from sensors._base.schema import AbsPath, Regex, Section
 from sensors._base.text import redact
 from sensors._run.advice import Fix, Had, advice
-from sensors._run.binding import (
-    file_time_ahead,
-    last_write,
-    run_start_slack,
-    time_impossible,
-    written_by,
-)
+from sensors._run.binding import file_time_ahead, last_write, run_start_slack, time_impossible, written_by
 from sensors._run.run import FINGERPRINT_BYTES, Run
 from sensors._run.tolerances import (
     ATTRIBUTE_CACHE_GRACE,
@@ -832,7 +826,7 @@ def read_log(
         launched=run is not None and run.source == "launch",
         # A process of the job seen at work before its line was written: watched before it ended.
         seen_alive=bool(word.writers),
-        before_job=watched_before_job(new_memory),
+        before_job=_watched_before_job(new_memory),
     )
     says, detail = _log_says(scan, complete_line, still_writing, memory, age, word, had, ahead, local)
     if says is Says.UNKNOWN:
@@ -1306,7 +1300,7 @@ def _exit_log_holds(memory: LogMemory) -> bool:
     )
 
 
-def watched_before_job(memory: LogMemory) -> bool:
+def _watched_before_job(memory: LogMemory) -> bool:
     """Whether this watch looked before the job's log existed: the log was absent at an
     earlier check, or born after the watch began (every byte of it bound by the watch)."""
     return memory.bound_by == "watch" and memory.run_from == 0

@@ -595,8 +595,8 @@ def _describe(
         processes.append(entry)
         if state in ALIVE_STATES:
             alive_pids.append(pid)
-            if age is not None and meta.now is not None:
-                started = round(meta.now - age, 3)
+            started = entry["started_at"]
+            if started is not None:
                 earliest = started if earliest is None else min(earliest, started)
     return processes, alive_pids, missing_stat, earliest
 

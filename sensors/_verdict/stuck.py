@@ -47,7 +47,7 @@ def had_of(readings: Mapping[str, Reading], run: Run | None) -> Had:
     gone = p is not None and p.says is Says.DONE
     lg = readings.get("log")
     # The log bound whole by the watch: it was absent at an earlier check, or born after the
-    # watch began (see sensors._signals.log.watched_before_job).
+    # watch began (see sensors._signals.log._watched_before_job).
     before_job = lg is not None and (lg.evidence.get("run_bound_by"), lg.evidence.get("run_from_offset")) == (
         "watch",
         0,
