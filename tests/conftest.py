@@ -160,3 +160,18 @@ def hosts(tmp_path):
     finally:
         for host in made:
             host.sshd.cleanup()
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory):
+    """A loopback Slurm (tests/supervisors.py) for the test module that asks for it, skipped
+    with the reason where Slurm is not installed."""
+    from tests.supervisors import slurm_cluster, slurm_installed
+
+    why = slurm_installed()
+    if why:
+        pytest.skip(why)
+    root = tmp_path_factory.mktemp("slurm")
+    root.chmod(0o755)
+    with slurm_cluster(root) as cluster:
+        yield cluster

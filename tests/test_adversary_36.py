@@ -15,7 +15,7 @@ from sensors import Checker, Says, State, stage_from_dict
 from sensors._hosts.local import LocalHost
 from sensors._run.supervisor import parse_docker, parse_slurm, parse_systemd
 from tests.supervisor_standin import systemd_time
-from tests.supervisors import Stand, slurm_cluster, slurm_installed
+from tests.supervisors import Stand
 
 CID = "4f" * 32
 
@@ -197,17 +197,6 @@ def test_slurm_completed_with_a_start_not_parsed_is_not_waiting() -> None:
     off = (1, "Slurm accounting storage is disabled")
     record = parse_slurm("5", off, (0, "5|COMPLETED|0|19:00:29|19:00:31"))
     assert record.phase == "exited" and record.success
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    why = slurm_installed()
-    if why:
-        pytest.skip(why)
-    root = tmp_path_factory.mktemp("slurm-adv")
-    root.chmod(0o755)
-    with slurm_cluster(root) as cluster:
-        yield cluster
 
 
 class _SiteEnvHost(LocalHost):

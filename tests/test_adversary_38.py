@@ -23,23 +23,13 @@ from sensors._run import tolerances
 from sensors._signals.base import JobView
 from sensors._signals.log import LogMemory, _LogScan, _LogStat, _whose
 from sensors._signals.procfs import elapsed, parse_stat_line, start_lead, start_precision
+from tests.test_run_model import _meta as model_meta
 
 
 def _meta(**kw: object) -> Meta:
     # A consistent host: now - uptime - btime within [0, 1 s) (btime is the boot's wall
     # clock rounded down), /proc/uptime read on both sides of `date` within 10 ms.
-    base: dict[str, object] = dict(
-        now=1_800_000_000.4,
-        uptime=5000.0,
-        uptime_before=5000.0,
-        btime=1_799_995_000,
-        boot_id="b",
-        clk_tck=100,
-        script_pid=1,
-        hostname="h",
-        uptime_virtualised=False,
-    )
-    return Meta(**{**base, **kw})  # type: ignore[arg-type]
+    return model_meta(**{"now": 1_800_000_000.4, "uptime_before": 5000.0, **kw})
 
 
 def test_a_consistent_idle_host_measures_about_20_ms() -> None:
@@ -314,7 +304,7 @@ class _Following:
         self.rule._check = lambda: next(answers)  # type: ignore[method-assign]
 
     def confirm(self, followed):
-        return self.rule._confirmed(followed)
+        return self.rule._confirmed(followed, "hostB:42")
 
 
 def _verdict(state, *reasons, stuck=None):

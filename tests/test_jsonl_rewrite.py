@@ -13,6 +13,7 @@ Real jobs, the real CLI (``crosscheck wait STAGE --json``), locally and over the
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -75,11 +76,12 @@ class Run:
         )  # fmt: skip
         self.started_at = time.monotonic()
         self.exited_at: float | None = None
+        self.exited_wall: float | None = None  # the same moment on the wall clock (the probe's)
         threading.Thread(target=self._wait, daemon=True).start()
 
     def _wait(self) -> None:
         self.proc.wait()
-        self.exited_at = time.monotonic()
+        self.exited_at, self.exited_wall = time.monotonic(), time.time()
 
     def go(self, step: str) -> None:
         (self.dir / step).touch()
@@ -219,7 +221,14 @@ def test_a_rerun_that_rewrites_its_jsonl_outputs_completes_and_is_never_failed(
     assert rc == 0 and verdicts[-1] == "complete", (verdicts, counts, wait.lines[-1][1]["reasons"])
     assert counts[-1] == 6
     assert rerun.exited_at is not None
-    after_exit = [at for at, _ in wait.lines if at > rerun.exited_at]
+    # Checks that read the host after the exit (this machine's clock: local, or the test
+    # sshd on 127.0.0.1): one whose probe ran before it and answered after is not one.
+    assert rerun.exited_wall is not None
+    after_exit = [
+        at
+        for at, obj in wait.lines
+        if datetime.datetime.fromisoformat(obj["checked_at"]).timestamp() > rerun.exited_wall
+    ]
     seconds = wait.lines[-1][0] - rerun.exited_at
     print(
         f"{mode}/{order} on {host.name}: complete {seconds:.2f} s after the re-run's exit, {len(after_exit)} checks"

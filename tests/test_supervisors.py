@@ -21,7 +21,7 @@ from sensors._base.model import Reading
 from sensors._config.stage import PolicySpec
 from sensors._run.supervisor import parse_docker, parse_slurm, parse_systemd
 from sensors._verdict import VerdictMemory, decide
-from tests.supervisors import DOCKER_PERMISSION_DENIED, Stand, slurm_cluster, slurm_installed
+from tests.supervisors import DOCKER_PERMISSION_DENIED, Stand
 
 T0 = 1_796_104_800.0
 CID = "4f" * 32
@@ -767,17 +767,6 @@ def test_a_real_systemd_run_user_unit(tmp_path) -> None:
 
 
 # --------------------------------------------------------------------------- Slurm, for real
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    why = slurm_installed()
-    if why:
-        pytest.skip(why)
-    root = tmp_path_factory.mktemp("slurm")
-    root.chmod(0o755)
-    with slurm_cluster(root) as cluster:
-        yield cluster
 
 
 def _slurm_stage(slurm, job: str) -> dict:

@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 import sensors
-from tests.supervisors import DOCKER_PERMISSION_DENIED, Stand, slurm_cluster, slurm_installed
+from tests.supervisors import DOCKER_PERMISSION_DENIED, Stand
 
 # The CLI runs the sensors this test imported (PYTHONPATH decides which checkout).
 ROOT = str(Path(sensors.__file__).resolve().parent.parent)
@@ -249,17 +249,6 @@ def test_a_record_that_cannot_be_read(stand, where, tmp_path, request, kind, tex
 
 
 # --------------------------------------------------------------------------- Slurm, for real
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    why = slurm_installed()
-    if why:
-        pytest.skip(why)
-    root = tmp_path_factory.mktemp("slurm")
-    root.chmod(0o755)
-    with slurm_cluster(root) as cluster:
-        yield cluster
 
 
 @pytest.mark.parametrize(
