@@ -7,7 +7,8 @@ one) and a :class:`~sensors._run.run.Run`.
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Literal, NamedTuple, Protocol
 
 from sensors._run.run import Run
 from sensors._run.tolerances import (
@@ -98,3 +99,67 @@ def written_by(st: FileTimes, at: float | None) -> bool:
     """Whether the log was last written by ``at``: the whole span its mtime allows (a second
     where stat gives whole seconds) before it, to the kernel's tick."""
     return at is not None and st.written + st.resolution <= at + FILE_TIME_TICK
+
+
+# --------------------------------------------------------------------------- who opened it
+
+#: fdinfo's ``flags`` (octal): the access mode, and appending.
+_ACCESS, _WRITE_ONLY, _APPEND = 0o3, 0o1, 0o2000
+#: Two starts read from /proc in one probe against the same boot clock, to the ms each:
+#: the same tick reads the same, give or take the rounding.
+_SAME_PROBE_STARTS = 0.002
+
+
+class Holder(NamedTuple):
+    """A process the kernel shows holding the log open (/proc/PID/fd, /proc/PID/fdinfo)."""
+
+    pid: int
+    fd: int
+    flags: int  # the open file description's flags, as fdinfo prints them (octal, parsed)
+    started: float | None  # when the process began, on the host's clock (None: not read)
+    ppid: int | None = None  # its parent
+
+    @property
+    def writes(self) -> bool:
+        return self.flags & _ACCESS != 0  # write-only or read-write
+
+    @property
+    def began_the_file(self) -> bool:
+        """Opened write-only, not appending: the shell's ``> log``, ``tee log``, Python's
+        ``open(log, "w")``. Such an open truncates the file (or writes it from its first byte
+        on): every byte in it was written after the open."""
+        return self.flags & _ACCESS == _WRITE_ONLY and not self.flags & _APPEND
+
+
+def opened_in_run(
+    holders: Iterable[Holder], starts: Mapping[int, float], parents: Mapping[int, int] | None = None
+) -> bool:
+    """Whether the kernel shows the log begun by this run (``starts``: this run's live
+    processes and when each began, read in the same probe as ``holders``; ``parents``: each
+    one's parent).
+
+    A log born within /proc's start precision of the job's process may be the job's own
+    (``nohup job > log`` opens it between the fork and the exec) or an earlier run's, a whole
+    run of a few ms begun and ended before this one (fuzzer seed 1300210): the two times
+    cannot tell them apart. The kernel can: a process of this run, or one begun with it or
+    after it (``job | tee log``), holding the log on a description that began the file (see
+    :attr:`Holder.began_the_file`), and no process begun before the run, nor the parent of one
+    of its processes (begun in the same tick), holding it to write (a wrapper that opened the
+    log once for several runs, ``sh -c "old; job" > log``, hands every run the same
+    description). An appending description (``>> log``, Python's ``logging``) says nothing of
+    what was there before it: not that.
+    """
+    if not starts:
+        return False
+    first = min(starts.values()) - _SAME_PROBE_STARTS
+    wrappers = {parent for pid, parent in (parents or {}).items() if pid in starts} - set(starts)
+    began, before = False, False
+    for h in holders:
+        started = starts.get(h.pid, h.started)
+        if started is None or started < first or h.pid in wrappers:
+            # Not known to have begun with the run: a writer may hold what it opened for an
+            # earlier one (a reader, `tail -f log`, writes nothing).
+            before = before or h.writes
+        elif h.began_the_file:
+            began = True
+    return began and not before

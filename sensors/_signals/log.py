@@ -40,7 +40,15 @@ from sensors._base.regex import UserRegex, compile_user_regex, required_literal
 from sensors._base.schema import AbsPath, Regex, Section
 from sensors._base.text import redact
 from sensors._run.advice import Fix, Had, advice
-from sensors._run.binding import file_time_ahead, last_write, run_start_slack, time_impossible, written_by
+from sensors._run.binding import (
+    Holder,
+    file_time_ahead,
+    last_write,
+    opened_in_run,
+    run_start_slack,
+    time_impossible,
+    written_by,
+)
 from sensors._run.run import FINGERPRINT_BYTES, Run
 from sensors._run.tolerances import (
     ATTRIBUTE_CACHE_GRACE,
@@ -51,7 +59,7 @@ from sensors._run.tolerances import (
     WHOLE_SECOND,
 )
 from sensors._signals.base import CheckFacts, JobView, LastWord, ProbeInputs, Signal, evolve
-from sensors._signals.procfs import start_lead, start_precision
+from sensors._signals.procfs import elapsed_since, start_lead, start_precision
 
 
 class LogSpec(Section):
@@ -158,6 +166,11 @@ class LogMemory:
     # Where the last line at ``size`` begins (None: not known, e.g. a tail without a newline):
     # a log that grew is read from there, not its whole tail again (see ``resume_at``).
     line_start: int | None = None
+    # The kernel showed, when the log was first bound, that this run began it: a process of
+    # this run (or begun with it) held it on a description that began the file, and none begun
+    # before the run held it to write (``sensors._run.binding.opened_in_run``). Then a log born
+    # within /proc's precision of the job's start is the job's own.
+    opened_in_run: bool = False
 
 
 class LogEvidence(TypedDict, total=False):
@@ -276,6 +289,37 @@ _READ_LOG = helper(
 )
 
 
+#: The most holders read back (a job's ranks each holding the log, with room).
+_HOLDERS_CAP = 64
+
+
+# Which processes hold the log open as their stdout, stderr or first file (fd 1, 2, 3: the
+# shell's `> log`, `tee log`), with the description's flags, the process's parent and its
+# start in ticks (fields 4 and 22 of /proc/PID/stat, counted after the command's closing
+# parenthesis: the command is the job's text). Read when the log is first bound (see
+# opened_in_run). `find -lname` reads each link's text only: no file behind a descriptor is
+# opened or stat'ed (one on a dead file server would hang the probe); it prints only the /proc
+# paths it was given, never the job's text. The path is escaped for find's pattern; `-ef` then
+# checks the very file. A find without -lname (BusyBox's) finds none: the log is then not
+# shown begun by the run.
+_READ_HOLDERS = helper(
+    "__cc_holders",
+    [
+        "sec log_holders",
+        '__hc=$(readlink -f -- "$1" 2>/dev/null) || return 0',
+        "__hp=$(printf '%s\\n' \"$__hc\" | sed 's/[][*?\\\\]/\\\\&/g')",
+        'find /proc/[0-9]*/fd/1 /proc/[0-9]*/fd/2 /proc/[0-9]*/fd/3 -maxdepth 0 -lname "$__hp" 2>/dev/null'
+        f" | head -n {_HOLDERS_CAP} | while IFS=/ read -r _ _ __p _ __n; do",
+        '  case "$__p.$__n" in *[!0-9.]*|.*|*.) continue;; esac',
+        '  [ "/proc/$__p/fd/$__n" -ef "$1" ] || continue',
+        "  __f=$(sed -n 's/^flags:[[:space:]]*//p' \"/proc/$__p/fdinfo/$__n\" 2>/dev/null)",
+        '  __t=$(awk \'{sub(/.*\\) /, ""); print $2, $20}\' "/proc/$__p/stat" 2>/dev/null)',
+        '  echo "$__p $__n $__f $__t"',
+        "done",
+    ],
+)
+
+
 # A stage's snippet is the same check after check while its log stands still (and a batch
 # builds one per stage): built once per (path, inode, size, stamp, resume offset).
 @functools.lru_cache(maxsize=16384)
@@ -300,6 +344,9 @@ def _snippet_lines(
         str(int(n)) if n is not None else "-",
     ]
     call = "__cc_log " + " ".join(words)
+    if not known:
+        # First bound at this check: who holds it open tells whether this run began it.
+        call += f"\n__cc_holders {shlex.quote(path)}"
     if not known or clock_unknown:
         # Not bound yet (or bound by a launch, before any read): whose clock its file times
         # come from decides how exact they are, and whether they can be compared with the
@@ -308,7 +355,8 @@ def _snippet_lines(
     if scanned is None:
         # In the shared stat all the same: its file system says whether a stamp of it may be
         # kept (sensors._base.probe.keeps_times).
-        return (_READ_LOG, stat_request(path), call) if shareable(path) else (_READ_LOG, call)
+        helpers = (_READ_LOG, _READ_HOLDERS) if not known else (_READ_LOG,)
+        return (*helpers, stat_request(path), call) if shareable(path) else (*helpers, call)
     return (
         _READ_LOG,
         stat_request(path),
@@ -410,6 +458,21 @@ def _birth(value: str) -> float:
         return 0.0
 
 
+def _holders(raw: bytes | None, meta: Meta) -> list[Holder]:
+    """The ``log_holders`` section: ``PID FD FLAGS PPID TICKS`` a line (see
+    ``_READ_HOLDERS``); a line otherwise (cut, or a field the kernel did not give) is no
+    holder."""
+    out = []
+    for line in (raw or b"").decode("ascii", "replace").splitlines()[:_HOLDERS_CAP]:
+        f = line.split()
+        if len(f) != 5 or not all(x.isdigit() for x in f):
+            continue
+        age, _ = elapsed_since(int(f[4]), meta)
+        started = None if age is None or meta.now is None else round(meta.now - age, 3)
+        out.append(Holder(int(f[0]), int(f[1]), int(f[2], 8), started, int(f[3])))
+    return out
+
+
 def _bind(
     memory: LogMemory,
     st: _LogStat,
@@ -468,16 +531,19 @@ def _bind(
         st.birth
         and own
         and run.source == "process"
+        and memory.opened_in_run
         and run.slack is not None
         and (lead := run.lead if run.lead is not None else run.slack) < PROC_START_WHOLE_SECONDS
         and st.birth >= run.started_at - lead - FILE_TIME_TICK
     ):
         # Born within the start's own precision of it (`nohup job > log` opens the log
-        # between the fork and the exec, a millisecond after the start): the job's own log.
+        # between the fork and the exec, a millisecond after the start), and the kernel shows
+        # this run began it (``opened_in_run``: times this close also fit a whole earlier run
+        # of a few ms, fuzzer seed 1300210): the job's own log.
         # The start read may be late by /proc/uptime's rounding only (however slow `date`
         # was: that widens the other side), the birth early by the coarse clock's lag.
-        # Another history fits only with a second run begun within those ticks of this one,
-        # writing the same log: no history a watch of one job can tell, nor needs to.
+        # Another history fits only with a second run at work beside this one, writing the
+        # same log: no history a watch of one job can tell.
         return replace(base, run_from=0, bound_by=run.source)
     when = last_write(st.written, st.resolution, run.started_at, run.source, after, run.slack)
     return replace(
@@ -671,6 +737,12 @@ def read_log(
     prev = _previous_bytes(memory, st, tail, sections.get("log_prev"))
     if "log_fs" in sections:
         memory = replace(memory, foreign_clock=not own_clock(sections.get("log_fs")))
+    if "log_holders" in sections and memory.run_from is None:
+        live = job.live if job is not None else frozenset()
+        starts = {pid: at for pid, at in (job.starts if job is not None else {}).items() if pid in live}
+        parents = job.parents if job is not None else {}
+        holders = _holders(sections["log_holders"], meta)
+        memory = replace(memory, opened_in_run=opened_in_run(holders, starts, parents))
     # Whose clock stamps the file: the host's unless the file system says another's (not
     # read yet: taken as the host's, where fewer file times are believed).
     own_times = memory.foreign_clock is not True
@@ -1111,21 +1183,23 @@ def _whose(
             else set()
         )
         if job is not None and memory.run_from == 0 and st.birth and not memory.foreign_clock:
-            # Begun before the log was born, or within its start's own precision of the birth
-            # (late by /proc/uptime's rounding at most, whatever the span the probe measured;
-            # a second where uptime is virtualised) and the birth's own lag (a file time is
-            # stamped from the kernel's coarse clock, FILE_TIME_TICK behind the write): it can
-            # have written every line of it. Python's `logging` opens its file a few hundred ms in;
-            # `nohup job > log` has the shell open it between the fork and the exec, within a
-            # millisecond of the start. The one other history that fits, a launcher that
-            # seeds the new log with an old one in that same millisecond (`cp last.log log;
-            # exec job >> log`), is not one a watch of a job can tell (docs/run-binding.md).
-            # Not one begun too near a dated line to be known to precede it (a re-run begun a
-            # moment after a log written whole at once: _undatable's).
+            # Begun clearly before the log was born (its start's precision allowing), it can
+            # have written every line of it: any other writer was at work beside it. Begun
+            # within that precision of the birth, either side (late by /proc/uptime's rounding
+            # at most, the birth early by the coarse clock's lag, FILE_TIME_TICK), it may as
+            # well be a later run begun a few ms after a whole earlier one that wrote the log
+            # (fuzzer seed 1300210), or after a launcher seeded it (`cp last.log log; exec job
+            # >> log`): its writer only where the kernel showed this run began the log
+            # (``opened_in_run``: `nohup job > log`, which the shell opens between the fork and
+            # the exec, a millisecond after the start). Python's `logging` opens its file after
+            # its imports, clearly after the start. Not one begun too near a dated line to be
+            # known to precede it (a re-run begun a moment after a log written whole at once:
+            # _undatable's).
+            late = st.birth + (start_slack if lead is None else lead) + FILE_TIME_TICK
             early |= {
                 pid
                 for pid, start in job.starts.items()
-                if start <= st.birth + (start_slack if lead is None else lead) + FILE_TIME_TICK
+                if (start + start_slack < st.birth or (memory.opened_in_run and start <= late))
                 and (at is None or start < at - start_slack)
             }
         writers = tuple(sorted((job.previous if job is not None else frozenset()) | early))[:64]

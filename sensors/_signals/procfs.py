@@ -294,9 +294,14 @@ def elapsed(st: ProcStat, meta: Meta) -> tuple[float | None, str | None]:
     (2^64/100/86400 days; fixed upstream in procps-ng commit a5fad53b). Two primary
     sources are compared instead: /proc/uptime (CLOCK_BOOTTIME) and now - /proc/stat btime.
     """
+    return elapsed_since(st.starttime, meta)
+
+
+def elapsed_since(starttime: int, meta: Meta) -> tuple[float | None, str | None]:
+    """:func:`elapsed` of a start read as ticks since boot (/proc/PID/stat's field 22)."""
     if not meta.clk_tck or meta.clk_tck <= 0:
         return None, "clock tick rate (getconf CLK_TCK) unreadable"
-    started = st.starttime / meta.clk_tck
+    started = starttime / meta.clk_tck
     candidates: dict[str, float] = {}
     if meta.uptime is not None and not meta.uptime_virtualised:
         candidates["uptime"] = meta.uptime - started
