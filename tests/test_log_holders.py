@@ -6,7 +6,8 @@ earlier run's where a whole run of a few ms began and ended just before this one
 to the same file: the two times cannot tell them apart. The kernel can: which processes hold
 the log open, on what kind of description (``/proc/PID/fd``, ``/proc/PID/fdinfo``). The rule
 is pure (``opened_in_run``, a table here on made-up starts); the probe's reading of it runs
-against real processes holding real files; the seed runs whole through the fuzzer's world.
+against real processes holding real files; the fuzzer's seed runs whole in
+tests/test_seeds_35.py.
 """
 
 from __future__ import annotations
@@ -172,17 +173,3 @@ def test_a_path_with_pattern_characters_is_the_very_file(
     assert _read(odd)[0] == []
     pid = _job(f"exec JOB > {shlex.quote(str(odd))}", spawned)
     assert {h.pid for h in _read(odd)[0]} == {pid} and pid != other_pid
-
-
-def test_seed_1300210_a_whole_run_within_the_start_precision_is_not_taken_for_this_one() -> None:
-    """The fuzzer's history, replayed whole: run 1 writes its line and exits; run 2 begins
-    ~20 ms later, appends text and no line, and exits 0. A watch with a since before both
-    found run 2 alive, its start within /proc's precision of the log's birth. It completed
-    on run 1's line (7 hard false completes) until the kernel's view of who began the log
-    was asked for."""
-    from tests.fuzz.history import run_seeds
-
-    (record,) = run_seeds([1300210], 1)
-    assert record["errors"] == [], record["errors"]
-    assert record["hard"] == 0, [f["text"] for f in record["findings"]][:2]
-    assert record["false_failed"] == 0

@@ -1264,12 +1264,11 @@ def _whose(
         ) or (
             # A supervisor's recorded end of this run (its container, unit or job: a later run
             # is another identity, and another run): written by then is the run's own, as
-            # a launched job's is before its recorded exit.
-            run is not None
-            and run.source == "supervisor"
-            and record_end is not None
-            and not memory.foreign_clock
-            and st.written <= record_end + FILE_TIME_TICK
+            # a launched job's is before its recorded exit. Whatever names the run: the
+            # record is this run's (``CheckFacts.supervised``), also where a since bound it
+            # (fuzzer seed 1800023: a container begun after the since, its summary after
+            # its line).
+            record_end is not None and not memory.foreign_clock and st.written <= record_end + FILE_TIME_TICK
         )
         ended = _writers_end(writers, job)
         # ``ended``: the latest file time of a write still the writers' own, from when their

@@ -1,0 +1,34 @@
+"""Histories the fuzzer found, replayed whole through its world (real processes, files, a
+stand-in supervisor; the real Checker), each graded by its two-sided oracle: no false
+``complete`` or ``failed``, and every watch the evidence settles completes within 3 checks.
+One history each (~5-10 s): the class each stands for is tested on the real CLI elsewhere.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fuzz.history import run_seed
+
+
+@pytest.mark.parametrize(
+    "seed",
+    [
+        # Run 1 writes its line and exits; run 2 begins ~20 ms later, appends text and no line,
+        # exits 0. Its start within /proc's precision of the log's birth passed for the
+        # log's opener (7 hard false completes) until the kernel's view of who began the log
+        # was asked for (tests/test_log_holders.py).
+        1300210,
+        # A docker job watched with a since: its summary after its completion line, written
+        # before the container's recorded end, is the run's own, whatever names the run
+        # (missed: unknown for good, the recorded end counted only for a run the record began).
+        1800023,
+    ],
+)
+def test_a_found_history_is_graded_right_on_both_sides(seed: int) -> None:
+    record = run_seed(seed)
+    assert record["errors"] == [], record["errors"]
+    assert record["hard"] == 0, [f["text"] for f in record["findings"]][:2]
+    assert record["false_failed"] == 0, [f["text"] for f in record["false_failed_findings"]][:2]
+    missed = [o for o in record["obligations"] if o["class"] == "must" and o["outcome"] in ("missed", "late")]
+    assert not missed, missed
