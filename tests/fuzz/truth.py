@@ -415,7 +415,10 @@ def obligation(
       record exists), or a since the run began clearly after;
     - *its own line*: no earlier run's line in the log matches ``log.complete``, or the watch
       saw the run alive before its line was there, or the launch mark divides the log, or the
-      line is the log's last (a since: the bytes after it were written after the since);
+      line is the log's last (a since: the bytes after it were written after the since); and
+      where no record dates its end: text after its line only where the watch saw the run
+      alive, and a line the watch first saw the run with only where it was the log's last
+      (else a run unseen, between two checks, fits: ``either``);
     - *precision*: the run began at least :data:`PRECISION` after the run before it ended,
       and no file clock was skewed (``clean_clock``).
 
@@ -477,6 +480,27 @@ def obligation(
                 return EITHER, (
                     f"an earlier run's completion line is in the log, and the watch did not see run"
                     f" {run.index} alive before its own"
+                )
+    if "log" in d.signals and not (launched or supervised):
+        rx = re.compile(d.complete)
+        own = [i for i, line in enumerate(run.lines) if rx.search(line)]
+        if own and run.lines[own[-1] + 1 :] and not saw:
+            # Text after its line, its end recorded nowhere, its process never seen: a later
+            # run begun and ended between two checks, with no line of its own, fits as well
+            # (seeds 1600075, 1600101).
+            return EITHER, (
+                f"text after run {run.index}'s completion line, and the watch never saw run"
+                f" {run.index} alive: a later run, unseen, may have written it"
+            )
+        if own and saw and all(any(rx.search(line) for line in _run_in(s.snap, run.index).lines) for s in saw):
+            then = _run_in(saw[0].snap, run.index).lines
+            if not rx.search(then[-1]):
+                # First seen with its line already written and followed by more (a blank line
+                # will do): when the line was written cannot be read, and an unseen run that
+                # wrote it and ended before this one began fits as well (seed 1600059).
+                return EITHER, (
+                    f"run {run.index}'s completion line was in the log, followed by more, when the"
+                    f" watch first saw run {run.index}: a run before it, unseen, may have written it"
                 )
     return MUST, f"run {run.index} exited 0 and meets the definition; the watch can tell"
 
