@@ -237,7 +237,11 @@ class Generator:
         launch = rng.random() < k.launch
         if self.supervised:
             launch = False  # the container is the launch (crosscheck's launch wrapper is not run)
-        self.h.add("start_run", outputs=mode, atomic=rng.random() < 0.3, launch=launch)
+        # Drawn apart from the history's own stream: a seed's other draws stay what they were
+        # before this choice existed (its runs that now open their log late run differently).
+        late = random.Random(f"{self.seed}/{index}/late-log").random() < 0.25
+        kwargs = {"late_log": True} if late else {}
+        self.h.add("start_run", outputs=mode, atomic=rng.random() < 0.3, launch=launch, **kwargs)
         m.runs, m.alive, m.paused_since_end = index, True, False
         m.launched = m.launched or launch
         actions = self._body(fate)

@@ -50,7 +50,12 @@ def main() -> int:
     ap.add_argument("--atomic", action="store_true")
     ap.add_argument("--log-skew", type=float, default=0.0)
     ap.add_argument("--out-skew", type=float, default=0.0)
+    # Seconds before the log is opened: a job's imports, before Python's `logging` opens its
+    # file (0: at once, as a launcher's `>>` has it open before the job starts).
+    ap.add_argument("--open-late", type=float, default=0.0)
     args = ap.parse_args()
+    if args.open_late:
+        time.sleep(args.open_late)
     log = open(args.log, "ab", buffering=0)  # noqa: SIM115 (open for the job's life)
     skew = [args.log_skew, args.out_skew]
     cursor = 0

@@ -78,6 +78,9 @@ class RunFacts:
     recorded: bool = False  # launched, and its wrapper recorded its exit (not killed with it)
     pid: int | None = None  # the process the world spawned (a launched run: its wrapper)
     container: str = ""  # supervised: the container's ID (a new one per run)
+    #: It created the log, opening it well after its start (a job's imports before Python's
+    #: `logging` opens its file): every byte of the log is its own, and its file times say so.
+    began_log: bool = False
 
     @property
     def lines(self) -> list[str]:
@@ -492,12 +495,18 @@ def obligation(
                 f"text after run {run.index}'s completion line, and the watch never saw run"
                 f" {run.index} alive: a later run, unseen, may have written it"
             )
-        if own and saw and all(any(rx.search(line) for line in _run_in(s.snap, run.index).lines) for s in saw):
+        if (
+            own
+            and saw
+            and not run.began_log
+            and all(any(rx.search(line) for line in _run_in(s.snap, run.index).lines) for s in saw)
+        ):
             then = _run_in(saw[0].snap, run.index).lines
             if not rx.search(then[-1]):
                 # First seen with its line already written and followed by more (a blank line
                 # will do): when the line was written cannot be read, and an unseen run that
-                # wrote it and ended before this one began fits as well (seed 1600059).
+                # wrote it and ended before this one began fits as well (seed 1600059). Not
+                # where the run created the log well after its start: then it wrote all of it.
                 return EITHER, (
                     f"run {run.index}'s completion line was in the log, followed by more, when the"
                     f" watch first saw run {run.index}: a run before it, unseen, may have written it"

@@ -71,6 +71,9 @@ REPO = str(Path(__file__).resolve().parents[2])
 #: No run starts or ends within this many seconds of a since a watch was given.
 MARGIN = 1.5
 STAGE = "fuzz-stage"
+#: How long a ``late_log`` run takes to open its log (a job's imports): far beyond /proc's
+#: start precision, so the log it creates is born clearly after it began.
+LATE_LOG = 0.3
 
 
 # --------------------------------------------------------------------------- probes that cannot see
@@ -438,11 +441,14 @@ class World:
         self.pending_text += self._lines_ended(text + "\n")
         self._snap(began, time.time())
 
-    def start_run(self, outputs: str = "overwrite", atomic: bool = False, launch: bool = False) -> None:
+    def start_run(
+        self, outputs: str = "overwrite", atomic: bool = False, launch: bool = False, late_log: bool = False
+    ) -> None:
         """Start the next run of the job; ``outputs``: overwrite, skip (resume) or clean (the
         launcher empties the outputs first); ``launch``: as crosscheck's launch does (the log
         marked first, the job run under its wrapper, which records its exit status and time),
-        so that watches can be given the launch record."""
+        so that watches can be given the launch record; ``late_log``: the job opens its log
+        only after its imports (LATE_LOG seconds), as Python's `logging` does."""
         self.step_no += 1
         if self.proc is not None:
             raise HistoryError("a run is still alive")
@@ -468,6 +474,10 @@ class World:
         ]  # fmt: skip
         if atomic:
             argv.append("--atomic")
+        # Created by this run, well after its start: its own, whatever /proc's precision.
+        began_log = late_log and not self.log_path.exists()
+        if late_log:
+            argv += ["--open-late", str(LATE_LOG)]
         exit_file = None
         if launch:
             # Through crosscheck's own launch wrapper (the command it runs on the host, see
@@ -509,6 +519,7 @@ class World:
                 count_trace=cleaned,
                 pid=self.proc.pid,
                 container=cid,
+                began_log=began_log,
             )
         )
         self.pending_text = ""
