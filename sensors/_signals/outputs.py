@@ -16,7 +16,7 @@ import functools
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple, TypedDict
 
 from pydantic import Field, field_validator, model_validator
@@ -670,8 +670,12 @@ def _count_lines(
     memory: OutputsMemory,
     evidence: OutputsEvidence,
     run_since: float | None,
+    asked: OutputsMemory | None = None,
 ) -> _Count | str:
-    """The JSONL file's record count (incremental unless rewritten), or why it cannot be read."""
+    """The JSONL file's record count (incremental unless rewritten), or why it cannot be read.
+
+    ``asked``: the memory the probe's request was built from, where a new run set it aside at
+    this check: the records it counted are the file's, whoever's run wrote them."""
     if "outputs_same" in sections:
         same = _same(memory, sections, spec.lines, evidence)
         if not isinstance(same, str):
@@ -699,6 +703,18 @@ def _count_lines(
         return f"record count unreadable: read {read} of {size - base} bytes ({spec.lines})"
     if size > 0 and tail_hex == "none":
         return f"record count unreadable: the file's last bytes could not be read ({spec.lines})"
+    if (
+        base > 0
+        and memory.count is None
+        and asked is not None
+        and asked.count is not None
+        and (inode, base) == (asked.lines_inode, asked.lines_size)
+    ):
+        # Counted on from where the memory the probe was built from left off (set aside by a
+        # new run at this check), its bytes before ``base`` unchanged (the probe compared
+        # their last bytes): its count is the file's up to there, as a whole count would find
+        # (fuzzer seed 159: a recount cost the new run a check).
+        memory = replace(memory, count=asked.count, lines_inode=inode, lines_size=base)
     if base > 0 and (memory.count is None or (inode, base) != (memory.lines_inode, memory.lines_size)):
         # Counted on from where another memory left off: this one was set aside after the
         # probe was built (a new run of the job, see the Checker), and the records before
@@ -760,6 +776,7 @@ def read_outputs(
     exited: float | None = None,
     launched: bool = False,
     job_alive: bool = False,
+    asked_with: OutputsMemory | None = None,
 ) -> tuple[Reading, OutputsMemory]:
     """Read the outputs signal: the count against the expected number, and stability.
 
@@ -771,7 +788,8 @@ def read_outputs(
     at the expected number (the probe did not list again: the job was alive at the last
     check) says done only with the job alive now, when the stage is running whatever the
     outputs say; where the job is found gone, the count that may decide is the next check's
-    own listing.
+    own listing. ``asked_with``: the memory the probe's request was built from, where a new
+    run set it aside at this check (a JSONL count goes on from it: see ``_count_lines``).
     """
     memory = memory or OutputsMemory()
     where = spec.files or spec.lines
@@ -779,7 +797,7 @@ def read_outputs(
     got = (
         _count_files(spec, sections, meta, memory, evidence)
         if spec.files
-        else _count_lines(spec, sections, meta, memory, evidence, run_since)
+        else _count_lines(spec, sections, meta, memory, evidence, run_since, asked_with)
     )
     if isinstance(got, str):
         unknown: dict[str, object] = {"path": where, "count": None, "expected": spec.expected}
@@ -1096,6 +1114,7 @@ def _read(
         exited=facts.launch.exited_by if facts.launch is not None else None,
         launched=facts.launch is not None,
         job_alive=bool(facts.job_pids) and not facts.job_unread,
+        asked_with=asked if isinstance(asked := facts.set_aside.get("outputs"), OutputsMemory) else None,
     )
     return reading, new_memory, facts
 
