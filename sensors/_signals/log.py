@@ -289,18 +289,22 @@ _READ_LOG = helper(
 )
 
 
-#: The most holders read back (a job's ranks each holding the log, with room).
-_HOLDERS_CAP = 64
+#: The most holders read back, a descriptor each: a job's ranks and their loader workers,
+#: each holding the log on fd 1 and 2, with room (a list cut shows nothing).
+_HOLDERS_CAP = 256
 
 
-# Which processes hold the log open as their stdout, stderr or first file (fd 1, 2, 3: the
-# shell's `> log`, `tee log`), with the description's flags, the process's parent and its
-# start in ticks (fields 4 and 22 of /proc/PID/stat, counted after the command's closing
-# parenthesis: the command is the job's text). Read when the log is first bound (see
-# opened_in_run). `find -lname` reads each link's text only: no file behind a descriptor is
-# opened or stat'ed (one on a dead file server would hang the probe); it prints only the /proc
-# paths it was given, never the job's text. The path is escaped for find's pattern; `-ef` then
-# checks the very file. A find without -lname (BusyBox's) finds none: the log is then not
+# Which processes hold the log open, on any descriptor (a wrapper may hold it on fd 4 for
+# every run it starts: `exec 4>log; old >&4; job >&4`, or a driver's `open(log, "w")` passed
+# as a child's stdout), with the description's flags, the process's parent and its start in
+# ticks (fields 4 and 22 of /proc/PID/stat, counted after the command's closing parenthesis:
+# the command is the job's text). Read when the log is first bound (see opened_in_run).
+# `find -lname` reads each link's text only: no file behind a descriptor is opened or stat'ed
+# (one on a dead file server would hang the probe); it prints only the /proc paths it was
+# given, never the job's text. The path is escaped for find's pattern; `-ef` then checks the
+# very file. Oldest PIDs first (a wrapper is begun before its runs); past the cap a line
+# `cut` says the list is not whole, and a list not whole shows nothing (a wrapper may be in
+# what was left out). A find without -lname (BusyBox's) finds none: the log is then not
 # shown begun by the run.
 _READ_HOLDERS = helper(
     "__cc_holders",
@@ -308,14 +312,19 @@ _READ_HOLDERS = helper(
         "sec log_holders",
         '__hc=$(readlink -f -- "$1" 2>/dev/null) || return 0',
         "__hp=$(printf '%s\\n' \"$__hc\" | sed 's/[][*?\\\\]/\\\\&/g')",
-        'find /proc/[0-9]*/fd/1 /proc/[0-9]*/fd/2 /proc/[0-9]*/fd/3 -maxdepth 0 -lname "$__hp" 2>/dev/null'
-        f" | head -n {_HOLDERS_CAP} | while IFS=/ read -r _ _ __p _ __n; do",
+        'find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -lname "$__hp" 2>/dev/null'
+        f" | sort -t/ -k3,3n -k5,5n | head -n {_HOLDERS_CAP + 1}"
+        " | { __i=0; __lp=; while IFS=/ read -r _ _ __p _ __n; do",
         '  case "$__p.$__n" in *[!0-9.]*|.*|*.) continue;; esac',
+        f'  __i=$((__i + 1)); if [ "$__i" -gt {_HOLDERS_CAP} ]; then echo cut; break; fi',
         '  [ "/proc/$__p/fd/$__n" -ef "$1" ] || continue',
         "  __f=$(sed -n 's/^flags:[[:space:]]*//p' \"/proc/$__p/fdinfo/$__n\" 2>/dev/null)",
-        '  __t=$(awk \'{sub(/.*\\) /, ""); print $2, $20}\' "/proc/$__p/stat" 2>/dev/null)',
+        # The process's stat once for all its descriptors (they come in a row).
+        '  [ "$__p" = "$__lp" ] ||'
+        ' __t=$(awk \'{sub(/.*\\) /, ""); print $2, $20}\' "/proc/$__p/stat" 2>/dev/null)',
+        "  __lp=$__p",
         '  echo "$__p $__n $__f $__t"',
-        "done",
+        "done; }",
     ],
 )
 
@@ -458,12 +467,16 @@ def _birth(value: str) -> float:
         return 0.0
 
 
-def _holders(raw: bytes | None, meta: Meta) -> list[Holder]:
+def _holders(raw: bytes | None, meta: Meta) -> list[Holder] | None:
     """The ``log_holders`` section: ``PID FD FLAGS PPID TICKS`` a line (see
     ``_READ_HOLDERS``); a line otherwise (cut, or a field the kernel did not give) is no
-    holder."""
+    holder. None: the list is not whole (past the cap: a wrapper begun before may be in what
+    was left out)."""
+    lines = (raw or b"").decode("ascii", "replace").splitlines()
+    if "cut" in lines or len(lines) > _HOLDERS_CAP:
+        return None
     out = []
-    for line in (raw or b"").decode("ascii", "replace").splitlines()[:_HOLDERS_CAP]:
+    for line in lines:
         f = line.split()
         if len(f) != 5 or not all(x.isdigit() for x in f):
             continue
@@ -742,7 +755,9 @@ def read_log(
         starts = {pid: at for pid, at in (job.starts if job is not None else {}).items() if pid in live}
         parents = job.parents if job is not None else {}
         holders = _holders(sections["log_holders"], meta)
-        memory = replace(memory, opened_in_run=opened_in_run(holders, starts, parents))
+        memory = replace(
+            memory, opened_in_run=holders is not None and opened_in_run(holders, starts, parents)
+        )
     # Whose clock stamps the file: the host's unless the file system says another's (not
     # read yet: taken as the host's, where fewer file times are believed).
     own_times = memory.foreign_clock is not True
