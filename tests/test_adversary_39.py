@@ -32,7 +32,8 @@ _LATE = {
     "logging": ("logging", "{argv} > /dev/null 2>&1 &"),
     "tee": ("stdout", "( {argv} 2>&1 | tee {log} > /dev/null ) &"),
     # A script that runs the job: bash holds the log too, begun a few ms before the job, the
-    # job's parent (c9c62c8 reads it as a wrapper that may have run a whole earlier run).
+    # job's parent (c9c62c8 read it as a wrapper that may have run a whole earlier run; it ran
+    # none: no child of it ended, the job its next PID).
     "bash-run-sh": (
         "stdout",
         "printf '%s\\n' {argv_q} > {dir}/run.sh; nohup bash {dir}/run.sh > {log} 2>&1 &",
@@ -84,10 +85,12 @@ for i in range(4):
 time.sleep(2.0)
 """
 
-#: The earlier run: a whole run of a few ms (seed 1300210's), its completion line in the log
-#: (the shell's own printf: the fastest there is, so this run begins within /proc's start
-#: precision of the log's birth on a loaded host too).
-EARLIER = f'printf "%s\\n" "{COMPLETE}: 4 shards"'
+#: The earlier run: a whole run of a few ms (seed 1300210's), its completion line in the log:
+#: a process of its own (printf's binary, the fastest there is, so this run begins within
+#: /proc's start precision of the log's birth on a loaded host too). The shell's builtin
+#: printf would be the wrapper writing the line itself, no run: a launcher seeding the log
+#: (docs/run-binding.md, "What is not told apart").
+EARLIER = f'/usr/bin/printf "%s\\n" "{COMPLETE}: 4 shards"'
 
 #: Each wrapper is a script (its command line names no run: the stage matches the job only),
 #: run as `bash wrapper.sh` ({log}: the log; {earlier}: the earlier run; {job}: this run).

@@ -52,12 +52,21 @@ T0 = 1_800_000_000.0
         ([Holder(10, 1, RW, None)], {10: T0}, False),
         # A wrapper begun before the run holds it to write (`sh -c "old; job" > log`): every
         # run it starts shares that one description.
-        ([Holder(10, 1, W, None), Holder(9, 1, W, T0 - 5)], {10: T0}, False),
-        ([Holder(10, 1, W, None), Holder(9, 1, A, T0 - 5)], {10: T0}, False),
+        ([Holder(11, 1, W, None), Holder(9, 1, W, T0 - 5, 1, True)], {11: T0}, False),
+        ([Holder(11, 1, W, None), Holder(9, 1, A, T0 - 5, 1, False)], {11: T0}, False),
         # A reader begun before (`tail -f log`) writes nothing.
         ([Holder(10, 1, W, None), Holder(8, 3, R, T0 - 60)], {10: T0}, True),
-        # ... also begun in the same tick: the parent of the run's process (`{ job; } > log`).
-        ([Holder(10, 1, W, None), Holder(9, 1, W, T0, 1)], {10: T0}, False),
+        # ... also begun in the same tick: the parent of the run's process, which ran another
+        # child before it (11's parent is 9: `{ old; job; } > log`).
+        ([Holder(11, 1, W, None), Holder(9, 1, W, T0, 1, True)], {11: T0}, False),
+        # ... not known to have run none.
+        ([Holder(11, 1, W, None), Holder(9, 1, W, T0, 1, None)], {11: T0}, False),
+        # ... none of its children ended yet: it ran nothing before this run's.
+        ([Holder(11, 1, W, None), Holder(9, 1, W, T0, 1, False)], {11: T0}, True),
+        # ... unless it began the file and the job is the very next PID: it forked nothing
+        # before (`bash run.sh > log`, run.sh running the job).
+        ([Holder(9, 1, W, T0 - 0.004, 1, True)], {10: T0}, True),
+        ([Holder(9, 1, A, T0 - 0.004, 1, False)], {10: T0}, False),
         # A holder whose start could not be read is not known to have begun with the run.
         ([Holder(10, 1, W, None), Holder(12, 1, W, None)], {10: T0}, False),
         # A tee begun before the job (another pipeline's): not with the run.
@@ -71,18 +80,27 @@ T0 = 1_800_000_000.0
 def test_what_the_kernel_shows_of_who_began_the_log(
     holders: list[Holder], starts: dict[int, float], began: bool
 ) -> None:
-    parents = {10: 9}  # the job's parent: the shell that started it
+    parents = {10: 9, 11: 9}  # the job's parent: the shell that started it
     assert opened_in_run(holders, starts, parents) is began
 
 
 def test_the_holders_answer_is_digits_or_no_holder() -> None:
-    """The section's lines are four numbers each; anything else (a cut line, a field the
-    kernel did not give) is no holder, and the flags are octal."""
+    """The section's lines are numbers each (``f PID FD FLAGS``, ``s PID PPID TICKS``), then
+    ``whole``; anything else is nothing, the flags are octal, a process read two ways has no
+    start, and a list not whole (cut, or ended early) shows nothing."""
     meta = parse_meta(None)
-    raw = b"123 1 0100001 1 4242\n123 2 0100001 1\nx 1 0100001 1 1\n124 3 0102001 1 4243\n\n"
+    raw = (
+        b"f 123 1 0100001\nf 123 2 0100001\nf x 1 0100001\nf 124 3 0102001\n"
+        b"s 123 1 4242 0\ns 124 1 4243 5\ns 124 7 9 5\nwhole\n"
+    )
     hs = _holders(raw, meta)
-    assert [(h.pid, h.fd, h.flags) for h in hs] == [(123, 1, W), (124, 3, A)]
-    assert hs[0].began_the_file and not hs[1].began_the_file
+    assert hs is not None
+    assert [(h.pid, h.fd, h.flags, h.ppid) for h in hs] == [(123, 1, W, 1), (123, 2, W, 1), (124, 3, A, None)]
+    assert hs[0].began_the_file and not hs[2].began_the_file and hs[2].started is None
+    assert _holders(b"whole\n", meta) == [] and _holders(b"", meta) == []
+    assert _holders(b"f 123 1 0100001\ncut\n", meta) is None
+    assert _holders(b"f 123 1 0100001\ns 123 1 4242 0\n", meta) is None  # awk stopped short
+    assert hs[0].reaped is False
 
 
 # --------------------------------------------------------------------------- the probe, for real
@@ -134,7 +152,8 @@ def _job(cmd: str, procs: list[subprocess.Popen[bytes]]) -> int:
         ("> log", "exec JOB > LOG 2>&1", True),
         (">> log", "exec JOB >> LOG 2>&1", False),
         ("| tee log", "JOB | tee LOG > /dev/null", True),
-        ("a wrapper's > log", "{ JOB; true; } > LOG", False),
+        ("a wrapper's > log", "{ /bin/true; JOB; true; } > LOG", False),
+        ("a script's > log", "{ JOB; true; } > LOG", True),
     ],
 )
 def test_the_probe_reads_who_holds_the_log(
@@ -153,7 +172,8 @@ def test_the_probe_reads_who_holds_the_log(
     if how == "| tee log":
         assert [h.fd for h in holders if h.pid != pid and h.began_the_file] == [3], holders
     if how == "a wrapper's > log":
-        # The shell that opened it for every command it runs holds it too, begun first.
+        # The shell that opened it for every command it runs holds it too, begun first, and
+        # ran a command before this one.
         assert [h.pid for h in holders if h.pid != pid and h.writes] == [parent], holders
 
 

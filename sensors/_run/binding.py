@@ -118,6 +118,9 @@ class Holder(NamedTuple):
     flags: int  # the open file description's flags, as fdinfo prints them (octal, parsed)
     started: float | None  # when the process began, on the host's clock (None: not read)
     ppid: int | None = None  # its parent
+    #: Whether it has waited for a child that ended (its children's minor faults, /proc/PID/stat
+    #: field 11: every program that runs makes some); None: not read.
+    reaped: bool | None = None
 
     @property
     def writes(self) -> bool:
@@ -146,17 +149,25 @@ def opened_in_run(
     :attr:`Holder.began_the_file`), and no process begun before the run, nor the parent of one
     of its processes (begun in the same tick), holding it to write (a wrapper that opened the
     log once for several runs, ``sh -c "old; job" > log``, hands every run the same
-    description). An appending description (``>> log``, Python's ``logging``) says nothing of
-    what was there before it: not that.
+    description) — unless that parent began the file and ran nothing before this run's
+    process: the next PID after it, or no child of it ended yet. An appending description
+    (``>> log``, Python's ``logging``) says nothing of what was there before it: not that.
     """
     if not starts:
         return False
     first = min(starts.values()) - _SAME_PROBE_STARTS
-    wrappers = {parent for pid, parent in (parents or {}).items() if pid in starts} - set(starts)
+    children = {parent: pid for pid, parent in (parents or {}).items() if pid in starts}
+    wrappers = set(children) - set(starts)
     began, before = False, False
     for h in holders:
         started = starts.get(h.pid, h.started)
-        if started is None or started < first or h.pid in wrappers:
+        if h.pid in wrappers and h.began_the_file and (children[h.pid] == h.pid + 1 or h.reaped is False):
+            # A wrapper that began the log and ran nothing before this run's process (`bash
+            # run.sh > log`, run.sh running the job): it forked it as the very next PID (PIDs
+            # are handed out in order: no process at all between), or it never waited for a
+            # child that ended (an earlier run it ran first, `old; job`, is one).
+            began = True
+        elif started is None or started < first or h.pid in wrappers:
             # Not known to have begun with the run: a writer may hold what it opened for an
             # earlier one (a reader, `tail -f log`, writes nothing).
             before = before or h.writes

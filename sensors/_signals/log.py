@@ -312,19 +312,23 @@ _READ_HOLDERS = helper(
         "sec log_holders",
         '__hc=$(readlink -f -- "$1" 2>/dev/null) || return 0',
         "__hp=$(printf '%s\\n' \"$__hc\" | sed 's/[][*?\\\\]/\\\\&/g')",
-        'find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -lname "$__hp" 2>/dev/null'
-        f" | sort -t/ -k3,3n -k5,5n | head -n {_HOLDERS_CAP + 1}"
-        " | { __i=0; __lp=; while IFS=/ read -r _ _ __p _ __n; do",
-        '  case "$__p.$__n" in *[!0-9.]*|.*|*.) continue;; esac',
-        f'  __i=$((__i + 1)); if [ "$__i" -gt {_HOLDERS_CAP} ]; then echo cut; break; fi',
-        '  [ "/proc/$__p/fd/$__n" -ef "$1" ] || continue',
-        "  __f=$(sed -n 's/^flags:[[:space:]]*//p' \"/proc/$__p/fdinfo/$__n\" 2>/dev/null)",
-        # The process's stat once for all its descriptors (they come in a row).
-        '  [ "$__p" = "$__lp" ] ||'
-        ' __t=$(awk \'{sub(/.*\\) /, ""); print $2, $20}\' "/proc/$__p/stat" 2>/dev/null)',
-        "  __lp=$__p",
-        '  echo "$__p $__n $__f $__t"',
-        "done; }",
+        '__hl=$(find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -lname "$__hp" 2>/dev/null'
+        f" | sort -t/ -k3,3n -k5,5n | head -n {_HOLDERS_CAP + 1})",
+        "set -f; set -- $__hl; set +f",
+        f'if [ "$#" -gt {_HOLDERS_CAP} ]; then echo cut; return 0; fi',
+        # Each descriptor's fdinfo and its process's stat, read by one awk for them all.
+        "__hf=; for __x; do case $__x in /proc/*/fd/*)"
+        ' __hf="$__hf ${__x%/fd/*}/fdinfo/${__x##*/} ${__x%/fd/*}/stat";; esac; done',
+        '[ -n "$__hf" ] || return 0',
+        "awk '",
+        '  { n = split(FILENAME, a, "/") }',
+        '  a[4] == "fdinfo" { if ($1 == "flags:" && $2 ~ /^[0-7]+$/) print "f", a[3], a[5], $2; next }',
+        # A command holding ") " or a newline cannot make a line of numbers (it is 15 bytes
+        # at most); what is printed is digits only, never the command.
+        '  { t = $0; if (sub(/.*\\) /, "", t) && split(t, b, " ") >= 20 && b[2] ~ /^[0-9]+$/'
+        ' && b[9] ~ /^[0-9]+$/ && b[20] ~ /^[0-9]+$/) print "s", a[3], b[2], b[20], b[9] }',
+        # A process gone meanwhile fails awk (mawk stops at it): no `whole`, nothing shown.
+        "' $__hf 2>/dev/null && echo whole",
     ],
 )
 
@@ -468,21 +472,36 @@ def _birth(value: str) -> float:
 
 
 def _holders(raw: bytes | None, meta: Meta) -> list[Holder] | None:
-    """The ``log_holders`` section: ``PID FD FLAGS PPID TICKS`` a line (see
-    ``_READ_HOLDERS``); a line otherwise (cut, or a field the kernel did not give) is no
-    holder. None: the list is not whole (past the cap: a wrapper begun before may be in what
-    was left out)."""
+    """The ``log_holders`` section (see ``_READ_HOLDERS``): ``f PID FD FLAGS`` a descriptor,
+    ``s PID PPID TICKS CMINFLT`` its process (its waited-for children's minor faults: none
+    reaped yet, none), then ``whole``; a line otherwise is nothing, a process
+    read two ways (a command made to look like a stat line) has no start. Empty: nobody holds
+    it. None: the list is not whole (past the cap, or a holder gone while it was read: a
+    wrapper begun before may be in what was left out)."""
     lines = (raw or b"").decode("ascii", "replace").splitlines()
-    if "cut" in lines or len(lines) > _HOLDERS_CAP:
+    if "cut" in lines or (lines and lines[-1] != "whole"):
         return None
-    out = []
+    fds: list[tuple[int, int, int]] = []
+    stats: dict[int, set[tuple[int, int, int]]] = {}
     for line in lines:
         f = line.split()
-        if len(f) != 5 or not all(x.isdigit() for x in f):
+        if not all(x.isdigit() for x in f[1:]):
             continue
-        age, _ = elapsed_since(int(f[4]), meta)
-        started = None if age is None or meta.now is None else round(meta.now - age, 3)
-        out.append(Holder(int(f[0]), int(f[1]), int(f[2], 8), started, int(f[3])))
+        if f[:1] == ["f"] and len(f) == 4:
+            fds.append((int(f[1]), int(f[2]), int(f[3], 8)))
+        elif f[:1] == ["s"] and len(f) == 5:
+            stats.setdefault(int(f[1]), set()).add((int(f[2]), int(f[3]), int(f[4])))
+    if len(fds) > _HOLDERS_CAP:
+        return None
+    out = []
+    for pid, fd, flags in dict.fromkeys(fds):
+        ppid, started, reaped = None, None, None
+        if len(seen := stats.get(pid, set())) == 1:
+            ((ppid, ticks, faults),) = seen
+            age, _ = elapsed_since(ticks, meta)
+            started = None if age is None or meta.now is None else round(meta.now - age, 3)
+            reaped = faults > 0
+        out.append(Holder(pid, fd, flags, started, ppid, reaped))
     return out
 
 

@@ -493,6 +493,11 @@ def _not_done(
         # without one, unknown as rule 12b says (nothing of its own tells success from a crash).
         if own:
             allowed = {State.COMPLETE, State.FAILED} if chief_only else {State.COMPLETE}
+            if chief_only and _only_absent_logs(v):
+                # Its own log never made (a rank that wrote nothing): no line in it, no error
+                # line either; whether its ranks finished is the process signal's, below
+                # (multi-host fuzzer seed 12: unknown for good).
+                allowed.add(State.UNKNOWN)
         else:
             allowed = {State.COMPLETE, State.UNKNOWN}
         if v.state not in allowed:
@@ -566,6 +571,13 @@ def _not_done(
     if per_host is not None and 0 < seen_most < per_host:
         return f"{node.host}: at most {seen_most} of {per_host} ranks seen alive: the others were never seen"
     return ""
+
+
+def _only_absent_logs(verdict: Verdict) -> bool:
+    """Whether every reading of a node that cannot tell is a log not there (no such file: not
+    one that could not be read), and one is."""
+    unknown = [r for r in verdict.readings.values() if r.says is Says.UNKNOWN]
+    return bool(unknown) and all(r.signal == "log" and r.evidence.get("absent") is True for r in unknown)
 
 
 def _others(nodes: Sequence[NodeCheck], but: NodeCheck, policy: PolicySpec) -> list[str]:
