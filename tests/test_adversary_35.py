@@ -150,19 +150,13 @@ _FORKS_LATE = textwrap.dedent(
 )
 
 
-_SEEDED_UNTOLD = pytest.mark.xfail(
-    strict=True,
-    reason="read as `nohup job > log`: a log born within the job's start precision is its own "
-    "(issue 35: the gate must open there), and its completion line, followed by the re-run's "
-    "line, is undated: no evidence a watch has tells a copy made in that millisecond apart "
-    "(docs/run-binding.md, 'What is not told apart')",
-)
-
-
 @pytest.mark.parametrize(
     ("how", "writes"),
     [
-        pytest.param("cp", "resuming", marks=_SEEDED_UNTOLD),
+        # The seeded line undated (the re-run's line after it), the log born within the job's
+        # start precision: told since the kernel is asked who began the log (the job appends:
+        # `>>` begins nothing).
+        ("cp", "resuming"),
         # The seeded line is the log's last, dated by its mtime: the job began too near it
         # to be known to precede it (undatable), so it is not taken as the job's.
         ("cp", "nothing"),

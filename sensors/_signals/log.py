@@ -1210,9 +1210,12 @@ def _whose(
         at = st.written if dated else None
         # Begun before the line was written: before its mtime when that is known, or before
         # the log itself was born (a job that created its log can have written every line).
+        # Clearly before, to the start's measured precision (the mtime is never later than the
+        # write): a whole second was /proc's worst case, and kept a run begun 0.4 s before its
+        # dated line from being its writer (fuzzer seed 2000017: unknown for good).
         written_after = max(at or 0.0, st.birth if memory.run_from == 0 else 0.0)
         early = (
-            {pid for pid, start in job.starts.items() if start < written_after - PROC_START_WHOLE_SECONDS}
+            {pid for pid, start in job.starts.items() if start + start_slack < written_after}
             if job is not None and written_after
             else set()
         )
