@@ -834,12 +834,15 @@ def test_slurm_record_that_cannot_be_read(slurm, host, tmp_path) -> None:
     text = slurm.conf.read_text()
     import re
 
-    conf.write_text(re.sub(r"SlurmctldPort=\d+", "SlurmctldPort=1", text))
+    # MessageTimeout=1: the client tries the port once, not for 18 s (the default 10 s has
+    # squeue retry its connect); the answer, "Unable to contact slurm controller", is the same.
+    conf.write_text("MessageTimeout=1\n" + re.sub(r"SlurmctldPort=\d+", "SlurmctldPort=1", text))
     for tool in ("sacct", "squeue", "scontrol"):
         (bad / tool).write_text(f'#!/bin/sh\nSLURM_CONF={conf}; export SLURM_CONF\nexec {tool} "$@"\n')
         (bad / tool).chmod(0o755)
     _, verdict = _watch({"stage": "sb", "supervisor": {"slurm": "1", "bin": str(bad)}}, host, checks=1)
     assert verdict.readings["supervisor"].says is Says.UNKNOWN, verdict.readings["supervisor"].detail
+    assert "Unable to contact slurm controller" in verdict.readings["supervisor"].detail
     assert verdict.state is State.UNKNOWN
 
 
