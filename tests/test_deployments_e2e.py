@@ -165,6 +165,40 @@ def test_gate_deployment_and_the_trigger_that_starts_the_next_stage(
         extraction.stop()
 
 
+#: A SimulatedJob's "complete" run whose pace the test sets: a sample each STEP seconds until
+#: the file LET_GO exists, then the rest without a pause (its lines and outputs as
+#: sensors.testing writes them).
+_HELD = """
+import os, sys, time
+out, total, step, let_go = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+os.makedirs(out, exist_ok=True)
+print("Loading model...", flush=True)
+for i in range(total):
+    with open(os.path.join(out, f"sample_{i:06d}.pt.tmp"), "wb") as f:
+        f.write(os.urandom(64))
+    os.rename(os.path.join(out, f"sample_{i:06d}.pt.tmp"), os.path.join(out, f"sample_{i:06d}.pt"))
+    print(f"[{i + 1}/{total}] {i + 1} extracted", flush=True)
+    time.sleep(0.05 if os.path.exists(let_go) else step)
+print(f"Extraction complete: {total} samples", flush=True)
+"""
+
+
+class _HeldJob(SimulatedJob):
+    """A SimulatedJob (its stage, start, stop) the test lets go of: :data:`_HELD`."""
+
+    def __init__(self, workdir: Path, *, total: int, step: float) -> None:
+        super().__init__(workdir, scenario="complete", total=total, step=step)
+        self._let_go = self.workdir / f"{self.tag}.let-go"
+
+    @property
+    def command(self) -> list[str]:
+        return [self.python, "-u", "-c", _HELD, str(self.outputs_dir), str(self.total), str(self.step),
+                str(self._let_go), "--tag", self.tag]  # fmt: skip
+
+    def let_go(self) -> None:
+        self._let_go.touch()
+
+
 def _deploy(env: dict[str, str], pool: str, tmp_path: Path) -> None:
     """The process work pool and `prefect deploy --all` of a copy of deployments/ (so that
     `prefect deploy` cannot leave files in the repository)."""
@@ -299,9 +333,11 @@ def test_a_gate_handed_to_the_watcher_holds_no_worker_while_its_stage_runs(
     api, env = prefect_server["api"], dict(prefect_server["env"])
     upstream = f"handed-{uuid.uuid4().hex[:6]}"
     pool = f"{POOL}-handoff"
-    # About 70 s of work: long enough to see the gate gone from the worker for 20 s and more,
-    # and for a heartbeat of the resumed gate within a minute of the watcher's to show.
-    extraction = SimulatedJob(tmp_path, scenario="complete", total=35, step=2.0)
+    # Up to 70 s of work, at one sample each 2 s until the test lets it go (then the rest at
+    # once): long enough to see the gate gone from the worker for 20 s and more whatever the
+    # worker took to start it, and for a heartbeat of the resumed gate within a minute of the
+    # watcher's to show; no longer (it was a fixed 70 s: half of it waited for nothing).
+    extraction = _HeldJob(tmp_path, total=35, step=2.0)
     training = SimulatedJob(tmp_path / "training", scenario="complete", total=3, step=0.05)
     training.workdir.mkdir()
     extraction_file = tmp_path / "extraction.yaml"
@@ -354,8 +390,9 @@ def test_a_gate_handed_to_the_watcher_holds_no_worker_while_its_stage_runs(
             every=0.5,
         )
         # While the stage runs: the flow run stays suspended and has no process anywhere here.
+        # 12 looks (2 s apart: ~25 s suspended), then the job is let go to finish.
         looked, artifact = 0, None
-        while extraction.running and looked < 30:
+        while extraction.running and looked < 12:
             pids = _processes_of_flow_run(run["id"])
             assert not pids, f"a process of the suspended gate exists: {_cmdlines(pids)}"
             state_now = _state(api, run["id"])
@@ -365,6 +402,7 @@ def test_a_gate_handed_to_the_watcher_holds_no_worker_while_its_stage_runs(
             artifact = next((a for a in artifacts if (a.get("key") or "").endswith("-waiting")), artifact)
             looked += 1
             time.sleep(2)
+        extraction.let_go()
         assert looked >= 10, f"the gate was suspended for only {looked} looks"
         assert artifact is not None, "the watcher wrote no waiting artifact on the suspended run"
         assert "no worker is held" in artifact["data"]

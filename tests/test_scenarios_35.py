@@ -612,16 +612,19 @@ def test_a_since_inside_an_earlier_runs_life_never_completes_on_it(tmp_path: Pat
     """A relaunch while the old run is still finishing: ``--since`` is now, the old run's
     process began a second before; it writes its line and exits. The new run never starts."""
     tag = f"since-in-{uuid.uuid4().hex[:8]}"
-    stage = _stage_file(tmp_path, _stage(tmp_path, tag, steps=12, timeout="8s"))
+    # The old run ends ~3 s into the watch; 5 s of watch leave 2 s (7 checks) after its exit.
+    stage = _stage_file(tmp_path, _stage(tmp_path, tag, steps=12, timeout="5s"))
     argv = _job_argv(tmp_path, tag, "stdout", steps=12)
     old = _shell(f"nohup {_q(argv)} > {shlex.quote(str(tmp_path / 'job.log'))} 2>&1 &", tag)
     time.sleep(1.0)
-    watch = Watch(stage, tmp_path, "--since", _since_arg("iso", time.time()), timeout="8s")
+    watch = Watch(stage, tmp_path, "--since", _since_arg("iso", time.time()), timeout="5s")
     first = watch.first()
     # The watch saw the old run at work (the issue's history; one that never saw it is another).
     assert first["signals"]["process"]["says"] == "working" and old.at is None, watch.story()
-    old.wait()
+    exited = old.wait()
     _never_completes(watch)
+    # ... and went on checking after the old run's exit (its line then stood alone).
+    assert sum(1 for _, obj in watch.lines if _checked_at(obj) > exited) >= 3, watch.story(5)
 
 
 RUN1 = "print('[2/2] extracted', flush=True); print('Extraction complete: run 1', flush=True)"

@@ -834,12 +834,15 @@ def test_slurm_record_that_cannot_be_read(slurm, host, tmp_path) -> None:
     text = slurm.conf.read_text()
     import re
 
-    conf.write_text(re.sub(r"SlurmctldPort=\d+", "SlurmctldPort=1", text))
+    # MessageTimeout=1: the client tries the port once, not for 18 s (the default 10 s has
+    # squeue retry its connect); the answer, "Unable to contact slurm controller", is the same.
+    conf.write_text("MessageTimeout=1\n" + re.sub(r"SlurmctldPort=\d+", "SlurmctldPort=1", text))
     for tool in ("sacct", "squeue", "scontrol"):
         (bad / tool).write_text(f'#!/bin/sh\nSLURM_CONF={conf}; export SLURM_CONF\nexec {tool} "$@"\n')
         (bad / tool).chmod(0o755)
     _, verdict = _watch({"stage": "sb", "supervisor": {"slurm": "1", "bin": str(bad)}}, host, checks=1)
     assert verdict.readings["supervisor"].says is Says.UNKNOWN, verdict.readings["supervisor"].detail
+    assert "Unable to contact slurm controller" in verdict.readings["supervisor"].detail
     assert verdict.state is State.UNKNOWN
 
 
@@ -939,14 +942,16 @@ def test_systemd_launch_binds_the_invocation_it_created(stand, on, tmp_path, cod
     assert verdict.readings["supervisor"].evidence["supervisor_identity"] == invocation
     assert f"at work in {tmp_path}" in log.read_text()  # the unit's output, appended to the log
     # The unit collected (reset-failed, stop) and run again under the same name: a new
-    # invocation, another run for the launched one's gate.
+    # invocation, another run for the launched one's gate. (Its job works 0.5 s, not 3:
+    # nothing here waits to see it at work.)
     (stand.bin / "state" / f"systemd-{unit}.service").unlink()
-    again = _launch(stage, tmp_path / "other.db")
+    rerun = {**stage, "launch": {**stage["launch"], "command": ["sh", "-c", f"sleep 0.5; exit {code}"]}}
+    again = _launch(rerun, tmp_path / "other.db")
     assert again["supervised"] != invocation
     later = _gate(stage, record, checks=2)
     assert later.state is State.UNKNOWN, later.reasons
     assert "another run" in later.readings["supervisor"].detail
-    assert _until(stage, again, State.COMPLETE, State.FAILED).state is final
+    assert _until(rerun, again, State.COMPLETE, State.FAILED).state is final
 
 
 @pytest.mark.parametrize(

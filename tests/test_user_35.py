@@ -188,6 +188,22 @@ def _where(where: str, request: pytest.FixtureRequest) -> Any:
     return "local" if where == "local" else request.getfixturevalue("ssh_spec")
 
 
+def _let_go(job: Exit, watch: Watch, log: Path, *, saving: int = 1, checks: int = 3) -> None:
+    """End the job's post-processing (SIGUSR1: index, wandb, exit 0) once the watch has made
+    ``checks`` checks after the ``saving``-th "Saving index" reached the log: the watch saw the
+    job at work after its line (over SSH its exit watch is in view ~2 s after the check that
+    found the job), and no fixed post-processing time is waited out beyond that."""
+    deadline = time.monotonic() + 40
+    while _read(log).count(b"Saving index") < saving:
+        assert time.monotonic() < deadline and job.at is None, watch.story()
+        time.sleep(0.05)
+    seen = len(watch.lines)
+    while len(watch.lines) < seen + checks:
+        assert time.monotonic() < deadline and job.at is None, watch.story()
+        time.sleep(0.05)
+    os.kill(job.pid, signal.SIGUSR1)
+
+
 def _row(case: str, where: str, watch: Watch, exited: float | None) -> dict[str, Any]:
     """The last verdict, and one table row printed for the report."""
     last = watch.lines[-1][1] if watch.lines else {"verdict": "(no check)", "reasons": []}
@@ -258,7 +274,7 @@ def test_watch_started_late_during_post_processing(
     """The headline incident: the log already says complete, the job is saving its index."""
     tag = f"u-late-{uuid.uuid4().hex[:8]}"
     stage = _stage(tmp_path, tag, _where(where, request))
-    job = _nohup(tmp_path, tag, "--post", "6")
+    job = _nohup(tmp_path, tag, "--post", "30")  # until _let_go
     deadline = time.monotonic() + 40
     while b"Saving index" not in _read(tmp_path / "job.log"):
         assert time.monotonic() < deadline and job.at is None
@@ -266,6 +282,7 @@ def test_watch_started_late_during_post_processing(
     watch = Watch(stage, tmp_path, timeout="60s")
     first = watch.first()
     assert first["verdict"] == "running", (first["verdict"], first["reasons"])
+    _let_go(job, watch, tmp_path / "job.log")  # 3 checks more of its post-processing
     _must_complete("late/post-processing", where, watch, job.wait(60))
 
 
@@ -273,9 +290,10 @@ def test_watch_started_late_during_post_processing(
 def test_since_5m(tmp_path: Path, where: str, request: pytest.FixtureRequest) -> None:
     tag = f"u-since-{uuid.uuid4().hex[:8]}"
     stage = _stage(tmp_path, tag, _where(where, request))
-    job = _nohup(tmp_path, tag, "--post", "4")
+    job = _nohup(tmp_path, tag, "--post", "30")  # until _let_go
     time.sleep(2.0)  # the user starts the watch a moment later, saying when the run began
     watch = Watch(stage, tmp_path, "--since", "5m", timeout="60s")
+    _let_go(job, watch, tmp_path / "job.log")
     _must_complete("since-5m", where, watch, job.wait(60))
 
 
@@ -336,8 +354,9 @@ def test_a_rerun_of_the_same_stage_completes_on_the_second_run_only(
     run1 = _nohup(tmp_path, tag, "--post", "0.3")
     _must_complete("rerun/run-1", where, watch, run1.wait(60))
     time.sleep(1.0)
-    run2 = _nohup(tmp_path, tag, "--post", "4", append=True)  # the watch sees it at work
+    run2 = _nohup(tmp_path, tag, "--post", "30", append=True)  # the watch sees it at work
     watch = Watch(stage, tmp_path, timeout="60s")
+    _let_go(run2, watch, tmp_path / "job.log", saving=2)  # run 2's own "Saving index", 3 checks
     exited = run2.wait(60)
     early = [obj["verdict"] for at, obj in watch.lines if at < exited]
     assert "complete" not in early, ("completed on run 1", watch.story())
