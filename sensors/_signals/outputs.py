@@ -816,7 +816,7 @@ def read_outputs(
     times_ahead = memory.times_ahead or got.ahead
     written = memory.written_this_run or (got.written and not times_ahead) or count != first
     ident = shared_stats(sections.get("stats")).get(where or "") if where else None
-    after_line = _after_line(memory, got, ident, expected, last_word)
+    after_line = _after_line(memory, got, ident, expected, last_word, on_local_fs(where, sections))
     seen_at = memory.over_seen_at
     # The count asked for an entry written after the recorded exit (see ``_exit_since``).
     asked = spec.files is not None and _exit_since(memory) is not None and got.asked_exit
@@ -1055,6 +1055,7 @@ def _after_line(
     ident: str | None,
     expected: int,
     last_word: LastWord | None,
+    own: bool = False,
 ) -> int | None:
     """The end of the completion line outputs were written after (sticky), or None.
 
@@ -1067,15 +1068,30 @@ def _after_line(
     may come from another clock, is read (a directory's entry "modified since the last check"
     is: it keeps a count at the expected number from settling, no more). Outputs still
     landing (a count short of the expected number that only grew, the same file appended to)
-    are the run's own, late: not so.
+    are the run's own, late: not so. Nor a change stamped, on the host's own clock (``own``),
+    no later than the end of the line's writers the exit watch saw (``writers_end``): their
+    own work, though the last reading did not show it (its outputs' stamp read before the log,
+    in a probe inside which the job wrote its last output, its line and ended).
     """
     if last_word is None or last_word.job_alive or memory.line_end != last_word.end:
         return memory.after_line
     count, before = got.count, memory.count
     landing = before is not None and before < expected and count > before and not got.replaced
     if _wrote(memory, got, ident) and not landing:
+        changed = got.newest[0] if got.newest is not None else _ctime(ident)
+        ended = last_word.writers_end
+        if own and changed is not None and ended is not None and changed <= ended:
+            return memory.after_line
         return last_word.end
     return memory.after_line
+
+
+def _ctime(ident: str | None) -> float | None:
+    """The ctime in a shared stat line (``STAT_FORMAT``: the sixth field), None: not there."""
+    try:
+        return float((ident or "").split(" ", 6)[5])
+    except (IndexError, ValueError):
+        return None
 
 
 def _wrote(memory: OutputsMemory, got: _Count, ident: str | None) -> bool:
