@@ -272,26 +272,45 @@ def test_a_job_identity_from_an_earlier_process_section_never_reaches_this_runs_
 # ----------------------------------------------------------------- 2. the last word of this run
 
 
-def _rerun_log(tmp_path: Path, tail: str) -> tuple[SimulatedJob, float]:
-    """A log with an earlier run's completion line, then ``tail`` written by this run after a
-    start given with --since (the earlier run's lines stay before it)."""
-    first = _finished(tmp_path)
+#: What this run wrote after an earlier run's completion line, by name.
+_TAILS = {
+    "blank": "\n",
+    "spaces": "   \n",
+    "blanks": "\n\n  \t\n",
+    "progress": "[1/6] 1 extracted, ETA 0 minutes\n",
+    "other-text": "Loading model...\n",
+    "no-newline": "   ",
+}
+
+
+@pytest.fixture(scope="module")
+def rerun_logs(tmp_path_factory) -> tuple[dict[str, SimulatedJob], float]:
+    """For each of ``_TAILS``, a log with an earlier run's completion line, then the tail
+    written by this run after a start given with --since (the earlier run's lines stay before
+    it): the start and the jobs by tail. Made once for the module, every log at the same
+    moments (the tests only read them: ``--state none``)."""
+    jobs = {}
+    for name in _TAILS:
+        job = SimulatedJob(tmp_path_factory.mktemp(f"rerun-{name}"), scenario="complete", total=6, step=0.01)
+        job.start()
+        jobs[name] = job
+    assert all(job.wait(30) == 0 for job in jobs.values())
     time.sleep(1.5)
     started = time.time()
     time.sleep(1.5)
-    with open(first.log_path, "a") as log:
-        log.write(tail)
-    return first, started
+    for name, job in jobs.items():
+        with open(job.log_path, "a") as log:
+            log.write(_TAILS[name])
+    return jobs, started
 
 
-@pytest.mark.parametrize(
-    "tail",
-    ["\n", "   \n", "\n\n  \t\n", "[1/6] 1 extracted, ETA 0 minutes\n", "Loading model...\n", "   "],
-    ids=["blank", "spaces", "blanks", "progress", "other-text", "no-newline"],
-)
-def test_an_earlier_completion_line_followed_by_this_runs_bytes_is_not_this_runs(tmp_path, tail) -> None:
+@pytest.mark.parametrize("tail", list(_TAILS))
+def test_an_earlier_completion_line_followed_by_this_runs_bytes_is_not_this_runs(
+    tmp_path, rerun_logs, tail
+) -> None:
     """Whitespace is evidence of nothing, and text after a completion line is a later run's."""
-    first, started = _rerun_log(tmp_path, tail)
+    jobs, started = rerun_logs
+    first = jobs[tail]
     stage = first.stage_dict(interval="200ms", exit_grace="200ms", settle=1)
     stage_file = _write(tmp_path / "s.yaml", stage)
     out = _cli(None, "status", str(stage_file), "--since", f"@{started:.3f}", "--json", "--state", "none")
@@ -299,12 +318,12 @@ def test_an_earlier_completion_line_followed_by_this_runs_bytes_is_not_this_runs
     assert verdict["signals"]["log"]["says"] != "done", verdict["signals"]["log"]
 
 
-@pytest.mark.parametrize("since", ["between-runs", "before-both"])
-def test_a_rerun_killed_half_way_after_an_earlier_completion_line_is_never_complete(tmp_path, since) -> None:
-    """The earlier run's completion line, then this run's progress lines; the re-run is
-    killed half-way; --since given: the stage completed once the process was gone. With a
-    start before both runs, every line is "after the start": the latest run decides, and a
-    completion line followed by progress that no process seen wrote is not counted."""
+@pytest.fixture(scope="module")
+def killed_rerun(tmp_path_factory) -> tuple[Path, dict[str, float]]:
+    """The earlier run's completion line, then a re-run's progress lines, the re-run killed
+    half-way: its stage file and the starts a --since may give (made once for the module:
+    the tests only read it, ``--state none``)."""
+    tmp_path = tmp_path_factory.mktemp("killed-rerun")
     before_both = time.time() - 1
     time.sleep(1.2)
     first = _finished(tmp_path, total=8)
@@ -317,7 +336,19 @@ def test_a_rerun_killed_half_way_after_an_earlier_completion_line_is_never_compl
     _until(lambda: "[2/8]" in first.log_path.read_text().rpartition(COMPLETE_LINE)[2], timeout=30)
     os.killpg(rerun.pid, signal.SIGKILL)
     rerun.wait(5)
-    start = between if since == "between-runs" else before_both
+    return stage_file, {"between-runs": between, "before-both": before_both}
+
+
+@pytest.mark.parametrize("since", ["between-runs", "before-both"])
+def test_a_rerun_killed_half_way_after_an_earlier_completion_line_is_never_complete(
+    killed_rerun, since
+) -> None:
+    """The earlier run's completion line, then this run's progress lines; the re-run is
+    killed half-way; --since given: the stage completed once the process was gone. With a
+    start before both runs, every line is "after the start": the latest run decides, and a
+    completion line followed by progress that no process seen wrote is not counted."""
+    stage_file, starts = killed_rerun
+    start = starts[since]
     for args in (["status"], ["wait", "--timeout", "4s"]):
         out = _cli(None, *args, str(stage_file), "--since", f"@{start:.3f}", "--json", "--state", "none")
         verdicts = _never_complete(out)
@@ -531,7 +562,9 @@ def test_a_launched_jobs_recorded_exit_status_tells_a_crash_from_a_success(
         elif ending == "wrapper killed":
             os.killpg(pid, signal.SIGKILL)  # the whole group: nothing left to record it
         checker = Checker(stage_from_dict(spec), host=host, run=run)
-        verdicts = list(checker.watch(timeout=15))
+        # A wrapper killed leaves the stage unknown for good: the watch runs to its timeout,
+        # 25 checks past the kill here (the others end at their verdict, well within it).
+        verdicts = list(checker.watch(timeout=5 if ending == "wrapper killed" else 15))
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
