@@ -31,8 +31,10 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,10 +156,13 @@ def test_a_job_seen_alive_by_the_hidden_probe_itself_is_gone_when_it_no_longer_s
 # ----------------------------------------------------------------- 2. a followed verdict out of date
 
 
-def test_a_holders_complete_is_not_followed_once_a_new_run_is_at_work(tmp_path) -> None:
-    """serve settled run 1 complete and looks at the finished stage ten times less often; run 2
-    (the same job again) is at work. status (told nothing), status --since a time before both
-    runs, and wait followed run 1's complete and exited 0."""
+def test_a_holders_complete_is_followed_until_a_new_run_is_at_work(tmp_path) -> None:
+    """serve settled run 1 complete and looks at the finished stage ten times less often.
+    While no new run began, a follower (status, wait) follows that complete, with the holder
+    named (its own fresh check agrees). Once run 2 (the same job again) is at work, status
+    (told nothing), status --since a time before both runs, and wait followed run 1's complete
+    and exited 0: they say running now. (One serve and one run 1 for both sides: a follower
+    checks without saving, the row is the holder's.)"""
     state, stages = tmp_path / "state.db", tmp_path / "stages"
     stages.mkdir()
     # Long enough for serve to see it alive (its first check is within one interval).
@@ -170,6 +175,14 @@ def test_a_holders_complete_is_not_followed_once_a_new_run_is_at_work(tmp_path) 
     try:
         assert first.wait(30) == 0
         _until(lambda: _stored_verdict(state, stage["stage"]) == "complete")
+        # No new run: the holder's complete is followed.
+        for args in (["status"], ["wait", "--timeout", "20s"]):
+            out = _cli(state, *args, str(stage_file), "--json")
+            verdicts = _json_lines(out.stdout)
+            assert out.returncode == 0, (out.stdout[-1500:], out.stderr[-1500:])
+            assert verdicts[-1]["verdict"] == "complete"
+            assert verdicts[-1]["reasons"][0].startswith("watched elsewhere"), verdicts[-1]["reasons"]
+        # Run 2 at work: it is not.
         second = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01, tag=first.tag)
         second.start()
         try:
@@ -179,6 +192,9 @@ def test_a_holders_complete_is_not_followed_once_a_new_run_is_at_work(tmp_path) 
                 verdicts = _never_complete(out)
                 assert verdicts[-1]["verdict"] == "running", verdicts[-1]["reasons"]
             assert second.running
+            # The holder has not looked again meanwhile (it would have seen run 2 itself):
+            # what said running was each follower's own check.
+            assert _stored_verdict(state, stage["stage"]) == "complete"
         finally:
             second.stop()
     finally:
@@ -209,30 +225,6 @@ def test_a_holders_failed_is_not_followed_once_a_new_run_is_at_work(tmp_path) ->
                 assert verdicts[-1]["verdict"] == "running", verdicts[-1]["reasons"]
         finally:
             second.stop()
-    finally:
-        _stop(serve)
-
-
-def test_a_holders_complete_is_still_followed_when_no_new_run_began(tmp_path) -> None:
-    """The other side: a stage that is complete stays complete for a follower (its own fresh
-    check agrees), with the holder named."""
-    state, stages = tmp_path / "state.db", tmp_path / "stages"
-    stages.mkdir()
-    # Long enough for serve to see it alive (its first check is within one interval).
-    first = SimulatedJob(tmp_path, scenario="complete", total=4, step=1.2)
-    stage = first.stage_dict(interval="2s", exit_grace="300ms")
-    stage_file = _write(stages / "s.yaml", stage)
-    first.start()
-    serve = _serve(tmp_path, stages, state)
-    try:
-        assert first.wait(30) == 0
-        _until(lambda: _stored_verdict(state, stage["stage"]) == "complete")
-        for args in (["status"], ["wait", "--timeout", "20s"]):
-            out = _cli(state, *args, str(stage_file), "--json")
-            verdicts = _json_lines(out.stdout)
-            assert out.returncode == 0, (out.stdout[-1500:], out.stderr[-1500:])
-            assert verdicts[-1]["verdict"] == "complete"
-            assert verdicts[-1]["reasons"][0].startswith("watched elsewhere"), verdicts[-1]["reasons"]
     finally:
         _stop(serve)
 
@@ -1218,8 +1210,32 @@ def _unseen_rerun_stage(tmp_path: Path, tag: str, kind: str) -> dict:
     }
 
 
-def _tagged(script: str, tag: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(["/bin/sh", "-c", script, "--tag", tag], start_new_session=True)
+def _tagged(script: str, tag: str, **popen: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["/bin/sh", "-c", script, "--tag", tag], start_new_session=True, **popen)
+
+
+def _cli_begun(state: Path | None, *args: str) -> Callable[[], subprocess.CompletedProcess[str]]:
+    """``_cli`` begun now, in the background; what it returns waits for its result. For a
+    one-shot ``status`` of a history that is over (nothing changes on the host any more), run
+    beside the test's own checks: most of its second is its interpreter's start."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sensors", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(state),
+    )
+
+    def result() -> subprocess.CompletedProcess[str]:
+        try:
+            out, err = proc.communicate(timeout=90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    return result
 
 
 #: How each kind of history's first run lays its outputs out (the second run's by kind below).
@@ -1293,11 +1309,17 @@ def test_outputs_rewritten_after_the_last_completion_line_by_a_run_nobody_saw_do
         # A later clock tick: writes within one tick of the kernel's file clock (a few ms)
         # carry the same time, and their order cannot be read from them.
         time.sleep(0.05)
-    second = _tagged(_rewrite(tmp_path, kind) + "sleep 60", tag)
+    # It says when its rewrite is done (on its stdout: no file beside the outputs), then works
+    # on until it is killed.
+    second = _tagged(_rewrite(tmp_path, kind) + "echo rewritten; sleep 60", tag, stdout=subprocess.PIPE)
     try:
-        time.sleep(0.5)
+        assert second.stdout is not None and second.stdout.readline() == b"rewritten\n"
         os.killpg(second.pid, signal.SIGKILL)
         second.wait(5)
+        stage_file = _write(tmp_path / "stage.yaml", _unseen_rerun_stage(tmp_path, tag, layout))
+        status = _cli_begun(
+            None, "status", str(stage_file), "--json", "--state", "none", "--since", f"@{started}"
+        )
         stage = stage_from_dict(_unseen_rerun_stage(tmp_path, tag, layout))
         verdicts = _checked(Checker(stage, since=started))
         assert all(v.state is not State.COMPLETE for v in verdicts), [
@@ -1306,10 +1328,7 @@ def test_outputs_rewritten_after_the_last_completion_line_by_a_run_nobody_saw_do
         outputs = verdicts[-1].readings["outputs"]
         assert outputs.evidence.get("modified_after_log") is True, outputs.evidence
         assert "after the log's last write" in outputs.detail, outputs.detail
-        stage_file = _write(tmp_path / "stage.yaml", _unseen_rerun_stage(tmp_path, tag, layout))
-        _never_complete(
-            _cli(None, "status", str(stage_file), "--json", "--state", "none", "--since", f"@{started}")
-        )
+        _never_complete(status())
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(second.pid, signal.SIGKILL)
