@@ -341,7 +341,8 @@ def test_an_earlier_completion_line_ended_by_the_next_runs_newline_is_not_this_r
     waiting = subprocess.Popen(
         [
             *(sys.executable, "-m", "sensors", "wait", str(stage_file), "--since", f"@{since:.3f}"),
-            *("--json", "--state", "none", "--timeout", "6s"),
+            # Its checks go on for seconds after the kill (exit grace 300 ms, settle 1).
+            *("--json", "--state", "none", "--timeout", "4.5s"),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -608,7 +609,7 @@ def test_a_writers_child_begun_after_the_completion_line_is_its_runs_own_work(tm
     # /proc's start-time precision of its start could be a predecessor's (seed 200948).
     script = (
         f"sleep 1.2; echo '[4/4]' >> {log}; echo '{COMPLETE_LINE}' >> {log}; sleep 1.5; "
-        f"sh -c 'sleep 3' --tag {tag}; exit 0"
+        f"sh -c 'sleep 1.5' --tag {tag}; exit 0"
     )
     stage = {
         "stage": "child",
@@ -651,6 +652,21 @@ def _reaped(pid: int, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+def _ended(pid: int, timeout: float = 10.0) -> None:
+    """Until ``pid`` has ended: gone, or a zombie, which every probe reads as over too. A
+    launch's wrapper is an orphan once the launch's shell is gone, and PID 1 may reap it a
+    second later (``_reaped``: where the PID itself must be free)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            return
+        if state == "Z":
+            return
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("signals", ["log", "process+log", "process+log, no exit record"])
 def test_a_watch_of_a_launched_run_never_takes_a_later_runs_completion_line(tmp_path, signals) -> None:
     """Found by the fuzzer (seeds 417, 264, ...): a watch given run 1's launch record said
@@ -681,7 +697,7 @@ def test_a_watch_of_a_launched_run_never_takes_a_later_runs_completion_line(tmp_
         # finds that PID gone.
         run1 = replace(run1, exit_file=None)
     checker = Checker(stage_from_dict(stage_dict), run=run1)
-    _reaped(pid1)
+    _ended(pid1)
     first = checker.check()
     assert first.state is State.COMPLETE, first.reasons  # the launched run itself completes
     # Run 2, launched later to the same log: it works a while, then declares completion.
@@ -691,7 +707,7 @@ def test_a_watch_of_a_launched_run_never_takes_a_later_runs_completion_line(tmp_
         during = checker.check()
         if signals != "log":  # a log alone shows nothing of run 2 yet
             assert during.state is not State.COMPLETE, during.reasons
-        _reaped(pid2)
+        _ended(pid2)
         for _ in range(3):
             after = checker.check()
             assert after.state is not State.COMPLETE, after.reasons
@@ -914,7 +930,7 @@ def test_a_launched_run_that_is_over_is_not_completed_by_what_a_later_run_wrote(
 
     host, tag = LocalHost(), f"over-{uuid.uuid4().hex[:8]}"
     run1, pid1 = _launched(host, str(tmp_path / "job.log"), "import time; time.sleep(0.2)", tag)
-    _reaped(pid1)
+    _ended(pid1)
     _until(lambda: Path(run1.exit_file).exists(), timeout=10)
     checker = Checker(stage_from_dict(_launched_stage(tmp_path, signals)), run=run1)
     if first_look == "before":
@@ -947,7 +963,7 @@ def test_a_launched_run_whose_wrapper_was_killed_with_it_is_never_complete(tmp_p
     run1, pid1 = _launched(host, str(tmp_path / "job.log"), "import time; time.sleep(60)", tag)
     time.sleep(0.3)
     os.killpg(pid1, signal.SIGKILL)
-    _reaped(pid1)
+    _ended(pid1)
     stage = stage_from_dict(_launched_stage(tmp_path, "outputs"))
     later = _later_run(tmp_path, prelude=False, line=False)
     later.wait(timeout=30)
@@ -985,7 +1001,7 @@ def test_a_launched_job_without_a_process_signal_completes_only_once_it_exited_0
         during = [checker.check() for _ in range(3)]
         assert State.COMPLETE not in [v.state for v in during], during[-1].reasons
         assert "has not ended" in " ".join(during[-1].reasons), during[-1].reasons
-        _reaped(pid)
+        _ended(pid)
         _until(lambda: Path(run.exit_file).exists(), timeout=10)  # noqa: B023
         after = [checker.check() for _ in range(3)]
         assert after[-1].state is want, after[-1].reasons
@@ -1092,7 +1108,7 @@ def test_a_launched_job_whose_exit_is_recorded_to_the_second_completes(tmp_path,
     script = first + "import time; time.sleep(1.1)\n" + _mid_second() + then
     run, pid = _launched(LocalHost(), str(tmp_path / "job.log"), script, f"bb-{uuid.uuid4().hex[:8]}")
     monkeypatch.setenv("PATH", os.environ["PATH"].split(":", 1)[1])
-    _reaped(pid)
+    _reaped(pid)  # gone, as written: with whole-second times its checks need the next second
     _until(lambda: Path(run.exit_file).exists(), timeout=10)
     record = Path(run.exit_file).read_text()
     assert record.startswith("0 ") and "%N" in record, record
@@ -1120,7 +1136,7 @@ def test_a_launched_jobs_outputs_with_whole_second_times_written_in_its_exit_sec
         "time.sleep(0.1)\n"
     )
     run, pid = _launched(LocalHost(), str(tmp_path / "job.log"), script, f"coarse-{uuid.uuid4().hex[:8]}")
-    _reaped(pid)
+    _reaped(pid)  # gone, as written: with whole-second times its checks need the next second
     _until(lambda: Path(run.exit_file).exists(), timeout=10)
     at = float(Path(run.exit_file).read_text().split()[1])
     assert at % 1 > 0.3, at  # the exit, in the outputs' second
@@ -1569,7 +1585,7 @@ def test_a_rerun_begun_within_a_second_of_its_predecessors_line_does_not_finish_
     later = _tagged("sleep 60", tag)  # the re-run, begun at once: nothing written yet
     try:
         out = subprocess.Popen(
-            [sys.executable, "-m", "sensors", "wait", str(stage_file), "--json", "--timeout", "5s",
+            [sys.executable, "-m", "sensors", "wait", str(stage_file), "--json", "--timeout", "3s",
              "--state", "none", "--since", f"@{began:.3f}"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(None),
         )  # fmt: skip
@@ -1618,7 +1634,7 @@ def test_a_follower_keeps_what_it_saw_itself_when_it_confirms_the_holders_verdic
     follower = Checker(stage, run=run1, state=store)
     try:
         assert holder.check().readings["process"].says.value == "working"  # seen at work
-        _reaped(pid1)
+        _ended(pid1)
         settled = [holder.check() for _ in range(3)]
         assert settled[-1].state is State.COMPLETE, settled[-1].reasons
         assert follower.check().state is State.COMPLETE  # followed and confirmed: true then
@@ -1631,7 +1647,7 @@ def test_a_follower_keeps_what_it_saw_itself_when_it_confirms_the_holders_verdic
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid2, signal.SIGKILL)
-            _reaped(pid2)
+            _ended(pid2)
         assert holder.check().state is State.COMPLETE  # it never saw run 2: no trace of it left
         after = [follower.check() for _ in range(3)]
     finally:
@@ -1674,7 +1690,7 @@ def test_a_process_the_launched_job_did_not_start_is_not_its_own(tmp_path, when)
     checker = Checker(stage, run=run1)
     try:
         verdicts = [checker.check()]
-        _reaped(pid1)
+        _ended(pid1)
         _until(lambda: Path(run1.exit_file).exists(), timeout=10)
         time.sleep(0.2)
         verdicts += [checker.check() for _ in range(2)]
