@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,33 @@ def _cli(
         timeout=timeout,
         env=_env(state, **extra),
     )
+
+
+def _cli_begun(
+    state: Path | None, *args: str, wrap: tuple[str, ...] = (), **extra: str
+) -> Callable[[], subprocess.CompletedProcess[str]]:
+    """``_cli`` begun now, in the background; what it returns waits for its result. For
+    reads of a history that stands still (nothing changes on the host meanwhile, no state
+    store written), run beside each other or beside the test's own checks: most of a CLI's
+    second is its interpreter's start. ``wrap``: a command it runs under (``unshare ...``)."""
+    proc = subprocess.Popen(
+        [*wrap, sys.executable, "-m", "sensors", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(state, **extra),
+    )
+
+    def result() -> subprocess.CompletedProcess[str]:
+        try:
+            out, err = proc.communicate(timeout=90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    return result
 
 
 def _waiting(stage_file: Path, *, timeout: str = "30s") -> subprocess.Popen[str]:
@@ -349,9 +377,13 @@ def test_a_rerun_killed_half_way_after_an_earlier_completion_line_is_never_compl
     completion line followed by progress that no process seen wrote is not counted."""
     stage_file, starts = killed_rerun
     start = starts[since]
-    for args in (["status"], ["wait", "--timeout", "4s"]):
-        out = _cli(None, *args, str(stage_file), "--since", f"@{start:.3f}", "--json", "--state", "none")
-        verdicts = _never_complete(out)
+    # status and wait side by side: the history is over, and neither writes a store.
+    begun = [
+        _cli_begun(None, *args, str(stage_file), "--since", f"@{start:.3f}", "--json", "--state", "none")
+        for args in (["status"], ["wait", "--timeout", "4s"])
+    ]
+    for result in begun:
+        verdicts = _never_complete(result())
         log = verdicts[-1]["signals"]["log"]
         assert log["says"] != "done", log
         # The progress after the line: a later run's, or the line's writers' last update,
@@ -406,23 +438,23 @@ def test_a_job_outside_the_probes_pid_namespace_is_not_gone(tmp_path) -> None:
     try:
         stage = job.stage_dict(interval="200ms", exit_grace="200ms", settle=1)
         stage_file = _write(tmp_path / "s.yaml", stage)
-        cmd = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "sensors", "status"]
-        cmd += [str(stage_file), "--since", f"@{started - 1:.3f}", "--json", "--state", "none"]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=90, env=_env(None))
-        [verdict] = _never_complete(out)
+        visible = _write(tmp_path / "v.yaml", {**stage, "process": {**stage["process"], "scope": "visible"}})
+        since = ("--since", f"@{started - 1:.3f}", "--json", "--state", "none")
+        # The three looks side by side (the job post-processes throughout; none writes a store).
+        in_pidns = ("unshare", "--pid", "--fork", "--mount-proc")
+        hidden = _cli_begun(None, "status", str(stage_file), *since, wrap=in_pidns)
+        seen_visible = _cli_begun(None, "status", str(visible), *since, wrap=in_pidns)
+        plain = _cli(None, "status", str(stage_file), *since)
+        [verdict] = _never_complete(hidden())
         process = verdict["signals"]["process"]
         assert process["says"] == "unknown" and "PID namespace of its own" in process["detail"], process
         assert "process.scope: visible" in process["detail"]
         # The host's own view: the job at work.
-        plain = _cli(
-            None, "status", str(stage_file), "--since", f"@{started - 1:.3f}", "--json", "--state", "none"
-        )
         assert _json_lines(plain.stdout)[0]["verdict"] == "running", plain.stdout[-500:]
         # A user who knows the job always runs where the probe sees it says so.
-        visible = _write(tmp_path / "v.yaml", {**stage, "process": {**stage["process"], "scope": "visible"}})
-        cmd[cmd.index(str(stage_file))] = str(visible)
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=90, env=_env(None))
+        out = seen_visible()
         assert _json_lines(out.stdout)[0]["signals"]["process"]["says"] == "done", out.stdout[-500:]
+        assert job.running  # at work for all three
     finally:
         job.stop()
 
@@ -563,8 +595,8 @@ def test_a_launched_jobs_recorded_exit_status_tells_a_crash_from_a_success(
             os.killpg(pid, signal.SIGKILL)  # the whole group: nothing left to record it
         checker = Checker(stage_from_dict(spec), host=host, run=run)
         # A wrapper killed leaves the stage unknown for good: the watch runs to its timeout,
-        # 25 checks past the kill here (the others end at their verdict, well within it).
-        verdicts = list(checker.watch(timeout=5 if ending == "wrapper killed" else 15))
+        # 15 checks past the kill here (the others end at their verdict, well within it).
+        verdicts = list(checker.watch(timeout=3 if ending == "wrapper killed" else 15))
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
@@ -613,7 +645,11 @@ def test_an_output_dated_in_the_hosts_future_is_not_written_during_the_run(tmp_p
         "policy": {"interval": "200ms", "settle": 1},
     }
     stage_file = _write(tmp_path / "s.yaml", stage)
-    for args in (["status"], ["wait", "--timeout", "3s"]):
-        out_ = _cli(None, *args, str(stage_file), "--since", f"@{started:.3f}", "--json", "--state", "none")
-        verdicts = _never_complete(out_)
+    # status and wait side by side: nothing changes meanwhile, and neither writes a store.
+    begun = [
+        _cli_begun(None, *args, str(stage_file), "--since", f"@{started:.3f}", "--json", "--state", "none")
+        for args in (["status"], ["wait", "--timeout", "3s"])
+    ]
+    for result in begun:
+        verdicts = _never_complete(result())
         assert verdicts[-1]["signals"]["outputs"]["evidence"]["written_this_run"] is False, verdicts[-1]

@@ -31,7 +31,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ import pytest
 from sensors.testing import COMPLETE_LINE, SimulatedJob
 from tests.test_false_complete import (
     _cli,
+    _cli_begun,
     _env,
     _finished,
     _HidepidHost,
@@ -1230,30 +1230,6 @@ def _tagged(script: str, tag: str, **popen: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen(["/bin/sh", "-c", script, "--tag", tag], start_new_session=True, **popen)
 
 
-def _cli_begun(state: Path | None, *args: str) -> Callable[[], subprocess.CompletedProcess[str]]:
-    """``_cli`` begun now, in the background; what it returns waits for its result. For a
-    one-shot ``status`` of a history that is over (nothing changes on the host any more), run
-    beside the test's own checks: most of its second is its interpreter's start."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sensors", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(state),
-    )
-
-    def result() -> subprocess.CompletedProcess[str]:
-        try:
-            out, err = proc.communicate(timeout=90)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-    return result
-
-
 #: How each kind of history's first run lays its outputs out (the second run's by kind below).
 _LAYOUT = {"in-place": "files", "restored": "files", "touched-back": "lines"}
 
@@ -1673,7 +1649,7 @@ def test_a_process_the_launched_job_did_not_start_is_not_its_own(tmp_path, when)
     host, tag = LocalHost(), f"unordered-{uuid.uuid4().hex[:8]}"
     log_path = str(tmp_path / "job.log")
     run1, pid1 = _launched(host, log_path, "import time; time.sleep(0.6)", tag)
-    run2_argv = f"exec {shlex.quote(sys.executable)} -c 'import time; time.sleep(4)' {tag}"
+    run2_argv = f"exec {shlex.quote(sys.executable)} -c 'import time; time.sleep(3)' {tag}"
     if when == "at its recorded exit":
         # Spins until the wrapper writes the record, then starts run 2 at once (microseconds).
         script = f"while [ ! -s {shlex.quote(str(run1.exit_file))} ]; do :; done; {run2_argv}"
