@@ -175,9 +175,14 @@ def test_a_holders_complete_is_followed_until_a_new_run_is_at_work(tmp_path) -> 
     try:
         assert first.wait(30) == 0
         _until(lambda: _stored_verdict(state, stage["stage"]) == "complete")
-        # No new run: the holder's complete is followed.
-        for args in (["status"], ["wait", "--timeout", "20s"]):
-            out = _cli(state, *args, str(stage_file), "--json")
+        # No new run: the holder's complete is followed. (The followers side by side, here and
+        # below: a follower writes nothing to the store.)
+        begun = [
+            _cli_begun(state, *args, str(stage_file), "--json")
+            for args in (["status"], ["wait", "--timeout", "20s"])
+        ]
+        for result in begun:
+            out = result()
             verdicts = _json_lines(out.stdout)
             assert out.returncode == 0, (out.stdout[-1500:], out.stderr[-1500:])
             assert verdicts[-1]["verdict"] == "complete"
@@ -187,9 +192,12 @@ def test_a_holders_complete_is_followed_until_a_new_run_is_at_work(tmp_path) -> 
         second.start()
         try:
             time.sleep(0.5)
-            for args in (["status"], ["status", "--since", f"@{before:.3f}"], ["wait", "--timeout", "3s"]):
-                out = _cli(state, *args, str(stage_file), "--json")
-                verdicts = _never_complete(out)
+            begun = [
+                _cli_begun(state, *args, str(stage_file), "--json")
+                for args in (["status"], ["status", "--since", f"@{before:.3f}"], ["wait", "--timeout", "3s"])
+            ]
+            for result in begun:
+                verdicts = _never_complete(result())
                 assert verdicts[-1]["verdict"] == "running", verdicts[-1]["reasons"]
             assert second.running
             # The holder has not looked again meanwhile (it would have seen run 2 itself):
@@ -218,8 +226,13 @@ def test_a_holders_failed_is_not_followed_once_a_new_run_is_at_work(tmp_path) ->
         second.start()
         try:
             time.sleep(0.5)
-            for args in (["status"], ["wait", "--timeout", "3s"]):
-                out = _cli(state, *args, str(stage_file), "--json")
+            # Side by side: a follower writes nothing to the store.
+            begun = [
+                _cli_begun(state, *args, str(stage_file), "--json")
+                for args in (["status"], ["wait", "--timeout", "3s"])
+            ]
+            for result in begun:
+                out = result()
                 verdicts = _json_lines(out.stdout)
                 assert out.returncode not in (0, 3), [v["reasons"][:2] for v in verdicts[-2:]]
                 assert verdicts[-1]["verdict"] == "running", verdicts[-1]["reasons"]
@@ -1264,12 +1277,69 @@ def _rewrite(tmp_path: Path, kind: str) -> str:
     return _write_outputs(tmp_path, kind)
 
 
-@pytest.mark.parametrize(
-    "kind", ["files", "lines", "in-place", "restored", "touched-back", "nested", "symlink"]
-)
+#: The kinds of unseen re-run (see ``_write_outputs``), each with and without a prelude.
+_UNSEEN = ["files", "lines", "in-place", "restored", "touched-back", "nested", "symlink"]
+
+
+@pytest.fixture(scope="module")
+def unseen_reruns(tmp_path_factory) -> dict[tuple[str, bool], tuple[Path, str, float]]:
+    """Every history of the test below, each in a directory of its own, made together (the
+    test only reads them): run 1 wrote its outputs and its completion line and ended; run 2
+    — its launcher wrote a blank line first (``prelude``), or nothing — rewrote the outputs
+    and was SIGKILLed before its first log line. ``(kind, prelude)`` → (its directory, its
+    tag, a start before both runs)."""
+    histories: dict[tuple[str, bool], tuple[Path, str]] = {}
+    for kind in _UNSEEN:
+        for prelude in (False, True):
+            tmp_path = tmp_path_factory.mktemp(f"unseen-{kind}-{int(prelude)}")
+            (tmp_path / "out").mkdir()
+            if kind == "restored":  # a stale copy of the outputs, an hour old
+                (tmp_path / "stale").mkdir()
+                for k in (1, 2, 3):
+                    (tmp_path / "stale" / f"{k}.pt").write_text("stale")
+                stale = [*tmp_path.joinpath("stale").iterdir(), tmp_path / "stale"]
+                subprocess.run(["touch", "-d", "1 hour ago", *map(str, stale)], check=True)
+            histories[(kind, prelude)] = tmp_path, f"rerun-{uuid.uuid4().hex[:8]}"
+    started = time.time() - 1
+    firsts = [
+        _tagged(
+            _write_outputs(path, _LAYOUT.get(kind, kind))
+            + f"echo '{COMPLETE_LINE}: 3 samples' >> {path}/job.log",
+            tag,
+        )
+        for (kind, _), (path, tag) in histories.items()
+    ]
+    assert [first.wait(10) for first in firsts] == [0] * len(firsts)
+    time.sleep(1.1)  # the next run clearly after (whole-second file times included)
+    for (_, prelude), (path, _) in histories.items():
+        if prelude:
+            with open(path / "job.log", "a") as log:
+                log.write("\n")
+    # A later clock tick: writes within one tick of the kernel's file clock (a few ms) carry
+    # the same time, and their order cannot be read from them.
+    time.sleep(0.05)
+    # Each says when its rewrite is done (on its stdout: no file beside the outputs), then
+    # works on until it is killed.
+    seconds = [
+        _tagged(_rewrite(path, kind) + "echo rewritten; sleep 60", tag, stdout=subprocess.PIPE)
+        for (kind, _), (path, tag) in histories.items()
+    ]
+    try:
+        for second in seconds:
+            assert second.stdout is not None and second.stdout.readline() == b"rewritten\n"
+            os.killpg(second.pid, signal.SIGKILL)
+            second.wait(5)
+    finally:
+        for second in seconds:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(second.pid, signal.SIGKILL)
+    return {key: (path, tag, started) for key, (path, tag) in histories.items()}
+
+
+@pytest.mark.parametrize("kind", _UNSEEN)
 @pytest.mark.parametrize("prelude", [False, True])
 def test_outputs_rewritten_after_the_last_completion_line_by_a_run_nobody_saw_do_not_complete(
-    tmp_path, kind, prelude
+    unseen_reruns, kind, prelude
 ) -> None:
     """Found by the fuzzer (seed 100490): run 1 wrote its outputs and its completion line and
     ended; run 2 — its launcher wrote a blank line first, or nothing — cleaned the outputs,
@@ -1277,53 +1347,23 @@ def test_outputs_rewritten_after_the_last_completion_line_by_a_run_nobody_saw_do
     ``--since`` before both runs, found run 1's line as the log's last word, the count at the
     expected number and no process alive: complete, for a run that was killed. The outputs
     were modified after the log's last write, and no process of the run was seen at work
-    then: the line is not known to be their run's last word."""
+    then: the line is not known to be their run's last word. (The histories:
+    ``unseen_reruns``.)"""
     from sensors import Checker, State, stage_from_dict
 
-    tag = f"rerun-{uuid.uuid4().hex[:8]}"
-    (tmp_path / "out").mkdir()
-    if kind == "restored":  # a stale copy of the outputs, an hour old
-        (tmp_path / "stale").mkdir()
-        for k in (1, 2, 3):
-            (tmp_path / "stale" / f"{k}.pt").write_text("stale")
-        subprocess.run(["touch", "-d", "1 hour ago", *tmp_path.joinpath("stale").iterdir()], check=True)
-        subprocess.run(["touch", "-d", "1 hour ago", str(tmp_path / "stale")], check=True)
-    started = time.time() - 1
+    tmp_path, tag, started = unseen_reruns[(kind, prelude)]
     layout = _LAYOUT.get(kind, kind)
-    first = _tagged(
-        _write_outputs(tmp_path, layout) + f"echo '{COMPLETE_LINE}: 3 samples' >> {tmp_path}/job.log", tag
+    stage_file = _write(tmp_path / "stage.yaml", _unseen_rerun_stage(tmp_path, tag, layout))
+    status = _cli_begun(
+        None, "status", str(stage_file), "--json", "--state", "none", "--since", f"@{started}"
     )
-    assert first.wait(10) == 0
-    time.sleep(1.1)  # the next run clearly after (whole-second file times included)
-    if prelude:
-        with open(tmp_path / "job.log", "a") as log:
-            log.write("\n")
-        # A later clock tick: writes within one tick of the kernel's file clock (a few ms)
-        # carry the same time, and their order cannot be read from them.
-        time.sleep(0.05)
-    # It says when its rewrite is done (on its stdout: no file beside the outputs), then works
-    # on until it is killed.
-    second = _tagged(_rewrite(tmp_path, kind) + "echo rewritten; sleep 60", tag, stdout=subprocess.PIPE)
-    try:
-        assert second.stdout is not None and second.stdout.readline() == b"rewritten\n"
-        os.killpg(second.pid, signal.SIGKILL)
-        second.wait(5)
-        stage_file = _write(tmp_path / "stage.yaml", _unseen_rerun_stage(tmp_path, tag, layout))
-        status = _cli_begun(
-            None, "status", str(stage_file), "--json", "--state", "none", "--since", f"@{started}"
-        )
-        stage = stage_from_dict(_unseen_rerun_stage(tmp_path, tag, layout))
-        verdicts = _checked(Checker(stage, since=started))
-        assert all(v.state is not State.COMPLETE for v in verdicts), [
-            (v.state, v.reasons[:2]) for v in verdicts
-        ]
-        outputs = verdicts[-1].readings["outputs"]
-        assert outputs.evidence.get("modified_after_log") is True, outputs.evidence
-        assert "after the log's last write" in outputs.detail, outputs.detail
-        _never_complete(status())
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(second.pid, signal.SIGKILL)
+    stage = stage_from_dict(_unseen_rerun_stage(tmp_path, tag, layout))
+    verdicts = _checked(Checker(stage, since=started))
+    assert all(v.state is not State.COMPLETE for v in verdicts), [(v.state, v.reasons[:2]) for v in verdicts]
+    outputs = verdicts[-1].readings["outputs"]
+    assert outputs.evidence.get("modified_after_log") is True, outputs.evidence
+    assert "after the log's last write" in outputs.detail, outputs.detail
+    _never_complete(status())
 
 
 @pytest.mark.parametrize("kind", ["files", "lines", "nested", "symlink", "not-an-output-after"])
