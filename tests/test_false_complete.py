@@ -505,15 +505,18 @@ def test_a_job_hidden_by_hidepid_over_ssh_is_not_gone(tmp_path) -> None:
                 "host": server.spec(user=user),
             }
             stage_file = _write(tmp_path / "s.yaml", stage)
+            # Root on the same host's hidepid /proc sees every process: the job at work. The
+            # two looks side by side (the job post-processes throughout; --state none).
+            as_root = _write(tmp_path / "root.yaml", {**stage, "host": server.spec()})
             since = f"@{started - 1:.3f}"
-            out = _cli(None, "status", str(stage_file), "--since", since, "--json", "--state", "none")
-            [verdict] = _never_complete(out)
+            begun = [
+                _cli_begun(None, "status", str(path), "--since", since, "--json", "--state", "none")
+                for path in (stage_file, as_root)
+            ]
+            [verdict] = _never_complete(begun[0]())
             process = verdict["signals"]["process"]
             assert process["says"] == "unknown" and "hidepid=invisible" in process["detail"], process
-            # Root on the same host's hidepid /proc sees every process: the job at work.
-            stage["host"] = server.spec()
-            _write(stage_file, stage)
-            out = _cli(None, "status", str(stage_file), "--since", since, "--json", "--state", "none")
+            out = begun[1]()
             assert _json_lines(out.stdout)[0]["verdict"] == "running", out.stdout[-800:]
         finally:
             job.stop()

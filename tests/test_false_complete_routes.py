@@ -419,14 +419,12 @@ def test_a_local_stages_memory_from_another_machine_is_not_this_machines(tmp_pat
         ' && exec "$@"'
     )
     on_b = ["unshare", "-u", "-m", "-p", "-f", "--mount-proc", "sh", "-c", machine_b, "sh"]
-    status = [sys.executable, "-m", "sensors", "status", str(stage_file), "--json"]
-    out = subprocess.run([*on_b, *status], capture_output=True, text=True, timeout=120, env=_env(state))
-    [verdict] = _never_complete(out)
+    # B with the shared store, and B alone, side by side (alone reads no store).
+    shared = _cli_begun(state, "status", str(stage_file), "--json", wrap=tuple(on_b))
+    alone = _cli_begun(None, "status", str(stage_file), "--json", "--state", "none", wrap=tuple(on_b))
+    [verdict] = _never_complete(shared())
     assert str(job.pid) not in verdict["signals"]["process"]["detail"], verdict["signals"]["process"]
-    alone = subprocess.run(
-        [*on_b, *status, "--state", "none"], capture_output=True, text=True, timeout=120, env=_env(None)
-    )
-    assert _json_lines(alone.stdout)[-1]["verdict"] == verdict["verdict"] == "unknown"
+    assert _json_lines(alone().stdout)[-1]["verdict"] == verdict["verdict"] == "unknown"
 
 
 # ----------------------------------------------------------------- 6. a duration read as a time
