@@ -14,6 +14,7 @@ import json
 import os
 import re
 import resource
+import selectors
 import shutil
 import socket
 import subprocess
@@ -78,9 +79,7 @@ def test_idle_connections_to_the_metrics_endpoint_cost_the_watcher_no_descriptor
             assert proc.poll() is None and time.monotonic() < end, err.read_text()
             time.sleep(0.2)
         before = _fds(proc.pid)
-        for _ in range(300):
-            s = socket.create_connection(("127.0.0.1", port), timeout=5)
-            idle.append(s)  # connected, says nothing
+        idle += _connected(port, 300)  # connected, say nothing
         opened_at = time.monotonic()
         time.sleep(1.0)  # every connection accepted (or closed) by now
         held = _fds(proc.pid) - before
@@ -112,6 +111,32 @@ def test_idle_connections_to_the_metrics_endpoint_cost_the_watcher_no_descriptor
         job.stop()
 
 
+def _connected(port: int, n: int, timeout: float = 30.0) -> list[socket.socket]:
+    """``n`` connections to ``port`` on 127.0.0.1, made as fast as the server meets them.
+    Its listen backlog is 5: a connect made while the backlog is full has its SYN dropped and
+    waits a second for the retransmit, and 300 connects one after the other took 48 s (about
+    6 a second, fewer than the server would hold within its request timeout). A connect not
+    made within 50 ms is dropped and made again at once: a flood of idle clients, all of them
+    at the server within a second or two."""
+    socks: list[socket.socket] = []
+    end = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        while len(socks) < n:
+            assert time.monotonic() < end, f"{len(socks)} of {n} connections made"
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            sel.register(s, selectors.EVENT_WRITE)
+            made = sel.select(0.05) and s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+            sel.unregister(s)
+            if made:
+                s.setblocking(True)
+                socks.append(s)
+            else:
+                s.close()
+    return socks
+
+
 def _healthy(port: int, timeout: float) -> dict | None:
     try:
         return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=timeout).json()
@@ -119,11 +144,16 @@ def _healthy(port: int, timeout: float) -> dict | None:
         return None
 
 
-def test_a_client_that_trickles_its_request_is_dropped_within_the_request_timeout(tmp_path: Path) -> None:
+def test_a_client_that_trickles_its_request_is_dropped_within_the_request_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One byte a second never ends a request line: the connection is closed once
-    REQUEST_TIMEOUT_S have passed since it was accepted, not held while bytes keep coming."""
+    REQUEST_TIMEOUT_S have passed since it was accepted, not held while bytes keep coming.
+    (The timeout set to 3 s here: what it bounds is the same at any value.)"""
     from sensors._watch.watcher import Metrics, Watcher
 
+    timeout = 3.0
+    monkeypatch.setattr("sensors._watch.watcher.REQUEST_TIMEOUT_S", timeout)
     watcher = Watcher(tmp_path)
     server = Metrics(watcher).serve(0)
     try:
@@ -131,7 +161,7 @@ def test_a_client_that_trickles_its_request_is_dropped_within_the_request_timeou
         with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
             began = time.monotonic()
             closed = False
-            while time.monotonic() - began < REQUEST_TIMEOUT_S + 5:
+            while time.monotonic() - began < timeout + 5:
                 try:
                     s.sendall(b"G")
                     s.settimeout(0.5)
@@ -145,7 +175,7 @@ def test_a_client_that_trickles_its_request_is_dropped_within_the_request_timeou
                     break
             took = time.monotonic() - began
         assert closed, "still open"
-        assert REQUEST_TIMEOUT_S - 1 < took < REQUEST_TIMEOUT_S + 3, took
+        assert timeout - 1 < took < timeout + 3, took
     finally:
         server.shutdown()
         server.server_close()
@@ -154,11 +184,14 @@ def test_a_client_that_trickles_its_request_is_dropped_within_the_request_timeou
 # --------------------------------------------------------------------------- a log that blocks
 
 
-def _probe_processes(*needles: str, exact: tuple[str, ...] = (), since: float = 0.0) -> list[str]:
+def _probe_processes(
+    *needles: str, exact: tuple[str, ...] = (), since: float = 0.0, mark: str | None = None
+) -> list[str]:
     """This machine's processes whose command line holds one of ``needles`` (the probe's
     children: its ``tail`` names the log; the SSH host is this machine too), or is one of
-    ``exact`` and began after ``since`` (a wall-clock time: another test's ``sleep`` is not
-    this one's)."""
+    ``exact``, began after ``since`` (a wall-clock time) and, with ``mark``, has it in its
+    environment (what the test's own shell handed down: another test's ``sleep 2`` on this
+    machine, begun meanwhile, is not this one's)."""
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -167,9 +200,15 @@ def _probe_processes(*needles: str, exact: tuple[str, ...] = (), since: float = 
             with open(f"/proc/{entry.name}/cmdline", "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
             began = os.stat(f"/proc/{entry.name}").st_ctime
+            if cmd in exact and mark is not None:
+                with open(f"/proc/{entry.name}/environ", "rb") as f:
+                    ours = mark.encode() in f.read().split(b"\0")
+            else:
+                ours = True
         except OSError:
             continue  # gone meanwhile
-        if (any(n in cmd for n in needles) and "skewfs" not in cmd) or (cmd in exact and began >= since):
+        named = any(n in cmd for n in needles) and "skewfs" not in cmd
+        if named or (cmd in exact and began >= since and ours):
             found.append(f"{entry.name} {cmd}")
     return found
 
@@ -249,16 +288,18 @@ def test_the_kept_shell_ends_a_late_script_with_every_process_it_started(tmp_pat
         + wrapped(b"echo third", b"m3", 4)
     )
     began, wall = time.monotonic(), time.time() - 1.0
-    done = subprocess.run(["/bin/sh", "-s"], input=sent, capture_output=True, timeout=30)
+    mark = f"CROSSCHECK_TEST_SHELL={tmp_path.name}-{os.getpid()}"  # what its processes inherit
+    env = {**os.environ, mark.partition("=")[0]: mark.partition("=")[2]}
+    done = subprocess.run(["/bin/sh", "-s"], input=sent, capture_output=True, timeout=30, env=env)
     took = time.monotonic() - began
     assert done.stdout == (
         b"first\n\n@@crosscheck-done m1 0\n\n@@crosscheck-done m2 137\nthird\n\n@@crosscheck-done m3 0\n"
     )
     assert 2 <= took < 6, took
     time.sleep(0.3)
-    assert _probe_processes(str(fifo), exact=("sleep 2",), since=wall) == []
+    assert _probe_processes(str(fifo), exact=("sleep 2",), since=wall, mark=mark) == []
     time.sleep(max(0.0, began + 4.5 - time.monotonic()))  # the first script's limit
-    assert _probe_processes(str(fifo), exact=("sleep 4", "sleep 2"), since=wall) == []
+    assert _probe_processes(str(fifo), exact=("sleep 4", "sleep 2"), since=wall, mark=mark) == []
 
 
 @pytest.mark.timeout(60)
@@ -278,7 +319,9 @@ def test_a_probe_past_its_deadline_is_ended_with_its_children(tmp_path: Path, ho
 
 
 @pytest.mark.timeout(120)
-def test_a_stuck_network_file_system_costs_only_its_own_stage_in_a_batch(tmp_path: Path, host) -> None:
+def test_a_stuck_network_file_system_costs_only_its_own_stage_in_a_batch(
+    tmp_path: Path, host, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One batch on one host: a stage whose log is on a FUSE mount whose reads no longer answer
     (a file server that stopped: the size is there, the bytes never come) and a stage whose log
     is an ordinary local file that says it is done. The stuck stage's part runs guarded (its
@@ -287,12 +330,15 @@ def test_a_stuck_network_file_system_costs_only_its_own_stage_in_a_batch(tmp_pat
     deadline, at every check. Without the guard the probe ran into its deadline and both
     stages were ``unknown``."""
     from sensors import stage_from_dict
-    from sensors._check.batch import GUARD_BUDGET
     from tests import skewfs
 
     why = skewfs.available()
     if why:
         pytest.skip(why)
+    # The budget set small: a stuck read is ended at any budget (10 s by default, waited
+    # twice a host), and a healthy guarded read here takes milliseconds.
+    budget = 3.0
+    monkeypatch.setattr("sensors._check.batch.GUARD_BUDGET", budget)
     plain = tmp_path / "plain.log"
     plain.write_text("step 1\nExtraction complete\n")
     with skewfs.skewed_mount(tmp_path / "backing", tmp_path / "mnt", 0.0, hang=True) as mnt:
@@ -316,7 +362,7 @@ def test_a_stuck_network_file_system_costs_only_its_own_stage_in_a_batch(tmp_pat
             by = {v.stage: v.readings["log"] for v in verdicts}
             assert by["plain"].says.value == "done", by["plain"]
             assert by["stuck"].says.value == "unknown", by["stuck"]
-            assert f"did not finish within {int(GUARD_BUDGET)} s" in by["stuck"].detail, by["stuck"].detail
-            assert GUARD_BUDGET - 1 < took < GUARD_BUDGET + 8, took
+            assert f"did not finish within {int(budget)} s" in by["stuck"].detail, by["stuck"].detail
+            assert budget - 1 < took < budget + 8, took
         # The local stage runs unguarded from its second check on; the stuck one stays guarded.
         assert [c.guarded for c in checkers] == [True, False]

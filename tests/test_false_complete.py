@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,33 @@ def _cli(
         timeout=timeout,
         env=_env(state, **extra),
     )
+
+
+def _cli_begun(
+    state: Path | None, *args: str, wrap: tuple[str, ...] = (), **extra: str
+) -> Callable[[], subprocess.CompletedProcess[str]]:
+    """``_cli`` begun now, in the background; what it returns waits for its result. For
+    reads of a history that stands still (nothing changes on the host meanwhile, no state
+    store written), run beside each other or beside the test's own checks: most of a CLI's
+    second is its interpreter's start. ``wrap``: a command it runs under (``unshare ...``)."""
+    proc = subprocess.Popen(
+        [*wrap, sys.executable, "-m", "sensors", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(state, **extra),
+    )
+
+    def result() -> subprocess.CompletedProcess[str]:
+        try:
+            out, err = proc.communicate(timeout=90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    return result
 
 
 def _waiting(stage_file: Path, *, timeout: str = "30s") -> subprocess.Popen[str]:
@@ -272,26 +300,45 @@ def test_a_job_identity_from_an_earlier_process_section_never_reaches_this_runs_
 # ----------------------------------------------------------------- 2. the last word of this run
 
 
-def _rerun_log(tmp_path: Path, tail: str) -> tuple[SimulatedJob, float]:
-    """A log with an earlier run's completion line, then ``tail`` written by this run after a
-    start given with --since (the earlier run's lines stay before it)."""
-    first = _finished(tmp_path)
+#: What this run wrote after an earlier run's completion line, by name.
+_TAILS = {
+    "blank": "\n",
+    "spaces": "   \n",
+    "blanks": "\n\n  \t\n",
+    "progress": "[1/6] 1 extracted, ETA 0 minutes\n",
+    "other-text": "Loading model...\n",
+    "no-newline": "   ",
+}
+
+
+@pytest.fixture(scope="module")
+def rerun_logs(tmp_path_factory) -> tuple[dict[str, SimulatedJob], float]:
+    """For each of ``_TAILS``, a log with an earlier run's completion line, then the tail
+    written by this run after a start given with --since (the earlier run's lines stay before
+    it): the start and the jobs by tail. Made once for the module, every log at the same
+    moments (the tests only read them: ``--state none``)."""
+    jobs = {}
+    for name in _TAILS:
+        job = SimulatedJob(tmp_path_factory.mktemp(f"rerun-{name}"), scenario="complete", total=6, step=0.01)
+        job.start()
+        jobs[name] = job
+    assert all(job.wait(30) == 0 for job in jobs.values())
     time.sleep(1.5)
     started = time.time()
     time.sleep(1.5)
-    with open(first.log_path, "a") as log:
-        log.write(tail)
-    return first, started
+    for name, job in jobs.items():
+        with open(job.log_path, "a") as log:
+            log.write(_TAILS[name])
+    return jobs, started
 
 
-@pytest.mark.parametrize(
-    "tail",
-    ["\n", "   \n", "\n\n  \t\n", "[1/6] 1 extracted, ETA 0 minutes\n", "Loading model...\n", "   "],
-    ids=["blank", "spaces", "blanks", "progress", "other-text", "no-newline"],
-)
-def test_an_earlier_completion_line_followed_by_this_runs_bytes_is_not_this_runs(tmp_path, tail) -> None:
+@pytest.mark.parametrize("tail", list(_TAILS))
+def test_an_earlier_completion_line_followed_by_this_runs_bytes_is_not_this_runs(
+    tmp_path, rerun_logs, tail
+) -> None:
     """Whitespace is evidence of nothing, and text after a completion line is a later run's."""
-    first, started = _rerun_log(tmp_path, tail)
+    jobs, started = rerun_logs
+    first = jobs[tail]
     stage = first.stage_dict(interval="200ms", exit_grace="200ms", settle=1)
     stage_file = _write(tmp_path / "s.yaml", stage)
     out = _cli(None, "status", str(stage_file), "--since", f"@{started:.3f}", "--json", "--state", "none")
@@ -299,12 +346,12 @@ def test_an_earlier_completion_line_followed_by_this_runs_bytes_is_not_this_runs
     assert verdict["signals"]["log"]["says"] != "done", verdict["signals"]["log"]
 
 
-@pytest.mark.parametrize("since", ["between-runs", "before-both"])
-def test_a_rerun_killed_half_way_after_an_earlier_completion_line_is_never_complete(tmp_path, since) -> None:
-    """The earlier run's completion line, then this run's progress lines; the re-run is
-    killed half-way; --since given: the stage completed once the process was gone. With a
-    start before both runs, every line is "after the start": the latest run decides, and a
-    completion line followed by progress that no process seen wrote is not counted."""
+@pytest.fixture(scope="module")
+def killed_rerun(tmp_path_factory) -> tuple[Path, dict[str, float]]:
+    """The earlier run's completion line, then a re-run's progress lines, the re-run killed
+    half-way: its stage file and the starts a --since may give (made once for the module:
+    the tests only read it, ``--state none``)."""
+    tmp_path = tmp_path_factory.mktemp("killed-rerun")
     before_both = time.time() - 1
     time.sleep(1.2)
     first = _finished(tmp_path, total=8)
@@ -317,10 +364,26 @@ def test_a_rerun_killed_half_way_after_an_earlier_completion_line_is_never_compl
     _until(lambda: "[2/8]" in first.log_path.read_text().rpartition(COMPLETE_LINE)[2], timeout=30)
     os.killpg(rerun.pid, signal.SIGKILL)
     rerun.wait(5)
-    start = between if since == "between-runs" else before_both
-    for args in (["status"], ["wait", "--timeout", "4s"]):
-        out = _cli(None, *args, str(stage_file), "--since", f"@{start:.3f}", "--json", "--state", "none")
-        verdicts = _never_complete(out)
+    return stage_file, {"between-runs": between, "before-both": before_both}
+
+
+@pytest.mark.parametrize("since", ["between-runs", "before-both"])
+def test_a_rerun_killed_half_way_after_an_earlier_completion_line_is_never_complete(
+    killed_rerun, since
+) -> None:
+    """The earlier run's completion line, then this run's progress lines; the re-run is
+    killed half-way; --since given: the stage completed once the process was gone. With a
+    start before both runs, every line is "after the start": the latest run decides, and a
+    completion line followed by progress that no process seen wrote is not counted."""
+    stage_file, starts = killed_rerun
+    start = starts[since]
+    # status and wait side by side: the history is over, and neither writes a store.
+    begun = [
+        _cli_begun(None, *args, str(stage_file), "--since", f"@{start:.3f}", "--json", "--state", "none")
+        for args in (["status"], ["wait", "--timeout", "4s"])
+    ]
+    for result in begun:
+        verdicts = _never_complete(result())
         log = verdicts[-1]["signals"]["log"]
         assert log["says"] != "done", log
         # The progress after the line: a later run's, or the line's writers' last update,
@@ -375,23 +438,23 @@ def test_a_job_outside_the_probes_pid_namespace_is_not_gone(tmp_path) -> None:
     try:
         stage = job.stage_dict(interval="200ms", exit_grace="200ms", settle=1)
         stage_file = _write(tmp_path / "s.yaml", stage)
-        cmd = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "sensors", "status"]
-        cmd += [str(stage_file), "--since", f"@{started - 1:.3f}", "--json", "--state", "none"]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=90, env=_env(None))
-        [verdict] = _never_complete(out)
+        visible = _write(tmp_path / "v.yaml", {**stage, "process": {**stage["process"], "scope": "visible"}})
+        since = ("--since", f"@{started - 1:.3f}", "--json", "--state", "none")
+        # The three looks side by side (the job post-processes throughout; none writes a store).
+        in_pidns = ("unshare", "--pid", "--fork", "--mount-proc")
+        hidden = _cli_begun(None, "status", str(stage_file), *since, wrap=in_pidns)
+        seen_visible = _cli_begun(None, "status", str(visible), *since, wrap=in_pidns)
+        plain = _cli(None, "status", str(stage_file), *since)
+        [verdict] = _never_complete(hidden())
         process = verdict["signals"]["process"]
         assert process["says"] == "unknown" and "PID namespace of its own" in process["detail"], process
         assert "process.scope: visible" in process["detail"]
         # The host's own view: the job at work.
-        plain = _cli(
-            None, "status", str(stage_file), "--since", f"@{started - 1:.3f}", "--json", "--state", "none"
-        )
         assert _json_lines(plain.stdout)[0]["verdict"] == "running", plain.stdout[-500:]
         # A user who knows the job always runs where the probe sees it says so.
-        visible = _write(tmp_path / "v.yaml", {**stage, "process": {**stage["process"], "scope": "visible"}})
-        cmd[cmd.index(str(stage_file))] = str(visible)
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=90, env=_env(None))
+        out = seen_visible()
         assert _json_lines(out.stdout)[0]["signals"]["process"]["says"] == "done", out.stdout[-500:]
+        assert job.running  # at work for all three
     finally:
         job.stop()
 
@@ -442,15 +505,18 @@ def test_a_job_hidden_by_hidepid_over_ssh_is_not_gone(tmp_path) -> None:
                 "host": server.spec(user=user),
             }
             stage_file = _write(tmp_path / "s.yaml", stage)
+            # Root on the same host's hidepid /proc sees every process: the job at work. The
+            # two looks side by side (the job post-processes throughout; --state none).
+            as_root = _write(tmp_path / "root.yaml", {**stage, "host": server.spec()})
             since = f"@{started - 1:.3f}"
-            out = _cli(None, "status", str(stage_file), "--since", since, "--json", "--state", "none")
-            [verdict] = _never_complete(out)
+            begun = [
+                _cli_begun(None, "status", str(path), "--since", since, "--json", "--state", "none")
+                for path in (stage_file, as_root)
+            ]
+            [verdict] = _never_complete(begun[0]())
             process = verdict["signals"]["process"]
             assert process["says"] == "unknown" and "hidepid=invisible" in process["detail"], process
-            # Root on the same host's hidepid /proc sees every process: the job at work.
-            stage["host"] = server.spec()
-            _write(stage_file, stage)
-            out = _cli(None, "status", str(stage_file), "--since", since, "--json", "--state", "none")
+            out = begun[1]()
             assert _json_lines(out.stdout)[0]["verdict"] == "running", out.stdout[-800:]
         finally:
             job.stop()
@@ -531,7 +597,9 @@ def test_a_launched_jobs_recorded_exit_status_tells_a_crash_from_a_success(
         elif ending == "wrapper killed":
             os.killpg(pid, signal.SIGKILL)  # the whole group: nothing left to record it
         checker = Checker(stage_from_dict(spec), host=host, run=run)
-        verdicts = list(checker.watch(timeout=15))
+        # A wrapper killed leaves the stage unknown for good: the watch runs to its timeout,
+        # 15 checks past the kill here (the others end at their verdict, well within it).
+        verdicts = list(checker.watch(timeout=3 if ending == "wrapper killed" else 15))
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
@@ -580,7 +648,11 @@ def test_an_output_dated_in_the_hosts_future_is_not_written_during_the_run(tmp_p
         "policy": {"interval": "200ms", "settle": 1},
     }
     stage_file = _write(tmp_path / "s.yaml", stage)
-    for args in (["status"], ["wait", "--timeout", "3s"]):
-        out_ = _cli(None, *args, str(stage_file), "--since", f"@{started:.3f}", "--json", "--state", "none")
-        verdicts = _never_complete(out_)
+    # status and wait side by side: nothing changes meanwhile, and neither writes a store.
+    begun = [
+        _cli_begun(None, *args, str(stage_file), "--since", f"@{started:.3f}", "--json", "--state", "none")
+        for args in (["status"], ["wait", "--timeout", "3s"])
+    ]
+    for result in begun:
+        verdicts = _never_complete(result())
         assert verdicts[-1]["signals"]["outputs"]["evidence"]["written_this_run"] is False, verdicts[-1]

@@ -33,12 +33,14 @@ import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sensors.testing import COMPLETE_LINE, SimulatedJob
 from tests.test_false_complete import (
     _cli,
+    _cli_begun,
     _env,
     _finished,
     _HidepidHost,
@@ -154,10 +156,13 @@ def test_a_job_seen_alive_by_the_hidden_probe_itself_is_gone_when_it_no_longer_s
 # ----------------------------------------------------------------- 2. a followed verdict out of date
 
 
-def test_a_holders_complete_is_not_followed_once_a_new_run_is_at_work(tmp_path) -> None:
-    """serve settled run 1 complete and looks at the finished stage ten times less often; run 2
-    (the same job again) is at work. status (told nothing), status --since a time before both
-    runs, and wait followed run 1's complete and exited 0."""
+def test_a_holders_complete_is_followed_until_a_new_run_is_at_work(tmp_path) -> None:
+    """serve settled run 1 complete and looks at the finished stage ten times less often.
+    While no new run began, a follower (status, wait) follows that complete, with the holder
+    named (its own fresh check agrees). Once run 2 (the same job again) is at work, status
+    (told nothing), status --since a time before both runs, and wait followed run 1's complete
+    and exited 0: they say running now. (One serve and one run 1 for both sides: a follower
+    checks without saving, the row is the holder's.)"""
     state, stages = tmp_path / "state.db", tmp_path / "stages"
     stages.mkdir()
     # Long enough for serve to see it alive (its first check is within one interval).
@@ -170,15 +175,34 @@ def test_a_holders_complete_is_not_followed_once_a_new_run_is_at_work(tmp_path) 
     try:
         assert first.wait(30) == 0
         _until(lambda: _stored_verdict(state, stage["stage"]) == "complete")
+        # No new run: the holder's complete is followed. (The followers side by side, here and
+        # below: a follower writes nothing to the store.)
+        begun = [
+            _cli_begun(state, *args, str(stage_file), "--json")
+            for args in (["status"], ["wait", "--timeout", "20s"])
+        ]
+        for result in begun:
+            out = result()
+            verdicts = _json_lines(out.stdout)
+            assert out.returncode == 0, (out.stdout[-1500:], out.stderr[-1500:])
+            assert verdicts[-1]["verdict"] == "complete"
+            assert verdicts[-1]["reasons"][0].startswith("watched elsewhere"), verdicts[-1]["reasons"]
+        # Run 2 at work: it is not.
         second = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01, tag=first.tag)
         second.start()
         try:
             time.sleep(0.5)
-            for args in (["status"], ["status", "--since", f"@{before:.3f}"], ["wait", "--timeout", "3s"]):
-                out = _cli(state, *args, str(stage_file), "--json")
-                verdicts = _never_complete(out)
+            begun = [
+                _cli_begun(state, *args, str(stage_file), "--json")
+                for args in (["status"], ["status", "--since", f"@{before:.3f}"], ["wait", "--timeout", "3s"])
+            ]
+            for result in begun:
+                verdicts = _never_complete(result())
                 assert verdicts[-1]["verdict"] == "running", verdicts[-1]["reasons"]
             assert second.running
+            # The holder has not looked again meanwhile (it would have seen run 2 itself):
+            # what said running was each follower's own check.
+            assert _stored_verdict(state, stage["stage"]) == "complete"
         finally:
             second.stop()
     finally:
@@ -202,37 +226,18 @@ def test_a_holders_failed_is_not_followed_once_a_new_run_is_at_work(tmp_path) ->
         second.start()
         try:
             time.sleep(0.5)
-            for args in (["status"], ["wait", "--timeout", "3s"]):
-                out = _cli(state, *args, str(stage_file), "--json")
+            # Side by side: a follower writes nothing to the store.
+            begun = [
+                _cli_begun(state, *args, str(stage_file), "--json")
+                for args in (["status"], ["wait", "--timeout", "3s"])
+            ]
+            for result in begun:
+                out = result()
                 verdicts = _json_lines(out.stdout)
                 assert out.returncode not in (0, 3), [v["reasons"][:2] for v in verdicts[-2:]]
                 assert verdicts[-1]["verdict"] == "running", verdicts[-1]["reasons"]
         finally:
             second.stop()
-    finally:
-        _stop(serve)
-
-
-def test_a_holders_complete_is_still_followed_when_no_new_run_began(tmp_path) -> None:
-    """The other side: a stage that is complete stays complete for a follower (its own fresh
-    check agrees), with the holder named."""
-    state, stages = tmp_path / "state.db", tmp_path / "stages"
-    stages.mkdir()
-    # Long enough for serve to see it alive (its first check is within one interval).
-    first = SimulatedJob(tmp_path, scenario="complete", total=4, step=1.2)
-    stage = first.stage_dict(interval="2s", exit_grace="300ms")
-    stage_file = _write(stages / "s.yaml", stage)
-    first.start()
-    serve = _serve(tmp_path, stages, state)
-    try:
-        assert first.wait(30) == 0
-        _until(lambda: _stored_verdict(state, stage["stage"]) == "complete")
-        for args in (["status"], ["wait", "--timeout", "20s"]):
-            out = _cli(state, *args, str(stage_file), "--json")
-            verdicts = _json_lines(out.stdout)
-            assert out.returncode == 0, (out.stdout[-1500:], out.stderr[-1500:])
-            assert verdicts[-1]["verdict"] == "complete"
-            assert verdicts[-1]["reasons"][0].startswith("watched elsewhere"), verdicts[-1]["reasons"]
     finally:
         _stop(serve)
 
@@ -349,7 +354,8 @@ def test_an_earlier_completion_line_ended_by_the_next_runs_newline_is_not_this_r
     waiting = subprocess.Popen(
         [
             *(sys.executable, "-m", "sensors", "wait", str(stage_file), "--since", f"@{since:.3f}"),
-            *("--json", "--state", "none", "--timeout", "6s"),
+            # Its checks go on for seconds after the kill (exit grace 300 ms, settle 1).
+            *("--json", "--state", "none", "--timeout", "4.5s"),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -413,14 +419,12 @@ def test_a_local_stages_memory_from_another_machine_is_not_this_machines(tmp_pat
         ' && exec "$@"'
     )
     on_b = ["unshare", "-u", "-m", "-p", "-f", "--mount-proc", "sh", "-c", machine_b, "sh"]
-    status = [sys.executable, "-m", "sensors", "status", str(stage_file), "--json"]
-    out = subprocess.run([*on_b, *status], capture_output=True, text=True, timeout=120, env=_env(state))
-    [verdict] = _never_complete(out)
+    # B with the shared store, and B alone, side by side (alone reads no store).
+    shared = _cli_begun(state, "status", str(stage_file), "--json", wrap=tuple(on_b))
+    alone = _cli_begun(None, "status", str(stage_file), "--json", "--state", "none", wrap=tuple(on_b))
+    [verdict] = _never_complete(shared())
     assert str(job.pid) not in verdict["signals"]["process"]["detail"], verdict["signals"]["process"]
-    alone = subprocess.run(
-        [*on_b, *status, "--state", "none"], capture_output=True, text=True, timeout=120, env=_env(None)
-    )
-    assert _json_lines(alone.stdout)[-1]["verdict"] == verdict["verdict"] == "unknown"
+    assert _json_lines(alone().stdout)[-1]["verdict"] == verdict["verdict"] == "unknown"
 
 
 # ----------------------------------------------------------------- 6. a duration read as a time
@@ -616,7 +620,7 @@ def test_a_writers_child_begun_after_the_completion_line_is_its_runs_own_work(tm
     # /proc's start-time precision of its start could be a predecessor's (seed 200948).
     script = (
         f"sleep 1.2; echo '[4/4]' >> {log}; echo '{COMPLETE_LINE}' >> {log}; sleep 1.5; "
-        f"sh -c 'sleep 3' --tag {tag}; exit 0"
+        f"sh -c 'sleep 1.5' --tag {tag}; exit 0"
     )
     stage = {
         "stage": "child",
@@ -659,6 +663,21 @@ def _reaped(pid: int, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+def _ended(pid: int, timeout: float = 10.0) -> None:
+    """Until ``pid`` has ended: gone, or a zombie, which every probe reads as over too. A
+    launch's wrapper is an orphan once the launch's shell is gone, and PID 1 may reap it a
+    second later (``_reaped``: where the PID itself must be free)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            return
+        if state == "Z":
+            return
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("signals", ["log", "process+log", "process+log, no exit record"])
 def test_a_watch_of_a_launched_run_never_takes_a_later_runs_completion_line(tmp_path, signals) -> None:
     """Found by the fuzzer (seeds 417, 264, ...): a watch given run 1's launch record said
@@ -689,7 +708,7 @@ def test_a_watch_of_a_launched_run_never_takes_a_later_runs_completion_line(tmp_
         # finds that PID gone.
         run1 = replace(run1, exit_file=None)
     checker = Checker(stage_from_dict(stage_dict), run=run1)
-    _reaped(pid1)
+    _ended(pid1)
     first = checker.check()
     assert first.state is State.COMPLETE, first.reasons  # the launched run itself completes
     # Run 2, launched later to the same log: it works a while, then declares completion.
@@ -699,7 +718,7 @@ def test_a_watch_of_a_launched_run_never_takes_a_later_runs_completion_line(tmp_
         during = checker.check()
         if signals != "log":  # a log alone shows nothing of run 2 yet
             assert during.state is not State.COMPLETE, during.reasons
-        _reaped(pid2)
+        _ended(pid2)
         for _ in range(3):
             after = checker.check()
             assert after.state is not State.COMPLETE, after.reasons
@@ -922,7 +941,7 @@ def test_a_launched_run_that_is_over_is_not_completed_by_what_a_later_run_wrote(
 
     host, tag = LocalHost(), f"over-{uuid.uuid4().hex[:8]}"
     run1, pid1 = _launched(host, str(tmp_path / "job.log"), "import time; time.sleep(0.2)", tag)
-    _reaped(pid1)
+    _ended(pid1)
     _until(lambda: Path(run1.exit_file).exists(), timeout=10)
     checker = Checker(stage_from_dict(_launched_stage(tmp_path, signals)), run=run1)
     if first_look == "before":
@@ -955,7 +974,7 @@ def test_a_launched_run_whose_wrapper_was_killed_with_it_is_never_complete(tmp_p
     run1, pid1 = _launched(host, str(tmp_path / "job.log"), "import time; time.sleep(60)", tag)
     time.sleep(0.3)
     os.killpg(pid1, signal.SIGKILL)
-    _reaped(pid1)
+    _ended(pid1)
     stage = stage_from_dict(_launched_stage(tmp_path, "outputs"))
     later = _later_run(tmp_path, prelude=False, line=False)
     later.wait(timeout=30)
@@ -993,7 +1012,7 @@ def test_a_launched_job_without_a_process_signal_completes_only_once_it_exited_0
         during = [checker.check() for _ in range(3)]
         assert State.COMPLETE not in [v.state for v in during], during[-1].reasons
         assert "has not ended" in " ".join(during[-1].reasons), during[-1].reasons
-        _reaped(pid)
+        _ended(pid)
         _until(lambda: Path(run.exit_file).exists(), timeout=10)  # noqa: B023
         after = [checker.check() for _ in range(3)]
         assert after[-1].state is want, after[-1].reasons
@@ -1100,7 +1119,7 @@ def test_a_launched_job_whose_exit_is_recorded_to_the_second_completes(tmp_path,
     script = first + "import time; time.sleep(1.1)\n" + _mid_second() + then
     run, pid = _launched(LocalHost(), str(tmp_path / "job.log"), script, f"bb-{uuid.uuid4().hex[:8]}")
     monkeypatch.setenv("PATH", os.environ["PATH"].split(":", 1)[1])
-    _reaped(pid)
+    _reaped(pid)  # gone, as written: with whole-second times its checks need the next second
     _until(lambda: Path(run.exit_file).exists(), timeout=10)
     record = Path(run.exit_file).read_text()
     assert record.startswith("0 ") and "%N" in record, record
@@ -1128,7 +1147,7 @@ def test_a_launched_jobs_outputs_with_whole_second_times_written_in_its_exit_sec
         "time.sleep(0.1)\n"
     )
     run, pid = _launched(LocalHost(), str(tmp_path / "job.log"), script, f"coarse-{uuid.uuid4().hex[:8]}")
-    _reaped(pid)
+    _reaped(pid)  # gone, as written: with whole-second times its checks need the next second
     _until(lambda: Path(run.exit_file).exists(), timeout=10)
     at = float(Path(run.exit_file).read_text().split()[1])
     assert at % 1 > 0.3, at  # the exit, in the outputs' second
@@ -1218,8 +1237,8 @@ def _unseen_rerun_stage(tmp_path: Path, tag: str, kind: str) -> dict:
     }
 
 
-def _tagged(script: str, tag: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(["/bin/sh", "-c", script, "--tag", tag], start_new_session=True)
+def _tagged(script: str, tag: str, **popen: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["/bin/sh", "-c", script, "--tag", tag], start_new_session=True, **popen)
 
 
 #: How each kind of history's first run lays its outputs out (the second run's by kind below).
@@ -1256,12 +1275,69 @@ def _rewrite(tmp_path: Path, kind: str) -> str:
     return _write_outputs(tmp_path, kind)
 
 
-@pytest.mark.parametrize(
-    "kind", ["files", "lines", "in-place", "restored", "touched-back", "nested", "symlink"]
-)
+#: The kinds of unseen re-run (see ``_write_outputs``), each with and without a prelude.
+_UNSEEN = ["files", "lines", "in-place", "restored", "touched-back", "nested", "symlink"]
+
+
+@pytest.fixture(scope="module")
+def unseen_reruns(tmp_path_factory) -> dict[tuple[str, bool], tuple[Path, str, float]]:
+    """Every history of the test below, each in a directory of its own, made together (the
+    test only reads them): run 1 wrote its outputs and its completion line and ended; run 2
+    — its launcher wrote a blank line first (``prelude``), or nothing — rewrote the outputs
+    and was SIGKILLed before its first log line. ``(kind, prelude)`` → (its directory, its
+    tag, a start before both runs)."""
+    histories: dict[tuple[str, bool], tuple[Path, str]] = {}
+    for kind in _UNSEEN:
+        for prelude in (False, True):
+            tmp_path = tmp_path_factory.mktemp(f"unseen-{kind}-{int(prelude)}")
+            (tmp_path / "out").mkdir()
+            if kind == "restored":  # a stale copy of the outputs, an hour old
+                (tmp_path / "stale").mkdir()
+                for k in (1, 2, 3):
+                    (tmp_path / "stale" / f"{k}.pt").write_text("stale")
+                stale = [*tmp_path.joinpath("stale").iterdir(), tmp_path / "stale"]
+                subprocess.run(["touch", "-d", "1 hour ago", *map(str, stale)], check=True)
+            histories[(kind, prelude)] = tmp_path, f"rerun-{uuid.uuid4().hex[:8]}"
+    started = time.time() - 1
+    firsts = [
+        _tagged(
+            _write_outputs(path, _LAYOUT.get(kind, kind))
+            + f"echo '{COMPLETE_LINE}: 3 samples' >> {path}/job.log",
+            tag,
+        )
+        for (kind, _), (path, tag) in histories.items()
+    ]
+    assert [first.wait(10) for first in firsts] == [0] * len(firsts)
+    time.sleep(1.1)  # the next run clearly after (whole-second file times included)
+    for (_, prelude), (path, _) in histories.items():
+        if prelude:
+            with open(path / "job.log", "a") as log:
+                log.write("\n")
+    # A later clock tick: writes within one tick of the kernel's file clock (a few ms) carry
+    # the same time, and their order cannot be read from them.
+    time.sleep(0.05)
+    # Each says when its rewrite is done (on its stdout: no file beside the outputs), then
+    # works on until it is killed.
+    seconds = [
+        _tagged(_rewrite(path, kind) + "echo rewritten; sleep 60", tag, stdout=subprocess.PIPE)
+        for (kind, _), (path, tag) in histories.items()
+    ]
+    try:
+        for second in seconds:
+            assert second.stdout is not None and second.stdout.readline() == b"rewritten\n"
+            os.killpg(second.pid, signal.SIGKILL)
+            second.wait(5)
+    finally:
+        for second in seconds:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(second.pid, signal.SIGKILL)
+    return {key: (path, tag, started) for key, (path, tag) in histories.items()}
+
+
+@pytest.mark.parametrize("kind", _UNSEEN)
 @pytest.mark.parametrize("prelude", [False, True])
 def test_outputs_rewritten_after_the_last_completion_line_by_a_run_nobody_saw_do_not_complete(
-    tmp_path, kind, prelude
+    unseen_reruns, kind, prelude
 ) -> None:
     """Found by the fuzzer (seed 100490): run 1 wrote its outputs and its completion line and
     ended; run 2 — its launcher wrote a blank line first, or nothing — cleaned the outputs,
@@ -1269,50 +1345,23 @@ def test_outputs_rewritten_after_the_last_completion_line_by_a_run_nobody_saw_do
     ``--since`` before both runs, found run 1's line as the log's last word, the count at the
     expected number and no process alive: complete, for a run that was killed. The outputs
     were modified after the log's last write, and no process of the run was seen at work
-    then: the line is not known to be their run's last word."""
+    then: the line is not known to be their run's last word. (The histories:
+    ``unseen_reruns``.)"""
     from sensors import Checker, State, stage_from_dict
 
-    tag = f"rerun-{uuid.uuid4().hex[:8]}"
-    (tmp_path / "out").mkdir()
-    if kind == "restored":  # a stale copy of the outputs, an hour old
-        (tmp_path / "stale").mkdir()
-        for k in (1, 2, 3):
-            (tmp_path / "stale" / f"{k}.pt").write_text("stale")
-        subprocess.run(["touch", "-d", "1 hour ago", *tmp_path.joinpath("stale").iterdir()], check=True)
-        subprocess.run(["touch", "-d", "1 hour ago", str(tmp_path / "stale")], check=True)
-    started = time.time() - 1
+    tmp_path, tag, started = unseen_reruns[(kind, prelude)]
     layout = _LAYOUT.get(kind, kind)
-    first = _tagged(
-        _write_outputs(tmp_path, layout) + f"echo '{COMPLETE_LINE}: 3 samples' >> {tmp_path}/job.log", tag
+    stage_file = _write(tmp_path / "stage.yaml", _unseen_rerun_stage(tmp_path, tag, layout))
+    status = _cli_begun(
+        None, "status", str(stage_file), "--json", "--state", "none", "--since", f"@{started}"
     )
-    assert first.wait(10) == 0
-    time.sleep(1.1)  # the next run clearly after (whole-second file times included)
-    if prelude:
-        with open(tmp_path / "job.log", "a") as log:
-            log.write("\n")
-        # A later clock tick: writes within one tick of the kernel's file clock (a few ms)
-        # carry the same time, and their order cannot be read from them.
-        time.sleep(0.05)
-    second = _tagged(_rewrite(tmp_path, kind) + "sleep 60", tag)
-    try:
-        time.sleep(0.5)
-        os.killpg(second.pid, signal.SIGKILL)
-        second.wait(5)
-        stage = stage_from_dict(_unseen_rerun_stage(tmp_path, tag, layout))
-        verdicts = _checked(Checker(stage, since=started))
-        assert all(v.state is not State.COMPLETE for v in verdicts), [
-            (v.state, v.reasons[:2]) for v in verdicts
-        ]
-        outputs = verdicts[-1].readings["outputs"]
-        assert outputs.evidence.get("modified_after_log") is True, outputs.evidence
-        assert "after the log's last write" in outputs.detail, outputs.detail
-        stage_file = _write(tmp_path / "stage.yaml", _unseen_rerun_stage(tmp_path, tag, layout))
-        _never_complete(
-            _cli(None, "status", str(stage_file), "--json", "--state", "none", "--since", f"@{started}")
-        )
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(second.pid, signal.SIGKILL)
+    stage = stage_from_dict(_unseen_rerun_stage(tmp_path, tag, layout))
+    verdicts = _checked(Checker(stage, since=started))
+    assert all(v.state is not State.COMPLETE for v in verdicts), [(v.state, v.reasons[:2]) for v in verdicts]
+    outputs = verdicts[-1].readings["outputs"]
+    assert outputs.evidence.get("modified_after_log") is True, outputs.evidence
+    assert "after the log's last write" in outputs.detail, outputs.detail
+    _never_complete(status())
 
 
 @pytest.mark.parametrize("kind", ["files", "lines", "nested", "symlink", "not-an-output-after"])
@@ -1550,7 +1599,7 @@ def test_a_rerun_begun_within_a_second_of_its_predecessors_line_does_not_finish_
     later = _tagged("sleep 60", tag)  # the re-run, begun at once: nothing written yet
     try:
         out = subprocess.Popen(
-            [sys.executable, "-m", "sensors", "wait", str(stage_file), "--json", "--timeout", "5s",
+            [sys.executable, "-m", "sensors", "wait", str(stage_file), "--json", "--timeout", "3s",
              "--state", "none", "--since", f"@{began:.3f}"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(None),
         )  # fmt: skip
@@ -1599,7 +1648,7 @@ def test_a_follower_keeps_what_it_saw_itself_when_it_confirms_the_holders_verdic
     follower = Checker(stage, run=run1, state=store)
     try:
         assert holder.check().readings["process"].says.value == "working"  # seen at work
-        _reaped(pid1)
+        _ended(pid1)
         settled = [holder.check() for _ in range(3)]
         assert settled[-1].state is State.COMPLETE, settled[-1].reasons
         assert follower.check().state is State.COMPLETE  # followed and confirmed: true then
@@ -1612,7 +1661,7 @@ def test_a_follower_keeps_what_it_saw_itself_when_it_confirms_the_holders_verdic
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid2, signal.SIGKILL)
-            _reaped(pid2)
+            _ended(pid2)
         assert holder.check().state is State.COMPLETE  # it never saw run 2: no trace of it left
         after = [follower.check() for _ in range(3)]
     finally:
@@ -1638,7 +1687,7 @@ def test_a_process_the_launched_job_did_not_start_is_not_its_own(tmp_path, when)
     host, tag = LocalHost(), f"unordered-{uuid.uuid4().hex[:8]}"
     log_path = str(tmp_path / "job.log")
     run1, pid1 = _launched(host, log_path, "import time; time.sleep(0.6)", tag)
-    run2_argv = f"exec {shlex.quote(sys.executable)} -c 'import time; time.sleep(4)' {tag}"
+    run2_argv = f"exec {shlex.quote(sys.executable)} -c 'import time; time.sleep(3)' {tag}"
     if when == "at its recorded exit":
         # Spins until the wrapper writes the record, then starts run 2 at once (microseconds).
         script = f"while [ ! -s {shlex.quote(str(run1.exit_file))} ]; do :; done; {run2_argv}"
@@ -1655,7 +1704,7 @@ def test_a_process_the_launched_job_did_not_start_is_not_its_own(tmp_path, when)
     checker = Checker(stage, run=run1)
     try:
         verdicts = [checker.check()]
-        _reaped(pid1)
+        _ended(pid1)
         _until(lambda: Path(run1.exit_file).exists(), timeout=10)
         time.sleep(0.2)
         verdicts += [checker.check() for _ in range(2)]

@@ -36,9 +36,15 @@ from tests.fuzz.truth import (
 )
 from tests.fuzz.world import JOB
 
-#: The bounded run: about 90 s on a shared 2-core machine with 4 workers (most of a history
-#: is waiting on real time: since margins, settle gaps).
-BOUNDED_SEEDS = range(0, int(os.environ.get("CROSSCHECK_FUZZ_HISTORIES", "64")))
+#: Seeds the bounded run takes beyond its range: one history of each kind seeds 0-23 lack
+#: (37: skew+docker, 60: since+docker) and seed 61, whose history found a false failed
+#: (docs/fuzzer.md).
+_ALSO = (37, 60, 61)
+#: The bounded run: seeds 0-23 and ``_ALSO``, about 60 s on a shared 2-core machine with 4
+#: workers (most of a history is waiting on real time: since margins, settle gaps). It ran
+#: 0-63 (about 2 minutes) until 2026-12-06; ``make fuzz`` (seeds 0-9,999) runs them all.
+_FIRST = int(os.environ.get("CROSSCHECK_FUZZ_HISTORIES", "24"))
+BOUNDED_SEEDS = sorted({*range(0, _FIRST), *_ALSO})
 WORKERS = int(os.environ.get("CROSSCHECK_FUZZ_WORKERS", "4"))
 
 
