@@ -72,6 +72,10 @@ class AcrossMemory:
     # Each host's last check with all its ranks alive (``per_host``, else the most seen): a
     # rank last seen before it was replaced then (an elastic restart), it is not lost now.
     whole_at: Mapping[str, float] = field(default_factory=dict)
+    # A host whose job began again (live processes this memory never saw there, its last ones
+    # seen) while none of node 0's was alive: a later run, and node 0's completion line is the
+    # last run's, until node 0's job begins again too (multi-host fuzzer seed 20).
+    later_elsewhere: str | None = None
 
 
 #: Graver first: the state a stage shows when node 0 and the live nodes disagree.
@@ -102,6 +106,16 @@ def decide_across(
         # seen, a line they wrote) is that run's, whatever the clocks say (seeds 339, 165:
         # node 1's run-1 rank last seen 0.3 s before run 2 began, within the clocks apart).
         memory = AcrossMemory(chief_began=began, pids_before=memory.pids)
+    later = memory.later_elsewhere
+    if later is None and memory.chief_pids and not chief_live:
+        later = next(
+            (
+                n.host
+                for n in nodes[1:]
+                if memory.pids.get(n.host) and live_pids(n.verdict) - set(memory.pids[n.host])
+            ),
+            None,
+        )
     alive = {n.host: _alive(n.verdict) for n in nodes}
     most = dict(memory.most_alive)
     for host, count in alive.items():
@@ -150,6 +164,7 @@ def decide_across(
         pids_before=memory.pids_before,
         sightings=sightings,
         whole_at=whole_at,
+        later_elsewhere=later,
     )
     holders = _holders(nodes, sightings)
     gone = {
@@ -159,7 +174,9 @@ def decide_across(
         for k, n in enumerate(nodes)
         if n.host in lost
     }
-    state, reasons, shown = _rules(nodes, policy, per_host, alive, most, lost, lost_at, idle, memory, gone)
+    state, reasons, shown = _rules(
+        nodes, policy, per_host, alive, most, lost, lost_at, idle, new_memory, gone
+    )
     shown = _as_shown(shown, nodes, state, per_host, alive, most, gone)
     verdict = Verdict(
         stage=stage,
@@ -260,6 +277,16 @@ def _rules(
             )
         )
     ]
+    if not held and memory is not None and memory.later_elsewhere is not None:
+        # Node 0's line is the last run's: another host's job began again after node 0's
+        # ranks were all gone, and node 0's has not (a run whose node 0 never started).
+        held = [
+            (
+                chief,
+                f"{memory.later_elsewhere}: its job began again after node 0's ranks ended, and"
+                f" node 0's has not: node 0's completion line is the last run's",
+            )
+        ]
     if not held:
         shown = {
             key: r
