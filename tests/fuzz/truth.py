@@ -445,7 +445,9 @@ def obligation(
         # by design (docs/supervisors.md: "cannot be read"), whatever the other signals say.
         # For what must not be, that is no record (the rules above); nothing must complete.
         return EITHER, f"the supervisor's record cannot be read: run {run.index}'s verdict stays unknown"
-    launched = scope.launched == run.index and run.recorded
+    # Its record read: a probe as another user (``hidepid``: nobody) cannot read the
+    # launcher's own directory, where the wrapper writes it (seed 2200111).
+    launched = scope.launched == run.index and run.recorded and scope.probe != "hidepid"
     # A supervisor's record is an exit record (like a launch wrapper's) of the latest
     # container, which names the run too; it does not divide the log (below).
     supervised = record_read(d, scope)
