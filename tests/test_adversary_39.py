@@ -15,13 +15,13 @@ from tests.test_scenarios_35 import (
     COMPLETE,
     PYTHON,
     Watch,
-    _completes,
     _job_argv,
     _never_completes,
     _q,
     _shell,
     _stage,
     _stage_file,
+    _watched_late,
 )
 
 # ----------------------------------------------------------------- ordinary jobs, watched late
@@ -61,14 +61,7 @@ def test_an_ordinary_job_watched_late_completes(tmp_path: Path, launch: str) -> 
         ),
         tag,
     )
-    deadline = time.monotonic() + 20
-    while b"building sample_lengths" not in (log.read_bytes() if log.exists() else b""):
-        assert time.monotonic() < deadline and job.at is None
-        time.sleep(0.05)
-    watch = Watch(stage, tmp_path)
-    first = watch.first()
-    assert first["verdict"] == "running", (first["verdict"], first["reasons"])
-    _completes(watch, job.wait(), f"late/{launch}")
+    _watched_late(stage, tmp_path, log, job, f"late/{launch}")
 
 
 # ----------------------------------------------------------------- a whole earlier run the holders do not show

@@ -337,6 +337,12 @@ def test_the_headline_incident_a_late_watch_during_post_processing_completes(
     else:
         argv = _job_argv(tmp_path, tag, "logging", after="postproc", post=2.0)
         job = _shell(f"{_q(argv)} > /dev/null 2>&1 &", tag)
+    _watched_late(stage, tmp_path, log, job, f"headline/{how}")
+
+
+def _watched_late(stage: Path, tmp_path: Path, log: Path, job: Exit, what: str) -> None:
+    """Watched first during the job's post-processing (its completion line in the log, text
+    after it): ``running`` then, ``complete`` within 3 checks of its exit."""
     deadline = time.monotonic() + 20
     while b"building sample_lengths" not in (log.read_bytes() if log.exists() else b""):
         assert time.monotonic() < deadline and job.at is None
@@ -344,7 +350,7 @@ def test_the_headline_incident_a_late_watch_during_post_processing_completes(
     watch = Watch(stage, tmp_path)
     first = watch.first()
     assert first["verdict"] == "running", (first["verdict"], first["reasons"])
-    _completes(watch, job.wait(), f"headline/{how}")
+    _completes(watch, job.wait(), what)
 
 
 def _since_arg(form: str, at: float) -> str:
