@@ -2,7 +2,8 @@
 abuse the rules added that day. Real processes and files; ``Checker`` checks driven by hand,
 or the real CLI.
 
-Found (each a strict xfail with its diagnosis; none has a clear local fix):
+Found (each an xfail with its diagnosis; none has a clear local fix; rule 2's not strict: it
+holds when the exit watch falls behind under load):
 
 - rule 2 (an exit watch's end, END_WINDOW): a relaunch's banner written within a millisecond
   after the job's seen end is stamped before the moment the exit thread found it gone, and
@@ -46,7 +47,7 @@ _JOB = textwrap.dedent(
 
 #: Route 2's diagnosis (see the module's docstring).
 _BANNER_IN_THE_END_WINDOW = pytest.mark.xfail(
-    strict=True,
+    strict=False,
     reason="END_WINDOW: a change stamped up to the moment the exit thread found the writer gone "
     "(checker._owned_by: end.gone where gone - alive <= END_WINDOW) counts as the writer's; a banner "
     "written within a millisecond after the end, its mtime on the coarse clock, is stamped before "
@@ -72,16 +73,10 @@ def test_a_later_runs_banner_written_the_moment_the_job_ends_is_not_the_jobs(
     then dies (killed: no traceback, no completion line) before the next check. The watch saw
     run 1 alive at every check and saw its end. The banner was written after that end: it is
     not run 1's, and run 1's line is not the last run's word. Never complete."""
-    from sensors._hosts import LocalHost
-
-    if isinstance(host, LocalHost):
-        request.applymarker(_BANNER_IN_THE_END_WINDOW)
-    else:
-        # Over SSH the end is seen within END_WINDOW (0.25 s) whenever the host's poll keeps
-        # up (50 ms): the same trade-off; under load the end is seen wider and the case holds.
-        request.applymarker(
-            pytest.mark.xfail(strict=False, reason=_BANNER_IN_THE_END_WINDOW.kwargs["reason"])
-        )
+    # The end is seen within END_WINDOW (0.25 s) whenever the exit watch keeps up (locally its
+    # thread, over SSH the host's 50 ms poll): the trade-off. Under load it is seen wider and
+    # the case holds (a full run beside helpers' tests: it passed locally too): not strict.
+    request.applymarker(_BANNER_IN_THE_END_WINDOW)
     tag = f"relaunch-{time.time_ns()}"
     log = tmp_path / "job.log"
     job = " ".join(shlex.quote(a) for a in [sys.executable, "-c", _JOB, str(log), "0.6", "--tag", tag])

@@ -91,10 +91,13 @@ def test_the_precision_covers_the_starts_rounding_to_the_ms() -> None:
         assert start_precision(meta) >= bound - 1e-9, (before, tck)
 
 
-def _log_word(birth: float, start: float, followed: bool = True, meta: Meta | None = None):
+def _log_word(
+    birth: float, start: float, followed: bool = True, meta: Meta | None = None, opened: bool = True
+):
     """_whose at the first check that finds the line, the job first seen at that check (no
     previous sighting), `nohup job > log`: the log born by the job's shell between its fork
-    and its exec."""
+    and its exec, which the kernel shows (``opened``: the job holds it write-only, not
+    appending; False: `>> log`, which shows nothing of who began it)."""
     line = "DONE"
     size = 200 if followed else 100
     st = _LogStat(
@@ -119,7 +122,7 @@ def _log_word(birth: float, start: float, followed: bool = True, meta: Meta | No
     )
     job = JobView(live=frozenset({4242}), starts={4242: start})
     return _whose(
-        LogMemory(inode=1, size=0, run_from=0),
+        LogMemory(inode=1, size=0, run_from=0, opened_in_run=opened),
         scan,
         st,
         line,
@@ -144,6 +147,9 @@ def test_nohup_job_gt_log_is_its_logs_writer_when_the_births_stamp_lags_a_jiffy(
     assert word.writers == (4242,)
     assert not word.unattributed
     assert word.complete_line == "DONE"
+    # The same times with a log the kernel does not show the job began (`>> log`): a whole
+    # earlier run of a few ms fits them as well (fuzzer seed 1300210).
+    assert _log_word(birth=truth - 0.0195, start=round(truth + 0.0099, 3), opened=False).writers == ()
 
 
 def test_a_rerun_begun_well_after_the_logs_birth_is_no_writer_of_it() -> None:
@@ -207,7 +213,7 @@ def _birth(path: str) -> float | None:
     return value or None
 
 
-def _bound(birth: float, start: float, meta: Meta | None = None, **run: object):
+def _bound(birth: float, start: float, meta: Meta | None = None, opened: bool = True, **run: object):
     from sensors._run.run import Run
     from sensors._signals.log import _bind
 
@@ -216,7 +222,13 @@ def _bound(birth: float, start: float, meta: Meta | None = None, **run: object):
     )
     if meta is not None:
         run = {"slack": start_precision(meta), "lead": start_lead(meta), **run}
-    return _bind(LogMemory(), st, Run(source="process", started_at=start, **run), start + 6.0, start + 6.0)  # type: ignore[arg-type]
+    return _bind(  # type: ignore[arg-type]
+        LogMemory(opened_in_run=opened),
+        st,
+        Run(source="process", started_at=start, **run),
+        start + 6.0,
+        start + 6.0,
+    )
 
 
 #: A probe whose `date` took 80 ms to fork (a loaded host), and one whose `date` has no %N.
@@ -241,6 +253,10 @@ def test_nohup_job_gt_log_is_bound_whole_when_the_births_stamp_lags() -> None:
     FILE_TIME_TICK behind, the start read up to 10.5 ms late: ~30 ms apart, past 21 ms."""
     truth = 1_800_000_000.0
     assert _bound(birth=truth - 0.0195, start=round(truth + 0.0099, 3), meta=_meta()).run_from == 0
+    # Not where the kernel does not show the job began it (`>> log`): seed 1300210.
+    assert (
+        _bound(birth=truth - 0.0195, start=round(truth + 0.0099, 3), meta=_meta(), opened=False).run_from != 0
+    )
 
 
 def test_nohup_job_gt_log_is_bound_whole_where_date_has_no_nanoseconds() -> None:
