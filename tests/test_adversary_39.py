@@ -78,12 +78,15 @@ for i in range(4):
 time.sleep(2.0)
 """
 
-#: The earlier run: a whole run of a few ms (seed 1300210's), its completion line in the log:
-#: a process of its own (printf's binary, the fastest there is, so this run begins within
-#: /proc's start precision of the log's birth on a loaded host too). The shell's builtin
-#: printf would be the wrapper writing the line itself, no run: a launcher seeding the log
-#: (docs/run-binding.md, "What is not told apart").
-EARLIER = f'/usr/bin/printf "%s\\n" "{COMPLETE}: 4 shards"'
+#: The earlier run: a whole run of a few dozen ms (seed 1300210's), its completion line in the
+#: log: a process of its own that does some work first, as a run of a job does (its CPU, a
+#: few ticks, is what tells a run from a wrapper's `cd "$(dirname "$0")"`). A command that
+#: uses less than a tick (printf) would be the launcher writing the line itself, no run: a
+#: launcher seeding the log (docs/run-binding.md, "What is not told apart").
+EARLIER = (
+    f"{PYTHON} -c 'import sys; sum(i * i for i in range(300000));"
+    f' print("{COMPLETE}: 4 shards", flush=True)\''
+)
 
 #: Each wrapper is a script (its command line names no run: the stage matches the job only),
 #: run as `bash wrapper.sh` ({log}: the log; {earlier}: the earlier run; {job}: this run).

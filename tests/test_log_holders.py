@@ -52,17 +52,21 @@ T0 = 1_800_000_000.0
         ([Holder(10, 1, RW, None)], {10: T0}, False),
         # A wrapper begun before the run holds it to write (`sh -c "old; job" > log`): every
         # run it starts shares that one description.
-        ([Holder(11, 1, W, None), Holder(9, 1, W, T0 - 5, 1, True)], {11: T0}, False),
+        ([Holder(11, 1, W, None), Holder(9, 1, W, T0 - 5, 1, True, 1)], {11: T0}, False),
         ([Holder(11, 1, W, None), Holder(9, 1, A, T0 - 5, 1, False)], {11: T0}, False),
         # A reader begun before (`tail -f log`) writes nothing.
         ([Holder(10, 1, W, None), Holder(8, 3, R, T0 - 60)], {10: T0}, True),
         # ... also begun in the same tick: the parent of the run's process, which ran another
         # child before it (11's parent is 9: `{ old; job; } > log`).
-        ([Holder(11, 1, W, None), Holder(9, 1, W, T0, 1, True)], {11: T0}, False),
+        ([Holder(11, 1, W, None), Holder(9, 1, W, T0, 1, True, None)], {11: T0}, False),
         # ... not known to have run none.
         ([Holder(11, 1, W, None), Holder(9, 1, W, T0, 1, None)], {11: T0}, False),
         # ... none of its children ended yet: it ran nothing before this run's.
         ([Holder(11, 1, W, None), Holder(9, 1, W, T0, 1, False)], {11: T0}, True),
+        # ... those that ended used less than a tick of CPU (`cd "$(dirname "$0")"`): no run.
+        ([Holder(11, 1, W, None), Holder(9, 1, W, T0, 1, True, 0)], {11: T0}, True),
+        # ... a tick or more: it may have been a run of the job.
+        ([Holder(11, 1, W, None), Holder(9, 1, W, T0, 1, True, 2)], {11: T0}, False),
         # ... unless it began the file and the job is the very next PID: it forked nothing
         # before (`bash run.sh > log`, run.sh running the job).
         ([Holder(9, 1, W, T0 - 0.004, 1, True)], {10: T0}, True),
@@ -91,7 +95,7 @@ def test_the_holders_answer_is_digits_or_no_holder() -> None:
     meta = parse_meta(None)
     raw = (
         b"f 123 1 0100001\nf 123 2 0100001\nf x 1 0100001\nf 124 3 0102001\n"
-        b"s 123 1 4242 0\ns 124 1 4243 5\ns 124 7 9 5\nwhole\n"
+        b"s 123 1 4242 0 0\ns 124 1 4243 5 1\ns 124 7 9 5 1\nwhole\n"
     )
     hs = _holders(raw, meta)
     assert hs is not None
@@ -99,7 +103,7 @@ def test_the_holders_answer_is_digits_or_no_holder() -> None:
     assert hs[0].began_the_file and not hs[2].began_the_file and hs[2].started is None
     assert _holders(b"whole\n", meta) == [] and _holders(b"", meta) == []
     assert _holders(b"f 123 1 0100001\ncut\n", meta) is None
-    assert _holders(b"f 123 1 0100001\ns 123 1 4242 0\n", meta) is None  # awk stopped short
+    assert _holders(b"f 123 1 0100001\ns 123 1 4242 0 0\n", meta) is None  # awk stopped short
     assert hs[0].reaped is False
 
 
@@ -136,7 +140,10 @@ def _job(cmd: str, procs: list[subprocess.Popen[bytes]]) -> int:
     """Run ``cmd`` (JOB in it: a Python job named uniquely) from sh; the job's PID."""
     marker = f"cc-holders-{uuid.uuid4().hex[:8]}"
     job = f"{shlex.quote(sys.executable)} -c 'import time; time.sleep(30)' {marker}"
-    procs.append(subprocess.Popen(["sh", "-c", cmd.replace("JOB", job)], start_new_session=True))
+    burn = f"{shlex.quote(sys.executable)} -c 'sum(i * i for i in range(300000))'"
+    procs.append(
+        subprocess.Popen(["sh", "-c", cmd.replace("JOB", job).replace("BURN", burn)], start_new_session=True)
+    )
     for _ in range(100):
         out = subprocess.run(["pgrep", "-f", f" {marker}$"], capture_output=True, text=True)
         if out.stdout.split():
@@ -152,7 +159,10 @@ def _job(cmd: str, procs: list[subprocess.Popen[bytes]]) -> int:
         ("> log", "exec JOB > LOG 2>&1", True),
         (">> log", "exec JOB >> LOG 2>&1", False),
         ("| tee log", "JOB | tee LOG > /dev/null", True),
-        ("a wrapper's > log", "{ /bin/true; JOB; true; } > LOG", False),
+        # A wrapper that ran a job's worth of work (a tick or more of CPU) before this one.
+        ("a wrapper's > log", "{ BURN; JOB; true; } > LOG", False),
+        # ... one that ran only a quick command (`cd "$(dirname "$0")"`, `date`): no run.
+        ("a script's quick command, > log", "{ /bin/true; JOB; true; } > LOG", True),
         ("a script's > log", "{ JOB; true; } > LOG", True),
     ],
 )

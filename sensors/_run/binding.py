@@ -121,6 +121,9 @@ class Holder(NamedTuple):
     #: Whether it has waited for a child that ended (its children's minor faults, /proc/PID/stat
     #: field 11: every program that runs makes some); None: not read.
     reaped: bool | None = None
+    #: The CPU its ended children used, in clock ticks (/proc/PID/stat cutime + cstime; None:
+    #: not read): 0 is less than a tick, less than any run of a job takes (`dirname`, `date`).
+    children_ticks: int | None = None
 
     @property
     def writes(self) -> bool:
@@ -149,8 +152,8 @@ def opened_in_run(
     :attr:`Holder.began_the_file`), and no process begun before the run, nor the parent of one
     of its processes (begun in the same tick), holding it to write (a wrapper that opened the
     log once for several runs, ``sh -c "old; job" > log``, hands every run the same
-    description) — unless that parent began the file and ran nothing before this run's
-    process: the next PID after it, or no child of it ended yet. An appending description
+    description) — unless that parent began the file and ran no run before this run's
+    process (:func:`_ran_no_run`). An appending description
     (``>> log``, Python's ``logging``) says nothing of what was there before it: not that.
     """
     if not starts:
@@ -161,11 +164,9 @@ def opened_in_run(
     began, before = False, False
     for h in holders:
         started = starts.get(h.pid, h.started)
-        if h.pid in wrappers and h.began_the_file and (children[h.pid] == h.pid + 1 or h.reaped is False):
-            # A wrapper that began the log and ran nothing before this run's process (`bash
-            # run.sh > log`, run.sh running the job): it forked it as the very next PID (PIDs
-            # are handed out in order: no process at all between), or it never waited for a
-            # child that ended (an earlier run it ran first, `old; job`, is one).
+        if h.pid in wrappers and h.began_the_file and _ran_no_run(h, children[h.pid]):
+            # A wrapper that began the log and ran no run before this run's process (`bash
+            # run.sh > log`, run.sh running the job).
             began = True
         elif started is None or started < first or h.pid in wrappers:
             # Not known to have begun with the run: a writer may hold what it opened for an
@@ -174,3 +175,12 @@ def opened_in_run(
         elif h.began_the_file:
             began = True
     return began and not before
+
+
+def _ran_no_run(wrapper: Holder, child: int) -> bool:
+    """Whether a wrapper ran no earlier run before its child ``child`` (this run's process):
+    it forked the child as its very next PID (PIDs are handed out in order: no process at all
+    between), or no child of it ended yet, or those that ended used less than a clock tick of
+    CPU between them — a `cd "$(dirname "$0")"`, a `date` (user 39: such a wrapper watched late
+    stayed unknown for good). A run of a job (its interpreter's start alone) takes more."""
+    return child == wrapper.pid + 1 or wrapper.reaped is False or wrapper.children_ticks == 0

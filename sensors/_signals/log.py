@@ -326,7 +326,8 @@ _READ_HOLDERS = helper(
         # A command holding ") " or a newline cannot make a line of numbers (it is 15 bytes
         # at most); what is printed is digits only, never the command.
         '  { t = $0; if (sub(/.*\\) /, "", t) && split(t, b, " ") >= 20 && b[2] ~ /^[0-9]+$/'
-        ' && b[9] ~ /^[0-9]+$/ && b[20] ~ /^[0-9]+$/) print "s", a[3], b[2], b[20], b[9] }',
+        " && b[9] ~ /^[0-9]+$/ && b[20] ~ /^[0-9]+$/ && b[14] b[15] ~ /^[0-9]+$/)"
+        ' print "s", a[3], b[2], b[20], b[9], b[14] + b[15] }',
         # A process gone meanwhile fails awk (mawk stops at it): no `whole`, nothing shown.
         "' $__hf 2>/dev/null && echo whole",
     ],
@@ -473,35 +474,35 @@ def _birth(value: str) -> float:
 
 def _holders(raw: bytes | None, meta: Meta) -> list[Holder] | None:
     """The ``log_holders`` section (see ``_READ_HOLDERS``): ``f PID FD FLAGS`` a descriptor,
-    ``s PID PPID TICKS CMINFLT`` its process (its waited-for children's minor faults: none
-    reaped yet, none), then ``whole``; a line otherwise is nothing, a process
-    read two ways (a command made to look like a stat line) has no start. Empty: nobody holds
-    it. None: the list is not whole (past the cap, or a holder gone while it was read: a
-    wrapper begun before may be in what was left out)."""
+    ``s PID PPID TICKS CMINFLT CTICKS`` its process (its waited-for children's minor faults,
+    none where none was reaped yet, and their CPU ticks), then ``whole``; a line otherwise is
+    nothing, a process read two ways (a command made to look like a stat line) has no start.
+    Empty: nobody holds it. None: the list is not whole (past the cap, or a holder gone while
+    it was read: a wrapper begun before may be in what was left out)."""
     lines = (raw or b"").decode("ascii", "replace").splitlines()
     if "cut" in lines or (lines and lines[-1] != "whole"):
         return None
     fds: list[tuple[int, int, int]] = []
-    stats: dict[int, set[tuple[int, int, int]]] = {}
+    stats: dict[int, set[tuple[int, int, int, int]]] = {}
     for line in lines:
         f = line.split()
         if not all(x.isdigit() for x in f[1:]):
             continue
         if f[:1] == ["f"] and len(f) == 4:
             fds.append((int(f[1]), int(f[2]), int(f[3], 8)))
-        elif f[:1] == ["s"] and len(f) == 5:
-            stats.setdefault(int(f[1]), set()).add((int(f[2]), int(f[3]), int(f[4])))
+        elif f[:1] == ["s"] and len(f) == 6:
+            stats.setdefault(int(f[1]), set()).add((int(f[2]), int(f[3]), int(f[4]), int(f[5])))
     if len(fds) > _HOLDERS_CAP:
         return None
     out = []
     for pid, fd, flags in dict.fromkeys(fds):
-        ppid, started, reaped = None, None, None
+        ppid, started, reaped, cpu = None, None, None, None
         if len(seen := stats.get(pid, set())) == 1:
-            ((ppid, ticks, faults),) = seen
+            ((ppid, ticks, faults, cpu),) = seen
             age, _ = elapsed_since(ticks, meta)
             started = None if age is None or meta.now is None else round(meta.now - age, 3)
             reaped = faults > 0
-        out.append(Holder(pid, fd, flags, started, ppid, reaped))
+        out.append(Holder(pid, fd, flags, started, ppid, reaped, cpu))
     return out
 
 
