@@ -88,13 +88,26 @@ def test_what_the_kernel_shows_of_who_began_the_log(
     assert opened_in_run(holders, starts, parents) is began
 
 
+@pytest.mark.parametrize(
+    ("pos", "began_whole"),
+    [(300, True), (512, True), (299, False), (None, False)],
+)
+def test_a_log_the_runs_description_wrote_whole_is_all_its_own(pos: int | None, began_whole: bool) -> None:
+    """With the log's size (read just before the holders): the description that began it
+    had written up to its end (a re-run's `> log`, the last run's bytes truncated away), or
+    another writer's bytes, or bytes older than the open, lie past its offset."""
+    holders = [Holder(10, 1, W, None, 9, None, None, pos)]
+    assert opened_in_run(holders, {10: T0}, {10: 9}) is True
+    assert opened_in_run(holders, {10: T0}, {10: 9}, size=300) is began_whole
+
+
 def test_the_holders_answer_is_digits_or_no_holder() -> None:
     """The section's lines are numbers each (``f PID FD FLAGS``, ``s PID PPID TICKS``), then
     ``whole``; anything else is nothing, the flags are octal, a process read two ways has no
     start, and a list not whole (cut, or ended early) shows nothing."""
     meta = parse_meta(None)
     raw = (
-        b"f 123 1 0100001\nf 123 2 0100001\nf x 1 0100001\nf 124 3 0102001\n"
+        b"f 123 1 0100001\np 123 1 77\nf 123 2 0100001\nf x 1 0100001\nf 124 3 0102001\n"
         b"s 123 1 4242 0 0\ns 124 1 4243 5 1\ns 124 7 9 5 1\nwhole\n"
     )
     hs = _holders(raw, meta)
@@ -104,7 +117,7 @@ def test_the_holders_answer_is_digits_or_no_holder() -> None:
     assert _holders(b"whole\n", meta) == [] and _holders(b"", meta) == []
     assert _holders(b"f 123 1 0100001\ncut\n", meta) is None
     assert _holders(b"f 123 1 0100001\ns 123 1 4242 0 0\n", meta) is None  # awk stopped short
-    assert hs[0].reaped is False
+    assert hs[0].reaped is False and hs[0].pos == 77 and hs[1].pos is None
 
 
 # --------------------------------------------------------------------------- the probe, for real

@@ -12,12 +12,23 @@ job: both complete within 3 checks.
 from __future__ import annotations
 
 import shlex
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.test_scenarios_35 import _job_argv, _q, _shell, _stage, _stage_file, _watched_late
+from tests.test_scenarios_35 import (
+    COMPLETE,
+    Watch,
+    _job_argv,
+    _never_completes,
+    _q,
+    _shell,
+    _stage,
+    _stage_file,
+    _watched_late,
+)
 
 
 @pytest.mark.parametrize("cd", ["plain", "dirname"])
@@ -30,3 +41,44 @@ def test_a_run_sh_wrapper_watched_late_during_post_processing_completes(tmp_path
     (tmp_path / "run.sh").write_text(f"#!/bin/bash\n{first}\n{_q(argv)}\n")
     job = _shell(f"cd {shlex.quote(str(tmp_path))} && nohup bash run.sh > job.log 2>&1 &", tag)
     _watched_late(stage, tmp_path, log, job, f"run.sh/{cd}")
+
+
+def test_a_rerun_truncating_the_last_runs_log_watched_late_completes(tmp_path: Path) -> None:
+    """Run 1 completes. Run 2, started the same way (`nohup job > job.log`: the shell truncates
+    the last run's log, which keeps its inode and its birth), is first watched during its
+    post-processing, after its own completion line. The kernel shows run 2's description
+    began the log and wrote every byte of it: the line is run 2's (user 39: unknown for good,
+    the log's birth being run 1's)."""
+    tag = f"rerun-gt-{uuid.uuid4().hex[:8]}"
+    stage = _stage_file(tmp_path, _stage(tmp_path, tag))
+    log = tmp_path / "job.log"
+    argv = _q(_job_argv(tmp_path, tag, "stdout", after="postproc", post=0.2))
+    run1 = _shell(f"nohup {argv} > {shlex.quote(str(log))} 2>&1 &", tag)
+    run1.wait()
+    argv2 = _q(_job_argv(tmp_path, tag, "stdout", after="postproc", post=2.0))
+    run2 = _shell(f"nohup {argv2} > {shlex.quote(str(log))} 2>&1 &", tag)
+    _watched_late(stage, tmp_path, log, run2, "re-run/> log")
+
+
+def test_a_rerun_appending_to_the_last_runs_log_watched_late_does_not_complete_on_its_line(
+    tmp_path: Path,
+) -> None:
+    """The same re-run appending (`>> job.log`): the log holds run 1's completion line, then
+    run 2's, and nothing the kernel shows tells where run 2's bytes begin (an appending
+    description tells nothing of what was there before). The watch begun after run 2's line
+    cannot tell it from run 1's: never complete on it (honest `unknown`)."""
+    tag = f"rerun-gtgt-{uuid.uuid4().hex[:8]}"
+    stage = _stage_file(tmp_path, _stage(tmp_path, tag))
+    log = tmp_path / "job.log"
+    argv = _q(_job_argv(tmp_path, tag, "stdout", after="postproc", post=0.2))
+    _shell(f"nohup {argv} > {shlex.quote(str(log))} 2>&1 &", tag).wait()
+    argv2 = _q(_job_argv(tmp_path, tag, "stdout", after="postproc", post=2.0))
+    run2 = _shell(f"nohup {argv2} >> {shlex.quote(str(log))} 2>&1 &", tag)
+    deadline = time.monotonic() + 20
+    while log.read_bytes().count(COMPLETE.encode()) < 2:
+        assert time.monotonic() < deadline and run2.at is None
+        time.sleep(0.05)
+    watch = Watch(stage, tmp_path, timeout="6s")
+    watch.first()
+    run2.wait()
+    _never_completes(watch)

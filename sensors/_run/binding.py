@@ -124,6 +124,9 @@ class Holder(NamedTuple):
     #: The CPU its ended children used, in clock ticks (/proc/PID/stat cutime + cstime; None:
     #: not read): 0 is less than a tick, less than any run of a job takes (`dirname`, `date`).
     children_ticks: int | None = None
+    #: The description's offset (fdinfo ``pos``; None: not read): opened write-only, not
+    #: appending, it wrote every byte before it since it was opened.
+    pos: int | None = None
 
     @property
     def writes(self) -> bool:
@@ -138,11 +141,15 @@ class Holder(NamedTuple):
 
 
 def opened_in_run(
-    holders: Iterable[Holder], starts: Mapping[int, float], parents: Mapping[int, int] | None = None
+    holders: Iterable[Holder],
+    starts: Mapping[int, float],
+    parents: Mapping[int, int] | None = None,
+    size: int | None = None,
 ) -> bool:
     """Whether the kernel shows the log begun by this run (``starts``: this run's live
     processes and when each began, read in the same probe as ``holders``; ``parents``: each
-    one's parent).
+    one's parent). With ``size`` (the log's, read just before the holders): whether it shows
+    every byte of it this run's, the description that began it at that offset or past it.
 
     A log born within /proc's start precision of the job's process may be the job's own
     (``nohup job > log`` opens it between the fork and the exec) or an earlier run's, a whole
@@ -164,16 +171,17 @@ def opened_in_run(
     began, before = False, False
     for h in holders:
         started = starts.get(h.pid, h.started)
+        whole = size is None or (h.pos is not None and h.pos >= size)
         if h.pid in wrappers and h.began_the_file and _ran_no_run(h, children[h.pid]):
             # A wrapper that began the log and ran no run before this run's process (`bash
             # run.sh > log`, run.sh running the job).
-            began = True
+            began = began or whole
         elif started is None or started < first or h.pid in wrappers:
             # Not known to have begun with the run: a writer may hold what it opened for an
             # earlier one (a reader, `tail -f log`, writes nothing).
             before = before or h.writes
         elif h.began_the_file:
-            began = True
+            began = began or whole
     return began and not before
 
 

@@ -171,6 +171,10 @@ class LogMemory:
     # before the run held it to write (``sensors._run.binding.opened_in_run``). Then a log born
     # within /proc's precision of the job's start is the job's own.
     opened_in_run: bool = False
+    # ... and that description had written up to the log's end when it was read (its offset
+    # at the size or past it): every byte of the log is this run's, however old the file (a
+    # re-run's `> log` truncates the last run's log and keeps its birth).
+    opened_whole: bool = False
 
 
 class LogEvidence(TypedDict, total=False):
@@ -322,7 +326,8 @@ _READ_HOLDERS = helper(
         '[ -n "$__hf" ] || return 0',
         "awk '",
         '  { n = split(FILENAME, a, "/") }',
-        '  a[4] == "fdinfo" { if ($1 == "flags:" && $2 ~ /^[0-7]+$/) print "f", a[3], a[5], $2; next }',
+        '  a[4] == "fdinfo" { if ($1 == "flags:" && $2 ~ /^[0-7]+$/) print "f", a[3], a[5], $2;'
+        ' else if ($1 == "pos:" && $2 ~ /^[0-9]+$/) print "p", a[3], a[5], $2; next }',
         # A command holding ") " or a newline cannot make a line of numbers (it is 15 bytes
         # at most); what is printed is digits only, never the command.
         '  { t = $0; if (sub(/.*\\) /, "", t) && split(t, b, " ") >= 20 && b[2] ~ /^[0-9]+$/'
@@ -473,7 +478,8 @@ def _birth(value: str) -> float:
 
 
 def _holders(raw: bytes | None, meta: Meta) -> list[Holder] | None:
-    """The ``log_holders`` section (see ``_READ_HOLDERS``): ``f PID FD FLAGS`` a descriptor,
+    """The ``log_holders`` section (see ``_READ_HOLDERS``): ``f PID FD FLAGS`` a descriptor
+    (``p PID FD POS`` its offset),
     ``s PID PPID TICKS CMINFLT CTICKS`` its process (its waited-for children's minor faults,
     none where none was reaped yet, and their CPU ticks), then ``whole``; a line otherwise is
     nothing, a process read two ways (a command made to look like a stat line) has no start.
@@ -484,12 +490,15 @@ def _holders(raw: bytes | None, meta: Meta) -> list[Holder] | None:
         return None
     fds: list[tuple[int, int, int]] = []
     stats: dict[int, set[tuple[int, int, int, int]]] = {}
+    pos: dict[tuple[int, int], int] = {}
     for line in lines:
         f = line.split()
         if not all(x.isdigit() for x in f[1:]):
             continue
         if f[:1] == ["f"] and len(f) == 4:
             fds.append((int(f[1]), int(f[2]), int(f[3], 8)))
+        elif f[:1] == ["p"] and len(f) == 4:
+            pos[int(f[1]), int(f[2])] = int(f[3])
         elif f[:1] == ["s"] and len(f) == 6:
             stats.setdefault(int(f[1]), set()).add((int(f[2]), int(f[3]), int(f[4]), int(f[5])))
     if len(fds) > _HOLDERS_CAP:
@@ -502,7 +511,7 @@ def _holders(raw: bytes | None, meta: Meta) -> list[Holder] | None:
             age, _ = elapsed_since(ticks, meta)
             started = None if age is None or meta.now is None else round(meta.now - age, 3)
             reaped = faults > 0
-        out.append(Holder(pid, fd, flags, started, ppid, reaped, cpu))
+        out.append(Holder(pid, fd, flags, started, ppid, reaped, cpu, pos.get((pid, fd))))
     return out
 
 
@@ -530,6 +539,11 @@ def _bind(
     base = replace(memory, inode=st.inode, bound_at=memory.bound_at or now)
     if memory.absent:
         return replace(base, run_from=0, bound_by=memory.bound_by or "watch")
+    if memory.opened_whole and run is not None and run.started_at is not None:
+        # The kernel shows a description this run began the log with (`> log`: it truncates)
+        # that had written every byte of it: all of it is this run's, however old the file's
+        # birth (a re-run truncating the last run's log keeps its inode and birth).
+        return replace(base, run_from=0, bound_by=run.source)
     if run is None or run.source not in ("since", "process", "supervisor") or run.started_at is None:
         if (
             watch_began is not None
@@ -775,9 +789,9 @@ def read_log(
         starts = {pid: at for pid, at in (job.starts if job is not None else {}).items() if pid in live}
         parents = job.parents if job is not None else {}
         holders = _holders(sections["log_holders"], meta)
-        memory = replace(
-            memory, opened_in_run=holders is not None and opened_in_run(holders, starts, parents)
-        )
+        began = holders is not None and opened_in_run(holders, starts, parents)
+        whole = began and holders is not None and opened_in_run(holders, starts, parents, size=st.size)
+        memory = replace(memory, opened_in_run=began, opened_whole=whole)
     # Whose clock stamps the file: the host's unless the file system says another's (not
     # read yet: taken as the host's, where fewer file times are believed).
     own_times = memory.foreign_clock is not True
@@ -1220,7 +1234,11 @@ def _whose(
             if job is not None and written_after
             else set()
         )
-        if job is not None and memory.run_from == 0 and st.birth and not memory.foreign_clock:
+        if (
+            job is not None
+            and memory.run_from == 0
+            and ((st.birth and not memory.foreign_clock) or memory.opened_whole)
+        ):
             # Begun clearly before the log was born (its start's precision allowing), it can
             # have written every line of it: any other writer was at work beside it. Begun
             # within that precision of the birth, either side (late by /proc/uptime's rounding
@@ -1237,7 +1255,11 @@ def _whose(
             early |= {
                 pid
                 for pid, start in job.starts.items()
-                if (start + start_slack < st.birth or (memory.opened_in_run and start <= late))
+                if (
+                    start + start_slack < st.birth
+                    or (memory.opened_in_run and start <= late)
+                    or memory.opened_whole  # every byte written through this run's `> log`
+                )
                 and (at is None or start < at - start_slack)
             }
         writers = tuple(sorted((job.previous if job is not None else frozenset()) | early))[:64]
