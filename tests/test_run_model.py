@@ -280,9 +280,9 @@ def test_written_by_a_moment_takes_the_whole_span_of_the_mtime() -> None:
 @pytest.mark.parametrize(
     ("had", "offered", "not_offered"),
     [
-        (Had(), ["--since", "watch the job from before it ends", "launch the job"], []),
-        (Had(since=True), ["watch the job from before it ends", "launch the job"], ["--since"]),
-        (Had(seen_alive=True), ["--since", "launch the job"], ["watch the job from before it ends"]),
+        (Had(), ["--since", "watch the job from before it writes its completion line", "launch the job"], []),
+        (Had(since=True), ["watch the job from before it writes", "launch the job"], ["--since"]),
+        (Had(seen_alive=True), ["--since", "launch the job"], ["watch the job from before"]),
         (Had(launched=True, seen_alive=True), [], ["--since", "watch the job", "launch the job"]),
     ],
 )
@@ -292,7 +292,7 @@ def test_the_logs_advice_never_repeats_what_the_watch_did(had, offered, not_offe
     from sensors._run.advice import Fix
     from sensors._signals.log import _advise
 
-    said = _advise((Fix.SINCE, Fix.WATCH_EARLIER, Fix.LAUNCH), had)
+    said = _advise((Fix.SINCE, Fix.WATCH_BEFORE_LINE, Fix.LAUNCH), had)
     for words in offered:
         assert words in said, (had, said)
     for words in not_offered:

@@ -32,6 +32,9 @@ class Fix(enum.Enum):
 
     SINCE = "give the run's start with --since TIME|DURATION"
     WATCH_EARLIER = "watch the job from before it ends"
+    #: The log's: a watch that saw the job at work only once its completion line was written
+    #: did watch it before it ended, and could still not tell whose the line is (user 39).
+    WATCH_BEFORE_LINE = "watch the job from before it writes its completion line"
     CHECK_OFTEN = "check more often than the job runs (a policy.interval shorter than its life)"
     LAUNCH = "launch the job through crosscheck (a launch section: its exit status is recorded)"
     LINE_LAST = "have the job write its completion line last (after closing its outputs)"
@@ -48,7 +51,7 @@ def _needless(fix: Fix, had: Had) -> bool:
     """Whether the watch already did what ``fix`` asks."""
     if fix is Fix.SINCE:
         return had.since or had.launched  # a launch is an exact start already
-    if fix is Fix.WATCH_EARLIER:
+    if fix in (Fix.WATCH_EARLIER, Fix.WATCH_BEFORE_LINE):
         return had.seen_alive or had.end_seen or had.before_job
     if fix is Fix.CHECK_OFTEN:
         # Offered to a watch that was there before the job and never saw it at work: what it

@@ -1479,7 +1479,7 @@ def _log_says(
             f" read it, while pid {word.undatable_by} of this run was alive, and {when}:"
             " whether that process is a later run, begun after the line and"
             " with no completion line of its own, cannot be told"
-            + _advise((Fix.WATCH_EARLIER, Fix.CHECK_OFTEN, Fix.LAUNCH), had),
+            + _advise((Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.LAUNCH), had),
         )
     if complete_line is not None and word is not None and word.unattributed and scan.followed_by is not None:
         return (
@@ -1488,7 +1488,7 @@ def _log_says(
             f" ({scan.followed_by[:120]!r}) that no process known to have written the completion"
             " line can have written: a completion line counts only as its run's last word, and"
             " whether a later run wrote that text cannot be told"
-            + _advise((Fix.WATCH_EARLIER, Fix.CHECK_OFTEN, Fix.LAUNCH, Fix.LINE_LAST), had),
+            + _advise((Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.LAUNCH, Fix.LINE_LAST), had),
         )
     if complete_line is not None:
         return Says.DONE, f"completion line: {complete_line.strip()[:200]}"
@@ -1505,7 +1505,7 @@ def _log_says(
             Says.UNKNOWN,
             f"a completion line is in the log ({scan.earlier_complete.strip()[:120]}) but it may be an"
             f" earlier run's: {why}"
-            + _advise((Fix.SINCE, Fix.WATCH_EARLIER, Fix.CHECK_OFTEN, Fix.LAUNCH), had),
+            + _advise((Fix.SINCE, Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.LAUNCH), had),
         )
     if word is not None and word.later_pid is not None:
         earlier = (
