@@ -374,6 +374,40 @@ def test_a_lost_rank_with_the_others_quiet_for_stall_after_is_a_hung_collective(
     assert again.state is State.RUNNING, again.reasons
 
 
+@pytest.mark.parametrize(
+    ("per_second", "hung"),
+    [
+        (0.0, True),  # nothing at all
+        (0.01, True),  # a poll loop charged a tick a second a rank (a quiet host's wakeups)
+        (0.04, True),  # four ticks a second a rank: still under 5 % of a core
+        (0.06, False),  # above it: work, however slow
+        (1.0, False),  # a core a rank
+    ],
+)
+def test_a_trickle_of_cpu_is_no_progress_but_work_is(per_second: float, hung: bool) -> None:
+    """Ranks blocked in a collective are still charged CPU: each wakeup of a waiting loop that
+    lands on a clock tick costs a whole tick. Under 5 % of a core a rank, measured since the
+    last progress (not check by check, where a slow job's step is under a tick), CPU time is
+    no progress; above it, it is."""
+    memory = AcrossMemory()
+    cpu = {"a": 5.0, "b": 5.0}
+    state = State.RUNNING
+    why: tuple[str, ...] = ()
+    for k, at in enumerate(range(0, 71, 5)):
+        ranks = {"a": 2, "b": 2 if k == 0 else 1}
+        nodes = [
+            _node(h, State.RUNNING, _alive(ranks[h], cpu=round(cpu[h], 2)), at=NOW + at) for h in ("a", "b")
+        ]
+        verdict, memory = decide_across("t", nodes, POLICY, 2, memory, NOW + at)
+        state, why = verdict.state, verdict.reasons
+        for h in cpu:
+            cpu[h] += per_second * ranks[h] * 5
+    if hung:
+        assert state is State.FAILED and "CPU under 5% of a core a rank" in why[0], why
+    else:
+        assert state is State.RUNNING and "1 of 2 ranks on b gone" in why[0], why
+
+
 # --------------------------------------------------------------------------- over several sshd
 
 

@@ -149,9 +149,12 @@ def decide_across(
         mark = _mark(node)
         if mark is None or at is None:
             continue  # not read: neither progress nor its absence
-        if marks.get(node.host) != mark:
+        before = marks.get(node.host)
+        if before is None or _moved(before, mark, at - moved_at.get(node.host, at), alive[node.host]):
+            # The mark kept is the one progress was last seen at: a trickle is measured
+            # against it as a whole, not check by check (where each step is under a tick).
             moved_at[node.host] = at
-        marks[node.host] = mark
+            marks[node.host] = mark
         idle[node.host] = at - moved_at[node.host]
     new_memory = AcrossMemory(
         most_alive=most,
@@ -239,7 +242,7 @@ def _rules(
             State.FAILED,
             [
                 f"{which}; ranks alive on {live} with no progress for {quiet:.0f}s"
-                " (CPU time, I/O, log and outputs unchanged)"
+                f" (I/O, log and outputs unchanged, CPU under {_WAITING_CPU_SHARE:.0%} of a core a rank)"
                 + (f", GPUs busy on {', '.join(busy)}" if busy else "")
                 + ": a collective waiting for a lost rank",
                 *(f"{n.host}: {n.verdict.reasons[0]}" for n in waiting if n.verdict.reasons),
@@ -349,6 +352,29 @@ def _mark(node: NodeCheck) -> tuple[object, ...] | None:
         tuple(logs) or None,
         o.evidence.get("count") if o else None,
     )
+
+
+#: The CPU a rank blocked in a collective may still be charged, as a share of one core: a
+#: waiting loop's wakeups (gloo's, a Python poll, a watchdog thread) are charged a whole
+#: clock tick each time one lands on a tick, ~1 % of a core on a quiet host. Work shows
+#: well above it; under it, CPU time alone is no progress.
+_WAITING_CPU_SHARE = 0.05
+
+#: CPU time is counted in clock ticks: two of them are within its precision.
+_CPU_TICKS_SLACK = 0.02
+
+
+def _moved(before: tuple[object, ...], now: tuple[object, ...], quiet: float, ranks: int | None) -> bool:
+    """Whether a node's job made progress since ``before`` (its mark when it last did,
+    ``quiet`` seconds ago): its I/O, logs or outputs changed, or its CPU time grew by more
+    than ``ranks`` waiting ranks are charged in that time (or fell: a process gone or new)."""
+    if before[1:] != now[1:]:
+        return True
+    cpu, was = now[0], before[0]
+    if not isinstance(cpu, (int, float)) or not isinstance(was, (int, float)):
+        return cpu != was
+    floor = _CPU_TICKS_SLACK + _WAITING_CPU_SHARE * quiet * max(1, ranks or 1)
+    return cpu < was or cpu - was > floor
 
 
 def _gpu_busy(verdict: Verdict) -> bool:
