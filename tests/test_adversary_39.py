@@ -166,7 +166,7 @@ def test_a_holders_list_past_its_cap_shows_nothing(tmp_path: Path) -> None:
 
     from sensors._base.probe import build_script, new_nonce, parse_meta, split_sections
     from sensors._hosts import LocalHost
-    from sensors._signals.log import _HOLDERS_CAP, _READ_HOLDERS, _holders
+    from sensors._signals.log import _HOLDERS_CAP, _holders, holders_lines
 
     log = tmp_path / "job.log"
     with open(log, "w") as f:
@@ -177,7 +177,7 @@ def test_a_holders_list_past_its_cap_shows_nothing(tmp_path: Path) -> None:
     try:
         time.sleep(0.3)
         nonce = new_nonce()
-        script = build_script(nonce, None, [[_READ_HOLDERS, f"__cc_holders {shlex.quote(str(log))}"]])
+        script = build_script(nonce, None, [holders_lines(str(log))])
         sections = split_sections(LocalHost().run_script(script, timeout=60), nonce)
         raw = sections.get("log_holders") or b""
         assert raw.splitlines()[-1] == b"cut", raw[-200:]

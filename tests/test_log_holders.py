@@ -28,7 +28,7 @@ import pytest
 from sensors._base.probe import build_script, new_nonce, parse_meta, split_sections
 from sensors._hosts import LocalHost
 from sensors._run.binding import Holder, opened_in_run
-from sensors._signals.log import _READ_HOLDERS, _holders
+from sensors._signals.log import _holders, holders_lines
 from sensors._signals.procfs import elapsed_since
 
 W, A, R, RW = 0o100001, 0o102001, 0o100000, 0o100002  # write-only, appending, read-only, read-write
@@ -137,7 +137,7 @@ def _read(log: Path, pid: int | None = None) -> tuple[list[Holder], float | None
     """The holders section as the probe's own snippet reads it on this host, and when
     ``pid`` began, read in the same probe (as the process signal's table is)."""
     nonce = new_nonce()
-    lines = [_READ_HOLDERS, f"__cc_holders {shlex.quote(str(log))}"]
+    lines = holders_lines(str(log))
     if pid is not None:
         lines += ["sec job", f"cat /proc/{pid}/stat"]
     sections = split_sections(LocalHost().run_script(build_script(nonce, None, [lines]), timeout=30), nonce)
@@ -216,3 +216,35 @@ def test_a_path_with_pattern_characters_is_the_very_file(
     assert _read(odd)[0] == []
     pid = _job(f"exec JOB > {shlex.quote(str(odd))}", spawned)
     assert {h.pid for h in _read(odd)[0]} == {pid} and pid != other_pid
+
+
+def test_one_scan_of_proc_for_every_log_first_seen_in_a_probe(
+    tmp_path: Path, spawned: list[subprocess.Popen[bytes]]
+) -> None:
+    """A batch that first sees many logs at once (a fleet's stages, a watcher started over
+    them) reads every process's descriptors once, not once a log: one find over /proc, and
+    each log's holders are its own."""
+    logs = [tmp_path / f"stage{k}.log" for k in range(3)]
+    pids = [_job(f"exec JOB > {shlex.quote(str(log))}", spawned) for log in logs[:2]]
+    logs[2].write_text("")  # held by none
+    nonce = new_nonce()
+    parts = [[f"P=s{k}.", *holders_lines(str(log))] for k, log in enumerate(logs)]
+    script = build_script(nonce, None, parts)
+    assert script.count(b"-printf '%p %l") == 1, script.decode()  # the scan (holders_of: none)
+    sections = split_sections(LocalHost().run_script(script, timeout=30), nonce)
+    meta = parse_meta(sections.get("meta"))
+    found = [_holders(sections.get(f"s{k}.log_holders"), meta) for k in range(3)]
+    assert [{h.pid for h in held or []} for held in found] == [{pids[0]}, {pids[1]}, set()], found
+    assert found[0] is not None and found[1] is not None
+
+
+def test_a_log_reached_through_a_symlink_is_the_file_it_names(
+    tmp_path: Path, spawned: list[subprocess.Popen[bytes]]
+) -> None:
+    """The descriptors name the file by its resolved path: a stage whose log path passes
+    through a symlink (``/scratch`` to ``/mnt/nvme0``) finds its holders all the same."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    pid = _job(f"exec JOB > {shlex.quote(str(real / 'job.log'))}", spawned)
+    assert {h.pid for h in _read(tmp_path / "link" / "job.log")[0]} == {pid}

@@ -119,6 +119,7 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
         ]
     body: list[str] = []
     requested: dict[str, None] = {}  # the paths of the shared stat, in order, once each
+    holding: dict[str, None] = {}  # the paths whose holders the shared scan finds, once each
     helpers: dict[str, None] = {}  # the sh functions the snippets call, once each
     guarded = 0
     first: list[str] = []  # lines to run before the shared stat (FIRST), with their part's P
@@ -139,6 +140,10 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
                 own[line[7:]] = None
             elif line[:7] == _HELPER_REQUEST:
                 helpers[line[7:]] = None
+            elif line[:7] == _HOLD_REQUEST:
+                # Read from /proc alone, never from the file's own file system: one scan for
+                # the whole probe, guarded parts' files included.
+                holding[line[7:]] = None
             elif line[:8] == _GUARD_REQUEST:
                 # What follows runs in a part of its own, with its own stat (see guard()).
                 budget, into, own = int(line[8:]), [], {}
@@ -155,6 +160,7 @@ def build_script(nonce: str, static: Static | None, snippets: Iterable[list[str]
     if first:
         out += [*first, "P="]
     out += _shared_stat(list(requested))
+    out += _holders_scan(list(holding))
     out += body
     out += [
         "sec end",
@@ -262,6 +268,63 @@ _FILE_TYPES = (
     "character special file", "block special file", "weird file", "unknown?",
     "message queue", "semaphore", "shared memory object", "typed memory object",
 )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the shared holders scan
+#
+# Which processes hold a file open is read from every process's descriptors (/proc/PID/fd),
+# whatever the file: the cost is the host's, not the file's. A probe that asks for several
+# files' holders (a batch of stages whose logs were first seen at once) reads every
+# descriptor once, and each file's reader (``holders_of``) keeps the links that name it.
+
+_HOLD_REQUEST = "#@hold "
+
+#: sh: a path on stdin, escaped for find's -lname pattern (its glob characters, backslash).
+_LNAME_ESCAPE = r"sed 's/[][*?\\]/\\&/g'"
+
+
+def holders_request(path: str) -> str:
+    """The snippet line that puts ``path`` in this probe's holders scan (a sh comment). The
+    snippet's sh then calls ``holders_of PATH CAP``, which sets ``__hl`` to the links
+    (/proc/PID/fd/N, oldest PID first, CAP + 1 at most) that name it, or to ``-`` where that
+    cannot be said (it does not exist or cannot be resolved, or a holder ended meanwhile)."""
+    return _HOLD_REQUEST + shlex.quote(path)
+
+
+def _holders_scan(quoted: list[str]) -> list[str]:
+    if not quoted:
+        return []
+    return [
+        # Every descriptor's link read once (find's %l: a readlink; no file behind a
+        # descriptor is opened or stat'ed, so a dead file server cannot hang it, and nothing
+        # but /proc is read: a guarded stage's file system is not touched). awk keeps the
+        # links whose text is one of the paths asked, as given. Nothing of it is printed: the
+        # links' text (the job's, any user's file names) only goes to awk, one record a link
+        # (a newline in it made a `?`), and what is kept is /proc paths, each read again by
+        # its file's reader. A find without -printf (BusyBox's) finds none.
+        "__cc_hl=$(find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -printf '%p %l\\0' 2>/dev/null"
+        " | tr '\\n\\000' '?\\n' | awk 'BEGIN { for (i = 1; i < ARGC; i++) want[ARGV[i]]; ARGC = 1 }"
+        r" $1 ~ /^\/proc\/[0-9]+\/fd\/[0-9]+$/ && substr($0, length($1) + 2) in want { print $1 }' "
+        + " ".join(quoted)
+        + ")",
+        # A file's own links: those of the scan named by its path, read again (one find over
+        # the few the scan found, its pattern escaped), where the path is the file's own
+        # (resolved, it is unchanged); where it is not (a symlink on its way), a scan of its own.
+        "holders_of() {",
+        '  __hl=-; __hn=$2; [ -e "$1" ] || return 0',
+        '  __q=$(readlink -f -- "$1" 2>/dev/null) || return 0',
+        "  __e=$(printf '%s\\n' \"$__q\" | " + _LNAME_ESCAPE + ")",
+        '  if [ "$__q" != "$1" ]; then',
+        '    __hl=$(find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -lname "$__e" 2>/dev/null)',
+        '  elif [ -n "$__cc_hl" ]; then',
+        "    set -f; set -- $__cc_hl; set +f",
+        # A link gone since the scan fails find (a holder that ended meanwhile): not said.
+        '    __hl=$(find "$@" -maxdepth 0 -lname "$__e" 2>/dev/null) || { __hl=-; return 0; }',
+        "  else __hl=; fi",
+        '  [ -z "$__hl" ] || __hl=$(printf \'%s\\n\' "$__hl"'
+        ' | sort -t/ -k3,3n -k5,5n | head -n "$((__hn + 1))")',
+        "}",
+    ]
 
 
 # --------------------------------------------------------------------------- helper functions

@@ -27,6 +27,7 @@ from sensors._base.probe import (
     Meta,
     fstype_request,
     helper,
+    holders_request,
     keeps_times,
     local_fs,
     own_clock,
@@ -302,22 +303,18 @@ _HOLDERS_CAP = 256
 # every run it starts: `exec 4>log; old >&4; job >&4`, or a driver's `open(log, "w")` passed
 # as a child's stdout), with the description's flags, the process's parent and its start in
 # ticks (fields 4 and 22 of /proc/PID/stat, counted after the command's closing parenthesis:
-# the command is the job's text). Read when the log is first bound (see opened_in_run).
-# `find -lname` reads each link's text only: no file behind a descriptor is opened or stat'ed
-# (one on a dead file server would hang the probe); it prints only the /proc paths it was
-# given, never the job's text. The path is escaped for find's pattern; `-ef` then checks the
-# very file. Oldest PIDs first (a wrapper is begun before its runs); past the cap a line
-# `cut` says the list is not whole, and a list not whole shows nothing (a wrapper may be in
-# what was left out). A find without -lname (BusyBox's) finds none: the log is then not
+# the command is the job's text). Read when the log is first bound (see opened_in_run); the
+# links come from the probe's one holders scan (``holders_request``: one find for every log
+# first seen in it), oldest PIDs first (a wrapper is begun before its runs). Past the cap a
+# line `cut` says the list is not whole, and a list not whole shows nothing (a wrapper may be
+# in what was left out). A find without -lname (BusyBox's) finds none: the log is then not
 # shown begun by the run.
 _READ_HOLDERS = helper(
     "__cc_holders",
     [
         "sec log_holders",
-        '__hc=$(readlink -f -- "$1" 2>/dev/null) || return 0',
-        "__hp=$(printf '%s\\n' \"$__hc\" | sed 's/[][*?\\\\]/\\\\&/g')",
-        '__hl=$(find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -lname "$__hp" 2>/dev/null'
-        f" | sort -t/ -k3,3n -k5,5n | head -n {_HOLDERS_CAP + 1})",
+        f'holders_of "$1" {_HOLDERS_CAP}',
+        '[ "$__hl" != - ] || return 0',
         "set -f; set -- $__hl; set +f",
         f'if [ "$#" -gt {_HOLDERS_CAP} ]; then echo cut; return 0; fi',
         # Each descriptor's fdinfo and its process's stat, read by one awk for them all.
@@ -337,6 +334,11 @@ _READ_HOLDERS = helper(
         "' $__hf 2>/dev/null && echo whole",
     ],
 )
+
+
+def holders_lines(path: str) -> list[str]:
+    """The snippet lines that read which processes hold ``path`` (section ``log_holders``)."""
+    return [_READ_HOLDERS, holders_request(path), f"__cc_holders {shlex.quote(path)}"]
 
 
 # A stage's snippet is the same check after check while its log stands still (and a batch
@@ -374,7 +376,7 @@ def _snippet_lines(
     if scanned is None:
         # In the shared stat all the same: its file system says whether a stamp of it may be
         # kept (sensors._base.probe.keeps_times).
-        helpers = (_READ_LOG, _READ_HOLDERS) if not known else (_READ_LOG,)
+        helpers = (_READ_LOG, _READ_HOLDERS, holders_request(path)) if not known else (_READ_LOG,)
         return (*helpers, stat_request(path), call) if shareable(path) else (*helpers, call)
     return (
         _READ_LOG,
