@@ -790,9 +790,9 @@ def read_log(
         live = job.live if job is not None else frozenset()
         starts = {pid: at for pid, at in (job.starts if job is not None else {}).items() if pid in live}
         parents = job.parents if job is not None else {}
-        holders = _holders(sections["log_holders"], meta)
-        began = holders is not None and opened_in_run(holders, starts, parents)
-        whole = began and holders is not None and opened_in_run(holders, starts, parents, size=st.size)
+        holders = _holders(sections["log_holders"], meta) or []  # not whole: shows nothing
+        began = opened_in_run(holders, starts, parents)
+        whole = began and opened_in_run(holders, starts, parents, size=st.size)
         memory = replace(memory, opened_in_run=began, opened_whole=whole)
     # Whose clock stamps the file: the host's unless the file system says another's (not
     # read yet: taken as the host's, where fewer file times are believed).

@@ -1001,11 +1001,10 @@ def _newer_than_log(
             return None
         changed, name = newest
     else:
-        fields = (ident or "").split(" ", 6)
-        try:
-            changed, name = float(fields[5]), where or ""
-        except (IndexError, ValueError):
+        ctime = _ctime(ident)
+        if ctime is None:
             return None
+        changed, name = ctime, where or ""
     own = on_local_fs(where, sections)
     margin = 0.0 if last_word.log_own_clock and own else FILE_CLOCK_TOLERANCE
     after_log = last_word.log_written is not None and changed > last_word.log_written + margin
