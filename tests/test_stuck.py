@@ -111,6 +111,41 @@ def test_which_readings_are_stuck(case: str, readings: dict[str, Reading], expec
     assert cause(readings) == expected, case
 
 
+_DOUBT = _r(
+    "log", "unknown", line_doubt=True, line_fix="watch the job from before it writes its completion line"
+)
+
+LINE_DOUBT = [
+    # (case, process reading, gone for (s), exit_grace (s), stuck)
+    ("seen, gone past exit_grace", _GONE_SEEN, 61.0, 60.0, True),
+    ("seen, gone exactly exit_grace", _GONE_SEEN, 60.0, 60.0, True),
+    ("seen, gone within exit_grace: the last bytes may lag", _GONE_SEEN, 30.0, 60.0, False),
+    ("seen, gone at this check", _GONE_SEEN, 0.0, 0.0, False),
+    ("still alive: a later line is read anew", _r("process", "working", seen_alive=True), 99.0, 60.0, False),
+    ("never seen alive: the run may not have begun", _r("process", "done"), 99.0, 60.0, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "p", "gone_for", "grace", "is_stuck"), LINE_DOUBT, ids=[c[0] for c in LINE_DOUBT]
+)
+def test_a_line_in_doubt_is_stuck_once_the_seen_job_is_gone_past_exit_grace(
+    case: str, p: Reading, gone_for: float, grace: float, is_stuck: bool
+) -> None:
+    """Whose the completion line is cannot be told, and the run's processes, seen at work,
+    are gone with the log's lag over: no later byte is this run's. Stuck, with the log's
+    own advice as the fix; alive, or within exit_grace, or never seen: it may still change."""
+    readings = {"process": p, "log": _DOUBT}
+    assert (cause(readings, gone_for, grace) == "line_doubt") is is_stuck, case
+    got = stuck(State.UNKNOWN, readings, None, gone_for=gone_for, grace=grace)
+    assert (got is not None) is is_stuck, case
+    if got is not None:
+        assert got.fix == "watch the job from before it writes its completion line", got
+    # A log unknown for another reason (not read, say) is never this cause.
+    other = {"process": p, "log": _r("log", "unknown")}
+    assert cause(other, gone_for, grace) is None
+
+
 @pytest.mark.parametrize("state", [s for s in State if s is not State.UNKNOWN])
 def test_only_an_unknown_is_stuck(state: State) -> None:
     assert stuck(state, {"process": _GONE_SEEN}, None) is None

@@ -21,6 +21,7 @@ import pytest
 from tests.test_scenarios_35 import (
     COMPLETE,
     Watch,
+    _checked_at,
     _job_argv,
     _never_completes,
     _q,
@@ -78,7 +79,18 @@ def test_a_rerun_appending_to_the_last_runs_log_watched_late_does_not_complete_o
     while log.read_bytes().count(COMPLETE.encode()) < 2:
         assert time.monotonic() < deadline and run2.at is None
         time.sleep(0.05)
-    watch = Watch(stage, tmp_path, timeout="6s")
+    watch = Watch(stage, tmp_path, timeout="30s")
     watch.first()
-    run2.wait()
+    exited = run2.wait()
     _never_completes(watch)
+    rc = watch.proc.returncode
+    # Run 2 gone past exit_grace (300 ms), its line still in doubt: nothing of this run can
+    # tell any more. The wait ends at once with its own exit code and the fix, not at its
+    # timeout, and the fix is none the watch already had (it saw the job at work, after the
+    # line: watching from before the line would have told).
+    last = watch.lines[-1][1]
+    assert rc == 5 and last["stuck"] is not None, (rc, watch.story())
+    assert _checked_at(last) - exited < 3.0, (_checked_at(last) - exited, watch.story())
+    fix = last["stuck"]["fix"]
+    assert "from before it writes its completion line" in fix and "`job > log`" in fix, fix
+    assert "--since" not in fix, fix  # the run's start was known: another would not tell

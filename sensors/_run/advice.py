@@ -45,6 +45,8 @@ class Fix(enum.Enum):
     )
     FROM_LAUNCH = "watch a launched job from its launch (the gate or wait that launched it)"
     LOCAL_LOG = "keep the log on the host's own file system"
+    #: A log each run begins afresh (`> log`: the kernel shows the run's description began it).
+    FRESH_LOG = "have each run begin its log afresh (`job > log`, not `>> log`)"
 
 
 def _needless(fix: Fix, had: Had) -> bool:

@@ -199,6 +199,7 @@ class LogEvidence(TypedDict, total=False):
     # Unknown only for whose run a completion line is (the log itself was read): a
     # supervisor's word that this run is at work stands over it (rule S4).
     line_doubt: bool
+    line_fix: str  # with line_doubt: what would have told whose the line is ("" : nothing known)
     complete_writers: list[int]  # the job's PIDs alive before the completion line was written
     superseded_by_pid: int  # a process of this run that began after the completion line
     launch_superseded: str  # words written after the launched run's last: a later run's
@@ -951,9 +952,10 @@ def read_log(
         seen_alive=bool(word.writers),
         before_job=_watched_before_job(new_memory),
     )
-    says, detail = _log_says(scan, complete_line, still_writing, memory, age, word, had, ahead, local)
+    says, detail, fix = _log_says(scan, complete_line, still_writing, memory, age, word, had, ahead, local)
     if says is Says.UNKNOWN:
         evidence["line_doubt"] = True  # _log_says's only unknowns: whose a completion line is
+        evidence["line_fix"] = fix or ""  # what would have told it (a stuck verdict's fix)
     if change:
         detail += f" (log {change} since the last check)"
     return Reading("log", says, detail, evidence, meta.now, host), new_memory
@@ -1441,6 +1443,12 @@ def _watched_before_job(memory: LogMemory) -> bool:
     return memory.bound_by == "watch" and memory.run_from == 0
 
 
+def _doubt(detail: str, fixes: tuple[Fix, ...], had: Had) -> tuple[Says, str, str]:
+    """A completion line whose run cannot be told: unknown, in words that end with what
+    would tell it, and that advice alone."""
+    return Says.UNKNOWN, detail + _advise(fixes, had), advice(fixes, had)
+
+
 def _advise(fixes: tuple[Fix, ...], had: Had) -> str:
     """What would tell it, as the end of a sentence (the fixes the watch had left out)."""
     left = advice(fixes, had)
@@ -1457,15 +1465,18 @@ def _log_says(
     had: Had | None = None,
     ahead: float | None = None,
     local: bool | None = None,
-) -> tuple[Says, str]:
+) -> tuple[Says, str, str | None]:
+    """What the log says, in words, and for a completion line whose run cannot be told, what
+    would tell it (the fixes the watch had left out, "" where none would: see ``_advise``)."""
     had = had or Had()
     if scan.error_line is not None:
-        return Says.FAILED, f"error line: {scan.error_line.strip()[:200]}"
+        return Says.FAILED, f"error line: {scan.error_line.strip()[:200]}", None
     if complete_line is not None and still_writing:
         return (
             Says.WORKING,
             f"completion line seen ({complete_line.strip()[:120]}), but the log is still being"
             " written after it",
+            None,
         )
     if complete_line is not None and word is not None and word.undatable_by is not None:
         when = (
@@ -1475,25 +1486,25 @@ def _log_says(
             else "when the line was written cannot be read (it is not the log's last line, or the"
             " log's times are not the host's clock's)"
         )
-        return (
-            Says.UNKNOWN,
+        return _doubt(
             f"a completion line ({complete_line.strip()[:120]}) was in the log when this watch first"
             f" read it, while pid {word.undatable_by} of this run was alive, and {when}:"
             " whether that process is a later run, begun after the line and"
-            " with no completion line of its own, cannot be told"
-            + _advise((Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.LAUNCH), had),
+            " with no completion line of its own, cannot be told",
+            (Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.LAUNCH),
+            had,
         )
     if complete_line is not None and word is not None and word.unattributed and scan.followed_by is not None:
-        return (
-            Says.UNKNOWN,
+        return _doubt(
             f"a completion line ({complete_line.strip()[:120]}) is followed by other text"
             f" ({scan.followed_by[:120]!r}) that no process known to have written the completion"
             " line can have written: a completion line counts only as its run's last word, and"
-            " whether a later run wrote that text cannot be told"
-            + _advise((Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.LAUNCH, Fix.LINE_LAST), had),
+            " whether a later run wrote that text cannot be told",
+            (Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.LAUNCH, Fix.LINE_LAST),
+            had,
         )
     if complete_line is not None:
-        return Says.DONE, f"completion line: {complete_line.strip()[:200]}"
+        return Says.DONE, f"completion line: {complete_line.strip()[:200]}", None
     if scan.earlier_complete is not None and memory.before_uncertain:
         if memory.bound_by == "watch":
             why = "no run start is known"
@@ -1503,11 +1514,14 @@ def _log_says(
             why = "the log was last written too near the run's start to tell which run wrote it"
         else:
             why = "the log was written both before and after the run began, and more since"
-        return (
-            Says.UNKNOWN,
+        # A run start tells only where the log was not written on both sides of it: where a
+        # start is known and it was, another start (--since) would not tell either.
+        since = (Fix.SINCE,) if memory.bound_by == "watch" else ()
+        return _doubt(
             f"a completion line is in the log ({scan.earlier_complete.strip()[:120]}) but it may be an"
-            f" earlier run's: {why}"
-            + _advise((Fix.SINCE, Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.LAUNCH), had),
+            f" earlier run's: {why}",
+            (*since, Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.LAUNCH, Fix.FRESH_LOG),
+            had,
         )
     if word is not None and word.later_pid is not None:
         earlier = (
@@ -1526,6 +1540,7 @@ def _log_says(
         Says.WORKING,
         f"no completion line from this run yet{earlier}; last: {scan.last_line[:160]!r},"
         + (f" {age:.0f}s ago" if age >= 0 else f" the log stamped {-age:.0f}s ahead of the host's clock"),
+        None,
     )
 
 

@@ -77,7 +77,13 @@ def decide(
         since=since,
         run=run.to_json() if run is not None else None,
         # An unknown that no later reading of this run can make complete says so at once.
-        stuck=stuck(state, readings, run),
+        stuck=stuck(
+            state,
+            readings,
+            run,
+            gone_for=now - kept[2] if now is not None and kept[2] is not None else 0.0,
+            grace=policy.exit_grace,
+        ),
     )
     last_progress_at, d_since, gone_since = kept
     new_memory = VerdictMemory(

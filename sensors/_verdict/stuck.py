@@ -13,12 +13,16 @@ once read, for a run that is never rebound to a later one:
   any later check either.
 - ``nothing_tells``: the job is gone (this watch saw it alive), and the stage has no log, no
   outputs and no recorded exit status: an exit and a kill look alike from /proc, now and later.
+- ``line_doubt``: the job is gone (this watch saw it alive) for ``exit_grace`` or more, and
+  whose its completion line is cannot be told (``line_doubt``: an appending log watched after
+  its line, text after the line never seen written, ...). The run's processes are gone and
+  the log's lag is over: no later byte is this run's, and none can tell the line's run.
 
-Left out on purpose (they may still change, however unlikely): a completion line whose run
-cannot be told (``before_uncertain``, a line followed by other text, a writer begun too near
-the line): a completion line written later is read anew; outputs written after the line
-(``after_line``), which hold only for that line; an exit record not written or not
-trusted (it may yet be written, or its directory's mode fixed).
+Left out on purpose (they may still change, however unlikely): a line in doubt while the job
+is alive or within ``exit_grace`` of its end (a completion line written later is read anew,
+and a file server may show the last bytes late); outputs written after the line
+(``after_line``), which hold only for that line; an exit record not written or not trusted
+(it may yet be written, or its directory's mode fixed).
 
 The advice is a function of what the watch had (:class:`Had`): it never tells a watch with
 ``--since`` to give one, a watch that saw the job end to watch it from before its end, or a
@@ -73,6 +77,11 @@ _CAUSES: dict[str, tuple[str, tuple[Fix, ...]]] = {
         " are another clock's: whether a later run wrote to it can never be told",
         (Fix.FROM_LAUNCH, Fix.LOCAL_LOG),
     ),
+    "line_doubt": (
+        "the job is gone, and whose its completion line is cannot be told (see the log's"
+        " reading): none of its processes can write another, so no later check can tell either",
+        (),  # the log's own advice (``line_fix``): it knows what the watch saw of the line
+    ),
     "nothing_tells": (
         "the job is gone and nothing in this stage tells a success from a crash (no log, no"
         " outputs, no recorded exit status): no later check can tell either",
@@ -81,8 +90,10 @@ _CAUSES: dict[str, tuple[str, tuple[Fix, ...]]] = {
 }
 
 
-def cause(readings: Mapping[str, Reading]) -> str | None:
-    """Which fact kept for good holds this check's readings from completing (None: none)."""
+def cause(readings: Mapping[str, Reading], gone_for: float = 0.0, grace: float = 0.0) -> str | None:
+    """Which fact kept for good holds this check's readings from completing (None: none);
+    ``gone_for``: how long the process signal has said the job is gone (``grace``: the
+    stage's exit_grace)."""
     p, lg, o = readings.get("process"), readings.get("log"), readings.get("outputs")
     if any("host_error" in r.evidence for r in readings.values()):
         return None
@@ -105,16 +116,33 @@ def cause(readings: Mapping[str, Reading]) -> str | None:
         and not isinstance(p.evidence.get("exit_status"), int)
     ):
         return "nothing_tells"
+    if (
+        p is not None
+        and lg is not None
+        and p.says is Says.DONE
+        and p.evidence.get("seen_alive") is True
+        and lg.says is Says.UNKNOWN
+        and lg.evidence.get("line_doubt") is True
+        and gone_for >= grace
+        and gone_for > 0
+    ):
+        return "line_doubt"
     return None
 
 
-def stuck(state: State, readings: Mapping[str, Reading], run: Run | None) -> Stuck | None:
+def stuck(
+    state: State, readings: Mapping[str, Reading], run: Run | None, gone_for: float = 0.0, grace: float = 0.0
+) -> Stuck | None:
     """The :class:`Stuck` of an ``unknown`` verdict held for good (None: it may still change)."""
     if state is not State.UNKNOWN:
         return None
-    why = cause(readings)
+    why = cause(readings, gone_for, grace)
     if why is None:
         return None
     text, fixes = _CAUSES[why]
-    fix = advice(fixes, had_of(readings, run))
+    lg = readings.get("log")
+    if why == "line_doubt" and lg is not None:
+        fix = str(lg.evidence.get("line_fix") or "")
+    else:
+        fix = advice(fixes, had_of(readings, run))
     return Stuck(text, fix or "nothing this watch lacked would have told; see docs/run-binding.md")
