@@ -5,6 +5,7 @@ slow host delays no stage on another host. Real processes and the real local pro
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 import time
 from collections import Counter
@@ -140,11 +141,14 @@ def test_many_stages_on_one_ssh_host_cost_one_round_trip_per_tick(tmp_path: Path
     job.start()
     host = SSHHost(SSHSpec(**ssh_spec))
     probes = Counter()
+    carried: list[int] = []
     real = host.run_script
 
     def counted(script: bytes, *, timeout: float) -> bytes:
         probes["round trips"] += 1
         probes["process tables"] += script.count(b"\nsec stat\n")
+        # The stages this probe reads: each one's part begins with its section prefix.
+        carried.append(len(set(re.findall(rb"\nP=(\S+)\n", script))))
         return real(script, timeout=timeout)
 
     host.run_script = counted  # type: ignore[method-assign]
@@ -153,14 +157,18 @@ def test_many_stages_on_one_ssh_host_cost_one_round_trip_per_tick(tmp_path: Path
         checkers = [Checker(stage_from_dict(s), host=host) for s in stages]
         checks: Counter[int] = Counter()
         verdicts = []
-        watch_all(checkers, on_verdict=lambda i, v: (checks.update([i]), verdicts.append(v)), timeout=2.5)
+        watch_all(checkers, on_verdict=lambda i, v: (checks.update([i]), verdicts.append(v)), timeout=4.0)
     finally:
         host.close()
         job.stop()
     total = sum(checks.values())
-    assert len(checks) == 10 and total >= 40, checks  # every stage, at its interval
-    # One probe per tick for all ten stages, the process table read once in each.
-    assert probes["round trips"] <= total / 10 + 2, (probes, total)
+    # Every stage checked more than once (how many times is the machine's: a loaded one is
+    # slower, and no count of ticks is asserted), each tick one probe for all ten stages,
+    # the process table read once in each.
+    assert len(checks) == 10 and min(checks.values()) >= 2, checks
+    assert carried and set(carried) == {10}, carried
+    # (a probe in flight at the timeout may not have reached its verdicts)
+    assert 10 * (len(carried) - 1) <= total <= 10 * len(carried), (probes, total, checks)
     assert probes["process tables"] == probes["round trips"]
     assert {v.readings["process"].says.value for v in verdicts} == {"working"}
     assert {v.readings["process"].evidence["pid"] for v in verdicts} == {job.pid}

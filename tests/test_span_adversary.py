@@ -321,8 +321,9 @@ def test_F8_a_host_blip_with_skewed_clocks_is_not_a_hung_collective() -> None:
     script = {
         "a": [
             _node("a", State.RUNNING, _alive(2, cpu=1.0, at=T), at=T),
-            _node("a", State.RUNNING, _alive(2, cpu=2.0, at=T + 30), at=T + 30),
-            _node("a", State.RUNNING, _alive(2, cpu=2.0, at=T + 60), at=T + 60),
+            # 9 s of CPU in 30 s, 2 ranks: work (a trickle under 5 % of a core a rank is not).
+            _node("a", State.RUNNING, _alive(2, cpu=10.0, at=T + 30), at=T + 30),
+            _node("a", State.RUNNING, _alive(2, cpu=10.0, at=T + 60), at=T + 60),
         ],
         "b": [
             _node("b", State.RUNNING, _alive(2, cpu=1.0, at=T + SKEW), at=T + SKEW),
