@@ -32,6 +32,11 @@ from tests.fuzz.history import run_seed
         # text after it. Its process, begun clearly before the line, is its writer (it needed
         # a whole second: unknown for good).
         2000017,
+        # A re-run appending to the log, watched from the moment its completion line was half
+        # written ("all s", its newline not yet): the line's end written while watched, the
+        # file last written after the run began when first read. It stayed unknown for good,
+        # the line begun before the watch's first byte.
+        1900030,
     ],
 )
 def test_a_found_history_is_graded_right_on_both_sides(seed: int) -> None:

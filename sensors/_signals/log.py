@@ -694,14 +694,19 @@ def _completion(
         and not memory.last_write_unclear
         and scan.earlier_is_last
         and scan.followed_by is None
-        and st.size == memory.run_from
+        and memory.run_from is not None
+        and st.size >= memory.run_from
         and run is not None
         and run.started_at is not None
         and _written_after_start(memory, st, run.started_at, run.source, run.slack)
     ):
         # Written before this watch saw the file, when it was already written both before and
         # after the run began: it counts only as the last line of a log nothing has been
-        # appended to since.
+        # appended to since but its own end. A line this watch first read partial (begun
+        # before its first byte, its newline after: the earlier line ends at the file's end)
+        # was being written then: the file's last write before that read was this run's
+        # (after its start), and the line's end was written while watched (fuzzer seed
+        # 1900030: "all s", then "hards complete", stayed unknown for good).
         return scan.earlier_complete, st.size, True
     return scan.complete_line, scan.complete_end, False
 
