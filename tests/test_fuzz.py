@@ -254,6 +254,21 @@ RERUN = RunFacts(2, started=120.0, ended=130.0, status=0, text="[4/4]\nExtractio
             _snap(FINISHED, RERUN), FULL, Scope(), _saw(2, snap=_snap(FINISHED, RERUN)), True, EITHER,
             id="an earlier line, the run first seen after its own",
         ),
+        pytest.param(
+            _snap(RunFacts(1, 100.0, 101.0, 0, text="[4/4]\n"), replace(RERUN, started=102.0, ended=103.0)),
+            FULL, Scope(since_lo=100.2), (), True, EITHER,
+            id="a since inside run 1, which wrote after it, run 2 never seen: either (seed 2300028)",
+        ),
+        pytest.param(
+            _snap(replace(FINISHED, line_times=(100.01, 100.03))), FULL, Scope(),
+            _saw(1, snap=_snap(replace(FINISHED, ended=None))), True, EITHER,
+            id="first seen after its line, written 30 ms after its start: either (seed 2300015)",
+        ),
+        pytest.param(
+            _snap(replace(FINISHED, line_times=(100.5, 101.0))), FULL, Scope(),
+            _saw(1, snap=_snap(replace(FINISHED, ended=None))), True, MUST,
+            id="first seen after its line, written 1 s after its start: must",
+        ),
         pytest.param(_snap(FINISHED, files=3), FULL, Scope(), _saw(1), True, NOT, id="outputs short: must not"),
     ],
 )  # fmt: skip

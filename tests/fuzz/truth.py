@@ -81,6 +81,8 @@ class RunFacts:
     #: It created the log, opening it well after its start (a job's imports before Python's
     #: `logging` opens its file): every byte of the log is its own, and its file times say so.
     began_log: bool = False
+    #: When each of ``lines`` was ended, at the latest (the world's clock after the job's ack).
+    line_times: tuple[float, ...] = ()
 
     @property
     def lines(self) -> list[str]:
@@ -467,6 +469,21 @@ def obligation(
         return EITHER, f"run {run.index} began before the since, within its slack"
     if not (launched or supervised or saw or after_since):
         return EITHER, f"nothing names run {run.index} for the watch (never seen alive, no launch, no since)"
+    if not (launched or supervised or saw) and scope.since_lo is not None:
+        # A since tells the run's bytes by when they were written; an earlier run still alive
+        # after it wrote after it too, and no process seen tells which run wrote what
+        # (seed 2300028: a since inside run 2, run 3 begun and ended between two checks).
+        straddling = [
+            r
+            for r in snap.runs[:-1]
+            if r.started <= scope.since_lo + PRECISION and (r.ended is None or r.ended > scope.since_lo)
+        ]
+        if straddling:
+            return EITHER, (
+                f"run {straddling[-1].index}, begun before the since, was alive after it, and the"
+                f" watch never saw run {run.index} alive: what run {straddling[-1].index} wrote after"
+                f" the since reads as run {run.index}'s"
+            )
     if not clean_clock:
         return EITHER, "a file clock was skewed"
     if len(snap.runs) > 1:
@@ -504,6 +521,16 @@ def obligation(
             and all(any(rx.search(line) for line in _run_in(s.snap, run.index).lines) for s in saw)
         ):
             then = _run_in(saw[0].snap, run.index).lines
+            at = run.line_times[own[-1]] if own[-1] < len(run.line_times) else None
+            if at is not None and at - run.started < 2 * PRECISION:
+                # First seen with its line already written, the line within /proc's start
+                # precision of the run's start (and of the spawn's own time): a run before it,
+                # unseen, that wrote the line and ended as this one began fits as well (seed
+                # 2300015: "Extraction complete" 30 ms after the spawn).
+                return EITHER, (
+                    f"run {run.index}'s completion line was written {at - run.started:.3f}s after"
+                    f" its start, before the watch first saw it: within the start's precision"
+                )
             if not rx.search(then[-1]):
                 # First seen with its line already written and followed by more (a blank line
                 # will do): when the line was written cannot be read, and an unseen run that

@@ -516,6 +516,7 @@ class World:
                 started=started,
                 launched=launch,
                 text=self.pending_text,
+                line_times=(started,) * self.pending_text.count("\n"),
                 count_trace=cleaned,
                 pid=self.proc.pid,
                 container=cid,
@@ -551,13 +552,20 @@ class World:
         verb, _, rest = command.partition(" ")
         run = self.runs[-1]
         if verb == "log":
-            run = replace(run, text=run.text + self._lines_ended(rest + "\n"))
+            run = self._appended(run, rest + "\n")
         elif verb == "write":
-            run = replace(run, text=run.text + self._lines_ended(rest))
+            run = self._appended(run, rest)
         elif verb in ("out", "rec") and self._count() != counts:
             run = replace(run, count_trace=True)
         self._set_run(run)
         self._snap(began, time.time())
+
+    def _appended(self, run: RunFacts, written: str) -> RunFacts:
+        """``run`` with the lines ``written`` ended, each timed now (after the job's ack: no
+        earlier than its newline was written)."""
+        ended = self._lines_ended(written)
+        times = (time.time(),) * ended.count("\n")
+        return replace(run, text=run.text + ended, line_times=run.line_times + times)
 
     def _lines_ended(self, written: str) -> str:
         """The whole lines of the log that ``written`` (appended to it) ended, each with its
@@ -579,7 +587,7 @@ class World:
         self._ack()
         if last is not None:
             run = self.runs[-1]
-            self._set_run(replace(run, text=run.text + self._lines_ended(last + "\n")))
+            self._set_run(self._appended(run, last + "\n"))
         code = self.proc.wait(10)
         self._ended(code, began)
 
