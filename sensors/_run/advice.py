@@ -45,8 +45,12 @@ class Fix(enum.Enum):
     )
     FROM_LAUNCH = "watch a launched job from its launch (the gate or wait that launched it)"
     LOCAL_LOG = "keep the log on the host's own file system"
-    #: A log each run begins afresh (`> log`: the kernel shows the run's description began it).
-    FRESH_LOG = "have each run begin its log afresh (`job > log`, not `>> log`)"
+    #: A log each run begins afresh (`> log`, `tee log`, logging's `filemode="w"`: the kernel
+    #: shows the run's description began it, which an appending one never does).
+    FRESH_LOG = (
+        "have each run begin its log afresh (`job > log`, not `>> log`; `tee log`, not `tee -a`;"
+        ' Python\'s logging with `filemode="w"`)'
+    )
 
 
 def _needless(fix: Fix, had: Had) -> bool:

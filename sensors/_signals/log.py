@@ -176,6 +176,10 @@ class LogMemory:
     # at the size or past it): every byte of the log is this run's, however old the file (a
     # re-run's `> log` truncates the last run's log and keeps its birth).
     opened_whole: bool = False
+    # The log was born too near the run's start to tell which came first, and the kernel did
+    # not show this run began it (see the end of ``_bind``): what ``before_uncertain`` then
+    # rests on, said as it is (not "written before the run began").
+    born_near_start: bool = False
 
 
 class LogEvidence(TypedDict, total=False):
@@ -601,6 +605,10 @@ def _bind(
         run_from=st.size,
         before_uncertain=when != "before",
         last_write_unclear=when == "unclear",
+        # Born within the start's precision of it, and the kernel did not show this run began
+        # it (``nohup job >> log`` on a new log: an appending description never does): an
+        # earlier run may have written it first, not "written before the run began".
+        born_near_start=bool(st.birth) and own and st.birth >= run.started_at - after - FILE_TIME_TICK,
         bound_by=run.source,
     )
 
@@ -1517,6 +1525,12 @@ def _log_says(
             why = clock_ahead_words(ahead, local)
         elif memory.last_write_unclear:
             why = "the log was last written too near the run's start to tell which run wrote it"
+        elif memory.born_near_start:
+            why = (
+                "the log was born too near the run's start to tell which came first, and no"
+                " description of this run is shown to have begun it (an appending one, `>> log`,"
+                " never is)"
+            )
         else:
             why = "the log was written both before and after the run began, and more since"
         # A run start tells only where the log was not written on both sides of it: where a
