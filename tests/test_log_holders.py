@@ -248,3 +248,24 @@ def test_a_log_reached_through_a_symlink_is_the_file_it_names(
     (tmp_path / "link").symlink_to(real)
     pid = _job(f"exec JOB > {shlex.quote(str(real / 'job.log'))}", spawned)
     assert {h.pid for h in _read(tmp_path / "link" / "job.log")[0]} == {pid}
+
+
+def test_another_logs_passing_holder_leaves_this_logs_holders_whole(
+    tmp_path: Path, spawned: list[subprocess.Popen[bytes]]
+) -> None:
+    """A holder of another stage's log that ends between the probe's one scan and this log's
+    reading (a job's short-lived children inherit its stdout: `sleep`, `nvidia-smi`, `git`)
+    is no holder of this log: this log's list is whole all the same. A list not whole shows
+    nothing, read once at the log's first binding: the stage could never be shown begun by
+    its run (adversary 6: 20 probes out of 20 lost a held log's holders)."""
+    busy, log = tmp_path / "busy.log", tmp_path / "job.log"
+    _job(f"JOB & while :; do sleep 0.01; done > {shlex.quote(str(busy))}", spawned)
+    pid = _job(f"exec JOB > {shlex.quote(str(log))}", spawned)
+    lost = 0
+    for _ in range(20):
+        nonce = new_nonce()
+        parts = [[f"P=s{k}.", *holders_lines(str(p))] for k, p in enumerate((busy, log))]
+        sections = split_sections(LocalHost().run_script(build_script(nonce, None, parts), timeout=30), nonce)
+        held = _holders(sections.get("s1.log_holders"), parse_meta(sections.get("meta")))
+        lost += {h.pid for h in held or []} != {pid}
+    assert lost == 0, f"{lost} probes out of 20 lost the holders of a log held by one process"
