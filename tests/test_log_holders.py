@@ -269,3 +269,30 @@ def test_another_logs_passing_holder_leaves_this_logs_holders_whole(
         held = _holders(sections.get("s1.log_holders"), parse_meta(sections.get("meta")))
         lost += {h.pid for h in held or []} != {pid}
     assert lost == 0, f"{lost} probes out of 20 lost the holders of a log held by one process"
+
+
+def test_a_file_of_another_mount_namespace_named_like_the_log_holds_nothing_of_it(
+    tmp_path: Path, spawned: list[subprocess.Popen[bytes]]
+) -> None:
+    """/proc/PID/fd names a file by its path in its holder's own mount namespace (a
+    container's, an `unshare -rm` any user may run): a process begun after the run, holding a
+    file of its own at the log's very path, is no holder of the log. Taken as one, it "began"
+    an earlier run's log and wrote it whole (its offset past the log's size): the earlier
+    run's completion line became this run's (adversary 6)."""
+    if os.geteuid() != 0 or not Path("/usr/bin/unshare").exists():
+        pytest.skip("needs root's unshare -m")
+    d = tmp_path / "data"
+    d.mkdir()
+    log = d / "job.log"
+    log.write_text("Done\n")  # an earlier run's, its completion line in it
+    run_pid = _job("exec JOB", spawned)
+    _, run_started = _read(log, run_pid)
+    script = tmp_path / "ns.sh"
+    q = shlex.quote(str(d))
+    script.write_text(f'mount -t tmpfs x {q} || exit 1\nexec > {q}/job.log\nprintf 0123456789\nexec "$@"\n')
+    ns_pid = _job(f"exec unshare -m sh {shlex.quote(str(script))} JOB", spawned)
+    assert os.readlink(f"/proc/{ns_pid}/fd/1") == str(log)  # the path the kernel shows
+    holders, _ = _read(log)
+    assert run_started is not None
+    assert ns_pid not in {h.pid for h in holders}, holders
+    assert opened_in_run(holders, {run_pid: run_started}, {}, size=5) is False
