@@ -146,7 +146,8 @@ def _read(log: Path, pid: int | None = None) -> tuple[list[Holder], float | None
     if pid is not None:
         age, _ = elapsed_since(int(sections["job"].rsplit(b") ", 1)[1].split()[19]), meta)
         started = None if age is None or meta.now is None else round(meta.now - age, 3)
-    return _holders(sections.get("log_holders"), meta), started
+    inode = log.stat().st_ino if log.exists() else None  # the log's, as its stat reads it
+    return _holders(sections.get("log_holders"), meta, inode), started
 
 
 def _job(cmd: str, procs: list[subprocess.Popen[bytes]]) -> int:

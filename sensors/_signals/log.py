@@ -308,8 +308,10 @@ _HOLDERS_CAP = 256
 # links come from the probe's one holders scan (``holders_request``: one find for every log
 # first seen in it), oldest PIDs first (a wrapper is begun before its runs). Past the cap a
 # line `cut` says the list is not whole, and a list not whole shows nothing (a wrapper may be
-# in what was left out). A find without -lname (BusyBox's) finds none: the log is then not
-# shown begun by the run.
+# in what was left out). A descriptor's link is the file's path in its holder's own mount
+# namespace (a container's, any user's `unshare -rm`): its fdinfo's inode, where the kernel
+# shows one, tells the log from another file at that path. A find without -lname (BusyBox's)
+# finds none: the log is then not shown begun by the run.
 _READ_HOLDERS = helper(
     "__cc_holders",
     [
@@ -325,7 +327,8 @@ _READ_HOLDERS = helper(
         "awk '",
         '  { n = split(FILENAME, a, "/") }',
         '  a[4] == "fdinfo" { if ($1 == "flags:" && $2 ~ /^[0-7]+$/) print "f", a[3], a[5], $2;'
-        ' else if ($1 == "pos:" && $2 ~ /^[0-9]+$/) print "p", a[3], a[5], $2; next }',
+        ' else if ($1 == "pos:" && $2 ~ /^[0-9]+$/) print "p", a[3], a[5], $2;'
+        ' else if ($1 == "ino:" && $2 ~ /^[0-9]+$/) print "i", a[3], a[5], $2; next }',
         # A command holding ") " or a newline cannot make a line of numbers (it is 15 bytes
         # at most); what is printed is digits only, never the command.
         '  { t = $0; if (sub(/.*\\) /, "", t) && split(t, b, " ") >= 20 && b[2] ~ /^[0-9]+$/'
@@ -480,9 +483,10 @@ def _birth(value: str) -> float:
         return 0.0
 
 
-def _holders(raw: bytes | None, meta: Meta) -> list[Holder] | None:
+def _holders(raw: bytes | None, meta: Meta, inode: int | None = None) -> list[Holder] | None:
     """The ``log_holders`` section (see ``_READ_HOLDERS``): ``f PID FD FLAGS`` a descriptor
-    (``p PID FD POS`` its offset),
+    (``p PID FD POS`` its offset, ``i PID FD INO`` its file's inode: one not ``inode``, the
+    log's, is another file, named by the log's path in its holder's own mount namespace),
     ``s PID PPID TICKS CMINFLT CTICKS`` its process (its waited-for children's minor faults,
     none where none was reaped yet, and their CPU ticks), then ``whole``; a line otherwise is
     nothing, a process read two ways (a command made to look like a stat line) has no start.
@@ -494,6 +498,7 @@ def _holders(raw: bytes | None, meta: Meta) -> list[Holder] | None:
     fds: list[tuple[int, int, int]] = []
     stats: dict[int, set[tuple[int, int, int, int]]] = {}
     pos: dict[tuple[int, int], int] = {}
+    other: set[tuple[int, int]] = set()
     for line in lines:
         f = line.split()
         if not all(x.isdigit() for x in f[1:]):
@@ -502,12 +507,16 @@ def _holders(raw: bytes | None, meta: Meta) -> list[Holder] | None:
             fds.append((int(f[1]), int(f[2]), int(f[3], 8)))
         elif f[:1] == ["p"] and len(f) == 4:
             pos[int(f[1]), int(f[2])] = int(f[3])
+        elif f[:1] == ["i"] and len(f) == 4 and inode is not None and int(f[3]) != inode:
+            other.add((int(f[1]), int(f[2])))
         elif f[:1] == ["s"] and len(f) == 6:
             stats.setdefault(int(f[1]), set()).add((int(f[2]), int(f[3]), int(f[4]), int(f[5])))
     if len(fds) > _HOLDERS_CAP:
         return None
     out = []
     for pid, fd, flags in dict.fromkeys(fds):
+        if (pid, fd) in other:
+            continue
         ppid, started, reaped, cpu = None, None, None, None
         if len(seen := stats.get(pid, set())) == 1:
             ((ppid, ticks, faults, cpu),) = seen
@@ -791,7 +800,7 @@ def read_log(
         live = job.live if job is not None else frozenset()
         starts = {pid: at for pid, at in (job.starts if job is not None else {}).items() if pid in live}
         parents = job.parents if job is not None else {}
-        holders = _holders(sections["log_holders"], meta) or []  # not whole: shows nothing
+        holders = _holders(sections["log_holders"], meta, st.inode) or []  # not whole: shows nothing
         began = opened_in_run(holders, starts, parents)
         whole = began and opened_in_run(holders, starts, parents, size=st.size)
         memory = replace(memory, opened_in_run=began, opened_whole=whole)
