@@ -1115,8 +1115,16 @@ def test_one_rank_at_work_among_waiting_ones_is_progress() -> None:
             {"pid": 100 + r, "ppid": 1, "state": "S", "cpu_seconds": round(cpu0 if r == 0 else 5.0, 2)}
             for r in range(8)
         ]
-        a = _r("process", Says.WORKING, alive=8, ranks=8, seen_alive=True, matched=8, processes=procs,
-               cpu_seconds=round(cpu0 + 35.0, 2))
+        a = _r(
+            "process",
+            Says.WORKING,
+            alive=8,
+            ranks=8,
+            seen_alive=True,
+            matched=8,
+            processes=procs,
+            cpu_seconds=round(cpu0 + 35.0, 2),
+        )
         b = _alive(8 if k == 0 else 7, cpu=40.0)
         nodes = [_node("a", State.RUNNING, a, at=NOW + at), _node("b", State.RUNNING, b, at=NOW + at)]
         verdict, memory = decide_across("t", nodes, POLICY, 8, memory, NOW + at)
