@@ -112,7 +112,11 @@ def test_which_readings_are_stuck(case: str, readings: dict[str, Reading], expec
 
 
 _DOUBT = _r(
-    "log", "unknown", line_doubt=True, line_fix="watch the job from before it writes its completion line"
+    "log",
+    "unknown",
+    line_doubt=True,
+    line_fix="watch the job from before it writes its completion line",
+    age_seconds=600.0,
 )
 
 LINE_DOUBT = [
