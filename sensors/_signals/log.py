@@ -176,6 +176,9 @@ class LogMemory:
     # at the size or past it): every byte of the log is this run's, however old the file (a
     # re-run's `> log` truncates the last run's log and keeps its birth).
     opened_whole: bool = False
+    # ... and some holder's description began the file (`> log`), whoever's it was: a log each
+    # run begins afresh already (a wrapper's, begun before the run), no advice to begin one.
+    fresh_seen: bool = False
 
 
 class LogEvidence(TypedDict, total=False):
@@ -803,7 +806,8 @@ def read_log(
         holders = _holders(sections["log_holders"], meta, st.inode) or []  # not whole: shows nothing
         began = opened_in_run(holders, starts, parents)
         whole = began and opened_in_run(holders, starts, parents, size=st.size)
-        memory = replace(memory, opened_in_run=began, opened_whole=whole)
+        fresh = any(h.began_the_file for h in holders)
+        memory = replace(memory, opened_in_run=began, opened_whole=whole, fresh_seen=fresh)
     # Whose clock stamps the file: the host's unless the file system says another's (not
     # read yet: taken as the host's, where fewer file times are believed).
     own_times = memory.foreign_clock is not True
@@ -1526,10 +1530,12 @@ def _log_says(
         # A run start tells only where the log was not written on both sides of it: where a
         # start is known and it was, another start (--since) would not tell either.
         since = (Fix.SINCE,) if memory.bound_by == "watch" else ()
+        # A log the kernel showed begun afresh (`> log`, a wrapper's) needs no telling to be.
+        fresh = () if memory.fresh_seen else (Fix.FRESH_LOG,)
         return _doubt(
             f"a completion line is in the log ({scan.earlier_complete.strip()[:120]}) but it may be an"
             f" earlier run's: {why}",
-            (*since, Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.LAUNCH, Fix.FRESH_LOG),
+            (*since, Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.LAUNCH, *fresh),
             had,
         )
     if word is not None and word.later_pid is not None:
