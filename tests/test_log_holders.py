@@ -146,7 +146,8 @@ def _read(log: Path, pid: int | None = None) -> tuple[list[Holder], float | None
     if pid is not None:
         age, _ = elapsed_since(int(sections["job"].rsplit(b") ", 1)[1].split()[19]), meta)
         started = None if age is None or meta.now is None else round(meta.now - age, 3)
-    return _holders(sections.get("log_holders"), meta), started
+    inode = log.stat().st_ino if log.exists() else None  # the log's, as its stat reads it
+    return _holders(sections.get("log_holders"), meta, inode), started
 
 
 def _job(cmd: str, procs: list[subprocess.Popen[bytes]]) -> int:
@@ -248,3 +249,51 @@ def test_a_log_reached_through_a_symlink_is_the_file_it_names(
     (tmp_path / "link").symlink_to(real)
     pid = _job(f"exec JOB > {shlex.quote(str(real / 'job.log'))}", spawned)
     assert {h.pid for h in _read(tmp_path / "link" / "job.log")[0]} == {pid}
+
+
+def test_another_logs_passing_holder_leaves_this_logs_holders_whole(
+    tmp_path: Path, spawned: list[subprocess.Popen[bytes]]
+) -> None:
+    """A holder of another stage's log that ends between the probe's one scan and this log's
+    reading (a job's short-lived children inherit its stdout: `sleep`, `nvidia-smi`, `git`)
+    is no holder of this log: this log's list is whole all the same. A list not whole shows
+    nothing, read once at the log's first binding: the stage could never be shown begun by
+    its run (adversary 6: 20 probes out of 20 lost a held log's holders)."""
+    busy, log = tmp_path / "busy.log", tmp_path / "job.log"
+    _job(f"JOB & while :; do sleep 0.01; done > {shlex.quote(str(busy))}", spawned)
+    pid = _job(f"exec JOB > {shlex.quote(str(log))}", spawned)
+    lost = 0
+    for _ in range(20):
+        nonce = new_nonce()
+        parts = [[f"P=s{k}.", *holders_lines(str(p))] for k, p in enumerate((busy, log))]
+        sections = split_sections(LocalHost().run_script(build_script(nonce, None, parts), timeout=30), nonce)
+        held = _holders(sections.get("s1.log_holders"), parse_meta(sections.get("meta")))
+        lost += {h.pid for h in held or []} != {pid}
+    assert lost == 0, f"{lost} probes out of 20 lost the holders of a log held by one process"
+
+
+def test_a_file_of_another_mount_namespace_named_like_the_log_holds_nothing_of_it(
+    tmp_path: Path, spawned: list[subprocess.Popen[bytes]]
+) -> None:
+    """/proc/PID/fd names a file by its path in its holder's own mount namespace (a
+    container's, an `unshare -rm` any user may run): a process begun after the run, holding a
+    file of its own at the log's very path, is no holder of the log. Taken as one, it "began"
+    an earlier run's log and wrote it whole (its offset past the log's size): the earlier
+    run's completion line became this run's (adversary 6)."""
+    if os.geteuid() != 0 or not Path("/usr/bin/unshare").exists():
+        pytest.skip("needs root's unshare -m")
+    d = tmp_path / "data"
+    d.mkdir()
+    log = d / "job.log"
+    log.write_text("Done\n")  # an earlier run's, its completion line in it
+    run_pid = _job("exec JOB", spawned)
+    _, run_started = _read(log, run_pid)
+    script = tmp_path / "ns.sh"
+    q = shlex.quote(str(d))
+    script.write_text(f'mount -t tmpfs x {q} || exit 1\nexec > {q}/job.log\nprintf 0123456789\nexec "$@"\n')
+    ns_pid = _job(f"exec unshare -m sh {shlex.quote(str(script))} JOB", spawned)
+    assert os.readlink(f"/proc/{ns_pid}/fd/1") == str(log)  # the path the kernel shows
+    holders, _ = _read(log)
+    assert run_started is not None
+    assert ns_pid not in {h.pid for h in holders}, holders
+    assert opened_in_run(holders, {run_pid: run_started}, {}, size=5) is False

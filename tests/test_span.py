@@ -1100,3 +1100,34 @@ def test_a_gate_hands_a_stage_over_several_hosts_to_the_watcher(tmp_path: Path, 
     assert outcome is not None and outcome.verdict.state is State.COMPLETE, outcome
     assert outcome.verdict.host == f"{a}, {b}"
     assert {f"process@{a}", f"process@{b}"} <= set(outcome.verdict.readings)
+
+
+def test_one_rank_at_work_among_waiting_ones_is_progress() -> None:
+    """The floor is 5 % of a core a rank, but work need not be spread over the ranks: rank 0
+    alone at 30 % of a core (an evaluation, a checkpoint's upload in its own thread) while its
+    7 peers wait at a barrier is 3.75 % a rank on average. Measured rank by rank, it is work:
+    not a hung collective, however many peers wait (adversary 6: failed after 60 s)."""
+    memory = AcrossMemory()
+    cpu0 = 5.0
+    state, why = State.RUNNING, ()
+    for k, at in enumerate(range(0, 121, 5)):
+        procs = [
+            {"pid": 100 + r, "ppid": 1, "state": "S", "cpu_seconds": round(cpu0 if r == 0 else 5.0, 2)}
+            for r in range(8)
+        ]
+        a = _r(
+            "process",
+            Says.WORKING,
+            alive=8,
+            ranks=8,
+            seen_alive=True,
+            matched=8,
+            processes=procs,
+            cpu_seconds=round(cpu0 + 35.0, 2),
+        )
+        b = _alive(8 if k == 0 else 7, cpu=40.0)
+        nodes = [_node("a", State.RUNNING, a, at=NOW + at), _node("b", State.RUNNING, b, at=NOW + at)]
+        verdict, memory = decide_across("t", nodes, POLICY, 8, memory, NOW + at)
+        state, why = verdict.state, verdict.reasons
+        cpu0 += 0.3 * 5
+    assert state is State.RUNNING, why

@@ -112,7 +112,11 @@ def test_which_readings_are_stuck(case: str, readings: dict[str, Reading], expec
 
 
 _DOUBT = _r(
-    "log", "unknown", line_doubt=True, line_fix="watch the job from before it writes its completion line"
+    "log",
+    "unknown",
+    line_doubt=True,
+    line_fix="watch the job from before it writes its completion line",
+    age_seconds=600.0,
 )
 
 LINE_DOUBT = [
@@ -144,6 +148,33 @@ def test_a_line_in_doubt_is_stuck_once_the_seen_job_is_gone_past_exit_grace(
     # A log unknown for another reason (not read, say) is never this cause.
     other = {"process": p, "log": _r("log", "unknown")}
     assert cause(other, gone_for, grace) is None
+
+
+@pytest.mark.parametrize(
+    ("age", "is_stuck"),
+    [
+        (5.0, False),  # written 5 s ago, the job gone for 120 s: something of the stage writes
+        (59.0, False),  # still within exit_grace of its last byte
+        (61.0, True),  # quiet for exit_grace: no writer left
+        (-3.0, False),  # stamped ahead of the host's clock: how long it is quiet is not known
+        (None, False),  # not read
+    ],
+)
+def test_a_line_in_doubt_in_a_log_still_written_is_not_stuck(age: float | None, is_stuck: bool) -> None:
+    """The process signal's job is gone (the processes its pattern matched), but the log
+    grew since: a process it does not match writes it (`sh run.sh` running train.py, then an
+    evaluation that ends with the run's completion line; a rank's orphaned child). A later
+    check reads that line anew: not stuck until the log too is quiet for exit_grace
+    (adversary 6: wait exited 5 while the evaluation still wrote the log)."""
+    doubt = _r(
+        "log",
+        "unknown",
+        line_doubt=True,
+        line_fix="watch the job from before it writes its completion line",
+        **({"age_seconds": age} if age is not None else {}),
+    )
+    readings = {"process": _GONE_SEEN, "log": doubt}
+    assert (cause(readings, 120.0, 60.0) == "line_doubt") is is_stuck, age
 
 
 @pytest.mark.parametrize("state", [s for s in State if s is not State.UNKNOWN])

@@ -94,3 +94,34 @@ def test_a_rerun_appending_to_the_last_runs_log_watched_late_does_not_complete_o
     fix = last["stuck"]["fix"]
     assert "from before it writes its completion line" in fix and "`job > log`" in fix, fix
     assert "--since" not in fix, fix  # the run's start was known: another would not tell
+
+
+def test_a_wrappers_truncating_rerun_watched_late_is_not_told_to_truncate(tmp_path: Path) -> None:
+    """Run 2 of a wrapper that does real work before the job (`bash run.sh > job.log`, run.sh
+    preparing for over a tick of CPU, then the job): its `> job.log` did begin the log, but
+    the wrapper ran work before the job, so the kernel cannot tell it from one that ran a
+    whole earlier run. Watched late, the line stays in doubt; the stuck fix must not tell the
+    user to do what the wrapper already does (`job > log`, not `>> log`) (adversary 6)."""
+    tag = f"rerun-wrap-{uuid.uuid4().hex[:8]}"
+    stage = _stage_file(tmp_path, _stage(tmp_path, tag))
+    log = tmp_path / "job.log"
+    burn = "python3 -c 'sum(i * i for i in range(3000000))'"
+    for k, post in enumerate((0.2, 2.0)):
+        argv = _q(_job_argv(tmp_path, tag, "stdout", after="postproc", post=post))
+        (tmp_path / "run.sh").write_text(f"#!/bin/bash\n{burn}\n{argv}\n")
+        run = _shell(f"cd {shlex.quote(str(tmp_path))} && nohup bash run.sh > job.log 2>&1 &", tag)
+        if k == 0:
+            run.wait()
+    deadline = time.monotonic() + 20
+    while b"building sample_lengths" not in (log.read_bytes() if log.exists() else b""):
+        assert time.monotonic() < deadline and run.at is None
+        time.sleep(0.05)
+    watch = Watch(stage, tmp_path, timeout="30s")
+    watch.first()
+    run.wait()
+    watch.end()
+    last = watch.lines[-1][1]
+    assert "complete" not in watch.states(), watch.story()
+    stuck = last.get("stuck")
+    assert stuck is not None, watch.story()  # gone past exit_grace, the line in doubt
+    assert "`job > log`" not in stuck["fix"] and "from before it writes" in stuck["fix"], stuck

@@ -287,7 +287,8 @@ def holders_request(path: str) -> str:
     """The snippet line that puts ``path`` in this probe's holders scan (a sh comment). The
     snippet's sh then calls ``holders_of PATH CAP``, which sets ``__hl`` to the links
     (/proc/PID/fd/N, oldest PID first, CAP + 1 at most) that name it, or to ``-`` where that
-    cannot be said (it does not exist or cannot be resolved, or a holder ended meanwhile)."""
+    cannot be said (it does not exist or cannot be resolved). A holder that ended since the
+    scan (of this file or another) sends it to a scan of its own: the links as they are now."""
     return _HOLD_REQUEST + shlex.quote(path)
 
 
@@ -318,8 +319,11 @@ def _holders_scan(quoted: list[str]) -> list[str]:
         '    __hl=$(find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -lname "$__e" 2>/dev/null)',
         '  elif [ -n "$__cc_hl" ]; then',
         "    set -f; set -- $__cc_hl; set +f",
-        # A link gone since the scan fails find (a holder that ended meanwhile): not said.
-        '    __hl=$(find "$@" -maxdepth 0 -lname "$__e" 2>/dev/null) || { __hl=-; return 0; }',
+        # A link gone since the scan fails find (a holder, of this file or of another asked
+        # in the probe, that ended meanwhile: a job's short-lived children inherit its
+        # stdout): the scan is no longer the whole of it, and this file's own scan is read.
+        '    __hl=$(find "$@" -maxdepth 0 -lname "$__e" 2>/dev/null) ||',
+        '      __hl=$(find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -lname "$__e" 2>/dev/null)',
         "  else __hl=; fi",
         '  [ -z "$__hl" ] || __hl=$(printf \'%s\\n\' "$__hl"'
         ' | sort -t/ -k3,3n -k5,5n | head -n "$((__hn + 1))")',

@@ -180,6 +180,9 @@ class LogMemory:
     # not show this run began it (see the end of ``_bind``): what ``before_uncertain`` then
     # rests on, said as it is (not "written before the run began").
     born_near_start: bool = False
+    # Some holder's description began the file (`> log`), whoever's it was: a log each
+    # run begins afresh already (a wrapper's, begun before the run), no advice to begin one.
+    fresh_seen: bool = False
 
 
 class LogEvidence(TypedDict, total=False):
@@ -312,8 +315,10 @@ _HOLDERS_CAP = 256
 # links come from the probe's one holders scan (``holders_request``: one find for every log
 # first seen in it), oldest PIDs first (a wrapper is begun before its runs). Past the cap a
 # line `cut` says the list is not whole, and a list not whole shows nothing (a wrapper may be
-# in what was left out). A find without -lname (BusyBox's) finds none: the log is then not
-# shown begun by the run.
+# in what was left out). A descriptor's link is the file's path in its holder's own mount
+# namespace (a container's, any user's `unshare -rm`): its fdinfo's inode, where the kernel
+# shows one, tells the log from another file at that path. A find without -lname (BusyBox's)
+# finds none: the log is then not shown begun by the run.
 _READ_HOLDERS = helper(
     "__cc_holders",
     [
@@ -329,7 +334,8 @@ _READ_HOLDERS = helper(
         "awk '",
         '  { n = split(FILENAME, a, "/") }',
         '  a[4] == "fdinfo" { if ($1 == "flags:" && $2 ~ /^[0-7]+$/) print "f", a[3], a[5], $2;'
-        ' else if ($1 == "pos:" && $2 ~ /^[0-9]+$/) print "p", a[3], a[5], $2; next }',
+        ' else if ($1 == "pos:" && $2 ~ /^[0-9]+$/) print "p", a[3], a[5], $2;'
+        ' else if ($1 == "ino:" && $2 ~ /^[0-9]+$/) print "i", a[3], a[5], $2; next }',
         # A command holding ") " or a newline cannot make a line of numbers (it is 15 bytes
         # at most); what is printed is digits only, never the command.
         '  { t = $0; if (sub(/.*\\) /, "", t) && split(t, b, " ") >= 20 && b[2] ~ /^[0-9]+$/'
@@ -484,9 +490,10 @@ def _birth(value: str) -> float:
         return 0.0
 
 
-def _holders(raw: bytes | None, meta: Meta) -> list[Holder] | None:
+def _holders(raw: bytes | None, meta: Meta, inode: int | None = None) -> list[Holder] | None:
     """The ``log_holders`` section (see ``_READ_HOLDERS``): ``f PID FD FLAGS`` a descriptor
-    (``p PID FD POS`` its offset),
+    (``p PID FD POS`` its offset, ``i PID FD INO`` its file's inode: one not ``inode``, the
+    log's, is another file, named by the log's path in its holder's own mount namespace),
     ``s PID PPID TICKS CMINFLT CTICKS`` its process (its waited-for children's minor faults,
     none where none was reaped yet, and their CPU ticks), then ``whole``; a line otherwise is
     nothing, a process read two ways (a command made to look like a stat line) has no start.
@@ -498,6 +505,7 @@ def _holders(raw: bytes | None, meta: Meta) -> list[Holder] | None:
     fds: list[tuple[int, int, int]] = []
     stats: dict[int, set[tuple[int, int, int, int]]] = {}
     pos: dict[tuple[int, int], int] = {}
+    other: set[tuple[int, int]] = set()
     for line in lines:
         f = line.split()
         if not all(x.isdigit() for x in f[1:]):
@@ -506,12 +514,16 @@ def _holders(raw: bytes | None, meta: Meta) -> list[Holder] | None:
             fds.append((int(f[1]), int(f[2]), int(f[3], 8)))
         elif f[:1] == ["p"] and len(f) == 4:
             pos[int(f[1]), int(f[2])] = int(f[3])
+        elif f[:1] == ["i"] and len(f) == 4 and inode is not None and int(f[3]) != inode:
+            other.add((int(f[1]), int(f[2])))
         elif f[:1] == ["s"] and len(f) == 6:
             stats.setdefault(int(f[1]), set()).add((int(f[2]), int(f[3]), int(f[4]), int(f[5])))
     if len(fds) > _HOLDERS_CAP:
         return None
     out = []
     for pid, fd, flags in dict.fromkeys(fds):
+        if (pid, fd) in other:
+            continue
         ppid, started, reaped, cpu = None, None, None, None
         if len(seen := stats.get(pid, set())) == 1:
             ((ppid, ticks, faults, cpu),) = seen
@@ -804,10 +816,11 @@ def read_log(
         live = job.live if job is not None else frozenset()
         starts = {pid: at for pid, at in (job.starts if job is not None else {}).items() if pid in live}
         parents = job.parents if job is not None else {}
-        holders = _holders(sections["log_holders"], meta) or []  # not whole: shows nothing
+        holders = _holders(sections["log_holders"], meta, st.inode) or []  # not whole: shows nothing
         began = opened_in_run(holders, starts, parents)
         whole = began and opened_in_run(holders, starts, parents, size=st.size)
-        memory = replace(memory, opened_in_run=began, opened_whole=whole)
+        fresh = any(h.began_the_file for h in holders)
+        memory = replace(memory, opened_in_run=began, opened_whole=whole, fresh_seen=fresh)
     # Whose clock stamps the file: the host's unless the file system says another's (not
     # read yet: taken as the host's, where fewer file times are believed).
     own_times = memory.foreign_clock is not True
@@ -1536,10 +1549,12 @@ def _log_says(
         # A run start tells only where the log was not written on both sides of it: where a
         # start is known and it was, another start (--since) would not tell either.
         since = (Fix.SINCE,) if memory.bound_by == "watch" else ()
+        # A log the kernel showed begun afresh (`> log`, a wrapper's) needs no telling to be.
+        fresh = () if memory.fresh_seen else (Fix.FRESH_LOG,)
         return _doubt(
             f"a completion line is in the log ({scan.earlier_complete.strip()[:120]}) but it may be an"
             f" earlier run's: {why}",
-            (*since, Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.LAUNCH, Fix.FRESH_LOG),
+            (*since, Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.LAUNCH, *fresh),
             had,
         )
     if word is not None and word.later_pid is not None:

@@ -351,7 +351,21 @@ def _mark(node: NodeCheck) -> tuple[object, ...] | None:
         p.evidence.get("io_bytes") if p else None,
         tuple(logs) or None,
         o.evidence.get("count") if o else None,
+        _cpu_by_pid(p),
     )
+
+
+def _cpu_by_pid(p: Reading | None) -> dict[int, float]:
+    """Each listed process's own CPU time (the list is cut at 16: those shown)."""
+    listed = p.evidence.get("processes") if p else None
+    out: dict[int, float] = {}
+    for e in listed if isinstance(listed, (list, tuple)) else ():
+        if not isinstance(e, Mapping):
+            continue
+        pid, cpu = e.get("pid"), e.get("cpu_seconds")
+        if isinstance(pid, int) and isinstance(cpu, (int, float)) and e.get("state") not in _GONE_STATES:
+            out[pid] = cpu
+    return out
 
 
 #: The CPU a rank blocked in a collective may still be charged, as a share of one core: a
@@ -367,8 +381,21 @@ _CPU_TICKS_SLACK = 0.02
 def _moved(before: tuple[object, ...], now: tuple[object, ...], quiet: float, ranks: int | None) -> bool:
     """Whether a node's job made progress since ``before`` (its mark when it last did,
     ``quiet`` seconds ago): its I/O, logs or outputs changed, or its CPU time grew by more
-    than ``ranks`` waiting ranks are charged in that time (or fell: a process gone or new)."""
-    if before[1:] != now[1:]:
+    than ``ranks`` waiting ranks are charged in that time (or fell: a process gone or new), or
+    one listed process's own CPU time by more than one waiting rank is."""
+    if before[1:4] != now[1:4]:
+        return True
+    # One rank at work among waiting peers (rank 0's evaluation while the others wait at a
+    # barrier) is work however many peers wait: measured rank by rank where they are listed.
+    one = _CPU_TICKS_SLACK + _WAITING_CPU_SHARE * quiet
+    # None in a mark kept by an older version (four fields).
+    pids_was = before[4] if len(before) > 4 else None
+    pids_now = now[4] if len(now) > 4 else None
+    if (
+        isinstance(pids_was, Mapping)
+        and isinstance(pids_now, Mapping)
+        and any(pid in pids_was and c - pids_was[pid] > one for pid, c in pids_now.items())
+    ):
         return True
     cpu, was = now[0], before[0]
     if not isinstance(cpu, (int, float)) or not isinstance(was, (int, float)):

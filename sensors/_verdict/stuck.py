@@ -13,10 +13,11 @@ once read, for a run that is never rebound to a later one:
   any later check either.
 - ``nothing_tells``: the job is gone (this watch saw it alive), and the stage has no log, no
   outputs and no recorded exit status: an exit and a kill look alike from /proc, now and later.
-- ``line_doubt``: the job is gone (this watch saw it alive) for ``exit_grace`` or more, and
-  whose its completion line is cannot be told (``line_doubt``: an appending log watched after
-  its line, text after the line never seen written, ...). The run's processes are gone and
-  the log's lag is over: no later byte is this run's, and none can tell the line's run.
+- ``line_doubt``: the job is gone (this watch saw it alive) for ``exit_grace`` or more, its
+  log unwritten for as long, and whose its completion line is cannot be told (``line_doubt``:
+  an appending log watched after its line, text after the line never seen written, ...). The
+  run's processes are gone and the log's lag is over: no later byte is this run's, and none
+  can tell the line's run.
 
 Left out on purpose (they may still change, however unlikely): a line in doubt while the job
 is alive or within ``exit_grace`` of its end (a completion line written later is read anew,
@@ -125,9 +126,18 @@ def cause(readings: Mapping[str, Reading], gone_for: float = 0.0, grace: float =
         and lg.evidence.get("line_doubt") is True
         and gone_for >= grace
         and gone_for > 0
+        and _quiet_for(lg, grace)
     ):
         return "line_doubt"
     return None
+
+
+def _quiet_for(lg: Reading, grace: float) -> bool:
+    """Whether the log was last written ``grace`` or more ago (its host's clock): one written
+    since the job was gone has a writer the process signal does not match (`sh run.sh`
+    running the matched train.py, then an evaluation that ends with the run's line)."""
+    age = lg.evidence.get("age_seconds")
+    return isinstance(age, (int, float)) and not isinstance(age, bool) and age >= max(grace, 0.0)
 
 
 def stuck(
