@@ -1011,6 +1011,10 @@ class World:
         ``exit_grace`` after it)."""
         pairs: dict[int, dict[str, Any]] = {}
         sightings: list[Sighting] = []
+        # The run the watch's last check was of: a wait that gave up gave up on that one (a
+        # wait whose timeout came while a later run was at work did not on an earlier one,
+        # seed 2400136: one check of run 1, then run 2 began; the wait timed out in run 2).
+        last_run = next((c.snaps[-1].runs[-1].index for c in reversed(w.record) if c.snaps[-1].runs), None)
         for c in w.record:
             snap = c.snaps[-1]
             sightings.append(Sighting(c.at, c.seen, snap))
@@ -1055,7 +1059,7 @@ class World:
             if p["class"] == MUST:
                 if p["hit"] is not None:
                     outcome = "within3" if p["hit"] <= 3 else "late"
-                elif p["checks"] >= 3 or (w.gave_up and p["checks"]):
+                elif p["checks"] >= 3 or (w.gave_up and p["checks"] and index == last_run):
                     outcome = "missed"
                 elif p["followed"] and not p["checks"]:
                     outcome = "followed"
