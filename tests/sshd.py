@@ -146,8 +146,15 @@ class SSHD:
             "LogLevel ERROR\n"
             # A login shell here may run a user's ``pyenv init`` (its bashrc), whose rehash
             # waits 60 s on a lock a SIGKILLed shell left behind: every probe then timed out
-            # and half a test run failed. The tests test crosscheck, not that lock.
-            "SetEnv PYENV_REHASH_TIMEOUT=1\n"
+            # and half a test run failed. The tests test crosscheck, not that lock. Nor its
+            # cost: bash sources ~/.bashrc for a command sshd runs only at shell level 1, and
+            # root's here runs `pyenv init` (several processes, and a rehash that waits up to
+            # PYENV_REHASH_TIMEOUT on a lock every other login takes). Under four workers the
+            # kept shells and exit watches of every SSH test then opened seconds late (10
+            # failures of one run, 14 of a CI run at 2 workers: the exit watch found jobs
+            # gone when it first looked). SHLVL=1 makes sshd's bash level 2: no bashrc. A
+            # login that is slow on purpose is tests/sshd.py's SLOW_LOGIN_S user.
+            "SetEnv PYENV_REHASH_TIMEOUT=1 SHLVL=1\n"
         )
 
     def known_hosts_line(self, pub: str | None = None) -> str:
