@@ -1471,13 +1471,17 @@ def _watched_before_job(memory: LogMemory) -> bool:
 
 def _doubt(detail: str, fixes: tuple[Fix, ...], had: Had) -> tuple[Says, str, str]:
     """A completion line whose run cannot be told: unknown, in words that end with what
-    would tell it, and that advice alone."""
-    return Says.UNKNOWN, detail + _advise(fixes, had), advice(fixes, had)
+    would tell it (the fixes the watch had left out), and that advice alone."""
+    left = advice(fixes, had)
+    return Says.UNKNOWN, detail + _to_tell(left), left
 
 
 def _advise(fixes: tuple[Fix, ...], had: Had) -> str:
     """What would tell it, as the end of a sentence (the fixes the watch had left out)."""
-    left = advice(fixes, had)
+    return _to_tell(advice(fixes, had))
+
+
+def _to_tell(left: str) -> str:
     return f". To tell: {left}" if left else ". No other tie crosscheck knows would tell it"
 
 

@@ -62,6 +62,7 @@ def decide(
     ended, for a stage without a process signal (with one, its reading carries it).
     """
     state, reasons, kept = _rules(readings, policy, memory, now, launch, run)
+    last_progress_at, d_since, gone_since = kept
     done_all = state is None and bool(readings) and all(r.says is Says.DONE for r in readings.values())
     streak = memory.done_streak + 1 if done_all else 0
     if state is None:
@@ -81,11 +82,10 @@ def decide(
             state,
             readings,
             run,
-            gone_for=now - kept[2] if now is not None and kept[2] is not None else 0.0,
+            gone_for=now - gone_since if now is not None and gone_since is not None else 0.0,
             grace=policy.exit_grace,
         ),
     )
-    last_progress_at, d_since, gone_since = kept
     new_memory = VerdictMemory(
         previous=verdict.readings,  # the verdict's own copy: read-only, kept as the memory's
         last_progress_at=last_progress_at,
