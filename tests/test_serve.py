@@ -605,7 +605,10 @@ def test_a_reload_that_does_not_change_the_definition_changes_nothing(tmp_path: 
             time.sleep(4.0)
             after = served.docs()[checks:]
             assert len(after) >= 2, "checked meanwhile"
-            assert {d["verdict"] for d in after} == {"complete"}, [d["verdict"] for d in after]
+            assert {d["verdict"] for d in after} == {"complete"}, (
+                [(d["verdict"], d.get("reasons", [])[:2]) for d in after],
+                served.log()[-3000:],
+            )
             assert history() == settled
             assert len(hook.requests) == 1
             assert served.log().count("watching stage settled-one") == 1

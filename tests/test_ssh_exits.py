@@ -24,6 +24,7 @@ from sensors._config.stage import SSHSpec
 from sensors._hosts.exits import SeenEnd
 from sensors._hosts.ssh import SSHHost
 from sensors._hosts.ssh_exits import RemoteExitWatch
+from tests.sshd import SLOW_LOGIN_S, SSHD, ensure_slow_login_user
 
 
 def _ticks(pid: int) -> int:
@@ -129,6 +130,46 @@ def test_one_channel_per_host_however_many_processes_and_stages(ssh: SSHHost, tm
             p.wait(20)
     assert _until(lambda: all(watch.state(*k) == "ended" for k in keys), 3), [watch.state(*k) for k in keys]
     assert watch.channels == 1
+
+
+def test_a_process_that_ends_a_second_after_the_first_check_is_seen_to_end(sshd_server: SSHD) -> None:
+    """The user's login shell takes SLOW_LOGIN_S to start (a ``conda init`` in ``.bashrc``),
+    for the probe's kept shell and for the watch's channel alike. The checker warms the exit
+    watch before its first probe, so its channel starts beside the probe's shell: a process
+    the first check found, which ends 0.8 s after that check (well within a login shell's
+    start), is seen to end. Opened only when the check handed the process over, the watch
+    looked SLOW_LOGIN_S later and found it gone: its end unseen."""
+    user = ensure_slow_login_user(sshd_server)
+    mark = f"exits-slow-{time.time_ns()}"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()", "--tag", mark], stdin=subprocess.PIPE
+    )
+    host = SSHHost(SSHSpec(**sshd_server.spec(user=user)))
+    try:
+        time.sleep(0.3)
+        checker = Checker(
+            stage_from_dict({"stage": "s", "host": "local", "process": {"match": f"--tag {mark}$"}}),
+            host=host,
+        )
+        began = time.monotonic()
+        found = checker.check().readings["process"].evidence["processes"]
+        assert time.monotonic() - began >= SLOW_LOGIN_S  # the kept shell's login came first
+        assert [p["pid"] for p in found] == [proc.pid], found
+        key = (proc.pid, _ticks(proc.pid))
+        watch = host.exit_watch()
+        time.sleep(0.8)
+        assert proc.stdin is not None
+        proc.stdin.close()  # the job's last step
+        proc.wait(10)
+        reaped = time.time()
+        assert _until(lambda: watch.state(*key) in ("ended", "unseen"), 5), watch.state(*key)
+        end = watch.end(*key)
+        assert end is not None, watch.state(*key)
+        assert end.alive <= reaped and reaped - end.alive < 0.5, (end, reaped)
+        assert watch.channels == 1
+    finally:
+        proc.kill()
+        host.close()
 
 
 @pytest.mark.parametrize("how", ["watcher killed", "connection dropped"])

@@ -570,6 +570,7 @@ class Checker(Following):
         """This check's probe snippets, one per configured signal (``table``: the process
         signal's reads the process table; a batch reads it once, see ``sensors._check.batch``)."""
         mem, inputs = self._memory, self._probe_inputs(nonce, table)
+        self._warm_exits()
         snippets = [
             signal.snippet(spec, mem.signals.get(signal.name) or signal.new_memory(), inputs)
             for signal, spec in self._configured()
@@ -720,6 +721,14 @@ class Checker(Following):
             if (between := watch.end(pid, ticks)) is not None
         }
         return job._replace(ends=ends) if ends else job
+
+    def _warm_exits(self) -> None:
+        """An SSH host's exit watch opens its channel beside this check's probe, while the
+        stage may have processes to watch: one this probe finds is then in view within a
+        poll, and not a login shell later (a job that ends in that second ends unseen)."""
+        exit_watch = getattr(self.host, "exit_watch", None)
+        if exit_watch is not None and (self.stage.process is not None or self.stage.log is not None):
+            exit_watch().warm()
 
     def _exit_watch(self, meta: Meta) -> ExitWatch | RemoteExitWatch | None:
         """The exit watch of the host, where the probe's processes are the ones it sees: this

@@ -126,6 +126,8 @@ class SSHHost:
         self._transport = clients[-1].get_transport()
         self.connects += 1
         log.debug("connected to %s (%s)", self.name, self.route.target.label)
+        if self._exits is not None:
+            self._exits.connected()  # a warm watch opens its channel beside the first probe's
 
     def _connect(self) -> paramiko.Transport:
         """The live transport, connecting (with bounded backoff) when there is none."""

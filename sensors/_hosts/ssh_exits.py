@@ -19,6 +19,12 @@ clock, and signals nothing but its own poller (restarted when the list changes).
   the second (a lower bound: the read was at or after it), the first gone to the second after.
   The end is thus known within the poll (~50 ms, plus a fork of ``date`` and a round of
   reads) on a host with ``%N``, within ~1 s without.
+- **In view from the first answer**: a checker that may find processes to watch warms the
+  watch (:meth:`RemoteExitWatch.warm`) before its first probe: the channel is opened as soon
+  as the connection is up, beside the probe's own shell, and not when the first process is
+  handed over. Each channel starts the user's login shell (a ``conda init`` in ``.bashrc``
+  takes a second or more); a job that ends within that second of the check that found it
+  would otherwise end before its watch looked, its end unseen.
 - **No round trip to a check**: a check hands its processes over (:meth:`RemoteExitWatch.watch`)
   and reads what is known (:meth:`RemoteExitWatch.ended`); a thread per connection opens the
   channel, sends the list and reads the answers.
@@ -213,6 +219,7 @@ class RemoteExitWatch:
         self._thread: threading.Thread | None = None
         self._wake: tuple[int, int] | None = None
         self._closed = False
+        self._warm_until = 0.0  # time.monotonic(): kept open until then with nothing to watch
         #: The watcher's facts, once a channel told them: its shell's PID on the host, its
         #: PID namespace, the clock's step (0: nanoseconds; 1: whole seconds) and the poll.
         self.remote_pid: int | None = None
@@ -239,6 +246,28 @@ class RemoteExitWatch:
             self._closed = False
             self._ensure_thread()
             self._poke()
+
+    def warm(self, for_s: float = LINGER_S) -> None:
+        """Open the channel ahead of any process to watch, and keep it open ``for_s`` with
+        nothing to watch: a process handed over later is in view within a poll, not after a
+        channel and a login shell are started for it. Opened once the host's connection is
+        up (the watch never connects by itself); costs one idle shell on the host."""
+        with self._cond:
+            self._warm_until = max(self._warm_until, time.monotonic() + for_s)
+            self._closed = False
+            # No poke: a running thread reads the deadline on its own (every check of every
+            # stage on the host warms it; a poke each would wake it as often).
+            self._ensure_thread()
+
+    def connected(self) -> None:
+        """The host's connection is up: a watch waiting for one opens its channel now."""
+        with self._cond:
+            if self._thread is not None:
+                self._poke()
+
+    def _wanted(self) -> bool:
+        """Whether the channel is wanted now (the lock held): processes to watch, or warm."""
+        return not self._closed and (bool(self._pending) or time.monotonic() < self._warm_until)
 
     def ended(self, pid: int, start_ticks: int) -> float | None:
         """The last time the process was known alive, once it has been seen to end (None: not
@@ -273,6 +302,7 @@ class RemoteExitWatch:
         """Stop watching: the channel is closed, its processes' ends are no longer seen."""
         with self._cond:
             self._closed = True
+            self._warm_until = 0.0
             for key in self._pending:
                 self._remember_unseen(key)
             self._pending.clear()
@@ -300,7 +330,7 @@ class RemoteExitWatch:
     def _run(self) -> None:
         while True:
             with self._cond:
-                if self._closed or not self._pending:
+                if not self._wanted():
                     self._stop()
                     return
             try:
@@ -321,7 +351,7 @@ class RemoteExitWatch:
                     release()
                     self._lost()
             with self._cond:
-                if self._closed or not self._pending:
+                if not self._wanted():
                     self._stop()
                     return
                 self._cond.wait(RETRY_S)
@@ -362,7 +392,7 @@ class RemoteExitWatch:
                     keys = " ".join(f"{pid}:{ticks}" for pid, ticks in self._pending)
                     send = f"{self._gen} {keys}\n".encode()
                     self._dirty = False
-                if self._pending:
+                if self._pending or time.monotonic() < self._warm_until:
                     idle_since = None
                 elif idle_since is None:
                     idle_since = time.monotonic()
