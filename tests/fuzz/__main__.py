@@ -4,6 +4,7 @@
     python -m tests.fuzz --seed 123 --print                # the replay script of seed 123
     python -m tests.fuzz --seed 123                        # run it, say what it found
     python -m tests.fuzz --seed 123 --shrink               # and cut it down to the steps that matter
+    python -m tests.fuzz --summarize a.jsonl b.jsonl       # report on what --out files hold
 
 Exit status: 0 when no history found a (hard) false complete, a false failed, an
 exit-code/advance mismatch or an error (and, with ``--must-share P``, at least P % of the
@@ -15,141 +16,207 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import signal
 import sys
 import time
 from collections import Counter, defaultdict
 
 from tests.fuzz.generate import generate
-from tests.fuzz.history import History, run_history, run_seed
+from tests.fuzz.history import History, run_history, run_seed, worker_ignores_stop
 from tests.fuzz.report import print_world
+
+
+class Tally:
+    """What a long run's histories found, added one history's summary at a time (as a worker
+    hands it back, or as ``--out`` wrote it: ``--summarize`` reads those lines again)."""
+
+    def __init__(self) -> None:
+        self.totals: Counter[str] = Counter()
+        self.by_class: dict[str, Counter[str]] = defaultdict(Counter)
+        self.routes: dict[str, list[int]] = defaultdict(list)
+        self.soft_routes: dict[str, list[int]] = defaultdict(list)
+        self.problems: list[str] = []
+        self.kinds: Counter[str] = Counter()
+        self.failing: list[int] = []
+        self.hard_histories = 0
+        self.outcomes: Counter[str] = Counter()
+        self.must_misses: list[str] = []
+        self.either_why: Counter[str] = Counter()
+        self.seeds: list[int] = []
+
+    def add(self, s: dict) -> None:
+        self.seeds.append(s["seed"])
+        self.totals.update(
+            histories=1,
+            steps=s["steps"],
+            checks=s["checks"],
+            completes=s["completes"],
+            hard=s["hard"],
+            soft=s["soft"],
+            false_failed=s["false_failed"],
+        )
+        self.hard_histories += 1 if s["hard"] else 0
+        self.kinds.update(s.get("by_kind", {}))
+        for o in s["obligations"]:
+            self.outcomes[o["class"] + ":" + o["outcome"]] += 1
+            if o["class"] == "must" and o["outcome"] in ("missed", "late"):
+                self.must_misses.append(
+                    f"seed {s['seed']} watch {o['watch']} ({o['kind']}) run {o['run']}: {o['outcome']},"
+                    f" {o['checks']} checks; said {' | '.join(o['last'] or [])[:300]}"
+                )
+            if o["class"] == "either" and o.get("why"):
+                self.either_why[_shape(o["why"])] += 1
+        for f in s["false_failed_findings"]:
+            self.routes["false-failed " + f["why"][:60]].append(s["seed"])
+        c = self.by_class[s["cls"]]
+        c.update(histories=1, hard=s["hard"], soft=s["soft"], failing=1 if s["hard"] else 0)
+        for f in s["findings"]:
+            self.routes[f["route"]].append(s["seed"])
+        for f in s["soft_findings"]:
+            self.soft_routes[f["route"]].append(s["seed"])
+        if s["hard"] or s["false_failed"] or s["exit_code_errors"] or s["errors"]:
+            self.failing.append(s["seed"])
+        for e in s["exit_code_errors"]:
+            self.problems.append(f"seed {s['seed']}: exit code / advance: {e}")
+        for e in s["errors"]:
+            self.problems.append(f"seed {s['seed']}: error: {e}")
+
+    def progress(self, count: int, elapsed: float) -> str:
+        done = self.totals["histories"]
+        return (
+            f"[{done}/{count}] {elapsed:.0f}s, {done / elapsed * 60:.1f} histories/min,"
+            f" false completes {self.totals['hard']}, false failed {self.totals['false_failed']},"
+            f" failing histories {len(set(self.failing))}"
+        )
+
+    def share(self) -> tuple[int, int, int, float]:
+        """Must-complete (watch, run) pairs, those measured, those completed within 3 checks,
+        and that share (%)."""
+        must = sum(v for k, v in self.outcomes.items() if k.startswith("must:"))
+        measured = must - self.outcomes["must:short"] - self.outcomes["must:followed"]
+        within = self.outcomes["must:within3"]
+        return must, measured, within, 100.0 * within / measured if measured else 100.0
+
+    def report(self, elapsed: float | None, workers: int | None, must_share: float | None = None) -> int:
+        """Print the figures; 1 where a history failed or the must-complete share is below
+        ``must_share``."""
+        totals = self.totals
+        print()
+        seeds = sorted(set(self.seeds))
+        if seeds:
+            print(f"seeds:                 {seeds[0]}..{seeds[-1]} ({len(seeds)} distinct)")
+        print(f"histories tried:       {totals['histories']}")
+        print(f"steps:                 {totals['steps']}")
+        print(f"checks:                {totals['checks']}")
+        print(f"true completes:        {totals['completes']} (complete verdicts the truth allowed)")
+        print(f"false completes found: {totals['hard']} (in {self.hard_histories} histories)")
+        print(
+            f"soft false completes:  {totals['soft']} (declared by every configured signal, then died or unseen)"
+        )
+        if elapsed and workers:
+            print(
+                f"seconds:               {elapsed:.0f} ({totals['histories'] / elapsed * 60:.1f}"
+                f" histories/min, {workers} workers)"
+            )
+        print(
+            "checks by watch:       "
+            + ", ".join(
+                f"{k} {self.kinds[k]} ({self.kinds[k + ':complete']} true completes)"
+                for k in ("checker", "status", "wait", "serve")
+            )
+        )
+        print("\nby class of history:  histories  failing  false completes  soft")
+        for cls in sorted(self.by_class):
+            c = self.by_class[cls]
+            print(f"  {cls:<18} {c['histories']:>9} {c['failing']:>8} {c['hard']:>16} {c['soft']:>5}")
+        for title, routes in (("false-complete", self.routes), ("soft", self.soft_routes)):
+            if routes:
+                print(f"\n{title} routes (count, first seeds):")
+                for route, found in sorted(routes.items(), key=lambda kv: -len(kv[1])):
+                    print(f"  {len(found):>5}  {route}  seeds {sorted(set(found))[:5]}")
+        must, measured, within, share = self.share()
+        outcomes = self.outcomes
+        print("\nthe other side (two-sided oracle):")
+        print(f"  false failed:          {totals['false_failed']} (failed where the run did not fail)")
+        print(
+            f"  must complete:         {must} (watch, run) pairs; {measured} measured (3 own checks after"
+            f" settling, or a complete), {within} completed within 3 checks: {share:.1f} %"
+        )
+        print(
+            f"    late {outcomes['must:late']}, missed {outcomes['must:missed']}, too few checks"
+            f" {outcomes['must:short']}, only followed verdicts {outcomes['must:followed']}"
+        )
+        print(
+            f"  either:                {outcomes['either:either']} (watch, run) pairs: complete allowed, not settled"
+        )
+        for why, n in self.either_why.most_common(8):
+            print(f"    {n:>5}  {why}")
+        for m in self.must_misses[:40]:
+            print("  MUST-COMPLETE NOT MET: " + m)
+        for p in self.problems[:50]:
+            print(p)
+        below = must_share is not None and share < must_share
+        if below:
+            print(f"\nmust-complete share {share:.1f} % is below --must-share {must_share:g} %")
+        return 1 if self.failing or below else 0
 
 
 def long_run(
     first: int, count: int, workers: int, out: str | None, quiet: bool, must_share: float | None = None
 ) -> int:
+    """Run seeds ``first`` .. ``first + count - 1`` in ``workers`` processes and report. An
+    interrupted run (Ctrl-C, SIGTERM) reports on the histories that ended, says so, and
+    fails: its figures are not a whole run's."""
     began = time.monotonic()
-    totals: Counter[str] = Counter()
-    by_class: dict[str, Counter[str]] = defaultdict(Counter)
-    routes: dict[str, list[int]] = defaultdict(list)
-    soft_routes: dict[str, list[int]] = defaultdict(list)
-    problems: list[str] = []
-    kinds: Counter[str] = Counter()
-    failing: list[int] = []
-    records = []
-    outcomes: Counter[str] = Counter()
-    must_misses: list[str] = []
-    either_why: Counter[str] = Counter()
+    tally = Tally()
     seeds = range(first, first + count)
     ctx = multiprocessing.get_context("spawn")
     sink = open(out, "w") if out else None  # noqa: SIM115 (one line per history as it ends)
-    with ctx.Pool(workers, maxtasksperchild=100) as pool:
-        for done, s in enumerate(pool.imap_unordered(run_seed, seeds), 1):
-            records.append(s)
+    stop: list[int] = []  # the signal that asked this run to stop (SIGTERM; Ctrl-C's SIGINT)
+    handlers = {sig: signal.signal(sig, lambda signum, frame: stop.append(signum)) for sig in _STOP}
+    pool = ctx.Pool(workers, maxtasksperchild=100, initializer=worker_ignores_stop)
+    try:
+        results = pool.imap_unordered(run_seed, seeds)
+        while tally.totals["histories"] < count and not stop:
+            try:
+                s = results.next(timeout=0.5)
+            except multiprocessing.TimeoutError:
+                continue
+            tally.add(s)
             if sink is not None:
                 sink.write(json.dumps(s) + "\n")
                 sink.flush()
-            totals.update(
-                histories=1,
-                steps=s["steps"],
-                checks=s["checks"],
-                completes=s["completes"],
-                hard=s["hard"],
-                soft=s["soft"],
-            )
-            kinds.update(s.get("by_kind", {}))
-            totals.update(false_failed=s["false_failed"])
-            for o in s["obligations"]:
-                outcomes[o["class"] + ":" + o["outcome"]] += 1
-                if o["class"] == "must" and o["outcome"] in ("missed", "late"):
-                    must_misses.append(
-                        f"seed {s['seed']} watch {o['watch']} ({o['kind']}) run {o['run']}: {o['outcome']},"
-                        f" {o['checks']} checks; said {' | '.join(o['last'] or [])[:300]}"
-                    )
-                if o["class"] == "either" and o.get("why"):
-                    either_why[_shape(o["why"])] += 1
-            for f in s["false_failed_findings"]:
-                routes["false-failed " + f["why"][:60]].append(s["seed"])
-            c = by_class[s["cls"]]
-            c.update(histories=1, hard=s["hard"], soft=s["soft"], failing=1 if s["hard"] else 0)
-            for f in s["findings"]:
-                routes[f["route"]].append(s["seed"])
-            for f in s["soft_findings"]:
-                soft_routes[f["route"]].append(s["seed"])
-            if s["hard"] or s["false_failed"] or s["exit_code_errors"] or s["errors"]:
-                failing.append(s["seed"])
-            for e in s["exit_code_errors"]:
-                problems.append(f"seed {s['seed']}: exit code / advance: {e}")
-            for e in s["errors"]:
-                problems.append(f"seed {s['seed']}: error: {e}")
+            done = tally.totals["histories"]
             if not quiet and (done % 25 == 0 or done == count):
-                elapsed = time.monotonic() - began
-                print(
-                    f"[{done}/{count}] {elapsed:.0f}s, {done / elapsed * 60:.1f} histories/min,"
-                    f" false completes {totals['hard']}, false failed {totals['false_failed']},"
-                    f" failing histories {len(set(failing))}",
-                    flush=True,
-                )
-    elapsed = time.monotonic() - began
-    print()
-    print(f"histories tried:       {totals['histories']}")
-    print(f"steps:                 {totals['steps']}")
-    print(f"checks:                {totals['checks']}")
-    print(f"true completes:        {totals['completes']} (complete verdicts the truth allowed)")
-    print(f"false completes found: {totals['hard']} (in {sum(1 for r in records if r['hard'])} histories)")
-    print(
-        f"soft false completes:  {totals['soft']} (declared by every configured signal, then died or unseen)"
-    )
-    print(
-        f"seconds:               {elapsed:.0f} ({totals['histories'] / elapsed * 60:.1f} histories/min, {workers} workers)"
-    )
-    print(
-        "checks by watch:       "
-        + ", ".join(
-            f"{k} {kinds[k]} ({kinds[k + ':complete']} true completes)"
-            for k in ("checker", "status", "wait", "serve")
-        )
-    )
-    print("\nby class of history:  histories  failing  false completes  soft")
-    for cls in sorted(by_class):
-        c = by_class[cls]
-        print(f"  {cls:<18} {c['histories']:>9} {c['failing']:>8} {c['hard']:>16} {c['soft']:>5}")
-    if routes:
-        print("\nfalse-complete routes (count, first seeds):")
-        for route, found in sorted(routes.items(), key=lambda kv: -len(kv[1])):
-            print(f"  {len(found):>5}  {route}  seeds {sorted(set(found))[:5]}")
-    if soft_routes:
-        print("\nsoft routes (count, first seeds):")
-        for route, found in sorted(soft_routes.items(), key=lambda kv: -len(kv[1])):
-            print(f"  {len(found):>5}  {route}  seeds {sorted(set(found))[:5]}")
-    must = sum(v for k, v in outcomes.items() if k.startswith("must:"))
-    measured = must - outcomes["must:short"] - outcomes["must:followed"]
-    within = outcomes["must:within3"]
-    share = 100.0 * within / measured if measured else 100.0
-    print("\nthe other side (two-sided oracle):")
-    print(f"  false failed:          {totals['false_failed']} (failed where the run did not fail)")
-    print(
-        f"  must complete:         {must} (watch, run) pairs; {measured} measured (3 own checks after"
-        f" settling, or a complete), {within} completed within 3 checks: {share:.1f} %"
-    )
-    print(
-        f"    late {outcomes['must:late']}, missed {outcomes['must:missed']}, too few checks"
-        f" {outcomes['must:short']}, only followed verdicts {outcomes['must:followed']}"
-    )
-    print(
-        f"  either:                {outcomes['either:either']} (watch, run) pairs: complete allowed, not settled"
-    )
-    for why, n in either_why.most_common(8):
-        print(f"    {n:>5}  {why}")
-    for m in must_misses[:40]:
-        print("  MUST-COMPLETE NOT MET: " + m)
-    for p in problems[:50]:
-        print(p)
-    if sink is not None:
-        sink.close()
-    below = must_share is not None and share < must_share
-    if below:
-        print(f"\nmust-complete share {share:.1f} % is below --must-share {must_share:g} %")
-    return 1 if failing or below else 0
+                print(tally.progress(count, time.monotonic() - began), flush=True)
+    finally:
+        pool.terminate()  # the histories still running (a job reads its steps on stdin: it ends with its worker)
+        pool.join()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        if sink is not None:
+            sink.close()
+    rc = tally.report(time.monotonic() - began, workers, must_share)
+    if stop:
+        print(f"\ninterrupted: {tally.totals['histories']} of {count} histories ended; not a whole run")
+        return 1
+    return rc
+
+
+#: The signals that stop a long run early, with a report on the histories that ended.
+_STOP = (signal.SIGINT, signal.SIGTERM)
+
+
+def summarize(paths: list[str], must_share: float | None) -> int:
+    """Report again on the histories that ``--out`` files hold (an interrupted run's, or
+    several runs' of one commit)."""
+    tally = Tally()
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    tally.add(json.loads(line))
+    return tally.report(None, None, must_share)
 
 
 def _shape(why: str) -> str:
@@ -194,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--out", help="one JSON line per history")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--summarize", nargs="+", metavar="FILE", help="report on the histories of --out files")
     ap.add_argument(
         "--must-share",
         type=float,
@@ -202,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         help="fail unless at least P %% of must-complete watches complete within 3 checks (make fuzz: 99)",
     )
     args = ap.parse_args(argv)
+    if args.summarize:
+        return summarize(args.summarize, args.must_share)
     if args.seed is not None:
         history = generate(args.seed)
         if args.print:

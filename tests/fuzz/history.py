@@ -6,6 +6,7 @@ Python script that replays it: ``python -m tests.fuzz --seed N --print``.
 
 from __future__ import annotations
 
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,3 +114,10 @@ def run_seeds(seeds: range | list[int], workers: int) -> list[dict[str, Any]]:
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(workers, maxtasksperchild=100) as pool:
         return sorted(pool.imap_unordered(run_seed, list(seeds)), key=lambda r: r["seed"])
+
+
+def worker_ignores_stop() -> None:
+    """A long run's worker (its pool's initializer; importable, as ``spawn`` needs) runs its
+    history to its end or to the pool's terminate: Ctrl-C, sent to the whole process group,
+    is the parent's to act on."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
