@@ -28,7 +28,7 @@ import pytest
 from sensors._base.probe import build_script, new_nonce, parse_meta, split_sections
 from sensors._hosts import LocalHost
 from sensors._run.binding import Holder, opened_in_run
-from sensors._signals.log import _holders, holders_lines
+from sensors._signals.log import _HOLDERS_CAP, _holders, holders_lines
 from sensors._signals.procfs import elapsed_since
 
 W, A, R, RW = 0o100001, 0o102001, 0o100000, 0o100002  # write-only, appending, read-only, read-write
@@ -231,7 +231,7 @@ def test_one_scan_of_proc_for_every_log_first_seen_in_a_probe(
     nonce = new_nonce()
     parts = [[f"P=s{k}.", *holders_lines(str(log))] for k, log in enumerate(logs)]
     script = build_script(nonce, None, parts)
-    assert script.count(b"-printf '%p %l") == 1, script.decode()  # the scan (holders_of: none)
+    assert script.count(b"-printf '%p %m %l") == 1, script.decode()  # the scan (holders_of: none)
     sections = split_sections(LocalHost().run_script(script, timeout=30), nonce)
     meta = parse_meta(sections.get("meta"))
     found = [_holders(sections.get(f"s{k}.log_holders"), meta) for k in range(3)]
@@ -297,3 +297,67 @@ def test_a_file_of_another_mount_namespace_named_like_the_log_holds_nothing_of_i
     assert run_started is not None
     assert ns_pid not in {h.pid for h in holders}, holders
     assert opened_in_run(holders, {run_pid: run_started}, {}, size=5) is False
+
+
+@pytest.mark.parametrize("probe", ["one scan", "a scan of its own"])
+def test_readers_past_the_cap_leave_the_runs_own_writer_seen(
+    tmp_path: Path, spawned: list[subprocess.Popen[bytes]], probe: str
+) -> None:
+    """A user who can read the log holds it open 300 times (more than the holders cap), only
+    to read (adversary 7): descriptors that cannot write are left out of the list (their
+    link's mode), so the run's own ``> log`` is still read whole and shows the run began its
+    log. The readers' process, begun before the run, would decide nothing if it were read
+    (``opened_in_run`` counts writers only): without them the list is not cut. Read through
+    the probe's one scan, and through a scan of its own (the log's path through a symlink)."""
+    assert _HOLDERS_CAP < 300
+    real = tmp_path / "real"
+    real.mkdir()
+    log = real / "job.log"
+    log.write_text("")
+    readers = f"{shlex.quote(sys.executable)} -c " + shlex.quote(
+        "import sys, time\n"
+        f"fds = [open({str(log)!r}) for _ in range(300)]\n"
+        "print('open', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    hog = subprocess.Popen(["sh", "-c", readers], stdout=subprocess.PIPE, start_new_session=True)
+    spawned.append(hog)
+    assert hog.stdout is not None and hog.stdout.readline() == b"open\n"
+    pid = _job(f"exec JOB > {shlex.quote(str(log))} 2>&1", spawned)
+    if probe == "a scan of its own":
+        (tmp_path / "link").symlink_to(real)
+        log = tmp_path / "link" / "job.log"
+    holders, started = _read(log, pid)
+    assert holders is not None, "the list was cut"
+    assert started is not None
+    assert {h.pid for h in holders} == {pid}, holders
+    parent = int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b") ", 1)[1].split()[1])
+    assert opened_in_run(holders, {pid: started}, {pid: parent}, size=0) is True
+
+
+def test_a_writer_among_readers_begun_before_the_run_is_still_seen(
+    tmp_path: Path, spawned: list[subprocess.Popen[bytes]]
+) -> None:
+    """The other side: leaving readers out never hides a writer. A process begun before the
+    run that holds the log to read *and* to write (``O_RDWR``: mode 0700) is read, and the
+    run is not shown to have begun its log."""
+    log = tmp_path / "job.log"
+    log.write_text("")
+    holder = f"{shlex.quote(sys.executable)} -c " + shlex.quote(
+        "import os, time\n"
+        f"r = open({str(log)!r}); rw = os.open({str(log)!r}, os.O_RDWR)\n"
+        "print('open', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    early = subprocess.Popen(["sh", "-c", holder], stdout=subprocess.PIPE, start_new_session=True)
+    spawned.append(early)
+    assert early.stdout is not None and early.stdout.readline() == b"open\n"
+    time.sleep(0.05)
+    pid = _job(f"exec JOB > {shlex.quote(str(log))} 2>&1", spawned)
+    holders, started = _read(log, pid)
+    assert holders is not None and started is not None
+    writers = {h.pid for h in holders if h.writes}
+    assert pid in writers and len(writers) == 2, holders
+    assert all(h.writes for h in holders), holders  # the reader's descriptor is left out
+    parent = int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b") ", 1)[1].split()[1])
+    assert opened_in_run(holders, {pid: started}, {pid: parent}, size=0) is False

@@ -286,7 +286,8 @@ _LNAME_ESCAPE = r"sed 's/[][*?\\]/\\&/g'"
 def holders_request(path: str) -> str:
     """The snippet line that puts ``path`` in this probe's holders scan (a sh comment). The
     snippet's sh then calls ``holders_of PATH CAP``, which sets ``__hl`` to the links
-    (/proc/PID/fd/N, oldest PID first, CAP + 1 at most) that name it, or to ``-`` where that
+    (/proc/PID/fd/N, oldest PID first, CAP + 1 at most) that name it, open to write (or
+    with no access mode: ``O_PATH``; a read-only one is left out), or to ``-`` where that
     cannot be said (it does not exist or cannot be resolved). A holder that ended since the
     scan (of this file or another) sends it to a scan of its own: the links as they are now."""
     return _HOLD_REQUEST + shlex.quote(path)
@@ -303,11 +304,14 @@ def _holders_scan(quoted: list[str]) -> list[str]:
         # links' text (the job's, any user's file names) only goes to awk, one record a link
         # (a newline in it made a `?`), and what is kept is /proc paths, each read again by
         # its file's reader. A find without -printf (BusyBox's) finds none.
-        "__cc_hl=$(find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -printf '%p %l\\0' 2>/dev/null"
+        # A descriptor open only to read (its link's mode is 0500: the kernel sets u+r for
+        # a read, u+w for a write) writes nothing and decides nothing: left out, so that
+        # readers (`tail -f`, or a user who opens the log 300 times) cannot push the list
+        # past its cap and leave the run's own `> log` unseen.
+        "__cc_hl=$(find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -printf '%p %m %l\\0' 2>/dev/null"
         " | tr '\\n\\000' '?\\n' | awk 'BEGIN { for (i = 1; i < ARGC; i++) want[ARGV[i]]; ARGC = 1 }"
-        r" $1 ~ /^\/proc\/[0-9]+\/fd\/[0-9]+$/ && substr($0, length($1) + 2) in want { print $1 }' "
-        + " ".join(quoted)
-        + ")",
+        r' $1 ~ /^\/proc\/[0-9]+\/fd\/[0-9]+$/ && $2 != "500"'
+        r" && substr($0, length($1) + length($2) + 3) in want { print $1 }' " + " ".join(quoted) + ")",
         # A file's own links: those of the scan named by its path, read again (one find over
         # the few the scan found, its pattern escaped), where the path is the file's own
         # (resolved, it is unchanged); where it is not (a symlink on its way), a scan of its own.
@@ -316,14 +320,14 @@ def _holders_scan(quoted: list[str]) -> list[str]:
         '  __q=$(readlink -f -- "$1" 2>/dev/null) || return 0',
         "  __e=$(printf '%s\\n' \"$__q\" | " + _LNAME_ESCAPE + ")",
         '  if [ "$__q" != "$1" ]; then',
-        '    __hl=$(find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -lname "$__e" 2>/dev/null)',
+        '    __hl=$(find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 ! -perm 500 -lname "$__e" 2>/dev/null)',
         '  elif [ -n "$__cc_hl" ]; then',
         "    set -f; set -- $__cc_hl; set +f",
         # A link gone since the scan fails find (a holder, of this file or of another asked
         # in the probe, that ended meanwhile: a job's short-lived children inherit its
         # stdout): the scan is no longer the whole of it, and this file's own scan is read.
         '    __hl=$(find "$@" -maxdepth 0 -lname "$__e" 2>/dev/null) ||',
-        '      __hl=$(find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -lname "$__e" 2>/dev/null)',
+        '      __hl=$(find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 ! -perm 500 -lname "$__e" 2>/dev/null)',
         "  else __hl=; fi",
         '  [ -z "$__hl" ] || __hl=$(printf \'%s\\n\' "$__hl"'
         ' | sort -t/ -k3,3n -k5,5n | head -n "$((__hn + 1))")',
