@@ -613,6 +613,72 @@ def test_a_launched_jobs_recorded_exit_status_tells_a_crash_from_a_success(
         )
 
 
+class _PidnsHost(LocalHost):
+    """The local host, as a probe in a PID namespace of its own sees it: no process outside."""
+
+    nvml = False
+    shell = ("unshare", "--pid", "--fork", "--mount-proc", "/bin/sh", "-s")
+
+
+@pytest.mark.parametrize(("ending", "state"), [("exit 0", "complete"), ("exit 3", "failed")])
+def test_a_launched_jobs_recorded_exit_decides_where_the_probe_cannot_see_it(tmp_path, ending, state) -> None:
+    """A probe that cannot see the job's processes (a PID namespace of its own; hidepid) and
+    a stage that matches them: while the launched job works, nothing is assumed (unknown, as
+    ever); once its wrapper has recorded the exit (a file of the user's own), the record
+    decides, as it does for a stage with no process section: complete on status 0 with the
+    line, failed on another status. Until now it said unknown for good (the watch ran to its
+    timeout with the job's success on record)."""
+    from sensors import Checker, stage_from_dict
+    from sensors._run.run import Run, launch_mark_script, parse_launch_mark
+
+    _needs_root()
+    host = LocalHost()
+    tag = f"hidden-launch-{uuid.uuid4().hex[:8]}"
+    code = {"exit 0": 0, "exit 3": 3}[ending]
+    gate = tmp_path / "go"
+    script = (
+        "import os, sys, time\n"
+        "print('step 1/2', flush=True)\n"
+        f"while not os.path.exists({str(gate)!r}): time.sleep(0.05)\n"
+        "print('Done', flush=True)\n"
+        f"sys.exit({code})\n"
+    )
+    log_path = str(tmp_path / "job.log")
+    tmp_path.chmod(0o755)
+    mark = parse_launch_mark(host.run_script(launch_mark_script(log_path), timeout=30))
+    pid, exit_file = host.launch([sys.executable, "-c", script, tag], log_path=log_path, name=tag)
+    run = Run(
+        "launch", mark.started_at, mark.log_inode, mark.log_offset, mark.log_fingerprint, pid, exit_file
+    )
+    spec = {
+        "stage": "hidden-launch",
+        "process": {"match": tag},
+        "log": {"path": log_path, "complete": "^Done"},
+        "policy": {"interval": "200ms", "settle": 1, "exit_grace": "300ms", "timeout": "30s"},
+    }
+    try:
+        checker = Checker(stage_from_dict(spec), host=_PidnsHost(), run=run)
+        while_at_work = [checker.check() for _ in range(3)]
+        assert [v.state.value for v in while_at_work] == ["unknown"] * 3, while_at_work[-1].reasons
+        assert "cannot see every process" in while_at_work[-1].readings["process"].detail
+        gate.touch()
+        _until(lambda: Path(exit_file).exists() and Path(exit_file).read_text().strip() != "", timeout=30)
+        exited = float(Path(exit_file).read_text().split()[1])
+        after = [checker.check() for _ in range(3)]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    assert after[-1].state.value == state, after[-1].reasons
+    assert all(v.state.value != "complete" for v in while_at_work)
+    said = " ".join(after[-1].reasons)
+    assert f"exited with status {code}" in said, said
+    assert "cannot see every process" in said or state == "failed", said
+    first = next(v for v in after if v.state.value == state)
+    print(
+        f"{ending}: {first.state.value} {first.checked_at - exited:.2f} s after the recorded exit"
+    )
+
+
 def State_complete_never_before(verdicts, state) -> bool:
     """No complete verdict anywhere but (for a success) at the end."""
     states = [v.state.value for v in verdicts]

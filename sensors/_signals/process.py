@@ -892,6 +892,7 @@ def read_process(
             )
     launched = launched_pid is not None and (spec.pid == launched_pid or launched_pid in found.candidates)
     seen_here = memory.last_seen is not None and memory.seen_view == meta.view
+    exit_record = read_exit_record(sections) if run is not None and run.exit_file else None
     if (
         not alive_pids
         and meta.hidden
@@ -899,6 +900,10 @@ def read_process(
         and not seen_here
         and not launched
         and not spec.supervised  # the supervisor names the PIDs: none is matched from /proc
+        # The launched job's end, recorded by its wrapper (a file of the user's own): the job
+        # is over whatever this probe can see. What it cannot see is what it could not see
+        # with no process section at all (a child left behind), where the record decides too.
+        and not (exit_record is not None and isinstance(exit_record.get("exit_status"), int))
     ):
         # "No match" from a probe that cannot see every process is not "not running": the
         # job may be at work where this /proc does not show it (issue 21). Seen alive by a
@@ -918,7 +923,6 @@ def read_process(
             hidden=meta.hidden,
             seen_alive=False,
         )
-    exit_record = read_exit_record(sections) if run is not None and run.exit_file else None
     # The probe's word on the launched PID: "other" once another process holds it (reused).
     launched_state = (sections.get("launched") or b"").strip() if launched_pid is not None else b""
     memory, later = _after_launch(
@@ -1142,7 +1146,7 @@ def _not_found(
     fleet's, check after check — gets the reading built the first time, read again now.
     """
     launched = launched_pid is not None and (spec.pid == launched_pid or launched_pid in found.candidates)
-    key = (host, found.how, found.reused, meta.boot_id, launched)
+    key = (host, found.how, found.reused, meta.boot_id, launched, meta.hidden)
     reading = _NOT_FOUND.again(key, meta.now)
     if reading is None:
         evidence = _evidence(spec, found, _NO_JOB, memory, meta, launched_pid)
@@ -1331,6 +1335,10 @@ def _gone_detail(
         return f"pid {last['pid']} ended" + (
             f" (last seen alive {ago:.0f}s ago, {last['cpu_seconds']}s CPU)" if ago is not None else ""
         )
+    if meta.hidden:
+        # Taken for gone from a probe that cannot see every process only where the launched
+        # job's recorded exit says it ended (see read): said so, not "none is left".
+        return f"no process found ({found.how}), but the probe cannot see every process: {meta.hidden}"
     return f"no process found ({found.how})"
 
 
