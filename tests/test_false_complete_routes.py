@@ -1793,3 +1793,73 @@ def test_output_times_set_ahead_of_a_local_clock_are_not_written_during_the_run(
         time.sleep(0.1)
         verdicts.append(checker.check())
     assert State.COMPLETE not in [v.state for v in verdicts], verdicts[-1].reasons
+
+
+# ----------------------------------------------------------------- an earlier run's child
+
+_FORKING_JOB = """
+import os, subprocess, sys, time
+tag, gates = sys.argv[1], sys.argv[2]
+print("step 1/2", flush=True)
+while not os.path.exists(gates + ".fork"): time.sleep(0.02)
+# A child of the job (a writer, a DataLoader worker), its tag in its command line as the
+# job's: it writes the completion line on the job's stdout (the log) and ends.
+child = "import sys, time; time.sleep(0.4); print('Extraction complete', flush=True); time.sleep(0.4)"
+subprocess.run([sys.executable, "-c", child, "--tag", tag], check=True)
+while not os.path.exists(gates + ".exit"): time.sleep(0.02)
+"""
+
+
+@pytest.mark.parametrize("job_began", ["before the since", "after the since"])
+def test_a_child_an_earlier_runs_job_forks_after_the_since_is_that_runs(tmp_path, job_began) -> None:
+    """``--since`` placed inside an earlier run (its job at work, begun 1.5 s before): that
+    job forks a child after the since, the child writes the completion line and ends, then
+    the job exits 0. The child began after the since, but its parent is the earlier run's:
+    what it wrote is not this run's, and the stage never completes — the run asked for has
+    not begun (fuzzer seed 3000505: complete, the line taken for this run's by its writer's
+    start alone). The other side: the same job begun after the since completes."""
+    from sensors import Checker, stage_from_dict
+
+    tag = f"fork-{uuid.uuid4().hex[:8]}"
+    script, gates, log = tmp_path / "job.py", tmp_path / "gate", tmp_path / "job.log"
+    script.write_text(_FORKING_JOB)
+    stage = stage_from_dict(
+        {
+            "stage": "forks",
+            "process": {"match": f"--tag {tag}$"},
+            "log": {"path": str(log), "complete": "^Extraction complete"},
+            "policy": {"interval": "200ms", "settle": 2, "exit_grace": "300ms"},
+        }
+    )
+    argv = f"exec {shlex.quote(sys.executable)} {shlex.quote(str(script))} {tag} {shlex.quote(str(gates))} --tag {tag}"
+    if job_began == "after the since":
+        since = time.time()
+        time.sleep(0.3)
+    job = subprocess.Popen(["sh", "-c", f"{argv} > {shlex.quote(str(log))} 2>&1"], start_new_session=True)
+    try:
+        _until(lambda: b"step 1/2" in log.read_bytes() if log.exists() else False, timeout=30)
+        if job_began == "before the since":
+            time.sleep(1.5)
+            since = time.time()
+        checker = Checker(stage, since=since)
+        verdicts = [checker.check()]
+        Path(f"{gates}.fork").touch()
+        _until(lambda: b"Extraction complete" in log.read_bytes(), timeout=30)
+        verdicts += [checker.check() for _ in range(3)]
+        Path(f"{gates}.exit").touch()
+        assert job.wait(30) == 0
+        for _ in range(6):
+            time.sleep(0.2)
+            verdicts.append(checker.check())
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+    states = [v.state.value for v in verdicts]
+    if job_began == "before the since":
+        assert "complete" not in states, (states, verdicts[-1].reasons)
+        assert any("forked by an earlier run's process" in v.readings["process"].detail for v in verdicts), [
+            v.readings["process"].detail for v in verdicts
+        ]
+    else:
+        assert states[-1] == "complete", (states, verdicts[-1].reasons)
+        assert "complete" not in states[:4], states

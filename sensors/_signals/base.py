@@ -123,7 +123,7 @@ class JobView(NamedTuple):
     #: last moment it was known alive (``sensors._check.checker._owned_by``).
     ends: Mapping[int, float] = {}
     #: An earlier run's live processes (begun before this run's exact start: ``--since`` or
-    #: a launch): what they write is not this run's.
+    #: a launch; or forked by one that was, however late): what they write is not this run's.
     earlier: frozenset[int] = frozenset()
 
     def descends(self, pid: int, ancestors: Iterable[int]) -> bool:

@@ -1569,8 +1569,9 @@ def _log_says(
     elif word is not None and word.earlier_pid is not None:
         who = f"pid {word.earlier_pid}" if word.earlier_pid > 0 else "a process"
         earlier = (
-            f" (the completion line in it is an earlier run's: it was written while {who}, begun"
-            " before this run's start, was at work, and no process of this run)"
+            f" (the completion line in it is an earlier run's: it was written while {who}, an"
+            " earlier run's (begun before this run's start, or forked by a process that was), was"
+            " at work, and no process of this run)"
         )
     else:
         earlier = " (the completion line in it is an earlier run's)" if scan.earlier_complete else ""

@@ -170,6 +170,13 @@ class ProcessMemory:
     # Without process.user: the owners (uid, name as shown) of the live matches this watch saw,
     # when they were several users' (a look-alike of another user's holds the stage too).
     owners_seen: tuple[tuple[int, str], ...] = ()
+    # The earlier runs' processes seen ((pid, start ticks)): a child an earlier run's job
+    # forked after the run began stays that run's once its parent is gone (reparented).
+    earlier_kin: tuple[tuple[int, int], ...] = ()
+
+
+#: The most earlier-run processes remembered (the oldest are forgotten first).
+_EARLIER_KIN = 64
 
 
 class ProcessEntry(TypedDict):
@@ -972,7 +979,7 @@ def read_process(
             owners_seen = tuple(sorted({**known, **fresh}.items()))[:_OWNERS_SEEN]
     users = tuple(label for _, label in owners_seen) if len(owners_seen) > 1 else ()
     note = _owner_note(spec, found, owners, users)
-    earlier = _earlier_runs(processes, alive_pids, run, start_precision(meta))
+    earlier = _earlier_runs(processes, alive_pids, run, start_precision(meta), table, memory.earlier_kin)
     job = _Job.of(processes, alive_pids, table, sections, meta, started_at, earlier)
     if (
         job is _NO_JOB
@@ -990,6 +997,11 @@ def read_process(
         new_memory = _remember(spec, memory, job, table, meta)
     if owners_seen != new_memory.owners_seen:
         new_memory = replace(new_memory, owners_seen=owners_seen)
+    if earlier:
+        ticks = {e["pid"]: e["start_ticks"] for e in processes}
+        kin = dict.fromkeys((*memory.earlier_kin, *((pid, ticks[pid]) for pid in earlier if pid in ticks)))
+        if tuple(kin) != new_memory.earlier_kin:
+            new_memory = replace(new_memory, earlier_kin=tuple(kin)[-_EARLIER_KIN:])
     evidence = _evidence(spec, found, job, memory, meta, launched_pid)
     ranks_env = parse_rank_env(sections.get("rankenv"))
     if ranks_env:
@@ -1013,7 +1025,7 @@ def read_process(
     if alive_pids:
         detail = _alive_detail(job.main, processes, alive_pids, evidence)
         if earlier:
-            detail += f" (pid {', '.join(map(str, earlier[:4]))} started before this run began)"
+            detail += _earlier_note(earlier, processes, run)
         return Reading("process", Says.WORKING, detail + note, evidence, meta.now, host), new_memory, job.pids
     detail = _gone_detail(spec, found, boot_changed, processes, memory, meta)
     if "exit_record_untrusted" in evidence:
@@ -1029,12 +1041,40 @@ def read_process(
     return Reading("process", Says.DONE, detail + note, evidence, meta.now, host), new_memory, frozenset()
 
 
+def _earlier_note(earlier: list[int], processes: list[ProcessEntry], run: Run | None) -> str:
+    """Which live matches are an earlier run's, in words: begun before this run, or forked by
+    (or found before to be kin of) a process that was: only the first began before it."""
+    starts = {e["pid"]: e.get("started_at") for e in processes}
+    cut = (run.started_at or 0.0) - (run.slack or 0.0) if run is not None else 0.0
+    before: list[int] = []
+    for pid in earlier:
+        began = starts.get(pid)
+        if isinstance(began, (int, float)) and began < cut:
+            before.append(pid)
+    forked = [pid for pid in earlier if pid not in before]
+    said = []
+    if before:
+        said.append(f"pid {', '.join(map(str, before[:4]))} started before this run began")
+    if forked:
+        said.append(f"pid {', '.join(map(str, forked[:4]))} forked by an earlier run's process")
+    return f" ({'; '.join(said)})"
+
+
 def _earlier_runs(
-    processes: list[ProcessEntry], alive: list[int], run: Run | None, precision: float
+    processes: list[ProcessEntry],
+    alive: list[int],
+    run: Run | None,
+    precision: float,
+    table: _ProcessTable | None = None,
+    remembered: tuple[tuple[int, int], ...] = (),
 ) -> list[int]:
     """The live matches that began before the run did: an earlier run's processes (a start
     given with --since, or a launch: both exact; a start learnt from the job itself is the
-    earliest such start by construction, and so is a watch without a start)."""
+    earliest such start by construction, and so is a watch without a start). With them,
+    their descendants however late they began (an earlier run's job forks a worker, a writer
+    or a child after the since: fuzzer seed 3000505, whose completion line, written by such
+    a child, was taken for this run's), and those this watch found so before
+    (``remembered``: their parent may be gone since, the child reparented)."""
     if run is None or run.source not in ("since", "launch") or run.started_at is None:
         return []
     # As exact as the process's start is (procfs.start_precision): a process begun a second
@@ -1050,6 +1090,14 @@ def _earlier_runs(
         # re-run /proc could not date was set aside and the stage completed on the line before).
         if isinstance(began, (int, float)) and began < begins:
             earlier.append(int(entry["pid"]))
+    if not (earlier or remembered):
+        return earlier
+    kin = descendants(earlier, table.stats, table.children) if table is not None and earlier else set()
+    seen = set(remembered)
+    for entry in processes:
+        pid = int(entry["pid"])
+        if pid in alive and pid not in earlier and (pid in kin or (pid, entry["start_ticks"]) in seen):
+            earlier.append(pid)
     return earlier
 
 
