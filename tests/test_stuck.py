@@ -99,6 +99,16 @@ CAUSES = [
         None,
     ),
     (
+        "launched, exit 0 recorded, the probe cannot see every process",
+        {"process": _r("process", "unknown", hidden="hidepid", blind_after_exit=0), "log": _r("log", "done")},
+        "blind_after_exit",
+    ),
+    (
+        "the probe cannot see every process, no exit recorded yet: it may still be written",
+        {"process": _r("process", "unknown", hidden="hidepid", seen_alive=False), "log": _r("log", "done")},
+        None,
+    ),
+    (
         "the host could not be asked",
         {"process": _r("process", "unknown", **_HOST_DOWN), "log": _r("log", "unknown", **_HOST_DOWN)},
         None,

@@ -45,6 +45,16 @@ class Fix(enum.Enum):
     )
     FROM_LAUNCH = "watch a launched job from its launch (the gate or wait that launched it)"
     LOCAL_LOG = "keep the log on the host's own file system"
+    #: A probe that cannot see the job's processes (another PID namespace, hidepid).
+    SEE_PROCESSES = (
+        "run the probe where it sees the job's processes (as root or the job's user, in the"
+        " host's PID namespace)"
+    )
+    #: ... or let the launch record decide alone, knowing what it leaves unlooked-for.
+    RECORD_ALONE = (
+        "leave the process section out of the stage (the recorded exit then decides alone: a"
+        " process the job leaves at work is not looked for)"
+    )
     #: A log each run begins afresh (`> log`, `tee log`, logging's `filemode="w"`: the kernel
     #: shows the run's description began it, which an appending one never does).
     FRESH_LOG = (

@@ -907,10 +907,6 @@ def read_process(
         and not seen_here
         and not launched
         and not spec.supervised  # the supervisor names the PIDs: none is matched from /proc
-        # The launched job's end, recorded by its wrapper (a file of the user's own): the job
-        # is over whatever this probe can see. What it cannot see is what it could not see
-        # with no process section at all (a child left behind), where the record decides too.
-        and not (exit_record is not None and isinstance(exit_record.get("exit_status"), int))
     ):
         # "No match" from a probe that cannot see every process is not "not running": the
         # job may be at work where this /proc does not show it (issue 21). Seen alive by a
@@ -921,6 +917,22 @@ def read_process(
             if memory.last_seen is not None
             else ""
         )
+        recorded = exit_record.get("exit_status") if exit_record is not None else None
+        if isinstance(recorded, int):
+            # The launched job's exit is on record (a file of the user's own), but not whether
+            # it left a process at work (a worker it double-forked, still writing an output:
+            # a probe that sees it says so, one that cannot see it would complete): the
+            # record cannot tell, now or later, from where this probe stands.
+            return unknown(
+                f"the launched job's exit is recorded (status {recorded}), but no process of it can"
+                f" be seen from here ({found.how}): the probe cannot see every process: {meta.hidden}"
+                f"{elsewhere}. Whether the job left a process at work (a worker it forked) cannot"
+                " be told",
+                how=found.how,
+                hidden=meta.hidden,
+                seen_alive=False,
+                blind_after_exit=recorded,
+            )
         return unknown(
             f"no process matches ({found.how}), but the probe cannot see every process: {meta.hidden}"
             f"{elsewhere}."

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from sensors._base.model import Reading, Says, State, Verdict
 from sensors._config.stage import PolicySpec
-from sensors._run.run import LaunchEnd, Run
+from sensors._run.run import LaunchEnd, Run, describe_exit
 from sensors._verdict.alive import alive
 from sensors._verdict.gone import HOW_TO_TIE, gone
 from sensors._verdict.no_process import no_process
@@ -150,6 +150,11 @@ def _by_process(
     if p is None:
         return no_process(readings, policy, c, launch, run)
     if p.says is Says.UNKNOWN:
+        if launch is not None and launch.status is not None and launch.status != 0:
+            # The launched job's own recorded failure (a record of the user's own): failed,
+            # whether or not this probe can see what it left behind.
+            failure = f"launched job: {describe_exit(launch.status)}"
+            return State.FAILED, [failure, f"process unknown: {p.detail}"]
         # Rule 2: whether the job still runs is unknown.
         reasons = [f"process unknown: {p.detail}"]
         if lg is not None and lg.says is Says.FAILED:

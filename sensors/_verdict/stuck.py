@@ -11,6 +11,10 @@ once read, for a run that is never rebound to a later one:
 - ``exit_unclear``: a launched run's exit was recorded before this watch first read the log,
   and the log's times are another clock's: whether a later run wrote it cannot be told, at
   any later check either.
+- ``blind_after_exit``: a launched job's exit is recorded with status 0, and the probe
+  cannot see every process (another PID namespace, hidepid): whether the job left a process
+  at work (a worker it double-forked, still writing an output) cannot be told from where the
+  probe stands, now or later.
 - ``nothing_tells``: the job is gone (this watch saw it alive), and the stage has no log, no
   outputs and no recorded exit status: an exit and a kill look alike from /proc, now and later.
 - ``line_doubt``: the job is gone (this watch saw it alive) for ``exit_grace`` or more, its
@@ -83,6 +87,12 @@ _CAUSES: dict[str, tuple[str, tuple[Fix, ...]]] = {
         " reading): none of its processes can write another, so no later check can tell either",
         (),  # the log's own advice (``line_fix``): it knows what the watch saw of the line
     ),
+    "blind_after_exit": (
+        "the launched job exited 0 (its wrapper recorded it), but this probe cannot see every"
+        " process: whether the job left a process at work cannot be told, at any later check"
+        " either",
+        (Fix.SEE_PROCESSES, Fix.RECORD_ALONE),
+    ),
     "nothing_tells": (
         "the job is gone and nothing in this stage tells a success from a crash (no log, no"
         " outputs, no recorded exit status): no later check can tell either",
@@ -106,6 +116,8 @@ def cause(readings: Mapping[str, Reading], gone_for: float = 0.0, grace: float =
         return "launch_superseded"
     if lg is not None and lg.says is Says.UNKNOWN and lg.evidence.get("exit_unclear") is True:
         return "exit_unclear"
+    if p is not None and p.says is Says.UNKNOWN and p.evidence.get("blind_after_exit") == 0:
+        return "blind_after_exit"
     if (
         p is not None
         and lg is None
