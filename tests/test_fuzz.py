@@ -9,10 +9,12 @@ failure prints each failing seed's replay script and the verdict. The long run i
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -165,6 +167,70 @@ FULL = Definition(signals=("process", "log", "outputs"), expected=4)
 )  # fmt: skip
 def test_the_truth(snap, definition, scope, seen, kind) -> None:
     assert judge(snap, definition, scope, frozenset(seen)).kind == kind
+
+
+def test_a_long_run_stopped_with_sigterm_leaves_no_world_behind(tmp_path) -> None:
+    """``python -m tests.fuzz`` stopped by SIGTERM mid-history (a CI job cancelled, ``kill``):
+    the pool's terminate sends SIGTERM to its workers, and a worker that dies of it at once
+    runs no ``finally``: the history's directory (its log, stage files, state store) stays
+    behind, with anything its world started that does not end on its own (a ``wait`` runs to
+    its timeout). Each worker ends its history as a history ends (``World.close``) first."""
+    tmp_path.chmod(0o755)
+    mark = f"fuzz-stop-{time.time_ns()}"
+    env = {**os.environ, "TMPDIR": str(tmp_path), "CROSSCHECK_FUZZ_STOP_MARK": mark}
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.fuzz",
+            "--histories",
+            "3",
+            "--workers",
+            "1",
+            "--first-seed",
+            "987650",
+            "--quiet",
+        ],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob("crosscheck-fuzz-*")):
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0][-2000:]
+            time.sleep(0.1)
+        time.sleep(2)  # well into the first history: its job and watches at work
+        run.send_signal(signal.SIGTERM)
+        out, _ = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 1, out[-2000:]
+    assert "interrupted: 0 of 3 histories ended; not a whole run" in out, out[-2000:]
+    time.sleep(0.5)
+    left = [p.name for p in tmp_path.iterdir()]
+    assert left == [], left
+    assert not _marked(mark), _marked(mark)
+
+
+def _marked(mark: str) -> list[str]:
+    """The live processes whose environment carries ``CROSSCHECK_FUZZ_STOP_MARK=mark``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            env = (proc / "environ").read_bytes()
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if f"CROSSCHECK_FUZZ_STOP_MARK={mark}".encode() in env.split(b"\0"):
+            found.append(f"{proc.name} {cmd[:120]}")
+    return found
 
 
 def test_the_job_writes_only_when_told(tmp_path) -> None:

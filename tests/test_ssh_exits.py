@@ -25,6 +25,7 @@ from sensors._hosts.exits import SeenEnd
 from sensors._hosts.ssh import SSHHost
 from sensors._hosts.ssh_exits import RemoteExitWatch
 from tests.sshd import SLOW_LOGIN_S, SSHD, ensure_slow_login_user
+from tests.sshd import _children as _descendants
 
 
 def _ticks(pid: int) -> int:
@@ -374,3 +375,46 @@ def test_a_lost_channel_forgets_when_its_processes_were_alive() -> None:
         assert watch.end(*_A) is None and watch.state(*_A) == "unseen"
     finally:
         watch.close()
+
+
+def test_a_server_of_one_session_keeps_it_for_the_checks() -> None:
+    """A server that allows one session per connection (``MaxSessions 1``, a hardened host):
+    the checks' kept shell holds it and the exit watch is refused, harmlessly. Once that
+    shell ends (killed on the host, OOM) the warm watch, retrying every second, took the
+    session first, and held it while the stage was checked: every later check was refused a
+    channel ("the server refused a channel"), unknown for good. The watch gives its channel
+    up to a check the server refused, and stands aside until a check has its own again."""
+    server = SSHD()
+    server.config.write_text(server.config.read_text().replace("MaxSessions 10\n", "MaxSessions 1\n"))
+    server.start()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "--tag", "one-session"])
+    host = SSHHost(SSHSpec(**server.spec()))
+    try:
+        checker = Checker(
+            stage_from_dict({"stage": "s", "host": "local", "process": {"match": "--tag one-session$"}}),
+            host=host,
+        )
+        assert checker.check().state.value == "running"
+        assert server.proc is not None
+        shells = [p for p in _descendants(server.proc.pid) if _cmdline(p) == b"/bin/sh\0-s\0"]
+        assert len(shells) == 1, shells  # the checks' kept shell: the watch was refused
+        os.kill(shells[0], signal.SIGKILL)  # it ends on the host
+        time.sleep(2.5)  # the watch's retries: a second apart
+        said = []
+        for _ in range(4):
+            verdict = checker.check()
+            said.append(verdict.state.value + ": " + " ".join(verdict.reasons)[:120])
+            time.sleep(0.3)
+        assert all(s.startswith("running") for s in said[1:]), said
+    finally:
+        proc.kill()
+        proc.wait()
+        host.close()
+        server.cleanup()
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

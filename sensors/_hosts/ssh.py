@@ -275,16 +275,22 @@ class SSHHost:
 
     def _open_channel(self, transport: paramiko.Transport, deadline: float) -> paramiko.Channel:
         try:
-            return transport.open_session(
+            chan = transport.open_session(
                 timeout=min(max(deadline - time.monotonic(), 0.1), self.spec.connect_timeout)
             )
         except paramiko.ChannelException as exc:
             # The server said no to this channel (MaxSessions, policy), over a live
-            # connection: this check fails, the connection and the other stages stay.
+            # connection: this check fails, the connection and the other stages stay. The
+            # exit watch gives its channel up to the next check (a server of one session).
+            if self._exits is not None:
+                self._exits.make_way()
             raise ProbeError(f"the server refused a channel: {exc}", host=self.name) from exc
         except (paramiko.SSHException, EOFError, OSError) as exc:
             self._drop(transport)
             raise ConnectError(f"connection lost: cannot open a channel: {exc}", host=self.name) from exc
+        if self._exits is not None:
+            self._exits.seated()
+        return chan
 
     def _check_alive(self, transport: paramiko.Transport) -> None:
         """After a timeout: keep the connection only if the server still answers."""

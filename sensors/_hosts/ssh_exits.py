@@ -220,6 +220,8 @@ class RemoteExitWatch:
         self._wake: tuple[int, int] | None = None
         self._closed = False
         self._warm_until = 0.0  # time.monotonic(): kept open until then with nothing to watch
+        # A check was refused a channel (see make_way): none is opened until one has its own.
+        self._aside = False
         #: The watcher's facts, once a channel told them: its shell's PID on the host, its
         #: PID namespace, the clock's step (0: nanoseconds; 1: whole seconds) and the poll.
         self.remote_pid: int | None = None
@@ -265,9 +267,34 @@ class RemoteExitWatch:
             if self._thread is not None:
                 self._poke()
 
+    def make_way(self) -> None:
+        """The server refused a check's channel (its MaxSessions below ``MAX_CHANNELS``: 1 on
+        some hardened hosts): this watch's channel is given up, and none is opened again until
+        a check has a channel of its own (:meth:`seated`). The checks come first: a watch
+        that held the server's one session while the stage was checked (warm, retrying every
+        second) left every check refused, for good. Its processes stay watched: a channel
+        opened later that finds one gone has not seen it end (unseen, never made up)."""
+        with self._cond:
+            self._aside = True
+            self._poke()
+
+    def seated(self) -> None:
+        """A check opened a channel of its own: a watch that made way may open one again."""
+        with self._cond:
+            if not self._aside:
+                return
+            self._aside = False
+            if self._wanted():
+                self._ensure_thread()
+                self._poke()
+
     def _wanted(self) -> bool:
         """Whether the channel is wanted now (the lock held): processes to watch, or warm."""
-        return not self._closed and (bool(self._pending) or time.monotonic() < self._warm_until)
+        return (
+            not self._closed
+            and not self._aside
+            and (bool(self._pending) or time.monotonic() < self._warm_until)
+        )
 
     def ended(self, pid: int, start_ticks: int) -> float | None:
         """The last time the process was known alive, once it has been seen to end (None: not
@@ -318,7 +345,7 @@ class RemoteExitWatch:
         self._cond.notify_all()
 
     def _ensure_thread(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
+        if self._aside or (self._thread is not None and self._thread.is_alive()):
             return
         if self._wake is None:
             self._wake = os.pipe()
@@ -384,7 +411,7 @@ class RemoteExitWatch:
         idle_since: float | None = None
         while True:
             with self._cond:
-                if self._closed:
+                if self._closed or self._aside:
                     return
                 send = None
                 if ready and self._dirty:

@@ -22,7 +22,7 @@ import time
 from collections import Counter, defaultdict
 
 from tests.fuzz.generate import generate
-from tests.fuzz.history import History, run_history, run_seed, worker_ignores_stop
+from tests.fuzz.history import History, run_history, run_seed, worker_on_stop
 from tests.fuzz.report import print_world
 
 
@@ -174,7 +174,7 @@ def long_run(
     sink = open(out, "w") if out else None  # noqa: SIM115 (one line per history as it ends)
     stop: list[int] = []  # the signal that asked this run to stop (SIGTERM; Ctrl-C's SIGINT)
     handlers = {sig: signal.signal(sig, lambda signum, frame: stop.append(signum)) for sig in _STOP}
-    pool = ctx.Pool(workers, maxtasksperchild=100, initializer=worker_ignores_stop)
+    pool = ctx.Pool(workers, maxtasksperchild=100, initializer=worker_on_stop)
     try:
         results = pool.imap_unordered(run_seed, seeds)
         while tally.totals["histories"] < count and not stop:

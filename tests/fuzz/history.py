@@ -116,8 +116,15 @@ def run_seeds(seeds: range | list[int], workers: int) -> list[dict[str, Any]]:
         return sorted(pool.imap_unordered(run_seed, list(seeds)), key=lambda r: r["seed"])
 
 
-def worker_ignores_stop() -> None:
+def worker_on_stop() -> None:
     """A long run's worker (its pool's initializer; importable, as ``spawn`` needs) runs its
     history to its end or to the pool's terminate: Ctrl-C, sent to the whole process group,
-    is the parent's to act on."""
+    is the parent's to act on. The terminate's SIGTERM ends the history as a history ends
+    (``run_history``'s ``World.close``: its job and ``wait`` processes killed, its directory
+    removed), not at once with all of it left behind."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _stopped)
+
+
+def _stopped(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
