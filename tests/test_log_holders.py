@@ -361,3 +361,81 @@ def test_a_writer_among_readers_begun_before_the_run_is_still_seen(
     assert all(h.writes for h in holders), holders  # the reader's descriptor is left out
     parent = int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b") ", 1)[1].split()[1])
     assert opened_in_run(holders, {pid: started}, {pid: parent}, size=0) is False
+
+
+class _AsNobody(LocalHost):
+    """The local host, as a probe run by another user than the job's sees it: the job's
+    /proc/PID/fd is closed to it (mode 0500, the job's owner's)."""
+
+    nvml = False
+    shell = ("runuser", "-u", "nobody", "--", "/bin/sh", "-s")
+
+
+@pytest.mark.parametrize("probe", ["nobody", "root"])
+def test_a_probe_that_cannot_read_the_jobs_descriptors_says_so_not_to_use_a_fresh_log(probe: str) -> None:
+    """ML user, `nohup python job.py > job.log` as root, watched by a probe of another user
+    (a monitoring account) from after the job's completion line, while it syncs (`wandb:
+    Synced`). The kernel would show that the job's `> log` began the log, but /proc/PID/fd of
+    root's job is closed to that user: whose the line is cannot be told (unknown, as ever).
+    The reading said "no description of this run is shown to have begun it (an appending
+    one, `>> log`, never is)" and advised `job > log`, which the job did, and the stuck line
+    repeated it: the fix is to run the probe as the job's user or as root. The same watch as
+    root reads the job's `> log` and completes."""
+    import tempfile
+
+    from sensors import Checker, stage_from_dict
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the job is root's, the probe nobody's")
+    root = Path(tempfile.mkdtemp(prefix="crosscheck-nobody-"))
+    root.chmod(0o755)
+    log, gate = root / "job.log", root / "go"
+    tag = f"probe-as-nobody-{uuid.uuid4().hex[:8]}"
+    script = (
+        "import os, time\n"
+        "print('step 1/2', flush=True)\n"
+        "print('Extraction complete', flush=True)\n"
+        "print('wandb: Waiting for W&B process to finish...', flush=True)\n"
+        f"while not os.path.exists({str(gate)!r}): time.sleep(0.05)\n"
+        "print('wandb: Synced run', flush=True)\n"
+    )
+    job = subprocess.Popen(
+        [
+            "sh",
+            "-c",
+            f"exec {shlex.quote(sys.executable)} -c {shlex.quote(script)} {tag} > {shlex.quote(str(log))} 2>&1",
+        ],
+        start_new_session=True,
+    )
+    spec = {
+        "stage": "probe-as-nobody",
+        "process": {"match": tag},
+        "log": {"path": str(log), "complete": "^Extraction complete"},
+        "policy": {"interval": "200ms", "settle": 1, "exit_grace": "300ms", "timeout": "30s"},
+    }
+    try:
+        deadline = time.monotonic() + 20
+        while b"wandb: Waiting" not in (log.read_bytes() if log.exists() else b""):
+            assert time.monotonic() < deadline, "the job never wrote its line"
+            time.sleep(0.05)
+        host = _AsNobody() if probe == "nobody" else LocalHost()
+        with Checker(stage_from_dict(spec), host=host) as checker:
+            alive = checker.check()
+            gate.touch()
+            job.wait(20)
+            after = [checker.check() for _ in range(3)]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        for p in root.iterdir():
+            p.unlink()
+        root.rmdir()
+    assert alive.state.value == "running", alive.reasons
+    if probe == "root":
+        assert after[-1].state.value == "complete", after[-1].reasons
+        return
+    said = after[-1].readings["log"].detail
+    assert after[-1].state.value != "complete", after[-1].reasons  # unknown is not no
+    assert "`job > log`" not in said, said  # the job did that: no advice to do it
+    assert "as the job's user or as root" in said, said

@@ -313,7 +313,7 @@ LAST_OUTPUT_AFTER_LINE = textwrap.dedent(
     """
     import sys, time
     out = sys.argv[2]
-    with open(sys.argv[1], "a") as log:
+    with open(sys.argv[1], "w") as log:
         for i in range(3):
             time.sleep(0.1)  # the work of a shard
             open(f"{out}/s{i}.npy", "w").write("x")
@@ -361,3 +361,58 @@ def test_an_output_written_after_the_line_before_the_jobs_end_is_its_own(tmp_pat
     assert states[-1] == "complete", (states, checker.last.reasons if checker.last else None)
     assert len(states) <= 3, states
     print(f"exit to complete: {time.monotonic() - exited:.2f} s")
+
+
+OUTPUTS_THEN_LINE = textwrap.dedent(
+    """
+    import os, sys, time
+    out = sys.argv[2]
+    for i in range(3):
+        with open(os.path.join(out, f".part-{i}.tmp"), "w") as f:
+            f.write("x" * 100)
+        os.rename(os.path.join(out, f".part-{i}.tmp"), os.path.join(out, f"part-{i}.npy"))
+    with open(sys.argv[1], "w") as log:
+        print("Extraction complete", file=log, flush=True)
+        print("wandb: Waiting for W&B process to finish...", file=log, flush=True)
+        time.sleep(float(sys.argv[3]))
+        print("wandb: Synced run abc", file=log, flush=True)
+    """
+)
+
+
+def test_outputs_are_weighed_against_the_line_at_the_first_check_after_the_end_was_seen(
+    tmp_path: Path, host
+) -> None:
+    """ML user: outputs written (temp name, then renamed), the completion line, a `wandb:
+    Synced` line, exit 0; the watch saw the job alive after its line. Its end was seen (the
+    exit watch) before the next check, yet that check did not ask when the outputs last
+    changed (the job was alive at the check before) and said "confirming none changed after
+    the log's completion line": complete came 3 checks after the exit, 89 s at the default
+    30 s interval. Asked at the first check after the end was seen, it comes at the second
+    (settle 2)."""
+    tag = f"weigh-{time.time_ns()}"
+    out = tmp_path / "out"
+    out.mkdir()
+    log = tmp_path / "job.log"
+    doc = {
+        "stage": "weigh",
+        "host": "local",
+        "process": {"match": f"--tag {tag}$"},
+        "log": {"path": str(log), "complete": "^Extraction complete"},
+        "outputs": {"files": str(out), "pattern": "part-*.npy", "expected": 3},
+        "policy": {"interval": "300ms", "exit_grace": "300ms"},
+    }
+    job = subprocess.Popen([sys.executable, "-c", OUTPUTS_THEN_LINE, str(log), str(out), "0.6", "--tag", tag])
+    while b"wandb: Waiting" not in (log.read_bytes() if log.exists() else b""):
+        assert job.poll() is None
+        time.sleep(0.02)
+    checker = Checker(stage_from_dict(doc), host=host)
+    assert checker.check().state.value == "running"  # alive after its line
+    job.wait(20)
+    time.sleep(0.4)  # the exit watch sees the end within a poll
+    states = []
+    while (not states or states[-1] != "complete") and len(states) < 6:
+        states.append(checker.check().state.value)
+        time.sleep(0.3)
+    assert states[-1] == "complete", (states, checker.last.reasons if checker.last else None)
+    assert len(states) <= 2, (states, checker.last.reasons if checker.last else None)

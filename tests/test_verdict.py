@@ -306,6 +306,17 @@ ROWS = [
         "not started yet",
     ),
     Row(
+        # A late wait whose first look came just after the job's exit (a slow login over SSH):
+        # the job did start; the reason names that history too, not only the two wrong ones.
+        "never seen alive: it may have ended before the watch first looked",
+        checks(
+            (0, r(process=proc("done", seen=False), log=log(), outputs=outputs(0))),
+            (120, r(process=proc("done", seen=False), log=log(), outputs=outputs(0))),
+        ),
+        State.UNKNOWN,
+        "ended before this watch first looked",
+    ),
+    Row(
         "never seen alive but it finished before the watch began: log and outputs agree",
         checks(
             (0, r(process=proc("done", seen=False), log=log("done"), outputs=outputs(37312))),

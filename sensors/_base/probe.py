@@ -607,6 +607,9 @@ class Meta:
     #: ``now`` is whole seconds, rounded down (a ``date`` without ``%N``: BusyBox's prints
     #: it as it is): a start read against it is good to a second, whatever /proc/uptime says.
     now_coarse: bool = False
+    #: The probe's effective uid (None: not read). Another user's /proc/PID/fd is closed to
+    #: a probe that is not root: which process holds a file open is then not shown.
+    euid: int | None = None
 
 
 #: The inode of the host's (the initial) PID namespace: a fixed constant of the kernel
@@ -695,6 +698,7 @@ def parse_meta(body: bytes | None, known: Static | None = None, end: bytes | Non
         now_end=_end_clock(end),
         hidden=blindness(fields, procmounts),
         view=_view(fields, procmounts),
+        euid=num("euid", int),
     )
 
 

@@ -341,6 +341,8 @@ class Checker(Following):
         self.guarded = bool(self.files)
         # The job's processes this watch asked the host to see end (PID -> start ticks).
         self._watched: dict[int, int] = {}
+        # The exit watch those were given to (None: none sees this probe's processes).
+        self._exits: ExitWatch | RemoteExitWatch | None = None
         self._own_pidns: str | None = None
         # When this watch began (this machine's clock), and when its probe was sent: the
         # first answer places the start on the host's clock (CheckFacts.watch_began).
@@ -704,7 +706,7 @@ class Checker(Following):
     def _seen_ends(self, job: JobView, reading: Reading, meta: Meta) -> JobView:
         """``job`` with the ends of this run's processes that the host let this watch see
         (``sensors._hosts.exits``): its live processes are watched from now on."""
-        watch = self._exit_watch(meta)
+        watch = self._exits = self._exit_watch(meta)
         if watch is None:
             return job
         watched = self._watched
@@ -754,11 +756,18 @@ class Checker(Following):
         mem, stage = self._memory, self.stage
         process = mem.signals.get("process")
         run_start = mem.run.started_at if mem.run is not None and mem.run.started_at else mem.first_check_at
+        pids = tuple(process.job_pids) if process is not None else ()
+        exits, watched = self._exits, self._watched
         return ProbeInputs(
             nonce=nonce,
             nvml=self.host.nvml,
-            job_alive=bool(process is not None and process.job_pids),
-            job_pids=tuple(process.job_pids) if process is not None else (),
+            job_alive=bool(pids),
+            job_pids=pids,
+            # Every one of them seen to end since (the exit watch): what only a check that
+            # finds the job gone asks, this one asks (the outputs' last change), a check sooner.
+            job_ended=bool(pids)
+            and exits is not None
+            and all(p in watched and exits.end(p, watched[p]) is not None for p in pids),
             run_start=run_start,
             outputs_tie=not (stage.log or stage.process),
             table=table,

@@ -57,6 +57,11 @@ class Fix(enum.Enum):
     )
     #: A log each run begins afresh (`> log`, `tee log`, logging's `filemode="w"`: the kernel
     #: shows the run's description began it, which an appending one never does).
+    #: Which process began the log is read from its /proc/PID/fd, closed to other users.
+    PROBE_AS_OWNER = (
+        "run the probe as the job's user or as root (which process began the log is read from"
+        " /proc/PID/fd, closed to other users)"
+    )
     FRESH_LOG = (
         "have each run begin its log afresh (`job > log`, not `>> log`; `tee log`, not `tee -a`;"
         ' Python\'s logging with `filemode="w"`)'

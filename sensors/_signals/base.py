@@ -94,6 +94,7 @@ class ProbeInputs(NamedTuple):
     nvml: bool = True  # GPUs are read here through NVML (the local host), not by nvidia-smi
     job_alive: bool = False  # the job had live PIDs at the last check
     job_pids: tuple[int, ...] = ()  # those PIDs (at most 64)
+    job_ended: bool = False  # ... and every one of them was seen to end since (the exit watch)
     run_start: float | None = None  # where the run begins (or the watch's first check)
     outputs_tie: bool = False  # neither log nor process: outputs must show a write in the run
     table: bool = True  # the process snippet reads the table (a batch reads it once for all)

@@ -183,6 +183,10 @@ class LogMemory:
     # Some holder's description began the file (`> log`), whoever's it was: a log each
     # run begins afresh already (a wrapper's, begun before the run), no advice to begin one.
     fresh_seen: bool = False
+    # The job was alive when its holders were read, and none of its processes was shown
+    # holding the log, by a probe that is not root: another user's /proc/PID/fd is closed to
+    # it, so a `> log` the job began cannot be shown (see ``_why_unbegun``).
+    holders_unseen: bool = False
 
 
 class LogEvidence(TypedDict, total=False):
@@ -816,11 +820,20 @@ def read_log(
         live = job.live if job is not None else frozenset()
         starts = {pid: at for pid, at in (job.starts if job is not None else {}).items() if pid in live}
         parents = job.parents if job is not None else {}
-        holders = _holders(sections["log_holders"], meta, st.inode) or []  # not whole: shows nothing
+        listed = _holders(sections["log_holders"], meta, st.inode)
+        holders = listed or []  # not whole: shows nothing
         began = opened_in_run(holders, starts, parents)
         whole = began and opened_in_run(holders, starts, parents, size=st.size)
         fresh = any(h.began_the_file for h in holders)
-        memory = replace(memory, opened_in_run=began, opened_whole=whole, fresh_seen=fresh)
+        unseen = (
+            listed is not None
+            and bool(live)
+            and meta.euid not in (None, 0)
+            and not any(h.pid in live for h in holders)
+        )
+        memory = replace(
+            memory, opened_in_run=began, opened_whole=whole, fresh_seen=fresh, holders_unseen=unseen
+        )
     # Whose clock stamps the file: the host's unless the file system says another's (not
     # read yet: taken as the host's, where fewer file times are believed).
     own_times = memory.foreign_clock is not True
@@ -1542,6 +1555,12 @@ def _log_says(
             why = clock_ahead_words(ahead, local)
         elif memory.last_write_unclear:
             why = "the log was last written too near the run's start to tell which run wrote it"
+        elif memory.born_near_start and memory.holders_unseen:
+            why = (
+                "the log was born too near the run's start to tell which came first, and the"
+                " probe, not root, saw none of the job's processes holding it: another user's"
+                " /proc/PID/fd is closed to it"
+            )
         elif memory.born_near_start:
             why = (
                 "the log was born too near the run's start to tell which came first, and no"
@@ -1553,8 +1572,13 @@ def _log_says(
         # A run start tells only where the log was not written on both sides of it: where a
         # start is known and it was, another start (--since) would not tell either.
         since = (Fix.SINCE,) if memory.bound_by == "watch" else ()
-        # A log the kernel showed begun afresh (`> log`, a wrapper's) needs no telling to be.
-        fresh = () if memory.fresh_seen else (Fix.FRESH_LOG,)
+        # A log the kernel showed begun afresh (`> log`, a wrapper's) needs no telling to be;
+        # where the probe could not read the job's descriptors, whether it was is not known,
+        # and what would show it is a probe that can.
+        if memory.holders_unseen:
+            fresh: tuple[Fix, ...] = (Fix.PROBE_AS_OWNER,)
+        else:
+            fresh = () if memory.fresh_seen else (Fix.FRESH_LOG,)
         return _doubt(
             f"a completion line is in the log ({scan.earlier_complete.strip()[:120]}) but it may be an"
             f" earlier run's: {why}",

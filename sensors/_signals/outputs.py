@@ -195,9 +195,15 @@ def snippet(spec: OutputsSpec, memory: OutputsMemory, probe: ProbeInputs) -> lis
             lines = _scan(d, names, since, run_since, after)
             head = [_TIMES, _SCAN]  # the helpers it calls, defined once per probe
             shared = False
-        if probe.has_log and probe.exit_file is None and memory.at_expected and not probe.job_alive:
-            # Outputs that could decide completion, no process of the run at work: when was
-            # anything under them last changed (``_newer_than_log``)?
+        if (
+            probe.has_log
+            and probe.exit_file is None
+            and memory.at_expected
+            and (not probe.job_alive or probe.job_ended)
+        ):
+            # Outputs that could decide completion, no process of the run at work (or none
+            # left: its end was seen since the last check): when was anything under them
+            # last changed (``_newer_than_log``)?
             lines = [
                 *lines,
                 "sec outputs_newest",

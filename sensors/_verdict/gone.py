@@ -76,7 +76,8 @@ def gone(
     if not ran(p, lg) and not recorded_exit_ok(readings) and ev(p, "exit_status") != 0:
         return State.UNKNOWN, [
             f"no process found and none seen alive during this watch: {p.detail}",
-            "not started yet, or process.match/pid is wrong; nothing else ties the"
+            "not started yet, ended before this watch first looked, or process.match/pid is"
+            " wrong; nothing else ties the"
             f" evidence to this run ({how_to_tie(had_of(readings, run))})",
             *(f"{r.signal}: {r.detail}" for r in readings.values() if r is not p),
         ]
