@@ -454,7 +454,10 @@ def obligation(
         # Its exit is recorded, but a process section whose probe cannot see every process
         # cannot tell whether the job left one at work (a worker it double-forked, still
         # writing: the adversary's false complete): the product says unknown, stuck, by design.
-        return EITHER, f"run {run.index}'s exit is recorded, but what it left at work is out of the probe's sight"
+        return (
+            EITHER,
+            f"run {run.index}'s exit is recorded, but what it left at work is out of the probe's sight",
+        )
     # A supervisor's record is an exit record (like a launch wrapper's) of the latest
     # container, which names the run too; it does not divide the log (below).
     supervised = record_read(d, scope)
