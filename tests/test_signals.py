@@ -970,3 +970,22 @@ def test_a_batch_gives_each_stage_its_own_sections_and_the_shared_ones() -> None
         views = _views(b"".join([*clean[:-1], odd, clean[-1]]), nonce, 2)
         assert views == [{GARBLED: views[0][GARBLED]}] * 2
         assert why in views[0][GARBLED], views[0][GARBLED]
+
+
+@pytest.mark.parametrize(
+    ("hidden", "fix"),
+    [
+        ("the probe runs in a PID namespace of its own (pid:[1]), not the host's", "in the host's PID namespace"),
+        ("/proc is mounted with hidepid=2 and the probe runs as uid 65534", "as root or as the job's user"),
+        (
+            "the probe runs in a PID namespace of its own (pid:[1]); /proc is mounted with hidepid=2",
+            "as root or as the job's user, in the host's PID namespace",
+        ),
+    ],
+)
+def test_a_blind_probe_is_told_where_it_would_see(hidden: str, fix: str) -> None:
+    """The fix names what the probe lacks: a probe already root in its own PID namespace is
+    not told to run as root (the ML engineer's trial)."""
+    from sensors._signals.process import _where_it_sees
+
+    assert _where_it_sees(hidden) == fix

@@ -935,9 +935,8 @@ def read_process(
             )
         return unknown(
             f"no process matches ({found.how}), but the probe cannot see every process: {meta.hidden}"
-            f"{elsewhere}."
-            " Run the probe as root or as the job's user, in the host's PID namespace, or set"
-            " process.scope: visible if the job always runs where the probe sees it",
+            f"{elsewhere}. Run the probe {_where_it_sees(meta.hidden)}, or set process.scope:"
+            " visible if the job always runs where the probe sees it",
             how=found.how,
             hidden=meta.hidden,
             seen_alive=False,
@@ -1051,6 +1050,16 @@ def read_process(
     elif "exit_record_unreadable" in evidence:
         detail += f"; its exit status cannot be read: {evidence['exit_record_unreadable']}"
     return Reading("process", Says.DONE, detail + note, evidence, meta.now, host), new_memory, frozenset()
+
+
+def _where_it_sees(hidden: str) -> str:
+    """Where a probe that cannot see every process would (``Meta.hidden``, why it cannot):
+    the host's PID namespace for one in its own, root or the job's user for hidepid."""
+    if "PID namespace" in hidden and "hidepid" not in hidden:
+        return "in the host's PID namespace"
+    if "hidepid" in hidden and "PID namespace" not in hidden:
+        return "as root or as the job's user"
+    return "as root or as the job's user, in the host's PID namespace"
 
 
 def _earlier_note(earlier: list[int], processes: list[ProcessEntry], run: Run | None) -> str:
