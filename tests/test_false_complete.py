@@ -564,7 +564,6 @@ def test_a_launched_jobs_recorded_exit_status_tells_a_crash_from_a_success(
     """When crosscheck launched the job, its wrapper records the exit status on the host (read
     only by the probe), and the verdict uses it: the stage's only signal is the process."""
     from sensors import Checker, stage_from_dict
-    from sensors._run.run import Run, launch_mark_script, parse_launch_mark
 
     tag = f"launched-{uuid.uuid4().hex[:8]}"
     code = {"exit 0": 0, "exit 3": 3}.get(ending)
@@ -574,12 +573,7 @@ def test_a_launched_jobs_recorded_exit_status_tells_a_crash_from_a_success(
         else "import time; time.sleep(60)"
     )
     log_path = str(tmp_path / "job.log")
-    tmp_path.chmod(0o755)
-    mark = parse_launch_mark(host.run_script(launch_mark_script(log_path), timeout=30))
-    pid, exit_file = host.launch([sys.executable, "-c", script, tag], log_path=log_path, name=tag)
-    run = Run(
-        "launch", mark.started_at, mark.log_inode, mark.log_offset, mark.log_fingerprint, pid, exit_file
-    )
+    pid, exit_file, run = _launch(host, tmp_path, script, tag, log_path)
     spec = {
         "stage": "launched",
         "process": {"pid": pid},
@@ -629,7 +623,6 @@ def test_a_launched_jobs_recorded_exit_where_the_probe_cannot_see_it(tmp_path, e
     decided alone) still cannot be told from here: unknown, and stuck at once with the fix,
     never polled to the timeout. Another status fails the run, seen or not."""
     from sensors import Checker, stage_from_dict
-    from sensors._run.run import Run, launch_mark_script, parse_launch_mark
 
     _needs_root()
     host = LocalHost()
@@ -644,12 +637,7 @@ def test_a_launched_jobs_recorded_exit_where_the_probe_cannot_see_it(tmp_path, e
         f"sys.exit({code})\n"
     )
     log_path = str(tmp_path / "job.log")
-    tmp_path.chmod(0o755)
-    mark = parse_launch_mark(host.run_script(launch_mark_script(log_path), timeout=30))
-    pid, exit_file = host.launch([sys.executable, "-c", script, tag], log_path=log_path, name=tag)
-    run = Run(
-        "launch", mark.started_at, mark.log_inode, mark.log_offset, mark.log_fingerprint, pid, exit_file
-    )
+    pid, exit_file, run = _launch(host, tmp_path, script, tag, log_path)
     spec = {
         "stage": "hidden-launch",
         "process": {"match": tag},
@@ -679,6 +667,20 @@ def test_a_launched_jobs_recorded_exit_where_the_probe_cannot_see_it(tmp_path, e
         assert "exit is recorded (status 0)" in after[-1].readings["process"].detail
     else:
         assert "exited with status 3" in " ".join(after[-1].reasons), after[-1].reasons
+
+
+def _launch(host, tmp_path: Path, script: str, tag: str, log_path: str):
+    """``python -c script tag`` launched on ``host`` as crosscheck launches a job (its wrapper
+    records the exit): its PID, its exit file, and the run a gate of it watches."""
+    from sensors._run.run import Run, launch_mark_script, parse_launch_mark
+
+    tmp_path.chmod(0o755)
+    mark = parse_launch_mark(host.run_script(launch_mark_script(log_path), timeout=30))
+    pid, exit_file = host.launch([sys.executable, "-c", script, tag], log_path=log_path, name=tag)
+    run = Run(
+        "launch", mark.started_at, mark.log_inode, mark.log_offset, mark.log_fingerprint, pid, exit_file
+    )
+    return pid, exit_file, run
 
 
 def State_complete_never_before(verdicts, state) -> bool:

@@ -299,6 +299,15 @@ def test_a_file_of_another_mount_namespace_named_like_the_log_holds_nothing_of_i
     assert opened_in_run(holders, {run_pid: run_started}, {}, size=5) is False
 
 
+def _holding(opens: str, procs: list[subprocess.Popen[bytes]]) -> None:
+    """A Python process that runs ``opens`` (its descriptors on the log) and holds them; back
+    once they are open."""
+    code = f"import os, time\n{opens}\nprint('open', flush=True)\ntime.sleep(60)\n"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
+    procs.append(proc)
+    assert proc.stdout is not None and proc.stdout.readline() == b"open\n"
+
+
 @pytest.mark.parametrize("probe", ["one scan", "a scan of its own"])
 def test_readers_past_the_cap_leave_the_runs_own_writer_seen(
     tmp_path: Path, spawned: list[subprocess.Popen[bytes]], probe: str
@@ -314,15 +323,7 @@ def test_readers_past_the_cap_leave_the_runs_own_writer_seen(
     real.mkdir()
     log = real / "job.log"
     log.write_text("")
-    readers = f"{shlex.quote(sys.executable)} -c " + shlex.quote(
-        "import sys, time\n"
-        f"fds = [open({str(log)!r}) for _ in range(300)]\n"
-        "print('open', flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    hog = subprocess.Popen(["sh", "-c", readers], stdout=subprocess.PIPE, start_new_session=True)
-    spawned.append(hog)
-    assert hog.stdout is not None and hog.stdout.readline() == b"open\n"
+    _holding(f"fds = [open({str(log)!r}) for _ in range(300)]", spawned)
     pid = _job(f"exec JOB > {shlex.quote(str(log))} 2>&1", spawned)
     if probe == "a scan of its own":
         (tmp_path / "link").symlink_to(real)
@@ -343,15 +344,7 @@ def test_a_writer_among_readers_begun_before_the_run_is_still_seen(
     run is not shown to have begun its log."""
     log = tmp_path / "job.log"
     log.write_text("")
-    holder = f"{shlex.quote(sys.executable)} -c " + shlex.quote(
-        "import os, time\n"
-        f"r = open({str(log)!r}); rw = os.open({str(log)!r}, os.O_RDWR)\n"
-        "print('open', flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    early = subprocess.Popen(["sh", "-c", holder], stdout=subprocess.PIPE, start_new_session=True)
-    spawned.append(early)
-    assert early.stdout is not None and early.stdout.readline() == b"open\n"
+    _holding(f"r = open({str(log)!r}); rw = os.open({str(log)!r}, os.O_RDWR)", spawned)
     time.sleep(0.05)
     pid = _job(f"exec JOB > {shlex.quote(str(log))} 2>&1", spawned)
     holders, started = _read(log, pid)
