@@ -608,6 +608,31 @@ def test_a_log_born_after_the_runs_start_is_all_this_runs(birth, source, started
 
 
 @pytest.mark.parametrize(
+    ("mtime", "ctime", "unclear"),
+    [
+        ("1990.000000000", "1990.000000000", False),  # one write: both stamped at once
+        ("1990.000000000", "1990.800000000", False),  # within the second a write may leave
+        ("1990.000000000", "2020.000000000", True),  # set 30 s back (touch -d, cp -p): no date
+        ("1990", "2020.000000000", True),  # whole seconds, set back all the same
+    ],
+)
+def test_a_log_whose_mtime_was_set_back_is_not_dated_by_it(mtime, ctime, unclear) -> None:
+    """A log last written, by its mtime, before a --since: what it held was an earlier run's
+    — unless the mtime was set back (its ctime, which no tool can set, clearly later): then
+    when it was last written is not known, and what it held is of a run that cannot be told
+    (fuzzer seed 3001164: the run's own line read as an earlier run's, and its exit 0 as a
+    run with no completion line: failed)."""
+    from sensors._run.run import Run
+    from sensors._signals.log import LogMemory, _bind, _parse_log_stat
+
+    st = _parse_log_stat(f"7 10 1990 0 {mtime} {ctime} regular file".encode(), "/j.log")
+    assert not isinstance(st, str), st
+    bound = _bind(LogMemory(), st, Run(source="since", started_at=2000.0), 2021.0)
+    assert bound.run_from == 10 and bound.before_uncertain is unclear, bound
+    assert bound.last_write_unclear is unclear
+
+
+@pytest.mark.parametrize(
     ("source", "after", "uncertain"),
     [
         ("process", 0.004, True),  # read from /proc a tick after the check that bound the log

@@ -37,6 +37,21 @@ from tests.fuzz.history import run_seed
         # file last written after the run began when first read. It stayed unknown for good,
         # the line begun before the watch's first byte.
         1900030,
+        # The log's file times set 30 s back (touch -d: its ctime now), and a watch given a
+        # since between two runs: run 2's lines, dated by the mtime before the since, read
+        # as an earlier run's, and its exit 0 as "no completion line of this run": failed.
+        # A set-back mtime dates nothing now (the line in doubt, as the clock is).
+        3001164,
+        # A docker job's stage (a log only), a watch whose first look found no log: run 1's
+        # container came and went between two checks, run 2's was the first the watch saw,
+        # and it exited 0 with no line of its own. The log, absent at the first look, was
+        # wholly "the run's": run 1's line completed run 2 (8 hard false completes). The
+        # first run a record names, begun after the first check, binds afresh.
+        3000987,
+        # A docker job's stage with a process match, watched from a probe in a PID namespace
+        # of its own: the container's recorded exit 0 takes every process of it along, but
+        # "no match" from a probe that cannot see every process stayed unknown (3 missed).
+        3000996,
     ],
 )
 def test_a_found_history_is_graded_right_on_both_sides(seed: int) -> None:

@@ -78,6 +78,18 @@ def _owned_by(end: SeenEnd) -> float:
     return end.gone if end.gone - end.alive <= END_WINDOW else end.alive - JIFFY
 
 
+def _named_since_first(run: Run | None, mem: _Memory) -> bool:
+    """Whether ``run`` is a supervisor's record's run that began after this watch's first
+    check (and this is not that check)."""
+    return (
+        run is not None
+        and run.source == "supervisor"
+        and run.started_at is not None
+        and mem.first_check_at is not None
+        and run.started_at > mem.first_check_at
+    )
+
+
 def _sent_at(host: Host) -> float | None:
     """When ``host`` sent this thread's last script, where it says (SSH: after connecting)."""
     sent = getattr(host, "sent_at", None)
@@ -654,9 +666,14 @@ class Checker(Following):
             readings[signal.name] = reading
             if signal.name == "process" and facts.job is not None:
                 facts = facts._replace(job=self._seen_ends(facts.job, reading, meta))
-            if known is not None and facts.run is not known:
+            if facts.run is not known and (known is not None or _named_since_first(facts.run, mem)):
                 # A new run of the job (see the process signal): nothing remembered of the
                 # last one (its log offsets, its outputs, its settle streak) holds for it.
+                # So too for the first run a supervisor's record names, where it began after
+                # this watch's first check: what the watch bound then (a log absent at its
+                # first look, taken as wholly the next run's) may hold a whole earlier run
+                # begun and ended between two checks (fuzzer seed 3000987: a container's
+                # exit 0 completed on the line of the container before it).
                 log.info("%s: a new run of the job began; the last run's memory is set aside", stage.stage)
                 set_aside = mem.signals
                 mem.signals = {signal.name: mem.signals[signal.name]}

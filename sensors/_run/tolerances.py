@@ -194,6 +194,15 @@ FILE_CLOCK_TOLERANCE = _row(
     " start needs there to be 'after' it. A choice, not a measurement: NTP keeps clocks"
     " closer, and a small skew cannot be told from a write made a moment ago.",
 )
+MTIME_SET_BACK = _row(
+    "MTIME_SET_BACK",
+    1.0,
+    "mtime_set_back",
+    "how much later than a file's mtime its ctime may be and the mtime still date the last"
+    " write: a write sets both to the same moment (one clock, the kernel's or a server's),"
+    " while a time set back (touch -d, cp -p, rsync -t, os.utime) moves the mtime alone and"
+    " the ctime to now. A choice: a second is far past what one write leaves between them.",
+)
 ATTRIBUTE_CACHE_GRACE = _row(
     "ATTRIBUTE_CACHE_GRACE",
     60.0,

@@ -55,6 +55,7 @@ from sensors._run.tolerances import (
     ATTRIBUTE_CACHE_GRACE,
     FILE_CLOCK_TOLERANCE,
     FILE_TIME_TICK,
+    MTIME_SET_BACK,
     PROC_START_TICKS_WRITER,
     PROC_START_WHOLE_SECONDS,
     WHOLE_SECOND,
@@ -107,6 +108,7 @@ class LogMemory:
     # processes that can have written it tell (``_whose``), else it cannot be told.
     later_run: str | None = None
     clock_ahead: bool = False  # the log's file times were ahead of the host's clock at binding
+    mtime_set_back: bool = False  # its mtime was set back at binding (its ctime clearly later)
     # Who can have written this run's completion line, and when (see ``_whose``): the job's
     # PIDs that were alive before it was written; when it was written (its mtime while it was
     # the log's last bytes; None: not known); when this watch first found it; when this watch
@@ -444,6 +446,14 @@ class _LogStat(NamedTuple):
     written: float  # the mtime as exactly as stat gave it
     resolution: float  # the last write happened in [written, written + resolution)
     stamp: str  # the line stat printed (see sensors._base.probe.STAT_FORMAT)
+    changed: float = 0.0  # the ctime (0: not read): no tool can set it back
+
+    @property
+    def set_back(self) -> bool:
+        """Whether the mtime was set back (its ctime clearly later): it does not date the
+        last write then, which may be later (fuzzer seed 3001164: a log stamped 30 s behind
+        read as last written before the --since, and the run's own line as an earlier run's)."""
+        return self.changed > self.written + self.resolution + MTIME_SET_BACK
 
     def identity(self, now: float | None) -> str | None:
         """The stamp a later check can find the log unchanged by (None: not to be trusted)."""
@@ -457,7 +467,10 @@ def _parse_log_stat(raw: bytes, path: str) -> _LogStat | str:
     try:
         mtime = int(parts[2])
         written, resolution = _precise(parts[4], mtime)
-        st = _LogStat(int(parts[0]), int(parts[1]), mtime, _birth(parts[3]), written, resolution, text)
+        changed = _birth(parts[5]) if len(parts) > 5 else 0.0
+        st = _LogStat(
+            int(parts[0]), int(parts[1]), mtime, _birth(parts[3]), written, resolution, text, changed
+        )
     except (ValueError, IndexError):
         why = text.splitlines()[-1:] or ["no answer"]
         return f"log unreadable: {why[0][:200]}"
@@ -590,6 +603,17 @@ def _bind(
             before_uncertain=True,
             last_write_unclear=True,
             clock_ahead=True,
+            bound_by=run.source,
+        )
+    if st.set_back:
+        # Its mtime was set back: when it was last written is not known, before the run
+        # began or after. What was there is of a run that cannot be told.
+        return replace(
+            base,
+            run_from=st.size,
+            before_uncertain=True,
+            last_write_unclear=True,
+            mtime_set_back=True,
             bound_by=run.source,
         )
     after = run_start_slack(run.source, run.slack) + (0.0 if own else FILE_CLOCK_TOLERANCE)
@@ -1553,6 +1577,11 @@ def _log_says(
             why = "no run start is known"
         elif memory.clock_ahead:
             why = clock_ahead_words(ahead, local)
+        elif memory.mtime_set_back:
+            why = (
+                "the log's mtime was set back (its ctime is later: touch -d, cp -p, rsync -t), so"
+                " when it was last written, before the run began or after, cannot be told"
+            )
         elif memory.last_write_unclear:
             why = "the log was last written too near the run's start to tell which run wrote it"
         elif memory.born_near_start and memory.holders_unseen:

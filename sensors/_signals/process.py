@@ -818,6 +818,7 @@ def read_process(
     launched_pid: int | None = None,
     run: Run | None = None,
     supervised: tuple[int, ...] = (),
+    record_over: bool = False,
 ) -> tuple[Reading, ProcessMemory, frozenset[int]]:
     """Read the process signal. Returns the reading, the memory, and the job's PIDs
     (matched processes and their live descendants) for the GPU attribution.
@@ -827,6 +828,9 @@ def read_process(
     ``--since`` (or before the launch) is an earlier run's process: alive, it keeps the
     stage running; gone, its exit is no evidence of this run's.
     ``supervised``: the PIDs the supervisor's record names (a stage with no match or pid).
+    ``record_over``: the supervisor's record says its run is over (a container's, a unit's,
+    a job's end takes every process of it along: no match left is no process left, seen or
+    not).
     """
     memory = memory or ProcessMemory()
 
@@ -907,6 +911,7 @@ def read_process(
         and not seen_here
         and not launched
         and not spec.supervised  # the supervisor names the PIDs: none is matched from /proc
+        and not record_over
     ):
         # "No match" from a probe that cannot see every process is not "not running": the
         # job may be at work where this /proc does not show it (issue 21). Seen alive by a
@@ -1445,6 +1450,7 @@ def _read(
         supervised=facts.supervised.pids
         if spec.supervised and facts.supervised is not None and facts.supervised.phase == "running"
         else (),
+        record_over=facts.supervised is not None and facts.supervised.phase == "exited",
     )
     started = reading.evidence.get("started_at")
     if reading.says is Says.WORKING and isinstance(started, (int, float)):
