@@ -828,9 +828,8 @@ def read_process(
     ``--since`` (or before the launch) is an earlier run's process: alive, it keeps the
     stage running; gone, its exit is no evidence of this run's.
     ``supervised``: the PIDs the supervisor's record names (a stage with no match or pid).
-    ``record_over``: the supervisor's record says its run is over (a container's, a unit's,
-    a job's end takes every process of it along: no match left is no process left, seen or
-    not).
+    ``record_over``: a container's record says its run is over (its end takes every process
+    in it along: no match left is no process left, seen or not).
     """
     memory = memory or ProcessMemory()
 
@@ -1450,7 +1449,12 @@ def _read(
         supervised=facts.supervised.pids
         if spec.supervised and facts.supervised is not None and facts.supervised.phase == "running"
         else (),
-        record_over=facts.supervised is not None and facts.supervised.phase == "exited",
+        # A container's end takes every process in it along (its PID namespace and cgroup
+        # go with its first process); a unit's or a Slurm job's may leave some (systemd's
+        # KillMode=process, a proctrack without cgroups): those stay unseen, not gone.
+        record_over=facts.supervised is not None
+        and facts.supervised.phase == "exited"
+        and facts.supervised.kind == "docker",
     )
     started = reading.evidence.get("started_at")
     if reading.says is Says.WORKING and isinstance(started, (int, float)):
