@@ -975,7 +975,10 @@ def test_a_batch_gives_each_stage_its_own_sections_and_the_shared_ones() -> None
 @pytest.mark.parametrize(
     ("hidden", "fix"),
     [
-        ("the probe runs in a PID namespace of its own (pid:[1]), not the host's", "in the host's PID namespace"),
+        (
+            "the probe runs in a PID namespace of its own (pid:[1]), not the host's",
+            "in the host's PID namespace",
+        ),
         ("/proc is mounted with hidepid=2 and the probe runs as uid 65534", "as root or as the job's user"),
         (
             "the probe runs in a PID namespace of its own (pid:[1]); /proc is mounted with hidepid=2",
