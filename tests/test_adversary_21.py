@@ -213,7 +213,13 @@ def test_a_follower_with_an_old_memory_of_its_own_does_not_turn_the_holders_fail
         assert run0.wait(10) == 0
         settled = [holder.check() for _ in range(3)]
         assert settled[-1].state is State.COMPLETE, settled[-1].reasons
-        assert follower.check().state is State.COMPLETE  # confirmed by a check of its own
+        # Confirmed by a check of its own: within three (on a loaded host another process's
+        # command line, unreadable for a moment, may hold one check unknown: 1 in a 4-worker
+        # make test run).
+        confirmed = []
+        while len(confirmed) < 3 and State.COMPLETE not in confirmed:
+            confirmed.append(follower.check().state)
+        assert confirmed[-1] is State.COMPLETE, confirmed
         time.sleep(2.5)  # run 1 begins well after run 0: a new run
         run1 = _tagged("sleep 60", tag)  # writes nothing before it is killed
         try:
@@ -257,7 +263,13 @@ def test_a_follower_taking_over_from_a_dead_holder_does_not_forget_the_run_the_h
         assert run0.wait(10) == 0
         settled = [holder.check() for _ in range(3)]
         assert settled[-1].state is State.COMPLETE, settled[-1].reasons
-        assert follower.check().state is State.COMPLETE  # confirmed by a check of its own
+        # Confirmed by a check of its own: within three (on a loaded host another process's
+        # command line, unreadable for a moment, may hold one check unknown: 1 in a 4-worker
+        # make test run).
+        confirmed = []
+        while len(confirmed) < 3 and State.COMPLETE not in confirmed:
+            confirmed.append(follower.check().state)
+        assert confirmed[-1] is State.COMPLETE, confirmed
         time.sleep(2.5)  # run 1 begins well after run 0: a new run
         run1 = _tagged("sleep 60", tag)
         try:
