@@ -29,7 +29,8 @@ system-deps:
 # modules that share a Prefect server or test harness run on one, tests/conftest.py); the
 # tests marked `alone` (they disturb whatever else runs on the machine) run after, by
 # themselves. TEST_WORKERS=0: no workers. Two by default: on this 2-core machine 4 workers
-# loaded the timing of real-time tests enough for ~3 to fail a run; 2 ran clean.
+# take ~12 min where 2 take ~20, but 2 of the last 3 four-worker runs had one real-time test
+# fail under the load (a different one each time); the two-worker runs were clean.
 TEST_WORKERS ?= 2
 PYTEST_PARALLEL := pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone"
 PYTEST_ALONE := pytest -q -m alone
