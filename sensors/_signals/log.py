@@ -593,27 +593,19 @@ def _bind(
             return replace(base, run_from=0, bound_by="watch")
         # No run start: only what is written while this watch looks is this run's.
         return replace(base, run_from=st.size, before_uncertain=True, bound_by="watch")
-    if file_time_ahead(st, latest or now, own) is not None:
+    ahead = file_time_ahead(st, latest or now, own) is not None
+    if ahead or st.set_back:
         # A file time the host's clock has not reached yet (a file server with its own
-        # clock) says nothing of when the file was written: not born after the run began, not
-        # written before it. What was there is of a run that cannot be told.
+        # clock), or an mtime set back (its ctime later), says nothing of when the file was
+        # written: not born after the run began, not written before it. What was there is of
+        # a run that cannot be told.
         return replace(
             base,
             run_from=st.size,
             before_uncertain=True,
             last_write_unclear=True,
-            clock_ahead=True,
-            bound_by=run.source,
-        )
-    if st.set_back:
-        # Its mtime was set back: when it was last written is not known, before the run
-        # began or after. What was there is of a run that cannot be told.
-        return replace(
-            base,
-            run_from=st.size,
-            before_uncertain=True,
-            last_write_unclear=True,
-            mtime_set_back=True,
+            clock_ahead=ahead,
+            mtime_set_back=not ahead,
             bound_by=run.source,
         )
     after = run_start_slack(run.source, run.slack) + (0.0 if own else FILE_CLOCK_TOLERANCE)
