@@ -352,10 +352,12 @@ def test_a_distinguishing_flag_after_the_first_4_kb_still_matches(tmp_path, host
         proc.wait()
 
 
+@pytest.mark.alone
 def test_the_probes_own_command_line_reader_is_never_the_job(host) -> None:
-    """The probe's `head` reading every /proc/PID/cmdline is in the table it reads (with no
-    stat: the stat table was read before it started). A pattern it matches read "listed but
-    their /proc stat was unreadable" (unknown, at every check) instead of no process."""
+    """The probe's readers of the table are in the table it reads. A pattern one matches read
+    "listed but their /proc stat was unreadable" (unknown, at every check) instead of no
+    process. Alone: another probe's reader at work through this probe's two scans (another
+    test's, beside it) is a process like any other, and matches."""
     stage = stage_from_dict({"stage": "own", "process": {"match": r"^head -c [0-9]+ /dev/null "}})
     reading = Checker(stage, host=host).check().readings["process"]
     assert reading.says is Says.DONE and reading.detail.startswith("no process found"), reading.detail
@@ -386,6 +388,30 @@ def test_the_probes_own_processes_are_left_out_of_the_table_even_when_cut() -> N
     stat8 = stat + f"\n==> /proc/8/stat <==\n8 {line}".encode()
     table = _ProcessTable._parse({"stat": stat8, "cmdline": cmdline}, nonce)
     assert not isinstance(table, str) and 8 in table.cmdlines and table.cut == frozenset({8})
+
+
+def test_another_probes_stat_reader_that_ended_between_the_scans_is_not_in_the_table() -> None:
+    """Another crosscheck probe on the same host (a CLI check beside `serve`): its stat scan's
+    `head` was at work while this probe read the command lines and over by its stat scan. Kept,
+    a pattern it matched read "listed but their /proc stat was unreadable", unknown (CI, at
+    bbd6ae4). The same argv still at work (a stat line) is a process like any other."""
+    from sensors._signals.process import _ProcessTable
+
+    nonce = new_nonce()
+    reader = ["head", "-c", "4096", "/dev/null"] + [f"/proc/{pid}/stat" for pid in (1, 7, 9)]
+    cmdline = "".join(
+        f"/proc/{pid}/cmdline:{arg}\0" for pid, argv in ((7, ["train.py"]), (9, reader)) for arg in argv
+    )
+    line = "(python) S 1 1 1 0 -1 0 0 0 0 0 5 5 0 0 20 0 1 0 77 0 0\n"
+    stat = f"==> /dev/null <==\n\n==> /proc/7/stat <==\n7 {line}".encode()
+    table = _ProcessTable._parse({"stat": stat, "cmdline": cmdline.encode()}, nonce)
+    assert not isinstance(table, str), table
+    assert dict(table.cmdlines) == {7: "train.py"}
+    stat9 = stat + f"\n==> /proc/9/stat <==\n9 {line}".encode()
+    table = _ProcessTable._parse({"stat": stat9, "cmdline": cmdline.encode()}, nonce)
+    assert not isinstance(table, str) and table.cmdlines.get(9, "").startswith(
+        "head -c 4096 /dev/null /proc/1/stat"
+    )
 
 
 def test_a_forged_header_in_another_processs_argv_does_not_hide_the_job(tmp_path, host) -> None:

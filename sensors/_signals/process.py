@@ -281,8 +281,10 @@ def parse_rank_env(body: bytes | None) -> dict[int, dict[str, int]]:
     return found
 
 
-#: How the probe's own scan of the command lines reads in them (see ``_ProcessTable``).
-_OWN_SCAN = "grep -a -z -H  /proc/"
+#: How a probe's own readers of the table read in the command lines (see ``_ProcessTable``):
+#: the cmdline scan's ``grep``, and the stat and task scans' ``head``.
+_STAT_READER = "head -c 4096 /dev/null"
+_OWN_READERS = ("grep -a -z -H  /proc/", f"{_STAT_READER} /proc/")
 
 
 @functools.cache
@@ -316,7 +318,7 @@ def table_lines() -> tuple[str, ...]:
         # stderr, whose threads' records the shell reads into the next sections. $1 must be
         # digits: a comm may hold a newline; nothing a process wrote reaches a command.
         "exec 4>&1",
-        "Z=$({ head -c 4096 /dev/null /proc/[0-9]*/stat 2>/dev/null"
+        f"Z=$({{ {_STAT_READER} /proc/[0-9]*/stat 2>/dev/null"
         f" | head -c {STAT_CAP} | awk '"
         '{ if ($0 ~ /^[@\\\\]/) printf "\\\\"; print } '
         # Only zombie leaders that still count threads (field 20 > 1): plain zombies are
@@ -329,7 +331,7 @@ def table_lines() -> tuple[str, ...]:
         'T=; C=; for p in $Z; do isnum "$p" &&'
         ' T="$T /proc/$p/task/*/stat" && C="$C /proc/$p/task/*/cmdline"; done',
         "sec tasks",
-        f'[ -n "$T" ] && head -c 4096 /dev/null $T 2>/dev/null | head -c {TASKS_CAP} | {ESCAPE}',
+        f'[ -n "$T" ] && {_STAT_READER} $T 2>/dev/null | head -c {TASKS_CAP} | {ESCAPE}',
         # A zombie leader's own cmdline reads empty; its live threads still show it.
         "sec taskcmd",
         f'[ -n "$C" ] && grep -a -z -H "" $C 2>/dev/null | head -c {TASKS_CAP} | {ESCAPE}',
@@ -474,11 +476,14 @@ class _ProcessTable:
         # The probe's own `grep` reading the command lines is in them: its argv is every
         # /proc/PID/cmdline path, most of the table's text on a host of many processes
         # (searched again by every stage), and cut on one of ~20k (which would make every
-        # "no match" unknown). It is never the job: it began after the stat scan (no stat
-        # line) with the probe's own argv. A process of that argv that has a stat line is
-        # another's, and stays.
+        # "no match" unknown). Another probe's on the same host (a watch's other batch, a
+        # CLI check beside `serve`) may be in them too, its grep or its stat scan's `head`.
+        # Such a reader is never the job: it was over by this probe's stat scan (no stat
+        # line), with a probe reader's argv; kept, it read "listed but its stat was
+        # unreadable" for any pattern it matched. A process of that argv that has a stat
+        # line is still at work, and stays (a job may be named anything).
         text = {
-            pid: line for pid, line in cmds.text.items() if pid in stats or not line.startswith(_OWN_SCAN)
+            pid: line for pid, line in cmds.text.items() if pid in stats or not line.startswith(_OWN_READERS)
         }
         cut = {pid for pid in cmds.cut if pid in text}
         threads = parse_task_cmdlines(sections.get("taskcmd"))
