@@ -52,6 +52,12 @@ from tests.fuzz.history import run_seed
         # of its own: the container's recorded exit 0 takes every process of it along, but
         # "no match" from a probe that cannot see every process stayed unknown (3 missed).
         3000996,
+        # A docker job's log-only stage, a --since 1.5 s into the container's life: the
+        # container wrote a CUDA error after the since and exited 1. Its record said "an
+        # earlier run's end", but the log failed the run the since asked for, not yet begun
+        # (false failed). An error line while the supervisor's latest record is an earlier
+        # run's is that run's.
+        4000132,
     ],
 )
 def test_a_found_history_is_graded_right_on_both_sides(seed: int) -> None:

@@ -465,6 +465,36 @@ def test_a_since_watch_never_takes_the_last_containers_line_for_a_new_ones(stand
     assert State.COMPLETE not in states, states
 
 
+def test_an_earlier_containers_error_after_the_since_fails_no_run_of_its_own(stand, host, tmp_path) -> None:
+    """A --since given 1.5 s into container 1's life: it writes a CUDA error after the since
+    and exits 1. That is an earlier run's end and an earlier run's error: the run asked for
+    has not begun (fuzzer seed 4000132: `failed` on it). Container 2, begun after the since,
+    writes the same error while at work: that one fails the run, its text the same."""
+    log = tmp_path / "web.log"
+    stage = _docker_stage(stand, log={"path": str(log), "complete": "^DONE$", "error": "CUDA error"})
+    start1 = time.time()
+    stand.container("web", status="running", cid=CID, started=start1, pid=0)
+    log.write_text("step 1\n")
+    time.sleep(0.05)
+    since = time.time()
+    checker = Checker(stage_from_dict(stage), host=host, since=since)
+    assert checker.check().state is not State.FAILED
+    time.sleep(0.05)
+    error = "RuntimeError: CUDA error: out of memory\n"
+    with open(log, "a") as f:
+        f.write("Traceback (most recent call last):\n" + error)
+    stand.container("web", status="exited", cid=CID, started=start1, finished=time.time(), exit_code=1)
+    states = [checker.check() for _ in range(2)]
+    assert all(v.state is not State.FAILED for v in states), [v.reasons for v in states]
+    start2 = time.time()
+    stand.container("web", status="running", cid=CID2, started=start2, pid=0)
+    checker.check()
+    with open(log, "a") as f:
+        f.write("step 1\n" + error)
+    verdict = [checker.check() for _ in range(2)][-1]
+    assert verdict.state is State.FAILED and "CUDA error" in verdict.reasons[0], verdict.reasons
+
+
 @pytest.mark.parametrize(
     "code, after",
     [(0, State.COMPLETE), (1, State.FAILED), (None, State.RUNNING)],

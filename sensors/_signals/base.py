@@ -193,6 +193,10 @@ class CheckFacts(NamedTuple):
     #: same identity): what changed in between may be its own, as for a live process
     #: (``LastWord.job_alive``); a stage with no process section has no other sign of it.
     supervised_alive: bool = False
+    #: The supervisor's record, the latest it keeps, is of a run begun before this run's
+    #: given start (``--since``), at work or ended: no run of the job has begun since, as the
+    #: supervisor knows it; what the log holds so far is no word of this run's.
+    supervised_earlier: bool = False
     #: The memories a new run set aside at this check (see ``Checker.absorb``): the probe's
     #: request was built from them, so a signal reads its sections with them first (the log:
     #: a read resumed at the last run's offset, or none where it looked unchanged).

@@ -767,6 +767,7 @@ def read_log(
     job_unread: bool = False,
     watch_began: float | None = None,
     asked_with: LogMemory | None = None,
+    earlier_record: bool = False,
 ) -> tuple[Reading, LogMemory]:
     """Read the log signal: this run's completion and error lines, progress, staleness.
 
@@ -778,7 +779,8 @@ def read_log(
     the launched job is over, recorded or not: see ``_launch_over``; ``job_unread``: the
     process signal is configured but could not read the processes at this check;
     ``asked_with``: the memory the probe's request was built from, where a new run set it
-    aside at this check, see ``_rebound``).
+    aside at this check, see ``_rebound``; ``earlier_record``: the supervisor's latest record
+    is of a run begun before the given start, see ``CheckFacts.supervised_earlier``).
     """
     memory = memory or LogMemory()
     rebound = None
@@ -903,8 +905,14 @@ def read_log(
     # An error line first found while only an earlier run's processes were at work (now and
     # at the last check: none of this run's, begun after its exact start) is that run's last
     # word, not this one's (a --since given while an old run was finishing).
-    only_earlier = (
-        job is not None and (memory.earlier_alive or bool(job.earlier)) and not job.live and not job.previous
+    # So too where the supervisor's latest record is an earlier run's (begun before the
+    # --since, at work or ended) and no process of this run is in view: no run of the job
+    # began since (fuzzer seed 4000132: a container begun 1.5 s before the since wrote a
+    # CUDA error after it and exited 1, and a watch with only a log failed the run it asked
+    # for, not yet begun).
+    no_own = job is None or (not job.live and not job.previous)
+    only_earlier = (job is not None and (memory.earlier_alive or bool(job.earlier)) and no_own) or (
+        earlier_record and no_own
     )
     if scan.error_line is not None and scan.error_line != memory.error_line and only_earlier:
         earlier_error = scan.error_line
@@ -1934,6 +1942,7 @@ def _read(
         job_unread=facts.job_unread,
         watch_began=facts.watch_began,
         asked_with=asked if isinstance(asked := facts.set_aside.get("log"), LogMemory) else None,
+        earlier_record=facts.supervised_earlier,
     )
     if new_memory.complete_end is not None:
         # Alive now or at the last check: outputs written in between may be its own.

@@ -378,6 +378,7 @@ def _read(
         run=run,
         supervised=record if told else None,
         supervised_alive=told and (record.phase == "running" or alive_before),
+        supervised_earlier=record.identity is not None and bool(_earlier(record, begins)),
     )
     if record.phase == "exited" and facts.launch is None and reading.says is not Says.UNKNOWN:
         # The recorded end, as a launch wrapper's: what the log and outputs hold after it is
