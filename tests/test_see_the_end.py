@@ -416,3 +416,68 @@ def test_outputs_are_weighed_against_the_line_at_the_first_check_after_the_end_w
         time.sleep(0.3)
     assert states[-1] == "complete", (states, checker.last.reasons if checker.last else None)
     assert len(states) <= 2, (states, checker.last.reasons if checker.last else None)
+
+
+# The job's last words and its exit inside one probe: once its completion line is written it
+# waits for the probe to have read its log (inotify IN_CLOSE_NOWRITE: the probe reads /proc
+# first, so it has found the job alive), then writes a teardown line and exits at once,
+# before the watch can open its pidfd. Its parent reaps it at once (as a shell does).
+_ENDS_INSIDE_THE_PROBE = textwrap.dedent(
+    """
+    import ctypes, os, sys, time
+    log = sys.argv[1]
+    with open(log, "a") as f:
+        f.write("step 0\\n"); f.flush()
+        time.sleep(0.6)
+        f.write("Extraction complete\\n"); f.flush()
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = libc.inotify_init()
+        assert fd >= 0 and libc.inotify_add_watch(fd, log.encode(), 0x10) >= 0  # IN_CLOSE_NOWRITE
+        open(sys.argv[2], "w").close()
+        os.read(fd, 4096)
+        f.write("wandb: Synced run abc\\n"); f.flush()
+    os._exit(0)
+    """
+)
+
+
+def test_a_job_whose_last_words_and_exit_fall_inside_one_probe_completes(tmp_path: Path) -> None:
+    """Found alive by a probe's process table, the job writes its teardown line and exits
+    while the same probe reads its log (before the watch could hold it): the issue's "a job
+    whose end falls inside one probe", made certain here (test_scenarios_35's short jobs
+    meet it by chance). Text written by the probe's end, found with the writer alive, is the
+    writer's: complete within 3 checks of the exit."""
+    tag = f"inside-probe-{time.time_ns()}"
+    log, lined = tmp_path / "job.log", tmp_path / "lined"
+    job = subprocess.Popen([sys.executable, "-c", _ENDS_INSIDE_THE_PROBE, str(log), str(lined), "--tag", tag])
+    checker = Checker(
+        stage_from_dict(
+            {
+                "stage": "inside",
+                "host": "local",
+                "process": {"match": f"--tag {tag}$"},
+                "log": {"path": str(log), "complete": "^Extraction complete"},
+                "policy": {"interval": "300ms", "exit_grace": "300ms"},
+            }
+        )
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not lined.exists():  # the line written (the log itself not opened here)
+            assert time.monotonic() < deadline
+            assert checker.check().state.value == "running"
+            time.sleep(0.1)
+        checker.check()  # the probe that finds it alive reads the log: it ends inside it
+        job.wait(10)
+        exited = time.monotonic()
+        states = []
+        for _ in range(4):
+            states.append(checker.check().state.value)
+            if states[-1] == "complete":
+                break
+            time.sleep(0.3)
+        assert states[-1] == "complete", (states, checker.last.reasons if checker.last else None)
+        print(f"complete {time.monotonic() - exited:.2f} s after the exit, at check {len(states)}")
+    finally:
+        job.kill()
+        job.wait()
