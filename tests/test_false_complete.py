@@ -16,9 +16,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -667,6 +669,47 @@ def test_a_launched_jobs_recorded_exit_where_the_probe_cannot_see_it(tmp_path, e
         assert "exit is recorded (status 0)" in after[-1].readings["process"].detail
     else:
         assert "exited with status 3" in " ".join(after[-1].reasons), after[-1].reasons
+
+
+def test_a_launched_run_whose_record_the_probe_cannot_read_is_not_completed_by_a_later_runs_outputs(
+    tmp_path,
+) -> None:
+    """A launched run exits 1 having written nothing; a run started by hand after it writes
+    every output and exits 0. A watch of the launched run whose probe cannot read the exit
+    record (another user: the launcher's own directory) had nothing against the outputs,
+    written since the launch: complete (fuzzer seed 4001078, 12 hard false completes). Now
+    unknown; the same watch with a probe that reads the record says failed."""
+    from sensors import Checker, stage_from_dict
+
+    _needs_root()
+    host = LocalHost()
+    tag = f"unread-launch-{uuid.uuid4().hex[:8]}"
+    # Outputs the probe's user can reach (pytest's own tmp dirs are root's alone).
+    shared = Path(tempfile.mkdtemp(prefix="crosscheck-unread-"))
+    try:
+        shared.chmod(0o755)
+        out = shared / "out"
+        out.mkdir()
+        out.chmod(0o755)
+        log_path = str(tmp_path / "job.log")
+        _pid, exit_file, run = _launch(host, tmp_path, "import sys; sys.exit(1)", tag, log_path)
+        _until(lambda: Path(exit_file).exists() and Path(exit_file).read_text().strip() != "", timeout=30)
+        for i in range(2):  # the run started by hand, after the launched one's exit 1
+            (out / f"{i}.pt").write_text("x")
+        spec = {
+            "stage": "unread-launch",
+            "outputs": {"files": str(out), "pattern": "*.pt", "expected": 2},
+            "policy": {"interval": "200ms", "settle": 1},
+        }
+        blind = Checker(stage_from_dict(spec), host=_HidepidHost(), run=run)
+        verdicts = [blind.check() for _ in range(4)]
+        states = [v.state.value for v in verdicts]
+        assert "complete" not in states and states[-1] == "unknown", (states, verdicts[-1].reasons)
+        assert "exit record cannot be read by the probe's user" in verdicts[-1].reasons[0]
+        sighted = Checker(stage_from_dict(spec), host=host, run=run)
+        assert sighted.check().state.value == "failed"
+    finally:
+        shutil.rmtree(shared)
 
 
 def _launch(host, tmp_path: Path, script: str, tag: str, log_path: str):

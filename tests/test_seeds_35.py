@@ -58,6 +58,10 @@ from tests.fuzz.history import run_seed
         # (false failed). An error line while the supervisor's latest record is an earlier
         # run's is that run's.
         4000132,
+        # An outputs-only stage: run 1 launched and exited 1, run 2 started by hand wrote
+        # every output; a watch of the launch whose probe (another user) could not read the
+        # exit record completed (12 hard false completes). An unreadable record is unknown.
+        4001078,
     ],
 )
 def test_a_found_history_is_graded_right_on_both_sides(seed: int) -> None:

@@ -153,7 +153,8 @@ class LaunchEnd(NamedTuple):
     job is over, recorded so or its wrapper gone (or a zombie) from a /proc that shows every
     process; ``alive``: its wrapper is at work (found in /proc, not a zombie); ``untrusted``:
     why the record was not read (another user could have written it): the job's end is not
-    known from it, and a stage is not complete on it.
+    known from it, and a stage is not complete on it; ``unreadable``: the probe's user cannot
+    read it (the launcher's own directory): whether and how the job ended is not known here.
     """
 
     status: int | None = None
@@ -163,6 +164,7 @@ class LaunchEnd(NamedTuple):
     alive: bool = False
     coarse: bool = False  # ``exited_at`` is whole seconds, rounded down (a date without %N)
     untrusted: str = ""
+    unreadable: bool = False
 
     @property
     def exited_by(self) -> float | None:
@@ -198,6 +200,7 @@ def read_launch_end(sections: Mapping[str, bytes], hidden: bool) -> LaunchEnd:
         missing=record.get("exit_record") == "missing",
         alive=alive,
         untrusted=str(record.get("exit_record_untrusted") or ""),
+        unreadable=bool(record.get("exit_record_unreadable")),
     )
 
 

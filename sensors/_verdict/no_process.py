@@ -59,6 +59,16 @@ def no_process(
                 f"every signal says done, but the launched job's exit record is {launch.untrusted}",
                 *details(readings),
             ]
+        if launch is not None and launch.unreadable:
+            # Nor one the probe cannot read: the launched run may have failed, and what says
+            # done may be a later run's work (fuzzer seed 4001078: run 1 launched and exited
+            # 1, run 2 started by hand wrote every output; a probe as another user completed).
+            return State.RUNNING if launch.alive else State.UNKNOWN, [
+                "every signal says done, but the launched job's exit record cannot be read by the"
+                " probe's user (the launcher's own directory): whether it ended, how, and whether"
+                " what says done is its own work cannot be told",
+                *details(readings),
+            ]
         if launch is not None and launch.missing:
             why = (
                 "its launch wrapper is at work and has recorded no exit status"
