@@ -109,6 +109,11 @@ class LogMemory:
     later_run: str | None = None
     clock_ahead: bool = False  # the log's file times were ahead of the host's clock at binding
     mtime_set_back: bool = False  # its mtime was set back at binding (its ctime clearly later)
+    # The last check that found no file at the path (or, once a file was replaced or rewritten
+    # after a check, the first that read the one before): a write there after it is stamped
+    # after it. A file that appears dated clearly before it, with its ctime later (the mtime
+    # set: cp -p, rsync -t, a checkpoint restored), holds bytes written elsewhere or earlier.
+    absent_at: float | None = None
     # Who can have written this run's completion line, and when (see ``_whose``): the job's
     # PIDs that were alive before it was written; when it was written (its mtime while it was
     # the log's last bytes; None: not known); when this watch first found it; when this watch
@@ -574,6 +579,24 @@ def _bind(
     """
     base = replace(memory, inode=st.inode, bound_at=memory.bound_at or now)
     if memory.absent:
+        lag = FILE_TIME_TICK if own else FILE_CLOCK_TOLERANCE
+        if (
+            st.set_back
+            and memory.absent_at is not None
+            and st.written + st.resolution < memory.absent_at - lag
+        ):
+            # Appeared (or replaced, rewritten) after a check, dated before that check, its
+            # ctime later: not written there since, but copied in with its old mtime (a
+            # checkpoint restored with cp -p, rsync -t, shutil.copy2). Whose run wrote what it
+            # holds cannot be told; what is appended after is this run's.
+            return replace(
+                base,
+                run_from=st.size,
+                before_uncertain=True,
+                last_write_unclear=True,
+                mtime_set_back=True,
+                bound_by=run.source if run is not None else memory.bound_by or "watch",
+            )
         return replace(base, run_from=0, bound_by=memory.bound_by or "watch")
     if memory.opened_whole and run is not None and run.started_at is not None:
         # The kernel shows a description this run began the log with (`> log`: it truncates)
@@ -699,6 +722,7 @@ def _bound(
         was_bound = memory.run_from is not None
         memory = LogMemory(
             absent=True,
+            absent_at=memory.bound_at,
             bound_by=memory.bound_by if was_bound else None,
             bound_at=memory.bound_at,
             **{name: getattr(memory, name) for name in _KEPT_ACROSS_REWRITES},
@@ -814,7 +838,11 @@ def read_log(
     if isinstance(st, str):
         # A log that is not there yet: the file that appears later is this run's.
         absent = "No such file" in st and memory.inode is None
-        return unknown(st, replace(memory, absent=True) if absent else memory, absent="No such file" in st)
+        return unknown(
+            st,
+            replace(memory, absent=True, absent_at=meta.now) if absent else memory,
+            absent="No such file" in st,
+        )
     tail, resumed = None, False
     if not same:
         tail, tail_from = sections.get("log_tail"), _offset(sections.get("log_from"))
@@ -1565,15 +1593,16 @@ def _log_says(
     if complete_line is not None:
         return Says.DONE, f"completion line: {complete_line.strip()[:200]}", None
     if scan.earlier_complete is not None and memory.before_uncertain:
-        if memory.bound_by == "watch":
+        if memory.mtime_set_back:
+            why = (
+                "the log's ctime is later than its mtime (an mtime set back: touch -d, cp -p,"
+                " rsync -t, a restored copy; or a chmod, chown or rename since its last write), so"
+                " when what it held was written, before the run began or after, cannot be told"
+            )
+        elif memory.bound_by == "watch":
             why = "no run start is known"
         elif memory.clock_ahead:
             why = clock_ahead_words(ahead, local)
-        elif memory.mtime_set_back:
-            why = (
-                "the log's mtime was set back (its ctime is later: touch -d, cp -p, rsync -t), so"
-                " when it was last written, before the run began or after, cannot be told"
-            )
         elif memory.last_write_unclear:
             why = "the log was last written too near the run's start to tell which run wrote it"
         elif memory.born_near_start and memory.holders_unseen:

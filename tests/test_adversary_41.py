@@ -1,0 +1,89 @@
+"""Adversary review 41: run binding, the SSH exit watch, the blind probe, the holders scan,
+supervisor records, set-back mtimes (MTIME_SET_BACK) and the probe's own table readers
+(5a9e195..2be13cd), on real processes and the real ``Checker``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sensors import Checker, State, stage_from_dict
+
+# ----------------------------------------------------------------- set-back mtimes
+
+#: A job that resumes from a checkpoint: a first line, then the checkpoint's log restored the
+#: way `cp -p`, `rsync -t` or shutil.copy2 do (its bytes and its mtime: the log of the run that
+#: made the checkpoint, an hour old by its mtime), in place or renamed into place, then it dies
+#: (OOM, a crash) before it writes a word.
+_RESUMER = """
+import os, shutil, sys, time
+pause, saved, log, how = float(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+print("resuming from checkpoint", flush=True)
+time.sleep(pause)
+if how == "renamed":
+    shutil.copy2(saved, log + ".tmp")
+    os.rename(log + ".tmp", log)
+else:
+    shutil.copy2(saved, log)
+time.sleep(pause)
+sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize("how", ["in-place", "renamed", "appeared"])
+def test_a_log_restored_with_its_old_mtime_after_a_check_is_not_this_runs(tmp_path: Path, how: str) -> None:
+    """The log was found at a check (or found absent), then replaced by a copy dated an hour
+    back (its ctime now), and the job died without a word. A file replaced or rewritten after
+    a check, or one that appeared after it, was taken as wholly this run's: the copied log's
+    completion line completed the stage (5a9e195..2be13cd: `complete`, 'pid N ended',
+    'completion line: DONE'). Its mtime, set before the check that saw the path without it,
+    dates nothing (MTIME_SET_BACK): whose run wrote those bytes cannot be told."""
+    tag = f"resume-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "train.log"
+    saved = tmp_path / "ckpt" / "train.log"
+    saved.parent.mkdir()
+    saved.write_text("epoch 1\nepoch 2\nDONE\n")
+    old = time.time() - 3600
+    os.utime(saved, (old, old))
+    argv = [sys.executable, "-c", _RESUMER, "1.5", str(saved), str(log), how, "--tag", tag]
+    if how == "appeared":  # its stdout elsewhere: the log is absent at the first check
+        job = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    else:
+        with log.open("w") as out:
+            job = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    stage = stage_from_dict(
+        {
+            "stage": "resume",
+            "host": "local",
+            "process": {"match": f"--tag {tag}$"},
+            "log": {"path": str(log), "complete": "^DONE$"},
+            "policy": {"interval": "200ms", "settle": 2, "exit_grace": "500ms", "timeout": "20s"},
+        }
+    )
+    verdicts = []
+    try:
+        with Checker(stage) as checker:
+            verdicts.append(checker.check())
+            assert verdicts[0].state is State.RUNNING, verdicts[0].reasons
+            deadline = time.monotonic() + 30
+            while job.poll() is None and time.monotonic() < deadline:
+                verdicts.append(checker.check())
+                time.sleep(0.2)
+            for _ in range(6):  # the job gone: past exit_grace and settle
+                verdicts.append(checker.check())
+                time.sleep(0.2)
+    finally:
+        job.kill()
+        job.wait()
+    assert job.returncode == 1
+    states = [v.state.value for v in verdicts]
+    assert State.COMPLETE not in [v.state for v in verdicts], (states, verdicts[-1].reasons)
+    last = verdicts[-1]
+    assert last.state is State.UNKNOWN, (states, last.reasons)
+    assert "ctime is later than its mtime" in last.readings["log"].detail, last.readings["log"].detail
