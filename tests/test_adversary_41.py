@@ -87,3 +87,49 @@ def test_a_log_restored_with_its_old_mtime_after_a_check_is_not_this_runs(tmp_pa
     last = verdicts[-1]
     assert last.state is State.UNKNOWN, (states, last.reasons)
     assert "ctime is later than its mtime" in last.readings["log"].detail, last.readings["log"].detail
+
+
+def _check(stage: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    return subprocess.run(
+        [sys.executable, "-m", "sensors", "check", str(stage), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def _log_stage(tmp_path: Path, log: Path) -> Path:
+    stage = tmp_path / "stage.yaml"
+    stage.write_text(f'stage: late\nhost: local\nlog: {{path: "{log}", complete: "^DONE$"}}\n')
+    return stage
+
+
+def test_a_log_chmodded_after_its_last_write_is_still_dated_by_it(tmp_path: Path) -> None:
+    """A finished job's log, made readable to others (chmod) a few seconds after its last
+    write: its ctime moved, its mtime did not. Checked with a since well before it, it read
+    as an mtime set back ('touch -d, cp -p, rsync -t'), dating nothing: unknown for good, in
+    words that were not true (5a9e195..2be13cd). A set-back mtime is never later than the
+    write it stands for: clearly after the since, the last write was too."""
+    log = tmp_path / "job.log"
+    log.write_text("epoch 1\nepoch 2\nDONE\n")
+    time.sleep(1.6)  # past MTIME_SET_BACK
+    log.chmod(0o644)
+    done = _check(_log_stage(tmp_path, log), "--since", "5m")
+    assert done.returncode == 0 and "complete" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_checkpoints_log_restored_after_the_since_is_not_this_runs(tmp_path: Path) -> None:
+    """The other side: a copy put there after the since (born after it), dated an hour back
+    by the copy (cp -p), holds an earlier run's line: not this run's, by its birth or else."""
+    saved = tmp_path / "saved.log"
+    saved.write_text("epoch 1\nepoch 2\nDONE\n")
+    old = time.time() - 3600
+    os.utime(saved, (old, old))
+    time.sleep(1.2)
+    log = tmp_path / "job.log"
+    subprocess.run(["cp", "-p", str(saved), str(log)], check=True)
+    said = _check(_log_stage(tmp_path, log), "--since", "1m")
+    assert "complete" not in said.stdout.split("\n")[0], said.stdout
+    assert "UNKNOWN" in said.stdout and "ctime is later than its mtime" in said.stdout, said.stdout

@@ -617,7 +617,17 @@ def _bind(
         # No run start: only what is written while this watch looks is this run's.
         return replace(base, run_from=st.size, before_uncertain=True, bound_by="watch")
     ahead = file_time_ahead(st, latest or now, own) is not None
-    if ahead or st.set_back:
+    after = run_start_slack(run.source, run.slack) + (0.0 if own else FILE_CLOCK_TOLERANCE)
+    # An mtime set back (its ctime later) is no later than the last write it stands for: a
+    # copy's source was written by then and the copy after it, a chmod, chown or rename
+    # (which move the ctime too) left it true. Clearly after the run's start, it still says
+    # the last write came after it; anything else it says nothing of, and a birth (a copy's
+    # is the copy's moment) dates none of what the copy holds.
+    set_back = (
+        st.set_back
+        and last_write(st.written, st.resolution, run.started_at, run.source, after, run.slack) != "after"
+    )
+    if ahead or set_back:
         # A file time the host's clock has not reached yet (a file server with its own
         # clock), or an mtime set back (its ctime later), says nothing of when the file was
         # written: not born after the run began, not written before it. What was there is of
@@ -631,13 +641,13 @@ def _bind(
             mtime_set_back=not ahead,
             bound_by=run.source,
         )
-    after = run_start_slack(run.source, run.slack) + (0.0 if own else FILE_CLOCK_TOLERANCE)
-    if st.birth and st.birth >= run.started_at + after:
+    if st.birth and not st.set_back and st.birth >= run.started_at + after:
         # Born after the run began: all of it is this run's. The birth is never later than
         # the truth (whole seconds rounded down, or the kernel's coarse clock, which lags).
         return replace(base, run_from=0, bound_by=run.source)
     if (
         st.birth
+        and not st.set_back
         and own
         and run.source == "process"
         and memory.opened_in_run
