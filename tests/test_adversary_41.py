@@ -133,3 +133,86 @@ def test_a_checkpoints_log_restored_after_the_since_is_not_this_runs(tmp_path: P
     said = _check(_log_stage(tmp_path, log), "--since", "1m")
     assert "complete" not in said.stdout.split("\n")[0], said.stdout
     assert "UNKNOWN" in said.stdout and "ctime is later than its mtime" in said.stdout, said.stdout
+
+
+# ----------------------------------------------------------------- the blind probe, a launch
+
+#: crosscheck in a container (a PID namespace of its own) launching a job on its own host, as
+#: ``launch_stage`` does, then watching it: the job, and all it forks, run in that namespace.
+_IN_A_CONTAINER = """
+import json, os, sys, time, uuid
+from sensors import Checker, stage_from_dict
+from sensors._hosts.local import LocalHost
+from sensors._run.run import Run, launch_mark_script, parse_launch_mark
+
+tmp, worker = sys.argv[1], sys.argv[2] == "worker"
+host = LocalHost()
+log = os.path.join(tmp, "job.log")
+tag = f"in-ns-{uuid.uuid4().hex[:8]}"
+job = (
+    "import os, sys, time\\n"
+    + ("if os.fork() == 0:\\n os.setsid()\\n if os.fork() == 0: time.sleep(4); os._exit(0)\\n os._exit(0)\\n"
+       if worker else "")
+    + "print('Done', flush=True)\\n"
+)
+mark = parse_launch_mark(host.run_script(launch_mark_script(log), timeout=30))
+pid, exit_file = host.launch([sys.executable, "-c", job, tag], log_path=log, name=tag)
+run = Run("launch", mark.started_at, mark.log_inode, mark.log_offset, mark.log_fingerprint, pid, exit_file,
+          pidns=mark.pidns)
+time.sleep(1.0)  # a quick stage: over before the first check
+spec = {"stage": "quick", "process": {"match": tag}, "log": {"path": log, "complete": "^Done"},
+        "policy": {"interval": "200ms", "settle": 1, "exit_grace": "300ms", "timeout": "30s"}}
+said = []
+with Checker(stage_from_dict(spec), host=host, run=run) as checker:
+    for _ in range(3):
+        v = checker.check()
+        said.append([v.state.value, v.readings["process"].detail, v.stuck is not None])
+        time.sleep(0.3)
+print(json.dumps({"pidns": mark.pidns, "said": said}))
+"""
+
+
+@pytest.mark.parametrize("worker", ["alone", "worker"])
+def test_a_job_launched_in_the_probes_own_pid_namespace_is_in_its_sight(tmp_path: Path, worker: str) -> None:
+    """crosscheck in a container (its own PID namespace) launches a quick job on its own host
+    and watches it: the job's exit 0 is recorded before the first check. Since 202f7b7 such a
+    probe "cannot see every process", and a launched job it never saw alive was unknown and
+    stuck for good (5a9e195..2be13cd), though the job and all it can fork run in the probe's
+    own namespace. The mark reads the namespace the launch runs in; a probe in it sees the
+    job's every process: complete, and a worker left at work is seen (never complete)."""
+    import json
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare (a PID namespace of its own)")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    done = subprocess.run(
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            sys.executable,
+            "-c",
+            _IN_A_CONTAINER,
+            str(tmp_path),
+            worker,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    said = answer["said"]
+    assert answer["pidns"] and answer["pidns"] != "pid:[4026531836]", answer
+    states = [s[0] for s in said]
+    if worker == "alone":
+        assert states[-1] == "complete" and not said[-1][2], said
+        assert "launched in this probe's own PID namespace" in said[-1][1], said[-1][1]
+    else:
+        # Seen at work (rule 10: a match neither the wrapper nor a descendant of it): never
+        # complete.
+        assert "complete" not in states, said
+        assert "pid" in said[-1][1], said
