@@ -89,6 +89,56 @@ def test_a_log_restored_with_its_old_mtime_after_a_check_is_not_this_runs(tmp_pa
     assert "ctime is later than its mtime" in last.readings["log"].detail, last.readings["log"].detail
 
 
+#: A job that writes its log elsewhere and moves it into place at its end, over a second after
+#: its last write (the rename moves the ctime, not the mtime), then exits 0.
+_MOVER = """
+import os, sys, time
+log = sys.argv[1]
+time.sleep(0.5)
+with open(log + ".part", "w") as f:
+    f.write("epoch 1\\nDONE\\n")
+time.sleep(1.6)
+os.rename(log + ".part", log)
+time.sleep(0.3)
+"""
+
+
+def test_a_log_written_in_the_run_and_moved_into_place_after_a_check_completes(tmp_path: Path) -> None:
+    """The other side of the restored log: one written during the run (clearly after its
+    start, by the mtime) elsewhere and moved into place after a check that found no log. Its
+    ctime is later than its mtime too, and its mtime before that check: dated by its times,
+    it is the run's, and the stage completes."""
+    tag = f"mover-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "train.log"
+    job = subprocess.Popen([sys.executable, "-c", _MOVER, str(log), "--tag", tag])
+    stage = stage_from_dict(
+        {
+            "stage": "mover",
+            "host": "local",
+            "process": {"match": f"--tag {tag}$"},
+            "log": {"path": str(log), "complete": "^DONE$"},
+            "policy": {"interval": "200ms", "settle": 2, "exit_grace": "300ms", "timeout": "20s"},
+        }
+    )
+    verdicts = []
+    try:
+        with Checker(stage) as checker:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                verdicts.append(checker.check())
+                if verdicts[-1].state is not State.RUNNING and job.poll() is not None:
+                    break
+                time.sleep(0.2)
+    finally:
+        job.kill()
+        job.wait()
+    assert job.returncode == 0
+    assert verdicts[-1].state is State.COMPLETE, (
+        [v.state.value for v in verdicts],
+        verdicts[-1].reasons,
+    )
+
+
 def _check(stage: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     return subprocess.run(

@@ -578,27 +578,19 @@ def _bind(
     behind makes later writes look earlier: that errs to "not this run's").
     """
     base = replace(memory, inode=st.inode, bound_at=memory.bound_at or now)
-    if memory.absent:
-        lag = FILE_TIME_TICK if own else FILE_CLOCK_TOLERANCE
-        if (
-            st.set_back
-            and memory.absent_at is not None
-            and st.written + st.resolution < memory.absent_at - lag
-        ):
-            # Appeared (or replaced, rewritten) after a check, dated before that check, its
-            # ctime later: not written there since, but copied in with its old mtime (a
-            # checkpoint restored with cp -p, rsync -t, shutil.copy2). Whose run wrote what it
-            # holds cannot be told; what is appended after is this run's.
-            return replace(
-                base,
-                run_from=st.size,
-                before_uncertain=True,
-                last_write_unclear=True,
-                mtime_set_back=True,
-                bound_by=run.source if run is not None else memory.bound_by or "watch",
-            )
+    # Appeared (or replaced, rewritten) after a check, dated before that check, its ctime
+    # later: not written there since, but put there with an older mtime (a checkpoint's log
+    # restored by cp -p, rsync -t, shutil.copy2; a file written elsewhere, then moved). Not
+    # wholly this run's: dated, as any file found at a first look, by its times alone.
+    copied = (
+        memory.absent
+        and st.set_back
+        and memory.absent_at is not None
+        and st.written + st.resolution < memory.absent_at - (FILE_TIME_TICK if own else FILE_CLOCK_TOLERANCE)
+    )
+    if memory.absent and not copied:
         return replace(base, run_from=0, bound_by=memory.bound_by or "watch")
-    if memory.opened_whole and run is not None and run.started_at is not None:
+    if memory.opened_whole and not copied and run is not None and run.started_at is not None:
         # The kernel shows a description this run began the log with (`> log`: it truncates)
         # that had written every byte of it: all of it is this run's, however old the file's
         # birth (a re-run truncating the last run's log keeps its inode and birth).
@@ -607,6 +599,7 @@ def _bind(
         if (
             watch_began is not None
             and st.birth
+            and not st.set_back
             and own
             and file_time_ahead(st, latest or now, own) is None
             and st.birth >= watch_began
@@ -615,7 +608,7 @@ def _bind(
             # byte of it is that run's (the watch's own start is a run start).
             return replace(base, run_from=0, bound_by="watch")
         # No run start: only what is written while this watch looks is this run's.
-        return replace(base, run_from=st.size, before_uncertain=True, bound_by="watch")
+        return replace(base, run_from=st.size, before_uncertain=True, mtime_set_back=copied, bound_by="watch")
     ahead = file_time_ahead(st, latest or now, own) is not None
     after = run_start_slack(run.source, run.slack) + (0.0 if own else FILE_CLOCK_TOLERANCE)
     # An mtime set back (its ctime later) is no later than the last write it stands for: a
