@@ -204,6 +204,7 @@ def launch_stage(stage: Stage, force: bool = False, state: str | None = None) ->
         log_fingerprint=mark.log_fingerprint,
         pid=pid,
         exit_file=exit_file,
+        pidns=mark.pidns,
     )
     record = _record(stage, launched, log_path)
     get_run_logger().info("%s: launched on %s as PID %d, log %s", stage.stage, stage.host_name, pid, log_path)

@@ -610,6 +610,11 @@ class Meta:
     #: The probe's effective uid (None: not read). Another user's /proc/PID/fd is closed to
     #: a probe that is not root: which process holds a file open is then not shown.
     euid: int | None = None
+    #: The probe's PID namespace (``pid:[INODE]``; None: not read).
+    pidns: str | None = None
+    #: Why /proc's ``hidepid`` hides other users' processes from this probe (None: it does
+    #: not), whatever its PID namespace (see :func:`blindness`).
+    hidepid: str | None = None
 
 
 #: The inode of the host's (the initial) PID namespace: a fixed constant of the kernel
@@ -635,6 +640,12 @@ def blindness(fields: dict[str, str], procmounts: list[str]) -> str | None:
             f"the probe runs in a PID namespace of its own ({pidns}), not the host's: processes"
             " outside it are not in its /proc"
         )
+    return hidepid_blindness(fields, procmounts)
+
+
+def hidepid_blindness(fields: dict[str, str], procmounts: list[str]) -> str | None:
+    """Why /proc's ``hidepid`` hides other users' processes from a probe with these facts, or
+    None (see :func:`blindness`)."""
     if not procmounts:
         return None
     # The last /proc mount in mountinfo is the one on top (the one the probe reads).
@@ -699,6 +710,8 @@ def parse_meta(body: bytes | None, known: Static | None = None, end: bytes | Non
         hidden=blindness(fields, procmounts),
         view=_view(fields, procmounts),
         euid=num("euid", int),
+        pidns=fields.get("pidns") or None,
+        hidepid=hidepid_blindness(fields, procmounts),
     )
 
 

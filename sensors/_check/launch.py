@@ -26,7 +26,8 @@ def launch_supervised(stage: Stage, host: Host, mark: Run, log_path: str | None)
         bin=sup.bin,
     )
     identity = parsed_supervised_launch(host.run_script(script, timeout=60), host.name)
-    return replace(mark, source="launch", supervised=identity, pid=None, exit_file=None)
+    # The job runs where its supervisor starts it (a container, a unit), not where the mark ran.
+    return replace(mark, source="launch", supervised=identity, pid=None, exit_file=None, pidns=None)
 
 
 def supervised_stage(stage: Stage, run: Run | None) -> Stage:

@@ -82,6 +82,11 @@ class Run:
     #: ``supervisor`` run's, or the record a launch through a supervisor created (a record of
     #: another identity is another run's).
     supervised: str | None = None
+    #: For ``launch``: the PID namespace the launch ran in (``pid:[INODE]``, read by the mark
+    #: where the job then began; None: not read, or a supervisor's, whose job runs elsewhere).
+    #: A probe in that namespace sees every process the job can leave behind: a child's
+    #: namespaces nest inside its parent's, and /proc shows those nested in it.
+    pidns: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self._json)
@@ -360,6 +365,7 @@ def launch_mark_script(log_path: str) -> bytes:
     return (
         "export LC_ALL=C LANG=C\n"
         'echo "now $(date +%s.%N 2>/dev/null)"\n'
+        'echo "pidns $(readlink /proc/self/ns/pid 2>/dev/null)"\n'
         f"if [ -f {log} ]; then\n"
         f"  set -- $(stat -L -c '%i %s' -- {log} 2>/dev/null)\n"
         '  echo "log $1 $2"\n'
@@ -385,7 +391,13 @@ def parse_launch_mark(output: bytes, *, pid: int | None = None) -> Run:
         log_offset=_int(log[1:2]) if inode is not None else None,
         log_fingerprint=(fields.get("fp") or [""])[0] or None,
         pid=pid,
+        pidns=_pidns(fields.get("pidns")),
     )
+
+
+def _pidns(values: list[Any] | None) -> str | None:
+    value = str(values[0]) if values else ""
+    return value if re.fullmatch(r"pid:\[\d+\]", value) else None
 
 
 def launch_record(
@@ -411,6 +423,7 @@ def launch_record(
             "log_inode": run.log_inode,
             "log_offset": run.log_offset,
             "log_fingerprint": run.log_fingerprint,
+            "pidns": run.pidns,
         },
     }
 
@@ -431,6 +444,7 @@ def run_from_record(record: Mapping[str, Any] | Run | None) -> Run | None:
         pid=_int([record.get("pid")]),
         exit_file=record.get("exit_file") or None,
         supervised=record.get("supervised") or None,
+        pidns=_pidns([run.get("pidns")]),
     )
 
 

@@ -109,6 +109,11 @@ class LogMemory:
     later_run: str | None = None
     clock_ahead: bool = False  # the log's file times were ahead of the host's clock at binding
     mtime_set_back: bool = False  # its mtime was set back at binding (its ctime clearly later)
+    # The last check that found no file at the path (or, once a file was replaced or rewritten
+    # after a check, the first that read the one before): a write there after it is stamped
+    # after it. A file that appears dated clearly before it, with its ctime later (the mtime
+    # set: cp -p, rsync -t, a checkpoint restored), holds bytes written elsewhere or earlier.
+    absent_at: float | None = None
     # Who can have written this run's completion line, and when (see ``_whose``): the job's
     # PIDs that were alive before it was written; when it was written (its mtime while it was
     # the log's last bytes; None: not known); when this watch first found it; when this watch
@@ -573,9 +578,19 @@ def _bind(
     behind makes later writes look earlier: that errs to "not this run's").
     """
     base = replace(memory, inode=st.inode, bound_at=memory.bound_at or now)
-    if memory.absent:
+    # Appeared (or replaced, rewritten) after a check, dated before that check, its ctime
+    # later: not written there since, but put there with an older mtime (a checkpoint's log
+    # restored by cp -p, rsync -t, shutil.copy2; a file written elsewhere, then moved). Not
+    # wholly this run's: dated, as any file found at a first look, by its times alone.
+    copied = (
+        memory.absent
+        and st.set_back
+        and memory.absent_at is not None
+        and st.written + st.resolution < memory.absent_at - (FILE_TIME_TICK if own else FILE_CLOCK_TOLERANCE)
+    )
+    if memory.absent and not copied:
         return replace(base, run_from=0, bound_by=memory.bound_by or "watch")
-    if memory.opened_whole and run is not None and run.started_at is not None:
+    if memory.opened_whole and not copied and run is not None and run.started_at is not None:
         # The kernel shows a description this run began the log with (`> log`: it truncates)
         # that had written every byte of it: all of it is this run's, however old the file's
         # birth (a re-run truncating the last run's log keeps its inode and birth).
@@ -584,6 +599,7 @@ def _bind(
         if (
             watch_began is not None
             and st.birth
+            and not st.set_back
             and own
             and file_time_ahead(st, latest or now, own) is None
             and st.birth >= watch_began
@@ -592,9 +608,19 @@ def _bind(
             # byte of it is that run's (the watch's own start is a run start).
             return replace(base, run_from=0, bound_by="watch")
         # No run start: only what is written while this watch looks is this run's.
-        return replace(base, run_from=st.size, before_uncertain=True, bound_by="watch")
+        return replace(base, run_from=st.size, before_uncertain=True, mtime_set_back=copied, bound_by="watch")
     ahead = file_time_ahead(st, latest or now, own) is not None
-    if ahead or st.set_back:
+    after = run_start_slack(run.source, run.slack) + (0.0 if own else FILE_CLOCK_TOLERANCE)
+    # An mtime set back (its ctime later) is no later than the last write it stands for: a
+    # copy's source was written by then and the copy after it, a chmod, chown or rename
+    # (which move the ctime too) left it true. Clearly after the run's start, it still says
+    # the last write came after it; anything else it says nothing of, and a birth (a copy's
+    # is the copy's moment) dates none of what the copy holds.
+    set_back = (
+        st.set_back
+        and last_write(st.written, st.resolution, run.started_at, run.source, after, run.slack) != "after"
+    )
+    if ahead or set_back:
         # A file time the host's clock has not reached yet (a file server with its own
         # clock), or an mtime set back (its ctime later), says nothing of when the file was
         # written: not born after the run began, not written before it. What was there is of
@@ -608,13 +634,13 @@ def _bind(
             mtime_set_back=not ahead,
             bound_by=run.source,
         )
-    after = run_start_slack(run.source, run.slack) + (0.0 if own else FILE_CLOCK_TOLERANCE)
-    if st.birth and st.birth >= run.started_at + after:
+    if st.birth and not st.set_back and st.birth >= run.started_at + after:
         # Born after the run began: all of it is this run's. The birth is never later than
         # the truth (whole seconds rounded down, or the kernel's coarse clock, which lags).
         return replace(base, run_from=0, bound_by=run.source)
     if (
         st.birth
+        and not st.set_back
         and own
         and run.source == "process"
         and memory.opened_in_run
@@ -699,6 +725,7 @@ def _bound(
         was_bound = memory.run_from is not None
         memory = LogMemory(
             absent=True,
+            absent_at=memory.bound_at,
             bound_by=memory.bound_by if was_bound else None,
             bound_at=memory.bound_at,
             **{name: getattr(memory, name) for name in _KEPT_ACROSS_REWRITES},
@@ -816,7 +843,11 @@ def read_log(
     if isinstance(st, str):
         # A log that is not there yet: the file that appears later is this run's.
         absent = "No such file" in st and memory.inode is None
-        return unknown(st, replace(memory, absent=True) if absent else memory, absent="No such file" in st)
+        return unknown(
+            st,
+            replace(memory, absent=True, absent_at=meta.now) if absent else memory,
+            absent="No such file" in st,
+        )
     tail, resumed = None, False
     if not same:
         tail, tail_from = sections.get("log_tail"), _offset(sections.get("log_from"))
@@ -1573,15 +1604,16 @@ def _log_says(
     if complete_line is not None:
         return Says.DONE, f"completion line: {complete_line.strip()[:200]}", None
     if scan.earlier_complete is not None and memory.before_uncertain:
-        if memory.bound_by == "watch":
+        if memory.mtime_set_back:
+            why = (
+                "the log's ctime is later than its mtime (an mtime set back: touch -d, cp -p,"
+                " rsync -t, a restored copy; or a chmod, chown or rename since its last write), so"
+                " when what it held was written, before the run began or after, cannot be told"
+            )
+        elif memory.bound_by == "watch":
             why = "no run start is known"
         elif memory.clock_ahead:
             why = clock_ahead_words(ahead, local)
-        elif memory.mtime_set_back:
-            why = (
-                "the log's mtime was set back (its ctime is later: touch -d, cp -p, rsync -t), so"
-                " when it was last written, before the run began or after, cannot be told"
-            )
         elif memory.last_write_unclear:
             why = "the log was last written too near the run's start to tell which run wrote it"
         elif memory.born_near_start and memory.holders_unseen:

@@ -908,12 +908,24 @@ def read_process(
     launched = launched_pid is not None and (spec.pid == launched_pid or launched_pid in found.candidates)
     seen_here = memory.last_seen is not None and memory.seen_view == meta.view
     exit_record = read_exit_record(sections) if run is not None and run.exit_file else None
+    # The launched job began in this probe's own PID namespace (crosscheck in a container,
+    # launching on its own host): all it can leave at work is in this /proc (a child stays in
+    # its parent's namespace or one nested in it, shown here too), unless hidepid hides it.
+    launched_in_view = (
+        run is not None
+        and run.source == "launch"
+        and run.pid is not None
+        and run.pidns is not None
+        and run.pidns == meta.pidns
+        and meta.hidepid is None
+    )
     if (
         not alive_pids
         and meta.hidden
         and spec.scope == "host"
         and not seen_here
         and not launched
+        and not launched_in_view
         and not spec.supervised  # the supervisor names the PIDs: none is matched from /proc
         and not record_over
     ):
@@ -1047,7 +1059,7 @@ def read_process(
         if earlier:
             detail += _earlier_note(earlier, processes, run)
         return Reading("process", Says.WORKING, detail + note, evidence, meta.now, host), new_memory, job.pids
-    detail = _gone_detail(spec, found, boot_changed, processes, memory, meta)
+    detail = _gone_detail(spec, found, boot_changed, processes, memory, meta, launched_in_view)
     if "exit_record_untrusted" in evidence:
         # Gone, and how it ended is in a record another user could have written: unknown,
         # never done (a forged "0" would make a failed job complete).
@@ -1398,6 +1410,7 @@ def _gone_detail(
     processes: list[ProcessEntry],
     memory: ProcessMemory,
     meta: Meta,
+    in_view: bool = False,
 ) -> str:
     if found.reused:
         return f"pid {spec.pid} now belongs to another process: the job is gone"
@@ -1412,6 +1425,11 @@ def _gone_detail(
         ago = meta.now - float(at) if isinstance(at, (int, float)) and meta.now is not None else None
         return f"pid {last['pid']} ended" + (
             f" (last seen alive {ago:.0f}s ago, {last['cpu_seconds']}s CPU)" if ago is not None else ""
+        )
+    if meta.hidden and in_view:
+        return (
+            f"no process found ({found.how}): the job was launched in this probe's own PID"
+            f" namespace ({meta.pidns}), where every process it can leave at work is seen"
         )
     if meta.hidden:
         # Taken for gone from a probe that cannot see every process only where the launched
