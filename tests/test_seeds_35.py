@@ -62,6 +62,10 @@ from tests.fuzz.history import run_seed
         # every output; a watch of the launch whose probe (another user) could not read the
         # exit record completed (12 hard false completes). An unreadable record is unknown.
         4001078,
+        # An outputs-only stage, run 2 launched: a resumable job that found every output
+        # there, skipped them and exited 0 (recorded). "Nothing ties it to this run", for
+        # good: its own exit 0 on record does.
+        4000781,
     ],
 )
 def test_a_found_history_is_graded_right_on_both_sides(seed: int) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from sensors import Reading, Says, State
 from sensors._config.stage import GpuSpec, PolicySpec
+from sensors._run.run import LaunchEnd
 from sensors._signals.gpu import GpuDevice, GpuProcess, GpuSnapshot, gpu_reading
 from sensors._verdict import VerdictMemory, decide
 from sensors.testing import reading
@@ -844,3 +845,28 @@ def test_outputs_short_fails_only_as_counted_after_the_end(name: str, grace: flo
         got.append(verdict.state)
         assert verdict.stuck is None, verdict.reasons  # a wait for one more check, never for good
     assert got == expected, got
+
+
+@pytest.mark.parametrize(
+    ("launch", "state", "words"),
+    [
+        (None, State.UNKNOWN, "nothing ties it to this run"),
+        # A resumable re-run, launched, found every output there, skipped them and exited 0
+        # (fuzzer seed 4000781: unknown for good). Its own exit on record ties them to it.
+        (LaunchEnd(0, 100.0, over=True), State.COMPLETE, ""),
+        (LaunchEnd(1, 100.0, over=True), State.FAILED, "launched job: exited with status 1"),
+        (LaunchEnd(over=True, unreadable=True), State.UNKNOWN, "exit record cannot be read"),
+        (LaunchEnd(missing=True, alive=True), State.RUNNING, "has not ended"),
+    ],
+)
+def test_outputs_only_with_none_written_in_the_run_are_tied_to_it_by_its_recorded_exit_0(
+    launch: LaunchEnd | None, state: State, words: str
+) -> None:
+    memory, verdict = VerdictMemory(), None
+    for offset in (0.0, 30.0, 60.0):
+        verdict, memory = decide(
+            "s", "h", r(outputs=outputs(37312)), POLICY, memory, 100.0 + offset, launch=launch
+        )
+    assert verdict is not None and verdict.state is state, verdict.reasons if verdict else None
+    if words:
+        assert words in verdict.reasons[0], verdict.reasons

@@ -40,19 +40,6 @@ def no_process(
             *details(readings),
         ]
     if all(r.says is Says.DONE for r in readings.values()):
-        if (
-            lg is None
-            and not (o is not None and ev(o, "written_this_run"))
-            and not recorded_exit_ok(readings)
-        ):
-            # Outputs may predate the run (resumable jobs skip what exists) and a GPU at rest
-            # says nothing of which run: without a log, only an output written during the
-            # run ties them to it.
-            return State.UNKNOWN, [
-                "every signal says done, but nothing ties it to this run: no output was"
-                f" written since the run began ({how_to_tie(had_of(readings, run))})",
-                *details(readings),
-            ]
         if launch is not None and launch.untrusted:
             # A record another user could have written says nothing of the job's end.
             return State.RUNNING if launch.alive else State.UNKNOWN, [
@@ -79,6 +66,22 @@ def no_process(
             state = State.RUNNING if launch.alive else State.UNKNOWN
             return state, [
                 f"every signal says done, but the launched job has not ended: {why}",
+                *details(readings),
+            ]
+        if (
+            lg is None
+            and not (o is not None and ev(o, "written_this_run"))
+            and not recorded_exit_ok(readings)
+            and not (launch is not None and launch.status == 0)
+        ):
+            # Outputs may predate the run (resumable jobs skip what exists) and a GPU at rest
+            # says nothing of which run: without a log, only an output written during the
+            # run, or this run's own exit 0 on record (a supervisor's, or its launch
+            # wrapper's: a resumable re-run that found every output there and skipped it,
+            # fuzzer seed 4000781), ties them to it.
+            return State.UNKNOWN, [
+                "every signal says done, but nothing ties it to this run: no output was"
+                f" written since the run began ({how_to_tie(had_of(readings, run))})",
                 *details(readings),
             ]
         return None, []
