@@ -511,6 +511,19 @@ def obligation(
                     f"an earlier run's completion line is in the log, and the watch did not see run"
                     f" {run.index} alive before its own"
                 )
+    if "log" in d.signals and supervised and not launched:
+        rx = re.compile(d.complete)
+        own = [i for i, line in enumerate(run.lines) if rx.search(line)]
+        if own and run.lines[own[-1] + 1 :] and not saw:
+            # Text after its line, the run never seen at work: its record names it and dates
+            # its end, but not the line, which only its bytes' place dates: after the watch's
+            # last look before the run. A run begun after that look and gone before the
+            # record's start, unseen, that wrote the line fits as well (seeds 3000556,
+            # 3000712, 4001261: the product's unknown, by the same rule as without a record).
+            return EITHER, (
+                f"text after run {run.index}'s completion line, and the watch never saw run"
+                f" {run.index} at work: an unseen run before it may have written the line"
+            )
     if "log" in d.signals and not (launched or supervised):
         rx = re.compile(d.complete)
         own = [i for i, line in enumerate(run.lines) if rx.search(line)]
