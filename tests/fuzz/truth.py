@@ -511,30 +511,28 @@ def obligation(
                     f"an earlier run's completion line is in the log, and the watch did not see run"
                     f" {run.index} alive before its own"
                 )
-    if "log" in d.signals and supervised and not launched:
+    if "log" in d.signals and not launched:
         rx = re.compile(d.complete)
         own = [i for i, line in enumerate(run.lines) if rx.search(line)]
         if own and run.lines[own[-1] + 1 :] and not saw:
-            # Text after its line, the run never seen at work: its record names it and dates
-            # its end, but not the line, which only its bytes' place dates: after the watch's
-            # last look before the run. A run begun after that look and gone before the
-            # record's start, unseen, that wrote the line fits as well (seeds 3000556,
-            # 3000712, 4001261: the product's unknown, by the same rule as without a record).
+            # Text after its line, its run never seen at work. Its end recorded nowhere: a
+            # later run begun and ended between two checks, with no line of its own, fits as
+            # well (seeds 1600075, 1600101). A supervisor's record names the run and dates its
+            # end, but not the line, which only its bytes' place dates (after the watch's last
+            # look before the run): an unseen run gone before the record's start that wrote the
+            # line fits as well (seeds 3000556, 3000712, 4001261).
             return EITHER, (
                 f"text after run {run.index}'s completion line, and the watch never saw run"
-                f" {run.index} at work: an unseen run before it may have written the line"
+                f" {run.index} at work: an unseen run "
+                + (
+                    "before it may have written the line"
+                    if supervised
+                    else "after it may have written the text"
+                )
             )
     if "log" in d.signals and not (launched or supervised):
         rx = re.compile(d.complete)
         own = [i for i, line in enumerate(run.lines) if rx.search(line)]
-        if own and run.lines[own[-1] + 1 :] and not saw:
-            # Text after its line, its end recorded nowhere, its process never seen: a later
-            # run begun and ended between two checks, with no line of its own, fits as well
-            # (seeds 1600075, 1600101).
-            return EITHER, (
-                f"text after run {run.index}'s completion line, and the watch never saw run"
-                f" {run.index} alive: a later run, unseen, may have written it"
-            )
         if (
             own
             and saw
