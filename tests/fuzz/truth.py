@@ -608,4 +608,24 @@ def failed_allowed(
             if not (met and run.status == 0):
                 return True, ""
             why = f"run {run.index} exited 0 and meets the definition"
+    if (
+        "log" in d.signals
+        and "process" not in d.signals
+        and not record_read(d, scope)
+        and scope.launched is None
+    ):
+        # Nothing but the log tells one run from the next: an earlier run's error line with
+        # the latest run's text after it reads as one run's error and the output that came
+        # after it (a teardown's, a `wandb: Synced`), which the product takes for a failure
+        # where no `progress` line says work went on (seeds 4101442, 4101610). Allowed, as
+        # `complete` is where the evidence cannot tell which run wrote what.
+        latest = snap.runs[-1] if snap.runs else None
+        erred = [
+            r
+            for r in snap.runs[:-1]
+            if any(ERROR.search(line) for line in r.lines)
+            and (scope.since_lo is None or r.started > scope.since_lo - SINCE_SLACK)
+        ]
+        if erred and latest is not None and latest.lines:
+            return True, ""
     return False, why
