@@ -66,6 +66,10 @@ from tests.fuzz.history import run_seed
         # there, skipped them and exited 0 (recorded). "Nothing ties it to this run", for
         # good: its own exit 0 on record does.
         4000781,
+        # A docker stage watched first after container 2 ended, with a since before
+        # container 1: container 1's completion line completed container 2, which wrote none
+        # (2 hard false completes). The first record a since-bound watch reads is the run.
+        4101729,
     ],
 )
 def test_a_found_history_is_graded_right_on_both_sides(seed: int) -> None:

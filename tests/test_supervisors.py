@@ -465,6 +465,38 @@ def test_a_since_watch_never_takes_the_last_containers_line_for_a_new_ones(stand
     assert State.COMPLETE not in states, states
 
 
+@pytest.mark.parametrize("second_writes_the_line", [False, True])
+def test_a_since_before_two_containers_first_watched_after_both_is_the_latest_ones(
+    stand, host, tmp_path, second_writes_the_line
+) -> None:
+    """A watch begun after container 2 ended, with a since before container 1: container 1
+    wrote the completion line and exited 0, container 2 (the latest since the since) wrote
+    progress and exited 0 with no line. Container 1's line completed container 2 (fuzzer
+    seed 4101729, a hard false complete): the first record a since-bound watch reads is the
+    run, from the record's start. Container 2 with a line of its own completes."""
+    log = tmp_path / "web.log"
+    stage = _docker_stage(
+        stand, log={"path": str(log), "complete": "^DONE$", "progress": r"\[(?P<done>\d+)/5\]"}
+    )
+    since = time.time()
+    time.sleep(0.05)
+    start1 = time.time()
+    log.write_text("[5/5]\nDONE\n")
+    stand.container("web", status="exited", cid=CID, started=start1, finished=time.time(), exit_code=0)
+    time.sleep(1.1)
+    start2 = time.time()
+    time.sleep(0.3)  # its first words come after its start (an interpreter's import)
+    with open(log, "a") as f:
+        f.write("[1/5]\n[5/5]\n" + ("DONE\n" if second_writes_the_line else ""))
+    stand.container("web", status="exited", cid=CID2, started=start2, finished=time.time(), exit_code=0)
+    checker = Checker(stage_from_dict(stage), host=host, since=since)
+    states = [checker.check().state for _ in range(4)]
+    if second_writes_the_line:
+        assert states[-1] is State.COMPLETE, (states, checker.last.reasons if checker.last else None)
+    else:
+        assert State.COMPLETE not in states, (states, checker.last.reasons if checker.last else None)
+
+
 def test_an_earlier_containers_error_after_the_since_fails_no_run_of_its_own(stand, host, tmp_path) -> None:
     """A --since given 1.5 s into container 1's life: it writes a CUDA error after the since
     and exits 1. That is an earlier run's end and an earlier run's error: the run asked for

@@ -353,16 +353,17 @@ def _read(
         elif (
             run is not None
             and run.source == "since"
-            and memory.identity is not None
             and memory.identity != record.identity
             and record.started_at is not None
         ):
-            # Another container, invocation or job since the one this watch saw: the latest
-            # run since the start given decides, and nothing of the last one (its end, its
-            # outputs' memory) holds for it (fuzzer seeds 87, 105, 159: container 1's end
-            # made container 2's outputs "written after the job was over", unknown for good).
-            # Its start is the record's (to its precision), never the start given: what was
-            # written between the two is the last run's (fuzzer seed 57).
+            # Another container, invocation or job since the one this watch saw, or the first
+            # this watch sees: the latest run since the start given decides, and nothing of
+            # the last one (its end, its outputs' memory) holds for it (fuzzer seeds 87, 105,
+            # 159: container 1's end made container 2's outputs "written after the job was
+            # over", unknown for good). Its start is the record's (to its precision), never
+            # the start given: what was written between the two is the last run's (fuzzer
+            # seed 57; seed 4101729: a watch begun after container 2 with a since before
+            # container 1 took container 1's completion line for container 2's).
             run = replace(
                 run,
                 supervised=record.identity,
