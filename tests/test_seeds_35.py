@@ -70,6 +70,8 @@ from tests.fuzz.history import run_seed
         # container 1: container 1's completion line completed container 2, which wrote none
         # (2 hard false completes). The first record a since-bound watch reads is the run.
         4101729,
+        # The same route through an edited definition and three runs (7 hard false completes).
+        4102031,
     ],
 )
 def test_a_found_history_is_graded_right_on_both_sides(seed: int) -> None:
