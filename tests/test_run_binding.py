@@ -699,3 +699,25 @@ def test_a_launch_record_reads_back_as_the_run_it_was_written_from() -> None:
     record = launch_record("extract", "gpu-1", run, log="/data/extract.log", command="python x.py", cwd=None)
     assert record["cwd"] == "" and record["pid"] == 4455 and record["log"] == "/data/extract.log"
     assert run_from_record(record) == run
+
+
+@pytest.mark.parametrize(
+    ("started", "slack", "first_check", "afresh"),
+    [
+        (100.5, 0.0, 100.0, True),  # docker's nanoseconds: begun after the first check
+        (99.5, 0.0, 100.0, False),  # begun before it
+        # systemd's and Slurm's whole seconds, rounded down: read 100, begun in [100, 101).
+        (100.0, 1.0, 100.4, True),  # may have begun after the first check (adversary 41)
+        (99.0, 1.0, 100.4, False),  # surely before it
+    ],
+)
+def test_a_records_first_run_binds_afresh_where_it_may_have_begun_after_the_first_check(
+    started: float, slack: float, first_check: float, afresh: bool
+) -> None:
+    from sensors._check.checker import _Memory, _named_since_first
+    from sensors._run.run import Run
+
+    mem = _Memory()
+    mem.first_check_at = first_check
+    run = Run(source="supervisor", started_at=started, supervised="unit@x", slack=slack)
+    assert _named_since_first(run, mem) is afresh

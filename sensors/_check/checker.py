@@ -79,14 +79,15 @@ def _owned_by(end: SeenEnd) -> float:
 
 
 def _named_since_first(run: Run | None, mem: _Memory) -> bool:
-    """Whether ``run`` is a supervisor's record's run that began after this watch's first
-    check (and this is not that check)."""
+    """Whether ``run`` is a supervisor's record's run that may have begun after this watch's
+    first check (and this is not that check): to the record's precision (systemd's and
+    Slurm's whole seconds, rounded down: a start read S may be as late as S + 1)."""
     return (
         run is not None
         and run.source == "supervisor"
         and run.started_at is not None
         and mem.first_check_at is not None
-        and run.started_at > mem.first_check_at
+        and run.started_at + (run.slack or 0.0) > mem.first_check_at
     )
 
 
