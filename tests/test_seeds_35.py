@@ -72,6 +72,10 @@ from tests.fuzz.history import run_seed
         4101729,
         # The same route through an edited definition and three runs (7 hard false completes).
         4102031,
+        # The same route again (since+docker, serve+docker): 1 and 7 hard false completes at
+        # 6f0b386, 0 since 15e895b.
+        4102295,
+        4102355,
     ],
 )
 def test_a_found_history_is_graded_right_on_both_sides(seed: int) -> None:

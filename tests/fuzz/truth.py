@@ -610,11 +610,12 @@ def failed_allowed(
             why = f"run {run.index} exited 0 and meets the definition"
     if (
         "log" in d.signals
-        and "process" not in d.signals
+        and not process_sees(d, scope)
         and not record_read(d, scope)
         and scope.launched is None
     ):
-        # Nothing but the log tells one run from the next: an earlier run's error line with
+        # Nothing but the log tells one run from the next (no process section, or one whose
+        # match misses the job: seed 4102314): an earlier run's error line with
         # the latest run's text after it reads as one run's error and the output that came
         # after it (a teardown's, a `wandb: Synced`), which the product takes for a failure
         # where no `progress` line says work went on (seeds 4101442, 4101610). Allowed, as
