@@ -280,6 +280,8 @@ def _rules(
             )
         )
     ]
+    if not held and (why := _chief_line_unowned(nodes)):
+        held = [(chief, why)]
     if not held and memory is not None and memory.later_elsewhere is not None:
         # Node 0's line is the last run's: another host's job began again after node 0's
         # ranks were all gone, and node 0's has not (a run whose node 0 never started).
@@ -516,6 +518,36 @@ def _process_started(verdict: Verdict) -> float | None:
     p = verdict.readings.get("process")
     started = p.evidence.get("started_at") if p is not None else None
     return float(started) if isinstance(started, (int, float)) else None
+
+
+def _chief_line_unowned(nodes: Sequence[NodeCheck]) -> str:
+    """Why node 0's completion line is not known to be its own ("" when it is): no process of
+    node 0 was seen in this watch (nor launched there), none of its processes is known to
+    have written the line, and the log is the stage's one log (read on node 0 alone) or one
+    another node reads at the same path (no ``{host}`` or ``{node}`` in it): a `complete`
+    pattern that matches any rank's line finds another node's there (multi-host fuzzer seed
+    2965: rank 0 never started, rank 1's `rank 1 done` completed node 0)."""
+    chief = nodes[0].verdict
+    p, lg = chief.readings.get("process"), chief.readings.get("log")
+    if p is None or lg is None or lg.says is not Says.DONE or p.says is not Says.DONE:
+        return ""
+    if p.evidence.get("seen_alive") or p.evidence.get("launched") or lg.evidence.get("complete_writers"):
+        return ""
+    path = lg.evidence.get("path")
+    others = [node.verdict.readings.get("log") for node in nodes[1:]]
+    # The stage's one log (read on node 0 alone: no {host}, {node} or {rank} in its path), or
+    # a path another node reads too.
+    shared = len(nodes) > 1 and (
+        all(other is None for other in others)
+        or any(other is not None and other.evidence.get("path") == path for other in others)
+    )
+    if not shared:
+        return ""
+    return (
+        f"{nodes[0].host} (node 0): no job process seen there in this watch, and its completion line"
+        " is in a log that is not node 0's alone (no {host} or {node} in its path): it may be another"
+        " node's, and node 0's ranks may never have run"
+    )
 
 
 def _run_start(verdict: Verdict) -> float | None:
