@@ -624,7 +624,7 @@ _HIDEPID = re.compile(r"(?:^|,)hidepid=(1|2|4|noaccess|invisible|ptraceable)(?:,
 _PROC_GID = re.compile(r"(?:^|,)gid=(\d+)(?:,|$)")
 
 
-def blindness(fields: dict[str, str], procmounts: list[str]) -> str | None:
+def blindness(fields: dict[str, str], hidepid: str | None) -> str | None:
     """Why a probe with these facts cannot see every process of the host, or None.
 
     - In a PID namespace of its own (crosscheck in a container, the job on the host), /proc
@@ -633,6 +633,7 @@ def blindness(fields: dict[str, str], procmounts: list[str]) -> str | None:
       users' processes from a probe that is not root and not in the mount's ``gid=`` group.
 
     A fact the probe could not read (an old kernel, no readlink) is no claim either way.
+    ``hidepid``: :func:`hidepid_blindness` of the same facts (read once per probe).
     """
     pidns = fields.get("pidns", "")
     if pidns.startswith("pid:[") and pidns != _INIT_PID_NS:
@@ -640,7 +641,7 @@ def blindness(fields: dict[str, str], procmounts: list[str]) -> str | None:
             f"the probe runs in a PID namespace of its own ({pidns}), not the host's: processes"
             " outside it are not in its /proc"
         )
-    return hidepid_blindness(fields, procmounts)
+    return hidepid
 
 
 def hidepid_blindness(fields: dict[str, str], procmounts: list[str]) -> str | None:
@@ -690,6 +691,7 @@ def parse_meta(body: bytes | None, known: Static | None = None, end: bytes | Non
         m = re.match(r"(\d+)", fields.get("now", ""))
         now = float(m.group(1)) if m else None
         coarse = now is not None
+    hidepid = hidepid_blindness(fields, procmounts)
     return Meta(
         now=now,
         uptime=num("uptime"),
@@ -707,11 +709,11 @@ def parse_meta(body: bytes | None, known: Static | None = None, end: bytes | Non
         ),
         sed_nul=fields["sed_nul"] == "5" if "sed_nul" in fields else bool(known and known.sed_nul),
         now_end=_end_clock(end),
-        hidden=blindness(fields, procmounts),
+        hidden=blindness(fields, hidepid),
         view=_view(fields, procmounts),
         euid=num("euid", int),
         pidns=fields.get("pidns") or None,
-        hidepid=hidepid_blindness(fields, procmounts),
+        hidepid=hidepid,
     )
 
 

@@ -942,8 +942,8 @@ def read_log(
     # CUDA error after it and exited 1, and a watch with only a log failed the run it asked
     # for, not yet begun).
     no_own = job is None or (not job.live and not job.previous)
-    only_earlier = (job is not None and (memory.earlier_alive or bool(job.earlier)) and no_own) or (
-        earlier_record and no_own
+    only_earlier = no_own and (
+        earlier_record or (job is not None and (memory.earlier_alive or bool(job.earlier)))
     )
     if scan.error_line is not None and scan.error_line != memory.error_line and only_earlier:
         earlier_error = scan.error_line
