@@ -11,7 +11,8 @@ each node's local rank 0 writes ``node N done`` to its log, and the rank exits 0
 With ``SPAN_RANK_LOGS=P`` (P ranks a node) each rank also writes a log of its own,
 ``DIR/rank<G>.log`` (G = N * P + R, its global rank): a step line as it works and ``rank G
 done`` as it ends; with ``DIR/mute-rank<G>`` it ends without that line, and with
-``DIR/error-rank<G>`` it writes ``ERROR rank G`` and exits 1 at once.
+``DIR/error-rank<G>`` it writes ``ERROR rank G`` and exits 1 at once. Every rank but global rank
+0 then leaves at a closing barrier: once rank 0 has written its lines (2 s at most).
 """
 
 from __future__ import annotations
@@ -69,6 +70,18 @@ def main() -> int:
     if mine is not None and not os.path.exists(os.path.join(folder, f"mute-rank{node * per_node + rank}")):
         with open(mine, "a") as f:
             f.write(f"rank {node * per_node + rank} done\n")
+    chief = os.path.join(folder, "chief-done")
+    if node == 0 and rank == 0:
+        with open(chief, "w"):
+            pass
+    elif per_node:
+        # The closing barrier (torch's destroy_process_group, a last all_reduce): a rank leaves
+        # once the chief has written its lines (2 s at most, as above). Without it a worker could
+        # exit while the chief still writes, which a test of "workers that end after the
+        # chief's line" must not leave to the scheduler.
+        until = time.monotonic() + 2.0
+        while not os.path.exists(chief) and time.monotonic() < until:
+            time.sleep(0.02)
     return 0
 
 
