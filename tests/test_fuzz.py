@@ -368,6 +368,15 @@ def test_the_obligation(snap, definition, scope, sightings, clean, kind) -> None
             Definition(signals=("log", "outputs"), expected=4), Scope(since_lo=115.0), True,
             id="alive at the since, failed after it, no process section: reads as the run asked for",
         ),
+        pytest.param(
+            _snap(RunFacts(1, 100.0, text="[4/4]\nExtraction complete\n"), files=2),
+            replace(FULL, match_hits=False), Scope(), True,
+            id="alive after its line, outputs short, a match that misses it: reads as ended short (seed 4202171)",
+        ),
+        pytest.param(
+            _snap(RunFacts(1, 100.0, text="[4/4]\nExtraction complete\n"), files=2), FULL, Scope(), False,
+            id="alive after its line, outputs short, its process in sight: not failed",
+        ),
     ],
 )  # fmt: skip
 def test_failed_allowed(snap, definition, scope, allowed) -> None:
