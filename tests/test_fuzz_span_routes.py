@@ -273,3 +273,66 @@ def _checks(checker: SpanChecker, n: int) -> list[Verdict]:
         time.sleep(0.35)
         out.append(checker.check())
     return out
+
+
+# --- a rank last seen within a second of node 0's run: the clocks' measured offsets order it --
+#
+# Multi-host fuzzer seed 3210 (per_host 1, success chief): run 2's rank on node 1 was last seen
+# alive 0.5 s before node 0's run 3 began; run 3 never started there, and node 0's rank wrote
+# its line and exited 0. A fixed second (CLOCKS_APART) counted the sighting as run
+# 3's: complete. The offsets measured in each check's round trip (a few ms) order the two.
+
+RUN_3 = NOW - 10.0
+
+
+def _chief_run_3(ahead: tuple[float, float] | None) -> NodeCheck:
+    verdict = Verdict(
+        "t",
+        State.COMPLETE,
+        ("a complete",),
+        {"process": _gone(NOW - 1.0, pid=5), "log": _r("log", Says.DONE, size=30, complete_writers=[5])},
+        NOW,
+        "a",
+        run={"source": "log", "started_at": "1970-01-12T13:46:30.000+00:00"},  # RUN_3
+    )
+    return NodeCheck("a", verdict, ahead=ahead)
+
+
+def _rank_last_seen(at: float, ahead: tuple[float, float] | None, *, until: bool = True) -> NodeCheck:
+    seen = {"pid": 9, "cpu_seconds": 0.1, "at": at, **({"until": at + 0.02} if until else {})}
+    process = _r("process", Says.DONE, alive=0, seen_alive=True, cpu_seconds=None, last_seen_alive=seen)
+    verdict = Verdict("t", State.COMPLETE, ("b complete",), {"process": process}, NOW, "b", run=None)
+    return NodeCheck("b", verdict, ahead=ahead)
+
+
+SAME = (-0.004, 0.004)  # a loopback host's round trip: the clocks one, to 4 ms
+
+
+@pytest.mark.parametrize(
+    ("last_at", "b_ahead", "until", "state"),
+    [
+        pytest.param(RUN_3 - 0.5, SAME, True, State.UNKNOWN, id="0.5 s before, offsets measured: run 2's (seed 3210)"),
+        pytest.param(RUN_3 + 0.5, SAME, True, State.COMPLETE, id="0.5 s after, offsets measured: run 3's"),
+        pytest.param(
+            RUN_3 - 0.5, (-0.9, -0.7), True, State.COMPLETE,
+            id="0.5 s before on a clock 0.7-0.9 s behind: after on this machine's, run 3's",
+        ),
+        pytest.param(
+            RUN_3 + 0.5, (0.7, 0.9), True, State.UNKNOWN,
+            id="0.5 s after on a clock 0.7-0.9 s ahead: before on this machine's, run 2's",
+        ),
+        pytest.param(RUN_3 - 0.5, None, True, State.COMPLETE, id="offset not measured: within the fixed second"),
+        pytest.param(RUN_3 - 0.5, SAME, False, State.COMPLETE, id="a memory without the sighting's end: the fixed second"),
+        pytest.param(RUN_3 - 1.5, None, True, State.UNKNOWN, id="offset not measured, 1.5 s before: run 2's"),
+    ],
+)  # fmt: skip
+def test_fuzz_span_seed_3210_a_rank_last_seen_just_before_node_0s_run(
+    last_at: float, b_ahead: tuple[float, float] | None, until: bool, state: State
+) -> None:
+    nodes = [_chief_run_3(SAME), _rank_last_seen(last_at, b_ahead, until=until)]
+    verdict, _ = decide_across(
+        "t", nodes, PolicySpec(success="chief", exit_grace=0.3), 1, AcrossMemory(), NOW
+    )
+    assert verdict.state is state, verdict.reasons
+    if state is State.UNKNOWN:
+        assert "no job process seen in this watch since node 0's run began" in " ".join(verdict.reasons)

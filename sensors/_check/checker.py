@@ -362,6 +362,11 @@ class Checker(Following):
         self._began = time.time() if began is None else min(time.time(), began)
         self._sent_at: float | None = None
         self._answered_at: float | None = None
+        #: The least and the most the host's clock was ahead of this machine's at the last
+        #: check, measured in its round trip (:meth:`_ahead`); None: not measured (no answer
+        #: yet, or one whose round trip is not known). A stage over several hosts orders the
+        #: hosts' times by it (``sensors._verdict.across``).
+        self.clock_ahead: tuple[float, float] | None = None
         self._watch_began: float | None = None
         # Whether this watch has read the host itself: what it saw (a later run at work, say)
         # is in its memory and nowhere else, so a confirmation checks with it too.
@@ -639,6 +644,8 @@ class Checker(Following):
             )
         self._remember_static(meta)
         self._checked_here = True
+        measured = type(self.host) is LocalHost or self._answered_at is not None
+        self.clock_ahead = self._ahead(meta) if measured else None
         first = mem.first_check_at is None and mem.run is None and self.watch_start_binds
         if mem.first_check_at is None:
             mem.first_check_at = meta.now

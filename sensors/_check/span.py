@@ -192,7 +192,10 @@ class SpanChecker(Following):
             if reading is not None:
                 ranks[k][f"log#rank{rank}"] = reading
         verdicts = verdicts[: len(self.nodes)]
-        nodes = [NodeCheck(label, v, r) for label, v, r in zip(self.labels, verdicts, ranks, strict=True)]
+        nodes = [
+            NodeCheck(label, v, r, probe.clock_ahead)
+            for label, v, r, probe in zip(self.labels, verdicts, ranks, self.nodes, strict=True)
+        ]
         # The verdict's own times (when it was checked, since when it holds) on one clock, this
         # machine's: the latest of the hosts' was whichever host's was ahead, or this
         # machine's for a host that could not be read, and a state held while that changed

@@ -220,10 +220,12 @@ CLOCKS_APART = _row(
     "CLOCKS_APART",
     1.0,
     "host_clock_offset",
-    "how far two hosts' clocks may be apart in a stage over several hosts (across.py): a"
-    " rank last seen alive this long before node 0's run began was an earlier run's. A"
-    " choice (NTP keeps them closer), not the offset measured in the probe's round trip"
-    " (was across.py's _CLOCKS_APART).",
+    "how far two hosts' clocks may be apart in a stage over several hosts (across.py) where"
+    " the offsets measured in the probes' round trips cannot order two times: a rank's log"
+    " written this long after node 0's ranks were last seen (a file server's clock), and a"
+    " rank last seen alive this long before node 0's run began where an offset is not measured"
+    " yet (otherwise the measured offsets order the two: multi-host fuzzer seed 3210). A"
+    " choice (NTP keeps them closer) (was across.py's _CLOCKS_APART).",
 )
 
 

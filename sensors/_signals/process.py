@@ -1389,7 +1389,14 @@ def _remember(
         # Seen alive: this run's job only (an earlier run's process, still alive when the
         # run began, is no evidence that this run's job ran and exited).
         last_seen=(
-            {"pid": main["pid"], "cpu_seconds": job.cpu_seconds, "at": meta.now}
+            # ``until``: the probe's clock read after its /proc scan, the latest the sighting
+            # can have been (``at`` is read before it).
+            {
+                "pid": main["pid"],
+                "cpu_seconds": job.cpu_seconds,
+                "at": meta.now,
+                **({"until": meta.now_end} if meta.now_end is not None else {}),
+            }
             if job.this_run_alive and main
             else memory.last_seen
         ),

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 
 from sensors._base.model import Reading, Says, State, Verdict
 from sensors._config.stage import PolicySpec
-from sensors._run.tolerances import CLOCKS_APART
+from sensors._run.tolerances import CLOCKS_APART, PROC_START_TICKS
 
 __all__ = ["AcrossMemory", "NodeCheck", "decide_across"]
 
@@ -47,6 +47,9 @@ class NodeCheck:
     host: str
     verdict: Verdict
     ranks: Mapping[str, Reading] = field(default_factory=dict)
+    #: The least and the most its host's clock was ahead of the checking machine's, measured
+    #: in the check's round trip (``Checker.clock_ahead``); None: not measured.
+    ahead: tuple[float, float] | None = None
 
     @property
     def readings(self) -> dict[str, Reading]:
@@ -268,15 +271,27 @@ def _rules(
     start = _run_start(chief.verdict)
     began = memory.chief_began if memory is not None else None
     before = memory.pids_before if memory is not None else {}
+    precision = (chief.verdict.run or {}).get("precision_s")
+    precision = max(PROC_START_TICKS, precision if isinstance(precision, (int, float)) else 0.0)
     if began is not None and (start is None or began > start):
         start = began  # node 0's job began again, sooner than its verdict's run tells
+        precision = PROC_START_TICKS  # a process's start, read from /proc
     after = _unseen_run_after(chief.verdict)
     held = [
         (node, why)
         for k, node in enumerate(nodes)
         if (
             why := _not_done(
-                k, node, policy, per_host, most, start, after, frozenset(before.get(node.host, ()))
+                k,
+                node,
+                policy,
+                per_host,
+                most,
+                start,
+                after,
+                frozenset(before.get(node.host, ())),
+                chief.ahead,
+                precision,
             )
         )
     ]
@@ -578,6 +593,31 @@ def _unseen_run_after(verdict: Verdict) -> float | None:
     return float(at) if p.evidence.get("seen_alive") and isinstance(at, (int, float)) else None
 
 
+def _seen_before(
+    last: object,
+    ahead: tuple[float, float] | None,
+    start: float,
+    chief_ahead: tuple[float, float] | None,
+    precision: float = PROC_START_TICKS,
+) -> bool:
+    """Whether a rank's last sighting (``last_seen_alive``: its host's clock) was before node
+    0's run began (``start``: node 0's clock, to ``precision``) whatever the two
+    hosts' measured clock offsets allow: the sighting's latest moment (the probe's clock read
+    after its scan), moved to the checking machine's clock at the most it can be, is before
+    the start moved there at the least. Where either offset is not measured, or the sighting's
+    latest moment was not recorded (a memory from before it was), by :data:`CLOCKS_APART`.
+    A fixed second let run 2's rank, last seen 0.5 s before run 3 began, stand for run 3's
+    (multi-host fuzzer seed 3210: under chief, node 1 never started in run 3, complete)."""
+    if not isinstance(last, Mapping):
+        return False
+    at, until = last.get("at"), last.get("until")
+    if not isinstance(at, (int, float)):
+        return False
+    if ahead is None or chief_ahead is None or not isinstance(until, (int, float)):
+        return at < start - CLOCKS_APART
+    return until - ahead[0] < start - precision - chief_ahead[1]
+
+
 def _not_done(
     k: int,
     node: NodeCheck,
@@ -587,9 +627,13 @@ def _not_done(
     start: float | None,
     after: float | None = None,
     before: frozenset[int] = frozenset(),
+    chief_ahead: tuple[float, float] | None = None,
+    start_precision: float = PROC_START_TICKS,
 ) -> str:
     """Why node ``k`` is not done ("" when it is). ``after``: node 0's line is a run's that no
-    check saw, begun after this moment (:func:`_unseen_run_after`)."""
+    check saw, begun after this moment (:func:`_unseen_run_after`). ``chief_ahead``: node 0's
+    host's clock offset (:attr:`NodeCheck.ahead`); ``start_precision``: how far ``start`` may
+    be after the truth."""
     v = node.verdict
     if k == 0 and v.state is not State.COMPLETE:
         return f"{node.host} (node 0): {v.state}: {v.reasons[0] if v.reasons else ''}".rstrip(": ")
@@ -636,7 +680,7 @@ def _not_done(
     if k > 0 and p is not None:
         last = p.evidence.get("last_seen_alive")
         last_at = last.get("at") if isinstance(last, Mapping) else None
-        earlier = isinstance(last_at, (int, float)) and start is not None and last_at < start - CLOCKS_APART
+        earlier = start is not None and _seen_before(last, node.ahead, start, chief_ahead, start_precision)
         if after is not None:
             # Node 0's line is an unseen later run's: ranks seen here count only when seen
             # clearly after node 0's were last seen (the clocks apart), and a line of its own
