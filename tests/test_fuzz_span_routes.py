@@ -336,3 +336,41 @@ def test_fuzz_span_seed_3210_a_rank_last_seen_just_before_node_0s_run(
     assert verdict.state is state, verdict.reasons
     if state is State.UNKNOWN:
         assert "no job process seen in this watch since node 0's run began" in " ".join(verdict.reasons)
+
+
+# --- node 0 gone with the outputs short while node 1 still works ------------------------------
+#
+# Multi-host fuzzer seeds 2066, 2311, 2314, 2941, 2968, 2985, 2998, 3049, 3149: rank 0 wrote its
+# line and exited with the shared outputs short while node 1's ranks still worked. Node 0's own
+# verdict (one host's rule: outputs short for good after its job's end) failed the stage. The
+# outputs are shared storage: ranks alive elsewhere may still write them.
+
+
+def _chief_short(count: int) -> NodeCheck:
+    readings = {
+        "process": _gone(NOW - 1.0, pid=5),
+        "log": _r("log", Says.DONE, size=30, complete_writers=[5]),
+        "outputs": _r("outputs", Says.WORKING, count=count, expected=2),
+    }
+    verdict = Verdict("t", State.FAILED, ("outputs short: 1/2 outputs",), readings, NOW, "a", run=None)
+    return NodeCheck("a", verdict)
+
+
+@pytest.mark.parametrize(
+    ("node_1", "state"),
+    [
+        pytest.param(_running("b", _ranks(9)), State.RUNNING, id="node 1 at work: it may still write them"),
+        pytest.param(_node("b", _gone(NOW - 1.0, pid=9)), State.FAILED, id="node 1 gone too: failed"),
+    ],
+)
+@pytest.mark.parametrize("success", ["all", "chief"])
+def test_node_0_gone_with_the_outputs_short_fails_once_every_rank_is_gone(
+    node_1: NodeCheck, state: State, success: str
+) -> None:
+    policy = PolicySpec(success=success, stall_after=60.0, exit_grace=0.3)
+    verdict, _ = decide_across("t", [_chief_short(1), node_1], policy, 1, AcrossMemory(), NOW)
+    assert verdict.state is state, verdict.reasons
+    if state is State.RUNNING:
+        assert "the outputs are shared, and they may still write them" in verdict.reasons[0], verdict.reasons
+    else:
+        assert "outputs short" in verdict.reasons[0], verdict.reasons

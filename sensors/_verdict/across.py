@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from sensors._base.model import Reading, Says, State, Verdict
 from sensors._config.stage import PolicySpec
 from sensors._run.tolerances import CLOCKS_APART, PROC_START_TICKS
+from sensors._verdict.progress import short
 
 __all__ = ["AcrossMemory", "NodeCheck", "decide_across"]
 
@@ -213,7 +214,14 @@ def _rules(
     every = _readings(nodes)
     # Rule 1: a failure some node's own evidence shows.
     waiting = [n for n in nodes if (alive[n.host] or 0) > 0]
+    # Node 0's ranks gone with the outputs short is a failure on one host, not yet across
+    # several: the outputs are shared storage, and ranks alive on another node may still write
+    # them (a shard per rank). Failed once they end so (multi-host fuzzer seeds 2066, 2311,
+    # 2314, 2941, 2968, 2985, 2998, 3049, 3149: node 0 failed while node 1 still worked).
+    short_held = _only_short(chief) and any(n is not chief for n in waiting)
     for k, node in enumerate(nodes):
+        if k == 0 and short_held:
+            continue
         # A rank's log is named (``log#rank3: ...``): the host's own readings need no name.
         failed = [
             f"{name}: {r.detail}" if name in node.ranks else r.detail
@@ -252,6 +260,22 @@ def _rules(
             ],
             every,
         )
+    if short_held:
+        o = chief.verdict.readings["outputs"]
+        live = ", ".join(f"{n.host} ({alive[n.host]})" for n in waiting if n is not chief)
+        reasons = [
+            f"{chief.host} (node 0): its ranks are gone with the outputs short ({o.detail}), but"
+            f" ranks are alive on {live}: the outputs are shared, and they may still write them;"
+            " failed if they end with the outputs short",
+            *_others(nodes, chief, policy),
+        ]
+        if lost:
+            reasons.insert(
+                0,
+                f"{_all_lost(lost, alive, most, per_host, lost_at, gone or {})}; if the others make no"
+                f" progress for {policy.stall_after:g}s, it is a collective waiting for a lost rank",
+            )
+        return State.RUNNING, reasons, every
     # Rule 3: a node that cannot be read. Each one is named with its own cause: the person on
     # call mends every host the stage waits for, not the first alone.
     unread = [node for node in nodes if _unreadable(node.verdict)]
@@ -526,6 +550,22 @@ def _hms(ts: float) -> str:
 def _unreadable(verdict: Verdict) -> bool:
     """The host could not be asked (no reading has a time on its clock)."""
     return all(r.read_at is None for r in verdict.readings.values())
+
+
+def _only_short(node: NodeCheck) -> bool:
+    """Whether the node's verdict failed on the output count alone: its outputs short, its
+    log's completion line found (or no log), no reading that says failed (an error line, an
+    exit status)."""
+    v = node.verdict
+    o, lg = v.readings.get("outputs"), v.readings.get("log")
+    return (
+        v.state is State.FAILED
+        and o is not None
+        and o.says is Says.WORKING
+        and short(o)
+        and (lg is None or lg.says is Says.DONE)
+        and not any(r.says is Says.FAILED for r in v.readings.values())
+    )
 
 
 def _process_started(verdict: Verdict) -> float | None:
