@@ -58,6 +58,13 @@ from tests.fuzz.history import run_seed
         # (false failed). An error line while the supervisor's latest record is an earlier
         # run's is that run's.
         4000132,
+        # Three watches on one store; the holder, gone quiet with its lease live, had saved
+        # run 2's failed (4 of 6 records). Run 3 wrote all 6 and exited 0. A follower confirms
+        # a holder's final verdict by a check from the holder's memory, adopted afresh at every
+        # check: run 2's count stayed its "last check", and the follower said "outputs 6/6;
+        # confirming they stopped changing" for good (missed). The holder's memory goes on from
+        # the follower's last confirmation now; the two disagree until the lease ends.
+        4300562,
         # An outputs-only stage: run 1 launched and exited 1, run 2 started by hand wrote
         # every output; a watch of the launch whose probe (another user) could not read the
         # exit record completed (12 hard false completes). An unreadable record is unknown.

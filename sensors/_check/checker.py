@@ -174,6 +174,9 @@ class Following:
     _saving: bool
     _told_not_ours: bool
     _checked_here: bool
+    #: The holder's memory as this watch's confirmations advanced it: (which save of the
+    #: holder's it began from, that memory). See :meth:`_confirmed`.
+    _confirming: tuple[Any, Any] | None = None
 
     @property
     def own_run(self) -> OwnRun:
@@ -247,10 +250,21 @@ class Following:
         memory = self._persist.restore().memory or {}
         self._saving = False
         checks = []
-        if is_this_run(memory.get("run"), self.own_run) and isinstance(memory.get("last"), Verdict):
+        last = memory.get("last")
+        if is_this_run(memory.get("run"), self.own_run) and isinstance(last, Verdict):
             own = self._own_memory() if self._checked_here else None
-            self._as_holder(memory)
+            # The holder's memory goes on from this watch's last confirmation while the holder
+            # has saved nothing since (one gone quiet with its lease still live). Adopted
+            # afresh at every check, its "since the last check" stayed the holder's last
+            # check: outputs that changed before it were "confirming they stopped changing"
+            # at every confirmation, and the watch never completed (fuzzer seed 4300562).
+            save = (last.checked_at, last.state, last.reasons)
+            if self._confirming is not None and self._confirming[0] == save:
+                self._restore_own(self._confirming[1])
+            else:
+                self._as_holder(memory)
             checks.append(self._check())
+            self._confirming = (save, self._own_memory())
             if own is not None:
                 self._restore_own(own)  # kept: what this watch saw itself
                 checks.append(self._check())
