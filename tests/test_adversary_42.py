@@ -6,6 +6,7 @@ or left; each failed before its fix."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -51,7 +52,9 @@ def test_a_rank_last_seen_1_5_s_before_node_0s_run_is_not_its(
     chief_ahead: tuple[float, float], b_ahead: tuple[float, float]
 ) -> None:
     nodes = [_chief_run_3(chief_ahead), _rank_seen(RUN_3 - 1.5, b_ahead)]
-    verdict, _ = decide_across("t", nodes, PolicySpec(success="chief", exit_grace=0.3), 1, AcrossMemory(), NOW)
+    verdict, _ = decide_across(
+        "t", nodes, PolicySpec(success="chief", exit_grace=0.3), 1, AcrossMemory(), NOW
+    )
     assert verdict.state is not State.COMPLETE, verdict.reasons
     assert "no job process seen in this watch since node 0's run began" in " ".join(verdict.reasons)
 
@@ -97,14 +100,7 @@ def _hung(at: float) -> NodeCheck:
 
 
 def _chief_short_at(at: float) -> NodeCheck:
-    chief = _chief_short(1)
-    return NodeCheck("a", replace_checked(chief.verdict, at))
-
-
-def replace_checked(v: Verdict, at: float) -> Verdict:
-    from dataclasses import replace
-
-    return replace(v, checked_at=at)
+    return NodeCheck("a", replace(_chief_short(1).verdict, checked_at=at))
 
 
 @pytest.mark.parametrize("success", ["all", "chief"])
@@ -131,12 +127,73 @@ def test_node_0_short_with_node_1_at_work_stays_running() -> None:
     memory = AcrossMemory()
     v: Any = None
     for k, at in enumerate((NOW - 120.0, NOW - 61.0, NOW)):
-        node = _hung(at)
-        p = node.verdict.readings["process"]
-        ev = {**p.evidence, "cpu_seconds": 3.0 + 10 * k, "io_bytes": 1000 + k}
-        node = NodeCheck("b", replace_checked(node.verdict, at))
-        node = NodeCheck(
-            "b", Verdict("t", State.RUNNING, ("b running",), {"process": Reading("process", Says.WORKING, "w", ev, at)}, at, "b")
-        )
+        p = _hung(at).verdict.readings["process"]
+        working = replace(p, evidence={**p.evidence, "cpu_seconds": 3.0 + 10 * k, "io_bytes": 1000 + k})
+        node = NodeCheck("b", Verdict("t", State.RUNNING, ("b running",), {"process": working}, at, "b"))
         v, memory = decide_across("t", [_chief_short_at(at), node], policy, 1, memory, at)
     assert v.state is State.RUNNING, v.reasons
+
+
+# --- 3. a follower with no memory of its own advanced the holder's twice a confirmation ---------
+#
+# 49b3bcb carries the holder's memory from one confirmation to the next. A watch that never read
+# the host before it began to follow (started after the holder settled) keeps that memory as its
+# own after its first confirmation; from the second on, "once more with its own memory" checked
+# the very memory the first check had just advanced: two checks of one memory a few ms apart,
+# each a step of the settle count. Outputs rewritten in place by a writer the process signal does
+# not find (a hidden process), once every three confirmations, never stay unchanged for three
+# checks one interval apart; two of them ms apart counted, and the follower confirmed the
+# holder's complete while they still changed.
+
+
+def test_a_follower_with_no_memory_of_its_own_steps_the_settle_count_once_a_confirmation(
+    tmp_path: Any,
+) -> None:
+    import contextlib
+    import os
+    import signal
+    import uuid
+
+    from sensors import Checker, stage_from_dict
+    from sensors._hosts import LocalHost
+    from tests.test_false_complete_routes import _ended, _launched
+
+    host, tag = LocalHost(), f"adv42-{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "out"
+    out.mkdir()
+    log_path = str(tmp_path / "job.log")
+    write = f"import pathlib; [pathlib.Path('{out}', f'{{i}}.pt').write_text('x') for i in range(2)]"
+    run1, pid1 = _launched(host, log_path, f"import time; time.sleep(1.0); {write}", tag)
+    stage = stage_from_dict(
+        {
+            "stage": "adv42-follower",
+            "process": {"match": f"{tag}$"},
+            "outputs": {"files": str(out), "pattern": "*.pt", "expected": 2},
+            "policy": {"interval": "100ms", "settle": 3, "exit_grace": "1ms"},
+        }
+    )
+    store = str(tmp_path / "state.db")
+    holder = Checker(stage, run=run1, state=store)
+    follower = None
+    try:
+        assert holder.check().readings["process"].says is Says.WORKING  # seen at work
+        _ended(pid1)
+        settled = [holder.check() for _ in range(6)]
+        assert settled[-1].state is State.COMPLETE, settled[-1].reasons
+        # A watch begun now (it never read the host): it follows the holder's complete.
+        follower = Checker(stage, run=run1, state=store)
+        said = []
+        for k in range(7):
+            if k % 3 == 0:
+                # The hidden writer: an output rewritten in place (not the watched process).
+                (out / "0.pt").write_text("y" * (k + 2))
+            said.append(follower.check())
+    finally:
+        holder.close()
+        if follower is not None:
+            follower.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid1, signal.SIGKILL)
+    assert all(v.state is not State.COMPLETE for v in said), [
+        (v.state.value, v.reasons[0][:60]) for v in said
+    ]

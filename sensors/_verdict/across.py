@@ -256,7 +256,8 @@ def _rules(
                 else []
             )
             stalled = short_stalled if k == 0 else []
-            return State.FAILED, [f"{node.host}: {why}", *stalled, *left, *_others(nodes, node, policy)], every
+            reasons = [f"{node.host}: {why}", *stalled, *left, *_others(nodes, node, policy)]
+            return State.FAILED, reasons, every
     # Rule 2: ranks lost on a node while the others wait without progress.
     # Progress is CPU time, I/O, the log and the outputs (``_mark``): a GPU busy is not, for
     # NCCL spins at 100 % while it waits for a peer that is gone.
