@@ -224,7 +224,8 @@ CLOCKS_APART = _row(
     " the offsets measured in the probes' round trips cannot order two times: a rank's log"
     " written this long after node 0's ranks were last seen (a file server's clock), and a"
     " rank last seen alive this long before node 0's run began where an offset is not measured"
-    " yet (otherwise the measured offsets order the two: multi-host fuzzer seed 3210). A"
+    " yet (otherwise the measured offsets order the two within it, never beyond it: multi-host"
+    " fuzzer seed 3210; tests/test_adversary_42.py). A"
     " choice (NTP keeps them closer) (was across.py's _CLOCKS_APART).",
 )
 

@@ -218,7 +218,22 @@ def _rules(
     # several: the outputs are shared storage, and ranks alive on another node may still write
     # them (a shard per rank). Failed once they end so (multi-host fuzzer seeds 2066, 2311,
     # 2314, 2941, 2968, 2985, 2998, 3049, 3149: node 0 failed while node 1 still worked).
-    short_held = _only_short(chief) and any(n is not chief for n in waiting)
+    # Only while one of them makes progress (``stall_after``, as rule 2 measures it): ranks
+    # hung in their teardown after rank 0 left (nothing lost: node 0's line is written) never
+    # end, and the stage said "running, they may still write them" for good, where before it
+    # failed at once (tests/test_adversary_42.py).
+    others = [n for n in waiting if n is not chief]
+    short_only = _only_short(chief)
+    short_held = short_only and any(idle.get(n.host, 0.0) < policy.stall_after for n in others)
+    short_stalled = (
+        [
+            f"ranks alive on {', '.join(f'{n.host} ({alive[n.host]})' for n in others)} made no"
+            f" progress for {min(idle[n.host] for n in others):.0f}s (I/O, log and outputs unchanged,"
+            f" CPU under {_WAITING_CPU_SHARE:.0%} of a core a rank): they are not writing the outputs"
+        ]
+        if short_only and others and not short_held
+        else []
+    )
     for k, node in enumerate(nodes):
         if k == 0 and short_held:
             continue
@@ -240,7 +255,9 @@ def _rules(
                 if lost and waiting
                 else []
             )
-            return State.FAILED, [f"{node.host}: {why}", *left, *_others(nodes, node, policy)], every
+            stalled = short_stalled if k == 0 else []
+            reasons = [f"{node.host}: {why}", *stalled, *left, *_others(nodes, node, policy)]
+            return State.FAILED, reasons, every
     # Rule 2: ranks lost on a node while the others wait without progress.
     # Progress is CPU time, I/O, the log and the outputs (``_mark``): a GPU busy is not, for
     # NCCL spins at 100 % while it waits for a peer that is gone.
@@ -266,7 +283,7 @@ def _rules(
         reasons = [
             f"{chief.host} (node 0): its ranks are gone with the outputs short ({o.detail}), but"
             f" ranks are alive on {live}: the outputs are shared, and they may still write them;"
-            " failed if they end with the outputs short",
+            f" failed if they end with the outputs short, or make no progress for {policy.stall_after:g}s",
             *_others(nodes, chief, policy),
         ]
         if lost:
@@ -647,14 +664,24 @@ def _seen_before(
     the start moved there at the least. Where either offset is not measured, or the sighting's
     latest moment was not recorded (a memory from before it was), by :data:`CLOCKS_APART`.
     A fixed second let run 2's rank, last seen 0.5 s before run 3 began, stand for run 3's
-    (multi-host fuzzer seed 3210: under chief, node 1 never started in run 3, complete)."""
+    (multi-host fuzzer seed 3210: under chief, node 1 never started in run 3, complete).
+
+    The measured offsets only narrow the fixed second, never widen it: a sighting more than
+    :data:`CLOCKS_APART` before the start on the two clocks is before it whatever they measure.
+    Their bounds are as wide as each round trip, the probe's own run included (NVML, a large
+    outputs directory, a loaded host: a second or more), and they are this check's, not the
+    check's that made the sighting (a clock NTP stepped since moves it by the step): run 2's
+    rank last seen 1.5 s before run 3 began, with 1.5 s round trips or a clock stepped back
+    2 s since, stood for run 3's (tests/test_adversary_42.py)."""
     if not isinstance(last, Mapping):
         return False
     at, until = last.get("at"), last.get("until")
     if not isinstance(at, (int, float)):
         return False
+    if at < start - CLOCKS_APART:
+        return True
     if ahead is None or chief_ahead is None or not isinstance(until, (int, float)):
-        return at < start - CLOCKS_APART
+        return False
     return until - ahead[0] < start - precision - chief_ahead[1]
 
 
