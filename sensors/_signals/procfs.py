@@ -38,6 +38,9 @@ TASKS_CAP = 4 * 1024 * 1024
 
 #: PF_KTHREAD (include/linux/sched.h): the process is a kernel thread.
 _PF_KTHREAD = 0x00200000
+#: PF_EXITING (include/linux/sched.h): set as do_exit begins, before the process lets its
+#: memory go (exit_mm), after which /proc/PID/cmdline reads empty.
+_PF_EXITING = 0x00000004
 
 
 class ProcStat(NamedTuple):
@@ -61,6 +64,11 @@ class ProcStat(NamedTuple):
     @property
     def kernel_thread(self) -> bool:
         return bool(self.flags & _PF_KTHREAD)
+
+    @property
+    def exiting(self) -> bool:
+        """The process has begun to exit (its command line may read empty already)."""
+        return bool(self.flags & _PF_EXITING)
 
 
 def parse_stat_line(line: str) -> ProcStat | None:
