@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -747,3 +748,60 @@ def test_a_restarted_watcher_and_a_status_do_not_announce_a_settled_stage_again(
             again.stop()
         assert history() == settled
         assert len(hook.requests) == 1
+
+
+def test_a_check_in_flight_when_its_stage_file_changes_is_neither_shown_nor_announced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stage file is edited while a check of it runs: that check is of a definition the
+    file no longer holds. Its verdict is not emitted (nor announced), and the next check is the
+    new definition's. Before, each scan that found a check in flight put the change off, and a
+    stage checked back to back kept its old definition for seconds: fuzzer seed 4600596, serve
+    completed on 2 outputs of 2 with the file asking for 3."""
+    import threading
+
+    from sensors._watch import watcher as watcher_module
+
+    job = SimulatedJob(tmp_path / "job", scenario="stall", total=4, step=0.01)
+    directory = tmp_path / "stages"
+    directory.mkdir()
+    path = job.write_stage(directory / "s.yaml", interval="100ms", stall_after="1h")
+    entered, release = threading.Event(), threading.Event()
+    made: list[Any] = []
+    by: dict[int, int] = {}  # id(verdict) -> which checker (0: the first definition's)
+    real_checker_for, real_batch = watcher_module.checker_for, watcher_module.check_batch
+
+    def checker_for(stage: Any, **kwargs: Any) -> Any:
+        made.append(real_checker_for(stage, **kwargs))
+        return made[-1]
+
+    def check_batch(checkers: list[Any]) -> list[Any]:
+        if checkers[0] is made[0] and not entered.is_set():  # the first definition's first check
+            entered.set()
+            assert release.wait(30)
+        verdicts = real_batch(checkers)
+        for checker, verdict in zip(checkers, verdicts, strict=True):
+            by[id(verdict)] = made.index(checker)
+        return verdicts
+
+    monkeypatch.setattr(watcher_module, "checker_for", checker_for)
+    monkeypatch.setattr(watcher_module, "check_batch", check_batch)
+    emitted: list[Any] = []
+    job.start()
+    watcher = watcher_module.Watcher(directory, store=None, rescan_every=0.2, emit=emitted.append)
+    stop = threading.Event()
+    thread = threading.Thread(target=watcher.run, args=(stop,))
+    thread.start()
+    try:
+        assert entered.wait(30)
+        job.write_stage(path, interval="100ms", stall_after="2h")  # another definition
+        time.sleep(1.0)  # several scans, each with the first check in flight
+        release.set()
+        _until("three checks of the new definition", lambda: sum(by.get(id(v)) == 1 for v in emitted) >= 3)
+    finally:
+        stop.set()
+        thread.join(30)
+        job.stop()
+    assert [c.stage.policy.stall_after for c in made] == [3600.0, 7200.0]
+    # Every verdict shown is the new definition's: the held check, of the old one, was not.
+    assert [by.get(id(v)) for v in emitted] == [1] * len(emitted), [by.get(id(v)) for v in emitted]
