@@ -117,6 +117,21 @@ class Row:
 
 ROWS = [
     Row(
+        "never seen, the log unable to tell (text after its line): the log's reason first",
+        checks(
+            (
+                0,
+                r(
+                    process=proc("done", seen=False),
+                    log=log("unknown", line="wandb: Synced 5 W&B file(s)"),
+                    outputs=outputs(37312),
+                ),
+            ),
+        ),
+        State.UNKNOWN,
+        "log unknown: wandb: Synced",
+    ),
+    Row(
         "incident 2: log ETA 0, GPU idle with 92 GB allocated, process Rl with CPU advancing",
         checks(
             (0, r(process=proc(cpu=2700.0), log=log(), outputs=outputs(37311), gpu=gpu("done", (4455,)))),
@@ -870,3 +885,18 @@ def test_outputs_only_with_none_written_in_the_run_are_tied_to_it_by_its_recorde
     assert verdict is not None and verdict.state is state, verdict.reasons if verdict else None
     if words:
         assert words in verdict.reasons[0], verdict.reasons
+
+
+def test_a_run_never_seen_whose_log_cannot_tell_leads_with_the_logs_reason() -> None:
+    """A watch given --since, first looking after the job's exit, the log's line followed by
+    text whose run cannot be told: the log is why (it would have tied the run), not "nothing
+    else ties the evidence to this run", which read untrue with --since given."""
+    readings = r(
+        process=proc("done", seen=False),
+        log=log("unknown", line="a completion line is followed by other text ('wandb: Synced')"),
+        outputs=outputs(37312),
+    )
+    verdict, _ = decide("extract", "gpu-box", readings, POLICY, VerdictMemory(), 1_700_000_000.0)
+    assert verdict.state is State.UNKNOWN
+    assert verdict.reasons[0].startswith("log unknown: a completion line is followed"), verdict.reasons
+    assert not any("nothing else ties" in x for x in verdict.reasons), verdict.reasons

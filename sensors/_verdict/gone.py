@@ -74,6 +74,15 @@ def gone(
     # run's completion line, outputs may be an earlier run's. A recorded exit of this run (its
     # launch wrapper's status 0, or its supervisor's) is: the run ran, and ended so.
     if not ran(p, lg) and not recorded_exit_ok(readings) and ev(p, "exit_status") != 0:
+        if lg is not None and lg.says is Says.UNKNOWN:
+            # The log could have tied it (a completion line of this run), and cannot tell: its
+            # reason first. "Nothing else ties the evidence" read as the cause, with --since
+            # given and the log bound by it, where the cause was text after the line.
+            return State.UNKNOWN, [
+                f"log unknown: {lg.detail}",
+                f"and no process found and none seen alive during this watch: {p.detail}",
+                *(f"{r.signal}: {r.detail}" for r in readings.values() if r is not p and r is not lg),
+            ]
         return State.UNKNOWN, [
             f"no process found and none seen alive during this watch: {p.detail}",
             "not started yet, ended before this watch first looked, or process.match/pid is"
