@@ -154,25 +154,12 @@ def test_a_follower_with_no_memory_of_its_own_steps_the_settle_count_once_a_conf
     import signal
     import uuid
 
-    from sensors import Checker, stage_from_dict
+    from sensors import Checker
     from sensors._hosts import LocalHost
-    from tests.test_false_complete_routes import _ended, _launched
+    from tests.test_false_complete_routes import _ended, _launched_outputs_stage
 
     host, tag = LocalHost(), f"adv42-{uuid.uuid4().hex[:8]}"
-    out = tmp_path / "out"
-    out.mkdir()
-    log_path = str(tmp_path / "job.log")
-    write = f"import pathlib; [pathlib.Path('{out}', f'{{i}}.pt').write_text('x') for i in range(2)]"
-    run1, pid1 = _launched(host, log_path, f"import time; time.sleep(1.0); {write}", tag)
-    stage = stage_from_dict(
-        {
-            "stage": "adv42-follower",
-            "process": {"match": f"{tag}$"},
-            "outputs": {"files": str(out), "pattern": "*.pt", "expected": 2},
-            "policy": {"interval": "100ms", "settle": 3, "exit_grace": "1ms"},
-        }
-    )
-    store = str(tmp_path / "state.db")
+    out, run1, pid1, stage, store = _launched_outputs_stage(tmp_path, host, tag, "adv42-follower", settle=3)
     holder = Checker(stage, run=run1, state=store)
     follower = None
     try:

@@ -647,6 +647,26 @@ def test_a_writers_child_begun_after_the_completion_line_is_its_runs_own_work(tm
 # ----------------------------------------------------------------- a launched run, superseded
 
 
+def _launched_outputs_stage(tmp_path: Path, host: Any, tag: str, name: str, *, settle: int):
+    """A launched job that writes 2 outputs after 1 s, and its stage (process and outputs,
+    ``settle`` checks) with a state store: (outputs folder, Run, wrapper PID, Stage, store)."""
+    from sensors import stage_from_dict
+
+    out = tmp_path / "out"
+    out.mkdir()
+    write = f"import pathlib; [pathlib.Path('{out}', f'{{i}}.pt').write_text('x') for i in range(2)]"
+    run1, pid1 = _launched(host, str(tmp_path / "job.log"), f"import time; time.sleep(1.0); {write}", tag)
+    stage = stage_from_dict(
+        {
+            "stage": name,
+            "process": {"match": f"{tag}$"},
+            "outputs": {"files": str(out), "pattern": "*.pt", "expected": 2},
+            "policy": {"interval": "100ms", "settle": settle, "exit_grace": "1ms"},
+        }
+    )
+    return out, run1, pid1, stage, str(tmp_path / "state.db")
+
+
 def _launched(host, log_path: str, script: str, tag: str):
     """A real launch through crosscheck's wrapper (its exit record), as ``launch_stage`` does:
     the log marked first; returns the Run and the wrapper's PID."""
@@ -1626,24 +1646,11 @@ def test_a_follower_keeps_what_it_saw_itself_when_it_confirms_the_holders_verdic
     confirming check took the holder's memory again — losing the later run it had seen — and
     confirmed complete for a run that was superseded. What a watch saw on the host itself is
     never replaced by another watch's memory."""
-    from sensors import Checker, State, stage_from_dict
+    from sensors import Checker, State
     from sensors._hosts import LocalHost
 
     host, tag = LocalHost(), f"follower-{uuid.uuid4().hex[:8]}"
-    out = tmp_path / "out"
-    out.mkdir()
-    log_path = str(tmp_path / "job.log")
-    write = f"import pathlib; [pathlib.Path('{out}', f'{{i}}.pt').write_text('x') for i in range(2)]"
-    run1, pid1 = _launched(host, log_path, f"import time; time.sleep(1.0); {write}", tag)
-    stage = stage_from_dict(
-        {
-            "stage": "follower",
-            "process": {"match": f"{tag}$"},
-            "outputs": {"files": str(out), "pattern": "*.pt", "expected": 2},
-            "policy": {"interval": "100ms", "settle": 1, "exit_grace": "1ms"},
-        }
-    )
-    store = str(tmp_path / "state.db")
+    _, run1, pid1, stage, store = _launched_outputs_stage(tmp_path, host, tag, "follower", settle=1)
     holder = Checker(stage, run=run1, state=store)
     follower = Checker(stage, run=run1, state=store)
     try:
@@ -1653,7 +1660,7 @@ def test_a_follower_keeps_what_it_saw_itself_when_it_confirms_the_holders_verdic
         assert settled[-1].state is State.COMPLETE, settled[-1].reasons
         assert follower.check().state is State.COMPLETE  # followed and confirmed: true then
         # A later run (not the watched launch) begins; it writes nothing before it is killed.
-        _run2, pid2 = _launched(host, log_path, "import time; time.sleep(60)", tag)
+        _run2, pid2 = _launched(host, str(tmp_path / "job.log"), "import time; time.sleep(60)", tag)
         try:
             time.sleep(0.3)
             during = follower.check()
