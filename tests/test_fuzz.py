@@ -336,6 +336,14 @@ RERUN = RunFacts(2, started=120.0, ended=130.0, status=0, text="[4/4]\nExtractio
             id="first seen after its line, written 1 s after its start: must",
         ),
         pytest.param(_snap(FINISHED, files=3), FULL, Scope(), _saw(1), True, NOT, id="outputs short: must not"),
+        pytest.param(
+            _snap(RunFacts(1, 100.0, 110.0, 1, text="Traceback\n"), replace(RERUN, text="Extraction complete\n[4/4]\n")),
+            replace(FULL, supervisor="docker"), Scope(),
+            _saw(2, snap=_snap(RunFacts(1, 100.0, 110.0, 1, text="Traceback\n"),
+                               RunFacts(2, 120.0, text="Extraction complete\n[4/4]\n"))),
+            True, EITHER,
+            id="a docker run first seen after its line and more: either, the record dates no line (seed 4700464)",
+        ),
     ],
 )  # fmt: skip
 def test_the_obligation(snap, definition, scope, sightings, clean, kind) -> None:

@@ -530,7 +530,10 @@ def obligation(
                     else "after it may have written the text"
                 )
             )
-    if "log" in d.signals and not (launched or supervised):
+    if "log" in d.signals and not launched:
+        # Supervised runs too: the record dates the run, not its line (seeds 4700464,
+        # 4700772: a docker job first seen at work after its line and more, the log appended
+        # to by the container before it; as the rule for text after the line says).
         rx = re.compile(d.complete)
         own = [i for i, line in enumerate(run.lines) if rx.search(line)]
         if (
