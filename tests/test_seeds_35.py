@@ -63,6 +63,13 @@ SEEDS = [
     # confirming they stopped changing" for good (missed). The holder's memory goes on from
     # the follower's last confirmation now; the two disagree until the lease ends.
     4300562,
+    # The log's file times set 30 s behind the host's clock (touch -d after each write), a
+    # watch given a since (epoch seconds) that saw run 1 write its line and never saw run 2:
+    # run 2's progress lines after run 1's line, dated by the set-back mtime before run 1's
+    # end, read as run 1's own post-processing, and run 1's line completed run 2, which wrote
+    # none (9 hard false completes). A set-back mtime dates the text after the line no
+    # earlier than its ctime.
+    4701897,
     # An outputs-only stage: run 1 launched and exited 1, run 2 started by hand wrote
     # every output; a watch of the launch whose probe (another user) could not read the
     # exit record completed (12 hard false completes). An unreadable record is unknown.

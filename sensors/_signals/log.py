@@ -1412,13 +1412,22 @@ def _whose(
             return _Word(None, None, demoted=complete_line, later_pid=later[0], demoted_end=complete_end)
     unattributed = False
     if scan.followed_by is not None:
-        by_writer = bool(writers) and (bool(live.intersection(writers)) or written_by(st, alive_at))
+        # When the text after the line was written, at the latest: the mtime, unless it was
+        # set back (its ctime clearly later: a tool's touch -d, or a chmod since, which read
+        # alike), when the write may be as late as the ctime (fuzzer seed 4701897: a log
+        # stamped 30 s behind dated a later run's progress lines before the line's writer
+        # ended, and its line completed the run after it, which wrote none).
+        last = st.changed if st.set_back else st.written
+        by_writer = bool(writers) and (
+            bool(live.intersection(writers))
+            or (written_by(st, alive_at) if not st.set_back else alive_at is not None and last <= alive_at)
+        )
         by_exit = (
             run is not None
             and run.source == "launch"
             and exited is not None
             and not memory.foreign_clock
-            and st.written <= exited + FILE_TIME_TICK
+            and last <= exited + FILE_TIME_TICK
         ) or (
             # A supervisor's recorded end of this run (its container, unit or job: a later run
             # is another identity, and another run): written by then is the run's own, as
@@ -1426,12 +1435,12 @@ def _whose(
             # record is this run's (``CheckFacts.supervised``), also where a since bound it
             # (fuzzer seed 1800023: a container begun after the since, its summary after
             # its line).
-            record_end is not None and not memory.foreign_clock and st.written <= record_end + FILE_TIME_TICK
+            record_end is not None and not memory.foreign_clock and last <= record_end + FILE_TIME_TICK
         )
         ended = _writers_end(writers, job)
         # ``ended``: the latest file time of a write still the writers' own, from when their
         # end was seen (see ``JobView.ends``).
-        by_end = ended is not None and not memory.foreign_clock and st.written <= ended
+        by_end = ended is not None and not memory.foreign_clock and last <= ended
         unattributed = not (by_writer or by_exit or by_end)
     return _Word(
         complete_line,
