@@ -235,7 +235,13 @@ def test_a_holders_failed_is_not_followed_once_a_new_run_is_at_work(tmp_path) ->
                 out = result()
                 verdicts = _json_lines(out.stdout)
                 assert out.returncode not in (0, 3), [v["reasons"][:2] for v in verdicts[-2:]]
-                assert verdicts[-1]["verdict"] == "running", verdicts[-1]["reasons"]
+                # Run 2's own state: at work, or stalled (the stall scenario makes no progress
+                # after its first steps, and a loaded machine lets the wait's 3 s pass
+                # stall_after): never run 1's failure.
+                assert verdicts[-1]["verdict"] in ("running", "stalled"), verdicts[-1]["reasons"]
+                assert any(r.startswith("process alive") for r in verdicts[-1]["reasons"]), verdicts[-1][
+                    "reasons"
+                ]
         finally:
             second.stop()
     finally:
