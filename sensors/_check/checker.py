@@ -272,7 +272,8 @@ class Following:
             # of the holder's it is what this watch saw, and checked with (seed 303081).
             same = carried and self._carried_is_own
             own = self._own_memory() if self._checked_here and not same else None
-            if carried and self._confirming is not None:
+            if carried:
+                assert self._confirming is not None  # carried: its save is the holder's last
                 self._restore_own(self._confirming[1])
             else:
                 self._as_holder(memory)

@@ -227,7 +227,7 @@ def _rules(
     short_held = short_only and any(idle.get(n.host, 0.0) < policy.stall_after for n in others)
     short_stalled = (
         [
-            f"ranks alive on {', '.join(f'{n.host} ({alive[n.host]})' for n in others)} made no"
+            f"ranks alive on {_alive_on(others, alive)} made no"
             f" progress for {min(idle[n.host] for n in others):.0f}s (I/O, log and outputs unchanged,"
             f" CPU under {_WAITING_CPU_SHARE:.0%} of a core a rank): they are not writing the outputs"
         ]
@@ -249,7 +249,7 @@ def _rules(
             left = (
                 [
                     f"{_all_lost(lost, alive, most, per_host, lost_at, gone or {})}; ranks alive on "
-                    + ", ".join(f"{n.host} ({alive[n.host]})" for n in waiting)
+                    + _alive_on(waiting, alive)
                     + ": a collective may be waiting for a lost rank"
                 ]
                 if lost and waiting
@@ -263,7 +263,7 @@ def _rules(
     # NCCL spins at 100 % while it waits for a peer that is gone.
     if lost and waiting and all(n.host in idle and idle[n.host] >= policy.stall_after for n in waiting):
         which = _all_lost(lost, alive, most, per_host, lost_at, gone or {})
-        live = ", ".join(f"{n.host} ({alive[n.host]})" for n in waiting)
+        live = _alive_on(waiting, alive)
         quiet = min(idle[n.host] for n in waiting)
         busy = [n.host for n in waiting if _gpu_busy(n.verdict)]
         return (
@@ -279,19 +279,15 @@ def _rules(
         )
     if short_held:
         o = chief.verdict.readings["outputs"]
-        live = ", ".join(f"{n.host} ({alive[n.host]})" for n in waiting if n is not chief)
         reasons = [
             f"{chief.host} (node 0): its ranks are gone with the outputs short ({o.detail}), but"
-            f" ranks are alive on {live}: the outputs are shared, and they may still write them;"
+            f" ranks are alive on {_alive_on(others, alive)}: the outputs are shared, and they may"
+            " still write them;"
             f" failed if they end with the outputs short, or make no progress for {policy.stall_after:g}s",
             *_others(nodes, chief, policy),
         ]
         if lost:
-            reasons.insert(
-                0,
-                f"{_all_lost(lost, alive, most, per_host, lost_at, gone or {})}; if the others make no"
-                f" progress for {policy.stall_after:g}s, it is a collective waiting for a lost rank",
-            )
+            reasons.insert(0, _may_wait(_all_lost(lost, alive, most, per_host, lost_at, gone or {}), policy))
         return State.RUNNING, reasons, every
     # Rule 3: a node that cannot be read. Each one is named with its own cause: the person on
     # call mends every host the stage waits for, not the first alone.
@@ -373,11 +369,7 @@ def _rules(
     # Whatever the gravest state (node 0 stalled on its own log, say), a lost rank is said:
     # only under running it was, and a stalled stage hid the rank that may be why.
     if lost and waiting:
-        reasons.insert(
-            0,
-            f"{_all_lost(lost, alive, most, per_host, lost_at, gone or {})}; if the others make no progress"
-            f" for {policy.stall_after:g}s, it is a collective waiting for a lost rank",
-        )
+        reasons.insert(0, _may_wait(_all_lost(lost, alive, most, per_host, lost_at, gone or {}), policy))
     return state, reasons, every
 
 
@@ -567,6 +559,19 @@ def _hms(ts: float) -> str:
 def _unreadable(verdict: Verdict) -> bool:
     """The host could not be asked (no reading has a time on its clock)."""
     return all(r.read_at is None for r in verdict.readings.values())
+
+
+def _alive_on(nodes: Sequence[NodeCheck], alive: Mapping[str, int | None]) -> str:
+    """The hosts of ``nodes`` with their ranks alive, in words: ``gpu-01 (8), gpu-02 (7)``."""
+    return ", ".join(f"{n.host} ({alive[n.host]})" for n in nodes)
+
+
+def _may_wait(lost: str, policy: PolicySpec) -> str:
+    """Ranks lost (``lost``, in words) while others are alive: what would make it a failure."""
+    return (
+        f"{lost}; if the others make no progress for {policy.stall_after:g}s, it is a collective"
+        " waiting for a lost rank"
+    )
 
 
 def _only_short(node: NodeCheck) -> bool:
