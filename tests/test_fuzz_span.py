@@ -31,7 +31,8 @@ outputs reach ``expected``. Anything else that says ``complete`` is a false comp
   rank that never started, a completion line that is another run's, outputs short.
 
 That is one side. The other (the two-sided oracle, docs/fuzzer.md): a check is **must
-complete** when the latest run was seen alive by the watch, every rank started, ended with
+complete** when the latest run was seen alive by the watch, every rank started (seen alive
+at a check, or its own log shows it ran: under ``all`` its line there), ended with
 status 0 after its completion line (``chief``: rank 0 after its line, the others exit 0), the
 outputs reach ``expected``, the run began at least 50 ms after the run before it ended, and
 no earlier run's completion line is in a log of it unless the watch saw the run alive before
@@ -108,6 +109,8 @@ class _Rank:
     line: bool = False  # its completion line written
     error: bool = False  # its error line written
     ended_at: float | None = None
+    seen: bool = False  # alive at one of the watch's checks
+    wrote: bool = False  # wrote to its log
 
     @property
     def alive(self) -> bool:
@@ -229,6 +232,7 @@ class _World:
         rank.proc.stdin.flush()
         assert rank.proc.stdout.readline() == "ok\n"
         run.trace = True
+        rank.wrote = rank.wrote or path == rank.log
         if what == "error":
             rank.error = True
         if what == "line":
@@ -329,6 +333,22 @@ def _must(world: _World) -> tuple[str, str, float]:
         return "either", "a rank ended without its line (the truth allows it through another's)", 0.0
     if any(r.status != 0 for r in run.ranks):
         return "either", "a rank other than the chief did not exit 0", 0.0
+    # A rank the watch never saw alive shows it ran only through a log of its own (a log per
+    # rank, or per node with one rank a node): under all its line there, under chief anything
+    # it wrote there. Else it may as well never have started (seeds 6505, 6659: node 1's rank
+    # began, wrote a step to the shared log and exited 0 between two checks).
+    own = world.log_mode == "rank" or (world.log_mode == "node" and world.per_host == 1)
+    unseen = [
+        r.rank
+        for r in run.ranks
+        if not r.seen and not (own and (r.line if world.success == "all" else r.wrote))
+    ]
+    if unseen:
+        return (
+            "either",
+            f"rank(s) {unseen} of run {run.index} never seen alive, nothing of their own shows they ran",
+            0.0,
+        )
     if len(world.runs) > 1:
         prev_end = max((r.ended_at or 0.0) for r in world.runs[-2].ranks)
         if run.started_at - prev_end < PRECISION:
@@ -452,6 +472,8 @@ def _history(seed: int, tmp_path: Path, hosts: list[Any]) -> tuple[_World, _Outc
             if not run.seen and not any(k.line for k in run.ranks):
                 run.seen_before_line = True
             run.seen = True
+            for rank in run.ranks:
+                rank.seen = rank.seen or rank.alive  # a rank exits only when the test tells it to
         cls, _why, settled = _must(world)
         if cls != "not":
             ob = outcome.obligations.setdefault(world.runs[-1].index, [cls, 0, None, ""])

@@ -37,7 +37,7 @@ from sensors._hosts import Host, LocalHost
 from sensors._hosts.exits import ExitWatch, SeenEnd, local_exits
 from sensors._hosts.ssh_exits import RemoteExitWatch
 from sensors._run.run import LaunchEnd, Run, Since, exit_record_lines, parse_since, read_launch_end
-from sensors._run.tolerances import END_WINDOW, JIFFY, SINCE_SAME
+from sensors._run.tolerances import CLOCK_SLEW, END_WINDOW, JIFFY, SINCE_SAME
 from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
 from sensors._signals.base import JobView
 from sensors._signals.log import LogMemory, seed_log_memory
@@ -396,6 +396,7 @@ class Checker(Following):
         #: yet, or one whose round trip is not known). A stage over several hosts orders the
         #: hosts' times by it (``sensors._verdict.across``).
         self.clock_ahead: tuple[float, float] | None = None
+        self._offset: tuple[float, float, float] | None = None  # clock_ahead, and when (monotonic)
         self._watch_began: float | None = None
         # Whether this watch has read the host itself: what it saw (a later run at work, say)
         # is in its memory and nowhere else, so a confirmation checks with it too.
@@ -674,7 +675,7 @@ class Checker(Following):
         self._remember_static(meta)
         self._checked_here = True
         measured = type(self.host) is LocalHost or self._answered_at is not None
-        self.clock_ahead = self._ahead(meta) if measured else None
+        self.clock_ahead = self._kept_offset(self._ahead(meta), time.monotonic()) if measured else None
         first = mem.first_check_at is None and mem.run is None and self.watch_start_binds
         if mem.first_check_at is None:
             mem.first_check_at = meta.now
@@ -741,6 +742,24 @@ class Checker(Following):
             return 0.0, 0.0
         sent = self._sent_at if self._sent_at is not None else self._answered_at
         return meta.now - self._answered_at, meta.now - sent
+
+    def _kept_offset(self, ahead: tuple[float, float], now: float) -> tuple[float, float]:
+        """The host's clock offset as this check's round trip bounds it, narrowed by the last
+        checks' bounds where they meet (one offset, drifted by at most
+        :data:`~sensors._run.tolerances.CLOCK_SLEW` since): each round trip alone bounds it
+        only as closely as it was short, and an order decided by one check's bounds was
+        undone by the next's (multi-host fuzzer seed 6766: complete, unknown, complete,
+        unknown). Bounds that do not meet are a clock stepped since: measured afresh.
+        ``now``: this machine's monotonic clock."""
+        lo, hi = ahead
+        if self._offset is not None:
+            kept_lo, kept_hi, at = self._offset
+            slack = CLOCK_SLEW * (now - at)
+            kept_lo, kept_hi = kept_lo - slack, kept_hi + slack
+            if kept_lo <= hi and lo <= kept_hi:
+                lo, hi = max(lo, kept_lo), min(hi, kept_hi)
+        self._offset = (lo, hi, now)
+        return lo, hi
 
     def sent(self, at: float, answered: float | None = None) -> None:
         """A batch sent this checker's probe at ``at`` and had its answer at ``answered``

@@ -230,6 +230,19 @@ CLOCKS_APART = _row(
 )
 
 
+CLOCK_SLEW = _row(
+    "CLOCK_SLEW",
+    0.0005,
+    "clock_slew",
+    "how fast a host's clock may move against the checking machine's between two measurements"
+    " of their offset (Checker.clock_ahead keeps the narrowest offset its round trips agree on):"
+    " NTP and chrony slew a clock by at most 500 ppm (the kernel's MAXFREQ, ntp_adjtime(2));"
+    " they step it only past 128 ms (ntpd's step threshold; chrony's makestep), which a"
+    " measurement not meeting the last ones shows, and the offset is measured afresh.",
+    unit="s/s",
+)
+
+
 # --------------------------------------------------------------------------- a run's identity
 
 SINCE_SAME = _row(

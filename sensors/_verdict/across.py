@@ -638,21 +638,49 @@ def _run_start(verdict: Verdict) -> float | None:
         return None
 
 
-def _unseen_run_after(verdict: Verdict) -> float | None:
+def _unseen_run_after(verdict: Verdict) -> Mapping[str, object] | None:
     """When node 0's completion line was written by none of the job's processes this watch saw
     there, though it saw node 0's ranks (gone at the check before the line was found): the
     line is a later run's, one no check saw, begun after those ranks were last seen alive.
-    That moment (node 0's clock), or None. Node 0's run start (its verdict's ``run``) is then
-    the run seen, not the line's: another host's ranks seen in that run, or its own line
-    written by them, say nothing of the later one (tests/test_fuzz_span.py: node 0's re-run
-    wrote its line between two checks, node 1's was killed without one, run 1's line in its
-    log and its ranks seen in run 1 made it done)."""
+    That sighting (``last_seen_alive``: node 0's clock), or None. Node 0's run start (its
+    verdict's ``run``) is then the run seen, not the line's: another host's ranks seen in
+    that run, or its own line written by them, say nothing of the later one
+    (tests/test_fuzz_span.py: node 0's re-run wrote its line between two checks, node 1's was
+    killed without one, run 1's line in its log and its ranks seen in run 1 made it done)."""
     lg, p = verdict.readings.get("log"), verdict.readings.get("process")
     if lg is None or p is None or lg.says is not Says.DONE or lg.evidence.get("complete_writers"):
         return None
     last = p.evidence.get("last_seen_alive")
     at = last.get("at") if isinstance(last, Mapping) else None
-    return float(at) if p.evidence.get("seen_alive") and isinstance(at, (int, float)) else None
+    return last if p.evidence.get("seen_alive") and isinstance(at, (int, float)) else None
+
+
+def _seen_after(
+    last: object,
+    ahead: tuple[float, float] | None,
+    chief_last: Mapping[str, object],
+    chief_ahead: tuple[float, float] | None,
+) -> bool:
+    """Whether a rank's last sighting (its host's clock) was after node 0's ranks' last one
+    (``chief_last``: node 0's clock) whatever the two hosts' measured clock offsets allow: its
+    start (the probe's clock read before its scan), moved to the checking machine's clock at
+    the least it can be, is after node 0's sighting's end (the clock read after that scan)
+    moved there at the most. Where either offset or that end is not known, by
+    :data:`CLOCKS_APART`. As in :func:`_seen_before`, the offsets only narrow the fixed
+    second: a fixed second kept a rank seen 0.6 s after node 0's were gone, at work while
+    node 0's log got its last line, from counting (multi-host fuzzer seeds 6070, 6342, 6417,
+    6419, 6592, 6766: a log the nodes share, its last line node 1's, unknown for good)."""
+    if not isinstance(last, Mapping):
+        return False
+    at, chief_at = last.get("at"), chief_last.get("at")
+    if not isinstance(at, (int, float)) or not isinstance(chief_at, (int, float)):
+        return False
+    if at > chief_at + CLOCKS_APART:
+        return True
+    chief_until = chief_last.get("until")
+    if ahead is None or chief_ahead is None or not isinstance(chief_until, (int, float)):
+        return False
+    return at - ahead[1] > chief_until - chief_ahead[0]
 
 
 def _seen_before(
@@ -697,15 +725,15 @@ def _not_done(
     per_host: int | None,
     most: Mapping[str, int],
     start: float | None,
-    after: float | None = None,
+    after: Mapping[str, object] | None = None,
     before: frozenset[int] = frozenset(),
     chief_ahead: tuple[float, float] | None = None,
     start_precision: float = PROC_START_TICKS,
 ) -> str:
     """Why node ``k`` is not done ("" when it is). ``after``: node 0's line is a run's that no
-    check saw, begun after this moment (:func:`_unseen_run_after`). ``chief_ahead``: node 0's
-    host's clock offset (:attr:`NodeCheck.ahead`); ``start_precision``: how far ``start`` may
-    be after the truth."""
+    check saw, begun after node 0's ranks' last sighting, this (:func:`_unseen_run_after`).
+    ``chief_ahead``: node 0's host's clock offset (:attr:`NodeCheck.ahead`);
+    ``start_precision``: how far ``start`` may be after the truth."""
     v = node.verdict
     if k == 0 and v.state is not State.COMPLETE:
         return f"{node.host} (node 0): {v.state}: {v.reasons[0] if v.reasons else ''}".rstrip(": ")
@@ -736,8 +764,12 @@ def _not_done(
             # processes) is that run's only when written clearly after node 0's ranks were
             # last seen; else its line may be the run before's (a rank killed in the unseen
             # run without a byte, its log's run-1 line left standing).
-            mtime = r.evidence.get("mtime")
-            if not (isinstance(mtime, (int, float)) and mtime > after + CLOCKS_APART):
+            mtime, after_at = r.evidence.get("mtime"), after.get("at")
+            if not (
+                isinstance(mtime, (int, float))
+                and isinstance(after_at, (int, float))
+                and mtime > after_at + CLOCKS_APART
+            ):
                 return (
                     f"{node.host}: {name}: its completion line may be the last run's"
                     " (a later run no check saw)"
@@ -757,7 +789,7 @@ def _not_done(
             # Node 0's line is an unseen later run's: ranks seen here count only when seen
             # clearly after node 0's were last seen (the clocks apart), and a line of its own
             # only when none of the processes seen wrote it (it too is a run no check saw).
-            earlier = earlier or not (isinstance(last_at, (int, float)) and last_at > after + CLOCKS_APART)
+            earlier = earlier or not _seen_after(last, node.ahead, after, chief_ahead)
         if isinstance(last, Mapping) and last.get("pid") in before:
             earlier = True  # last seen alive in node 0's last run: that run's rank
         seen = (p.evidence.get("seen_alive") and not earlier) or p.evidence.get("launched")
