@@ -5,6 +5,7 @@ and the same history on the two test sshd hosts (``hosts``), as the fuzzer ran i
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -456,3 +457,89 @@ def test_a_hosts_clock_offset_is_the_narrowest_its_round_trips_agree_on(
     got = [checker._kept_offset(m, float(t)) for t, m in enumerate(measured)]
     # Drifted 500 ppm a second between two checks (a second apart here): 0.5 ms each.
     assert got[-1] == pytest.approx(kept, abs=0.0011), got
+
+
+# --- a log the nodes share: a worker's words after the chief's line ----------------------------
+#
+# Multi-host fuzzer seeds 6361, 6398 (success chief, one log for both nodes): rank 0 wrote its
+# completion line and exited; node 1's rank then wrote a step to the same log and exited 0.
+# Node 0's probe sees only node 0's processes: text after the line that none of its line's
+# writers can have written read as a later run's, unknown for good. A rank of the run seen at
+# work on node 1 after that text was written (its last sighting, or its end as node 1's exit
+# watch saw it) wrote it, or a later run overlapped the run at work there.
+
+
+@pytest.mark.parametrize("worker_after", ["step", "line"])
+def test_a_workers_words_after_the_chiefs_line_in_a_log_the_nodes_share(
+    tmp_path: Path, hosts: list[Any], worker_after: str
+) -> None:
+    world = _World(
+        folder=tmp_path / "job",
+        tag="fz-shared",
+        per_host=1,
+        success="chief",
+        log_mode="shared",
+        expected=None,
+    )
+    world.folder.mkdir()
+    stage = stage_from_dict(world.stage(hosts))
+    try:
+        with SpanChecker(stage) as checker:
+            run = world.start(set())
+            checker.check()  # both ranks seen at work
+            world.tell(run, 0, "line")
+            world.tell(run, 0, "exit0")
+            time.sleep(0.5)
+            world.tell(run, 1, worker_after)  # node 1's words after rank 0's line
+            time.sleep(0.5)
+            checker.check()  # node 1's rank seen at work after them
+            time.sleep(0.5)
+            ended = time.time()
+            world.tell(run, 1, "exit0")
+            after = _checks(checker, 6)
+    finally:
+        world.stop()
+    states = [v.state for v in after]
+    assert State.COMPLETE in states[:3], [(v.state, v.reasons[:1]) for v in after]
+    assert states[states.index(State.COMPLETE) :] == [State.COMPLETE] * (6 - states.index(State.COMPLETE))
+    print(
+        f"complete {after[states.index(State.COMPLETE)].checked_at - ended:.2f}s after the last rank's exit"
+    )
+
+
+def _worker(last_at: float | None, ended: dict[int, float] | None = None) -> NodeCheck:
+    seen = {"pid": 9, "cpu_seconds": 0.1, "at": last_at, "until": (last_at or 0) + 0.02} if last_at else None
+    process = _r("process", Says.DONE, alive=0, seen_alive=last_at is not None, last_seen_alive=seen)
+    verdict = Verdict("t", State.COMPLETE, ("b complete",), {"process": process}, NOW, "b", run=None)
+    return NodeCheck("b", verdict, ahead=SAME, ended=ended or {})
+
+
+@pytest.mark.parametrize(
+    ("worker", "shared", "moment"),
+    [
+        pytest.param(_worker(NOW - 2.0), True, NOW - 2.0, id="seen in node 0's run: its sighting"),
+        pytest.param(_worker(NOW - 2.0, {9: NOW - 1.2}), True, NOW - 1.2, id="its end seen later: that"),
+        pytest.param(_worker(NOW - 25.0), True, None, id="last seen before node 0's run began: an earlier run's"),
+        pytest.param(_worker(None, {9: NOW - 25.0}), True, None, id="ended before node 0's run began"),
+        pytest.param(_worker(NOW - 2.0), False, None, id="node 0's log its own: nothing"),
+    ],
+)  # fmt: skip
+def test_at_work_elsewhere_is_the_latest_moment_a_rank_of_node_0s_run_was_alive_on_another_node(
+    worker: NodeCheck, shared: bool, moment: float | None
+) -> None:
+    from sensors._verdict.across import at_work_elsewhere
+
+    log = _r("log", Says.DONE, path="/shared/train.log", size=40)
+    chief = Verdict(
+        "t", State.COMPLETE, ("a complete",), {"process": _gone(NOW - 3.0, pid=5), "log": log}, NOW, "a",
+        run={"source": "process", "started_at": RUN_1},  # NOW - 20
+    )  # fmt: skip
+    if not shared:
+        worker = replace(worker, verdict=replace(worker.verdict, readings={**worker.verdict.readings, "log": _r(
+            "log", Says.DONE, path="/node1/train.log", size=4)}))  # fmt: skip
+    got = at_work_elsewhere([NodeCheck("a", chief, ahead=SAME), worker], AcrossMemory())
+    if moment is None:
+        assert got is None
+    else:
+        # Moved onto node 0's clock at the earliest: less the widest both offsets allow.
+        assert got == pytest.approx(moment - SAME[1] + SAME[0])

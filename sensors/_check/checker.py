@@ -397,6 +397,14 @@ class Checker(Following):
         #: hosts' times by it (``sensors._verdict.across``).
         self.clock_ahead: tuple[float, float] | None = None
         self._offset: tuple[float, float, float] | None = None  # clock_ahead, and when (monotonic)
+        #: Node 0 of a stage over several hosts whose log the nodes share: the latest moment a
+        #: rank of its run on another host was seen alive, on this host's clock at the earliest
+        #: (:attr:`JobView.elsewhere`; set by ``sensors._check.span`` after each check).
+        self.elsewhere: float | None = None
+        #: The watched processes whose end the host let this watch see, and the last moment
+        #: each was known alive (the host's clock): a stage over several hosts orders another
+        #: node's log by them (``sensors._verdict.across.at_work_elsewhere``).
+        self.ended_alive: dict[int, float] = {}
         self._watch_began: float | None = None
         # Whether this watch has read the host itself: what it saw (a later run at work, say)
         # is in its memory and nowhere else, so a confirmation checks with it too.
@@ -703,7 +711,8 @@ class Checker(Following):
             reading, mem.signals[signal.name], facts = signal.read(spec, sections, memory, facts)
             readings[signal.name] = reading
             if signal.name == "process" and facts.job is not None:
-                facts = facts._replace(job=self._seen_ends(facts.job, reading, meta))
+                job = self._seen_ends(facts.job, reading, meta)
+                facts = facts._replace(job=job._replace(elsewhere=self.elsewhere))
             if facts.run is not known and (known is not None or _named_since_first(facts.run, mem)):
                 # A new run of the job (see the process signal): nothing remembered of the
                 # last one (its log offsets, its outputs, its settle streak) holds for it.
@@ -790,11 +799,11 @@ class Checker(Following):
                 watched[pid] = ticks
                 if len(watched) > 256:
                     watched.pop(next(iter(watched)))
-        ends = {
-            pid: _owned_by(between)
-            for pid, ticks in watched.items()
-            if (between := watch.end(pid, ticks)) is not None
+        seen = {
+            pid: between for pid, ticks in watched.items() if (between := watch.end(pid, ticks)) is not None
         }
+        self.ended_alive = {pid: between.alive for pid, between in seen.items()}
+        ends = {pid: _owned_by(between) for pid, between in seen.items()}
         return job._replace(ends=ends) if ends else job
 
     def _warm_exits(self) -> None:

@@ -35,7 +35,7 @@ from sensors._check.persist import OwnRun, Persistence, is_followed, is_this_run
 from sensors._config.stage import Stage
 from sensors._run.run import Run, Since, parse_since
 from sensors._store import Store
-from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across, live_pids
+from sensors._verdict.across import AcrossMemory, NodeCheck, at_work_elsewhere, decide_across, live_pids
 
 __all__ = ["AnyChecker", "Span", "SpanChecker", "checker_for"]
 
@@ -193,7 +193,7 @@ class SpanChecker(Following):
                 ranks[k][f"log#rank{rank}"] = reading
         verdicts = verdicts[: len(self.nodes)]
         nodes = [
-            NodeCheck(label, v, r, probe.clock_ahead)
+            NodeCheck(label, v, r, probe.clock_ahead, probe.ended_alive)
             for label, v, r, probe in zip(self.labels, verdicts, ranks, self.nodes, strict=True)
         ]
         # The verdict's own times (when it was checked, since when it holds) on one clock, this
@@ -206,6 +206,7 @@ class SpanChecker(Following):
         verdict, self._memory = decide_across(
             self.stage.stage, nodes, self.stage.policy, per_host, self._memory, now
         )
+        self.nodes[0].elsewhere = at_work_elsewhere(nodes, self._memory)
         held = self.last is not None and self.last.state is verdict.state and self.last.since is not None
         verdict = replace(verdict, since=self.last.since if held and self.last is not None else now)
         self.last = verdict

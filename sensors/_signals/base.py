@@ -126,6 +126,11 @@ class JobView(NamedTuple):
     #: An earlier run's live processes (begun before this run's exact start: ``--since`` or
     #: a launch; or forked by one that was, however late): what they write is not this run's.
     earlier: frozenset[int] = frozenset()
+    #: Where this host's log is one the nodes of a stage over several hosts share: the latest
+    #: moment (this host's clock, at the earliest it can be) a rank of this run on another
+    #: host was seen alive (``sensors._check.span``). What was written in the log before it
+    #: was written while the run was at work there, by any of its ranks.
+    elsewhere: float | None = None
 
     def descends(self, pid: int, ancestors: Iterable[int]) -> bool:
         """Whether ``pid``'s parent, or its parent's (as far as the live PIDs reach), is

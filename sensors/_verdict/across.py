@@ -37,7 +37,7 @@ from sensors._config.stage import PolicySpec
 from sensors._run.tolerances import CLOCKS_APART, PROC_START_TICKS
 from sensors._verdict.progress import short
 
-__all__ = ["AcrossMemory", "NodeCheck", "decide_across"]
+__all__ = ["AcrossMemory", "NodeCheck", "at_work_elsewhere", "decide_across"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,9 @@ class NodeCheck:
     #: The least and the most its host's clock was ahead of the checking machine's, measured
     #: in the check's round trip (``Checker.clock_ahead``); None: not measured.
     ahead: tuple[float, float] | None = None
+    #: Its job's processes whose end its host's exit watch saw, and the last moment each was
+    #: known alive (its host's clock; ``Checker.ended_alive``).
+    ended: Mapping[int, float] = field(default_factory=dict)
 
     @property
     def readings(self) -> dict[str, Reading]:
@@ -305,14 +308,8 @@ def _rules(
             every,
         )
     # Rule 4: node 0 complete and every other node done.
-    start = _run_start(chief.verdict)
-    began = memory.chief_began if memory is not None else None
+    start, precision = _chief_start(chief, memory)
     before = memory.pids_before if memory is not None else {}
-    precision = (chief.verdict.run or {}).get("precision_s")
-    precision = max(PROC_START_TICKS, precision if isinstance(precision, (int, float)) else 0.0)
-    if began is not None and (start is None or began > start):
-        start = began  # node 0's job began again, sooner than its verdict's run tells
-        precision = PROC_START_TICKS  # a process's start, read from /proc
     after = _unseen_run_after(chief.verdict)
     held = [
         (node, why)
@@ -597,6 +594,18 @@ def _process_started(verdict: Verdict) -> float | None:
     return float(started) if isinstance(started, (int, float)) else None
 
 
+def _log_shared(nodes: Sequence[NodeCheck]) -> bool:
+    """Whether node 0's log is not node 0's alone: the stage's one log (read on node 0 alone:
+    no {host}, {node} or {rank} in its path), or a path another node reads too."""
+    lg = nodes[0].verdict.readings.get("log")
+    if lg is None or len(nodes) < 2:
+        return False
+    others = [node.verdict.readings.get("log") for node in nodes[1:]]
+    return all(other is None for other in others) or any(
+        other is not None and other.evidence.get("path") == lg.evidence.get("path") for other in others
+    )
+
+
 def _chief_line_unowned(nodes: Sequence[NodeCheck]) -> str:
     """Why node 0's completion line is not known to be its own ("" when it is): no process of
     node 0 was seen in this watch (nor launched there), none of its processes is known to
@@ -610,21 +619,62 @@ def _chief_line_unowned(nodes: Sequence[NodeCheck]) -> str:
         return ""
     if p.evidence.get("seen_alive") or p.evidence.get("launched") or lg.evidence.get("complete_writers"):
         return ""
-    path = lg.evidence.get("path")
-    others = [node.verdict.readings.get("log") for node in nodes[1:]]
-    # The stage's one log (read on node 0 alone: no {host}, {node} or {rank} in its path), or
-    # a path another node reads too.
-    shared = len(nodes) > 1 and (
-        all(other is None for other in others)
-        or any(other is not None and other.evidence.get("path") == path for other in others)
-    )
-    if not shared:
+    if not _log_shared(nodes):
         return ""
     return (
         f"{nodes[0].host} (node 0): no job process seen there in this watch, and its completion line"
         " is in a log that is not node 0's alone (no {host} or {node} in its path): it may be another"
         " node's, and node 0's ranks may never have run"
     )
+
+
+def _chief_start(chief: NodeCheck, memory: AcrossMemory | None) -> tuple[float | None, float]:
+    """Where node 0's run began (its host's clock; None: not known), and how far after the
+    truth that may be."""
+    start = _run_start(chief.verdict)
+    began = memory.chief_began if memory is not None else None
+    precision = (chief.verdict.run or {}).get("precision_s")
+    precision = max(PROC_START_TICKS, precision if isinstance(precision, (int, float)) else 0.0)
+    if began is not None and (start is None or began > start):
+        start = began  # node 0's job began again, sooner than its verdict's run tells
+        precision = PROC_START_TICKS  # a process's start, read from /proc
+    return start, precision
+
+
+def at_work_elsewhere(nodes: Sequence[NodeCheck], memory: AcrossMemory | None) -> float | None:
+    """Where node 0's log is one the nodes share: the latest moment a rank of node 0's run on
+    another node was seen alive, moved onto node 0's clock at the earliest it can be (by the
+    measured offsets; by :data:`CLOCKS_APART` where one is not measured). None where the log
+    is node 0's alone, or no such rank was seen. Node 0's next check takes what its log got
+    before it for the run's (``JobView.elsewhere``): each node's ranks write a shared log,
+    and node 0's probe sees only its own."""
+    if not _log_shared(nodes):
+        return None
+    chief = nodes[0]
+    start, precision = _chief_start(chief, memory)
+    if start is None:
+        return None
+    before = memory.pids_before if memory is not None else {}
+    latest = None
+    for node in nodes[1:]:
+        p = node.verdict.readings.get("process")
+        last = p.evidence.get("last_seen_alive") if p is not None else None
+        # Its ranks' last sightings, and the ends its exit watch saw (known alive until a
+        # moment after the check that last saw them: a rank that wrote, was seen and ended
+        # back to back is ordered after what it wrote only by its end).
+        alive = [(last.get("pid"), last.get("at"))] if isinstance(last, Mapping) else []
+        alive += list(node.ended.items())
+        for pid, at in alive:
+            if pid in before.get(node.host, ()) or not isinstance(at, (int, float)):
+                continue
+            if _seen_before({"at": at, "until": at}, node.ahead, start, chief.ahead, precision):
+                continue  # an earlier run's rank
+            if node.ahead is not None and chief.ahead is not None:
+                moved = at - node.ahead[1] + chief.ahead[0]
+            else:
+                moved = at - CLOCKS_APART
+            latest = moved if latest is None else max(latest, moved)
+    return latest
 
 
 def _run_start(verdict: Verdict) -> float | None:
