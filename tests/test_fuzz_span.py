@@ -36,8 +36,10 @@ at a check, or its own log shows it ran: under ``all`` its line there), ended wi
 status 0 after its completion line (``chief``: rank 0 after its line, the others exit 0), the
 outputs reach ``expected``, the run began at least 50 ms after the run before it ended, and
 no earlier run's completion line is in a log of it unless the watch saw the run alive before
-its first line. Such a watch must say ``complete`` within 3 checks of the run's last end
-plus ``exit_grace``. ``either``: ``complete`` allowed, not settled so. A ``failed`` verdict is
+its first line, and (a log the nodes share) nothing another node's rank wrote there after node
+0's ranks ended was written within ``ACROSS_PRECISION`` of that rank's end (two hosts' clocks
+order two moments no closer). Such a watch must say ``complete`` within 3 checks of the run's
+last end plus ``exit_grace``. ``either``: ``complete`` allowed, not settled so. A ``failed`` verdict is
 false (the test fails) when no run it can be about failed: every rank alive or exited 0,
 none never started, no error line, no outputs short after the end.
 
@@ -138,6 +140,8 @@ class _World:
     runs: list[_Run] = field(default_factory=list)
     #: Each completion line in a log: (file, run index, global rank).
     lines: list[tuple[Path, int, int]] = field(default_factory=list)
+    #: Each write to the log the nodes share (log_mode "shared"): (when, run index, global rank).
+    shared_writes: list[tuple[float, int, int]] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
 
     @property
@@ -233,6 +237,8 @@ class _World:
         assert rank.proc.stdout.readline() == "ok\n"
         run.trace = True
         rank.wrote = rank.wrote or path == rank.log
+        if self.log_mode == "shared" and path == rank.log:
+            self.shared_writes.append((time.time(), run.index, g))
         if what == "error":
             rank.error = True
         if what == "line":
@@ -318,6 +324,10 @@ def _truth(world: _World) -> tuple[str, str]:
 
 #: /proc's start precision: two moments closer than this cannot be ordered (``either``).
 PRECISION = 0.05
+#: How closely two moments on two hosts can be ordered here: each host's clock offset is known
+#: to its round trip (±30 ms on loopback under load), a file time to its granularity (20 ms), an
+#: end an exit watch saw to its poll (50 ms). Two moments on two hosts closer than this: ``either``.
+ACROSS_PRECISION = 0.15
 EXIT_GRACE = 0.3  # the stage's policy.exit_grace
 
 
@@ -353,6 +363,26 @@ def _must(world: _World) -> tuple[str, str, float]:
         prev_end = max((r.ended_at or 0.0) for r in world.runs[-2].ranks)
         if run.started_at - prev_end < PRECISION:
             return "either", f"run {run.index} began within {PRECISION}s of the run before's end", 0.0
+    if world.log_mode == "shared":
+        # Node 0's probe sees only node 0's processes: what another node's rank wrote to the
+        # log they share after node 0's ranks ended is the run's only where that rank was
+        # known alive after it, ordered across the two hosts' clocks (seeds 6361, 6398, 6766:
+        # a step written, the rank seen once and ended, all within a tenth of a second).
+        chief_end = max((r.ended_at or 0.0) for r in run.ranks if r.node == 0)
+        for at, index, g in world.shared_writes:
+            rank = run.ranks[g]
+            if (
+                index == run.index
+                and rank.node != 0
+                and at > chief_end
+                and (rank.ended_at or 0.0) - at < ACROSS_PRECISION
+            ):
+                return (
+                    "either",
+                    f"rank {g} wrote the shared log after node 0's ranks ended, and ended"
+                    f" {(rank.ended_at or 0.0) - at:.3f}s later: the two hosts' clocks order them no closer",
+                    0.0,
+                )
     logs = {r.log for r in run.ranks}
     if not run.seen_before_line and any(path in logs and i < run.index for path, i, _ in world.lines):
         return (
