@@ -407,3 +407,19 @@ def test_a_host_that_drops_the_handshake_is_its_verdict_not_tracebacks(command: 
     assert out.returncode == (1 if command == "status" else 3), out.stderr
     assert "SSH protocol banner" in out.stdout  # the verdict's reason
     assert out.stderr == ""
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_wait_that_times_out_says_so_on_stderr_in_either_format(
+    json_flag: list[str], stages: dict[str, Path], tmp_path: Path
+) -> None:
+    """Exit 4 and one line on stderr, with --json too (its stdout stays JSON lines only): an ML
+    engineer's trial found a --json wait's timeout silent, its last line a plain unknown."""
+    out = subprocess.run(
+        [CROSSCHECK, "wait", str(stages["working"]), "--timeout", "1s", *json_flag],
+        env=_env(tmp_path), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 4, (out.stdout, out.stderr)
+    assert "crosscheck: timed out waiting for pipe-working" in out.stderr
+    if json_flag:
+        assert all(json.loads(line)["stage"] == "pipe-working" for line in out.stdout.splitlines())

@@ -566,8 +566,9 @@ def _wait(
         return EXIT_STUCK
     late = [s.stage for s, r in zip(stages, results, strict=True) if r.timed_out]
     if late:
-        if not as_json:
-            print(f"crosscheck: timed out waiting for {', '.join(late)}", file=sys.stderr)
+        # On stderr whatever the format, as a stuck stage's line: a script reading --json on
+        # stdout has its last verdict there, and the person reading its log needs the why.
+        print(f"crosscheck: timed out waiting for {', '.join(late)}", file=sys.stderr)
         return EXIT_TIMEOUT
     return _exit_code(verdicts)
 
