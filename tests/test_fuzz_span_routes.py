@@ -56,26 +56,33 @@ def _node(host: str, *readings: Reading) -> NodeCheck:
 
 
 @pytest.mark.parametrize(
-    ("chief_writers", "b_last_at", "b_writers", "state"),
+    ("chief_writers", "b_last_at", "b_writers", "state", "written"),
     [
         # Node 0's line written by none seen; node 1 shows nothing after run 1: never complete.
-        ([], NOW - 5.0, [8], State.UNKNOWN),
+        ([], NOW - 5.0, [8], State.UNKNOWN, NOW - 3.5),
         # Node 0's line its seen ranks' (one run, seen): node 1's run-1 evidence is this run's.
-        ([7], NOW - 5.0, [8], State.COMPLETE),
-        # Node 1's ranks seen clearly after node 0's were last seen: they may be run 2's.
-        ([], NOW - 2.0, [8], State.COMPLETE),
+        ([7], NOW - 5.0, [8], State.COMPLETE, NOW - 3.5),
+        # Node 1's ranks seen clearly after node 0's were last seen, and after node 0's log
+        # was last written (the clocks apart): they may be run 2's.
+        ([], NOW - 2.0, [8], State.COMPLETE, NOW - 3.5),
+        # Seen after node 0's, but node 0's log written after that (within the clocks apart):
+        # node 1's rank may have been gone before run 2 began (tests/test_adversary_43.py).
+        ([], NOW - 2.0, [8], State.UNKNOWN, NOW - 2.5),
         # Node 1's own line written by none seen either: an unseen run's too.
-        ([], NOW - 5.0, [], State.COMPLETE),
+        ([], NOW - 5.0, [], State.COMPLETE, NOW - 3.5),
     ],
 )
 def test_node_0s_line_from_a_rerun_no_check_saw(
-    chief_writers: list[int], b_last_at: float, b_writers: list[int], state: State
+    chief_writers: list[int], b_last_at: float, b_writers: list[int], state: State, written: float
 ) -> None:
     a = _node(
         "a",
         _gone(NOW - 5.0),
-        _r("log", Says.DONE, size=24, **({"complete_writers": chief_writers} if chief_writers else {})),
-    )
+        _r(
+            "log", Says.DONE, size=24, written_by=written,
+            **({"complete_writers": chief_writers} if chief_writers else {}),
+        ),
+    )  # fmt: skip
     b = _node(
         "b",
         _gone(b_last_at),
@@ -389,10 +396,11 @@ def test_node_0_gone_with_the_outputs_short_fails_once_every_rank_is_gone(
 CHIEF_SEEN = NOW - 5.0  # node 0's ranks last seen alive (the probe's clock before its scan)
 
 
-def _chief_gone_shared_log() -> NodeCheck:
+def _chief_gone_shared_log(written: float = 0.1) -> NodeCheck:
     seen = {"pid": 5, "cpu_seconds": 0.1, "at": CHIEF_SEEN, "until": CHIEF_SEEN + 0.05}
     process = _r("process", Says.DONE, alive=0, seen_alive=True, cpu_seconds=None, last_seen_alive=seen)
-    log = _r("log", Says.DONE, path="/shared/train.log", size=40)  # its last line: none of node 0's
+    # Its last line none of node 0's, written ``written`` s after node 0's ranks' last sighting.
+    log = _r("log", Says.DONE, path="/shared/train.log", size=40, written_by=CHIEF_SEEN + written)
     verdict = Verdict(
         "t", State.COMPLETE, ("a complete",), {"process": process, "log": log}, NOW, "a",
         run={"source": "process", "started_at": RUN_1},
@@ -401,20 +409,28 @@ def _chief_gone_shared_log() -> NodeCheck:
 
 
 @pytest.mark.parametrize(
-    ("after", "b_ahead", "state"),
+    ("after", "b_ahead", "state", "written", "end"),
     [
-        pytest.param(0.3, SAME, State.COMPLETE, id="0.3 s after, offsets measured: at work after node 0's (seed 6070)"),
-        pytest.param(0.3, None, State.UNKNOWN, id="0.3 s after, offset not measured: within the fixed second"),
-        pytest.param(0.03, SAME, State.UNKNOWN, id="30 ms after: within node 0's sighting's scan"),
-        pytest.param(0.3, (0.3, 0.4), State.UNKNOWN, id="0.3 s after on a clock 0.3-0.4 s ahead: not after"),
-        pytest.param(0.3, (-0.4, -0.3), State.COMPLETE, id="0.3 s after on a clock 0.3-0.4 s behind: after"),
-        pytest.param(1.5, None, State.COMPLETE, id="1.5 s after, offset not measured: after"),
+        pytest.param(0.3, SAME, State.COMPLETE, 0.1, None, id="0.3 s after, offsets measured: at work after node 0's (seed 6070)"),
+        pytest.param(0.3, None, State.UNKNOWN, 0.1, None, id="0.3 s after, offset not measured: within the fixed second"),
+        pytest.param(0.03, SAME, State.UNKNOWN, 0.1, None, id="30 ms after: within node 0's sighting's scan"),
+        pytest.param(0.3, (0.3, 0.4), State.UNKNOWN, 0.1, None, id="0.3 s after on a clock 0.3-0.4 s ahead: not after"),
+        pytest.param(0.3, (-0.4, -0.3), State.COMPLETE, 0.1, None, id="0.3 s after on a clock 0.3-0.4 s behind: after"),
+        pytest.param(1.5, None, State.COMPLETE, 0.1, None, id="1.5 s after, offset not measured: after"),
+        pytest.param(
+            0.3, SAME, State.UNKNOWN, 0.5, None,
+            id="seen 0.3 s after, the log written 0.5 s after: gone before it (tests/test_adversary_43.py)",
+        ),
+        pytest.param(0.3, SAME, State.COMPLETE, 0.5, 0.6, id="its end seen 0.6 s after: at work when it was written"),
     ],
 )  # fmt: skip
 def test_fuzz_span_seed_6070_a_rank_at_work_after_node_0s_in_a_shared_log(
-    after: float, b_ahead: tuple[float, float] | None, state: State
+    after: float, b_ahead: tuple[float, float] | None, state: State, written: float, end: float | None
 ) -> None:
-    nodes = [_chief_gone_shared_log(), _rank_last_seen(CHIEF_SEEN + after, b_ahead)]
+    b = _rank_last_seen(CHIEF_SEEN + after, b_ahead)
+    if end is not None:
+        b = replace(b, ended={9: CHIEF_SEEN + end})
+    nodes = [_chief_gone_shared_log(written), b]
     verdict, _ = decide_across("t", nodes, PolicySpec(success="all", exit_grace=0.3), 1, AcrossMemory(), NOW)
     assert verdict.state is state, verdict.reasons
     if state is State.UNKNOWN:

@@ -225,6 +225,7 @@ class LogEvidence(TypedDict, total=False):
         bool  # a launched run's exit recorded before the first read, the log's times another clock's
     )
     file_time_ahead_seconds: float  # the log's mtime/birth this far ahead of the host's clock
+    written_by: float  # its last write was by then (its file clock: the mtime, or the ctime where set back)
     replaced: bool
     rotated: bool
     truncated: bool
@@ -1207,6 +1208,9 @@ def _evidence(
         partial_last_line=scan.partial,
         run_from_offset=memory.run_from,
         run_bound_by=memory.bound_by,
+        # The latest its last write can have been (a stage over several hosts orders another
+        # node's ranks by it: ``sensors._verdict.across``). A mtime set back dates nothing.
+        written_by=(st.changed if st.set_back else st.written) + st.resolution,
     )
     if scan.earlier_complete is not None and not accepted:
         evidence["earlier_complete_line"] = scan.earlier_complete

@@ -326,6 +326,7 @@ def _rules(
                 frozenset(before.get(node.host, ())),
                 chief.ahead,
                 precision,
+                _written_by(chief.verdict),
             )
         )
     ]
@@ -655,25 +656,42 @@ def at_work_elsewhere(nodes: Sequence[NodeCheck], memory: AcrossMemory | None) -
     if start is None:
         return None
     before = memory.pids_before if memory is not None else {}
+    moments = [
+        _alive_until(node, chief.ahead, start, precision, before.get(node.host, ())) for node in nodes[1:]
+    ]
+    return max((m for m in moments if m is not None), default=None)
+
+
+def _alive_until(
+    node: NodeCheck,
+    chief_ahead: tuple[float, float] | None,
+    start: float | None,
+    precision: float,
+    before: Sequence[int] | frozenset[int],
+) -> float | None:
+    """The latest moment a rank of node 0's run (begun at ``start``, node 0's clock) was known
+    alive on ``node``, moved onto node 0's clock at the earliest it can be (by the measured
+    offsets; by :data:`CLOCKS_APART` where one is not measured); None: none known."""
+    p = node.verdict.readings.get("process")
+    last = p.evidence.get("last_seen_alive") if p is not None else None
+    # Its ranks' last sightings, and the ends its exit watch saw (known alive until a moment
+    # after the check that last saw them: a rank that wrote, was seen and ended back to back
+    # is ordered after what it wrote only by its end).
+    alive = [(last.get("pid"), last.get("at"))] if isinstance(last, Mapping) else []
+    alive += list(node.ended.items())
     latest = None
-    for node in nodes[1:]:
-        p = node.verdict.readings.get("process")
-        last = p.evidence.get("last_seen_alive") if p is not None else None
-        # Its ranks' last sightings, and the ends its exit watch saw (known alive until a
-        # moment after the check that last saw them: a rank that wrote, was seen and ended
-        # back to back is ordered after what it wrote only by its end).
-        alive = [(last.get("pid"), last.get("at"))] if isinstance(last, Mapping) else []
-        alive += list(node.ended.items())
-        for pid, at in alive:
-            if pid in before.get(node.host, ()) or not isinstance(at, (int, float)):
-                continue
-            if _seen_before({"at": at, "until": at}, node.ahead, start, chief.ahead, precision):
-                continue  # an earlier run's rank
-            if node.ahead is not None and chief.ahead is not None:
-                moved = at - node.ahead[1] + chief.ahead[0]
-            else:
-                moved = at - CLOCKS_APART
-            latest = moved if latest is None else max(latest, moved)
+    for pid, at in alive:
+        if pid in before or not isinstance(at, (int, float)):
+            continue
+        if start is not None and _seen_before(
+            {"at": at, "until": at}, node.ahead, start, chief_ahead, precision
+        ):
+            continue  # an earlier run's rank
+        if node.ahead is not None and chief_ahead is not None:
+            moved = at - node.ahead[1] + chief_ahead[0]
+        else:
+            moved = at - CLOCKS_APART
+        latest = moved if latest is None else max(latest, moved)
     return latest
 
 
@@ -703,6 +721,13 @@ def _unseen_run_after(verdict: Verdict) -> Mapping[str, object] | None:
     last = p.evidence.get("last_seen_alive")
     at = last.get("at") if isinstance(last, Mapping) else None
     return last if p.evidence.get("seen_alive") and isinstance(at, (int, float)) else None
+
+
+def _written_by(verdict: Verdict) -> float | None:
+    """When node 0's log was last written, at the latest (its reading's ``written_by``)."""
+    lg = verdict.readings.get("log")
+    at = lg.evidence.get("written_by") if lg is not None else None
+    return float(at) if isinstance(at, (int, float)) else None
 
 
 def _seen_after(
@@ -779,9 +804,11 @@ def _not_done(
     before: frozenset[int] = frozenset(),
     chief_ahead: tuple[float, float] | None = None,
     start_precision: float = PROC_START_TICKS,
+    written_by: float | None = None,
 ) -> str:
     """Why node ``k`` is not done ("" when it is). ``after``: node 0's line is a run's that no
-    check saw, begun after node 0's ranks' last sighting, this (:func:`_unseen_run_after`).
+    check saw, begun after node 0's ranks' last sighting, this (:func:`_unseen_run_after`);
+    ``written_by``: node 0's log was last written by then (its reading's ``written_by``).
     ``chief_ahead``: node 0's host's clock offset (:attr:`NodeCheck.ahead`);
     ``start_precision``: how far ``start`` may be after the truth."""
     v = node.verdict
@@ -835,14 +862,25 @@ def _not_done(
         last = p.evidence.get("last_seen_alive")
         last_at = last.get("at") if isinstance(last, Mapping) else None
         earlier = start is not None and _seen_before(last, node.ahead, start, chief_ahead, start_precision)
+        unseen_since = False
         if after is not None:
             # Node 0's line is an unseen later run's: ranks seen here count only when seen
             # clearly after node 0's were last seen (the clocks apart), and a line of its own
             # only when none of the processes seen wrote it (it too is a run no check saw).
             earlier = earlier or not _seen_after(last, node.ahead, after, chief_ahead)
+            # And only when known alive (seen, or its end seen) after node 0's log was last
+            # written: a rank seen after node 0's were gone, but gone itself before the line
+            # was written, was no rank of the line's run (it hung in run 1 and was killed; run
+            # 2 began and ended between two checks, its rank never started here: complete).
+            until = _alive_until(node, chief_ahead, start, start_precision, before)
+            unseen_since = not (
+                isinstance(written_by, (int, float)) and until is not None and until > written_by
+            )
         if isinstance(last, Mapping) and last.get("pid") in before:
             earlier = True  # last seen alive in node 0's last run: that run's rank
-        seen = (p.evidence.get("seen_alive") and not earlier) or p.evidence.get("launched")
+        seen = (p.evidence.get("seen_alive") and not earlier and not unseen_since) or p.evidence.get(
+            "launched"
+        )
         own_done = own_log is not None and own_log.says is Says.DONE
         if (
             own_log is not None
