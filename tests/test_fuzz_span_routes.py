@@ -437,15 +437,47 @@ def test_fuzz_span_seed_6070_a_rank_at_work_after_node_0s_in_a_shared_log(
         assert "a later run no check saw" in " ".join(verdict.reasons), verdict.reasons
 
 
-def test_fuzz_span_seed_6070_on_real_hosts(tmp_path: Path, hosts: list[Any]) -> None:
-    """The seed itself, on the two test sshd hosts: unknown for good before the fix, complete
-    within 3 checks of run 2's end now."""
-    from tests.test_fuzz_span import _history
-
-    world, outcome = _history(6070, tmp_path, hosts)
-    assert not outcome.hard and not outcome.false_failed, "\n".join(world.steps)
-    cls, _n, hit, last = outcome.obligations[2]
-    assert cls == "must" and hit is not None and hit <= 3, (last, "\n".join(world.steps))
+def test_a_shared_logs_last_line_by_node_1s_rank_half_a_second_after_node_0s_ended(
+    tmp_path: Path, hosts: list[Any]
+) -> None:
+    """Seed 6070's history with its moments apart, on the two test sshd hosts: both ranks seen;
+    rank 0 writes its line and exits; a check finds it gone; rank 1 then writes its line to the
+    log they share (by none of node 0's processes seen: a later run's on node 0's evidence
+    alone), is seen 0.15 s later (about half a second after rank 0's last sighting) and exits
+    0.3 s after. Unknown for good before b77dd7f (node 1's sighting within the fixed second of
+    node 0's); complete within 3 checks of rank 1's exit now."""
+    world = _World(
+        folder=tmp_path / "job", tag="fz-6070", per_host=1, success="all", log_mode="shared", expected=None
+    )
+    world.folder.mkdir()
+    stage = stage_from_dict(world.stage(hosts))
+    try:
+        with SpanChecker(stage) as checker:
+            run = world.start(set())
+            checker.check()  # both ranks seen at work
+            world.tell(run, 0, "line")
+            world.tell(run, 0, "exit0")
+            time.sleep(0.15)
+            checker.check()  # rank 0 gone: its line's writer
+            time.sleep(0.1)
+            world.tell(run, 1, "line")
+            time.sleep(0.15)
+            checker.check()  # rank 1 seen after the log's last line, rank 0 gone
+            time.sleep(0.3)
+            ended = time.time()
+            world.tell(run, 1, "exit0")
+            after = _checks(checker, 6)
+    finally:
+        world.stop()
+    states = [v.state for v in after]
+    assert State.COMPLETE in states[:3], [(v.state, v.reasons[:1]) for v in after]
+    first = states.index(State.COMPLETE)
+    # Complete from then on, but for a check a loaded machine may cost: a process of another
+    # user's whose command line could not be read is `unknown` for that check.
+    assert set(states[first:]) <= {State.COMPLETE, State.UNKNOWN} and states[-1] is State.COMPLETE, [
+        (v.state, v.reasons[:1]) for v in after
+    ]
+    print(f"complete {after[first].checked_at - ended:.2f}s after rank 1's exit")
 
 
 # --- the clock offset a host's round trips agree on ---------------------------------------------
@@ -458,6 +490,10 @@ def test_fuzz_span_seed_6070_on_real_hosts(tmp_path: Path, hosts: list[Any]) -> 
         pytest.param([(-0.02, 0.004), (0.5, 0.52)], (0.5, 0.52), id="a step: measured afresh"),
         pytest.param(
             [(-0.02, 0.004), (-0.004, 0.03), (-0.05, 0.05)], (-0.004, 0.004), id="a wide one narrows nothing"
+        ),
+        pytest.param(
+            [(-0.02, 0.004), (-0.2, 0.2), (-0.004, 0.03)], (-0.004, 0.03),
+            id="one as wide as a step (CLOCK_STEP) keeps nothing: the next begins afresh",
         ),
     ],
 )  # fmt: skip
@@ -517,7 +553,12 @@ def test_a_workers_words_after_the_chiefs_line_in_a_log_the_nodes_share(
         world.stop()
     states = [v.state for v in after]
     assert State.COMPLETE in states[:3], [(v.state, v.reasons[:1]) for v in after]
-    assert states[states.index(State.COMPLETE) :] == [State.COMPLETE] * (6 - states.index(State.COMPLETE))
+    # Complete from then on, but for a check a loaded machine may cost (a process of another
+    # user's whose command line could not be read is `unknown` for that check).
+    first = states.index(State.COMPLETE)
+    assert set(states[first:]) <= {State.COMPLETE, State.UNKNOWN} and states[-1] is State.COMPLETE, [
+        (v.state, v.reasons[:1]) for v in after
+    ]
     print(
         f"complete {after[states.index(State.COMPLETE)].checked_at - ended:.2f}s after the last rank's exit"
     )

@@ -37,7 +37,7 @@ from sensors._hosts import Host, LocalHost
 from sensors._hosts.exits import ExitWatch, SeenEnd, local_exits
 from sensors._hosts.ssh_exits import RemoteExitWatch
 from sensors._run.run import LaunchEnd, Run, Since, exit_record_lines, parse_since, read_launch_end
-from sensors._run.tolerances import CLOCK_SLEW, END_WINDOW, JIFFY, SINCE_SAME
+from sensors._run.tolerances import CLOCK_SLEW, CLOCK_STEP, END_WINDOW, JIFFY, SINCE_SAME
 from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
 from sensors._signals.base import JobView
 from sensors._signals.log import LogMemory, seed_log_memory
@@ -758,9 +758,14 @@ class Checker(Following):
         :data:`~sensors._run.tolerances.CLOCK_SLEW` since): each round trip alone bounds it
         only as closely as it was short, and an order decided by one check's bounds was
         undone by the next's (multi-host fuzzer seed 6766: complete, unknown, complete,
-        unknown). Bounds that do not meet are a clock stepped since: measured afresh.
-        ``now``: this machine's monotonic clock."""
+        unknown). Bounds that do not meet are a clock stepped since: measured afresh. Bounds
+        as wide as the least step (:data:`~sensors._run.tolerances.CLOCK_STEP`) may hold a
+        step and the offset before it: they are this check's alone, and the next narrow ones
+        begin afresh. ``now``: this machine's monotonic clock."""
         lo, hi = ahead
+        if hi - lo >= CLOCK_STEP:
+            self._offset = None
+            return lo, hi
         if self._offset is not None:
             kept_lo, kept_hi, at = self._offset
             slack = CLOCK_SLEW * (now - at)

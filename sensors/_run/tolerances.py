@@ -243,6 +243,18 @@ CLOCK_SLEW = _row(
 )
 
 
+CLOCK_STEP = _row(
+    "CLOCK_STEP",
+    0.128,
+    "clock_step",
+    "the least a host's clock is stepped (ntpd steps past 128 ms and slews below, ntpd(8)'s"
+    " -x and tinker step; chrony's makestep is configured above it): round-trip bounds as"
+    " wide as this may hold a step, so they narrow no kept offset and keep none (a clock"
+    " stepped 0.3 s, then one slow round trip a second wide that held both offsets, kept the"
+    " old one: an adversary's review, tests/test_adversary_43.py).",
+)
+
+
 # --------------------------------------------------------------------------- a run's identity
 
 SINCE_SAME = _row(
