@@ -325,15 +325,6 @@ def every_rank_says_done(last: bool = False) -> dict[int, list[list[Any]]]:
             every_rank_says_done(),
             "all",
             id="per rank, all, every rank's line, then its teardown",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "a log per rank is not bound to its rank's process: a rank's own teardown text after its "
-                    "completion line ('[rank1] destroy_process_group') leaves its log unknown for good (no process "
-                    "known to have written the line), though this watch saw that rank alive when it wrote both: "
-                    "the gate never opens (wait times out, exit 4)"
-                ),
-            ),
         ),
     ],
 )

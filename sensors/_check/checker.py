@@ -405,6 +405,9 @@ class Checker(Following):
         #: each was known alive (the host's clock): a stage over several hosts orders another
         #: node's log by them (``sensors._verdict.across.at_work_elsewhere``).
         self.ended_alive: dict[int, float] = {}
+        #: The job as this check's process signal saw it (None: no process section, or not
+        #: read): a rank's log of a stage over several hosts is told by its node's processes.
+        self.job_seen: JobView | None = None
         self._watch_began: float | None = None
         # Whether this watch has read the host itself: what it saw (a later run at work, say)
         # is in its memory and nowhere else, so a confirmation checks with it too.
@@ -697,6 +700,7 @@ class Checker(Following):
             nvml=self.host.nvml,
             run=mem.run,
             first_check_at=mem.first_check_at,
+            job=self._borrowed_job(),
             exclude_pids=self._exclude,
             outputs_tie=not (stage.log or stage.process),
             launch=_launch_end(sections, mem.run, meta),
@@ -713,6 +717,7 @@ class Checker(Following):
             if signal.name == "process" and facts.job is not None:
                 job = self._seen_ends(facts.job, reading, meta)
                 facts = facts._replace(job=job._replace(elsewhere=self.elsewhere))
+                self.job_seen = facts.job
             if facts.run is not known and (known is not None or _named_since_first(facts.run, mem)):
                 # A new run of the job (see the process signal): nothing remembered of the
                 # last one (its log offsets, its outputs, its settle streak) holds for it.
@@ -751,6 +756,11 @@ class Checker(Following):
             return 0.0, 0.0
         sent = self._sent_at if self._sent_at is not None else self._answered_at
         return meta.now - self._answered_at, meta.now - sent
+
+    def _borrowed_job(self) -> JobView | None:
+        """The job's processes as another check saw them, for a stage with no process section
+        of its own (None here; a rank's log: its node's, ``sensors._check.span``)."""
+        return None
 
     def _kept_offset(self, ahead: tuple[float, float], now: float) -> tuple[float, float]:
         """The host's clock offset as this check's round trip bounds it, narrowed by the last

@@ -34,6 +34,7 @@ from sensors._check.checker import Checker, Following, Watch
 from sensors._check.persist import OwnRun, Persistence, is_followed, is_this_run, save_all
 from sensors._config.stage import Stage
 from sensors._run.run import Run, Since, parse_since
+from sensors._signals.base import JobView
 from sensors._store import Store
 from sensors._verdict.across import AcrossMemory, NodeCheck, at_work_elsewhere, decide_across, live_pids
 
@@ -424,6 +425,14 @@ class _RankLog(Checker):
             self.node_run = run
         self.node_pids |= live
         return super().absorb(sections, nonce, meta)
+
+    def _borrowed_job(self) -> JobView | None:
+        """Its node's processes as the node's check (read just before, in the same probe) saw
+        them: whose lines the rank's log holds is a question of which of them was alive when
+        they were written. Without them, a rank's teardown words after its own completion line
+        were no known process's, and its log unknown for good (an ML engineer's trial: a log
+        per rank under ``all``, the gate never opened)."""
+        return self.node.job_seen
 
     def memory_doc(self) -> dict[str, Any]:
         return {**super().memory_doc(), "node_run": self.node_run, "node_pids": sorted(self.node_pids)}
