@@ -1206,10 +1206,17 @@ class World:
                 w.scope,
                 seen,
             )
-            if then.kind == OK:
+            if then.kind in (OK, SOFT):
+                # Right when its holder checked, or as right as the signals let it be then (a
+                # soft false complete, judged so where the holder's own check is): a follower
+                # showing it later, marked as the holder's, says nothing new (seed 5002586:
+                # the holder's complete of run 1, which wrote its line and exited 1, shown
+                # while run 2 was at work, graded hard).
                 best = Judgement(
                     SOFT,
-                    f"{best.why} (the followed verdict was right when its holder checked)",
+                    f"{best.why} (the followed verdict was "
+                    + ("right" if then.kind == OK else f"soft-false: {then.why}")
+                    + " when its holder checked)",
                     f"stale-follow/{best.route}",
                 )
         finding = Finding(
