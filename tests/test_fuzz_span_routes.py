@@ -600,3 +600,40 @@ def test_at_work_elsewhere_is_the_latest_moment_a_rank_of_node_0s_run_was_alive_
     else:
         # Moved onto node 0's clock at the earliest: less the widest both offsets allow.
         assert got == pytest.approx(moment - SAME[1] + SAME[0])
+
+
+# --- a log per rank across a re-run: bound by its node's run ------------------------------------
+#
+# Multi-host fuzzer seeds 7118, 7237 (success all, a log per rank): run 2's rank 1 wrote its line
+# in the log that held run 1's, right after the check that first saw run 2. Bound by the watch
+# alone (its memory set aside at the node's new run), the log held the last run's line beside
+# its own: "no run start is known", unknown for good. Bound by its node's run now.
+
+
+def test_a_ranks_log_across_a_rerun_is_bound_by_its_nodes_run(tmp_path: Path, hosts: list[Any]) -> None:
+    world, stage = _world(tmp_path, hosts, "fz-7118", per_host=2, log_mode="rank")
+    try:
+        with SpanChecker(stage) as checker:
+            run_1 = world.start(set())
+            checker.check()
+            for g in range(4):
+                world.tell(run_1, g, "line")
+                world.tell(run_1, g, "exit0")
+            verdicts = _checks(checker, 8)
+            assert State.COMPLETE in [v.state for v in verdicts], verdicts[-1].reasons
+            time.sleep(1.0)
+            run_2 = world.start(set())
+            checker.check()  # run 2 seen: each rank log's memory of run 1 set aside
+            world.tell(run_2, 1, "line")  # before any check reads it again
+            checker.check()
+            for g in (0, 2, 3):
+                world.tell(run_2, g, "line")
+            for g in range(4):
+                world.tell(run_2, g, "exit0")
+            ended = time.time()
+            after = _checks(checker, 5)
+    finally:
+        world.stop()
+    states = [v.state for v in after]
+    assert State.COMPLETE in states[:3], [(v.state, v.reasons[:1]) for v in after]
+    print(f"complete {after[states.index(State.COMPLETE)].checked_at - ended:.2f}s after run 2's last exit")

@@ -394,9 +394,8 @@ class _RankLog(Checker):
     (its ranks begun again) sets that memory aside: what it held (a completion line found,
     where the watch's bytes began) was the last run's. Kept, a rank that wrote nothing in run 2
     showed run 1's line, found while a watch looked at run 1, as run 2's (an adversary's
-    review). The node's run does not bind the log as it binds the node's own: that log's
-    reading knows the node's processes (a later run's process begun after a line), this one's
-    does not."""
+    review). The node's run binds it as it binds the node's own log, and the node's processes
+    as its check saw them tell whose its lines are (:meth:`_borrowed_job`)."""
 
     #: Its lines are of its node's run, not of this watch's start (see Checker).
     watch_start_binds = False
@@ -424,6 +423,13 @@ class _RankLog(Checker):
                 self.forget()
             self.node_run = run
         self.node_pids |= live
+        if self._since is None and run is not None and self._memory.run is None:
+            # Bound by its node's run, as the node's own log is (told by the same processes,
+            # _borrowed_job): what was written before the run began is an earlier run's. Bound
+            # by this watch alone, a log the run's rank wrote into before a check read it held
+            # the last run's line beside its own ("no run start is known", unknown for good)
+            # and the last run's error line (failed: multi-host fuzzer seeds 7089, 7118, 7237).
+            self._memory.run = run
         return super().absorb(sections, nonce, meta)
 
     def _borrowed_job(self) -> JobView | None:
