@@ -10,26 +10,10 @@ from typing import Any
 
 import pytest
 
-from sensors import State, Verdict, stage_from_dict
+from sensors import State, stage_from_dict
 from sensors._check.span import SpanChecker
-from tests.test_fuzz_span import _truth, _World
-
-
-def _world(tmp_path: Path, hosts: list[Any], tag: str, *, success: str, log_mode: str) -> tuple[_World, Any]:
-    world = _World(
-        folder=tmp_path / "job", tag=tag, per_host=1, success=success, log_mode=log_mode, expected=None
-    )
-    world.folder.mkdir()
-    return world, stage_from_dict(world.stage(hosts))
-
-
-def _checks(checker: SpanChecker, n: int) -> list[Verdict]:
-    out = []
-    for _ in range(n):
-        time.sleep(0.35)
-        out.append(checker.check())
-    return out
-
+from tests.test_fuzz_span import _truth
+from tests.test_fuzz_span_routes import _checks, _world
 
 # --- A: node 1's run-1 rank seen after node 0's ranks ended, then a re-run no check saw ----------
 #

@@ -221,10 +221,12 @@ def test_a_ranks_log_across_a_rerun_no_check_saw(tmp_path: Path, hosts: list[Any
     assert [v.state for v in after if v.state is State.COMPLETE] == [], after[-1].reasons
 
 
-def _world(tmp_path: Path, hosts: list[Any], tag: str, *, per_host: int, log_mode: str) -> tuple[_World, Any]:
-    """The fuzzer's world over the two test hosts (success all, no outputs) and its stage."""
+def _world(
+    tmp_path: Path, hosts: list[Any], tag: str, *, per_host: int = 1, log_mode: str, success: str = "all"
+) -> tuple[_World, Any]:
+    """The fuzzer's world over the two test hosts (no outputs) and its stage."""
     world = _World(
-        folder=tmp_path / "job", tag=tag, per_host=per_host, success="all", log_mode=log_mode, expected=None
+        folder=tmp_path / "job", tag=tag, per_host=per_host, success=success, log_mode=log_mode, expected=None
     )
     world.folder.mkdir()
     return world, stage_from_dict(world.stage(hosts))
@@ -281,6 +283,19 @@ def _checks(checker: SpanChecker, n: int) -> list[Verdict]:
         time.sleep(0.35)
         out.append(checker.check())
     return out
+
+
+def _opens_and_stays_open(after: list[Verdict], ended: float) -> None:
+    """Complete within 3 checks of the last rank's exit (``ended``), and from then on, but for
+    a check a loaded machine may cost: a process of another user's whose command line could
+    not be read is `unknown` for that check."""
+    states = [v.state for v in after]
+    assert State.COMPLETE in states[:3], [(v.state, v.reasons[:1]) for v in after]
+    first = states.index(State.COMPLETE)
+    assert set(states[first:]) <= {State.COMPLETE, State.UNKNOWN} and states[-1] is State.COMPLETE, [
+        (v.state, v.reasons[:1]) for v in after
+    ]
+    print(f"complete {after[first].checked_at - ended:.2f}s after the last rank's exit")
 
 
 # --- a rank last seen within a second of node 0's run: the clocks' measured offsets order it --
@@ -446,11 +461,7 @@ def test_a_shared_logs_last_line_by_node_1s_rank_half_a_second_after_node_0s_end
     alone), is seen 0.15 s later (about half a second after rank 0's last sighting) and exits
     0.3 s after. Unknown for good before b77dd7f (node 1's sighting within the fixed second of
     node 0's); complete within 3 checks of rank 1's exit now."""
-    world = _World(
-        folder=tmp_path / "job", tag="fz-6070", per_host=1, success="all", log_mode="shared", expected=None
-    )
-    world.folder.mkdir()
-    stage = stage_from_dict(world.stage(hosts))
+    world, stage = _world(tmp_path, hosts, "fz-6070", log_mode="shared")
     try:
         with SpanChecker(stage) as checker:
             run = world.start(set())
@@ -469,15 +480,7 @@ def test_a_shared_logs_last_line_by_node_1s_rank_half_a_second_after_node_0s_end
             after = _checks(checker, 6)
     finally:
         world.stop()
-    states = [v.state for v in after]
-    assert State.COMPLETE in states[:3], [(v.state, v.reasons[:1]) for v in after]
-    first = states.index(State.COMPLETE)
-    # Complete from then on, but for a check a loaded machine may cost: a process of another
-    # user's whose command line could not be read is `unknown` for that check.
-    assert set(states[first:]) <= {State.COMPLETE, State.UNKNOWN} and states[-1] is State.COMPLETE, [
-        (v.state, v.reasons[:1]) for v in after
-    ]
-    print(f"complete {after[first].checked_at - ended:.2f}s after rank 1's exit")
+    _opens_and_stays_open(after, ended)
 
 
 # --- the clock offset a host's round trips agree on ---------------------------------------------
@@ -551,17 +554,7 @@ def test_a_workers_words_after_the_chiefs_line_in_a_log_the_nodes_share(
             after = _checks(checker, 6)
     finally:
         world.stop()
-    states = [v.state for v in after]
-    assert State.COMPLETE in states[:3], [(v.state, v.reasons[:1]) for v in after]
-    # Complete from then on, but for a check a loaded machine may cost (a process of another
-    # user's whose command line could not be read is `unknown` for that check).
-    first = states.index(State.COMPLETE)
-    assert set(states[first:]) <= {State.COMPLETE, State.UNKNOWN} and states[-1] is State.COMPLETE, [
-        (v.state, v.reasons[:1]) for v in after
-    ]
-    print(
-        f"complete {after[states.index(State.COMPLETE)].checked_at - ended:.2f}s after the last rank's exit"
-    )
+    _opens_and_stays_open(after, ended)
 
 
 def _worker(last_at: float | None, ended: dict[int, float] | None = None) -> NodeCheck:

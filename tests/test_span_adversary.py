@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -337,7 +337,7 @@ def test_F8_a_host_blip_with_skewed_clocks_is_not_a_hung_collective() -> None:
     class Fake:
         run = None  # a node's run, once known (SpanChecker starts its memory across hosts anew on another)
         clock_ahead = None  # its host's clock offset, not measured: the scripts' clocks are skewed by hand
-        ended_alive: dict[int, float] = {}  # no exit watch
+        ended_alive: ClassVar[dict[int, float]] = {}  # no exit watch
         elsewhere = None  # what span tells node 0 of ranks at work elsewhere
 
         def __init__(self, label: str) -> None:
