@@ -148,6 +148,9 @@ def test_fuzz_seed_272_ranks_node_1_showed_in_run_1_are_not_run_2s() -> None:
         _node("a", _gone(NOW - 0.5), _r("log", Says.DONE, size=30, complete_writers=[5])),
         _node("b", _gone(NOW - 0.5)),
     ]
+    # The offsets measured (node 1's sighting, 0.5 s after run 2 began, is run 2's): the most
+    # ranks it showed in run 2 holds the stage back.
+    done = [replace(n, ahead=SAME) for n in done]
     verdict, _ = decide_across("t", done, POLICY, 2, memory, NOW)
     assert verdict.state is not State.COMPLETE, verdict.reasons
     assert "at most 1 of 2 ranks seen alive" in " ".join(verdict.reasons), verdict.reasons
@@ -344,8 +347,11 @@ SAME = (-0.004, 0.004)  # a loopback host's round trip: the clocks one, to 4 ms
             RUN_3 + 0.5, (0.7, 0.9), True, State.UNKNOWN,
             id="0.5 s after on a clock 0.7-0.9 s ahead: before on this machine's, run 2's",
         ),
-        pytest.param(RUN_3 - 0.5, None, True, State.COMPLETE, id="offset not measured: within the fixed second"),
-        pytest.param(RUN_3 - 0.5, SAME, False, State.COMPLETE, id="a memory without the sighting's end: the fixed second"),
+        pytest.param(RUN_3 - 0.5, None, True, State.UNKNOWN, id="offset not measured, 0.5 s before: not known to be run 3's (seed 9431)"),
+        pytest.param(RUN_3 - 0.5, SAME, False, State.UNKNOWN, id="a memory without the sighting's end: ordered by its start, run 2's"),
+        pytest.param(RUN_3 + 0.5, None, True, State.UNKNOWN, id="offset not measured, 0.5 s after: within the fixed second, not known"),
+        pytest.param(RUN_3 + 1.5, None, True, State.COMPLETE, id="offset not measured, 1.5 s after: run 3's"),
+        pytest.param(RUN_3 + 0.002, SAME, True, State.UNKNOWN, id="2 ms after, offsets 4 ms wide: not ordered (seed 9431)"),
         pytest.param(RUN_3 - 1.5, None, True, State.UNKNOWN, id="offset not measured, 1.5 s before: run 2's"),
     ],
 )  # fmt: skip

@@ -683,10 +683,8 @@ def _alive_until(
     for pid, at in alive:
         if pid in before or not isinstance(at, (int, float)):
             continue
-        if start is not None and _seen_before(
-            {"at": at, "until": at}, node.ahead, start, chief_ahead, precision
-        ):
-            continue  # an earlier run's rank
+        if start is not None and not _seen_since({"at": at}, node.ahead, start, chief_ahead):
+            continue  # not known to be alive in node 0's run
         if node.ahead is not None and chief_ahead is not None:
             moved = at - node.ahead[1] + chief_ahead[0]
         else:
@@ -758,39 +756,38 @@ def _seen_after(
     return at - ahead[1] > chief_until - chief_ahead[0]
 
 
-def _seen_before(
+def _seen_since(
     last: object,
     ahead: tuple[float, float] | None,
     start: float,
     chief_ahead: tuple[float, float] | None,
-    precision: float = PROC_START_TICKS,
 ) -> bool:
-    """Whether a rank's last sighting (``last_seen_alive``: its host's clock) was before node
-    0's run began (``start``: node 0's clock, to ``precision``) whatever the two
-    hosts' measured clock offsets allow: the sighting's latest moment (the probe's clock read
-    after its scan), moved to the checking machine's clock at the most it can be, is before
-    the start moved there at the least. Where either offset is not measured, or the sighting's
-    latest moment was not recorded (a memory from before it was), by :data:`CLOCKS_APART`.
-    A fixed second let run 2's rank, last seen 0.5 s before run 3 began, stand for run 3's
-    (multi-host fuzzer seed 3210: under chief, node 1 never started in run 3, complete).
+    """Whether a rank's last sighting (``last_seen_alive``: its host's clock) was after node
+    0's run began (``start``: node 0's clock; the truth no later) whatever the two hosts'
+    measured clock offsets allow: the sighting's first moment (the probe's clock read before
+    its scan: the rank was alive then or later), moved to the checking machine's clock at the
+    least it can be, is after the start moved there at the most. Where either offset is not
+    measured, only a sighting more than :data:`CLOCKS_APART` after the start is.
 
-    The measured offsets only narrow the fixed second, never widen it: a sighting more than
-    :data:`CLOCKS_APART` before the start on the two clocks is before it whatever they measure.
-    Their bounds are as wide as each round trip, the probe's own run included (NVML, a large
-    outputs directory, a loaded host: a second or more), and they are this check's, not the
-    check's that made the sighting (a clock NTP stepped since moves it by the step): run 2's
-    rank last seen 1.5 s before run 3 began, with 1.5 s round trips or a clock stepped back
-    2 s since, stood for run 3's (tests/test_adversary_42.py)."""
+    A sighting that cannot be ordered is not this run's: run 2's rank hung on node 1, last
+    seen 14 ms before it was killed and run 3 began without it, counted as run 3's because it
+    was not clearly before (multi-host fuzzer seed 9431: complete, node 1 never started in run
+    3). Nor is one more than :data:`CLOCKS_APART` before the start on the two clocks, whatever
+    the offsets measure: their bounds are as wide as each round trip and they are this
+    check's, not the sighting's (a clock NTP stepped since moves it by the step: run 2's rank
+    last seen 1.5 s before run 3 began stood for run 3's: tests/test_adversary_42.py), and
+    run 2's rank last seen 0.5 s before run 3 began stood for it by a fixed second
+    (multi-host fuzzer seed 3210)."""
     if not isinstance(last, Mapping):
         return False
-    at, until = last.get("at"), last.get("until")
-    if not isinstance(at, (int, float)):
+    at = last.get("at")
+    if not isinstance(at, (int, float)) or at <= start - CLOCKS_APART:
         return False
-    if at < start - CLOCKS_APART:
+    if at > start + CLOCKS_APART:
         return True
-    if ahead is None or chief_ahead is None or not isinstance(until, (int, float)):
+    if ahead is None or chief_ahead is None:
         return False
-    return until - ahead[0] < start - precision - chief_ahead[1]
+    return at - ahead[1] > start - chief_ahead[0]
 
 
 def _not_done(
@@ -861,7 +858,7 @@ def _not_done(
     if k > 0 and p is not None:
         last = p.evidence.get("last_seen_alive")
         last_at = last.get("at") if isinstance(last, Mapping) else None
-        earlier = start is not None and _seen_before(last, node.ahead, start, chief_ahead, start_precision)
+        earlier = start is not None and not _seen_since(last, node.ahead, start, chief_ahead)
         unseen_since = False
         if after is not None:
             # Node 0's line is an unseen later run's: ranks seen here count only when seen
