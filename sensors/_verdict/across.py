@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 
 from sensors._base.model import Reading, Says, State, Verdict
 from sensors._config.stage import PolicySpec
-from sensors._run.tolerances import CLOCKS_APART, PROC_START_TICKS
+from sensors._run.tolerances import CLOCKS_APART, START_ROUNDING, WHOLE_SECOND
 from sensors._verdict.progress import short
 
 __all__ = ["AcrossMemory", "NodeCheck", "at_work_elsewhere", "decide_across"]
@@ -308,7 +308,7 @@ def _rules(
             every,
         )
     # Rule 4: node 0 complete and every other node done.
-    start, precision = _chief_start(chief, memory)
+    start = _chief_start(chief, memory)
     before = memory.pids_before if memory is not None else {}
     after = _unseen_run_after(chief.verdict)
     held = [
@@ -325,7 +325,6 @@ def _rules(
                 after,
                 frozenset(before.get(node.host, ())),
                 chief.ahead,
-                precision,
                 _written_by(chief.verdict),
             )
         )
@@ -629,17 +628,19 @@ def _chief_line_unowned(nodes: Sequence[NodeCheck]) -> str:
     )
 
 
-def _chief_start(chief: NodeCheck, memory: AcrossMemory | None) -> tuple[float | None, float]:
-    """Where node 0's run began (its host's clock; None: not known), and how far after the
-    truth that may be."""
+def _chief_start(chief: NodeCheck, memory: AcrossMemory | None) -> float | None:
+    """The latest moment node 0's run can have begun (its host's clock; None: not known): a
+    sighting after it is after the run began. A start read from /proc is late, never early,
+    but for its rounding to the ms; a supervisor's record gives whole seconds rounded down
+    (the truth up to a second later)."""
     start = _run_start(chief.verdict)
+    if start is not None:
+        late = WHOLE_SECOND if (chief.verdict.run or {}).get("source") == "supervisor" else 0.0
+        start += START_ROUNDING + late
     began = memory.chief_began if memory is not None else None
-    precision = (chief.verdict.run or {}).get("precision_s")
-    precision = max(PROC_START_TICKS, precision if isinstance(precision, (int, float)) else 0.0)
-    if began is not None and (start is None or began > start):
-        start = began  # node 0's job began again, sooner than its verdict's run tells
-        precision = PROC_START_TICKS  # a process's start, read from /proc
-    return start, precision
+    if began is not None and (start is None or began + START_ROUNDING > start):
+        start = began + START_ROUNDING  # node 0's job began again, sooner than its verdict's run tells
+    return start
 
 
 def at_work_elsewhere(nodes: Sequence[NodeCheck], memory: AcrossMemory | None) -> float | None:
@@ -652,13 +653,11 @@ def at_work_elsewhere(nodes: Sequence[NodeCheck], memory: AcrossMemory | None) -
     if not _log_shared(nodes):
         return None
     chief = nodes[0]
-    start, precision = _chief_start(chief, memory)
+    start = _chief_start(chief, memory)
     if start is None:
         return None
     before = memory.pids_before if memory is not None else {}
-    moments = [
-        _alive_until(node, chief.ahead, start, precision, before.get(node.host, ())) for node in nodes[1:]
-    ]
+    moments = [_alive_until(node, chief.ahead, start, before.get(node.host, ())) for node in nodes[1:]]
     return max((m for m in moments if m is not None), default=None)
 
 
@@ -666,7 +665,6 @@ def _alive_until(
     node: NodeCheck,
     chief_ahead: tuple[float, float] | None,
     start: float | None,
-    precision: float,
     before: Sequence[int] | frozenset[int],
 ) -> float | None:
     """The latest moment a rank of node 0's run (begun at ``start``, node 0's clock) was known
@@ -800,14 +798,12 @@ def _not_done(
     after: Mapping[str, object] | None = None,
     before: frozenset[int] = frozenset(),
     chief_ahead: tuple[float, float] | None = None,
-    start_precision: float = PROC_START_TICKS,
     written_by: float | None = None,
 ) -> str:
     """Why node ``k`` is not done ("" when it is). ``after``: node 0's line is a run's that no
     check saw, begun after node 0's ranks' last sighting, this (:func:`_unseen_run_after`);
     ``written_by``: node 0's log was last written by then (its reading's ``written_by``).
-    ``chief_ahead``: node 0's host's clock offset (:attr:`NodeCheck.ahead`);
-    ``start_precision``: how far ``start`` may be after the truth."""
+    ``chief_ahead``: node 0's host's clock offset (:attr:`NodeCheck.ahead`)."""
     v = node.verdict
     if k == 0 and v.state is not State.COMPLETE:
         return f"{node.host} (node 0): {v.state}: {v.reasons[0] if v.reasons else ''}".rstrip(": ")
@@ -869,7 +865,7 @@ def _not_done(
             # written: a rank seen after node 0's were gone, but gone itself before the line
             # was written, was no rank of the line's run (it hung in run 1 and was killed; run
             # 2 began and ended between two checks, its rank never started here: complete).
-            until = _alive_until(node, chief_ahead, start, start_precision, before)
+            until = _alive_until(node, chief_ahead, start, before)
             unseen_since = not (
                 isinstance(written_by, (int, float)) and until is not None and until > written_by
             )
