@@ -534,16 +534,7 @@ def test_a_hosts_clock_offset_is_the_narrowest_its_round_trips_agree_on(
 def test_a_workers_words_after_the_chiefs_line_in_a_log_the_nodes_share(
     tmp_path: Path, hosts: list[Any], worker_after: str
 ) -> None:
-    world = _World(
-        folder=tmp_path / "job",
-        tag="fz-shared",
-        per_host=1,
-        success="chief",
-        log_mode="shared",
-        expected=None,
-    )
-    world.folder.mkdir()
-    stage = stage_from_dict(world.stage(hosts))
+    world, stage = _world(tmp_path, hosts, "fz-shared", log_mode="shared", success="chief")
     try:
         with SpanChecker(stage) as checker:
             run = world.start(set())
