@@ -116,6 +116,7 @@ class _Rank:
     ended_at: float | None = None
     seen: bool = False  # alive at one of the watch's checks
     seen_at: float | None = None  # when the last check that found it alive began
+    seen_width: float = 0.0  # how wide the two hosts' measured clock offsets were then (s)
     wrote: bool = False  # wrote to its log
 
     @property
@@ -362,7 +363,7 @@ def _must(world: _World) -> tuple[str, str, float]:
         for r in run.ranks
         if r.node != 0
         and r.seen_at is not None
-        and r.seen_at - run.started_at < ACROSS_PRECISION
+        and r.seen_at - run.started_at < max(ACROSS_PRECISION, r.seen_width + PRECISION)
         and not (own and (r.line if world.success == "all" else r.wrote))
     ]
     if near:
@@ -371,7 +372,8 @@ def _must(world: _World) -> tuple[str, str, float]:
         # once, 60 ms into the run, then gone; seed 9431's rank, 14 ms before, was the last run's).
         return (
             "either",
-            f"rank(s) {near} of run {run.index} seen alive only within {ACROSS_PRECISION}s of its start",
+            f"rank(s) {near} of run {run.index} seen alive only within the hosts' measured clock"
+            " offsets of its start",
             0.0,
         )
     if unseen:
@@ -416,6 +418,17 @@ def _must(world: _World) -> tuple[str, str, float]:
         f"run {run.index} ended, every rank as it should",
         max(r.ended_at or 0.0 for r in run.ranks),
     )
+
+
+def _offsets_width(checker: SpanChecker) -> float:
+    """How far apart two moments on node 0 and node 1 may be and not be ordered at this check:
+    the widths of the two hosts' measured clock offsets (``Checker.clock_ahead``; a second,
+    ``CLOCKS_APART``, where one is not measured)."""
+    width = 0.0
+    for node in checker.nodes[:2]:
+        ahead = node.clock_ahead
+        width += 1.0 if ahead is None else ahead[1] - ahead[0]
+    return width
 
 
 def _failed_ok(world: _World) -> bool:
@@ -524,9 +537,10 @@ def _history(seed: int, tmp_path: Path, hosts: list[Any]) -> tuple[_World, _Outc
             if not run.seen and not any(k.line for k in run.ranks):
                 run.seen_before_line = True
             run.seen = True
+            width = _offsets_width(checker)
             for rank in run.ranks:
                 if rank.alive:  # a rank exits only when the test tells it to
-                    rank.seen, rank.seen_at = True, began
+                    rank.seen, rank.seen_at, rank.seen_width = True, began, width
         cls, _why, settled = _must(world)
         if cls != "not":
             ob = outcome.obligations.setdefault(world.runs[-1].index, [cls, 0, None, ""])
