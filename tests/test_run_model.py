@@ -300,3 +300,22 @@ def test_the_logs_advice_never_repeats_what_the_watch_did(had, offered, not_offe
         assert words not in said, (had, said)
     if not offered:
         assert said == ". No other tie crosscheck knows would tell it"
+
+
+@pytest.mark.parametrize(
+    ("source", "follows"),
+    [
+        ("process", True),  # begun after the since: the latest run since then, as far as stored
+        ("since", True),
+        ("launch", False),  # a launched run's watch answers for that launch, not a later run
+        ("watch", False),
+    ],
+)
+def test_a_since_follows_a_stored_run_begun_after_it_but_never_a_launch(source: str, follows: bool) -> None:
+    """Fuzzer seed 5007569: a `status --since TIME` followed the launched run's stored `failed`
+    (its exit 1 recorded) while run 2, begun after the time too, was at work: false failed."""
+    from sensors._check.persist import is_this_run
+    from sensors._run.run import Run, Since
+
+    stored = Run(source=source, started_at=1_000.0, pid=7 if source == "launch" else None)
+    assert is_this_run(stored, Since(at=990.0)) is follows

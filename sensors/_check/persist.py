@@ -90,7 +90,10 @@ def is_this_run(stored: Run | None, own: OwnRun) -> bool:
     - Told nothing: the stored run is the latest one known, so it is this watch's.
     - A launch: exactly that launch.
     - A start given as a time: a run that began at or after it (the latest run since then
-      decides; a stored run of the same start is the same run).
+      decides; a stored run of the same start is the same run), but not a launch: a launched
+      run's watch answers for that launch alone, never for a later run begun after the time
+      too (fuzzer seed 5007569: a `status --since` followed the launched run's `failed`, its
+      exit 1 recorded, while run 2 was at work).
     - A start given as a duration: resolved at this watch's own first check, on the host's
       clock; until then nothing stored can be shown to be of that run.
     """
@@ -100,7 +103,7 @@ def is_this_run(stored: Run | None, own: OwnRun) -> bool:
         return False
     if isinstance(own, Run):
         return run_key(stored) == run_key(own) and stored.exit_file == own.exit_file
-    if own.at is None or stored.started_at is None or stored.source == "watch":
+    if own.at is None or stored.started_at is None or stored.source in ("watch", "launch"):
         return False
     return stored.started_at >= own.at - SINCE_ROUNDING
 
