@@ -93,8 +93,9 @@ def _seeds() -> list[int]:
         # for good), 20 (run 2's node 0 never started: node 0's run-1 line completed it), 2965
         # (rank 0 never started, rank 1's line in the stage's one log completed node 0), 9431
         # (run 2's hung rank on node 1, last seen 14 ms before run 3 began without it, counted
-        # as run 3's: complete).
-        return [0, 1, 2, 3, 12, 20, 2965, 9431]
+        # as run 3's: complete), 12117 (run 3 began on node 1 alone, under chief: node 0's
+        # run-2 line completed it).
+        return [0, 1, 2, 3, 12, 20, 2965, 9431, 12117]
     if "-" in spec:
         a, b = spec.split("-", 1)
         return list(range(int(a), int(b) + 1))

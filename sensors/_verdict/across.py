@@ -115,12 +115,12 @@ def decide_across(
         memory = AcrossMemory(chief_began=began, pids_before=memory.pids)
     later = memory.later_elsewhere
     if later is None and memory.chief_pids and not chief_live:
+        # A host with a live process this memory never saw there, node 0's gone: a later run.
+        # Also where this memory saw none there (node 1's rank never started in node 0's run):
+        # run 3 began on node 1 alone, its rank was killed, and node 0's run-2 line completed
+        # the stage (multi-host fuzzer seed 12117, under chief).
         later = next(
-            (
-                n.host
-                for n in nodes[1:]
-                if memory.pids.get(n.host) and live_pids(n.verdict) - set(memory.pids[n.host])
-            ),
+            (n.host for n in nodes[1:] if live_pids(n.verdict) - set(memory.pids.get(n.host, ()))),
             None,
         )
     alive = {n.host: _alive(n.verdict) for n in nodes}
