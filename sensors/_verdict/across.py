@@ -737,7 +737,7 @@ def _seen_after(
     start (the probe's clock read before its scan), moved to the checking machine's clock at
     the least it can be, is after node 0's sighting's end (the clock read after that scan)
     moved there at the most. Where either offset or that end is not known, by
-    :data:`CLOCKS_APART`. As in :func:`_seen_before`, the offsets only narrow the fixed
+    :data:`CLOCKS_APART`. As in :func:`_seen_since`, the offsets only narrow the fixed
     second: a fixed second kept a rank seen 0.6 s after node 0's were gone, at work while
     node 0's log got its last line, from counting (multi-host fuzzer seeds 6070, 6342, 6417,
     6419, 6592, 6766: a log the nodes share, its last line node 1's, unknown for good)."""
