@@ -319,3 +319,32 @@ def test_a_since_follows_a_stored_run_begun_after_it_but_never_a_launch(source: 
 
     stored = Run(source=source, started_at=1_000.0, pid=7 if source == "launch" else None)
     assert is_this_run(stored, Since(at=990.0)) is follows
+
+
+@pytest.mark.parametrize(
+    ("started", "older"),
+    [
+        (100.2, False),  # begun inside the probe that first read the log: its bytes may be the run's
+        (100.45, False),  # begun just before that probe's second clock read
+        (100.7, True),  # begun after the latest that read can have been: what it found is older
+    ],
+)
+def test_a_run_begun_after_the_logs_first_read_is_after_the_latest_that_read_can_have_been(
+    started: float, older: bool
+) -> None:
+    """Fuzzer seed 6000214 (a false failed): a `wait` whose first probe read its clock at
+    100.0, then, while it ran (slow, under load), the job's container started, wrote its
+    completion line and teardown text, and the probe read the log. The log's bytes counted
+    as older than the run, because the run began after the probe's clock was read: `failed`,
+    "the completion line in it is an earlier run's", with the run's own line on disk."""
+    from sensors._run.run import Run
+    from sensors._signals.log import LogMemory, _bound, _LogStat
+
+    st = _LogStat(
+        inode=7, size=106, mtime=100, birth=50.0, written=100.3, resolution=0.004, stamp="s", changed=100.3
+    )
+    first, _ = _bound(LogMemory(), st, None, None, 100.0, latest=100.5)
+    assert first.before_uncertain and first.run_from == 106  # no run start yet: dated by the watch
+    run = Run(source="supervisor", started_at=started, slack=0.001)
+    then, _ = _bound(first, st, None, run, 101.0, unchanged=True, latest=101.1)
+    assert then.before_uncertain is not older

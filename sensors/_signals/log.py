@@ -94,6 +94,11 @@ class LogMemory:
     last_write_unclear: bool = False  # the last write before run_from: too near the start
     bound_by: str | None = None
     bound_at: float | None = None
+    # The latest the read that bound it can have been: the probe reads the log after its
+    # clock (``bound_at``) and before its clock's second read (``Meta.now_end``); a run
+    # begun in between is not "begun after this watch first read the log" (fuzzer seed
+    # 6000214: a fast run begun, written and gone inside one slow probe).
+    bound_read_by: float | None = None
     complete_line: str | None = None  # this run's completion line
     complete_end: int | None = None  # the offset just after it
     error_line: str | None = None
@@ -429,7 +434,9 @@ def seed_log_memory(run: Run) -> LogMemory | None:
     if run.source != "launch" or run.started_at is None:
         return None
     if run.log_inode is None:
-        return LogMemory(absent=True, bound_by="launch", bound_at=run.started_at)
+        return LogMemory(
+            absent=True, bound_by="launch", bound_at=run.started_at, bound_read_by=run.started_at
+        )
     return LogMemory(
         inode=run.log_inode,
         size=run.log_offset or 0,
@@ -437,6 +444,7 @@ def seed_log_memory(run: Run) -> LogMemory | None:
         run_from=run.log_offset or 0,
         bound_by="launch",
         bound_at=run.started_at,
+        bound_read_by=run.started_at,
     )
 
 
@@ -578,7 +586,12 @@ def _bind(
     later, so "after the start" needs the tolerance on top of the start's own slack (a clock
     behind makes later writes look earlier: that errs to "not this run's").
     """
-    base = replace(memory, inode=st.inode, bound_at=memory.bound_at or now)
+    base = replace(
+        memory,
+        inode=st.inode,
+        bound_at=memory.bound_at or now,
+        bound_read_by=memory.bound_read_by or max(now, latest or now),
+    )
     # Appeared (or replaced, rewritten) after a check, dated before that check, its ctime
     # later: not written there since, but put there with an older mtime (a checkpoint's log
     # restored by cp -p, rsync -t, shutil.copy2; a file written elsewhere, then moved). Not
@@ -729,6 +742,7 @@ def _bound(
             absent_at=memory.bound_at,
             bound_by=memory.bound_by if was_bound else None,
             bound_at=memory.bound_at,
+            bound_read_by=memory.bound_read_by,
             **{name: getattr(memory, name) for name in _KEPT_ACROSS_REWRITES},
         )
     if memory.run_from is None:
@@ -740,12 +754,15 @@ def _bound(
         memory.before_uncertain
         and run is not None
         and run.started_at
-        and memory.bound_at
-        and run.started_at >= memory.bound_at + run_start_slack(run.source, run.slack)
+        and memory.bound_read_by
+        and run.started_at >= memory.bound_read_by + run_start_slack(run.source, run.slack)
     ):
         # The run began after this watch first read the log: what was there is older. A
         # start read from /proc is known to a clock tick and rounded: one found alive at the
         # check that bound the log can read a few ms after it, and did not begin after it.
+        # "After the read" is after the latest it can have been (``bound_read_by``), not
+        # after the probe's clock read before it. (A memory stored before that field was
+        # kept has none: it never rules so.)
         memory = replace(memory, before_uncertain=False, last_write_unclear=False)
     return memory, change
 
