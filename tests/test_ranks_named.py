@@ -226,6 +226,34 @@ def test_under_chief_a_worker_whose_ranks_ended_without_a_line_is_not_called_fai
             assert "b: failed" not in verdict.reasons
 
 
+# --------------------------------------------------------------------------- the first reason decides
+
+
+def test_the_first_reason_is_the_host_whose_state_the_stage_shows_unknown() -> None:
+    """notes/ml43.md, item 3: node 0 confirming its complete (running), node 1's ranks gone
+    0.4 s ago (its exit grace, 1 s, not run out). The stage is unknown for node 1's sake; its
+    first reason was node 0's 'running: every signal says done; confirming (1/2 checks)'."""
+    policy = POLICY.model_copy(update={"exit_grace": 1.0})
+    gone = _r("process", Says.DONE, alive=0, seen_alive=True, last_seen_alive={"pid": 201, "at": NOW - 0.4})
+    a = _node("a", State.RUNNING, _proc(), _log(Says.DONE), why="every signal says done; confirming (1/2 checks)")
+    b = _node("b", State.UNKNOWN, gone, why="nothing of its own tells success from a crash")
+    verdict, _ = decide_across("t", [a, b], policy, None, AcrossMemory(), NOW)
+    assert verdict.state is State.UNKNOWN, verdict.reasons
+    assert verdict.reasons[0].startswith("b: its ranks were last seen alive 0s ago: waiting 1s"), verdict.reasons
+    assert any(r.startswith("a (node 0): running: every signal says done") for r in verdict.reasons[1:])
+
+
+def test_the_first_reason_is_the_host_whose_state_the_stage_shows_stalled() -> None:
+    """Node 0 at work (running), node 1's own verdict stalled: the stage is stalled, and its
+    first reason was node 0's 'running: process alive'."""
+    a = _node("a", State.RUNNING, _proc((101, _cmd(0, 0))), _log(), why="process alive: pid 101")
+    b = _node("b", State.STALLED, _proc((201, _cmd(1, 0))), why="no progress for 66s (CPU time, I/O unchanged)")
+    verdict, _ = decide_across("t", [a, b], POLICY, None, AcrossMemory(), NOW)
+    assert verdict.state is State.STALLED, verdict.reasons
+    assert verdict.reasons[0] == "b: stalled: no progress for 66s (CPU time, I/O unchanged)", verdict.reasons
+    assert verdict.reasons[1].startswith("a (node 0): running: process alive"), verdict.reasons
+
+
 # --------------------------------------------------------------------------- rows true of each host
 
 

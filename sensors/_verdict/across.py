@@ -22,7 +22,8 @@ The rules, first that applies wins (docs/multi-host.md, "One verdict across host
    log need not be — its ranks seen alive in this watch or its own log's completion line
    read, no fewer ranks seen than ``per_host``): ``complete``.
 5. Otherwise the gravest of node 0's verdict and of the nodes whose ranks are alive
-   (contradiction, stalled, unknown, running), with the reasons that hold a stage back.
+   (contradiction, stalled, unknown, running), with the reasons that hold a stage back, that
+   of the node whose state it is first (after a lost rank's, where one is said).
 """
 
 from __future__ import annotations
@@ -362,7 +363,11 @@ def _rules(
     ]
     fallback = State.RUNNING if waiting else State.UNKNOWN
     state = next((s for s in _GRAVITY if s in states), fallback)
-    reasons = [why for _, why in held]
+    # The reason of the host whose state was chosen comes first (the one that decided it,
+    # docs/verdict.md): node 0 "running: confirming (1/2 checks)" led an unknown that node 1's
+    # exit grace decided (notes/ml43.md, item 3). Node order otherwise.
+    first = next((i for i, (node, _) in enumerate(held) if node.verdict.state is state), 0)
+    reasons = [held[first][1], *(why for i, (_, why) in enumerate(held) if i != first)]
     # Whatever the gravest state (node 0 stalled on its own log, say), a lost rank is said:
     # only under running it was, and a stalled stage hid the rank that may be why.
     if lost and waiting:
