@@ -254,6 +254,22 @@ def test_the_first_reason_is_the_host_whose_state_the_stage_shows_stalled() -> N
     assert verdict.reasons[1].startswith("a (node 0): running: process alive"), verdict.reasons
 
 
+@pytest.mark.parametrize("shared", [True, False], ids=["a log the nodes share", "a log per node"])
+def test_an_error_line_in_a_shared_log_is_the_shared_logs_not_node_0s(shared: bool) -> None:
+    """notes/ml43.md, item 6: rank 2 (node 1) wrote a traceback into the one log the nodes
+    share, read on node 0: 'a: error line: ...' read as node 0 failed. A log of node 0's own
+    (a log per node) still names node 0's host."""
+    error = "error line: torch.distributed.DistBackendError: NCCL error"
+    log = _r("log", Says.FAILED, detail=error, path="/j/train-node0.log" if not shared else "/j/train.log")
+    a = _node("a", State.FAILED, _proc(), log, why=error)
+    b_log = (_r("log", Says.WORKING, path="/j/train-node1.log"),) if not shared else ()
+    b = _node("b", State.RUNNING, _proc((201, _cmd(1, 0))), *b_log)
+    verdict, _ = decide_across("t", [a, b], POLICY, None, AcrossMemory(), NOW)
+    assert verdict.state is State.FAILED, verdict.reasons
+    want = f"shared log (read on a, node 0): {error}" if shared else f"a: {error}"
+    assert verdict.reasons[0] == want, verdict.reasons
+
+
 # --------------------------------------------------------------------------- rows true of each host
 
 

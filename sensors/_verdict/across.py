@@ -241,14 +241,20 @@ def _rules(
     for k, node in enumerate(nodes):
         if k == 0 and short_held:
             continue
-        # A rank's log is named (``log#rank3: ...``): the host's own readings need no name.
+        # A rank's log is named (``log#rank3: ...``): the host's own readings need no name. A
+        # log the nodes share is no host's own: any rank may have written its error line, and
+        # "node 0: error line" read as node 0 failed (notes/ml43.md, item 6).
         failed = [
-            f"{name}: {r.detail}" if name in node.ranks else r.detail
+            f"shared log (read on {node.host}, node {k}): {r.detail}"
+            if name == "log" and _shared_log(nodes, k)
+            else f"{node.host}: {name}: {r.detail}"
+            if name in node.ranks
+            else f"{node.host}: {r.detail}"
             for name, r in node.readings.items()
             if r.says is Says.FAILED
         ]
         if failed or (node.verdict.state is State.FAILED and (k == 0 or policy.success == "all")):
-            why = failed[0] if failed else node.verdict.reasons[0]
+            why = failed[0] if failed else f"{node.host}: {node.verdict.reasons[0]}"
             # Ranks lost while others are alive: say so (the others may wait for them).
             left = (
                 [
@@ -260,7 +266,7 @@ def _rules(
                 else []
             )
             stalled = short_stalled if k == 0 else []
-            reasons = [f"{node.host}: {why}", *stalled, *left, *_others(nodes, node, policy)]
+            reasons = [why, *stalled, *left, *_others(nodes, node, policy)]
             return State.FAILED, reasons, every
     # Rule 2: ranks lost on a node while the others wait without progress.
     # Progress is CPU time, I/O, the log and the outputs (``_mark``): a GPU busy is not, for
@@ -609,6 +615,16 @@ def _log_shared(nodes: Sequence[NodeCheck]) -> bool:
     return all(other is None for other in others) or any(
         other is not None and other.evidence.get("path") == lg.evidence.get("path") for other in others
     )
+
+
+def _shared_log(nodes: Sequence[NodeCheck], k: int) -> bool:
+    """Whether node ``k``'s log is one the nodes share: node 0's where it is not node 0's
+    alone (:func:`_log_shared`), or another node's at node 0's path."""
+    if k == 0:
+        return _log_shared(nodes)
+    lg, chief = nodes[k].verdict.readings.get("log"), nodes[0].verdict.readings.get("log")
+    path = lg.evidence.get("path") if lg is not None else None
+    return isinstance(path, str) and chief is not None and chief.evidence.get("path") == path
 
 
 def _chief_line_unowned(nodes: Sequence[NodeCheck]) -> str:
