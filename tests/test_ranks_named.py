@@ -331,29 +331,39 @@ def _shared_two_checks(policy: PolicySpec, size: int = 10) -> AcrossMemory:
     return memory
 
 
+@pytest.mark.parametrize("ended", ["rank 0", "node 1's ranks"])
 @pytest.mark.parametrize("quiet", [False, True], ids=["at work", "quiet for stall_after"])
 @pytest.mark.parametrize("success", ["chief", "all"])
-def test_rank_0_ended_after_the_line_in_a_shared_log_followed_by_the_workers_teardown(
-    success: str, quiet: bool
+def test_ranks_ended_after_the_line_in_a_shared_log_followed_by_the_workers_teardown(
+    success: str, quiet: bool, ended: str
 ) -> None:
     """notes/ml43.md, item 4: one log the nodes share; rank 0 printed 'Training complete' and
-    exited; a worker's teardown line followed it, so node 0's log is no longer done (whose
-    that text is is in doubt). Was: '1 of 2 ranks on a gone ...; if the others make no
-    progress for 60s, it is a collective waiting for a lost rank', under chief too; and with
-    the workers then hung in their teardown for stall_after, failed as that collective. Now
-    no rank is lost: unknown (node 0's doubt), or stalled where a host's own verdict is."""
+    exited (or node 1's ranks ended after their teardown lines, rank 1 still at its own); a
+    worker's teardown line followed it, so node 0's log is no longer done (whose that text is
+    is in doubt). Was: '1 of 2 ranks on a gone ...' (or 'every rank on b gone ...'), '...; if
+    the others make no progress for 60s, it is a collective waiting for a lost rank', under
+    chief too; and with the workers then hung in their teardown for stall_after, failed as
+    that collective. Now no rank is lost: unknown (node 0's doubt), or stalled where a host's
+    own verdict is."""
     policy = POLICY.model_copy(update={"success": success})
     memory = _shared_two_checks(policy, size=90 if quiet else 10)
     log = _line(Says.UNKNOWN, after="[rank1] destroy_process_group", size=90, path="/j/train.log")
     cpu = 5.0 if quiet else 9.0
-    a = _node("a", State.UNKNOWN, _proc((102, _cmd(0, 1)), cpu=cpu), log)
     b_state = State.STALLED if quiet else State.RUNNING
-    b = _node("b", b_state, _proc((201, _cmd(1, 0)), (202, _cmd(1, 1)), cpu=cpu))
+    if ended == "rank 0":
+        a = _node("a", State.UNKNOWN, _proc((102, _cmd(0, 1)), cpu=cpu), log)
+        b = _node("b", b_state, _proc((201, _cmd(1, 0)), (202, _cmd(1, 1)), cpu=cpu))
+    else:
+        a = _node("a", b_state, _proc((101, _cmd(0, 0)), (102, _cmd(0, 1)), cpu=cpu), log)
+        b = _node("b", State.UNKNOWN, _proc(), why="nothing of its own tells success from a crash")
     verdict, _ = decide_across("t", [a, b], policy, 2, memory, NOW)
-    assert verdict.state is (State.STALLED if quiet else State.UNKNOWN), verdict.reasons
+    assert verdict.state is (
+        State.STALLED if quiet else State.UNKNOWN if ended == "rank 0" else State.RUNNING
+    ), verdict.reasons
     assert not any("gone" in r or "lost rank" in r for r in verdict.reasons), verdict.reasons
     if quiet:
-        assert verdict.reasons[0] == "b: stalled: b stalled", verdict.reasons
+        who = "b: stalled: b stalled" if ended == "rank 0" else "a (node 0): stalled: a stalled"
+        assert verdict.reasons[0] == who, verdict.reasons
 
 
 def test_a_host_with_a_rank_that_finished_and_one_killed_names_the_killed_one_lost() -> None:

@@ -159,13 +159,15 @@ def decide_across(
         if n.host in short
     }
     # Under ``chief``, node 0's completion line is the job's success: ranks that end after it
-    # tear down, they are not lost (no collective waits for them, nothing failed).
-    chief_done = policy.success == "chief" and _chief_line(nodes[0])
+    # tear down, they are not lost (no collective waits for them, nothing failed). So is the
+    # line in a log every rank writes (the nodes share it), whatever the policy: node 1's
+    # ranks ended after their teardown lines there, and were a lost rank (notes/ml43.md).
+    job_done = (policy.success == "chief" or _log_shared(nodes)) and _chief_line(nodes[0])
     lost = {
         n.host
         for n in nodes
         if n.host in short
-        and not chief_done
+        and not job_done
         and not _finished(n, policy)
         and _lost_one(alive[n.host], per_host, gone[n.host])
     }
@@ -684,8 +686,9 @@ def _log_shared(nodes: Sequence[NodeCheck]) -> bool:
     if lg is None or len(nodes) < 2:
         return False
     others = [node.verdict.readings.get("log") for node in nodes[1:]]
+    path = lg.evidence.get("path")
     return all(other is None for other in others) or any(
-        other is not None and other.evidence.get("path") == lg.evidence.get("path") for other in others
+        isinstance(path, str) and other is not None and other.evidence.get("path") == path for other in others
     )
 
 
