@@ -16,7 +16,10 @@ The rules, first that applies wins (docs/multi-host.md, "One verdict across host
 2. A hung collective: ranks lost on a node (fewer alive than ``process.per_host`` after all
    were seen, or every one gone) while ranks on other nodes are alive and every node with live
    ranks has made no progress for ``stall_after``: ``failed``, naming who is gone and who waits.
-   GPU utilisation is never progress here (NCCL spins at 100 % while it waits).
+   GPU utilisation is never progress here (NCCL spins at 100 % while it waits). A rank that
+   ended after its run's completion line (its own log's; node 0's under ``chief``, or in a log
+   the nodes share) is not lost: ranks hung in their teardown after it are their nodes'
+   verdicts' business (stalled), never a failure here.
 3. A node that cannot be read: ``unknown``, never done.
 4. Node 0 complete, and every other node done (its readings all done — under ``chief`` its own
    log need not be — its ranks seen alive in this watch or its own log's completion line
