@@ -226,6 +226,238 @@ def test_under_chief_a_worker_whose_ranks_ended_without_a_line_is_not_called_fai
             assert "b: failed" not in verdict.reasons
 
 
+# --------------------------------------------------------------------------- the first reason decides
+
+
+def test_the_first_reason_is_the_host_whose_state_the_stage_shows_unknown() -> None:
+    """notes/ml43.md, item 3: node 0 confirming its complete (running), node 1's ranks gone
+    0.4 s ago (its exit grace, 1 s, not run out). The stage is unknown for node 1's sake; its
+    first reason was node 0's 'running: every signal says done; confirming (1/2 checks)'."""
+    policy = POLICY.model_copy(update={"exit_grace": 1.0})
+    gone = _r("process", Says.DONE, alive=0, seen_alive=True, last_seen_alive={"pid": 201, "at": NOW - 0.4})
+    a = _node(
+        "a", State.RUNNING, _proc(), _log(Says.DONE), why="every signal says done; confirming (1/2 checks)"
+    )
+    b = _node("b", State.UNKNOWN, gone, why="nothing of its own tells success from a crash")
+    verdict, _ = decide_across("t", [a, b], policy, None, AcrossMemory(), NOW)
+    assert verdict.state is State.UNKNOWN, verdict.reasons
+    assert verdict.reasons[0].startswith("b: its ranks were last seen alive 0s ago: waiting 1s"), (
+        verdict.reasons
+    )
+    assert any(r.startswith("a (node 0): running: every signal says done") for r in verdict.reasons[1:])
+
+
+def test_the_first_reason_is_the_host_whose_state_the_stage_shows_stalled() -> None:
+    """Node 0 at work (running), node 1's own verdict stalled: the stage is stalled, and its
+    first reason was node 0's 'running: process alive'."""
+    a = _node("a", State.RUNNING, _proc((101, _cmd(0, 0))), _log(), why="process alive: pid 101")
+    b = _node(
+        "b", State.STALLED, _proc((201, _cmd(1, 0))), why="no progress for 66s (CPU time, I/O unchanged)"
+    )
+    verdict, _ = decide_across("t", [a, b], POLICY, None, AcrossMemory(), NOW)
+    assert verdict.state is State.STALLED, verdict.reasons
+    assert verdict.reasons[0] == "b: stalled: no progress for 66s (CPU time, I/O unchanged)", verdict.reasons
+    assert verdict.reasons[1].startswith("a (node 0): running: process alive"), verdict.reasons
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["a log the nodes share", "a log per node"])
+def test_an_error_line_in_a_shared_log_is_the_shared_logs_not_node_0s(shared: bool) -> None:
+    """notes/ml43.md, item 6: rank 2 (node 1) wrote a traceback into the one log the nodes
+    share, read on node 0: 'a: error line: ...' read as node 0 failed. A log of node 0's own
+    (a log per node) still names node 0's host."""
+    error = "error line: torch.distributed.DistBackendError: NCCL error"
+    log = _r("log", Says.FAILED, detail=error, path="/j/train-node0.log" if not shared else "/j/train.log")
+    a = _node("a", State.FAILED, _proc(), log, why=error)
+    b_log = (_r("log", Says.WORKING, path="/j/train-node1.log"),) if not shared else ()
+    b = _node("b", State.RUNNING, _proc((201, _cmd(1, 0))), *b_log)
+    verdict, _ = decide_across("t", [a, b], POLICY, None, AcrossMemory(), NOW)
+    assert verdict.state is State.FAILED, verdict.reasons
+    want = f"shared log (read on a, node 0): {error}" if shared else f"a: {error}"
+    assert verdict.reasons[0] == want, verdict.reasons
+
+
+# --------------------------------------------------------------------------- a rank that finished
+
+
+def _line(
+    says: Says = Says.DONE, after: str | None = None, size: int = 10, at: float = NOW, **evidence: Any
+) -> Reading:
+    """A log holding this run's completion line: its last line, or followed by ``after``."""
+    if after is not None:
+        evidence.update(followed_by=after, line_doubt=True)
+    return _r(
+        "log",
+        says,
+        at,
+        detail=f"log {says}",
+        complete_line="Training complete",
+        last_line=after or "Training complete",
+        size=size,
+        **evidence,
+    )
+
+
+def test_a_rank_whose_own_log_says_it_finished_is_not_lost_nor_a_hung_collectives() -> None:
+    """notes/ml43.md, item 4: a log per rank, ``all``; rank 0 printed 'Training complete' as
+    its last words and exited (torchrun's rank 0 does); the others hang in their teardown,
+    quiet for stall_after. Was: failed, '1 of 2 ranks on a gone ...: rank 0, ..., its log's
+    last line: 'Training complete'; ... a collective waiting for a lost rank'. A rank that
+    ended after its own completion line is no lost rank: stalled (each host's own verdict),
+    never complete while ranks are alive."""
+    memory = _two_checks(POLICY)
+    a = _node("a", State.STALLED, _proc((102, _cmd(0, 1))), _line(), ranks={"log#rank1": _log()})
+    b = _node(
+        "b",
+        State.STALLED,
+        _proc((201, _cmd(1, 0)), (202, _cmd(1, 1))),
+        _log(),
+        ranks={"log#rank3": _log(last="step 11")},
+    )
+    verdict, _ = decide_across("t", [a, b], POLICY, 2, memory, NOW)
+    assert verdict.state is State.STALLED, verdict.reasons
+    assert not any("gone" in r or "lost rank" in r for r in verdict.reasons), verdict.reasons
+    assert verdict.readings["log@a"].says is Says.DONE  # its row is not 'writer gone'
+
+
+def _shared_two_checks(policy: PolicySpec, size: int = 10) -> AcrossMemory:
+    """Two checks, 70 s and 65 s ago, of hosts a and b (2 ranks each, alive), one log they
+    share (read on a), ``size`` bytes long."""
+    memory = AcrossMemory()
+    for at in (NOW - 70, NOW - 65):
+        shared = _r("log", Says.WORKING, at, last_line="step 12", size=size, path="/j/train.log")
+        a = _node("a", State.RUNNING, _proc((101, _cmd(0, 0)), (102, _cmd(0, 1)), at=at), shared, at=at)
+        b = _node("b", State.RUNNING, _proc((201, _cmd(1, 0)), (202, _cmd(1, 1)), at=at), at=at)
+        _, memory = decide_across("t", [a, b], policy, 2, memory, at)
+    return memory
+
+
+@pytest.mark.parametrize("ended", ["rank 0", "node 1's ranks"])
+@pytest.mark.parametrize("quiet", [False, True], ids=["at work", "quiet for stall_after"])
+@pytest.mark.parametrize("success", ["chief", "all"])
+def test_ranks_ended_after_the_line_in_a_shared_log_followed_by_the_workers_teardown(
+    success: str, quiet: bool, ended: str
+) -> None:
+    """notes/ml43.md, item 4: one log the nodes share; rank 0 printed 'Training complete' and
+    exited (or node 1's ranks ended after their teardown lines, rank 1 still at its own); a
+    worker's teardown line followed it, so node 0's log is no longer done (whose that text is
+    is in doubt). Was: '1 of 2 ranks on a gone ...' (or 'every rank on b gone ...'), '...; if
+    the others make no progress for 60s, it is a collective waiting for a lost rank', under
+    chief too; and with the workers then hung in their teardown for stall_after, failed as
+    that collective. Now no rank is lost: unknown (node 0's doubt), or stalled where a host's
+    own verdict is."""
+    policy = POLICY.model_copy(update={"success": success})
+    memory = _shared_two_checks(policy, size=90 if quiet else 10)
+    log = _line(Says.UNKNOWN, after="[rank1] destroy_process_group", size=90, path="/j/train.log")
+    cpu = 5.0 if quiet else 9.0
+    b_state = State.STALLED if quiet else State.RUNNING
+    if ended == "rank 0":
+        a = _node("a", State.UNKNOWN, _proc((102, _cmd(0, 1)), cpu=cpu), log)
+        b = _node("b", b_state, _proc((201, _cmd(1, 0)), (202, _cmd(1, 1)), cpu=cpu))
+    else:
+        a = _node("a", b_state, _proc((101, _cmd(0, 0)), (102, _cmd(0, 1)), cpu=cpu), log)
+        b = _node("b", State.UNKNOWN, _proc(), why="nothing of its own tells success from a crash")
+    verdict, _ = decide_across("t", [a, b], policy, 2, memory, NOW)
+    assert verdict.state is (
+        State.STALLED if quiet else State.UNKNOWN if ended == "rank 0" else State.RUNNING
+    ), verdict.reasons
+    assert not any("gone" in r or "lost rank" in r for r in verdict.reasons), verdict.reasons
+    if quiet:
+        who = "b: stalled: b stalled" if ended == "rank 0" else "a (node 0): stalled: a stalled"
+        assert verdict.reasons[0] == who, verdict.reasons
+
+
+def test_a_host_with_a_rank_that_finished_and_one_killed_names_the_killed_one_lost() -> None:
+    """b's rank 2 wrote its completion line to its own log and ended; b's rank 3 was killed
+    (its log's last line 'step 11'); a's ranks wait, quiet for stall_after: a hung
+    collective, whose lost rank is rank 3 alone. Was: 'every rank on b gone ...: rank 2 ...,
+    its log's last line: 'Training complete'; rank 3 ...'."""
+    memory = _two_checks(POLICY)
+    a = _node(
+        "a", State.RUNNING, _proc((101, _cmd(0, 0)), (102, _cmd(0, 1))), _log(), ranks={"log#rank1": _log()}
+    )
+    b = _node("b", State.COMPLETE, _proc(), _line(), ranks={"log#rank3": _log(last="step 11")})
+    verdict, _ = decide_across("t", [a, b], POLICY, 2, memory, NOW)
+    assert verdict.state is State.FAILED, verdict.reasons
+    why = verdict.reasons[0]
+    assert why.startswith(
+        f"1 of 2 ranks on b gone (found gone at {_hms(NOW)}, its clock): rank 3, pid 202"
+    ), why
+    assert "a collective waiting for a lost rank" in why, why
+    assert "; rank 2 (pid 201) ended after its log's completion line: not lost" in why, why
+    assert "'Training complete'" not in why, why
+    assert verdict.readings["log#rank3@b"].detail.startswith("writer gone: rank 3"), verdict.readings[
+        "log#rank3@b"
+    ]
+
+
+def test_a_rank_told_by_its_place_is_not_taken_for_finished_by_a_log_with_a_line() -> None:
+    """Ranks told apart by their place alone (no RANK, no --rank): pid 202 is rank 3 by a
+    guess, and rank 3's log holding a completion line does not make pid 202 a rank that
+    finished: the guess may be wrong, and a killed rank would hide behind another's line."""
+    memory = _two_checks(POLICY, flag="")
+    a = _node(
+        "a",
+        State.RUNNING,
+        _proc((101, _cmd(0, 0, "")), (102, _cmd(0, 1, ""))),
+        _log(),
+        ranks={"log#rank1": _log()},
+    )
+    b = _node("b", State.RUNNING, _proc((201, _cmd(1, 0, ""))), _log(), ranks={"log#rank3": _line()})
+    verdict, _ = decide_across("t", [a, b], POLICY, 2, memory, NOW)
+    assert verdict.state is State.FAILED, verdict.reasons
+    assert "rank 3 (told by its place among the host's ranks), pid 202" in verdict.reasons[0], verdict.reasons
+
+
+# --------------------------------------------------------------------------- when a rank was found gone
+
+
+def test_each_rank_is_said_found_gone_when_the_watch_first_found_it_gone() -> None:
+    """notes/ml43.md, item 5: b's rank 3 found gone at the check 60 s ago, its rank 2 at
+    this one. Was: 'every rank on b gone (found gone at <60 s ago>, its clock)', the time b
+    began to count as lost, said of both."""
+    memory = _two_checks(POLICY)
+    for at, ranks in ((NOW - 60, ((201, _cmd(1, 0)),)), (NOW, ())):
+        a = _node(
+            "a",
+            State.RUNNING,
+            _proc((101, _cmd(0, 0)), (102, _cmd(0, 1)), at=at, cpu=NOW - at),
+            _log(at=at),
+            at=at,
+            ranks={"log#rank1": _log(at=at)},
+        )
+        b = _node(
+            "b", State.RUNNING, _proc(*ranks, at=at), _log(at=at), at=at, ranks={"log#rank3": _log(at=at)}
+        )
+        verdict, memory = decide_across("t", [a, b], POLICY, 2, memory, at)
+    assert verdict.state is State.RUNNING, verdict.reasons
+    why = verdict.reasons[0]
+    assert why.startswith("every rank on b gone (times on its clock): "), why
+    assert f"rank 2, pid 201, last seen alive {_hms(NOW - 60)}, found gone at {_hms(NOW)}, " in why, why
+    assert f"rank 3, pid 202, last seen alive {_hms(NOW - 65)}, found gone at {_hms(NOW - 60)}, " in why, why
+
+
+def test_a_rank_found_gone_before_its_host_counts_as_lost_is_said_found_gone_then() -> None:
+    """b's rank 3 found gone at the check 60 s ago while b's own log showed its completion
+    line (b finished: no loss); at this check that line is an earlier run's (a process of
+    this run began after it), and b counts as lost. 'found gone at' named this check."""
+    memory = _two_checks(POLICY)
+    b_logs = (_line(at=NOW - 60), _log(at=NOW))
+    for at, b_log in zip((NOW - 60, NOW), b_logs, strict=True):
+        a = _node(
+            "a",
+            State.RUNNING,
+            _proc((101, _cmd(0, 0)), (102, _cmd(0, 1)), at=at, cpu=NOW - at),
+            _log(at=at),
+            at=at,
+        )
+        b = _node("b", State.RUNNING, _proc((201, _cmd(1, 0)), at=at), b_log, at=at)
+        verdict, memory = decide_across("t", [a, b], POLICY, 2, memory, at)
+    why = verdict.reasons[0]
+    assert why.startswith(
+        f"1 of 2 ranks on b gone (found gone at {_hms(NOW - 60)}, its clock): rank 3, pid 202"
+    ), why
+
+
 # --------------------------------------------------------------------------- rows true of each host
 
 

@@ -263,6 +263,13 @@ def assert_opened_after_every_exit(job: Job, waiting: Wait, rc: int, within: flo
     assert opened - job.last_exit < within, (opened - job.last_exit, waiting.story())
 
 
+def assert_no_rank_said_lost(waiting: Wait) -> None:
+    """Every rank of these plans ended after its completion line (its own, or the chief's):
+    none is 'gone' with a collective said to wait for it (notes/ml43.md, item 4)."""
+    said = [r for v in waiting.verdicts for r in v["reasons"] if "lost rank" in r or " gone (" in r]
+    assert not said, said[:3]
+
+
 def assert_never_opened(waiting: Wait) -> None:
     assert not [v for v in waiting.verdicts if v["verdict"] == "complete" or v["advance"]], waiting.story()
 
@@ -288,6 +295,7 @@ def test_a_shared_log_whose_workers_tear_down_after_the_chiefs_line(
         tmp_path, hosts, chief_then_teardown(), SHARED, name=f"shared log, {success}", success=success
     )
     assert_opened_after_every_exit(job, waiting, rc)
+    assert_no_rank_said_lost(waiting)
 
 
 # --------------------------------------------------------------------------- a log per node, per rank
@@ -335,6 +343,7 @@ def test_a_log_per_node_or_per_rank(
         tmp_path, hosts, plan, SHARED, name=f"{path}, {success}", path=path, success=success, timeout="25s"
     )
     assert_opened_after_every_exit(job, waiting, rc)
+    assert_no_rank_said_lost(waiting)
 
 
 def test_a_log_per_node_under_all_with_only_rank_0s_line_fails_naming_node_1(

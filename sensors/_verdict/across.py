@@ -16,13 +16,17 @@ The rules, first that applies wins (docs/multi-host.md, "One verdict across host
 2. A hung collective: ranks lost on a node (fewer alive than ``process.per_host`` after all
    were seen, or every one gone) while ranks on other nodes are alive and every node with live
    ranks has made no progress for ``stall_after``: ``failed``, naming who is gone and who waits.
-   GPU utilisation is never progress here (NCCL spins at 100 % while it waits).
+   GPU utilisation is never progress here (NCCL spins at 100 % while it waits). A rank that
+   ended after its run's completion line (its own log's; node 0's under ``chief``, or in a log
+   the nodes share) is not lost: ranks hung in their teardown after it are their nodes'
+   verdicts' business (stalled), never a failure here.
 3. A node that cannot be read: ``unknown``, never done.
 4. Node 0 complete, and every other node done (its readings all done — under ``chief`` its own
    log need not be — its ranks seen alive in this watch or its own log's completion line
    read, no fewer ranks seen than ``per_host``): ``complete``.
 5. Otherwise the gravest of node 0's verdict and of the nodes whose ranks are alive
-   (contradiction, stalled, unknown, running), with the reasons that hold a stage back.
+   (contradiction, stalled, unknown, running), with the reasons that hold a stage back, that
+   of the node whose state it is first (after a lost rank's, where one is said).
 """
 
 from __future__ import annotations
@@ -66,7 +70,9 @@ class AcrossMemory:
     """What the verdict across hosts remembers between checks, per host (by name)."""
 
     most_alive: Mapping[str, int] = field(default_factory=dict)  # the most ranks seen alive at once
-    lost_at: Mapping[str, float] = field(default_factory=dict)  # when ranks were first seen lost
+    # When each host was first found with fewer ranks alive than it had (its clock): what
+    # "found gone at" says where its ranks cannot be named one by one (``gone_at``).
+    lost_at: Mapping[str, float] = field(default_factory=dict)
     marks: Mapping[str, tuple[object, ...]] = field(default_factory=dict)  # what progress is measured by
     moved_at: Mapping[str, float] = field(default_factory=dict)  # when it last moved
     chief_pids: tuple[int, ...] = ()  # node 0's job processes seen alive in this memory's run
@@ -79,6 +85,11 @@ class AcrossMemory:
     # Each host's last check with all its ranks alive (``per_host``, else the most seen): a
     # rank last seen before it was replaced then (an elastic restart), it is not lost now.
     whole_at: Mapping[str, float] = field(default_factory=dict)
+    # Each host's ranks seen alive and gone since, by PID: the check that first found each
+    # one gone (the host's clock). Not when the host began to count as lost: that was 6 s
+    # after the rank was found gone where a worker's line after the chief's unset its done
+    # (notes/ml43.md, item 5).
+    gone_at: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
     # A host whose job began again (live processes this memory never saw there, its last ones
     # seen) while none of node 0's was alive: a later run, and node 0's completion line is the
     # last run's, until node 0's job begins again too (multi-host fuzzer seed 20).
@@ -128,17 +139,42 @@ def decide_across(
     for host, count in alive.items():
         if count is not None:
             most[host] = max(most.get(host, 0), count)
-    # Under ``chief``, node 0's completion line is the job's success: ranks that end after it
-    # tear down, they are not lost (no collective waits for them, nothing failed).
-    chief_done = policy.success == "chief" and _chief_line(nodes[0])
-    lost = {
-        n.host
-        for n in nodes
-        if not chief_done and _lost(alive[n.host], most.get(n.host, 0), per_host, n, policy)
-    }
+    short = {n.host for n in nodes if _short(alive[n.host], most.get(n.host, 0), per_host)}
     sightings = {
         n.host: _sighted(n, k, per_host, memory.sightings.get(n.host, {})) for k, n in enumerate(nodes)
     }
+    gone_at = {n.host: _found_gone(n, sightings[n.host], memory.gone_at.get(n.host, {})) for n in nodes}
+    holders = _holders(nodes, sightings)
+    # Each host's ranks seen alive and gone now, named; those that ended after their own
+    # completion line said finished.
+    gone = {
+        n.host: _gone_ranks(
+            n,
+            k,
+            per_host,
+            sightings.get(n.host, {}),
+            memory.whole_at.get(n.host),
+            holders,
+            _cut(n.verdict),
+            gone_at[n.host],
+        )
+        for k, n in enumerate(nodes)
+        if n.host in short
+    }
+    # Under ``chief``, node 0's completion line is the job's success: ranks that end after it
+    # tear down, they are not lost (no collective waits for them, nothing failed). So is the
+    # line in a log every rank writes (the nodes share it), whatever the policy: node 1's
+    # ranks ended after their teardown lines there, and were a lost rank (notes/ml43.md).
+    job_done = (policy.success == "chief" or _log_shared(nodes)) and _chief_line(nodes[0])
+    lost = {
+        n.host
+        for n in nodes
+        if n.host in short
+        and not job_done
+        and not _finished(n, policy)
+        and _lost_one(alive[n.host], per_host, gone[n.host])
+    }
+    gone = {h: ranks for h, ranks in gone.items() if h in lost}
     whole_at = dict(memory.whole_at)
     for n in nodes:
         count, at = alive[n.host], n.verdict.checked_at
@@ -146,12 +182,12 @@ def decide_across(
             whole_at[n.host] = at
     # Kept for a host not read this check (a blip says nothing of its ranks): dropped, the
     # time they were first found gone became the time the host was read again.
-    lost_at = {h: t for h, t in memory.lost_at.items() if h in lost or alive.get(h) is None}
+    lost_at = {h: t for h, t in memory.lost_at.items() if h in short or alive.get(h) is None}
     marks, moved_at = dict(memory.marks), dict(memory.moved_at)
     idle: dict[str, float] = {}
     for node in nodes:
         at = node.verdict.checked_at
-        if node.host in lost and node.host not in lost_at and at is not None:
+        if node.host in short and node.host not in lost_at and at is not None:
             lost_at[node.host] = at
         mark = _mark(node)
         if mark is None or at is None:
@@ -174,16 +210,9 @@ def decide_across(
         pids_before=memory.pids_before,
         sightings=sightings,
         whole_at=whole_at,
+        gone_at={h: found for h, found in gone_at.items() if found},
         later_elsewhere=later,
     )
-    holders = _holders(nodes, sightings)
-    gone = {
-        n.host: _gone_ranks(
-            n, k, per_host, sightings.get(n.host, {}), memory.whole_at.get(n.host), holders, _cut(n.verdict)
-        )
-        for k, n in enumerate(nodes)
-        if n.host in lost
-    }
     state, reasons, shown = _rules(
         nodes, policy, per_host, alive, most, lost, lost_at, idle, new_memory, gone
     )
@@ -240,14 +269,20 @@ def _rules(
     for k, node in enumerate(nodes):
         if k == 0 and short_held:
             continue
-        # A rank's log is named (``log#rank3: ...``): the host's own readings need no name.
+        # A rank's log is named (``log#rank3: ...``): the host's own readings need no name. A
+        # log the nodes share is no host's own: any rank may have written its error line, and
+        # "node 0: error line" read as node 0 failed (notes/ml43.md, item 6).
         failed = [
-            f"{name}: {r.detail}" if name in node.ranks else r.detail
+            f"shared log (read on {node.host}, node {k}): {r.detail}"
+            if name == "log" and _shared_log(nodes, k)
+            else f"{node.host}: {name}: {r.detail}"
+            if name in node.ranks
+            else f"{node.host}: {r.detail}"
             for name, r in node.readings.items()
             if r.says is Says.FAILED
         ]
         if failed or (node.verdict.state is State.FAILED and (k == 0 or policy.success == "all")):
-            why = failed[0] if failed else node.verdict.reasons[0]
+            why = failed[0] if failed else f"{node.host}: {node.verdict.reasons[0]}"
             # Ranks lost while others are alive: say so (the others may wait for them).
             left = (
                 [
@@ -259,7 +294,7 @@ def _rules(
                 else []
             )
             stalled = short_stalled if k == 0 else []
-            reasons = [f"{node.host}: {why}", *stalled, *left, *_others(nodes, node, policy)]
+            reasons = [why, *stalled, *left, *_others(nodes, node, policy)]
             return State.FAILED, reasons, every
     # Rule 2: ranks lost on a node while the others wait without progress.
     # Progress is CPU time, I/O, the log and the outputs (``_mark``): a GPU busy is not, for
@@ -362,7 +397,11 @@ def _rules(
     ]
     fallback = State.RUNNING if waiting else State.UNKNOWN
     state = next((s for s in _GRAVITY if s in states), fallback)
-    reasons = [why for _, why in held]
+    # The reason of the host whose state was chosen comes first (the one that decided it,
+    # docs/verdict.md): node 0 "running: confirming (1/2 checks)" led an unknown that node 1's
+    # exit grace decided (notes/ml43.md, item 3). Node order otherwise.
+    first = next((i for i, (node, _) in enumerate(held) if node.verdict.state is state), 0)
+    reasons = [held[first][1], *(why for i, (_, why) in enumerate(held) if i != first)]
     # Whatever the gravest state (node 0 stalled on its own log, say), a lost rank is said:
     # only under running it was, and a stalled stage hid the rank that may be why.
     if lost and waiting:
@@ -504,23 +543,46 @@ def live_pids(verdict: Verdict | None) -> frozenset[int]:
     )
 
 
+def _line_read(reading: Reading | None) -> bool:
+    """Whether a log reading holds this run's completion line (its ``complete_line``: an
+    earlier run's is not), done or not: followed by text its run's ranks may have written
+    (their teardown, a wandb summary), or still written after it. Not with an error line."""
+    if reading is None or reading.says is Says.FAILED:
+        return False
+    if not isinstance(reading.evidence.get("complete_line"), str):
+        return reading.says is Says.DONE
+    # Unknown only for whose the text after it is: not where the line itself may be older
+    # than a process of the run (a later run begun after it, with no line of its own).
+    return reading.says is not Says.UNKNOWN or reading.evidence.get("followed_by") is not None
+
+
 def _finished(node: NodeCheck, policy: PolicySpec) -> bool:
     """The node's own evidence says its job finished (its own verdict complete, or its own
-    log's completion line) and, with a log per rank under ``all``, every rank's log there
-    shows its line: its ranks gone is no loss. (Its own log is its first rank's: that rank
-    done says nothing of another killed there; under ``chief`` the others need write none.)"""
-    if policy.success == "all" and any(r.says is not Says.DONE for r in node.ranks.values()):
+    log's completion line of this run) and, with a log per rank under ``all``, every rank's
+    log there shows its line: its ranks gone is no loss. (Its own log is its first rank's:
+    that rank done says nothing of another killed there; under ``chief`` the others need
+    write none.)"""
+    if policy.success == "all" and not all(_line_read(r) for r in node.ranks.values()):
         return False
-    lg = node.verdict.readings.get("log")
-    return node.verdict.state is State.COMPLETE or (lg is not None and lg.says is Says.DONE)
+    return node.verdict.state is State.COMPLETE or _line_read(node.verdict.readings.get("log"))
 
 
-def _lost(alive: int | None, most: int, per_host: int | None, node: NodeCheck, policy: PolicySpec) -> bool:
-    if alive is None or most == 0 or _finished(node, policy):
+def _short(alive: int | None, most: int, per_host: int | None) -> bool:
+    """Whether a host has fewer ranks alive than it had: fewer than ``per_host`` after all
+    were seen, or (without ``per_host``) none after some were."""
+    if alive is None or most == 0:
         return False
     if per_host is not None:
         return most >= per_host and alive < per_host
     return alive == 0
+
+
+def _lost_one(alive: int | None, per_host: int | None, gone: Sequence[_Gone]) -> bool:
+    """Whether a short host's missing ranks are not all ranks that finished (``gone``: its
+    ranks seen alive and gone now, named; each one's own log says whether it finished)."""
+    if per_host is not None:
+        return per_host - (alive or 0) > sum(g.finished for g in gone)
+    return not gone or not all(g.finished for g in gone)
 
 
 def _all_lost(
@@ -532,20 +594,46 @@ def _all_lost(
     gone: Mapping[str, Sequence[_Gone]],
 ) -> str:
     return "; ".join(
-        _lost_words(h, alive[h], per_host, lost_at.get(h), [g.words for g in gone.get(h, ())])
-        for h in sorted(lost)
+        _lost_words(h, alive[h], per_host, lost_at.get(h), gone.get(h, ())) for h in sorted(lost)
     )
 
 
 def _lost_words(
-    host: str, alive: int | None, per_host: int | None, at: float | None, named: Sequence[str] = ()
+    host: str, alive: int | None, per_host: int | None, at: float | None, gone: Sequence[_Gone] = ()
 ) -> str:
-    when = f" (found gone at {_hms(at)}, its clock)" if at is not None else ""
+    """A host's lost ranks in words: how many, when they were found gone (its clock), each
+    one named; a rank there that finished (its own log's completion line) is said apart."""
+    lost = [g for g in gone if not g.finished]
+    done = [g for g in gone if g.finished]
+    # When each was first found gone: one time for all, or each its own. Where none is
+    # named, when the host was first found short of ranks (``at``): with several missing,
+    # the first of them then; without ``per_host``, every one by then (it counts none).
+    found = {g.found_at for g in lost if g.found_at is not None}
+    missing = per_host - (alive or 0) - len(done) if per_host is not None else None
+    if len(found) == 1:
+        when = f" (found gone at {_hms(found.pop())}, its clock)"
+    elif found:
+        when = " (times on its clock)"
+    elif at is not None:
+        first = "the first of them " if missing is not None and missing > 1 else ""
+        when = f" ({first}found gone at {_hms(at)}, its clock)"
+    else:
+        when = ""
     # Which rank: on a node of 8 GPUs a person should not have to diff command lines to
     # find the stderr to read.
+    named = [g.words(found=len(found) > 1) for g in lost]
     which = f": {'; '.join(named)}" if named else ""
-    if per_host is not None and alive:
-        return f"{per_host - alive} of {per_host} ranks on {host} gone{when}{which}"
+    if done:
+        ended = ", ".join(f"{g.rank} (pid {g.pid})" for g in done)
+        which += (
+            f"; rank {ended} ended after its log's completion line: not lost"
+            if len(done) == 1
+            else f"; ranks {ended} ended after their logs' completion lines: not lost"
+        )
+    if per_host is not None and missing is not None and missing < per_host:
+        return f"{missing} of {per_host} ranks on {host} gone{when}{which}"
+    if done:
+        return f"ranks on {host} gone{when}{which}"
     return f"every rank on {host} gone{when}{which}"
 
 
@@ -601,9 +689,20 @@ def _log_shared(nodes: Sequence[NodeCheck]) -> bool:
     if lg is None or len(nodes) < 2:
         return False
     others = [node.verdict.readings.get("log") for node in nodes[1:]]
+    path = lg.evidence.get("path")
     return all(other is None for other in others) or any(
-        other is not None and other.evidence.get("path") == lg.evidence.get("path") for other in others
+        isinstance(path, str) and other is not None and other.evidence.get("path") == path for other in others
     )
+
+
+def _shared_log(nodes: Sequence[NodeCheck], k: int) -> bool:
+    """Whether node ``k``'s log is one the nodes share: node 0's where it is not node 0's
+    alone (:func:`_log_shared`), or another node's at node 0's path."""
+    if k == 0:
+        return _log_shared(nodes)
+    lg, chief = nodes[k].verdict.readings.get("log"), nodes[0].verdict.readings.get("log")
+    path = lg.evidence.get("path") if lg is not None else None
+    return isinstance(path, str) and chief is not None and chief.evidence.get("path") == path
 
 
 def _chief_line_unowned(nodes: Sequence[NodeCheck]) -> str:
@@ -947,9 +1046,9 @@ def _others(nodes: Sequence[NodeCheck], but: NodeCheck, policy: PolicySpec) -> l
 
 
 def _chief_line(chief: NodeCheck) -> bool:
-    """Node 0 shows the chief's completion line (its own log, done) or its verdict is complete."""
-    lg = chief.verdict.readings.get("log")
-    return chief.verdict.state is State.COMPLETE or (lg is not None and lg.says is Says.DONE)
+    """Node 0 shows the chief's completion line of this run (its own log; done, or followed
+    by the workers' teardown in a log they share) or its verdict is complete."""
+    return chief.verdict.state is State.COMPLETE or _line_read(chief.verdict.readings.get("log"))
 
 
 #: A rank's number on its command line: ``--local_rank 1``, ``--local-rank=1``, ``--rank 3``,
@@ -1051,14 +1150,25 @@ def _rank_log(node: NodeCheck, k: int, per_host: int | None, rank: int | None) -
 
 @dataclass(frozen=True)
 class _Gone:
-    """A rank seen alive on a node and gone now: who it was, and the words that name it."""
+    """A rank seen alive on a node and gone now: who it was, and the words that name it
+    (``seen``: who and when last seen alive; ``line``: its log's last line, or "")."""
 
     rank: int | None
     pid: int
     last_seen: float
-    words: str
+    seen: str
     how: str = ""  # how its rank was told (``position``: by its place, a guess said as one)
     twin: bool = False  # a live process is told the same rank: its log is not its alone
+    line: str = ""
+    found_at: float | None = None  # the check that first found it gone (its host's clock)
+    # Its own log (``{rank}`` in the path) holds its run's completion line: it ended after
+    # its line, as rank 0 does once it prints "Training complete": no rank lost.
+    finished: bool = False
+
+    def words(self, found: bool = False) -> str:
+        """The words that name it, with when it was first found gone where ``found``."""
+        when = f", found gone at {_hms(self.found_at)}" if found and self.found_at is not None else ""
+        return f"{self.seen}{when}{self.line}"
 
 
 #: How a rank's number was told, in words (``position`` is said where the rank is named).
@@ -1112,15 +1222,19 @@ def _gone_ranks(
     whole_at: float | None = None,
     holders: _Holders | None = None,
     cut: int | None = None,
+    found_at: Mapping[int, float] | None = None,
 ) -> list[_Gone]:
     """Each rank seen alive on the node and gone now, named: its global rank, PID, last
-    sighting and its log's last line. Not a process replaced since (last seen before the
-    host last had all its ranks, or its rank held now by one begun after it was last seen:
-    an elastic restart); where a live process is told the same rank, both are said."""
+    sighting, when it was first found gone (``found_at``, by PID) and its log's last line;
+    finished where its own log holds its completion line. Not a process replaced since (last
+    seen before the host last had all its ranks, or its rank held now by one begun after it
+    was last seen: an elastic restart); where a live process is told the same rank, both are
+    said."""
     if cut is not None:
         # The list holds 16 processes: a rank left out of it now may be alive (its place
         # taken by a lower PID): which rank is gone is not told rather than told wrong.
         return [_Gone(None, 0, 0.0, f"which one is not told (the probe lists 16 of its {cut} processes)")]
+    found_at = found_at or {}
     live = live_pids(node.verdict)
     holders = holders or {}
     out = []
@@ -1142,13 +1256,36 @@ def _gone_ranks(
         text = f"{who}, pid {pid}, last seen alive {_hms(at)}"
         found = _rank_log(node, k, per_host, rank)
         line = found[1].evidence.get("last_line") if found is not None else None
+        said = ""
         if isinstance(line, str) and line:
             # With a twin alive the log may be either's: its line is rank N's log's, not its own.
             whose = "its log's last line"
             if held:
                 whose = f"rank {rank}'s log's last line (either may have written it)"
-            text += f", {whose}: {line[:160]!r}"
-        out.append(_Gone(rank, pid, at, text, how, bool(held)))
+            said = f", {whose}: {line[:160]!r}"
+        # Its own log's completion line: it wrote it, then ended (no other process writes
+        # rank N's log; with a twin alive, which one wrote it is not told; a rank told by
+        # its place is a guess, and another rank's line would hide this one lost).
+        finished = found is not None and not held and how != "position" and _line_read(found[1])
+        out.append(_Gone(rank, pid, at, text, how, bool(held), said, found_at.get(pid), finished))
+    return out
+
+
+def _found_gone(
+    node: NodeCheck, seen: Mapping[int, tuple[int | None, str, float]], before: Mapping[int, float]
+) -> dict[int, float]:
+    """When each rank seen alive on the node was first found gone, by PID (its host's clock):
+    ``before``'s, and this check's time for a rank it finds gone first. Kept through a check
+    that cannot read the node's processes (a blip finds nothing gone) or lists only some of
+    them (a rank left out of a cut list is not known gone)."""
+    live = live_pids(node.verdict)
+    out = {pid: at for pid, at in before.items() if pid in seen and pid not in live}
+    at = node.verdict.checked_at
+    if at is None or _rank_entries(node.verdict) is None or _cut(node.verdict) is not None:
+        return out
+    for pid in seen:
+        if pid not in live and pid not in out:
+            out[pid] = at
     return out
 
 
@@ -1200,8 +1337,10 @@ def _as_shown(
         for g in gone[node.host]:
             rank, at = g.rank, g.last_seen
             found = _rank_log(node, k, per_host, rank)
-            if found is None or g.twin:
-                continue  # a live process told the same rank may write that log still
+            if found is None or g.twin or g.finished:
+                # A live process told the same rank may write that log still; one that
+                # finished wrote its completion line (it is no lost writer).
+                continue
             name, reading = found
             row = f"{name}@{node.host}"
             if row not in out or reading.says is not Says.WORKING:
