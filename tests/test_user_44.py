@@ -297,9 +297,8 @@ def _run(
     **extra: Any,
 ) -> tuple[Job, Wait, int]:
     """Run one job under one wait. ``start_wait``: ``before`` (the wait first, its first
-    verdict in, then the job), ``just before`` (the wait spawned, the job at once; ``0.3s
-    before``: 0.3 s later),
-    ``after:TEXT`` (once the log holds TEXT)."""
+    verdict in, then the job), ``just before`` (the wait spawned, the job at once), ``0.3s
+    before`` (the job 0.3 s after the wait), ``after:TEXT`` (the wait once the log holds TEXT)."""
     tag = _tag()
     folder = tmp_path / "job"
     path = stage_file(folder, tag, expected=expected, interval=interval, **extra)
