@@ -788,9 +788,20 @@ def _unread_once(table: _ProcessTable, meta: Meta, excluded: frozenset[int]) -> 
 
 
 def _pids(pids: list[int]) -> str:
+    """Processes by PID, in words: the first 4, and "…" only where there are more.
+
+    Example:
+        >>> _pids([7])
+        'pid 7'
+        >>> _pids([7, 8])
+        '2 processes (pid 7, 8)'
+        >>> _pids(list(range(1, 201)))
+        '200 processes (pid 1, 2, 3, 4…)'
+    """
     if len(pids) == 1:
         return f"pid {pids[0]}"
-    return f"{len(pids)} processes (pid {', '.join(map(str, pids[:4]))}…)"
+    more = "…" if len(pids) > 4 else ""
+    return f"{len(pids)} processes (pid {', '.join(map(str, pids[:4]))}{more})"
 
 
 def _excluded(meta: Meta, stats: Mapping[int, ProcStat], exclude_pids: frozenset[int]) -> set[int]:
@@ -902,11 +913,14 @@ def read_process(
                 " ones of other processes)"
                 + ("" if want is not None else "; process.user would leave other users' aside")
                 if table.capped
-                else "/proc shows it alive since before this check"
+                else f"/proc shows {'it' if len(unread) == 1 else 'them'} alive since before this check"
             )
             return unknown(
                 f"the command line of {_pids(unread)} could not be read ({why}): whether it is the"
-                " job cannot be told",
+                " job cannot be told"
+                if len(unread) == 1
+                else f"the command lines of {_pids(unread)} could not be read ({why}): whether one"
+                " of them is the job cannot be told",
                 unread_pids=unread[:16],
             )
     launched = launched_pid is not None and (spec.pid == launched_pid or launched_pid in found.candidates)
