@@ -99,6 +99,12 @@ class LogMemory:
     # begun in between is not "begun after this watch first read the log" (fuzzer seed
     # 6000214: a fast run begun, written and gone inside one slow probe).
     bound_read_by: float | None = None
+    # The log's last write as the read that bound it found it (its mtime and how exact that
+    # is), where the host's clock stamped it and it was not set back: a start learnt later
+    # that is clearly after it makes every byte then there older than the run, however late
+    # the read (a run begun inside that probe, after its read, that then touched the log, took
+    # the last run's line for its own: tests/test_adversary_44.py). None: not known so.
+    bound_write: tuple[float, float] | None = None
     complete_line: str | None = None  # this run's completion line
     complete_end: int | None = None  # the offset just after it
     error_line: str | None = None
@@ -586,11 +592,18 @@ def _bind(
     later, so "after the start" needs the tolerance on top of the start's own slack (a clock
     behind makes later writes look earlier: that errs to "not this run's").
     """
+    dated = (
+        own
+        and not memory.foreign_clock
+        and not st.set_back
+        and file_time_ahead(st, latest or now, own) is None
+    )
     base = replace(
         memory,
         inode=st.inode,
         bound_at=memory.bound_at or now,
         bound_read_by=memory.bound_read_by or max(now, latest or now),
+        bound_write=(st.written, st.resolution) if dated else None,
     )
     # Appeared (or replaced, rewritten) after a check, dated before that check, its ctime
     # later: not written there since, but put there with an older mtime (a checkpoint's log
@@ -754,15 +767,24 @@ def _bound(
         memory.before_uncertain
         and run is not None
         and run.started_at
-        and memory.bound_read_by
-        and run.started_at >= memory.bound_read_by + run_start_slack(run.source, run.slack)
+        and (
+            (
+                memory.bound_read_by
+                and run.started_at >= memory.bound_read_by + run_start_slack(run.source, run.slack)
+            )
+            or (
+                memory.bound_write is not None
+                and last_write(*memory.bound_write, run.started_at, run.source, None, run.slack) == "before"
+            )
+        )
     ):
         # The run began after this watch first read the log: what was there is older. A
         # start read from /proc is known to a clock tick and rounded: one found alive at the
         # check that bound the log can read a few ms after it, and did not begin after it.
         # "After the read" is after the latest it can have been (``bound_read_by``), not
         # after the probe's clock read before it. (A memory stored before that field was
-        # kept has none: it never rules so.)
+        # kept has none: it never rules so.) Or the run began clearly after the log's last
+        # write as that read found it (``bound_write``): the start binding would have ruled.
         memory = replace(memory, before_uncertain=False, last_write_unclear=False)
     return memory, change
 
