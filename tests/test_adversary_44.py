@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 
 from sensors import Says
-from sensors._base.probe import Meta
+from sensors._base.probe import Meta, parse_meta
 from sensors._run.run import Run
 from sensors._signals.base import JobView
 from sensors._signals.log import LogSpec, read_log
@@ -79,6 +79,36 @@ def test_a_run_begun_inside_the_first_probe_after_its_read_does_not_take_the_las
     for reading in (seen, last):
         assert reading.says is not Says.DONE, reading.detail
         assert "earlier run's" in reading.detail, reading.detail
+
+
+def test_a_clock_in_whole_seconds_ends_its_probe_up_to_a_second_after_it_says() -> None:
+    """BusyBox's `date +%s.%N` prints "1800000000.N": the whole second, rounded down. The
+    first probe's clock read at T+0.3 and again at T+0.9 both read T; a container began at
+    T+0.5, wrote its completion line at T+0.6 and exited, and the log was read at T+0.8. Its
+    start (the supervisor's, to the ns) was after T, "the latest the read can have been":
+    the log's bytes were called older than the run, the run's own line "an earlier run's"
+    (fuzzer seed 6000214's false failed, on such a clock)."""
+
+    def meta(now: float, end: float) -> Meta:
+        up = 5000 + now - T
+        body = (
+            f"now {int(now)}.N\nuptime_before {up:.2f}\nuptime {up:.2f}\nbtime {int(T - 5000)}\nclk_tck 100\n"
+        )
+        return parse_meta(body.encode(), None, f"now {int(end)}.N\n".encode())
+
+    first_meta = meta(T + 0.3, T + 0.9)
+    assert first_meta.now_coarse and first_meta.now_end is not None
+    assert first_meta.now_end >= T + 0.9  # the latest the clock can have read
+    spec = LogSpec(path="/j/train.log", complete="^Training complete$")
+    text = b"step 9\nTraining complete\n"
+    _, memory = read_log(
+        spec, _sections(text, T + 0.6, whole=True), first_meta, None, host="h", job=JobView()
+    )
+    run = Run(source="supervisor", started_at=T + 0.5, slack=0.001)
+    then, _ = read_log(
+        spec, _sections(text, T + 0.6, whole=True), meta(T + 5.3, T + 5.4), memory, host="h", run=run
+    )
+    assert "the completion line in it is an earlier run's" not in then.detail, then.detail
 
 
 @pytest.mark.xfail(
