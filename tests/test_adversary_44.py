@@ -15,13 +15,18 @@ checks built by hand, and the verdict across hosts (``decide_across``) on a simu
 
 from __future__ import annotations
 
+import datetime as dt
+from typing import Any
+
 import pytest
 
-from sensors import Says
+from sensors import Reading, Says, State, Verdict
 from sensors._base.probe import Meta, parse_meta
+from sensors._config.stage import PolicySpec
 from sensors._run.run import Run
 from sensors._signals.base import JobView
 from sensors._signals.log import LogSpec, read_log
+from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
 
 T = 1_800_000_000.0
 
@@ -133,3 +138,141 @@ def test_a_later_run_that_touches_the_log_does_not_finish_on_the_last_runs_line(
         spec, _sections(text, T - 5), _meta(T + 5, T + 5.1), memory, host="h", run=run, job=gone
     )
     assert last.says is not Says.DONE, last.detail
+
+
+# --------------------------------------------------------------------------- d55cb58, 3a58b35: ranks
+
+NOW = 1_000_000.0
+POLICY = PolicySpec(stall_after=60.0)
+
+
+def _hms(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%H:%M:%S UTC")
+
+
+def _r(signal: str, says: Says, at: float = NOW, detail: str = "", **evidence: Any) -> Reading:
+    return Reading(signal, says, detail or f"{signal} {says}", evidence, at)
+
+
+def _proc(*pids: int, at: float = NOW, cpu: float = 5.0) -> Reading:
+    """Live ranks by PID (``--local_rank`` is the PID's last digit minus one)."""
+    processes = [
+        {
+            "pid": pid,
+            "ppid": 1,
+            "state": "S",
+            "cmdline": f"python train.py --local_rank {pid % 10 - 1}",
+            "started_at": NOW - 500,
+        }
+        for pid in pids
+    ]
+    says = Says.WORKING if pids else Says.DONE
+    n = len(pids)
+    return _r(
+        "process",
+        says,
+        at,
+        alive=n,
+        ranks=n,
+        matched=n,
+        processes=processes,
+        seen_alive=True,
+        cpu_seconds=cpu,
+    )
+
+
+def _log(at: float = NOW, **evidence: Any) -> Reading:
+    return _r("log", Says.WORKING, at, **{"last_line": "step 12", "size": 10, **evidence})
+
+
+def _node(
+    host: str, state: State, *readings: Reading, at: float = NOW, ranks: dict | None = None
+) -> NodeCheck:
+    verdict = Verdict("t", state, (f"{host} {state}",), {r.signal: r for r in readings}, at, host)
+    return NodeCheck(host, verdict, ranks or {})
+
+
+def _rank3_log(killed: str) -> Reading:
+    """Rank 3's own log (``{rank}``), read on b at the check that finds rank 3 (pid 202)
+    gone. The attempt before wrote 'Training complete' at T+10 and ended; rank 3 began again
+    30 ms later (too close to tell it from the line's writer, fuzzer seed 200948), wrote
+    '[rank3] starting' after the line, and was killed (OOM) with no line of its own.
+    ``killed``: 'read again' (the log as it was at the last check) or 'grown' (its last
+    words after the line since the last check, rank 2 alive: 'still being written')."""
+    spec = LogSpec(path="/j/rank3.log", complete="^Training complete$")
+    run = Run(source="since", started_at=T)
+    one = b"step 9\nTraining complete\n"
+    two = one + b"[rank3] starting\n"
+    three = two + b"[rank3] loading shard 3\n"
+    rank3 = JobView(live=frozenset({201, 202}), starts={201: T - 60, 202: T + 10.03})
+    _, memory = read_log(
+        spec, _sections(one, T + 10.0), _meta(T + 20, T + 20.1), None, host="b", run=run, job=rank3
+    )
+    seen = rank3._replace(previous=frozenset({201, 202}))
+    _, memory = read_log(
+        spec, _sections(two, T + 25), _meta(T + 30, T + 30.1), memory, host="b", run=run, job=seen
+    )
+    gone = JobView(live=frozenset({201}), starts={201: T - 60}, previous=frozenset({201, 202}))
+    data, written = (two, T + 25.0) if killed == "read again" else (three, T + 35.0)
+    reading, _ = read_log(
+        spec, _sections(data, written), _meta(T + 40, T + 40.1), memory, host="b", run=run, job=gone
+    )
+    assert reading.evidence.get("complete_line") == "Training complete"  # the line it doubts
+    return reading
+
+
+def _two_checks(rank3_size: int = 10) -> AcrossMemory:
+    """Two checks, 70 s and 65 s ago: a and b, 2 ranks each, alive, a log per rank (rank
+    3's ``rank3_size`` bytes long)."""
+    memory = AcrossMemory()
+    for at in (NOW - 70, NOW - 65):
+        rank3 = _log(at, inode=7, size=rank3_size)
+        a = _node("a", State.RUNNING, _proc(101, 102, at=at), _log(at), at=at, ranks={"log#rank1": _log(at)})
+        b = _node("b", State.RUNNING, _proc(201, 202, at=at), _log(at), at=at, ranks={"log#rank3": rank3})
+        _, memory = decide_across("t", [a, b], POLICY, 2, memory, at)
+    return memory
+
+
+@pytest.mark.parametrize("killed", ["read again", "grown"])
+def test_a_rank_whose_logs_line_may_be_older_than_it_is_not_finished(killed: str) -> None:
+    """The log says of rank 3's line: 'whether that process [pid 202] is a later run, begun
+    after the line and with no completion line of its own, cannot be told' (unknown), or
+    'still being written after it' (its last words grew the log since the last check). The
+    verdict across hosts took it for rank 3's own line: pid 202 'finished', no rank lost,
+    rank 3 never named, and the others, hung in a collective for 65 s, 'running'. Before
+    d55cb58: failed, rank 3 named (where its log grew, named lost, failed once they stay
+    quiet for stall_after)."""
+    rank3 = _rank3_log(killed)
+    assert rank3.says is (Says.UNKNOWN if killed == "read again" else Says.WORKING), rank3.detail
+    a = _node("a", State.RUNNING, _proc(101, 102), _log(), ranks={"log#rank1": _log()})
+    b = _node("b", State.RUNNING, _proc(201), _log(), ranks={"log#rank3": rank3})
+    before = len(b"step 9\nTraining complete\n[rank3] starting\n")  # its size at the last check
+    verdict, _ = decide_across("t", [a, b], POLICY, 2, _two_checks(before), NOW)
+    why = verdict.reasons[0]
+    assert why.startswith("1 of 2 ranks on b gone") and "rank 3, pid 202" in why, why
+    assert "not lost" not in why, why
+    if killed == "read again":
+        assert verdict.state is State.FAILED, verdict.reasons
+        assert "a collective waiting for a lost rank" in why, why
+
+
+def test_a_rank_whose_log_a_later_run_may_have_written_since_a_launched_exit_is_not_finished() -> None:
+    """The log's other doubt of the line itself: the launched job's exit was recorded before
+    this watch first read the log, its times another clock's (``exit_unclear``): a later
+    run's words cannot be told from the job's. Followed by text, it counted as rank 3's line."""
+    doubt = _r(
+        "log",
+        Says.UNKNOWN,
+        detail="the launched job's exit was already recorded when this watch first read the log, ...",
+        complete_line="Training complete",
+        followed_by="[rank3] starting",
+        last_line="[rank3] starting",
+        size=10,
+        inode=7,
+        exit_unclear=True,
+    )
+    a = _node("a", State.RUNNING, _proc(101, 102), _log(), ranks={"log#rank1": _log()})
+    b = _node("b", State.RUNNING, _proc(201), _log(), ranks={"log#rank3": doubt})
+    verdict, _ = decide_across("t", [a, b], POLICY, 2, _two_checks(), NOW)
+    assert verdict.state is State.FAILED, verdict.reasons
+    assert "rank 3, pid 202" in verdict.reasons[0], verdict.reasons

@@ -231,6 +231,7 @@ class LogEvidence(TypedDict, total=False):
     line_fix: str  # with line_doubt: what would have told whose the line is ("" : nothing known)
     complete_writers: list[int]  # the job's PIDs alive before the completion line was written
     superseded_by_pid: int  # a process of this run that began after the completion line
+    undatable_by: int  # a live process of this run that may have begun after the completion line
     launch_superseded: str  # words written after the launched run's last: a later run's
     exit_unclear: (
         bool  # a launched run's exit recorded before the first read, the log's times another clock's
@@ -1010,6 +1011,10 @@ def read_log(
         evidence["complete_writers"] = list(word.writers[:16])
     if word.later_pid is not None:
         evidence["superseded_by_pid"] = word.later_pid
+    if word.undatable_by is not None and complete_line is not None:
+        # The line may be older than this live process of the run (a later run with no line
+        # of its own): whose line it is, not only whose the text after it, is in doubt.
+        evidence["undatable_by"] = word.undatable_by
     # A stamp the next change may not move (a FUSE mount whose times stand still) is kept
     # for nothing: the log is read again at every check there.
     scanned = st.identity(meta.now) if keeps_times(spec.path, sections) else None

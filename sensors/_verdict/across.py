@@ -551,8 +551,13 @@ def _line_read(reading: Reading | None) -> bool:
         return False
     if not isinstance(reading.evidence.get("complete_line"), str):
         return reading.says is Says.DONE
-    # Unknown only for whose the text after it is: not where the line itself may be older
-    # than a process of the run (a later run begun after it, with no line of its own).
+    if reading.evidence.get("undatable_by") is not None or reading.evidence.get("exit_unclear"):
+        # The line itself may be older than a process of the run (``undatable_by``: that
+        # process may be a later run with no line of its own, the very rank now gone), or a
+        # later run may have written the log since the launched job's exit: unknown, or
+        # "still written after it", it is no rank's last word.
+        return False
+    # Unknown only for whose the text after it is.
     return reading.says is not Says.UNKNOWN or reading.evidence.get("followed_by") is not None
 
 
