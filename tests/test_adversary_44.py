@@ -276,3 +276,24 @@ def test_a_rank_whose_log_a_later_run_may_have_written_since_a_launched_exit_is_
     verdict, _ = decide_across("t", [a, b], POLICY, 2, _two_checks(), NOW)
     assert verdict.state is State.FAILED, verdict.reasons
     assert "rank 3, pid 202" in verdict.reasons[0], verdict.reasons
+
+
+def test_twin_ranks_both_gone_are_not_both_finished_by_one_line() -> None:
+    """Two processes on b told rank 3 (pids 202 and 203, seen alive together: a duplicate
+    launch's), both gone; rank 3's log holds its line. One of them wrote it; the other may
+    have been killed (which one the job counts as rank 3 cannot be told). Both were taken
+    for finished: no rank lost, a hung collective 'running'."""
+    memory = AcrossMemory()
+    for at in (NOW - 70, NOW - 65):
+        a = _node("a", State.RUNNING, _proc(101, 102, at=at), _log(at), at=at, ranks={"log#rank1": _log(at)})
+        b = _node(
+            "b", State.RUNNING, _proc(201, 202, 212, at=at), _log(at), at=at, ranks={"log#rank3": _log(at)}
+        )
+        _, memory = decide_across("t", [a, b], POLICY, 2, memory, at)
+    assert {p: r for p, (r, _, _) in memory.sightings["b"].items()} == {201: 2, 202: 3, 212: 3}
+    line = _r("log", Says.DONE, complete_line="Training complete", last_line="Training complete", size=10)
+    a = _node("a", State.RUNNING, _proc(101, 102), _log(), ranks={"log#rank1": _log()})
+    b = _node("b", State.RUNNING, _proc(201), _log(), ranks={"log#rank3": line})
+    verdict, _ = decide_across("t", [a, b], POLICY, 2, memory, NOW)
+    assert verdict.state is State.FAILED, verdict.reasons
+    assert "ended after its log's completion line: not lost" not in verdict.reasons[0], verdict.reasons

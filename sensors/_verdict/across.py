@@ -1273,7 +1273,14 @@ def _gone_ranks(
         # its place is a guess, and another rank's line would hide this one lost).
         finished = found is not None and not held and how != "position" and _line_read(found[1])
         out.append(_Gone(rank, pid, at, text, how, bool(held), said, found_at.get(pid), finished))
-    return out
+    # Two processes gone that were told the same rank (twins seen alive together: a replaced
+    # one is left out above): which one wrote its log's line is not told either, and the
+    # other may have been killed: neither finished.
+    told = [g.rank for g in out]
+    return [
+        replace(g, finished=False) if g.finished and g.rank is not None and told.count(g.rank) > 1 else g
+        for g in out
+    ]
 
 
 def _found_gone(
