@@ -297,3 +297,56 @@ def test_twin_ranks_both_gone_are_not_both_finished_by_one_line() -> None:
     verdict, _ = decide_across("t", [a, b], POLICY, 2, memory, NOW)
     assert verdict.state is State.FAILED, verdict.reasons
     assert "ended after its log's completion line: not lost" not in verdict.reasons[0], verdict.reasons
+
+
+def _shared(at: float, **evidence: Any) -> Reading:
+    return _r("log", Says.WORKING, at, last_line="step 12", size=int(at), path="/j/train.log", **evidence)
+
+
+def _shared_line(at: float) -> Reading:
+    return _r(
+        "log",
+        Says.DONE,
+        at,
+        complete_line="Training complete",
+        last_line="Training complete",
+        size=2000,
+        path="/j/train.log",
+    )
+
+
+@pytest.mark.parametrize("ended", ["before the line", "after the line"])
+def test_a_rank_killed_before_the_shared_logs_line_is_lost_under_all(ended: str) -> None:
+    """One log the nodes share, ``success: all``. Rank 3 (b, pid 202) was OOM-killed and found
+    gone at NOW-120, while rank 0 worked on alone (its final evaluation: CPU, log growing, no
+    line); at NOW-70 rank 0 wrote 'Training complete' and joined the final barrier, where
+    every rank left now hangs for good. Found gone a check before one that read the log with
+    no line, rank 3 ended before the line, and nothing says it finished: 3a58b35 took the
+    line for every rank's (stalled, rank 3 no longer named, rule 2's failed never said).
+    Before it: failed, rank 3 named. Control: rank 3 found gone only once the line was
+    there (it may have ended after it, in its teardown): not lost, as 3a58b35 meant."""
+    policy = POLICY.model_copy(update={"success": "all"})
+    memory = AcrossMemory()
+    rounds = [(NOW - 130, True, False), (NOW - 125, True, False)]
+    if ended == "before the line":
+        rounds += [(NOW - 120, False, False), (NOW - 90, False, False)]
+    rounds += [(NOW - 60, ended == "after the line", True), (NOW, False, True)]
+    for at, rank3_alive, line in rounds:
+        working = not line  # rank 0 at work until its line; then every rank left waits
+        cpu = at if working else 5.0
+        log = _shared_line(at) if line else _shared(at)
+        a = _node("a", State.RUNNING, _proc(101, 102, at=at, cpu=cpu), log, at=at)
+        b_ranks = (201, 202) if rank3_alive else (201,)
+        b_state = State.STALLED if line else State.RUNNING
+        b = _node("b", b_state, _proc(*b_ranks, at=at, cpu=5.0 if line else cpu), at=at)
+        verdict, memory = decide_across("t", [a, b], policy, 2, memory, at)
+    if ended == "after the line":
+        assert verdict.state is State.STALLED, verdict.reasons
+        assert not any("gone" in r or "lost rank" in r for r in verdict.reasons), verdict.reasons
+        return
+    assert verdict.state is State.FAILED, verdict.reasons
+    why = verdict.reasons[0]
+    assert why.startswith(
+        f"1 of 2 ranks on b gone (found gone at {_hms(NOW - 120)}, its clock): rank 3, pid 202"
+    ), why
+    assert "a collective waiting for a lost rank" in why, why
