@@ -672,8 +672,16 @@ def test_a_run_start_a_tick_after_the_binding_check_is_not_after_it(source, afte
     from sensors._signals.log import LogMemory, _bound, _parse_log_stat
 
     bound_at = 1_000_000.0
+    # Bound by a probe that read its clock again at once (3a1678a: "after" is after the
+    # latest that read can have been; a memory without it never rules so).
     memory = LogMemory(
-        inode=7, size=10, run_from=10, before_uncertain=True, bound_by="process", bound_at=bound_at
+        inode=7,
+        size=10,
+        run_from=10,
+        before_uncertain=True,
+        bound_by="process",
+        bound_at=bound_at,
+        bound_read_by=bound_at,
     )
     st = _parse_log_stat(b"7 10 999000 0 999000.5 999000.5 regular file", "/j.log")
     assert not isinstance(st, str)

@@ -340,8 +340,11 @@ def test_a_run_begun_after_the_logs_first_read_is_after_the_latest_that_read_can
     from sensors._run.run import Run
     from sensors._signals.log import LogMemory, _bound, _LogStat
 
+    # Its times in whole seconds (the last write in [100, 101)): they date none of its bytes
+    # against these starts, the read's bound does (where they do, a start clearly after the
+    # last write is after every byte: tests/test_adversary_44.py).
     st = _LogStat(
-        inode=7, size=106, mtime=100, birth=50.0, written=100.3, resolution=0.004, stamp="s", changed=100.3
+        inode=7, size=106, mtime=100, birth=50.0, written=100.0, resolution=1.0, stamp="s", changed=100.0
     )
     first, _ = _bound(LogMemory(), st, None, None, 100.0, latest=100.5)
     assert first.before_uncertain and first.run_from == 106  # no run start yet: dated by the watch

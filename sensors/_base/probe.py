@@ -31,6 +31,8 @@ import shlex
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from sensors._run.tolerances import WHOLE_SECOND
+
 _TAG = b"@@crosscheck "
 
 #: The sh function every byte of job text goes through on its way out (``CMD | __cc_esc``):
@@ -726,9 +728,14 @@ def _view(fields: dict[str, str], procmounts: list[str]) -> str:
 
 
 def _end_clock(end: bytes | None) -> float | None:
+    """The clock read last (``Meta.now_end``), at the latest it can have been: every use of
+    it is an upper bound (no file time, no sighting, no read is later). Whole seconds (a
+    ``date`` without ``%N``: BusyBox's) are rounded down: up to a second later, then (a run
+    begun, written and gone inside one probe read as begun after its log was read: fuzzer
+    seed 6000214's false failed on such a clock)."""
     for line in (end or b"").decode("ascii", "replace").splitlines():
         key, _, value = line.partition(" ")
-        m = re.match(r"\d+(?:\.\d+)?", value.strip()) if key == "now" else None
+        m = re.match(r"\d+(\.\d+)?", value.strip()) if key == "now" else None
         if m:
-            return float(m.group(0))
+            return float(m.group(0)) + (0.0 if m.group(1) else WHOLE_SECOND)
     return None

@@ -174,7 +174,7 @@ WHOLE_SECOND = _row(
     "a time printed in whole seconds (stat with no fraction, a file system that keeps"
     " seconds, busybox's date without %N in the launch wrapper's exit record) stands for any"
     " moment of its second, rounded down (log.py _precise, LaunchEnd.exited_by, process.py"
-    " _after_launch).",
+    " _after_launch, probe.py _end_clock).",
 )
 OWN_CLOCK_SLACK = _row(
     "OWN_CLOCK_SLACK",

@@ -99,6 +99,12 @@ class LogMemory:
     # begun in between is not "begun after this watch first read the log" (fuzzer seed
     # 6000214: a fast run begun, written and gone inside one slow probe).
     bound_read_by: float | None = None
+    # The log's last write as the read that bound it found it (its mtime and how exact that
+    # is), where the host's clock stamped it and it was not set back: a start learnt later
+    # that is clearly after it makes every byte then there older than the run, however late
+    # the read (a run begun inside that probe, after its read, that then touched the log, took
+    # the last run's line for its own: tests/test_adversary_44.py). None: not known so.
+    bound_write: tuple[float, float] | None = None
     complete_line: str | None = None  # this run's completion line
     complete_end: int | None = None  # the offset just after it
     error_line: str | None = None
@@ -225,6 +231,7 @@ class LogEvidence(TypedDict, total=False):
     line_fix: str  # with line_doubt: what would have told whose the line is ("" : nothing known)
     complete_writers: list[int]  # the job's PIDs alive before the completion line was written
     superseded_by_pid: int  # a process of this run that began after the completion line
+    undatable_by: int  # a live process of this run that may have begun after the completion line
     launch_superseded: str  # words written after the launched run's last: a later run's
     exit_unclear: (
         bool  # a launched run's exit recorded before the first read, the log's times another clock's
@@ -586,11 +593,18 @@ def _bind(
     later, so "after the start" needs the tolerance on top of the start's own slack (a clock
     behind makes later writes look earlier: that errs to "not this run's").
     """
+    dated = (
+        own
+        and not memory.foreign_clock
+        and not st.set_back
+        and file_time_ahead(st, latest or now, own) is None
+    )
     base = replace(
         memory,
         inode=st.inode,
         bound_at=memory.bound_at or now,
         bound_read_by=memory.bound_read_by or max(now, latest or now),
+        bound_write=(st.written, st.resolution) if dated else None,
     )
     # Appeared (or replaced, rewritten) after a check, dated before that check, its ctime
     # later: not written there since, but put there with an older mtime (a checkpoint's log
@@ -754,15 +768,24 @@ def _bound(
         memory.before_uncertain
         and run is not None
         and run.started_at
-        and memory.bound_read_by
-        and run.started_at >= memory.bound_read_by + run_start_slack(run.source, run.slack)
+        and (
+            (
+                memory.bound_read_by
+                and run.started_at >= memory.bound_read_by + run_start_slack(run.source, run.slack)
+            )
+            or (
+                memory.bound_write is not None
+                and last_write(*memory.bound_write, run.started_at, run.source, None, run.slack) == "before"
+            )
+        )
     ):
         # The run began after this watch first read the log: what was there is older. A
         # start read from /proc is known to a clock tick and rounded: one found alive at the
         # check that bound the log can read a few ms after it, and did not begin after it.
         # "After the read" is after the latest it can have been (``bound_read_by``), not
         # after the probe's clock read before it. (A memory stored before that field was
-        # kept has none: it never rules so.)
+        # kept has none: it never rules so.) Or the run began clearly after the log's last
+        # write as that read found it (``bound_write``): the start binding would have ruled.
         memory = replace(memory, before_uncertain=False, last_write_unclear=False)
     return memory, change
 
@@ -988,6 +1011,10 @@ def read_log(
         evidence["complete_writers"] = list(word.writers[:16])
     if word.later_pid is not None:
         evidence["superseded_by_pid"] = word.later_pid
+    if word.undatable_by is not None and complete_line is not None:
+        # The line may be older than this live process of the run (a later run with no line
+        # of its own): whose line it is, not only whose the text after it, is in doubt.
+        evidence["undatable_by"] = word.undatable_by
     # A stamp the next change may not move (a FUSE mount whose times stand still) is kept
     # for nothing: the log is read again at every check there.
     scanned = st.identity(meta.now) if keeps_times(spec.path, sections) else None

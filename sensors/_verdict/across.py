@@ -90,6 +90,10 @@ class AcrossMemory:
     # after the rank was found gone where a worker's line after the chief's unset its done
     # (notes/ml43.md, item 5).
     gone_at: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
+    # Each host's ranks that ended before node 0's completion line was written, by PID:
+    # found gone at a check before one whose read of node 0's log found no line of this run
+    # (see ``_ended_before_line``). The line in a log the nodes share says nothing of them.
+    ended_before_line: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     # A host whose job began again (live processes this memory never saw there, its last ones
     # seen) while none of node 0's was alive: a later run, and node 0's completion line is the
     # last run's, until node 0's job begins again too (multi-host fuzzer seed 20).
@@ -166,11 +170,21 @@ def decide_across(
     # line in a log every rank writes (the nodes share it), whatever the policy: node 1's
     # ranks ended after their teardown lines there, and were a lost rank (notes/ml43.md).
     job_done = (policy.success == "chief" or _log_shared(nodes)) and _chief_line(nodes[0])
+    # Under ``all`` only ranks that ended after the line: one found gone before a check that
+    # read node 0's log without it ended before it was written (killed while rank 0 worked on
+    # alone, then waited in the last collective): the line says nothing of it.
+    before_line = _ended_before_line(nodes[0], memory, gone_at)
     lost = {
         n.host
         for n in nodes
         if n.host in short
-        and not job_done
+        and not (
+            job_done
+            and (
+                policy.success == "chief"
+                or not any(g.pid in before_line.get(n.host, ()) for g in gone[n.host])
+            )
+        )
         and not _finished(n, policy)
         and _lost_one(alive[n.host], per_host, gone[n.host])
     }
@@ -211,6 +225,7 @@ def decide_across(
         sightings=sightings,
         whole_at=whole_at,
         gone_at={h: found for h, found in gone_at.items() if found},
+        ended_before_line=before_line,
         later_elsewhere=later,
     )
     state, reasons, shown = _rules(
@@ -551,9 +566,35 @@ def _line_read(reading: Reading | None) -> bool:
         return False
     if not isinstance(reading.evidence.get("complete_line"), str):
         return reading.says is Says.DONE
-    # Unknown only for whose the text after it is: not where the line itself may be older
-    # than a process of the run (a later run begun after it, with no line of its own).
+    if reading.evidence.get("undatable_by") is not None or reading.evidence.get("exit_unclear"):
+        # The line itself may be older than a process of the run (``undatable_by``: that
+        # process may be a later run with no line of its own, the very rank now gone), or a
+        # later run may have written the log since the launched job's exit: unknown, or
+        # "still written after it", it is no rank's last word.
+        return False
+    # Unknown only for whose the text after it is.
     return reading.says is not Says.UNKNOWN or reading.evidence.get("followed_by") is not None
+
+
+def _ended_before_line(
+    chief: NodeCheck, memory: AcrossMemory, gone_at: Mapping[str, Mapping[int, float]]
+) -> dict[str, tuple[int, ...]]:
+    """Each host's ranks that ended before node 0's completion line was written, by PID: the
+    memory's, and those found gone at an earlier check (``memory.gone_at``) where node 0's log,
+    read at this one, holds no completion line of this run (read, and at work: ``working``).
+    One check of every host ends before the next begins: the rank ended before this read,
+    the line was written after it. No clock is compared. Kept while the rank is still gone
+    (``gone_at``: this check's)."""
+    out = {h: set(pids) for h, pids in memory.ended_before_line.items()}
+    lg = chief.verdict.readings.get("log")
+    if lg is not None and lg.says is Says.WORKING and not _chief_line(chief):
+        for h, found in memory.gone_at.items():
+            out.setdefault(h, set()).update(found)
+    return {
+        h: kept
+        for h, pids in out.items()
+        if (kept := tuple(sorted(p for p in pids if p in gone_at.get(h, {}))))
+    }
 
 
 def _finished(node: NodeCheck, policy: PolicySpec) -> bool:
@@ -1268,7 +1309,14 @@ def _gone_ranks(
         # its place is a guess, and another rank's line would hide this one lost).
         finished = found is not None and not held and how != "position" and _line_read(found[1])
         out.append(_Gone(rank, pid, at, text, how, bool(held), said, found_at.get(pid), finished))
-    return out
+    # Two processes gone that were told the same rank (twins seen alive together: a replaced
+    # one is left out above): which one wrote its log's line is not told either, and the
+    # other may have been killed: neither finished.
+    told = [g.rank for g in out]
+    return [
+        replace(g, finished=False) if g.finished and g.rank is not None and told.count(g.rank) > 1 else g
+        for g in out
+    ]
 
 
 def _found_gone(
