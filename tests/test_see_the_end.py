@@ -208,15 +208,9 @@ def _fast_stage(tmp_path: Path, tag: str) -> dict[str, object]:
     }
 
 
-def test_a_wait_started_just_before_a_fast_job_completes(tmp_path: Path, host) -> None:
-    """`crosscheck wait` begins, then a job runs and is over before the first check: its log,
-    born after the watch began, is its run's (the watch's own start is a run start). Before:
-    `unknown` ("no run start is known"). Locally and over SSH (the host's clock placed by the
-    first probe's round trip, which the kept shell's start, ~2 s of root's ~/.bashrc here, no
-    longer widens: the log born 50 ms after the watch began)."""
-    tag = f"fast-{time.time_ns()}"
-    checker = Checker(stage_from_dict(_fast_stage(tmp_path, tag)), host=host)
-    time.sleep(0.05)
+def _fast_job_completes(tmp_path: Path, tag: str, checker: Checker) -> None:
+    """Run a job that writes its log whole and is over before ``checker``'s first check; it
+    completes within 3 checks."""
     subprocess.run(
         [sys.executable, "-c", "import sys; open(sys.argv[1], 'w').write('working\\ndone\\n')",
          str(tmp_path / "job.log"), "--tag", tag],
@@ -228,6 +222,18 @@ def test_a_wait_started_just_before_a_fast_job_completes(tmp_path: Path, host) -
         time.sleep(0.3)
     assert states[-1] == "complete", (states, checker.last.reasons if checker.last else None)
     assert len(states) <= 3, states
+
+
+def test_a_wait_started_just_before_a_fast_job_completes(tmp_path: Path, host) -> None:
+    """`crosscheck wait` begins, then a job runs and is over before the first check: its log,
+    born after the watch began, is its run's (the watch's own start is a run start). Before:
+    `unknown` ("no run start is known"). Locally and over SSH (the host's clock placed by the
+    first probe's round trip, which the kept shell's start, ~2 s of root's ~/.bashrc here, no
+    longer widens: the log born 50 ms after the watch began)."""
+    tag = f"fast-{time.time_ns()}"
+    checker = Checker(stage_from_dict(_fast_stage(tmp_path, tag)), host=host)
+    time.sleep(0.05)
+    _fast_job_completes(tmp_path, tag, checker)
 
 
 def test_on_this_machine_the_watchs_start_is_not_moved_by_its_first_probes_latency(tmp_path: Path) -> None:
@@ -255,17 +261,7 @@ def test_a_job_begun_at_once_after_the_watch_and_over_before_its_first_check_com
     a Python start, ~20-40 ms, after it), with no pause the first probe's latency fits in."""
     tag = f"fast0-{time.time_ns()}"
     checker = Checker(stage_from_dict(_fast_stage(tmp_path, tag)))
-    subprocess.run(
-        [sys.executable, "-c", "import sys; open(sys.argv[1], 'w').write('working\\ndone\\n')",
-         str(tmp_path / "job.log"), "--tag", tag],
-        check=True,
-    )  # fmt: skip
-    states = []
-    while (not states or states[-1] != "complete") and len(states) < 8:
-        states.append(checker.check().state.value)
-        time.sleep(0.3)
-    assert states[-1] == "complete", (states, checker.last.reasons if checker.last else None)
-    assert len(states) <= 3, states
+    _fast_job_completes(tmp_path, tag, checker)
 
 
 def test_a_log_older_than_the_watch_is_not_its_run(tmp_path: Path, host) -> None:
