@@ -351,3 +351,17 @@ def test_a_run_begun_after_the_logs_first_read_is_after_the_latest_that_read_can
     run = Run(source="supervisor", started_at=started, slack=0.001)
     then, _ = _bound(first, st, None, run, 101.0, unchanged=True, latest=101.1)
     assert then.before_uncertain is not older
+
+
+def test_a_log_bound_with_no_run_start_says_so_in_the_past() -> None:
+    """Adversary 44: a log bound before any run start was known kept saying "no run start is
+    known" after a supervisor's start was: untrue then. What is true whenever it is said: no
+    start was known when the watch first read the log."""
+    from sensors._base.model import Says
+    from sensors._signals.log import LogMemory, _log_says, _LogScan
+
+    scan = _LogScan(None, None, None, "done", True, None, "done", False)
+    memory = LogMemory(inode=1, size=5, run_from=5, before_uncertain=True, bound_by="watch")
+    says, detail, _ = _log_says(scan, None, False, memory, 1.0)
+    assert says is Says.UNKNOWN
+    assert "no run start was known when this watch first read the log" in detail, detail

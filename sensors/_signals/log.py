@@ -1677,7 +1677,9 @@ def _log_says(
                 " when what it held was written, before the run began or after, cannot be told"
             )
         elif memory.bound_by == "watch":
-            why = "no run start is known"
+            # True also once a start is known (a supervisor's record read later): the read
+            # that bound the log had none, and what the log held then is dated by nothing.
+            why = "no run start was known when this watch first read the log"
         elif memory.clock_ahead:
             why = clock_ahead_words(ahead, local)
         elif memory.last_write_unclear:
