@@ -83,6 +83,12 @@ JOB = textwrap.dedent(
     elif after == "postproc":
         say("building sample_lengths.json")
     time.sleep(float(post))
+    # Held on while LOG.hold exists (at most 60 s): a test whose watch must first see the job
+    # at work in its post-processing lets it end only once that check is back (under load a
+    # watch's first check came after POST seconds, the job gone: the premise did not hold).
+    hold, deadline = log + ".hold", time.time() + 60
+    while os.path.exists(hold) and time.time() < deadline:
+        time.sleep(0.02)
     """
 )
 
@@ -347,8 +353,14 @@ def _watched_late(stage: Path, tmp_path: Path, log: Path, job: Exit, what: str) 
     while b"building sample_lengths" not in (log.read_bytes() if log.exists() else b""):
         assert time.monotonic() < deadline and job.at is None
         time.sleep(0.05)
-    watch = Watch(stage, tmp_path)
-    first = watch.first()
+    hold = log.with_name(log.name + ".hold")
+    hold.touch()  # the job post-processes until this watch's first check is back
+    try:
+        assert job.at is None, "the job ended before its post-processing was held"
+        watch = Watch(stage, tmp_path)
+        first = watch.first()
+    finally:
+        hold.unlink()
     assert first["verdict"] == "running", (first["verdict"], first["reasons"])
     _completes(watch, job.wait(), what)
 
