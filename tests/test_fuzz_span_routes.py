@@ -367,6 +367,33 @@ def test_fuzz_span_seed_3210_a_rank_last_seen_just_before_node_0s_run(
         assert "no job process seen in this watch since node 0's run began" in " ".join(verdict.reasons)
 
 
+def test_a_rank_once_ordered_after_the_runs_start_stays_so_through_a_slow_round_trip() -> None:
+    """Multi-host fuzzer seeds 21179, 23076, 32020, 32029: a rank on node 1 seen 50 ms after
+    node 0's run began, ordered after it by one check's offsets (4 ms), not by the next's
+    (a slow round trip, 0.4 s wide, keeps no narrower bounds): complete, then unknown, for a
+    rank that was the run's. A proof made with the offsets of its check holds for the run."""
+    policy = PolicySpec(success="chief", exit_grace=0.3)
+    slow = (-0.2, 0.2)
+    first, memory = decide_across(
+        "t", [_chief_run_3(SAME), _rank_last_seen(RUN_3 + 0.05, SAME)], policy, 1, AcrossMemory(), NOW
+    )
+    assert first.state is State.COMPLETE, first.reasons
+    then, _ = decide_across(
+        "t", [_chief_run_3(SAME), _rank_last_seen(RUN_3 + 0.05, slow)], policy, 1, memory, NOW
+    )
+    assert then.state is State.COMPLETE, then.reasons
+    # The other side: never proven (a slow round trip from the first), not ordered; and a proof
+    # of another sighting (a later one, another start) is not this one's.
+    fresh, _ = decide_across(
+        "t", [_chief_run_3(SAME), _rank_last_seen(RUN_3 + 0.05, slow)], policy, 1, AcrossMemory(), NOW
+    )
+    assert fresh.state is State.UNKNOWN, fresh.reasons
+    other, _ = decide_across(
+        "t", [_chief_run_3(SAME), _rank_last_seen(RUN_3 + 0.03, slow)], policy, 1, memory, NOW
+    )
+    assert other.state is State.UNKNOWN, other.reasons
+
+
 # --- node 0 gone with the outputs short while node 1 still works ------------------------------
 #
 # Multi-host fuzzer seeds 2066, 2311, 2314, 2941, 2968, 2985, 2998, 3049, 3149: rank 0 wrote its

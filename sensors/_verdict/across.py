@@ -94,6 +94,12 @@ class AcrossMemory:
     # found gone at a check before one whose read of node 0's log found no line of this run
     # (see ``_ended_before_line``). The line in a log the nodes share says nothing of them.
     ended_before_line: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    # Each host's rank sighting proven after node 0's run began, and the start it was proven
+    # against (its host's clock; node 0's): a proof made with the offsets of its check holds
+    # at every later check of that run, where a slow round trip (as wide as ``CLOCK_STEP``,
+    # which keeps no narrower bounds) left the order untold again: complete, then unknown
+    # (multi-host fuzzer seeds 21179, 23076, 32020, 32029).
+    ordered: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     # A host whose job began again (live processes this memory never saw there, its last ones
     # seen) while none of node 0's was alive: a later run, and node 0's completion line is the
     # last run's, until node 0's job begins again too (multi-host fuzzer seed 20).
@@ -139,6 +145,13 @@ def decide_across(
             None,
         )
     alive = {n.host: _alive(n.verdict) for n in nodes}
+    start = _chief_start(nodes[0], memory)
+    ordered = {h: o for h, o in memory.ordered.items() if o[1] == start}  # this run's start's
+    for n in nodes[1:]:
+        p = n.verdict.readings.get("process")
+        last = p.evidence.get("last_seen_alive") if p is not None else None
+        if start is not None and _seen_since(last, n.ahead, start, nodes[0].ahead):
+            ordered[n.host] = (float(last["at"]), start)  # type: ignore[index]
     most = dict(memory.most_alive)
     for host, count in alive.items():
         if count is not None:
@@ -224,6 +237,7 @@ def decide_across(
         pids_before=memory.pids_before,
         sightings=sightings,
         whole_at=whole_at,
+        ordered=ordered,
         gone_at={h: found for h, found in gone_at.items() if found},
         ended_before_line=before_line,
         later_elsewhere=later,
@@ -376,6 +390,7 @@ def _rules(
                 frozenset(before.get(node.host, ())),
                 chief.ahead,
                 _written_by(chief.verdict),
+                memory.ordered.get(node.host) if memory is not None else None,
             )
         )
     ]
@@ -939,11 +954,14 @@ def _not_done(
     before: frozenset[int] = frozenset(),
     chief_ahead: tuple[float, float] | None = None,
     written_by: float | None = None,
+    ordered: tuple[float, float] | None = None,
 ) -> str:
     """Why node ``k`` is not done ("" when it is). ``after``: node 0's line is a run's that no
     check saw, begun after node 0's ranks' last sighting, this (:func:`_unseen_run_after`);
     ``written_by``: node 0's log was last written by then (its reading's ``written_by``).
-    ``chief_ahead``: node 0's host's clock offset (:attr:`NodeCheck.ahead`)."""
+    ``chief_ahead``: node 0's host's clock offset (:attr:`NodeCheck.ahead`); ``ordered``: the
+    node's sighting proven after node 0's run began at a check of this run, and that start
+    (:attr:`AcrossMemory.ordered`)."""
     v = node.verdict
     if k == 0 and v.state is not State.COMPLETE:
         return f"{node.host} (node 0): {v.state}: {v.reasons[0] if v.reasons else ''}".rstrip(": ")
@@ -994,7 +1012,9 @@ def _not_done(
     if k > 0 and p is not None:
         last = p.evidence.get("last_seen_alive")
         last_at = last.get("at") if isinstance(last, Mapping) else None
-        earlier = start is not None and not _seen_since(last, node.ahead, start, chief_ahead)
+        # Proven after the start at a check of this run (``AcrossMemory.ordered``), or now.
+        proven = ordered is not None and ordered == (last_at, start)
+        earlier = start is not None and not proven and not _seen_since(last, node.ahead, start, chief_ahead)
         unseen_since = False
         if after is not None:
             # Node 0's line is an unseen later run's: ranks seen here count only when seen
