@@ -27,6 +27,7 @@ import yaml
 from sensors import ConfigError, Reading, Says, State, Verdict, stage_from_dict
 from sensors._config.stage import PolicySpec
 from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
+from tests.wait_cli import WaitCli
 
 REPO = Path(__file__).resolve().parent.parent
 JOB = Path(__file__).resolve().parent / "span_job.py"
@@ -513,55 +514,9 @@ def _stage(tmp_path: Path, hosts: list[_Host], ranks: _Ranks, **policy: Any) -> 
     return path
 
 
-class _Wait:
-    """``crosscheck wait --json`` on the stage file, its verdict lines read as they come."""
-
-    def __init__(self, stage_file: Path, timeout: str) -> None:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sensors",
-                "wait",
-                str(stage_file),
-                "--json",
-                "--timeout",
-                timeout,
-                "--state",
-                "none",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
-        self.verdicts: list[dict[str, Any]] = []
-        self.times: list[float] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self.verdicts.append(json.loads(line))
-                self.times.append(time.monotonic())
-
-    def until(self, test, timeout: float = 30.0) -> dict[str, Any]:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            for verdict in list(self.verdicts):
-                if test(verdict):
-                    return verdict
-            if self.proc.poll() is not None and not self._reader.is_alive():
-                break
-            time.sleep(0.05)
-        raise AssertionError([(v["verdict"], v["reasons"][:1]) for v in self.verdicts[-5:]])
-
-    def end(self, timeout: float = 60.0) -> int:
-        rc = self.proc.wait(timeout)
-        self._reader.join(5)
-        return rc
+def _wait(stage_file: Path, timeout: str) -> WaitCli:
+    """``crosscheck wait --json`` on the stage file, no store."""
+    return WaitCli(stage_file, "--timeout", timeout, "--state", "none")
 
 
 def _alive_everywhere(verdict: dict[str, Any], hosts: list[_Host], per_host: int = 2) -> bool:
@@ -573,7 +528,7 @@ def _alive_everywhere(verdict: dict[str, Any], hosts: list[_Host], per_host: int
 def test_a_job_over_two_hosts_completes_when_every_host_agrees(tmp_path: Path, hosts: list[_Host]) -> None:
     ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2)
     try:
-        waiting = _Wait(_stage(tmp_path, hosts, ranks), "60s")
+        waiting = _wait(_stage(tmp_path, hosts, ranks), "60s")
         waiting.until(lambda v: _alive_everywhere(v, hosts))
         ranks.finish()
         ranks.wait()
@@ -613,7 +568,7 @@ def test_a_rank_killed_while_the_others_wait_is_a_hung_collective_named(
     stage["gpu"] = {"devices": "all", "idle_below": 5, "idle_for": "1s"}
     stage_file.write_text(yaml.safe_dump(stage, sort_keys=False))
     try:
-        waiting = _Wait(stage_file, "60s")
+        waiting = _wait(stage_file, "60s")
         waiting.until(lambda v: _alive_everywhere(v, hosts))
         (ranks.folder / "hang").touch()
         victim = ranks.procs[(1, 1)]
@@ -651,7 +606,7 @@ def test_a_host_rebooted_while_the_others_wait_is_a_hung_collective_named(
         doc["log"]["path"] = str(ranks.folder / "node0.log")
         stage_file.write_text(yaml.safe_dump(doc, sort_keys=False))
     try:
-        waiting = _Wait(stage_file, "60s")
+        waiting = _wait(stage_file, "60s")
         waiting.until(lambda v: _alive_everywhere(v, hosts))
         b = hosts[1].sshd
         b.stop()
@@ -680,7 +635,7 @@ def test_a_host_rebooted_while_the_others_wait_is_a_hung_collective_named(
 def test_a_host_that_cannot_be_read_is_unknown_never_complete(tmp_path: Path, hosts: list[_Host]) -> None:
     ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2)
     try:
-        waiting = _Wait(_stage(tmp_path, hosts, ranks), "8s")
+        waiting = _wait(_stage(tmp_path, hosts, ranks), "8s")
         waiting.until(lambda v: _alive_everywhere(v, hosts))
         hosts[1].sshd.stop()  # host 2 goes down; the job finishes everywhere
         ranks.finish()
@@ -703,7 +658,7 @@ def test_the_chief_policy(tmp_path: Path, hosts: list[_Host], success: str, rc: 
     every rank is gone; under all, node 1's job ended without its line: failed."""
     ranks = _Ranks(tmp_path / "job", nodes=2, per_host=2)
     try:
-        waiting = _Wait(_stage(tmp_path, hosts, ranks, success=success), "30s")
+        waiting = _wait(_stage(tmp_path, hosts, ranks, success=success), "30s")
         waiting.until(lambda v: _alive_everywhere(v, hosts))
         # Node 1's log will never get its line: its ranks are told to end before they write it.
         for rank in range(2):
@@ -747,7 +702,7 @@ def test_a_log_per_rank_is_read_for_every_rank(
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     b = f"127.0.0.1:{hosts[1].sshd.port}"
     try:
-        waiting = _Wait(path, "12s")
+        waiting = _wait(path, "12s")
         waiting.until(lambda v: _alive_everywhere(v, hosts) and f"log#rank3@{b}" in v["signals"])
         if rank3 == "error":
             (ranks.folder / "error-rank3").touch()

@@ -24,6 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.wait_cli import WaitCli
+
 REPO = Path(__file__).resolve().parent.parent
 PER_HOST = 2
 
@@ -151,58 +153,9 @@ def stage_file(tmp_path: Path, hosts: list[Any], job: Job, log: dict[str, Any], 
     return path
 
 
-class Wait:
-    """``crosscheck wait STAGE --json``: every check's verdict, with when it came."""
-
-    def __init__(self, path: Path, *args: str, timeout: str = "60s") -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sensors", "wait", str(path), "--json", "--timeout", timeout, *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
-        self.verdicts: list[dict[str, Any]] = []
-        self.times: list[float] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self.verdicts.append(json.loads(line))
-                self.times.append(time.monotonic())
-
-    def until(self, test: Any, timeout: float = 30.0) -> dict[str, Any]:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            for verdict in list(self.verdicts):
-                if test(verdict):
-                    return verdict
-            if self.proc.poll() is not None and not self._reader.is_alive():
-                break
-            time.sleep(0.05)
-        raise AssertionError(self.story())
-
-    def end(self, timeout: float = 90.0) -> int:
-        rc = self.proc.wait(timeout)
-        self._reader.join(5)
-        return rc
-
-    def story(self) -> list[tuple[str, str]]:
-        """Each change of verdict with its first reason: what a person watching saw."""
-        out: list[tuple[str, str]] = []
-        for v in self.verdicts:
-            said = (v["verdict"], v["reasons"][0] if v["reasons"] else "")
-            if not out or out[-1] != said:
-                out.append(said)
-        return out
-
-    def first(self, state: str) -> float | None:
-        return next(
-            (t for v, t in zip(self.verdicts, self.times, strict=True) if v["verdict"] == state), None
-        )
+def _gate(path: Path, *args: str, timeout: str = "60s") -> WaitCli:
+    """``crosscheck wait STAGE --json --timeout TIMEOUT ARGS``."""
+    return WaitCli(path, "--timeout", timeout, *args)
 
 
 def alive_everywhere(hosts: list[Any]):
@@ -210,7 +163,7 @@ def alive_everywhere(hosts: list[Any]):
     return lambda v: all(v["signals"].get(k, {}).get("evidence", {}).get("alive") == PER_HOST for k in keys)
 
 
-def report(name: str, job: Job, waiting: Wait, rc: int) -> float | None:
+def report(name: str, job: Job, waiting: WaitCli, rc: int) -> float | None:
     """Print what a person saw and how long after the last exit the gate opened."""
     opened = waiting.first("complete")
     took = None if opened is None else opened - job.last_exit
@@ -239,12 +192,12 @@ def run_job(
     path: str = "train.log",
     timeout: str = "60s",
     **policy: Any,
-) -> tuple[Job, Wait, int]:
+) -> tuple[Job, WaitCli, int]:
     folder = tmp_path / "job"
     job = Job(folder, str(folder / path), plan)
     try:
         spec = {"path": str(folder / path), **log}
-        waiting = Wait(stage_file(tmp_path, hosts, job, spec, **policy), "--state", "none", timeout=timeout)
+        waiting = _gate(stage_file(tmp_path, hosts, job, spec, **policy), "--state", "none", timeout=timeout)
         waiting.until(alive_everywhere(hosts))
         job.finish()
         job.wait()
@@ -255,7 +208,7 @@ def run_job(
     return job, waiting, rc
 
 
-def assert_opened_after_every_exit(job: Job, waiting: Wait, rc: int, within: float = 10.0) -> None:
+def assert_opened_after_every_exit(job: Job, waiting: WaitCli, rc: int, within: float = 10.0) -> None:
     assert rc == 0, waiting.story()
     assert waiting.verdicts[-1]["verdict"] == "complete" and waiting.verdicts[-1]["advance"] is True
     opened = waiting.first("complete")
@@ -263,14 +216,14 @@ def assert_opened_after_every_exit(job: Job, waiting: Wait, rc: int, within: flo
     assert opened - job.last_exit < within, (opened - job.last_exit, waiting.story())
 
 
-def assert_no_rank_said_lost(waiting: Wait) -> None:
+def assert_no_rank_said_lost(waiting: WaitCli) -> None:
     """Every rank of these plans ended after its completion line (its own, or the chief's):
     none is 'gone' with a collective said to wait for it (notes/ml43.md, item 4)."""
     said = [r for v in waiting.verdicts for r in v["reasons"] if "lost rank" in r or " gone (" in r]
     assert not said, said[:3]
 
 
-def assert_never_opened(waiting: Wait) -> None:
+def assert_never_opened(waiting: WaitCli) -> None:
     assert not [v for v in waiting.verdicts if v["verdict"] == "complete" or v["advance"]], waiting.story()
 
 
@@ -485,7 +438,7 @@ def test_a_rerun_of_the_same_stage_into_the_same_shared_log(
     first = Job(folder, log, chief_then_teardown())
     path = stage_file(tmp_path, hosts, first, {"path": log, **SHARED}, success="chief")
     try:
-        gate = Wait(path, "--state", str(store))
+        gate = _gate(path, "--state", str(store))
         gate.until(alive_everywhere(hosts))
         first.finish()
         first.wait()
@@ -496,12 +449,12 @@ def test_a_rerun_of_the_same_stage_into_the_same_shared_log(
     second: Job | None = None
     try:
         if how == "store, --since a time":
-            gate = Wait(path, "--state", str(store), "--since", _utc_now())
+            gate = _gate(path, "--state", str(store), "--since", _utc_now())
         elif how == "fresh store, watch begun before run 2":
-            gate = Wait(path, "--state", str(tmp_path / "fresh.db"))
+            gate = _gate(path, "--state", str(tmp_path / "fresh.db"))
         else:
             second = Job(folder, log, chief_then_teardown(), tag=first.tag)
-            gate = Wait(path, "--state", str(tmp_path / "fresh.db"))
+            gate = _gate(path, "--state", str(tmp_path / "fresh.db"))
         if second is None:
             time.sleep(4.0)  # the gate waits for run 2 to start: run 1's line is in the log
             assert_never_opened(gate)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -29,6 +28,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.wait_cli import WaitCli
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -153,74 +154,8 @@ def stage_file(folder: Path, tag: str, *, expected: int, interval: str = "500ms"
     return path
 
 
-class Wait:
-    """``crosscheck wait STAGE --json``: every check's verdict, with when it came (monotonic)."""
-
-    def __init__(self, path: Path, *args: str) -> None:
-        self.started = time.monotonic()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sensors", "wait", str(path), "--json", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
-        self.verdicts: list[dict[str, Any]] = []
-        self.times: list[float] = []
-        self.stderr = ""
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self.verdicts.append(json.loads(line))
-                self.times.append(time.monotonic())
-
-    def until(self, test: Any, timeout: float = 60.0) -> dict[str, Any]:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            for verdict in list(self.verdicts):
-                if test(verdict):
-                    return verdict
-            if self.proc.poll() is not None and not self._reader.is_alive():
-                break
-            time.sleep(0.02)
-        raise AssertionError(self.story())
-
-    def end(self, timeout: float = 120.0) -> int:
-        try:
-            rc = self.proc.wait(timeout)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-        self._reader.join(5)
-        assert self.proc.stderr is not None
-        self.stderr = self.proc.stderr.read()
-        return rc
-
-    def story(self) -> list[tuple[str, str]]:
-        """Each change of verdict with its first reason: what a person watching saw."""
-        out: list[tuple[str, str]] = []
-        for v in self.verdicts:
-            said = (v["verdict"], v["reasons"][0] if v["reasons"] else "")
-            if not out or out[-1] != said:
-                out.append(said)
-        return out
-
-    def reasons(self) -> list[str]:
-        """Every distinct reason shown, in order."""
-        seen: dict[str, None] = {}
-        for v in self.verdicts:
-            for r in v["reasons"]:
-                seen.setdefault(r)
-        return list(seen)
-
-    def first(self, state: str) -> float | None:
-        return next(
-            (t for v, t in zip(self.verdicts, self.times, strict=True) if v["verdict"] == state), None
-        )
+class Wait(WaitCli):
+    """The gate, and which checks began after a moment."""
 
     def after(self, moment: float) -> list[dict[str, Any]]:
         """The checks begun after ``moment`` (monotonic): each check's probe read its host's
