@@ -493,7 +493,7 @@ from pathlib import Path  # noqa: E402
 
 import yaml  # noqa: E402
 
-from tests.test_span import _alive_everywhere, _Host, _Ranks, _stage, _Wait  # noqa: E402
+from tests.test_span import _alive_everywhere, _Host, _Ranks, _stage, _wait  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -520,7 +520,7 @@ def test_over_two_hosts_a_hung_collective_names_the_lost_rank(tmp_path: Path, ho
     b = f"127.0.0.1:{hosts[1].sshd.port}"
     victim = ranks.procs[(1, 1)]
     try:
-        waiting = _Wait(path, "40s")
+        waiting = _wait(path, "40s")
         waiting.until(lambda v: _alive_everywhere(v, hosts) and f"log#rank3@{b}" in v["signals"])
         (ranks.folder / "hang").touch()
         time.sleep(0.5)
@@ -553,7 +553,7 @@ def test_over_two_hosts_under_chief_workers_tearing_down_after_the_chiefs_line_a
     _rank_logs(path, ranks)
     late = ranks.procs[(1, 1)]
     try:
-        waiting = _Wait(path, "40s")
+        waiting = _wait(path, "40s")
         waiting.until(lambda v: _alive_everywhere(v, hosts))
         late.send_signal(signal.SIGSTOP)
         ranks.finish()
@@ -581,7 +581,7 @@ def test_over_two_hosts_under_chief_a_worker_ended_after_the_chief_was_killed_is
     del doc["outputs"]  # none written: the chief's log alone tells
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     try:
-        waiting = _Wait(path, "30s")
+        waiting = _wait(path, "30s")
         waiting.until(lambda v: _alive_everywhere(v, hosts))
         for node in (0, 1):  # the chief's node killed, the workers told to end
             for rank in range(2):
@@ -599,7 +599,7 @@ def test_over_two_hosts_a_host_that_never_ran_the_job_says_so(tmp_path: Path, ho
     ranks = _Ranks(tmp_path / "job", nodes=1, per_host=2)  # node 1 never runs
     b = f"127.0.0.1:{hosts[1].sshd.port}"
     try:
-        waiting = _Wait(_stage(tmp_path, hosts, ranks), "4s")
+        waiting = _wait(_stage(tmp_path, hosts, ranks), "4s")
         rc = waiting.end()
     finally:
         ranks.stop()
@@ -621,7 +621,7 @@ def test_over_two_hosts_a_frozen_host_is_no_answer_within_its_timeout(
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     os.kill(sshd.proc.pid, signal.SIGSTOP)  # accepts (the kernel), answers nothing
     try:
-        waiting = _Wait(path, "6s")
+        waiting = _wait(path, "6s")
         rc = waiting.end()
     finally:
         os.kill(sshd.proc.pid, signal.SIGCONT)
@@ -1016,7 +1016,7 @@ def test_over_two_hosts_a_rank_begun_again_is_no_lost_rank(tmp_path: Path, hosts
     b = f"127.0.0.1:{hosts[1].sshd.port}"
     old = ranks.procs[(1, 1)]
     try:
-        waiting = _Wait(path, "40s")
+        waiting = _wait(path, "40s")
         waiting.until(lambda v: _alive_everywhere(v, hosts) and f"log#rank3@{b}" in v["signals"])
         old.kill()
         old.wait()

@@ -158,7 +158,7 @@ def test_two_hosts_slow_work_with_little_cpu_and_no_log_line_is_not_failed(
 
     import yaml
 
-    from tests.test_span import _alive_everywhere, _Wait
+    from tests.test_span import _alive_everywhere, _wait
 
     folder = tmp_path / "job"
     folder.mkdir()
@@ -193,7 +193,7 @@ def test_two_hosts_slow_work_with_little_cpu_and_no_log_line_is_not_failed(
     stage_file = tmp_path / "train.yaml"
     stage_file.write_text(yaml.safe_dump(stage, sort_keys=False))
     try:
-        waiting = _Wait(stage_file, "40s")
+        waiting = _wait(stage_file, "40s")
         waiting.until(lambda v: _alive_everywhere(v, hosts))
         if case == "all ranks quiet":
             (folder / "quiet").touch()
