@@ -746,13 +746,18 @@ class Checker(Following):
         self.last = verdict
         return verdict
 
+    @property
+    def _one_clock(self) -> bool:
+        """The host is this machine: one clock reads both, and no offset is measured."""
+        return type(self.host) is LocalHost
+
     def _ahead(self, meta: Meta) -> tuple[float, float]:
         """The least and the most the host's clock can be ahead of this machine's (negative:
         behind): its clock was read after the probe was sent and before the answer came back,
         so the offset lies between its reading less the answer's arrival and its reading less
         the sending (0 on this machine itself; (0, 0) where the round trip is not known yet:
         clocks taken as one, as the first probe of a host has nothing better)."""
-        if type(self.host) is LocalHost or self._answered_at is None or meta.now is None:
+        if self._one_clock or self._answered_at is None or meta.now is None:
             return 0.0, 0.0
         sent = self._sent_at if self._sent_at is not None else self._answered_at
         return meta.now - self._answered_at, meta.now - sent
@@ -797,11 +802,11 @@ class Checker(Following):
         machine's clock, plus the most the host's clock can be ahead of it (its answer read
         after the probe was sent)."""
         if self._watch_began is None and self._sent_at is not None and meta.now is not None:
-            # On this machine itself one clock reads both (as ``_ahead`` has it): the probe's
-            # own time until it read the clock is no offset. Added, a log born 12 ms after the
-            # watch began read as born before it, and a job begun just after `wait` and over
-            # before its first check never completed (ML engineer's trial, notes/ml44.md).
-            ahead = 0.0 if type(self.host) is LocalHost else meta.now - self._sent_at
+            # On this machine itself the probe's own time until it read the clock is no
+            # offset. Added, a log born 12 ms after the watch began read as born before it,
+            # and a job begun just after `wait` and over before its first check never
+            # completed (ML engineer's trial, notes/ml44.md).
+            ahead = 0.0 if self._one_clock else meta.now - self._sent_at
             self._watch_began = self._began + max(0.0, ahead)
         return self._watch_began
 

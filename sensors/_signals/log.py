@@ -593,12 +593,9 @@ def _bind(
     later, so "after the start" needs the tolerance on top of the start's own slack (a clock
     behind makes later writes look earlier: that errs to "not this run's").
     """
-    dated = (
-        own
-        and not memory.foreign_clock
-        and not st.set_back
-        and file_time_ahead(st, latest or now, own) is None
-    )
+    # A file time the host's clock has not reached yet (a file server with its own clock).
+    ahead = file_time_ahead(st, latest or now, own) is not None
+    dated = own and not memory.foreign_clock and not st.set_back and not ahead
     base = replace(
         memory,
         inode=st.inode,
@@ -629,7 +626,7 @@ def _bind(
             and st.birth
             and not st.set_back
             and own
-            and file_time_ahead(st, latest or now, own) is None
+            and not ahead
             and st.birth >= watch_began
         ):
             # Born after this watch began: the run it holds began after it too, and every
@@ -637,7 +634,6 @@ def _bind(
             return replace(base, run_from=0, bound_by="watch")
         # No run start: only what is written while this watch looks is this run's.
         return replace(base, run_from=st.size, before_uncertain=True, mtime_set_back=copied, bound_by="watch")
-    ahead = file_time_ahead(st, latest or now, own) is not None
     after = run_start_slack(run.source, run.slack) + (0.0 if own else FILE_CLOCK_TOLERANCE)
     # An mtime set back (its ctime later) is no later than the last write it stands for: a
     # copy's source was written by then and the copy after it, a chmod, chown or rename

@@ -908,19 +908,18 @@ def read_process(
         if unread:
             # A live process the command-line scan did not show may be the job: "no match"
             # is not known (a process is never taken for gone because one read missed it).
+            one = len(unread) == 1
             why = (
                 f"the host's command lines passed the probe's {CMDLINE_CAP >> 20} MiB cap (long"
                 " ones of other processes)"
                 + ("" if want is not None else "; process.user would leave other users' aside")
                 if table.capped
-                else f"/proc shows {'it' if len(unread) == 1 else 'them'} alive since before this check"
+                else f"/proc shows {'it' if one else 'them'} alive since before this check"
             )
+            lines, which = ("line", "it") if one else ("lines", "one of them")
             return unknown(
-                f"the command line of {_pids(unread)} could not be read ({why}): whether it is the"
-                " job cannot be told"
-                if len(unread) == 1
-                else f"the command lines of {_pids(unread)} could not be read ({why}): whether one"
-                " of them is the job cannot be told",
+                f"the command {lines} of {_pids(unread)} could not be read ({why}): whether {which}"
+                " is the job cannot be told",
                 unread_pids=unread[:16],
             )
     launched = launched_pid is not None and (spec.pid == launched_pid or launched_pid in found.candidates)

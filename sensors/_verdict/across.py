@@ -187,17 +187,16 @@ def decide_across(
     # read node 0's log without it ended before it was written (killed while rank 0 worked on
     # alone, then waited in the last collective): the line says nothing of it.
     before_line = _ended_before_line(nodes[0], memory, gone_at)
+    after_line = {
+        h
+        for h, ranks in gone.items()
+        if job_done and (policy.success == "chief" or not any(g.pid in before_line.get(h, ()) for g in ranks))
+    }
     lost = {
         n.host
         for n in nodes
         if n.host in short
-        and not (
-            job_done
-            and (
-                policy.success == "chief"
-                or not any(g.pid in before_line.get(n.host, ()) for g in gone[n.host])
-            )
-        )
+        and n.host not in after_line
         and not _finished(n, policy)
         and _lost_one(alive[n.host], per_host, gone[n.host])
     }
