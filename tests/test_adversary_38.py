@@ -18,8 +18,8 @@ import time
 
 import pytest
 
+from sensors._base import tolerances
 from sensors._base.probe import Meta, parse_meta
-from sensors._run import tolerances
 from sensors._signals.base import JobView
 from sensors._signals.log import LogMemory, _LogScan, _LogStat, _whose
 from sensors._signals.procfs import elapsed, parse_stat_line, start_lead, start_precision

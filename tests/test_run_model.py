@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from sensors._base import tolerances
 from sensors._base.probe import Meta, build_script, parse_meta
-from sensors._run import tolerances
+from sensors._base.tolerances import TABLE, Tolerance
 from sensors._run.advice import Had
-from sensors._run.tolerances import TABLE, Tolerance
 from sensors._signals.procfs import start_precision
 
 SENSORS = Path(__file__).resolve().parent.parent / "sensors"

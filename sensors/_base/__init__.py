@@ -9,6 +9,8 @@
 - :mod:`~sensors._base.secrets`: ``env:``/``block:`` secret references.
 - :mod:`~sensors._base.probe`: the probe's frame: the POSIX sh helpers, the host's clocks and
   the tagged sections every signal's snippet writes into.
+- :mod:`~sensors._base.tolerances`: every tolerance run binding uses, with its unit and source
+  (one table; plain figures, so the ground holds it and every layer reads it).
 - :mod:`~sensors._base.output`: the command's standard streams, safe for pipes that close.
 - :mod:`~sensors._base.started`: when the package was first imported (a command's start).
 - :mod:`~sensors._base.trust`: trust on disk, as OpenSSH's StrictModes (an exit record, a

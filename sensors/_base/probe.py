@@ -31,7 +31,7 @@ import shlex
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from sensors._run.tolerances import WHOLE_SECOND
+from sensors._base.tolerances import WHOLE_SECOND
 
 _TAG = b"@@crosscheck "
 

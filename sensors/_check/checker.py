@@ -30,6 +30,7 @@ from sensors._base.probe import (
     parse_meta,
     split_sections,
 )
+from sensors._base.tolerances import CLOCK_SLEW, CLOCK_STEP, END_WINDOW, JIFFY, SINCE_SAME
 from sensors._check.launch import supervised_stage
 from sensors._check.persist import FOLLOWED, NotOurs, OwnRun, Persistence, is_this_run, save_all
 from sensors._config.stage import PolicySpec, Stage
@@ -37,7 +38,6 @@ from sensors._hosts import Host, LocalHost
 from sensors._hosts.exits import ExitWatch, SeenEnd, local_exits
 from sensors._hosts.ssh_exits import RemoteExitWatch
 from sensors._run.run import LaunchEnd, Run, Since, exit_record_lines, parse_since, read_launch_end
-from sensors._run.tolerances import CLOCK_SLEW, CLOCK_STEP, END_WINDOW, JIFFY, SINCE_SAME
 from sensors._signals import SIGNALS, CheckFacts, ProbeInputs, Signal
 from sensors._signals.base import JobView
 from sensors._signals.log import LogMemory, seed_log_memory
@@ -770,11 +770,11 @@ class Checker(Following):
     def _kept_offset(self, ahead: tuple[float, float], now: float) -> tuple[float, float]:
         """The host's clock offset as this check's round trip bounds it, narrowed by the last
         checks' bounds where they meet (one offset, drifted by at most
-        :data:`~sensors._run.tolerances.CLOCK_SLEW` since): each round trip alone bounds it
+        :data:`~sensors._base.tolerances.CLOCK_SLEW` since): each round trip alone bounds it
         only as closely as it was short, and an order decided by one check's bounds was
         undone by the next's (multi-host fuzzer seed 6766: complete, unknown, complete,
         unknown). Bounds that do not meet are a clock stepped since: measured afresh. Bounds
-        as wide as the least step (:data:`~sensors._run.tolerances.CLOCK_STEP`) may hold a
+        as wide as the least step (:data:`~sensors._base.tolerances.CLOCK_STEP`) may hold a
         step and the offset before it: they are this check's alone, and the next narrow ones
         begin afresh. ``now``: this machine's monotonic clock."""
         lo, hi = ahead

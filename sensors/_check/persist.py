@@ -28,10 +28,10 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from sensors._base.model import Verdict
+from sensors._base.tolerances import SINCE_ROUNDING
 from sensors._check.codec import VERSION, MemoryFormatError, dumps, fingerprint, loads
 from sensors._config.stage import Stage
 from sensors._run.run import Run, Since
-from sensors._run.tolerances import SINCE_ROUNDING
 from sensors._store import Lease, SaveRequest, StageKey, Store, StoreWarning, open_store
 
 if TYPE_CHECKING:

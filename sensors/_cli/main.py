@@ -23,6 +23,7 @@ from sensors._base.output import guarded_streams, on_closed
 from sensors._base.schema import bounded_duration
 from sensors._base.started import IMPORTED_AT
 from sensors._base.text import inert
+from sensors._base.tolerances import EXEC_TO_IMPORT
 from sensors._check.checker import Checker
 from sensors._check.sampling import StatusSampling, sample_status
 from sensors._check.span import SpanChecker, checker_for
@@ -37,7 +38,6 @@ from sensors._present.terminal import (
     text,
 )
 from sensors._run.run import Since, parse_since
-from sensors._run.tolerances import EXEC_TO_IMPORT
 from sensors._version import __version__
 from sensors._watch.gc import tune_for_watching
 from sensors._watch.schedule import watch_all

@@ -13,12 +13,12 @@ The model. A **run** has an identity, a start interval, an end interval and its 
 
 Every moment is read on some clock (the host's, a file server's, the checking machine's) with
 a precision (:mod:`~sensors._run.moment`); every precision is one row of one table
-(:mod:`~sensors._run.tolerances`), with where its figure comes from. A piece of evidence (the
+(:mod:`~sensors._base.tolerances`, in the ground layer so that the probe's frame reads it
+too), with where its figure comes from. A piece of evidence (the
 bytes of a log, a line, an output, a GPU process) **belongs** to the run: yes, no, or cannot
 tell; "cannot tell" only where another history fits within the measured precisions.
 
 - :mod:`~sensors._run.run`: ``Run``, ``Since``, launch marks and records, exit records.
-- :mod:`~sensors._run.tolerances`: every tolerance, with its unit and source (one table).
 - :mod:`~sensors._run.moment`: ``Moment``, a time on one clock with its interval.
 - :mod:`~sensors._run.binding`: when a file was written against a run's start.
 - :mod:`~sensors._run.supervisor`: a supervisor's record (docker, systemd, Slurm), parsed:

@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Literal, NamedTuple, Protocol
 
-from sensors._run.run import Run
-from sensors._run.tolerances import (
+from sensors._base.tolerances import (
     FILE_CLOCK_TOLERANCE,
     FILE_TIME_TICK,
     OWN_CLOCK_SLACK,
     PROC_START_WHOLE_SECONDS,
 )
+from sensors._run.run import Run
 
 
 class FileTimes(Protocol):

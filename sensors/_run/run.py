@@ -31,9 +31,9 @@ from typing import Any, Literal, NamedTuple
 from sensors._base.probe import helper
 from sensors._base.schema import parse_duration
 from sensors._base.text import redact, redact_command
+from sensors._base.tolerances import WHOLE_SECOND
 from sensors._base.trust import TRUST_FN, TRUST_SH, Untrusted, parse_untrusted
 from sensors._run.moment import Moment
-from sensors._run.tolerances import WHOLE_SECOND
 
 #: Bytes compared at a remembered offset to tell "appended to" from "rewritten".
 FINGERPRINT_BYTES = 64
@@ -68,7 +68,7 @@ class Run:
     exit_file: str | None = None
     #: How far ``started_at`` may be from the truth (seconds), from where it was read; None:
     #: the source's own (a ``since`` is exact; a process's start, the worst case of
-    #: :data:`~sensors._run.tolerances.PROCESS_START_PRECISION`). A process's start carries
+    #: :data:`~sensors._base.tolerances.PROCESS_START_PRECISION`). A process's start carries
     #: the precision its probe measured (``procfs.start_precision``).
     slack: float | None = None
     #: How far ``started_at`` may be *after* the truth, where it is less than ``slack``: a

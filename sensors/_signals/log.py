@@ -40,6 +40,15 @@ from sensors._base.probe import (
 from sensors._base.regex import UserRegex, compile_user_regex, required_literal
 from sensors._base.schema import AbsPath, Regex, Section
 from sensors._base.text import redact
+from sensors._base.tolerances import (
+    ATTRIBUTE_CACHE_GRACE,
+    FILE_CLOCK_TOLERANCE,
+    FILE_TIME_TICK,
+    MTIME_SET_BACK,
+    PROC_START_TICKS_WRITER,
+    PROC_START_WHOLE_SECONDS,
+    WHOLE_SECOND,
+)
 from sensors._run.advice import Fix, Had, advice
 from sensors._run.binding import (
     Holder,
@@ -51,15 +60,6 @@ from sensors._run.binding import (
     written_by,
 )
 from sensors._run.run import FINGERPRINT_BYTES, Run
-from sensors._run.tolerances import (
-    ATTRIBUTE_CACHE_GRACE,
-    FILE_CLOCK_TOLERANCE,
-    FILE_TIME_TICK,
-    MTIME_SET_BACK,
-    PROC_START_TICKS_WRITER,
-    PROC_START_WHOLE_SECONDS,
-    WHOLE_SECOND,
-)
 from sensors._signals.base import CheckFacts, JobView, LastWord, ProbeInputs, Signal, evolve
 from sensors._signals.procfs import elapsed_since, start_lead, start_precision
 

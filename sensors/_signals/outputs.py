@@ -37,13 +37,13 @@ from sensors._base.probe import (
     unchanged,
 )
 from sensors._base.schema import AbsPath, Section
-from sensors._run.run import FINGERPRINT_BYTES
-from sensors._run.tolerances import (
+from sensors._base.tolerances import (
     ATTRIBUTE_CACHE_GRACE,
     FILE_CLOCK_TOLERANCE,
     FILE_TIME_TICK,
     OWN_CLOCK_SLACK,
 )
+from sensors._run.run import FINGERPRINT_BYTES
 from sensors._signals.base import CheckFacts, LastWord, ProbeInputs, Reread, Signal, evolve
 
 DEFAULT_EXCLUDES = (".*", "*.tmp", "*.part", "*.partial", "*.swp", "*~")

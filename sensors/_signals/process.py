@@ -36,8 +36,8 @@ from sensors._base.probe import ESCAPE, Meta
 from sensors._base.regex import compile_user_regex, required_text, to_utf8
 from sensors._base.schema import Regex, Section
 from sensors._base.text import redact
+from sensors._base.tolerances import RERUN_START_GAP, WHOLE_SECOND
 from sensors._run.run import Run, describe_exit, read_exit_record
-from sensors._run.tolerances import RERUN_START_GAP, WHOLE_SECOND
 from sensors._signals.base import CheckFacts, JobView, ProbeInputs, Reread, Signal
 from sensors._signals.procfs import (
     ALIVE_STATES,

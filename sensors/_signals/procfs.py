@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from sensors._base.probe import Meta
-from sensors._run.tolerances import (
+from sensors._base.tolerances import (
     BOOT_CLOCKS_APART,
     ELAPSED_BELOW_ZERO,
     PROC_START_TICKS,

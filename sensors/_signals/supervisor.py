@@ -31,10 +31,10 @@ from pydantic import Field, model_validator
 from sensors._base.model import Reading, Says
 from sensors._base.probe import PUT, helper
 from sensors._base.schema import AbsPath, Section
+from sensors._base.tolerances import WHOLE_SECOND
 from sensors._base.trust import TRUST_FN, TRUST_SH
 from sensors._run.run import LaunchEnd, Run
 from sensors._run.supervisor import PIDS_CAP, SYSTEMD_PROPERTIES, UNTRUSTED_RC, Record, read_record
-from sensors._run.tolerances import WHOLE_SECOND
 from sensors._signals.base import CheckFacts, ProbeInputs, Signal
 
 Kind = Literal["docker", "systemd", "slurm"]

@@ -37,8 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from sensors._base.model import Reading, Says, State, Verdict
+from sensors._base.tolerances import CLOCKS_APART, START_ROUNDING, WHOLE_SECOND
 from sensors._config.stage import PolicySpec
-from sensors._run.tolerances import CLOCKS_APART, START_ROUNDING, WHOLE_SECOND
 from sensors._verdict.progress import short
 
 __all__ = ["AcrossMemory", "NodeCheck", "at_work_elsewhere", "decide_across"]

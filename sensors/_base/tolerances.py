@@ -8,8 +8,8 @@ figures with their sources, for a reader and for the tests.
 Not here: the clock offset of a host against the checking machine, which is measured in each
 probe's round trip (``Checker._ahead``: the host's clock read before its answer came back,
 less when it came back), and the settled-stamp margins of the shared stat
-(``sensors._base.probe``: the ground layer imports nothing above it, and they decide when a
-stat may be skipped, not whose evidence is whose). The probe's sh adds a whole second to a
+(``sensors._base.probe``: they decide when a stat may be skipped, not whose evidence is
+whose). The probe's sh adds a whole second to a
 time printed in whole seconds (``+ 1`` in ``sensors._signals.outputs``' scan): the same
 figure as :data:`WHOLE_SECOND`, written in sh.
 """
