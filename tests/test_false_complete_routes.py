@@ -167,7 +167,10 @@ def test_a_holders_complete_is_followed_until_a_new_run_is_at_work(tmp_path) -> 
     stages.mkdir()
     # Long enough for serve to see it alive (its first check is within one interval).
     first = SimulatedJob(tmp_path, scenario="complete", total=4, step=1.2)
-    stage = first.stage_dict(interval="2s", exit_grace="300ms")
+    # Run 2 stops making progress at once: a stall_after the followers' checks cannot reach
+    # under load keeps its verdict "running" (a 3 s one made it "stalled" in CI: true, and
+    # not the claim this test makes).
+    stage = first.stage_dict(interval="2s", exit_grace="300ms", stall_after="60s")
     stage_file = _write(stages / "s.yaml", stage)
     before = time.time() - 1
     first.start()
