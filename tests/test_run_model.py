@@ -6,6 +6,7 @@ Table tests, no clocks, no processes: what the signals use to tie evidence to a 
 from __future__ import annotations
 
 import ast
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -365,3 +366,82 @@ def test_a_log_bound_with_no_run_start_says_so_in_the_past() -> None:
     says, detail, _ = _log_says(scan, None, False, memory, 1.0)
     assert says is Says.UNKNOWN
     assert "no run start was known when this watch first read the log" in detail, detail
+
+
+# --------------------------------------------------------------------------- ended in the probe
+
+from sensors._signals.base import JobView  # noqa: E402
+from sensors._signals.log import LogMemory, _LogScan, _LogStat, _whose  # noqa: E402
+from sensors._signals.process import _job_view  # noqa: E402
+
+
+def _line_found(ended: frozenset[int], ends: dict[int, float], at: float | None) -> tuple[int, ...]:
+    """The writers of a completion line found at this check, none of the job's processes
+    alive now or at the previous check; ``ended``: those alive two checks ago and gone at
+    the previous one; ``ends``: where the exit watch saw them end (latest own write); the
+    line is the log's last bytes, stamped ``at`` (None: text after it, undated)."""
+    written = 100.0 if at is None else at
+    st = _LogStat(inode=1, size=100 if at is not None else 130, mtime=int(written), birth=50.0,
+                  written=written, resolution=1e-9, stamp="s")  # fmt: skip
+    scan = _LogScan(
+        complete_line="DONE", complete_end=100, error_line=None, earlier_complete=None,
+        earlier_is_last=False, progress=None, last_line="DONE" if at is not None else "bye",
+        partial=False, followed_by=None if at is not None else "bye",
+    )  # fmt: skip
+    job = JobView(ended=ended, ends=ends)
+    word = _whose(LogMemory(inode=1, size=90, run_from=0), scan, st, "DONE", 100, job, None, 101.0)
+    return word.writers
+
+
+@pytest.mark.parametrize(
+    ("ended", "ends", "at", "writers"),
+    [
+        # Printed its line and exited after the last check's stat (taken before its /proc
+        # scan): found a zombie there. The exit watch saw it end after the line was stamped.
+        ({4242}, {4242: 100.30}, 100.25, (4242,)),
+        ({4242}, {4242: 100.25}, 100.25, (4242,)),  # stamped at its end: still its own
+        # Its seen end before the line was written: a later writer's, not its.
+        ({4242}, {4242: 100.20}, 100.25, ()),
+        ({4242}, {}, 100.25, ()),  # its end not seen: it may have ended before the stat
+        ({4242}, {4242: 100.30}, None, ()),  # the line undated (text after it)
+        (set(), {4242: 100.30}, 100.25, ()),  # not one of this run's ended processes
+    ],
+)
+def test_a_process_that_ended_inside_the_last_probe_wrote_a_line_stamped_before_its_seen_end(
+    ended: set[int], ends: dict[int, float], at: float | None, writers: tuple[int, ...]
+) -> None:
+    assert _line_found(frozenset(ended), ends, at) == writers
+
+
+def test_the_processes_gone_since_the_check_before_are_the_next_checks_ended(tmp_path: Path) -> None:
+    """ProcessMemory.run_ended, read from real processes: alive at one check and gone at the
+    next is that check's ``run_ended`` (the check after reads it as ``JobView.ended``); gone
+    two checks ago is no longer."""
+    import subprocess
+    import uuid
+
+    from sensors._check.checker import Checker
+    from sensors._config.stage import stage_from_dict
+
+    tag = f"ended-{uuid.uuid4().hex[:8]}"
+    script = f"import time; time.sleep(60)  # {tag}"
+    jobs = [subprocess.Popen([sys.executable, "-c", script]) for _ in range(2)]
+    try:
+        stage = stage_from_dict({"stage": tag, "host": "local", "process": {"match": tag}})
+        with Checker(stage) as checker:
+            checker.check()
+            first = checker._memory.signals["process"]
+            assert set(first.run_pids) == {j.pid for j in jobs} and first.run_ended == ()
+            jobs[0].kill()
+            jobs[0].wait()
+            checker.check()
+            second = checker._memory.signals["process"]
+            assert second.run_pids == (jobs[1].pid,) and second.run_ended == (jobs[0].pid,)
+            view = _job_view(checker.last.readings["process"], second, second)
+            assert view is not None and view.ended == frozenset({jobs[0].pid})
+            checker.check()
+            assert checker._memory.signals["process"].run_ended == ()
+    finally:
+        for job in jobs:
+            job.kill()
+            job.wait()

@@ -126,6 +126,9 @@ class JobView(NamedTuple):
     #: An earlier run's live processes (begun before this run's exact start: ``--since`` or
     #: a launch; or forked by one that was, however late): what they write is not this run's.
     earlier: frozenset[int] = frozenset()
+    #: This run's PIDs alive two checks ago and gone at the previous one: each ended between
+    #: those /proc scans, perhaps after the previous check's log stat (taken before its scan).
+    ended: frozenset[int] = frozenset()
     #: Where this host's log is one the nodes of a stage over several hosts share: the latest
     #: moment (this host's clock, at the earliest it can be) a rank of this run on another
     #: host was seen alive (``sensors._check.span``). What was written in the log before it

@@ -157,6 +157,11 @@ class ProcessMemory:
     # is an exit when the probe cannot see every process (None: not known, an older memory).
     seen_view: str | None = None
     run_pids: tuple[int, ...] = ()  # this run's live matched PIDs at the last check
+    # This run's PIDs alive at the check before the last and not at the last: each ended
+    # between those two /proc scans, so perhaps after the last check's log stat, which the
+    # probe takes before its scan (a line absent then may still be theirs: see the log's
+    # ``_whose``).
+    run_ended: tuple[int, ...] = ()
     # A launched run: when this watch first found the launched PID gone (its end, at the
     # latest, where no exit record tells it), and a later run's process seen since (a match
     # begun after the launched job ended, not its descendant): the launched run is over and
@@ -1419,7 +1424,8 @@ def _remember(
         ),
         job_pids=tuple(sorted(job.pids))[:64] if job.alive or job.descendants else (),
         seen_view=meta.view if job.this_run_alive and main else memory.seen_view,
-        run_pids=tuple(sorted(p for p in job.alive if p not in job.earlier))[:64],
+        run_pids=(run_pids := tuple(sorted(p for p in job.alive if p not in job.earlier))[:64]),
+        run_ended=tuple(sorted(set(memory.run_pids) - set(run_pids))),
         launched_gone_at=memory.launched_gone_at,
         superseded_by=memory.superseded_by,
         unordered=memory.unordered,
@@ -1553,6 +1559,7 @@ def _job_view(reading: Reading, before: ProcessMemory, after: ProcessMemory) -> 
         float(exited) if isinstance(exited, (int, float)) else None,
         parents,
         earlier=frozenset(p for p in earlier if isinstance(p, int)),
+        ended=frozenset(before.run_ended),
     )
 
 
