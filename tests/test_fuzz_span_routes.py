@@ -394,6 +394,43 @@ def test_a_rank_once_ordered_after_the_runs_start_stays_so_through_a_slow_round_
     assert other.state is State.UNKNOWN, other.reasons
 
 
+def _rank_with_its_line(
+    seen_at: float, ahead: tuple[float, float] | None, line_at: float | None
+) -> NodeCheck:
+    """Node 1 under all, a log of its own: its rank (pid 9) last seen at ``seen_at``, its
+    completion line written by it (complete_writers) and stamped ``line_at`` (None: not dated)."""
+    seen = {"pid": 9, "cpu_seconds": 0.1, "at": seen_at, "until": seen_at + 0.02}
+    process = _r("process", Says.DONE, alive=0, seen_alive=True, cpu_seconds=None, last_seen_alive=seen)
+    line = {"complete_writers": [9], **({"complete_at": line_at} if line_at is not None else {})}
+    log = _r("log", Says.DONE, path="/n1/train.log", size=30, **line)
+    verdict = Verdict(
+        "t", State.COMPLETE, ("b complete",), {"process": process, "log": log}, NOW, "b", run=None
+    )
+    return NodeCheck("b", verdict, ahead=ahead)
+
+
+SLOW = (-0.4, 0.4)  # a round trip as slow as a loaded machine's: no narrower offset
+
+
+@pytest.mark.parametrize(
+    ("seen_at", "line_at", "state"),
+    [
+        pytest.param(RUN_3 + 0.3, RUN_3 + 5.0, State.COMPLETE, id="seen 0.3 s after, its line 5 s after: this run's (seed 34067)"),
+        pytest.param(RUN_3 + 0.3, None, State.UNKNOWN, id="its line undated: not ordered"),
+        pytest.param(RUN_3 + 0.3, RUN_3 + 0.5, State.UNKNOWN, id="its line 0.5 s after, offsets 0.4 s wide each: not ordered"),
+        pytest.param(RUN_3 - 3.0, RUN_3 - 2.0, State.UNKNOWN, id="seen and written before the start: the last run's"),
+    ],
+)  # fmt: skip
+def test_a_ranks_own_line_written_well_after_node_0s_run_began_orders_it(
+    seen_at: float, line_at: float | None, state: State
+) -> None:
+    nodes = [_chief_run_3(SLOW), _rank_with_its_line(seen_at, SLOW, line_at)]
+    verdict, _ = decide_across("t", nodes, PolicySpec(success="all", exit_grace=0.3), 1, AcrossMemory(), NOW)
+    assert verdict.state is state, verdict.reasons
+    if state is State.UNKNOWN:
+        assert "no job process seen in this watch since node 0's run began" in " ".join(verdict.reasons)
+
+
 # --- node 0 gone with the outputs short while node 1 still works ------------------------------
 #
 # Multi-host fuzzer seeds 2066, 2311, 2314, 2941, 2968, 2985, 2998, 3049, 3149: rank 0 wrote its

@@ -230,6 +230,9 @@ class LogEvidence(TypedDict, total=False):
     line_doubt: bool
     line_fix: str  # with line_doubt: what would have told whose the line is ("" : nothing known)
     complete_writers: list[int]  # the job's PIDs alive before the completion line was written
+    # When its writers wrote the completion line (host clock; the kernel stamps a write no
+    # later than it came): its mtime while it was the log's last bytes. Absent: not known so.
+    complete_at: float
     superseded_by_pid: int  # a process of this run that began after the completion line
     undatable_by: int  # a live process of this run that may have begun after the completion line
     launch_superseded: str  # words written after the launched run's last: a later run's
@@ -1005,6 +1008,8 @@ def read_log(
         evidence["file_time_ahead_seconds"] = ahead
     if word.writers:
         evidence["complete_writers"] = list(word.writers[:16])
+        if word.complete_at is not None:
+            evidence["complete_at"] = word.complete_at
     if word.later_pid is not None:
         evidence["superseded_by_pid"] = word.later_pid
     if word.undatable_by is not None and complete_line is not None:

@@ -1028,6 +1028,22 @@ def _not_done(
             unseen_since = not (
                 isinstance(written_by, (int, float)) and until is not None and until > written_by
             )
+        line_at = own_log.evidence.get("complete_at") if own_log is not None else None
+        if (
+            earlier
+            and after is None
+            and start is not None
+            and own_log is not None
+            and own_log.evidence.get("complete_writers")
+            and isinstance(line_at, (int, float))
+            and _seen_since({"at": line_at}, node.ahead, start, chief_ahead)
+        ):
+            # Its own completion line, written by its ranks seen there (``complete_writers``)
+            # clearly after node 0's run began (its stamp, ordered as a sighting is): they
+            # were at work in this run then, however near the start their sightings were
+            # (multi-host fuzzer seed 34067: under all with a log per rank, a rank seen 0.3 s
+            # after the start under slow round trips, its line 5 s after: unknown for good).
+            earlier = False
         if isinstance(last, Mapping) and last.get("pid") in before:
             earlier = True  # last seen alive in node 0's last run: that run's rank
         seen = (p.evidence.get("seen_alive") and not earlier and not unseen_since) or p.evidence.get(
