@@ -403,7 +403,9 @@ def _line_found(ended: frozenset[int], ends: dict[int, float], at: float | None)
         # Its seen end before the line was written: a later writer's, not its.
         ({4242}, {4242: 100.20}, 100.25, ()),
         ({4242}, {}, 100.25, ()),  # its end not seen: it may have ended before the stat
-        ({4242}, {4242: 100.30}, None, ()),  # the line undated (text after it)
+        # Text after the line (the line undated): every byte before its seen end is its own.
+        ({4242}, {4242: 100.30}, None, (4242,)),
+        ({4242}, {4242: 99.90}, None, ()),  # the log last written after its seen end
         (set(), {4242: 100.30}, 100.25, ()),  # not one of this run's ended processes
     ],
 )

@@ -1411,13 +1411,17 @@ def _whose(
             }
         # Ended since the check before (``JobView.ended``), perhaps after the previous check's
         # stat found no line (the probe stats the log before its /proc scan): a writer where
-        # the exit watch saw its end no earlier than the line was written, as text written
-        # before a writer's seen end is its own (below). A rank that printed its line and
-        # exited between that stat and the scan, found a zombie there, was no writer, and
-        # its line "a later run's no check saw": unknown for good (tests/test_user_43.py's
-        # workers before the chief, under CI's load).
-        if job is not None and at is not None and not memory.foreign_clock:
-            early |= {pid for pid in job.ended if (end := job.ends.get(pid)) is not None and at <= end}
+        # the exit watch saw its end no earlier than the log's last write (every byte of it,
+        # the line and any text after, came while it lived), as text written before a
+        # writer's seen end is its own (below). A rank that printed its line and exited
+        # between that stat and the scan, found a zombie there, was no writer, and its line
+        # "a later run's no check saw": unknown for good (tests/test_user_43.py's workers
+        # before the chief, under CI's load).
+        if job is not None and job.ended and not memory.foreign_clock:
+            last_write = st.changed if st.set_back else st.written
+            early |= {
+                pid for pid in job.ended if (end := job.ends.get(pid)) is not None and last_write <= end
+            }
         writers = tuple(sorted((job.previous if job is not None else frozenset()) | early))[:64]
         # Found by the end of this probe (its log read comes after its clock read, ``now``):
         # only a change after that is surely after the line (a job that wrote its outputs, its
