@@ -1411,8 +1411,23 @@ def _whose(
         # exited between that stat and the scan, found a zombie there, was no writer, and
         # its line "a later run's no check saw": unknown for good (tests/test_user_43.py's
         # workers before the chief, under CI's load).
-        if job is not None and at is not None and not memory.foreign_clock:
-            early |= {pid for pid in job.ended if (end := job.ends.get(pid)) is not None and at <= end}
+        # Written before that end: by the log's last write (its ctime where the mtime was set
+        # back, as for text after the line below). After it was known alive: a log absent at a
+        # check (``absent_at``) that holds a line stamped before it was not written here then,
+        # but came from elsewhere (a symlink, a directory renamed into place: neither moves the
+        # file's ctime), and whose it is cannot be told. Such a PID alive again is another
+        # process (it was gone at the last scan), judged by its start like any live one: as a
+        # writer, a re-run that reused it, and its children, escaped the demotion below.
+        if job is not None and job.ended and at is not None:
+            last = st.changed if st.set_back else st.written
+            here = not memory.absent or (
+                memory.absent_at is not None and at + FILE_TIME_TICK > memory.absent_at
+            )
+            early |= {
+                pid
+                for pid in job.ended
+                if pid not in job.live and (end := job.ends.get(pid)) is not None and here and last <= end
+            }
         writers = tuple(sorted((job.previous if job is not None else frozenset()) | early))[:64]
         # Found by the end of this probe (its log read comes after its clock read, ``now``):
         # only a change after that is surely after the line (a job that wrote its outputs, its
