@@ -30,6 +30,7 @@ def _word(
     starts: Mapping[int, float] | None = None,
     parents: Mapping[int, int] | None = None,
     changed: float = 0.0,
+    birth: float = 50.0,
     resolution: float = 1e-9,
     memory: LogMemory | None = None,
     after: bytes = b"",
@@ -42,7 +43,7 @@ def _word(
     seen at the last check. ``at``: the log's mtime (``changed``: its ctime); ``after``: what
     follows the line (whitespace is evidence of nothing)."""
     size = 100 + len(after)
-    st = _LogStat(inode=1, size=size, mtime=int(at), birth=50.0, written=at, resolution=resolution,
+    st = _LogStat(inode=1, size=size, mtime=int(at), birth=birth, written=at, resolution=resolution,
                   stamp="s", changed=changed)  # fmt: skip
     text = after.decode().strip()
     scan = _LogScan(
@@ -150,3 +151,23 @@ def test_held_an_end_seen_loosely_dates_the_rank_by_its_last_sighting() -> None:
     assert end < 100.20
     assert _word(ends={P: end}).writers == ()  # stamped 100.25
     assert _word(at=100.18, ends={P: end}).writers == (P,)
+
+
+# --------------------------------------------------------------------------- the other side
+
+
+def test_a_blank_line_after_the_line_still_lets_the_ended_rank_be_its_writer() -> None:
+    """The commit's history with ``print("DONE\\n")``: a blank line ends the log. Whitespace
+    is evidence of nothing, but the line is then not the log's last bytes, undated, and the
+    rule needs its stamp: no writer, and over several hosts unknown for good. The log's
+    mtime (100.25) is when its last byte was written, the line no later: before the seen
+    end (100.30)."""
+    assert _word(after=b"\n").writers == (P,)
+
+
+def test_a_blank_line_after_the_line_in_a_log_absent_at_the_last_check_is_dated_by_its_birth() -> None:
+    """Undated, the line is no older than the file: born after the check that found no log
+    (100.10), the rank's; born before it (an earlier run's log put in place since), not."""
+    memory = LogMemory(absent=True, absent_at=100.10, run_from=0, inode=1)
+    assert _word(after=b"\n", memory=memory, birth=100.2).writers == (P,)
+    assert _word(after=b"\n", memory=memory, birth=50.0).writers == ()

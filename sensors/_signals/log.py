@@ -1412,16 +1412,25 @@ def _whose(
         # its line "a later run's no check saw": unknown for good (tests/test_user_43.py's
         # workers before the chief, under CI's load).
         # Written before that end: by the log's last write (its ctime where the mtime was set
-        # back, as for text after the line below). After it was known alive: a log absent at a
-        # check (``absent_at``) that holds a line stamped before it was not written here then,
-        # but came from elsewhere (a symlink, a directory renamed into place: neither moves the
-        # file's ctime), and whose it is cannot be told. Such a PID alive again is another
-        # process (it was gone at the last scan), judged by its start like any live one: as a
-        # writer, a re-run that reused it, and its children, escaped the demotion below.
-        if job is not None and job.ended and at is not None:
+        # back, as for text after the line below; a blank line after the line, evidence of
+        # nothing, leaves it undated but written by then all the same). After it was known
+        # alive: a log absent at a check (``absent_at``) that holds a line stamped (or a file
+        # born) before it was not written here then, but came from elsewhere (a symlink, a
+        # directory renamed into place: neither moves the file's ctime), and whose it is cannot
+        # be told. Such a PID alive again is another process (it was gone at the last scan),
+        # judged by its start like any live one: as a writer, a re-run that reused it, and its
+        # children, escaped the demotion below.
+        if (
+            job is not None
+            and job.ended
+            and not memory.foreign_clock
+            and st.resolution < 1
+            and not scan.followed_by
+        ):
             last = st.changed if st.set_back else st.written
+            first = at if at is not None else st.birth  # the line written no earlier
             here = not memory.absent or (
-                memory.absent_at is not None and at + FILE_TIME_TICK > memory.absent_at
+                memory.absent_at is not None and first + FILE_TIME_TICK > memory.absent_at
             )
             early |= {
                 pid
