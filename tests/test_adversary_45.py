@@ -171,3 +171,32 @@ def test_a_blank_line_after_the_line_in_a_log_absent_at_the_last_check_is_dated_
     memory = LogMemory(absent=True, absent_at=100.10, run_from=0, inode=1)
     assert _word(after=b"\n", memory=memory, birth=100.2).writers == (P,)
     assert _word(after=b"\n", memory=memory, birth=50.0).writers == ()
+
+
+# --------------------------------------------------------------------------- ended, not set aside
+
+
+def test_a_process_of_the_run_found_an_earlier_runs_is_not_ended() -> None:
+    """``run_ended`` is 'alive two checks ago and gone at the last', but was computed as 'this
+    run's two checks ago and not this run's at the last': a process found an earlier run's at
+    the last check (under --since: its start unreadable then readable, or its parent found an
+    earlier run's), still alive, read as ended. Had it then written the line and exited, the
+    next check counted that earlier run's process a writer of this run's line, and the line
+    was not demoted as written while only an earlier run was at work (``_whose``)."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from sensors._config.stage import stage_from_dict
+    from sensors._signals.process import ProcessMemory, _Job, _remember
+    from tests.test_run_model import _meta
+
+    spec = stage_from_dict({"stage": "s", "host": "local", "process": {"match": "x"}}).process
+    assert spec is not None
+    job = _Job([], [P], set(), None, None, None, None, earlier=(P,))
+    table = cast(Any, SimpleNamespace(stats={}))  # the /proc table: no live identity to keep
+    memory = _remember(spec, ProcessMemory(run_pids=(P,)), job, table, _meta())
+    assert memory.run_pids == () and memory.run_ended == ()
+    gone = _remember(
+        spec, ProcessMemory(run_pids=(P,)), _Job([], [], set(), None, None, None, None), table, _meta()
+    )
+    assert gone.run_ended == (P,)  # control: gone, it ended

@@ -1424,8 +1424,10 @@ def _remember(
         ),
         job_pids=tuple(sorted(job.pids))[:64] if job.alive or job.descendants else (),
         seen_view=meta.view if job.this_run_alive and main else memory.seen_view,
-        run_pids=(run_pids := tuple(sorted(p for p in job.alive if p not in job.earlier))[:64]),
-        run_ended=tuple(sorted(set(memory.run_pids) - set(run_pids))),
+        run_pids=tuple(sorted(p for p in job.alive if p not in job.earlier))[:64],
+        # Gone, not only no longer this run's: one found an earlier run's since (--since: its
+        # start unreadable before, or its parent found an earlier run's) is alive, no writer.
+        run_ended=tuple(sorted(set(memory.run_pids) - set(job.alive))),
         launched_gone_at=memory.launched_gone_at,
         superseded_by=memory.superseded_by,
         unordered=memory.unordered,
