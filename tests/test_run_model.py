@@ -418,7 +418,7 @@ def test_a_process_that_ended_inside_the_last_probe_wrote_a_line_stamped_before_
 def test_the_processes_gone_since_the_check_before_are_the_next_checks_ended(tmp_path: Path) -> None:
     """ProcessMemory.run_ended, read from real processes: alive at one check and gone at the
     next is that check's ``run_ended`` (the check after reads it as ``JobView.ended``); gone
-    two checks ago is no longer."""
+    two checks ago is no longer, also once no process of the run is left."""
     import subprocess
     import uuid
 
@@ -441,6 +441,13 @@ def test_the_processes_gone_since_the_check_before_are_the_next_checks_ended(tmp
             assert second.run_pids == (jobs[1].pid,) and second.run_ended == (jobs[0].pid,)
             view = _job_view(checker.last.readings["process"], second, second)
             assert view is not None and view.ended == frozenset({jobs[0].pid})
+            checker.check()
+            assert checker._memory.signals["process"].run_ended == ()
+            # The last one gone: found so once, then no longer (no process of the run left).
+            jobs[1].kill()
+            jobs[1].wait()
+            checker.check()
+            assert checker._memory.signals["process"].run_ended == (jobs[1].pid,)
             checker.check()
             assert checker._memory.signals["process"].run_ended == ()
     finally:

@@ -1412,15 +1412,27 @@ def _whose(
         # Ended since the check before (``JobView.ended``), perhaps after the previous check's
         # stat found no line (the probe stats the log before its /proc scan): a writer where
         # the exit watch saw its end no earlier than the log's last write (every byte of it,
-        # the line and any text after, came while it lived), as text written before a
-        # writer's seen end is its own (below). A rank that printed its line and exited
-        # between that stat and the scan, found a zombie there, was no writer, and its line
-        # "a later run's no check saw": unknown for good (tests/test_user_43.py's workers
-        # before the chief, under CI's load).
-        if job is not None and job.ended and not memory.foreign_clock:
-            last_write = st.changed if st.set_back else st.written
+        # the line and any text after, came while it lived; the ctime where the mtime was set
+        # back, as for text after the line below), as text written before a writer's seen end
+        # is its own (below). A rank that printed its line and exited between that stat and
+        # the scan, found a zombie there, was no writer, and its line "a later run's no check
+        # saw": unknown for good (tests/test_user_43.py's workers before the chief, under CI's
+        # load). A log absent at a check (``absent_at``) that holds a line stamped (or a file
+        # born) before it was not written here then, but came from elsewhere (a symlink, a
+        # directory renamed into place: neither moves the file's ctime), and whose it is
+        # cannot be told. Such a PID alive again is another process (it was gone at the last scan),
+        # judged by its start like any live one: as a writer, a re-run that reused it, and its
+        # children, escaped the demotion below.
+        if job is not None and job.ended and not memory.foreign_clock and st.resolution < 1:
+            last = st.changed if st.set_back else st.written
+            first = at if at is not None else st.birth  # the line written no earlier
+            here = not memory.absent or (
+                memory.absent_at is not None and first + FILE_TIME_TICK > memory.absent_at
+            )
             early |= {
-                pid for pid in job.ended if (end := job.ends.get(pid)) is not None and last_write <= end
+                pid
+                for pid in job.ended
+                if pid not in job.live and (end := job.ends.get(pid)) is not None and here and last <= end
             }
         writers = tuple(sorted((job.previous if job is not None else frozenset()) | early))[:64]
         # Found by the end of this probe (its log read comes after its clock read, ``now``):

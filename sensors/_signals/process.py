@@ -1043,10 +1043,11 @@ def read_process(
         and memory.boot_id == meta.boot_id
     ):
         # No process and nothing to forget: what _remember would make is this memory (a
-        # stage whose job has not started, or is gone, check after check).
+        # stage whose job has not started, or is gone, check after check), less the PIDs
+        # found gone at the last check: none ended since.
         if memory.last_seen is None and not note:
             return _not_found(spec, found, memory, meta, launched_pid, host), memory, frozenset()
-        new_memory = memory
+        new_memory = replace(memory, run_ended=()) if memory.run_ended else memory
     else:
         new_memory = _remember(spec, memory, job, table, meta)
     if owners_seen != new_memory.owners_seen:
@@ -1424,8 +1425,10 @@ def _remember(
         ),
         job_pids=tuple(sorted(job.pids))[:64] if job.alive or job.descendants else (),
         seen_view=meta.view if job.this_run_alive and main else memory.seen_view,
-        run_pids=(run_pids := tuple(sorted(p for p in job.alive if p not in job.earlier))[:64]),
-        run_ended=tuple(sorted(set(memory.run_pids) - set(run_pids))),
+        run_pids=tuple(sorted(p for p in job.alive if p not in job.earlier))[:64],
+        # Gone, not only no longer this run's: one found an earlier run's since (--since: its
+        # start unreadable before, or its parent found an earlier run's) is alive, no writer.
+        run_ended=tuple(sorted(set(memory.run_pids) - set(job.alive))),
         launched_gone_at=memory.launched_gone_at,
         superseded_by=memory.superseded_by,
         unordered=memory.unordered,
