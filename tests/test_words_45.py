@@ -7,6 +7,8 @@ watch over a state store for the verdict an earlier watch decided (item 5)."""
 from __future__ import annotations
 
 import datetime as dt
+import os
+import signal
 import time
 import uuid
 from typing import Any
@@ -129,3 +131,134 @@ def test_a_watch_going_on_from_an_earlier_watchs_memory_says_whose_verdict_it_is
     assert again.reasons[1].startswith(
         f"decided complete by an earlier watch at {_hms(opened.checked_at)}, of the run it saw"
     ), again.reasons
+
+
+# --------------------------------------------------------------------------- item 6: advice not already taken
+
+
+def test_advice_for_a_log_born_with_the_watch_offers_only_what_would_tell() -> None:
+    """notes/ml44.md, item 6: a wait begun before the job, whose log the job began afresh
+    (`> log`), born too near the watch's start to tell which came first: 'To tell: give the
+    run's start with --since ..., watch the job from before it writes its completion line,
+    launch ... or have each run begin its log afresh (`job > log` ...)'. The watch was there,
+    and the log was begun afresh: only a start given, or a launch, would tell."""
+    from sensors._run.advice import Fix, Had
+    from sensors._signals.log import LogMemory, _log_says, _LogScan
+
+    fixes = (Fix.SINCE, Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.LAUNCH, Fix.FRESH_LOG)
+    scan = _LogScan(None, None, None, "Extraction complete", True, None, "Extraction complete", False)
+    for near, had in ((False, Had()), (True, Had(born_with_watch=True))):
+        memory = LogMemory(
+            inode=1, size=5, run_from=5, before_uncertain=True, bound_by="watch", born_near_watch=near
+        )
+        says, detail, fix = _log_says(scan, None, False, memory, 1.0, had=had)
+        assert says is Says.UNKNOWN, detail
+        if near:
+            assert detail.endswith(
+                "no run start was known when this watch first read the log, and the log was born too"
+                " near this watch's start to tell which came first. To tell: give the run's start"
+                " with --since TIME|DURATION or launch the job through crosscheck (a launch section:"
+                " its exit status is recorded)"
+            ), detail
+        else:  # the words as they were, for a log older than the watch
+            assert "watch the job from before it writes its completion line" in detail, detail
+            assert "`job > log`" in detail, detail
+    from sensors._run.advice import advice
+
+    assert advice(fixes, Had(born_with_watch=True)) == (
+        "give the run's start with --since TIME|DURATION or launch the job through crosscheck"
+        " (a launch section: its exit status is recorded)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("born_before", "near"),
+    [(0.005, True), (0.06, True), (5.0, False)],
+    ids=["5 ms before the watch", "60 ms before", "5 s before"],
+)
+def test_a_log_born_within_the_watch_starts_precision_is_said_born_with_it(born_before: float, near: bool) -> None:
+    """The binding (no run start): a log born before the watch's start, by less than that
+    start's precision (a /proc start, 50 ms) and a file time's lag (20 ms), was born with the
+    watch; its bytes still are not taken for this run's (what binds them is unchanged)."""
+    from sensors._signals.log import LogMemory, _bound, _LogStat
+
+    began = 1000.0
+    st = _LogStat(
+        inode=7, size=20, mtime=int(began), birth=began - born_before, written=began - 0.001,
+        resolution=1e-9, stamp="s", changed=began - 0.001,
+    )  # fmt: skip
+    memory, _ = _bound(LogMemory(), st, None, None, began + 3.0, latest=began + 3.0, watch_began=began)
+    assert memory.run_from == 20 and memory.before_uncertain and memory.bound_by == "watch"
+    assert memory.born_near_watch is near
+
+
+def _local_stage(tmp_path, tag: str, log) -> Any:
+    from sensors import stage_from_dict
+    from sensors.testing import COMPLETE_LINE
+
+    return stage_from_dict(
+        {
+            "stage": "w45",
+            "host": "local",
+            "process": {"match": f"--tag {tag}( |$)"},
+            "log": {"path": str(log), "complete": f"^{COMPLETE_LINE}"},
+            "policy": {"interval": "100ms", "settle": 2, "exit_grace": "1ms"},
+        }
+    )
+
+
+def test_a_job_over_before_the_first_check_whose_log_was_born_with_the_watch(tmp_path) -> None:
+    """The shell's `crosscheck wait x.yaml & job > log`: the job's log born a few ms before
+    the watch's start (its start tick rounded up), the job over before the first check. The
+    line's run cannot be told (unknown, as before); the advice is what would have told."""
+    from sensors import Checker
+    from sensors.testing import COMPLETE_LINE
+
+    tag = f"w45-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "job.log"
+    log.write_text(f"step 1\n{COMPLETE_LINE}\n")
+    began = time.time()
+    checker = Checker(_local_stage(tmp_path, tag, log), began=began)
+    try:
+        verdict = checker.check()
+    finally:
+        checker.close()
+    lg = verdict.readings["log"]
+    assert verdict.state is State.UNKNOWN and lg.says is Says.UNKNOWN, (verdict.reasons, lg.detail)
+    assert "born too near this watch's start" in lg.detail, lg.detail
+    assert lg.detail.endswith(
+        "To tell: give the run's start with --since TIME|DURATION or launch the job through crosscheck"
+        " (a launch section: its exit status is recorded)"
+    ), lg.detail
+
+
+def test_no_advice_while_the_run_is_at_work_in_view(tmp_path) -> None:
+    """notes/ml44.md, item 6: a re-run appending to the last run's log (`>>`), watched while
+    at work: 'the log was written both before and after the run began, and more since. To
+    tell: watch the job from before it writes its completion line, ...'. The watch sees the
+    run at work; its line, once written, tells: no advice. Unknown, as before."""
+    from sensors import Checker
+    from sensors.testing import COMPLETE_LINE
+    from tests.test_false_complete_routes import _tagged
+
+    tag = f"w45-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "job.log"
+    log.write_text(f"step 1\n{COMPLETE_LINE}\n")  # run 1's
+    time.sleep(1.2)
+    run2 = _tagged(f"sleep 0.3; echo 'step 1' >> {log}; sleep 30", tag)
+    checker = Checker(_local_stage(tmp_path, tag, log))
+    try:
+        time.sleep(0.8)
+        verdicts = [checker.check() for _ in range(2)]
+    finally:
+        os.killpg(run2.pid, signal.SIGKILL)
+        run2.wait(5)
+        checker.close()
+    lg = verdicts[-1].readings["log"]
+    assert verdicts[-1].readings["process"].says is Says.WORKING, verdicts[-1].reasons
+    assert lg.says is Says.UNKNOWN and "may be an earlier run's" in lg.detail, lg.detail
+    assert "To tell" not in lg.detail, lg.detail
+    assert lg.detail.endswith(". This run is at work: a completion line it writes from now on is read as its own"), (
+        lg.detail
+    )
+    assert verdicts[-1].state is not State.COMPLETE
