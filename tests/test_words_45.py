@@ -262,3 +262,142 @@ def test_no_advice_while_the_run_is_at_work_in_view(tmp_path) -> None:
         lg.detail
     )
     assert verdicts[-1].state is not State.COMPLETE
+
+
+# --------------------------------------------------------------------------- item 7: a job not started yet
+
+
+def _decided(*steps: dict[str, Reading], since: float = 1.0, **policy: Any) -> Verdict:
+    from sensors._config.stage import PolicySpec
+    from sensors._verdict import VerdictMemory, decide
+
+    memory, verdict = VerdictMemory(), None
+    for k, readings in enumerate(steps):
+        verdict, memory = decide(
+            "extract", "local", readings, PolicySpec(**policy), memory, NOW + k * since
+        )
+    assert verdict is not None
+    return verdict
+
+
+def _never_found(match: str = "job\\.py ml44 ") -> Reading:
+    return Reading("process", Says.DONE, f"no process found (match '{match}')", {"seen_alive": False}, NOW)
+
+
+def test_a_job_not_started_yet_says_so_plainly() -> None:
+    """notes/ml44.md, item 7: a wait begun first, the log missing, no process: 'log unknown:
+    log unreadable: stat: cannot statx ...: No such file or directory' (read as a permission
+    problem), then 'and no process found and none seen alive during this watch: no process
+    found (match ...)'. Unknown, as before; said once, plainly."""
+    log = Reading(
+        "log", Says.UNKNOWN, "the log is not there yet (no such file: /j/extract.log)", {"absent": True}, NOW
+    )
+    outputs = Reading("outputs", Says.WORKING, "0/24 outputs", {"count": 0, "expected": 24}, NOW)
+    verdict = _decided({"process": _never_found(), "log": log, "outputs": outputs})
+    assert verdict.state is State.UNKNOWN, verdict.reasons
+    assert verdict.reasons[0] == (
+        "the log is not there yet (no such file: /j/extract.log) and no process of the job found"
+        " (match 'job\\.py ml44 '), nor seen alive during this watch: not started yet, or log.path"
+        " or process.match/pid is wrong"
+    ), verdict.reasons
+    assert not [r for r in verdict.reasons if r.startswith("and ")], verdict.reasons
+    assert " ".join(verdict.reasons).count("no process") == 1, verdict.reasons
+    # A log that is there and cannot tell leads still; the process is said once, not with "and".
+    doubt = Reading("log", Says.UNKNOWN, "a completion line is followed by other text", {}, NOW)
+    verdict = _decided({"process": _never_found(), "log": doubt})
+    assert verdict.reasons[:2] == (
+        "log unknown: a completion line is followed by other text",
+        "process: no process of the job found (match 'job\\.py ml44 '), nor seen alive during this watch",
+    ), verdict.reasons
+
+
+def test_a_wait_begun_before_its_job_first_says_the_log_is_not_there_yet(tmp_path) -> None:
+    """The same through a real check: no log file, no process of the job."""
+    from sensors import Checker
+
+    tag = f"w45-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "job.log"
+    checker = Checker(_local_stage(tmp_path, tag, log))
+    try:
+        verdict = checker.check()
+    finally:
+        checker.close()
+    assert verdict.state is State.UNKNOWN, verdict.reasons
+    assert verdict.readings["log"].detail == f"the log is not there yet (no such file: {log})"
+    assert verdict.reasons[0] == (
+        f"the log is not there yet (no such file: {log}) and no process of the job found (match"
+        f" '--tag {tag}( |$)'), nor seen alive during this watch: not started yet, or log.path or"
+        " process.match/pid is wrong"
+    ), verdict.reasons
+
+
+# --------------------------------------------------------------------------- item 8: the small ones
+
+
+def _alive(cpu: float) -> Reading:
+    return Reading("process", Says.WORKING, "pid 4455 R", {"pid": 4455, "state": "R", "cpu_seconds": cpu}, NOW)
+
+
+def test_no_progress_is_said_only_where_it_was_measured() -> None:
+    """'no progress seen for 0s (stall after 900s)' at a wait's first check: nothing compared."""
+    log = Reading("log", Says.DONE, "completion line: Extraction complete", {"size": 10, "inode": 7}, NOW)
+    first = _decided({"process": _alive(5.0), "log": log}, stall_after=900)
+    assert first.state is State.RUNNING, first.reasons
+    assert "progress not measured yet: no earlier check to compare with (stall after 900s)" in first.reasons
+    assert not [r for r in first.reasons if r.startswith("no progress seen")], first.reasons
+    later = _decided({"process": _alive(5.0), "log": log}, {"process": _alive(5.0), "log": log}, since=4.0, stall_after=900)
+    assert later.state is State.RUNNING and "no progress seen for 4s (stall after 900s)" in later.reasons, later.reasons
+
+
+@pytest.mark.parametrize(
+    ("record", "words"),
+    [
+        (("docker", "exited", 0), "exited with status 0 (success)"),
+        (("docker", "exited", 1), "exited with status 1"),
+        (("slurm", "COMPLETED", 0), "exited with status 0 (success; COMPLETED)"),
+        (("slurm", "FAILED", 3), "exited with status 3 (FAILED)"),
+    ],
+)
+def test_a_recorded_exit_is_said_in_one_parenthesis(record: tuple[str, str, int], words: str) -> None:
+    """'docker extract-c66c3fe3 exited with status 0 (success) (exited)'."""
+    from sensors._run.supervisor import Record
+
+    kind, state, code = record
+    assert Record(kind, "x", "exited", state=state, exit_code=code).how_it_ended() == words
+
+
+@pytest.mark.parametrize("seen", [False, True], ids=["never seen", "seen at work"])
+def test_a_process_this_watch_never_saw_is_not_said_gone(seen: bool) -> None:
+    """notes/ml44.md, item 8: bound by --since, the job over before the first check: 'process
+    gone: no process found (match ...)'. Gone is inferred, not seen. Running (the outputs
+    confirming they stopped changing), as before."""
+    process = Reading("process", Says.DONE, "no process found (match 'job\\.py ml44 ')", {"seen_alive": seen}, NOW)
+    log = Reading("log", Says.DONE, "completion line: Extraction complete", {}, NOW)
+    outputs = Reading("outputs", Says.WORKING, "24/24 outputs; confirming they stopped changing", {"count": 24, "expected": 24}, NOW)
+    verdict = _decided({"process": process, "log": log, "outputs": outputs})
+    assert verdict.state is State.RUNNING, verdict.reasons
+    if seen:
+        assert verdict.reasons[-1] == "process gone: no process found (match 'job\\.py ml44 ')", verdict.reasons
+    else:
+        assert verdict.reasons[-1] == (
+            "process: no process of the job found (match 'job\\.py ml44 '), nor seen alive during this watch"
+        ), verdict.reasons
+        assert not [r for r in verdict.reasons if "gone" in r], verdict.reasons
+
+
+def test_a_hosts_own_verdict_is_said_with_its_first_reason() -> None:
+    """Over two nodes a host's verdict was shown bare: '127.0.0.1:59207: running'."""
+    from sensors._config.stage import PolicySpec
+    from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
+
+    error = "error line: torch.distributed.DistBackendError: NCCL error"
+    a = NodeCheck(
+        "a",
+        Verdict("t", State.FAILED, (error,), {"log": Reading("log", Says.FAILED, error, {}, NOW)}, NOW, "a"),
+    )
+    alive = Reading("process", Says.WORKING, "pid 201 S", {"alive": 1, "processes": []}, NOW)
+    b = NodeCheck("b", Verdict("t", State.RUNNING, ("process alive: pid 201 S",), {"process": alive}, NOW, "b"))
+    verdict, _ = decide_across("t", [a, b], PolicySpec(), None, AcrossMemory(), NOW)
+    assert verdict.state is State.FAILED, verdict.reasons
+    assert "b: running: process alive: pid 201 S" in verdict.reasons, verdict.reasons
+    assert "b: running" not in verdict.reasons, verdict.reasons

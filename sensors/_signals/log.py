@@ -905,8 +905,11 @@ def read_log(
     if isinstance(st, str):
         # A log that is not there yet: the file that appears later is this run's.
         absent = "No such file" in st and memory.inode is None
+        # Said as it is: stat's "log unreadable: stat: cannot statx ..." read as a permission
+        # problem to the person waiting for a job not started yet (notes/ml44.md, item 7).
+        why = f"the log is not there yet (no such file: {spec.path})" if absent else st
         return unknown(
-            st,
+            why,
             replace(memory, absent=True, absent_at=meta.now) if absent else memory,
             absent="No such file" in st,
         )

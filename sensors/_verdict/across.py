@@ -372,7 +372,7 @@ def _rules(
                     f"{n.host} cannot be read: {next(iter(n.verdict.readings.values())).detail}"
                     for n in unread
                 ),
-                *(f"{n.host}: {n.verdict.state}" for n in nodes if n not in unread),
+                *(_said(n) for n in nodes if n not in unread),
             ],
             every,
         )
@@ -1132,8 +1132,15 @@ def _others(nodes: Sequence[NodeCheck], but: NodeCheck, policy: PolicySpec) -> l
                 f"{n.host}: its ranks ended (under success: chief a worker needs no completion line)"
             )
         else:
-            words.append(f"{n.host}: {n.verdict.state}")
+            words.append(_said(n))
     return words
+
+
+def _said(node: NodeCheck) -> str:
+    """A host's own verdict as a reason: its state and what its first reason says (a bare
+    "gpu-02: running" told nothing of why: notes/ml44.md, item 8)."""
+    first = node.verdict.reasons[0] if node.verdict.reasons else ""
+    return f"{node.host}: {node.verdict.state}: {first}".rstrip(": ")
 
 
 # --------------------------------------------------------------------------- naming the ranks
