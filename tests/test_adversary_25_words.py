@@ -328,5 +328,5 @@ def test_every_host_that_cannot_be_read_is_named_with_its_cause() -> None:
     assert verdict.reasons == (
         "b cannot be read: connection refused",
         "c cannot be read: timed out after 10s",
-        "a: complete",
+        "a: complete: a complete",  # its state and its own first reason (notes/ml44.md, item 8)
     ), verdict.reasons

@@ -223,7 +223,7 @@ def test_under_chief_a_worker_whose_ranks_ended_without_a_line_is_not_called_fai
         assert verdict.state is State.FAILED and verdict.reasons[0].startswith("a: pid 101"), verdict.reasons
         assert any(r.startswith(words) for r in verdict.reasons), verdict.reasons
         if success == "chief":
-            assert "b: failed" not in verdict.reasons
+            assert not any(r.startswith("b: failed") for r in verdict.reasons), verdict.reasons
 
 
 # --------------------------------------------------------------------------- the first reason decides
@@ -364,6 +364,36 @@ def test_ranks_ended_after_the_line_in_a_shared_log_followed_by_the_workers_tear
     if quiet:
         who = "b: stalled: b stalled" if ended == "rank 0" else "a (node 0): stalled: a stalled"
         assert verdict.reasons[0] == who, verdict.reasons
+
+
+@pytest.mark.parametrize("found", ["before the error line", "with the error line"])
+def test_under_chief_rank_0_gone_after_its_line_is_not_lost_when_an_error_line_follows(found: str) -> None:
+    """notes/ml44.md, item 3: one log the nodes share, ``chief``; rank 0 printed 'Training
+    complete' and exited 0; then rank 2 (node 1) wrote a traceback into the log and exited 1.
+    Failed (the error line), as before; but the second reason named rank 0 among the ranks
+    gone that 'a collective may be waiting for'. Rank 0 wrote the chief's completion line
+    and ended after it (as with a log of its own): only rank 2 is lost."""
+    policy = POLICY.model_copy(update={"success": "chief"})
+    memory = _shared_two_checks(policy)
+    if found == "before the error line":
+        log = _line(Says.DONE, at=NOW - 5, path="/j/train.log")
+        a = _node("a", State.RUNNING, _proc((102, _cmd(0, 1)), at=NOW - 5), log, at=NOW - 5)
+        b = _node("b", State.RUNNING, _proc((201, _cmd(1, 0)), (202, _cmd(1, 1)), at=NOW - 5), at=NOW - 5)
+        _, memory = decide_across("t", [a, b], policy, 2, memory, NOW - 5)
+    error = "error line: torch.distributed.DistBackendError: NCCL error"
+    failed = _line(Says.FAILED, after="[rank1] destroy_process_group", path="/j/train.log")
+    failed = Reading("log", Says.FAILED, error, {**failed.evidence, "error_line": error[12:]}, NOW)
+    a = _node("a", State.FAILED, _proc((102, _cmd(0, 1))), failed, why=error)
+    b = _node("b", State.RUNNING, _proc((202, _cmd(1, 1))))
+    verdict, _ = decide_across("t", [a, b], policy, 2, memory, NOW)
+    assert verdict.state is State.FAILED, verdict.reasons
+    assert verdict.reasons[0] == f"shared log (read on a, node 0): {error}", verdict.reasons
+    said = [r for r in verdict.reasons if " gone (" in r]
+    assert len(said) == 1 and said[0].startswith(
+        f"1 of 2 ranks on b gone (found gone at {_hms(NOW)}, its clock): rank 2, pid 201"
+    ), verdict.reasons
+    assert said[0].endswith("ranks alive on a (1), b (1): a collective may be waiting for a lost rank"), said
+    assert "rank 0, pid 101" not in said[0] and " on a gone" not in said[0], said
 
 
 def test_a_host_with_a_rank_that_finished_and_one_killed_names_the_killed_one_lost() -> None:

@@ -838,7 +838,7 @@ def _slurm_stage(slurm, job: str) -> dict:
 @pytest.mark.parametrize(
     "script, final, state, words",
     [
-        ("sleep 0.5; exit 0", "COMPLETED", State.COMPLETE, "exited with status 0 (success)"),
+        ("sleep 0.5; exit 0", "COMPLETED", State.COMPLETE, "exited with status 0 (success; COMPLETED)"),
         # No accounting here: the code is squeue's (its exit_code, the wait status), not lost.
         ("sleep 0.5; exit 3", "FAILED", State.FAILED, "exited with status 3 (FAILED)"),
         ("kill -9 $$", "FAILED", State.FAILED, "killed by SIGKILL (signal 9)"),

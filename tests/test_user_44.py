@@ -533,14 +533,6 @@ def test_two_nodes_a_traceback_from_node_1_in_the_shared_log(tmp_path: Path, hos
     assert first.startswith(f"shared log (read on {a}, node 0): error line: "), first
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "notes/ml44.md item 3: with rank 2's traceback after the chief's line, the failed verdict"
-        " lists rank 0 (ended after its completion line) among the ranks gone that 'a collective may"
-        " be waiting for'"
-    ),
-)
 def test_two_nodes_a_traceback_does_not_call_rank_0_lost(tmp_path: Path, hosts: list[Any]) -> None:
     """The same run as above: rank 0 printed the completion line and exited 0 before rank 2
     died. docs/multi-host.md rule 2: a rank that finished is no lost rank; in a log every rank

@@ -310,7 +310,7 @@ ROWS = [
         "a process-only stage whose match never matched: unknown, not complete",
         checks((0, r(process=proc("done", seen=False))), (30, r(process=proc("done", seen=False)))),
         State.UNKNOWN,
-        "none seen alive",
+        "nor seen alive during this watch",
     ),
     Row(
         "never seen alive, outputs short: unknown (not started yet), not failed",
@@ -399,7 +399,7 @@ ROWS = [
             ),
         ),
         State.UNKNOWN,
-        "none seen alive",
+        "nor seen alive during this watch",
     ),
     Row(
         "gone after seen alive (its last PIDs known), a GPU busy only by another PID: discounted",
@@ -533,7 +533,7 @@ ROWS = [
             (30, r(process=proc("done", seen=False), outputs=outputs(37312))),
         ),
         State.UNKNOWN,
-        "none seen alive",
+        "nor seen alive during this watch",
     ),
     Row(
         "no log, the process launched by crosscheck and gone before the first check, outputs all there: complete",
@@ -576,7 +576,7 @@ ROWS = [
             (90, r(process=proc("done", seen=False), log=log("working"), outputs=outputs(37312))),
         ),
         State.UNKNOWN,
-        "none seen alive",
+        "nor seen alive during this watch",
     ),
     # Class 2: a completion line counts only as its run's last word.
     Row(

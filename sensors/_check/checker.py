@@ -8,6 +8,7 @@ passing on what it learnt (the job's PIDs, where the run begins), and the verdic
 
 from __future__ import annotations
 
+import datetime as _dt
 import logging
 import os
 import threading
@@ -416,6 +417,10 @@ class Checker(Following):
         # another run may stand for it.
         self._own: OwnRun = run if run is not None else self._since
         self._given_run = run
+        # The last verdict of the memory this watch went on from (the state store's: an
+        # earlier watch's), and this watch's checks since: its words say whose they are.
+        self._stored: Verdict | None = None
+        self._own_checks = 0
         if state is not None:
             self._persist = Persistence(state, stage, self.host.name)
             self._restore(run)
@@ -601,6 +606,8 @@ class Checker(Following):
             return
         self._adopt(memory)
         self.last = memory.get("last")
+        self._stored = self.last if isinstance(self.last, Verdict) else None
+        self._own_checks = 0
         log.info("%s: memory restored from the state store", self.stage.stage)
 
     @property
@@ -729,7 +736,7 @@ class Checker(Following):
                 log.info("%s: a new run of the job began; the last run's memory is set aside", stage.stage)
                 set_aside = mem.signals
                 mem.signals = {signal.name: mem.signals[signal.name]}
-                mem.verdict, self.last = VerdictMemory(), None
+                mem.verdict, self.last, self._stored = VerdictMemory(), None, None
                 facts = facts._replace(first_check_at=meta.now, set_aside=set_aside)
                 mem.first_check_at = meta.now
         mem.run = facts.run
@@ -742,6 +749,10 @@ class Checker(Following):
             meta.now,
             run=mem.run,
             launch=facts.launch,
+        )
+        self._own_checks += 1
+        verdict = _earlier_watch_words(
+            verdict, mem.verdict.done_streak, self._own_checks, self._stored, latest=self._own is None
         )
         self.last = verdict
         return verdict
@@ -973,6 +984,34 @@ class Checker(Following):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _earlier_watch_words(
+    verdict: Verdict, streak: int, own: int, stored: Verdict | None, *, latest: bool = False
+) -> Verdict:
+    """``verdict`` in words that say what of it an earlier watch decided (``stored``: the last
+    verdict of the memory this watch went on from, the state store's; ``own``: this watch's
+    checks since; ``streak``: the checks every signal said done in a row; ``latest``: this
+    watch was told nothing of its run, and goes on with the latest the store knows: how to
+    gate a run about to start is said). Only the words change. A wait begun before a re-run
+    opened on the last run's ``complete``, "agreed for 3 consecutive checks" of which it made
+    1, an old PID the only clue (notes/ml44.md, item 5)."""
+    if stored is None or stored.checked_at is None:
+        return verdict
+    reasons = list(verdict.reasons)
+    earlier = streak - own
+    agreed = f"agreed for {streak} consecutive checks"
+    if earlier > 0 and agreed in reasons:
+        reasons[reasons.index(agreed)] = f"{agreed}, {earlier} of them an earlier watch's"
+    if stored.state.final and stored.state is verdict.state and reasons:
+        at = _dt.datetime.fromtimestamp(stored.checked_at, tz=_dt.UTC).strftime("%H:%M:%S UTC")
+        how = "; to gate a run about to start, give its start (--since)" if latest else ""
+        reasons.insert(
+            1,
+            f"decided {stored.state} by an earlier watch at {at}, of the run it saw (its memory, from"
+            f" the state store){how}",
+        )
+    return replace(verdict, reasons=tuple(reasons)) if reasons != list(verdict.reasons) else verdict
 
 
 def _launch_end(sections: Mapping[str, bytes], run: Run | None, meta: Meta) -> LaunchEnd | None:

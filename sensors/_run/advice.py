@@ -25,6 +25,11 @@ class Had:
     #: This watch looked before the job's log existed (or was born): it was there before the
     #: job ended, and only a check inside the job's life was missing.
     before_job: bool = False
+    #: The log was born about when this watch began (too near to tell which came first): the
+    #: job began with the watch, and its log was begun afresh then.
+    born_with_watch: bool = False
+    #: The run is at work in this watch's view: what it writes from now on is read as written.
+    run_alive: bool = False
 
 
 class Fix(enum.Enum):
@@ -73,7 +78,9 @@ def _needless(fix: Fix, had: Had) -> bool:
     if fix is Fix.SINCE:
         return had.since or had.launched  # a launch is an exact start already
     if fix in (Fix.WATCH_EARLIER, Fix.WATCH_BEFORE_LINE):
-        return had.seen_alive or had.end_seen or had.before_job
+        return had.seen_alive or had.end_seen or had.before_job or had.born_with_watch
+    if fix is Fix.FRESH_LOG:
+        return had.born_with_watch  # born then: begun afresh, as the fix asks
     if fix is Fix.CHECK_OFTEN:
         # Offered to a watch that was there before the job and never saw it at work: what it
         # lacked is a check inside the job's life. Anywhere else, watching earlier is the fix.

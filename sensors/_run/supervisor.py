@@ -91,8 +91,10 @@ class Record:
         if self.signal is not None:
             return f"killed by {signal_words(self.signal)} ({self.state})"
         if self.exit_code is not None:
-            ok = " (success)" if self.exit_code == 0 else ""
-            return f"exited with status {self.exit_code}{ok} ({self.state})"
+            # One parenthesis, and the state only where it adds a word: "exited with status 0
+            # (success) (exited)" said it twice (notes/ml44.md, item 8).
+            said = [w for w in ("success" if self.exit_code == 0 else "", self.state) if w and w != "exited"]
+            return f"exited with status {self.exit_code}" + (f" ({'; '.join(said)})" if said else "")
         # No code: none was recorded with this end (Slurm's 0:0 of a job cancelled while
         # pending, a unit that failed before its main process ran, a start docker refused).
         return f"ended: {self.state}" + (" (a failure, with no exit status recorded)" if self.failed else "")

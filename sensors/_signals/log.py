@@ -45,6 +45,7 @@ from sensors._base.tolerances import (
     FILE_CLOCK_TOLERANCE,
     FILE_TIME_TICK,
     MTIME_SET_BACK,
+    PROC_START_TICKS,
     PROC_START_TICKS_WRITER,
     PROC_START_WHOLE_SECONDS,
     WHOLE_SECOND,
@@ -198,6 +199,10 @@ class LogMemory:
     # not show this run began it (see the end of ``_bind``): what ``before_uncertain`` then
     # rests on, said as it is (not "written before the run began").
     born_near_start: bool = False
+    # Bound by the watch with no run start, the log born too near this watch's start to tell
+    # which came first (see ``_bind``): the job began about when the watch did, its log begun
+    # afresh then; watching earlier or beginning the log afresh is no advice to give.
+    born_near_watch: bool = False
     # Some holder's description began the file (`> log`), whoever's it was: a log each
     # run begins afresh already (a wrapper's, begun before the run), no advice to begin one.
     fresh_seen: bool = False
@@ -635,8 +640,25 @@ def _bind(
             # Born after this watch began: the run it holds began after it too, and every
             # byte of it is that run's (the watch's own start is a run start).
             return replace(base, run_from=0, bound_by="watch")
-        # No run start: only what is written while this watch looks is this run's.
-        return replace(base, run_from=st.size, before_uncertain=True, mtime_set_back=copied, bound_by="watch")
+        # No run start: only what is written while this watch looks is this run's. A log born
+        # within the watch start's precision of it (a /proc start, the file time's lag) was
+        # begun with the watch: `wait x.yaml & job > log` (notes/ml44.md, item 6).
+        near = (
+            watch_began is not None
+            and bool(st.birth)
+            and not st.set_back
+            and own
+            and not ahead
+            and st.birth >= watch_began - PROC_START_TICKS - FILE_TIME_TICK
+        )
+        return replace(
+            base,
+            run_from=st.size,
+            before_uncertain=True,
+            mtime_set_back=copied,
+            bound_by="watch",
+            born_near_watch=near,
+        )
     after = run_start_slack(run.source, run.slack) + (0.0 if own else FILE_CLOCK_TOLERANCE)
     # An mtime set back (its ctime later) is no later than the last write it stands for: a
     # copy's source was written by then and the copy after it, a chmod, chown or rename
@@ -883,8 +905,11 @@ def read_log(
     if isinstance(st, str):
         # A log that is not there yet: the file that appears later is this run's.
         absent = "No such file" in st and memory.inode is None
+        # Said as it is: stat's "log unreadable: stat: cannot statx ..." read as a permission
+        # problem to the person waiting for a job not started yet (notes/ml44.md, item 7).
+        why = f"the log is not there yet (no such file: {spec.path})" if absent else st
         return unknown(
-            st,
+            why,
             replace(memory, absent=True, absent_at=meta.now) if absent else memory,
             absent="No such file" in st,
         )
@@ -1091,6 +1116,10 @@ def read_log(
         # A process of the job seen at work before its line was written: watched before it ended.
         seen_alive=bool(word.writers),
         before_job=_watched_before_job(new_memory),
+        born_with_watch=new_memory.born_near_watch,
+        # This run at work now, in this watch's view: a completion line it writes from now on
+        # is read as it is written, and the doubt clears by itself.
+        run_alive=job is not None and bool(job.live),
     )
     says, detail, fix = _log_says(scan, complete_line, still_writing, memory, age, word, had, ahead, local)
     if says is Says.UNKNOWN:
@@ -1629,10 +1658,19 @@ def _watched_before_job(memory: LogMemory) -> bool:
     return memory.bound_by == "watch" and memory.run_from == 0
 
 
+#: What a doubt about a completion line ends with while its run is at work in view.
+_AT_WORK = "a completion line it writes from now on is read as its own"
+
+
 def _doubt(detail: str, fixes: tuple[Fix, ...], had: Had) -> tuple[Says, str, str]:
     """A completion line whose run cannot be told: unknown, in words that end with what
     would tell it (the fixes the watch had left out), and that advice alone."""
     left = advice(fixes, had)
+    if had.run_alive:
+        # No advice while the run is at work in view: what it writes next tells (notes/ml44.md,
+        # item 6: "watch the job from before ..." to a watch doing just that). The fixes stay
+        # the reading's (``line_fix``), for a run that ends without telling.
+        return Says.UNKNOWN, f"{detail}. This run is at work: {_AT_WORK}", left
     return Says.UNKNOWN, detail + _to_tell(left), left
 
 
@@ -1705,7 +1743,11 @@ def _log_says(
         elif memory.bound_by == "watch":
             # True also once a start is known (a supervisor's record read later): the read
             # that bound the log had none, and what the log held then is dated by nothing.
-            why = "no run start was known when this watch first read the log"
+            why = "no run start was known when this watch first read the log" + (
+                ", and the log was born too near this watch's start to tell which came first"
+                if memory.born_near_watch
+                else ""
+            )
         elif memory.clock_ahead:
             why = clock_ahead_words(ahead, local)
         elif memory.last_write_unclear:

@@ -19,7 +19,8 @@ The rules, first that applies wins (docs/multi-host.md, "One verdict across host
    GPU utilisation is never progress here (NCCL spins at 100 % while it waits). A rank that
    ended after its run's completion line (its own log's; node 0's under ``chief``, or in a log
    the nodes share) is not lost: ranks hung in their teardown after it are their nodes'
-   verdicts' business (stalled), never a failure here.
+   verdicts' business (stalled), never a failure here. Under ``chief`` that line is rank 0's:
+   rank 0 gone with it ended after it, whatever error line follows it (rule 1's words).
 3. A node that cannot be read: ``unknown``, never done.
 4. Node 0 complete, and every other node done (its readings all done — under ``chief`` its own
    log need not be — its ranks seen alive in this watch or its own log's completion line
@@ -164,6 +165,10 @@ def decide_across(
     holders = _holders(nodes, sightings)
     # Each host's ranks seen alive and gone now, named; those that ended after their own
     # completion line said finished.
+    # Under ``chief`` node 0's completion line is rank 0's: rank 0 gone with it in node 0's
+    # log ended after it, whatever error line another rank wrote after it (notes/ml44.md,
+    # item 3: rank 2's traceback after it named rank 0 among the ranks a collective may wait for).
+    chief_wrote = policy.success == "chief" and _line_written(nodes[0].verdict.readings.get("log"))
     gone = {
         n.host: _gone_ranks(
             n,
@@ -174,6 +179,7 @@ def decide_across(
             holders,
             _cut(n.verdict),
             gone_at[n.host],
+            chief_wrote=k == 0 and chief_wrote,
         )
         for k, n in enumerate(nodes)
         if n.host in short
@@ -366,7 +372,7 @@ def _rules(
                     f"{n.host} cannot be read: {next(iter(n.verdict.readings.values())).detail}"
                     for n in unread
                 ),
-                *(f"{n.host}: {n.verdict.state}" for n in nodes if n not in unread),
+                *(_said(n) for n in nodes if n not in unread),
             ],
             every,
         )
@@ -588,6 +594,18 @@ def _line_read(reading: Reading | None) -> bool:
         return False
     # Unknown only for whose the text after it is.
     return reading.says is not Says.UNKNOWN or reading.evidence.get("followed_by") is not None
+
+
+def _line_written(reading: Reading | None) -> bool:
+    """Whether a log reading holds this run's completion line as :func:`_line_read` takes it,
+    or would but for an error line after it: the line was written, whatever came after."""
+    if reading is None or reading.says is not Says.FAILED:
+        return _line_read(reading)
+    return (
+        isinstance(reading.evidence.get("complete_line"), str)
+        and reading.evidence.get("undatable_by") is None
+        and not reading.evidence.get("exit_unclear")
+    )
 
 
 def _ended_before_line(
@@ -1114,8 +1132,15 @@ def _others(nodes: Sequence[NodeCheck], but: NodeCheck, policy: PolicySpec) -> l
                 f"{n.host}: its ranks ended (under success: chief a worker needs no completion line)"
             )
         else:
-            words.append(f"{n.host}: {n.verdict.state}")
+            words.append(_said(n))
     return words
+
+
+def _said(node: NodeCheck) -> str:
+    """A host's own verdict as a reason: its state and what its first reason says (a bare
+    "gpu-02: running" told nothing of why: notes/ml44.md, item 8)."""
+    first = node.verdict.reasons[0] if node.verdict.reasons else ""
+    return f"{node.host}: {node.verdict.state}: {first}".rstrip(": ")
 
 
 # --------------------------------------------------------------------------- naming the ranks
@@ -1299,13 +1324,16 @@ def _gone_ranks(
     holders: _Holders | None = None,
     cut: int | None = None,
     found_at: Mapping[int, float] | None = None,
+    *,
+    chief_wrote: bool = False,
 ) -> list[_Gone]:
     """Each rank seen alive on the node and gone now, named: its global rank, PID, last
     sighting, when it was first found gone (``found_at``, by PID) and its log's last line;
     finished where its own log holds its completion line. Not a process replaced since (last
     seen before the host last had all its ranks, or its rank held now by one begun after it
     was last seen: an elastic restart); where a live process is told the same rank, both are
-    said."""
+    said. ``chief_wrote``: the node is node 0, and its log holds the chief's completion line
+    (rank 0's, under ``chief``): rank 0 gone ended after it, as after its own log's line."""
     if cut is not None:
         # The list holds 16 processes: a rank left out of it now may be alive (its place
         # taken by a lower PID): which rank is gone is not told rather than told wrong.
@@ -1342,7 +1370,11 @@ def _gone_ranks(
         # Its own log's completion line: it wrote it, then ended (no other process writes
         # rank N's log; with a twin alive, which one wrote it is not told; a rank told by
         # its place is a guess, and another rank's line would hide this one lost).
-        finished = found is not None and not held and how != "position" and _line_read(found[1])
+        finished = (
+            not held
+            and how != "position"
+            and ((found is not None and _line_read(found[1])) or (chief_wrote and rank == 0))
+        )
         out.append(_Gone(rank, pid, at, text, how, bool(held), said, found_at.get(pid), finished))
     # Two processes gone that were told the same rank (twins seen alive together: a replaced
     # one is left out above): which one wrote its log's line is not told either, and the

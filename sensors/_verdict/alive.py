@@ -44,6 +44,12 @@ def alive(readings: Mapping[str, Reading], policy: PolicySpec, clocks: Clocks) -
     # idle GPU (incident 2: a CPU phase after the GPU work).
     if clocks.moved:
         reasons.append("progress: " + ", ".join(clocks.moved))
+    elif clocks.started:
+        # Not "no progress seen for 0s": nothing was compared (notes/ml44.md, item 8).
+        reasons.append(
+            f"progress not measured yet: no earlier check to compare with (stall after"
+            f" {policy.stall_after:.0f}s)"
+        )
     elif not clocks.stuck_d:
         reasons.append(f"no progress seen for {idle_for:.0f}s (stall after {policy.stall_after:.0f}s)")
     return State.RUNNING, [*reasons, *_tempting_wrong_answers(lg, o, g, clocks.moved)]

@@ -42,7 +42,7 @@ def gone(
     p, lg, g = readings["process"], readings.get("log"), readings.get("gpu")
     # Rule 6: an error line of this run.
     if lg is not None and lg.says is Says.FAILED:
-        return State.FAILED, [f"log: {lg.detail}", f"process gone: {p.detail}"]
+        return State.FAILED, [f"log: {lg.detail}", _gone(p)]
     # Rule 7: gone (or a zombie) yet its PIDs still hold a GPU context: the process table and
     # the driver disagree. Busy or merely holding memory, it is not a clean exit.
     gpu_job_pids = list(ev(g, "job_pids_on_gpu") or []) if g else []  # type: ignore[call-overload]
@@ -58,7 +58,7 @@ def gone(
     # the log and the outputs say (an exit and a kill look alike from /proc).
     status = ev(p, "exit_status")
     if isinstance(status, int) and status != 0:
-        return State.FAILED, [f"process gone: {p.detail}"]
+        return State.FAILED, [_gone(p)]
     # Rule 7c: launched so, but no status was recorded (yet): the wrapper writes it the moment
     # the job ends; past exit_grace, it ended without writing it (killed with the job).
     if ev(p, "exit_record"):
@@ -67,30 +67,59 @@ def gone(
             f"the exit status is not recorded ({ev(p, 'exit_record')}), {waited}: its launch"
             " wrapper ended without writing it (killed with the job?) or has not yet; how the job"
             " ended cannot be told",
-            f"process gone: {p.detail}",
+            _gone(p),
         ]
     # Rule 8: never seen alive in this watch, nor launched by it: not started yet, or a match
     # that matches nothing. Neither is evidence that the job ran and exited, and without this
     # run's completion line, outputs may be an earlier run's. A recorded exit of this run (its
     # launch wrapper's status 0, or its supervisor's) is: the run ran, and ended so.
     if not ran(p, lg) and not recorded_exit_ok(readings) and ev(p, "exit_status") != 0:
+        if lg is not None and lg.says is Says.UNKNOWN and ev(lg, "absent") is True:
+            # Nothing of the job yet: said plainly, first (notes/ml44.md, item 7: "log unknown:
+            # log unreadable: stat: cannot statx ...", then "and no process found ...").
+            return State.UNKNOWN, [
+                f"{lg.detail} and {_never_seen(p)}: not started yet, or log.path or"
+                " process.match/pid is wrong",
+                *(f"{r.signal}: {r.detail}" for r in readings.values() if r is not p and r is not lg),
+            ]
         if lg is not None and lg.says is Says.UNKNOWN:
             # The log could have tied it (a completion line of this run), and cannot tell: its
             # reason first. "Nothing else ties the evidence" read as the cause, with --since
             # given and the log bound by it, where the cause was text after the line.
             return State.UNKNOWN, [
                 f"log unknown: {lg.detail}",
-                f"and no process found and none seen alive during this watch: {p.detail}",
+                f"process: {_never_seen(p)}",
                 *(f"{r.signal}: {r.detail}" for r in readings.values() if r is not p and r is not lg),
             ]
         return State.UNKNOWN, [
-            f"no process found and none seen alive during this watch: {p.detail}",
+            _never_seen(p),
             "not started yet, ended before this watch first looked, or process.match/pid is"
             " wrong; nothing else ties the"
             f" evidence to this run ({how_to_tie(had_of(readings, run))})",
             *(f"{r.signal}: {r.detail}" for r in readings.values() if r is not p),
         ]
     return _after_the_exit(readings, policy, clocks)
+
+
+def _gone(p: Reading) -> str:
+    """The process reading as context of a verdict on a job that is over: "process gone"
+    where this watch saw it at work (or launched it, its exit recorded); a job it never saw
+    is not found, not seen gone (notes/ml44.md, item 8: "process gone: no process found",
+    with --since given and the job over before the first check)."""
+    if ev(p, "seen_alive") or ev(p, "launched"):
+        return f"process gone: {p.detail}"
+    return f"process: {_never_seen(p)}"
+
+
+def _never_seen(p: Reading) -> str:
+    """A process reading of a job this watch never saw alive (nor launched), in words that
+    say each thing once: "no process of the job found (match 'x'), nor seen alive during this
+    watch", not "no process found and none seen alive during this watch: no process found
+    (match 'x')"."""
+    found = "no process found"
+    if p.detail.startswith(found):
+        return f"no process of the job found{p.detail[len(found):]}, nor seen alive during this watch"
+    return f"none seen alive during this watch: {p.detail}"
 
 
 def _after_the_exit(readings: Mapping[str, Reading], policy: PolicySpec, clocks: Clocks) -> Outcome:
@@ -103,7 +132,7 @@ def _after_the_exit(readings: Mapping[str, Reading], policy: PolicySpec, clocks:
     if lagging and clocks.gone_for < grace:
         return State.UNKNOWN, [
             f"waiting up to {grace:.0f}s after the exit for writes to land ({clocks.gone_for:.0f}s so far)",
-            f"process gone: {p.detail}",
+            _gone(p),
             *(f"{r.signal}: {r.detail}" for r in lagging),
         ]
     # Rule 10: outputs short, for good — only as counted after the job's end. A probe counts
@@ -118,7 +147,7 @@ def _after_the_exit(readings: Mapping[str, Reading], policy: PolicySpec, clocks:
             "outputs short, but counted at the check that first found the job over, before its"
             " process table was read: they may predate its last writes; the next check decides",
             f"outputs: {o.detail}",
-            f"process gone: {p.detail}",
+            _gone(p),
         ]
     # Changed since the last check (a count that moved, a file rewritten), with the job already
     # over at that check, they are still being written — late, or by a writer the process
@@ -133,29 +162,29 @@ def _after_the_exit(readings: Mapping[str, Reading], policy: PolicySpec, clocks:
                 " still being written (late writes, or a writer the process signal does not find:"
                 " a new run?); failed only once they stop changing",
                 f"outputs: {o.detail}",
-                f"process gone: {p.detail}",
+                _gone(p),
             ]
-        return State.FAILED, [f"outputs short: {o.detail}", f"process gone: {p.detail}"]
+        return State.FAILED, [f"outputs short: {o.detail}", _gone(p)]
     if lg is not None and lg.says is Says.WORKING:
         # Rule 11: outputs complete, no completion line.
         if o is not None and o.says is Says.DONE:
             return State.CONTRADICTION, [
                 f"outputs complete, but the log has no completion line of this run: {lg.detail}",
-                f"process gone: {p.detail}",
+                _gone(p),
                 f"outputs complete: {o.detail}",
             ]
         # Rule 12: no completion line, no outputs configured.
         if o is None:
             return State.FAILED, [
                 f"the log has no completion line of this run: {lg.detail}",
-                f"process gone: {p.detail}",
+                _gone(p),
             ]
     # Rule 12b: nothing in the stage tells a success from a crash (no log with a completion
     # line, no outputs to count) and no exit status was recorded: a SIGKILL looks like an exit.
     if lg is None and o is None and ev(p, "exit_status") != 0 and not recorded_exit_ok(readings):
         return State.UNKNOWN, [
             f"nothing in this stage tells a success from a crash: {CANNOT_TELL}",
-            f"process gone: {p.detail}",
+            _gone(p),
         ]
     # Rule 13: any configured signal unknown.
     unknowns = [r for r in readings.values() if r.says is Says.UNKNOWN]
@@ -165,7 +194,7 @@ def _after_the_exit(readings: Mapping[str, Reading], policy: PolicySpec, clocks:
     # not yet covered, a log still written after its completion line).
     not_done = [r for r in readings.values() if r.says is not Says.DONE]
     if not_done:
-        return State.RUNNING, [*(f"{r.signal}: {r.detail}" for r in not_done), f"process gone: {p.detail}"]
+        return State.RUNNING, [*(f"{r.signal}: {r.detail}" for r in not_done), _gone(p)]
     # Rule 15: every signal done; `decide` completes it after `settle` checks.
     return None, []
 

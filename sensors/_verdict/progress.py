@@ -80,6 +80,9 @@ class Clocks(NamedTuple):
     #: before it reads the process table, so at the check that first finds the job over its
     #: outputs may predate the job's last writes.
     over_before: bool = False
+    #: The stall clock (re)started at this check with nothing moved: the job first seen at
+    #: work here (a first check, or begun again), nothing of it to compare with yet.
+    started: bool = False
 
 
 def clocks(
@@ -116,5 +119,13 @@ def clocks(
     gone_for = now - (gone_since or now)
     over_before = pp is not None and pp.says is Says.DONE and ran(pp, previous.get("log"))
     return Clocks(
-        moved, last_progress, now - last_progress, d_since, stuck_d, gone_since, gone_for, over_before
+        moved,
+        last_progress,
+        now - last_progress,
+        d_since,
+        stuck_d,
+        gone_since,
+        gone_for,
+        over_before,
+        started=restart and not moved and not stuck_d,
     )
