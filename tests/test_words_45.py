@@ -151,7 +151,7 @@ def test_advice_for_a_log_born_with_the_watch_offers_only_what_would_tell() -> N
         memory = LogMemory(
             inode=1, size=5, run_from=5, before_uncertain=True, bound_by="watch", born_near_watch=near
         )
-        says, detail, fix = _log_says(scan, None, False, memory, 1.0, had=had)
+        says, detail, _fix = _log_says(scan, None, False, memory, 1.0, had=had)
         assert says is Says.UNKNOWN, detail
         if near:
             assert detail.endswith(
