@@ -30,14 +30,20 @@ def _hms(ts: float) -> str:
 
 def _done(at: float = NOW) -> dict[str, Reading]:
     return {
-        "process": Reading("process", Says.DONE, "pid 18208 ended (last seen alive 8s ago, 0.3s CPU)", {}, at),
+        "process": Reading(
+            "process", Says.DONE, "pid 18208 ended (last seen alive 8s ago, 0.3s CPU)", {}, at
+        ),
         "log": Reading("log", Says.DONE, "completion line: Extraction complete", {}, at),
     }
 
 
 def _complete(streak: int, at: float = NOW) -> Verdict:
     readings = _done(at)
-    reasons = ("every signal says done", f"agreed for {streak} consecutive checks", *(r.detail for r in readings.values()))
+    reasons = (
+        "every signal says done",
+        f"agreed for {streak} consecutive checks",
+        *(r.detail for r in readings.values()),
+    )
     return Verdict("extract", State.COMPLETE, reasons, readings, at, "local")
 
 
@@ -65,7 +71,9 @@ def test_a_verdict_an_earlier_watch_decided_says_so(
     if stored is not None:
         state = State(stored)
         readings = _done(NOW - 60)
-        last = Verdict("extract", state, ("x",), readings if state is State.COMPLETE else {}, NOW - 60, "local")
+        last = Verdict(
+            "extract", state, ("x",), readings if state is State.COMPLETE else {}, NOW - 60, "local"
+        )
     verdict = _earlier_watch_words(_complete(streak), streak, own, last, latest=True)
     assert verdict.state is State.COMPLETE and verdict.readings == _complete(streak).readings
     assert agreed in verdict.reasons, verdict.reasons
@@ -176,7 +184,9 @@ def test_advice_for_a_log_born_with_the_watch_offers_only_what_would_tell() -> N
     [(0.005, True), (0.06, True), (5.0, False)],
     ids=["5 ms before the watch", "60 ms before", "5 s before"],
 )
-def test_a_log_born_within_the_watch_starts_precision_is_said_born_with_it(born_before: float, near: bool) -> None:
+def test_a_log_born_within_the_watch_starts_precision_is_said_born_with_it(
+    born_before: float, near: bool
+) -> None:
     """The binding (no run start): a log born before the watch's start, by less than that
     start's precision (a /proc start, 50 ms) and a file time's lag (20 ms), was born with the
     watch; its bytes still are not taken for this run's (what binds them is unchanged)."""
@@ -258,9 +268,9 @@ def test_no_advice_while_the_run_is_at_work_in_view(tmp_path) -> None:
     assert verdicts[-1].readings["process"].says is Says.WORKING, verdicts[-1].reasons
     assert lg.says is Says.UNKNOWN and "may be an earlier run's" in lg.detail, lg.detail
     assert "To tell" not in lg.detail, lg.detail
-    assert lg.detail.endswith(". This run is at work: a completion line it writes from now on is read as its own"), (
-        lg.detail
-    )
+    assert lg.detail.endswith(
+        ". This run is at work: a completion line it writes from now on is read as its own"
+    ), lg.detail
     assert verdicts[-1].state is not State.COMPLETE
 
 
@@ -273,9 +283,7 @@ def _decided(*steps: dict[str, Reading], since: float = 1.0, **policy: Any) -> V
 
     memory, verdict = VerdictMemory(), None
     for k, readings in enumerate(steps):
-        verdict, memory = decide(
-            "extract", "local", readings, PolicySpec(**policy), memory, NOW + k * since
-        )
+        verdict, memory = decide("extract", "local", readings, PolicySpec(**policy), memory, NOW + k * since)
     assert verdict is not None
     return verdict
 
@@ -335,7 +343,9 @@ def test_a_wait_begun_before_its_job_first_says_the_log_is_not_there_yet(tmp_pat
 
 
 def _alive(cpu: float) -> Reading:
-    return Reading("process", Says.WORKING, "pid 4455 R", {"pid": 4455, "state": "R", "cpu_seconds": cpu}, NOW)
+    return Reading(
+        "process", Says.WORKING, "pid 4455 R", {"pid": 4455, "state": "R", "cpu_seconds": cpu}, NOW
+    )
 
 
 def test_no_progress_is_said_only_where_it_was_measured() -> None:
@@ -345,8 +355,12 @@ def test_no_progress_is_said_only_where_it_was_measured() -> None:
     assert first.state is State.RUNNING, first.reasons
     assert "progress not measured yet: no earlier check to compare with (stall after 900s)" in first.reasons
     assert not [r for r in first.reasons if r.startswith("no progress seen")], first.reasons
-    later = _decided({"process": _alive(5.0), "log": log}, {"process": _alive(5.0), "log": log}, since=4.0, stall_after=900)
-    assert later.state is State.RUNNING and "no progress seen for 4s (stall after 900s)" in later.reasons, later.reasons
+    later = _decided(
+        {"process": _alive(5.0), "log": log}, {"process": _alive(5.0), "log": log}, since=4.0, stall_after=900
+    )
+    assert later.state is State.RUNNING and "no progress seen for 4s (stall after 900s)" in later.reasons, (
+        later.reasons
+    )
 
 
 @pytest.mark.parametrize(
@@ -371,13 +385,23 @@ def test_a_process_this_watch_never_saw_is_not_said_gone(seen: bool) -> None:
     """notes/ml44.md, item 8: bound by --since, the job over before the first check: 'process
     gone: no process found (match ...)'. Gone is inferred, not seen. Running (the outputs
     confirming they stopped changing), as before."""
-    process = Reading("process", Says.DONE, "no process found (match 'job\\.py ml44 ')", {"seen_alive": seen}, NOW)
+    process = Reading(
+        "process", Says.DONE, "no process found (match 'job\\.py ml44 ')", {"seen_alive": seen}, NOW
+    )
     log = Reading("log", Says.DONE, "completion line: Extraction complete", {}, NOW)
-    outputs = Reading("outputs", Says.WORKING, "24/24 outputs; confirming they stopped changing", {"count": 24, "expected": 24}, NOW)
+    outputs = Reading(
+        "outputs",
+        Says.WORKING,
+        "24/24 outputs; confirming they stopped changing",
+        {"count": 24, "expected": 24},
+        NOW,
+    )
     verdict = _decided({"process": process, "log": log, "outputs": outputs})
     assert verdict.state is State.RUNNING, verdict.reasons
     if seen:
-        assert verdict.reasons[-1] == "process gone: no process found (match 'job\\.py ml44 ')", verdict.reasons
+        assert verdict.reasons[-1] == "process gone: no process found (match 'job\\.py ml44 ')", (
+            verdict.reasons
+        )
     else:
         assert verdict.reasons[-1] == (
             "process: no process of the job found (match 'job\\.py ml44 '), nor seen alive during this watch"
@@ -396,7 +420,9 @@ def test_a_hosts_own_verdict_is_said_with_its_first_reason() -> None:
         Verdict("t", State.FAILED, (error,), {"log": Reading("log", Says.FAILED, error, {}, NOW)}, NOW, "a"),
     )
     alive = Reading("process", Says.WORKING, "pid 201 S", {"alive": 1, "processes": []}, NOW)
-    b = NodeCheck("b", Verdict("t", State.RUNNING, ("process alive: pid 201 S",), {"process": alive}, NOW, "b"))
+    b = NodeCheck(
+        "b", Verdict("t", State.RUNNING, ("process alive: pid 201 S",), {"process": alive}, NOW, "b")
+    )
     verdict, _ = decide_across("t", [a, b], PolicySpec(), None, AcrossMemory(), NOW)
     assert verdict.state is State.FAILED, verdict.reasons
     assert "b: running: process alive: pid 201 S" in verdict.reasons, verdict.reasons

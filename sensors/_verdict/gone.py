@@ -118,7 +118,7 @@ def _never_seen(p: Reading) -> str:
     (match 'x')"."""
     found = "no process found"
     if p.detail.startswith(found):
-        return f"no process of the job found{p.detail[len(found):]}, nor seen alive during this watch"
+        return f"no process of the job found{p.detail[len(found) :]}, nor seen alive during this watch"
     return f"none seen alive during this watch: {p.detail}"
 
 
