@@ -375,11 +375,14 @@ from sensors._signals.log import LogMemory, _LogScan, _LogStat, _whose  # noqa: 
 from sensors._signals.process import _job_view  # noqa: E402
 
 
-def _line_found(ended: frozenset[int], ends: dict[int, float], at: float | None) -> tuple[int, ...]:
+def _line_found(
+    ended: frozenset[int], ends: dict[int, float], at: float | None, read: int = 90
+) -> tuple[int, ...]:
     """The writers of a completion line found at this check, none of the job's processes
     alive now or at the previous check; ``ended``: those alive two checks ago and gone at
     the previous one; ``ends``: where the exit watch saw them end (latest own write); the
-    line is the log's last bytes, stamped ``at`` (None: text after it, undated)."""
+    line is the log's last bytes, stamped ``at`` (None: text after it, undated); ``read``: the
+    log's size at the last read (the line ends at 100)."""
     written = 100.0 if at is None else at
     st = _LogStat(inode=1, size=100 if at is not None else 130, mtime=int(written), birth=50.0,
                   written=written, resolution=1e-9, stamp="s")  # fmt: skip
@@ -389,7 +392,7 @@ def _line_found(ended: frozenset[int], ends: dict[int, float], at: float | None)
         partial=False, followed_by=None if at is not None else "bye",
     )  # fmt: skip
     job = JobView(ended=ended, ends=ends)
-    word = _whose(LogMemory(inode=1, size=90, run_from=0), scan, st, "DONE", 100, job, None, 101.0)
+    word = _whose(LogMemory(inode=1, size=read, run_from=0), scan, st, "DONE", 100, job, None, 101.0)
     return word.writers
 
 
@@ -413,6 +416,15 @@ def test_a_process_that_ended_inside_the_last_probe_wrote_a_line_stamped_before_
     ended: set[int], ends: dict[int, float], at: float | None, writers: tuple[int, ...]
 ) -> None:
     assert _line_found(frozenset(ended), ends, at) == writers
+
+
+def test_a_line_already_in_the_log_at_the_last_read_is_not_an_ended_process_s() -> None:
+    """Found anew (the log's memory set aside), a line that was there at the last read is no
+    sign that a process alive at the check before lived when it was written: a re-run's rank
+    begun after run 1's line and killed later, its end after that line, took it for its own
+    (tests/test_fuzz_span_routes.py seed 195: complete on run 1's line)."""
+    assert _line_found(frozenset({4242}), {4242: 100.30}, 100.25, read=100) == ()
+    assert _line_found(frozenset({4242}), {4242: 100.30}, 100.25, read=99) == (4242,)
 
 
 def test_the_processes_gone_since_the_check_before_are_the_next_checks_ended(tmp_path: Path) -> None:

@@ -1446,18 +1446,24 @@ def _whose(
         # is its own (below). A rank that printed its line and exited between that stat and
         # the scan, found a zombie there, was no writer, and its line "a later run's no check
         # saw": unknown for good (tests/test_user_43.py's workers before the chief, under CI's
-        # load). A log absent at a check (``absent_at``) that holds a line stamped (or a file
-        # born) before it was not written here then, but came from elsewhere (a symlink, a
-        # directory renamed into place: neither moves the file's ctime), and whose it is
-        # cannot be told. Such a PID alive again is another process (it was gone at the last scan),
-        # judged by its start like any live one: as a writer, a re-run that reused it, and its
-        # children, escaped the demotion below.
+        # load). Alive at the check before, it was at work before the line only where the
+        # line is new since the last read: appended past the size that read found (a line
+        # already there, found anew because the memory was set aside, is no sign it lived
+        # then: a re-run's rank begun after run 1's line and killed later took it for its
+        # own, tests/test_fuzz_span_routes.py seed 195), or in a log absent at the last check
+        # and stamped after it (``absent_at``); one stamped (or born) before it was not
+        # written here then, but came from elsewhere (a symlink, a directory renamed into
+        # place: neither moves the file's ctime), and whose it is cannot be told. Such a PID
+        # alive again is another process (it was gone at the last scan), judged by its start
+        # like any live one: as a writer, a re-run that reused it, and its children, escaped
+        # the demotion below.
         if job is not None and job.ended and not memory.foreign_clock and st.resolution < 1:
             last = st.changed if st.set_back else st.written
             first = at if at is not None else st.birth  # the line written no earlier
-            here = not memory.absent or (
-                memory.absent_at is not None and first + FILE_TIME_TICK > memory.absent_at
-            )
+            if memory.absent:
+                here = memory.absent_at is not None and first + FILE_TIME_TICK > memory.absent_at
+            else:
+                here = memory.inode == st.inode and complete_end is not None and complete_end > memory.size
             early |= {
                 pid
                 for pid in job.ended
