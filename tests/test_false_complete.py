@@ -231,8 +231,18 @@ def test_a_copy_of_the_stage_with_another_definition_does_not_follow_its_verdict
         _stop(serve)
 
 
-@pytest.mark.parametrize("since", ["2s", "duration-as-seconds"])
-def test_a_since_given_as_a_duration_is_a_new_run_even_when_the_store_remembers_one(tmp_path, since) -> None:
+@pytest.mark.parametrize("arg", ["2s", "2", "2.0", " 2s "])
+def test_a_since_given_as_a_duration_reaches_the_check_as_one_whatever_its_spelling(arg) -> None:
+    """The CLI's ``--since`` reads a bare number as seconds before now, the same duration as
+    ``2s``: the real run below (``2s``) then stands for every spelling (its earlier
+    duration-as-seconds variant ran the same two real runs again for ``2``)."""
+    from sensors._cli.main import _since_arg
+    from sensors._run.run import Since
+
+    assert _since_arg(arg) == Since(ago=2.0)
+
+
+def test_a_since_given_as_a_duration_is_a_new_run_even_when_the_store_remembers_one(tmp_path) -> None:
     """`--since 2s` was ignored when the store held the stage's memory: a re-run still
     queued completed on the earlier run's evidence."""
     state = tmp_path / "state.db"
@@ -242,8 +252,7 @@ def test_a_since_given_as_a_duration_is_a_new_run_even_when_the_store_remembers_
     watched = _cli(state, "wait", str(stage_file), "--json", "--timeout", "40s")
     assert watched.returncode == 0, watched.stdout + watched.stderr
     time.sleep(2.5)  # the re-run is queued: given as starting 2 s ago, not started yet
-    arg = "2s" if since == "2s" else "2"
-    out = _cli(state, "status", str(stage_file), "--since", arg, "--json")
+    out = _cli(state, "status", str(stage_file), "--since", "2s", "--json")
     [verdict] = _never_complete(out)
     assert verdict["run"]["source"] == "since", verdict["run"]
     assert "ended" not in verdict["signals"]["process"]["detail"], verdict["signals"]["process"]

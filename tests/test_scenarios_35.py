@@ -373,10 +373,24 @@ def _since_arg(form: str, at: float) -> str:
     return f"@{at:.3f}"
 
 
-@pytest.mark.parametrize("form", ["duration", "iso", "epoch"])
+def test_since_as_an_iso_time_is_the_same_start_as_epoch_seconds() -> None:
+    """``--since 2026-...Z`` and ``--since @EPOCH`` of one instant are one start as the CLI
+    reads them (the same ``Since``): the real watch below runs the epoch form for both."""
+    from sensors._cli.main import _since_arg as cli_since
+    from sensors._run.run import Since
+
+    at = 1796104800.123
+    assert cli_since(_since_arg("iso", at)) == cli_since(_since_arg("epoch", at)) == Since(at=at)
+    assert cli_since(_since_arg("iso", at).replace("Z", "+00:00")) == Since(at=at)
+
+
+# A duration and a time are each their own way to the run's start (Since.resolve: the host's
+# clock less the duration, or the time moved by the host's clock offset); the ISO spelling of a
+# time is the table test above.
+@pytest.mark.parametrize("form", ["duration", "epoch"])
 def test_since_in_each_form_completes(tmp_path: Path, form: str) -> None:
-    """``--since 2m``, ``--since 2026-...Z``, ``--since @EPOCH``: the run began after it; a
-    log an earlier run left (a completion line in it) is set aside by the given start."""
+    """``--since 2m``, ``--since @EPOCH``: the run began after it; a log an earlier run left (a
+    completion line in it) is set aside by the given start."""
     tag = f"since-{form}-{uuid.uuid4().hex[:8]}"
     stage = _stage_file(tmp_path, _stage(tmp_path, tag))
     at = time.time() - 1.0

@@ -127,7 +127,12 @@ ENDS = [
 ]
 
 
-@pytest.mark.parametrize("kind, end, verdict, words", ENDS)
+#: Every end locally; over SSH one of each kind, the two exit codes (the record's text is the
+#: same on either host: tests/test_supervisors.py reads every end through the library on both).
+RECORDED = [("local", *row) for row in ENDS] + [("ssh", *ENDS[0]), ("ssh", *ENDS[5])]
+
+
+@pytest.mark.parametrize("where, kind, end, verdict, words", RECORDED, indirect=["where"])
 def test_a_recorded_end(stand, where, tmp_path, request, kind, end, verdict, words) -> None:
     name = _name(request)
     (_docker if kind == "docker" else _systemd)(stand, name, end, time.time() - 30)
@@ -143,8 +148,18 @@ def test_a_recorded_end(stand, where, tmp_path, request, kind, end, verdict, wor
 # --------------------------------------------------------------------------- a new run under the same name
 
 
-@pytest.mark.parametrize("how", ["state", "since"])
-@pytest.mark.parametrize("kind", ["docker", "systemd"])
+#: Every kind with every binding locally; over SSH each kind and each binding once. The record
+#: read over SSH is the text read locally (tests/test_supervisors.py reads docker's and
+#: systemd's new runs through the library on both hosts); what this module adds, the CLI's
+#: state store and its ``--since``, is the same code on either host. Each case is three CLI
+#: runs (~10 s under load): all eight were 80 s.
+NEW_RUN = [("local", kind, how) for kind in ("docker", "systemd") for how in ("state", "since")] + [
+    ("ssh", "docker", "since"),
+    ("ssh", "systemd", "state"),
+]
+
+
+@pytest.mark.parametrize("where, kind, how", NEW_RUN, indirect=["where"])
 def test_a_new_run_under_the_same_name(stand, where, tmp_path, request, kind, how) -> None:
     """Run 1 exited 0; run 2 (a new container or invocation, the same name) starts, then
     fails: the second and third ``status`` read run 2's record, never run 1's exit 0. With

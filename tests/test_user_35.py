@@ -248,12 +248,18 @@ def _must_complete(case: str, where: str, watch: Watch, exited: float) -> None:
 # the test sshd's shells read no bashrc (tests/sshd.py): both ran as expected failures until then.
 
 WHERE = ["local", "ssh"]
+#: Where a trial runs locally only: each names the test that makes its claim over SSH (each
+#: SSH trial is ~15 s; the transport is the same probe, exercised by the others).
+LOCAL = ["local"]
 
 
 # ----------------------------------------------------------------- must complete
 
 
-@pytest.mark.parametrize("where", WHERE)
+# Over SSH: test_a_torchrun_like_job_on_a_loaded_machine[ssh] (this job and stage, its watch
+# begun before a nohup start, with 2 ranks and the CPUs taken) and
+# tests/test_scenarios_35.py::test_a_nohup_job_completes[ssh].
+@pytest.mark.parametrize("where", LOCAL)
 def test_watch_started_before_a_nohup_job(tmp_path: Path, where: str, request: pytest.FixtureRequest) -> None:
     tag = f"u-before-{uuid.uuid4().hex[:8]}"
     stage = _stage(tmp_path, tag, _where(where, request))
@@ -263,7 +269,10 @@ def test_watch_started_before_a_nohup_job(tmp_path: Path, where: str, request: p
     _must_complete("before/nohup", where, watch, job.wait(60))
 
 
-@pytest.mark.parametrize("where", WHERE)
+# Over SSH: test_a_late_watch_whose_job_exits_a_second_after_it_starts[ssh], the same late
+# start (first check "running") with the exit sooner after it: the harder case for the watch's
+# exit channel, the same "within 3 checks of the exit".
+@pytest.mark.parametrize("where", LOCAL)
 def test_watch_started_late_during_post_processing(
     tmp_path: Path, where: str, request: pytest.FixtureRequest
 ) -> None:
@@ -293,7 +302,8 @@ def test_since_5m(tmp_path: Path, where: str, request: pytest.FixtureRequest) ->
     _must_complete("since-5m", where, watch, job.wait(60))
 
 
-@pytest.mark.parametrize("where", WHERE)
+# Over SSH: test_a_torchrun_like_job_on_a_loaded_machine[ssh], this test with the CPUs taken.
+@pytest.mark.parametrize("where", LOCAL)
 def test_a_torchrun_like_parent_with_2_ranks(
     tmp_path: Path, where: str, request: pytest.FixtureRequest
 ) -> None:
