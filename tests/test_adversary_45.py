@@ -58,7 +58,7 @@ def _word(
         ended=frozenset({P}),
         ends={P: 100.30} if ends is None else ends,
     )
-    memory = memory or LogMemory(inode=1, size=90, run_from=0)
+    memory = memory or LogMemory(inode=1, size=90, run_from=0, scanned="1 90")
     return _whose(memory, scan, st, "DONE", 100, view if job else None, None, now, job_unread=job_unread)
 
 
@@ -135,7 +135,7 @@ def test_held_a_foreign_clock_an_unread_job_and_a_coarse_mtime_make_no_writer() 
     """Routes that hold: a file server's clock (its times are not the exit watch's), the
     process signal unread (no ``JobView``), a whole-second mtime (the line undated), a line
     stamped after the seen end, an end not seen."""
-    foreign = LogMemory(inode=1, size=90, run_from=0, foreign_clock=True)
+    foreign = LogMemory(inode=1, size=90, run_from=0, foreign_clock=True, scanned="1 90")
     assert _word(memory=foreign).writers == ()
     assert _word(job=False, job_unread=True).writers == ()
     assert _word(resolution=1.0).writers == ()

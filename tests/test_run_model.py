@@ -392,7 +392,8 @@ def _line_found(
         partial=False, followed_by=None if at is not None else "bye",
     )  # fmt: skip
     job = JobView(ended=ended, ends=ends)
-    word = _whose(LogMemory(inode=1, size=read, run_from=0), scan, st, "DONE", 100, job, None, 101.0)
+    memory = LogMemory(inode=1, size=read, run_from=0, scanned=f"1 {read}")  # read at the last check
+    word = _whose(memory, scan, st, "DONE", 100, job, None, 101.0)
     return word.writers
 
 

@@ -407,6 +407,9 @@ class _RankLog(Checker):
         self.node_run: Run | None = None
         #: The node's job processes seen alive since this memory began.
         self.node_pids: frozenset[int] = frozenset()
+        #: Where the node's run stayed the same across a re-run (begun within
+        #: RERUN_START_GAP), the re-run's start, which this memory's run is (None: the node's).
+        self.again_run: Run | None = None
 
     def absorb(self, sections: dict[str, bytes], nonce: str, meta: Meta | None = None) -> Verdict:
         run = self.node.run
@@ -418,9 +421,25 @@ class _RankLog(Checker):
         # 1's line in its log was taken for run 2's).
         again = bool(live) and bool(self.node_pids) and not live & self.node_pids
         if (run is not None and run != self.node_run) or again:
+            same_run = run == self.node_run  # forget() clears it
             if self.node_run is not None or again:
                 log.info("%s: its node's job began again: its last run's memory set aside", self.stage.stage)
                 self.forget()
+            # Begun again within the node's run (its start unchanged): this memory's run begins
+            # with the new processes, not the node's first. Bound by the node's run, a line the
+            # last run wrote in the rank's log (born after that run began: all of it "the
+            # run's") was found anew with the re-run's ranks gone, no later process at work to
+            # show it older: run 1's line completed run 2, whose rank was killed without a byte
+            # (tests/test_fuzz_span_routes.py seed 195, 2 of 8 under load).
+            began = _earliest_start(self.node.last, live) if again and same_run else None
+            self.again_run = (
+                replace(run, started_at=began)
+                if run is not None
+                and run.started_at is not None
+                and began is not None
+                and began > run.started_at
+                else None
+            )
             self.node_run = run
         self.node_pids |= live
         if self._since is None and run is not None and self._memory.run is None:
@@ -429,7 +448,7 @@ class _RankLog(Checker):
             # by this watch alone, a log the run's rank wrote into before a check read it held
             # the last run's line beside its own ("no run start is known", unknown for good)
             # and the last run's error line (failed: multi-host fuzzer seeds 7089, 7118, 7237).
-            self._memory.run = run
+            self._memory.run = self.again_run or run
         return super().absorb(sections, nonce, meta)
 
     def _borrowed_job(self) -> JobView | None:
@@ -487,3 +506,15 @@ def checker_for(
 
 #: What checks a stage: one host's :class:`Checker`, or a :class:`SpanChecker` over several.
 AnyChecker = Checker | SpanChecker
+
+
+def _earliest_start(verdict: Verdict | None, pids: frozenset[int]) -> float | None:
+    """When the earliest of ``pids`` began (host clock), as the node's check listed them."""
+    p = verdict.readings.get("process") if verdict is not None else None
+    listed = p.evidence.get("processes") if p is not None else None
+    starts = [
+        float(e["started_at"])
+        for e in (listed if isinstance(listed, (list, tuple)) else ())
+        if isinstance(e, Mapping) and e.get("pid") in pids and isinstance(e.get("started_at"), (int, float))
+    ]
+    return min(starts) if starts else None
