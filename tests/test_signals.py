@@ -409,7 +409,9 @@ def test_rotation_and_truncation_are_noticed(tmp_path, host) -> None:
 def test_missing_log_is_unknown(tmp_path, host) -> None:
     reading = Checker(stage_from_dict(_log_stage(tmp_path / "nope.log")), host=host).check().readings["log"]
     assert reading.says is Says.UNKNOWN
-    assert "No such file" in reading.detail or "unreadable" in reading.detail
+    # Said plainly (not "unreadable", which reads as a permission problem: notes/ml44.md 7).
+    assert reading.detail.startswith("the log is not there yet (no such file: "), reading.detail
+    assert str(tmp_path / "nope.log") in reading.detail
 
 
 def _processes_mentioning(text: str, wait: float = 5.0) -> list[int]:
