@@ -146,3 +146,22 @@ def test_a_wrapper_that_recorded_0_while_its_job_daemonized_a_match_is_not_compl
     finally:
         for p in daemon.stdout.split():
             subprocess.run(["kill", p], check=False)
+
+
+def test_a_read_of_the_same_bytes_again_does_not_bring_a_cleared_error_back(tmp_path) -> None:
+    """Multi-host fuzzer seed 50587: an error line with no progress before it, then progress
+    (work went on past it: ``working``). A later read that scans the log from its start again
+    (a log shorter than the bytes a resumed read keeps is read whole, with the last scan's
+    memory) took the last check's progress, the one *after* the error, for the count before
+    it, read that same progress as a redraw, and the cleared error failed the run again."""
+    log = tmp_path / "job.log"
+    log.write_text("")
+    checker = Checker(stage_from_dict(_log_stage(log)), host=LocalHost("local"), since="1m")
+    checker.check()
+    _append(log, "Error: rank 1 lost its peer\n")
+    assert checker.check().readings["log"].says is Says.FAILED
+    _append(log, " 1/10 steps\n")
+    assert checker.check().readings["log"].says is Says.WORKING
+    _append(log, "checkpoint saved\n")
+    again = checker.check()
+    assert again.readings["log"].says is Says.WORKING, again.readings["log"].detail

@@ -691,3 +691,45 @@ def test_a_ranks_log_across_a_rerun_is_bound_by_its_nodes_run(tmp_path: Path, ho
     states = [v.state for v in after]
     assert State.COMPLETE in states[:3], [(v.state, v.reasons[:1]) for v in after]
     print(f"complete {after[states.index(State.COMPLETE)].checked_at - ended:.2f}s after run 2's last exit")
+
+
+@pytest.mark.parametrize("words", [("step",), ()])
+def test_fuzz_span_seed_50587_a_rank_run_again_at_once_after_its_run_failed(
+    tmp_path: Path, hosts: list[Any], words: tuple[str, ...]
+) -> None:
+    """Fuzzer seed 50587 (one rank a host, a log per node, success chief): in run 1 node 0's
+    rank never starts and node 1's writes an error line and exits 1 (``failed``, rightly). The
+    job is run again at once: both ranks seen at work, node 1's writes a step (or nothing),
+    node 0's its line, both exit 0. Two faults kept the stage ``failed`` for good:
+
+    - Node 1's re-run began under RERUN_START_GAP after run 1's start, so it stayed run 1
+      there, and run 1's error line was this run's. A check found run 1's rank gone before
+      the re-run began: the re-run is a new run (``words`` empty).
+    - With the step, the error was cleared (work went on past it), until a read that scanned
+      the short log again from its start took the step for the count before the error.
+    """
+    world, stage = _world(tmp_path, hosts, "fz-50587", log_mode="node", success="chief")
+    try:
+        with SpanChecker(stage) as checker:
+            checker.check()  # the watch begins before the job
+            run_1 = world.start({0})
+            checker.check()
+            world.tell(run_1, 1, "error")
+            world.tell(run_1, 1, "exit1")
+            assert checker.check().state is State.FAILED
+            run_2 = world.start(set())  # within RERUN_START_GAP of run 1's start, as in the seed
+            assert checker.check().state is not State.COMPLETE
+            for word in words:
+                world.tell(run_2, 1, word)
+            # Seen at work again, clearly after node 0's run began (the first sighting, at
+            # once, is within the two hosts' clock offsets of it: run 2's rank there or an
+            # earlier one's cannot be told from it alone).
+            assert _checks(checker, 1)[-1].state is not State.COMPLETE
+            world.tell(run_2, 0, "line")
+            world.tell(run_2, 0, "exit0")
+            world.tell(run_2, 1, "exit0")
+            ended = time.time()
+            after = _checks(checker, 6)
+    finally:
+        world.stop()
+    _opens_and_stays_open(after, ended)

@@ -1876,8 +1876,14 @@ def _scan_log(
     error_line, followed_by = memory.error_line, memory.followed_by
     earlier, earlier_end = memory.earlier_complete, None
     later_run = memory.later_run
-    # The last progress update read before this line (a redraw of it is no new work).
-    progress_key = _memory_progress_key(memory.progress)
+    # The last progress update read before this line (a redraw of it is no new work). The
+    # memory's is the last in the bytes it scanned: before this tail only where this scan
+    # resumes after them, or where the tail starts mid-file (the memory is all there is of
+    # what came before). A tail read from the file's first byte is scanned again whole, and
+    # the memory's progress may be a line of it after an error line: it is found again in
+    # its place (multi-host fuzzer seed 50587: the progress that had cleared an error line,
+    # read as the count before it, made itself a redraw, and the error failed the run again).
+    progress_key = _memory_progress_key(memory.progress) if resumed or tail_start > 0 else None
     offset = tail_start
     # One C-speed search over the whole tail (\r as line breaks, MULTILINE) tells whether any
     # line can match; only then is the tail split into lines and each examined (else only the

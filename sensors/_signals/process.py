@@ -178,6 +178,12 @@ class ProcessMemory:
     # The earlier runs' processes seen ((pid, start ticks)): a child an earlier run's job
     # forked after the run began stays that run's once its parent is gone (reparented).
     earlier_kin: tuple[tuple[int, int], ...] = ()
+    # When a check first found none of this run's processes alive after the watch saw one
+    # (the host's clock read just before that check's /proc scan; None: not so, or alive
+    # since). A match alive now began after that scan, or the scan would have found it (a
+    # child the run forked before its end has the run's command line until it execs); begun
+    # clearly after this moment, the start says so too: the job was run again (see ``_read``).
+    seen_gone_at: float | None = None
 
 
 #: The most earlier-run processes remembered (the oldest are forgotten first).
@@ -1052,6 +1058,9 @@ def read_process(
         new_memory = _remember(spec, memory, job, table, meta)
     if owners_seen != new_memory.owners_seen:
         new_memory = replace(new_memory, owners_seen=owners_seen)
+    gone_at = _seen_gone_at(memory, job, meta, boot_changed)
+    if gone_at != new_memory.seen_gone_at:
+        new_memory = replace(new_memory, seen_gone_at=gone_at)
     if earlier:
         ticks = {e["pid"]: e["start_ticks"] for e in processes}
         kin = dict.fromkeys((*memory.earlier_kin, *((pid, ticks[pid]) for pid in earlier if pid in ticks)))
@@ -1094,6 +1103,18 @@ def read_process(
     elif "exit_record_unreadable" in evidence:
         detail += f"; its exit status cannot be read: {evidence['exit_record_unreadable']}"
     return Reading("process", Says.DONE, detail + note, evidence, meta.now, host), new_memory, frozenset()
+
+
+def _seen_gone_at(memory: ProcessMemory, job: _Job, meta: Meta, boot_changed: bool) -> float | None:
+    """``ProcessMemory.seen_gone_at`` after this check. Only a probe that sees every process
+    finds a run gone (one that cannot finds nothing gone), and only once the run was seen."""
+    if job.this_run_alive:
+        return None
+    if memory.seen_gone_at is not None:
+        return memory.seen_gone_at
+    if memory.last_seen is None or meta.hidden or boot_changed or meta.now is None or meta.now_coarse:
+        return None
+    return meta.now
 
 
 def _where_it_sees(hidden: str) -> str:
@@ -1522,10 +1543,17 @@ def _read(
         elif (
             run.source == "process"
             and run.started_at is not None
-            and started > run.started_at + RERUN_START_GAP
+            and (
+                started > run.started_at + RERUN_START_GAP
+                or (memory.seen_gone_at is not None and started - lead > memory.seen_gone_at)
+            )
         ):
             # Every job process alive now started after the run this watch knew (restored
-            # from the state store): the job was run again. A new run, announced anew.
+            # from the state store), or after a check that found that run's processes all
+            # gone (its start's early side later than that check's clock read before its
+            # /proc scan: none that check could have missed): the job was run again. A new run, announced
+            # anew (multi-host fuzzer seed 50587: a rank's re-run 0.6 s after its run failed
+            # was bound to the failed run's error line for good).
             run = Run(source="process", started_at=float(started), slack=slack, lead=lead)
     return (
         reading,
