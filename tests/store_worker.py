@@ -5,7 +5,8 @@ it killed the process.
 
 - ``save-loop LOCATION``: save stage ``s``@``local`` in a tight loop, printing ``{"i": i}``
   after each commit (every third save is a verdict change, appended to the history);
-- ``lease LOCATION HOLDER TTL SECONDS START_AT``: from START_AT (epoch), acquire the lease of
+- ``lease LOCATION HOLDER TTL SECONDS START_AT``: from START_AT (epoch, or ``go``: see
+  ``_start``), acquire the lease of
   ``s``@``local`` every TTL/10 s for SECONDS, printing ``{"t", "held", "holder", "expires_at"}``;
 - ``announce LOCATION RUNS START_AT``: from START_AT, announce runs ``run-0``… ``complete``,
   printing ``{"run", "first"}``.
@@ -34,6 +35,17 @@ def _wait_until(start_at: float) -> None:
         time.sleep(0.001)
 
 
+def _start(arg: str) -> float:
+    """When to begin: an epoch time, or ``go``: once the store is open, say ``ready`` and begin
+    at the line the test writes (an interpreter that starts slowly on a loaded machine, after
+    an epoch set beforehand, would begin alone)."""
+    if arg != "go":
+        return float(arg)
+    _say(ready=True)
+    sys.stdin.readline()
+    return time.time()
+
+
 def main(argv: list[str]) -> int:
     mode, location, *rest = argv
     store = open_store(location)
@@ -49,7 +61,7 @@ def main(argv: list[str]) -> int:
             _say(i=i)
             i += 1
     if mode == "lease":
-        holder, ttl, seconds, start_at = rest[0], float(rest[1]), float(rest[2]), float(rest[3])
+        holder, ttl, seconds, start_at = rest[0], float(rest[1]), float(rest[2]), _start(rest[3])
         _wait_until(start_at)
         while time.time() < start_at + seconds:
             lease = store.acquire(KEY, holder, ttl)

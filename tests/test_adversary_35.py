@@ -19,6 +19,7 @@ Found (each test fails at the commit it was written against, 689ea36):
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -28,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from sensors import Checker, stage_from_dict
+from sensors._base.tolerances import PROC_START_TICKS
 
 # A writer that, once its completion line is written, waits for the probe to open its log
 # (inotify IN_OPEN: the probe reads /proc before the log) and exits at once: alive when the
@@ -201,6 +203,17 @@ def test_a_log_seeded_with_the_last_runs_log_as_the_rerun_starts_is_not_its_own(
     }
     try:
         time.sleep(0.5)
+        if how == "cp":
+            # The premise: `cp` gave the log its birth within /proc's precision of the job's
+            # start. Under a loaded machine's scheduling `cp` can run later than that: the log
+            # is then born clearly after the job began, by the job's own command, which no
+            # evidence tells from a job whose first act writes those lines (seen once under
+            # make test with 4 workers: complete). That is another history, not this one.
+            late = _born(log) - _started(job.pid)
+            if late >= PROC_START_TICKS:
+                pytest.skip(
+                    f"premise not met under this load: the log was born {late:.3f}s after the job began"
+                )
         checker = Checker(stage_from_dict(doc))
         states = []
         for _ in range(2):
@@ -215,6 +228,18 @@ def test_a_log_seeded_with_the_last_runs_log_as_the_rerun_starts_is_not_its_own(
     finally:
         job.kill()
         job.wait()
+
+
+def _born(path: Path) -> float:
+    """A file's birth, as this host's statx gives it."""
+    return float(subprocess.check_output(["stat", "-c", "%.9W", str(path)], text=True))
+
+
+def _started(pid: int) -> float:
+    """A process's start on this host's clock, from /proc's ticks (a tick or two off)."""
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
 
 
 # The job writes its completion line and leaves an uploader behind (a fork: the same command

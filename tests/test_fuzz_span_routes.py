@@ -733,3 +733,48 @@ def test_fuzz_span_seed_50587_a_rank_run_again_at_once_after_its_run_failed(
     finally:
         world.stop()
     _opens_and_stays_open(after, ended)
+
+
+def test_fuzz_span_seed_51033_a_rerun_found_by_node_0_keeps_the_last_runs_processes_as_its(
+    tmp_path: Path, hosts: list[Any]
+) -> None:
+    """Fuzzer seed 51033 (two ranks a host, a log per node, success all). Run 1: ranks 1 and 2
+    killed, rank 3 writes its line and hangs, rank 0 its line and exits. Rank 3 is killed and
+    run 2 begins at once, rank 2 never starting: rank 3 writes its line and exits before any
+    check. Node 0's Checker found the new run (its run-1 ranks seen gone before run 2 began),
+    and the memory across hosts was begun afresh, forgetting which processes each host showed
+    in run 1: node 1's killed run-1 rank, ended within the exit watch's window of run 2's
+    line, passed for its writer and for a rank of run 2. Complete, with rank 2 never started.
+    The processes of the last run are kept as that run's: never complete for run 2."""
+    world, stage = _world(tmp_path, hosts, "fz-51033", per_host=2, log_mode="node")
+    try:
+        with SpanChecker(stage) as checker:
+            checker.check()
+            run_1 = world.start(set())
+            checker.check()
+            world.tell(run_1, 2, "kill")
+            world.tell(run_1, 1, "kill")
+            checker.check()
+            world.tell(run_1, 3, "step")
+            world.tell(run_1, 0, "step")
+            checker.check()
+            world.tell(run_1, 3, "line")
+            world.tell(run_1, 0, "line")
+            world.tell(run_1, 0, "exit0")
+            checker.check()  # node 0's ranks all gone; node 1's rank 3 alive (it hangs)
+            world.end_hangs()
+            run_2 = world.start({2})
+            world.tell(run_2, 3, "line")
+            world.tell(run_2, 3, "exit0")
+            checker.check()
+            world.tell(run_2, 0, "step")
+            checker.check()
+            world.tell(run_2, 1, "line")
+            world.tell(run_2, 0, "line")
+            checker.check()
+            world.tell(run_2, 1, "exit0")
+            world.tell(run_2, 0, "exit0")
+            after = _checks(checker, 5)
+    finally:
+        world.stop()
+    assert [v.state for v in after if v.state is State.COMPLETE] == [], after[-1].reasons

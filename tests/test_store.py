@@ -54,6 +54,7 @@ def _worker(*args: str) -> subprocess.Popen[str]:
         [sys.executable, "-m", "tests.store_worker", *args],
         cwd=ROOT,
         env=env,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -252,8 +253,15 @@ def test_announce_race_across_processes(location):
 
 
 def test_lease_across_processes_exactly_one_holds(location):
-    start_at = time.time() + 1.5
-    procs = [_worker("lease", location, f"w{n}", "30", "1.0", str(start_at)) for n in range(2)]
+    # Begun together once both are ready: under make test's load an interpreter could start
+    # after a start time set beforehand and its whole second (seen: neither printed a line).
+    procs = [_worker("lease", location, f"w{n}", "30", "1.0", "go") for n in range(2)]
+    for p in procs:
+        assert p.stdout is not None and json.loads(p.stdout.readline()) == {"ready": True}
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
     results = [_lines(p) for p in procs]
     holders = {line["holder"] for r in results for line in r}
     assert len(holders) == 1, holders  # everyone agrees on one holder all along

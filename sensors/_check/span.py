@@ -185,7 +185,12 @@ class SpanChecker(Following):
             # the hosts showed was that run's. Kept, the most ranks a host showed in run 1
             # stood for run 2's, and a host that showed 1 of 2 passed the per-host check
             # (an adversary's review: serve and the store keep this memory run after run).
-            self._memory = AcrossMemory()
+            # The processes each host showed in it are kept as that run's, as decide_across
+            # keeps them where it finds node 0's job begun again itself: forgotten, node 1's
+            # rank of the last run, killed, was taken for the writer of a re-run's line no
+            # check saw, and for a rank of this run (multi-host fuzzer seed 51033: complete
+            # with a rank of run 2 never started).
+            self._memory = AcrossMemory(pids_before=self._memory.pids)
         self._across_run = run if run is not None else self._across_run
         ranks: list[dict[str, Reading]] = [{} for _ in self.nodes]
         for (k, rank, _), rank_verdict in zip(self.rank_logs, verdicts[len(self.nodes) :], strict=True):
