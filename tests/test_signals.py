@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -797,9 +798,14 @@ def test_a_stage_whose_job_is_not_running_keeps_the_memory_remember_would_make()
     table = P._ProcessTable.parse(sections, nonce)
     assert not isinstance(table, str) and meta.boot_id
     gone = {"pid": 5, "cpu_seconds": 1.0, "at": 1.0}
-    kept = [P.ProcessMemory(boot_id=meta.boot_id), P.ProcessMemory(meta.boot_id, {}, (5,), gone)]
+    # Found gone at an earlier check (``seen_gone_at``, set once: kept as it is since).
+    kept = [
+        P.ProcessMemory(boot_id=meta.boot_id),
+        P.ProcessMemory(meta.boot_id, {}, (5,), gone, seen_gone_at=1.5),
+    ]
     remade = [
         P.ProcessMemory(),  # the first check
+        P.ProcessMemory(meta.boot_id, {}, (5,), gone),  # the first check to find it gone
         P.ProcessMemory(boot_id="another boot"),
         P.ProcessMemory(meta.boot_id, {2**22 + 7: 1}),  # an identity that no longer holds
         P.ProcessMemory(meta.boot_id, job_pids=(2**22 + 7,)),
@@ -807,7 +813,9 @@ def test_a_stage_whose_job_is_not_running_keeps_the_memory_remember_would_make()
     for memory in kept + remade:
         reading, new, pids = P.read_process(stage.process, sections, meta, memory, host="local", nonce=nonce)
         assert reading.says is Says.DONE and pids == frozenset(), reading.detail
-        assert new == P._remember(stage.process, memory, P._NO_JOB, table, meta), memory
+        gone_at = P._seen_gone_at(memory, P._NO_JOB, meta, memory.boot_id not in (None, meta.boot_id))
+        remembered = replace(P._remember(stage.process, memory, P._NO_JOB, table, meta), seen_gone_at=gone_at)
+        assert new == remembered, memory
         assert (new is memory) is (memory in kept), memory
 
 

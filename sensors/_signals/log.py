@@ -1883,7 +1883,8 @@ def _scan_log(
     # the memory's progress may be a line of it after an error line: it is found again in
     # its place (multi-host fuzzer seed 50587: the progress that had cleared an error line,
     # read as the count before it, made itself a redraw, and the error failed the run again).
-    progress_key = _memory_progress_key(memory.progress) if resumed or tail_start > 0 else None
+    remembered = _memory_progress_key(memory.progress) if resumed or tail_start > 0 else None
+    progress_key = remembered
     offset = tail_start
     # One C-speed search over the whole tail (\r as line breaks, MULTILINE) tells whether any
     # line can match; only then is the tail split into lines and each examined (else only the
@@ -1931,8 +1932,16 @@ def _scan_log(
             error_line, followed_by, later_run = None, None, None
         elif whole and error_rx and error_rx.search(clean):
             error_line = redact(clean)
-            # The last progress before it (once per error line, not a match per line).
-            progress_key = _key_before(progress_rx, raw_lines, i) or progress_key
+            # The last progress before it (once per error line, not a match per line); none in
+            # this tail, the memory's, where that was read before it: the line is new, or the
+            # last scan ended with it standing. A resumed tail reaches back before the last
+            # scan's end (the bytes of its fingerprint, ``resume_at``): a line it read again
+            # whose error the last scan saw cleared had the memory's progress after it, and
+            # that count, taken for the one before it, made itself a redraw and failed the run
+            # again (seed 50587's fault, on a resumed read).
+            progress_key = _key_before(progress_rx, raw_lines, i) or (
+                remembered if end > memory.size or error_line == memory.error_line else None
+            )
         elif (
             error_line is not None
             and complete_line is None
