@@ -751,30 +751,22 @@ def test_fuzz_span_seed_51033_a_rerun_found_by_node_0_keeps_the_last_runs_proces
         with SpanChecker(stage) as checker:
             checker.check()
             run_1 = world.start(set())
-            checker.check()
-            world.tell(run_1, 2, "kill")
-            world.tell(run_1, 1, "kill")
-            checker.check()
-            world.tell(run_1, 3, "step")
-            world.tell(run_1, 0, "step")
-            checker.check()
-            world.tell(run_1, 3, "line")
-            world.tell(run_1, 0, "line")
-            world.tell(run_1, 0, "exit0")
-            checker.check()  # node 0's ranks all gone; node 1's rank 3 alive (it hangs)
+            # node 0's ranks all gone at the last check; node 1's rank 3 alive (it hangs)
+            _play(world, run_1, checker, "| 2:kill 1:kill | 3:step 0:step | 3:line 0:line 0:exit0 |")
             world.end_hangs()
             run_2 = world.start({2})
-            world.tell(run_2, 3, "line")
-            world.tell(run_2, 3, "exit0")
-            checker.check()
-            world.tell(run_2, 0, "step")
-            checker.check()
-            world.tell(run_2, 1, "line")
-            world.tell(run_2, 0, "line")
-            checker.check()
-            world.tell(run_2, 1, "exit0")
-            world.tell(run_2, 0, "exit0")
+            _play(world, run_2, checker, "3:line 3:exit0 | 0:step | 1:line 0:line | 1:exit0 0:exit0")
             after = _checks(checker, 5)
     finally:
         world.stop()
     assert [v.state for v in after if v.state is State.COMPLETE] == [], after[-1].reasons
+
+
+def _play(world: _World, run: Any, checker: SpanChecker, script: str) -> None:
+    """A history as the fuzzer prints it: ``G:ACT`` tells global rank G to act, ``|`` checks."""
+    for step in script.split():
+        if step == "|":
+            checker.check()
+        else:
+            g, act = step.split(":")
+            world.tell(run, int(g), act)
