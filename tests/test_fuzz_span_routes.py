@@ -431,6 +431,53 @@ def test_a_ranks_own_line_written_well_after_node_0s_run_began_orders_it(
         assert "no job process seen in this watch since node 0's run began" in " ".join(verdict.reasons)
 
 
+# --- under chief, a worker's own log written well after node 0's run began orders its rank ----
+#
+# Multi-host fuzzer seeds 52083, 52947 (per_host 1, success chief, a log per node or per rank):
+# node 1's rank seen once, within the clocks' offsets of node 0's start, wrote a step to its own
+# log 60 ms later and exited 0. A worker needs no line under chief, so no completion line dated
+# it (seed 34067's rule): "they may never have run", unknown for good.
+
+
+def _worker_that_wrote(
+    wrote_at: float | None, *, size: int = 21, run_from: int = 14, pid: int = 9
+) -> NodeCheck:
+    """Node 1 under chief, a log of its own: its rank (``pid``) last seen 0.3 s after node 0's
+    run began, its log's last write (bytes ``run_from``..``size`` its node's run's) stamped
+    ``wrote_at`` (None: not dated: another clock, an mtime set back)."""
+    seen = {"pid": pid, "cpu_seconds": 0.1, "at": RUN_3 + 0.3, "until": RUN_3 + 0.32}
+    process = _r("process", Says.DONE, alive=0, seen_alive=True, cpu_seconds=None, last_seen_alive=seen)
+    dated = {"written_at": wrote_at} if wrote_at is not None else {}
+    log = _r("log", Says.WORKING, path="/n1/train.log", size=size, run_from_offset=run_from, **dated)
+    verdict = Verdict(
+        "t", State.FAILED, ("no completion line",), {"process": process, "log": log}, NOW, "b", run=None
+    )
+    return NodeCheck("b", verdict, ahead=SLOW)
+
+
+@pytest.mark.parametrize(
+    ("node", "success", "before", "state"),
+    [
+        pytest.param(_worker_that_wrote(RUN_3 + 5.0), "chief", (), State.COMPLETE, id="written 5 s after: at work in this run (seeds 52083, 52947)"),
+        pytest.param(_worker_that_wrote(None), "chief", (), State.UNKNOWN, id="its last write undated: not ordered"),
+        pytest.param(_worker_that_wrote(RUN_3 + 0.5), "chief", (), State.UNKNOWN, id="written 0.5 s after, offsets 0.4 s wide each: not ordered"),
+        pytest.param(_worker_that_wrote(RUN_3 + 5.0, size=14), "chief", (), State.UNKNOWN, id="no byte of its node's run: the last write an earlier run's"),
+        pytest.param(_worker_that_wrote(RUN_3 + 5.0), "chief", (9,), State.UNKNOWN, id="its rank seen in node 0's last run: that run's"),
+        pytest.param(_worker_that_wrote(RUN_3 + 5.0), "all", (), State.FAILED, id="under all a rank needs its line: a write is not one"),
+    ],
+)  # fmt: skip
+def test_under_chief_a_workers_own_log_written_well_after_node_0s_run_began_orders_it(
+    node: NodeCheck, success: str, before: tuple[int, ...], state: State
+) -> None:
+    memory = AcrossMemory(pids_before={"b": before}) if before else AcrossMemory()
+    verdict, _ = decide_across(
+        "t", [_chief_run_3(SLOW), node], PolicySpec(success=success, exit_grace=0.3), 1, memory, NOW
+    )
+    assert verdict.state is state, verdict.reasons
+    if state is State.UNKNOWN:
+        assert "no job process seen in this watch since node 0's run began" in " ".join(verdict.reasons)
+
+
 # --- node 0 gone with the outputs short while node 1 still works ------------------------------
 #
 # Multi-host fuzzer seeds 2066, 2311, 2314, 2941, 2968, 2985, 2998, 3049, 3149: rank 0 wrote its

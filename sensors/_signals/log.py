@@ -246,6 +246,10 @@ class LogEvidence(TypedDict, total=False):
     )
     file_time_ahead_seconds: float  # the log's mtime/birth this far ahead of the host's clock
     written_by: float  # its last write was by then (its file clock: the mtime, or the ctime where set back)
+    # Its last write came then or later (the host's clock: its mtime, where the host's own
+    # clock stamps the file and the mtime was not set back; the kernel stamps a write no later
+    # than it came). Absent: not known so.
+    written_at: float
     replaced: bool
     rotated: bool
     truncated: bool
@@ -1286,6 +1290,8 @@ def _evidence(
         # node's ranks by it: ``sensors._verdict.across``). A mtime set back dates nothing.
         written_by=(st.changed if st.set_back else st.written) + st.resolution,
     )
+    if memory.foreign_clock is False and not memory.clock_ahead and not st.set_back:
+        evidence["written_at"] = st.written
     if scan.earlier_complete is not None and not accepted:
         evidence["earlier_complete_line"] = scan.earlier_complete
     if scan.followed_by is not None and complete_line is not None:

@@ -1062,6 +1062,26 @@ def _not_done(
             # (multi-host fuzzer seed 34067: under all with a log per rank, a rank seen 0.3 s
             # after the start under slow round trips, its line 5 s after: unknown for good).
             earlier = False
+        wrote_at = own_log.evidence.get("written_at") if own_log is not None else None
+        run_from = own_log.evidence.get("run_from_offset") if own_log is not None else None
+        size = own_log.evidence.get("size") if own_log is not None else None
+        if (
+            earlier
+            and chief_only
+            and after is None
+            and start is not None
+            and isinstance(run_from, int)
+            and isinstance(size, int)
+            and size > run_from
+            and isinstance(wrote_at, (int, float))
+            and _seen_since({"at": wrote_at}, node.ahead, start, chief_ahead)
+        ):
+            # Under chief a worker needs no line: its own log, last written with bytes of its
+            # node's run clearly after node 0's run began (its stamp, ordered as a sighting
+            # is), shows the node's job at work in this run as a sighting then would (multi-
+            # host fuzzer seeds 52083, 52947: a rank seen once, within the clocks' offsets of
+            # the start, that wrote a step 60 ms later and exited 0: unknown for good).
+            earlier = False
         if isinstance(last, Mapping) and last.get("pid") in before:
             earlier = True  # last seen alive in node 0's last run: that run's rank
         seen = (p.evidence.get("seen_alive") and not earlier and not unseen_since) or p.evidence.get(
