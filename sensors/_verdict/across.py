@@ -106,6 +106,17 @@ class AcrossMemory:
     # last run's, until node 0's job begins again too (multi-host fuzzer seed 20).
     later_elsewhere: str | None = None
 
+    def next_run(self, chief_began: float | None = None) -> AcrossMemory:
+        """The memory a new run of node 0's job begins with: the processes each host showed
+        in this one kept as the last run's (``pids_before``). A host that showed none in it
+        (not read through it: an SSH blip) keeps those of the run before: every read lists
+        each live process, so one of an earlier run still alive was shown where the host was
+        read. Forgotten, node 1's rank of run 1, hung through run 2 while node 1 could not be
+        read, stood for its rank of run 3, which never started (an adversary's review)."""
+        hosts = {*self.pids, *self.pids_before}
+        kept = {h: self.pids.get(h) or self.pids_before.get(h, ()) for h in hosts}
+        return AcrossMemory(chief_began=chief_began, pids_before=kept)
+
 
 #: Graver first: the state a stage shows when node 0 and the live nodes disagree.
 _GRAVITY = (State.CONTRADICTION, State.STALLED, State.UNKNOWN, State.RUNNING)
@@ -134,7 +145,7 @@ def decide_across(
         # The processes each host showed in the last run: evidence of theirs (a rank last
         # seen, a line they wrote) is that run's, whatever the clocks say (seeds 339, 165:
         # node 1's run-1 rank last seen 0.3 s before run 2 began, within the clocks apart).
-        memory = AcrossMemory(chief_began=began, pids_before=memory.pids)
+        memory = memory.next_run(chief_began=began)
     later = memory.later_elsewhere
     if later is None and memory.chief_pids and not chief_live:
         # A host with a live process this memory never saw there, node 0's gone: a later run.
