@@ -94,14 +94,6 @@ def test_node_1s_rank_of_run_2_seen_before_node_0s_is_no_rank_of_run_1() -> None
     assert verdict.state is State.COMPLETE, verdict.reasons
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "left open: the most ranks a host showed (most_alive) counts processes of the last run"
-        " (pids_before) still alive in this one; leaving them out of the count also bears on"
-        " which ranks are short and lost, not reviewed here"
-    ),
-)
 def test_a_run_1_rank_alive_in_run_2_is_not_counted_among_run_2s_ranks() -> None:
     """Two ranks a host. Run 1: node 1 shows pids 3 and 4. Run 2 begins on node 0 (5, 6): node 1
     shows pid 4 (run 1's rank 3, hung) and pid 7 (run 2's rank 2); run 2's rank 3 never starts.

@@ -165,9 +165,15 @@ def decide_across(
         if start is not None and _seen_since(last, n.ahead, start, nodes[0].ahead):
             ordered[n.host] = (float(last["at"]), start)  # type: ignore[index]
     most = dict(memory.most_alive)
-    for host, count in alive.items():
+    for n in nodes:
+        count = alive[n.host]
         if count is not None:
-            most[host] = max(most.get(host, 0), count)
+            # The last run's processes still alive (kept as that run's: ``pids_before``) are
+            # no ranks of this one: counted, node 1's run-1 rank hung into run 2 made 2 of 2
+            # with run 2's rank 3 never started (an adversary's review). Left out, a count
+            # errs low: "the others were never seen", never a rank made up.
+            earlier = len(live_pids(n.verdict) & set(memory.pids_before.get(n.host, ())))
+            most[n.host] = max(most.get(n.host, 0), count - earlier)
     short = {n.host for n in nodes if _short(alive[n.host], most.get(n.host, 0), per_host)}
     sightings = {
         n.host: _sighted(n, k, per_host, memory.sightings.get(n.host, {})) for k, n in enumerate(nodes)
