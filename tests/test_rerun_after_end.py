@@ -3,11 +3,17 @@
 Run 1 writes an error line and exits 1: the watch says ``failed``, rightly. The operator runs
 the job again at once. Before: a re-run counted as a new run only where its first process
 began RERUN_START_GAP (2 s) after the run the watch knew, so a re-run begun within 2 s of
-run 1's start stayed run 1 for good: run 1's error line failed it, and the stage never
-opened. The 2 s is the precision of two starts read against different boot clocks; here the
+run 1's start stayed run 1 for good: over two hosts, run 1's error line in a worker's log
+failed run 2, and the stage never opened. The 2 s is the precision of two starts read against different boot clocks; here the
 watch has more: a check that found every process of run 1 gone, and a process begun after
 that check's /proc scan cannot be run 1's. That re-run is a new run, and its own log words
 decide it.
+
+On one host these three pass at 7a0f186 as well (run 2's own completion line, after run 1's
+error line, completed it there, and a process seen after the line kept the killed re-run from
+completing): they pin both sides of the rule where the single-host verdict already held. The
+history that failed before the rule is the one over two hosts, where a worker needs no line
+of its own: tests/test_fuzz_span_routes.py, seed 50587.
 
 The other side: a process begun while run 1 was still at work (no check in between found the
 job gone) is not taken for a new run by that rule: run 1's error line still fails the run.
