@@ -478,6 +478,55 @@ def test_under_chief_a_workers_own_log_written_well_after_node_0s_run_began_orde
         assert "no job process seen in this watch since node 0's run began" in " ".join(verdict.reasons)
 
 
+# Multi-host fuzzer seed 53997 (per_host 1, chief, a log per rank): node 1's rank of run 2 was
+# killed and found gone; run 3's rank there wrote a step and exited 0 between two checks, never
+# seen. Its last sighting was run 2's rank (``pids_before``), so the write did not order it:
+# unknown for good. Written after every process of the last run there was found gone (at a
+# check before another read the host: ``before_gone_by``), the bytes are none of theirs.
+
+
+@pytest.mark.parametrize(
+    ("gone_by", "state"),
+    [
+        pytest.param(RUN_3 - 1.0, State.COMPLETE, id="the last run's rank gone before: its write is this run's (seed 53997)"),
+        pytest.param(RUN_3 + 5.5, State.UNKNOWN, id="the last run's rank found gone after the write: it may have written it"),
+        pytest.param(None, State.UNKNOWN, id="the last run's rank not known gone: it may have written it"),
+    ],
+)  # fmt: skip
+def test_a_workers_write_after_the_last_runs_ranks_were_gone_is_this_runs(
+    gone_by: float | None, state: State
+) -> None:
+    memory = AcrossMemory(
+        pids_before={"b": (9,)}, before_gone_by={"b": gone_by} if gone_by is not None else {}
+    )
+    verdict, _ = decide_across(
+        "t",
+        [_chief_run_3(SLOW), _worker_that_wrote(RUN_3 + 5.0)],
+        PolicySpec(success="chief", exit_grace=0.3),
+        1,
+        memory,
+        NOW,
+    )
+    assert verdict.state is state, verdict.reasons
+    if state is State.UNKNOWN:
+        assert "no job process seen in this watch since node 0's run began" in " ".join(verdict.reasons)
+
+
+@pytest.mark.parametrize(
+    ("memory", "gone_by"),
+    [
+        pytest.param(AcrossMemory(pids={"b": (9,)}, gone_at={"b": {9: 10.0}}, read_at={"b": 12.0}), {"b": 12.0}, id="found gone, then read again: by that read"),
+        pytest.param(AcrossMemory(pids={"b": (9,)}, gone_at={"b": {9: 12.0}}, read_at={"b": 12.0}), {}, id="found gone at the last read: not yet"),
+        pytest.param(AcrossMemory(pids={"b": (8, 9)}, gone_at={"b": {9: 10.0}}, read_at={"b": 12.0}), {}, id="one of two still alive"),
+        pytest.param(AcrossMemory(pids_before={"b": (9,)}, before_gone_by={"b": 7.0}, read_at={"b": 12.0}), {"b": 7.0}, id="not read through the run: the run before's proof kept"),
+    ],
+)  # fmt: skip
+def test_a_new_run_knows_when_the_last_runs_processes_were_gone(
+    memory: AcrossMemory, gone_by: dict[str, float]
+) -> None:
+    assert memory.next_run().before_gone_by == gone_by
+
+
 # --- node 0 gone with the outputs short while node 1 still works ------------------------------
 #
 # Multi-host fuzzer seeds 2066, 2311, 2314, 2941, 2968, 2985, 2998, 3049, 3149: rank 0 wrote its

@@ -105,6 +105,14 @@ class AcrossMemory:
     # seen) while none of node 0's was alive: a later run, and node 0's completion line is the
     # last run's, until node 0's job begins again too (multi-host fuzzer seed 20).
     later_elsewhere: str | None = None
+    # Each host's latest check read (its clock's ``checked_at``, taken before that check's
+    # scan): a check that found processes gone there had ended by then.
+    read_at: Mapping[str, float] = field(default_factory=dict)
+    # Each host whose last run's processes (``pids_before``) had all been found gone at a
+    # check before another read it: that later check's time (its clock). None of them wrote
+    # what the host's clock stamps later (a file's time comes from the kernel's coarse clock,
+    # which lags the one ``date`` reads, never leads it).
+    before_gone_by: Mapping[str, float] = field(default_factory=dict)
 
     def next_run(self, chief_began: float | None = None) -> AcrossMemory:
         """The memory a new run of node 0's job begins with: the processes each host showed
@@ -115,7 +123,18 @@ class AcrossMemory:
         read, stood for its rank of run 3, which never started (an adversary's review)."""
         hosts = {*self.pids, *self.pids_before}
         kept = {h: self.pids.get(h) or self.pids_before.get(h, ()) for h in hosts}
-        return AcrossMemory(chief_began=chief_began, pids_before=kept)
+        gone_by = {}
+        for h, pids in kept.items():
+            if not self.pids.get(h):  # the run before's, kept: so is what was proven of them
+                if h in self.before_gone_by:
+                    gone_by[h] = self.before_gone_by[h]
+                continue
+            found, read = self.gone_at.get(h, {}), self.read_at.get(h)
+            if read is not None and all(p in found for p in pids) and read > max(found[p] for p in pids):
+                gone_by[h] = read
+        return AcrossMemory(
+            chief_began=chief_began, pids_before=kept, read_at=self.read_at, before_gone_by=gone_by
+        )
 
 
 #: Graver first: the state a stage shows when node 0 and the live nodes disagree.
@@ -263,6 +282,11 @@ def decide_across(
         gone_at={h: found for h, found in gone_at.items() if found},
         ended_before_line=before_line,
         later_elsewhere=later,
+        read_at={
+            **memory.read_at,
+            **{n.host: n.verdict.checked_at for n in nodes if n.verdict.checked_at is not None},
+        },
+        before_gone_by=memory.before_gone_by,
     )
     state, reasons, shown = _rules(
         nodes, policy, per_host, alive, most, lost, lost_at, idle, new_memory, gone
@@ -413,6 +437,7 @@ def _rules(
                 chief.ahead,
                 _written_by(chief.verdict),
                 memory.ordered.get(node.host) if memory is not None else None,
+                memory.before_gone_by.get(node.host) if memory is not None else None,
             )
         )
     ]
@@ -977,6 +1002,43 @@ def _seen_since(
     return at - ahead[1] > start - chief_ahead[0]
 
 
+def _stamped_in_run(
+    own_log: Reading | None,
+    chief_only: bool,
+    ahead: tuple[float, float] | None,
+    start: float,
+    chief_ahead: tuple[float, float] | None,
+) -> float | None:
+    """The latest stamp of a node's own log (its host's clock) that orders its job into node
+    0's run (begun at ``start``): written clearly after that start, ordered as a sighting is
+    (:func:`_seen_since`). None: none does.
+
+    Two stamps may: its completion line's (``complete_at``), written by its ranks seen there
+    (multi-host fuzzer seed 34067: under all with a log per rank, a rank seen 0.3 s after the
+    start under slow round trips, its line 5 s after: unknown for good); and, under chief,
+    where a worker needs no line, its last write (``written_at``) with bytes of its node's run
+    (seeds 52083, 52947: a rank seen once, within the clocks' offsets of the start, that wrote
+    a step 60 ms later and exited 0: unknown for good)."""
+    if own_log is None:
+        return None
+    ev = own_log.evidence
+    stamps = []
+    line_at = ev.get("complete_at")
+    if ev.get("complete_writers") and isinstance(line_at, (int, float)):
+        stamps.append(float(line_at))
+    wrote_at, run_from, size = ev.get("written_at"), ev.get("run_from_offset"), ev.get("size")
+    if (
+        chief_only
+        and isinstance(run_from, int)
+        and isinstance(size, int)
+        and size > run_from
+        and isinstance(wrote_at, (int, float))
+    ):
+        stamps.append(float(wrote_at))
+    ordered = [t for t in stamps if _seen_since({"at": t}, ahead, start, chief_ahead)]
+    return max(ordered) if ordered else None
+
+
 def _not_done(
     k: int,
     node: NodeCheck,
@@ -989,13 +1051,15 @@ def _not_done(
     chief_ahead: tuple[float, float] | None = None,
     written_by: float | None = None,
     ordered: tuple[float, float] | None = None,
+    before_gone_by: float | None = None,
 ) -> str:
     """Why node ``k`` is not done ("" when it is). ``after``: node 0's line is a run's that no
     check saw, begun after node 0's ranks' last sighting, this (:func:`_unseen_run_after`);
     ``written_by``: node 0's log was last written by then (its reading's ``written_by``).
     ``chief_ahead``: node 0's host's clock offset (:attr:`NodeCheck.ahead`); ``ordered``: the
     node's sighting proven after node 0's run began at a check of this run, and that start
-    (:attr:`AcrossMemory.ordered`)."""
+    (:attr:`AcrossMemory.ordered`); ``before_gone_by``: the node's processes of node 0's last
+    run (``before``) were all gone by then, its clock (:attr:`AcrossMemory.before_gone_by`)."""
     v = node.verdict
     if k == 0 and v.state is not State.COMPLETE:
         return f"{node.host} (node 0): {v.state}: {v.reasons[0] if v.reasons else ''}".rstrip(": ")
@@ -1063,44 +1127,20 @@ def _not_done(
             unseen_since = not (
                 isinstance(written_by, (int, float)) and until is not None and until > written_by
             )
-        line_at = own_log.evidence.get("complete_at") if own_log is not None else None
-        if (
-            earlier
-            and after is None
-            and start is not None
-            and own_log is not None
-            and own_log.evidence.get("complete_writers")
-            and isinstance(line_at, (int, float))
-            and _seen_since({"at": line_at}, node.ahead, start, chief_ahead)
-        ):
-            # Its own completion line, written by its ranks seen there (``complete_writers``)
-            # clearly after node 0's run began (its stamp, ordered as a sighting is): they
-            # were at work in this run then, however near the start their sightings were
-            # (multi-host fuzzer seed 34067: under all with a log per rank, a rank seen 0.3 s
-            # after the start under slow round trips, its line 5 s after: unknown for good).
-            earlier = False
-        wrote_at = own_log.evidence.get("written_at") if own_log is not None else None
-        run_from = own_log.evidence.get("run_from_offset") if own_log is not None else None
-        size = own_log.evidence.get("size") if own_log is not None else None
-        if (
-            earlier
-            and chief_only
-            and after is None
-            and start is not None
-            and isinstance(run_from, int)
-            and isinstance(size, int)
-            and size > run_from
-            and isinstance(wrote_at, (int, float))
-            and _seen_since({"at": wrote_at}, node.ahead, start, chief_ahead)
-        ):
-            # Under chief a worker needs no line: its own log, last written with bytes of its
-            # node's run clearly after node 0's run began (its stamp, ordered as a sighting
-            # is), shows the node's job at work in this run as a sighting then would (multi-
-            # host fuzzer seeds 52083, 52947: a rank seen once, within the clocks' offsets of
-            # the start, that wrote a step 60 ms later and exited 0: unknown for good).
+        stamp = (
+            _stamped_in_run(own_log, chief_only, node.ahead, start, chief_ahead)
+            if after is None and start is not None
+            else None
+        )
+        if stamp is not None:
             earlier = False
         if isinstance(last, Mapping) and last.get("pid") in before:
-            earlier = True  # last seen alive in node 0's last run: that run's rank
+            # Last seen alive in node 0's last run: that run's rank. Its own log stamped in
+            # this run after every process of the last run there was found gone was written
+            # by none of them: a rank of this run begun and ended between two checks (multi-
+            # host fuzzer seed 53997: run 3's rank on node 1 wrote a step and exited 0 unseen,
+            # unknown for good).
+            earlier = not (stamp is not None and before_gone_by is not None and stamp > before_gone_by)
         seen = (p.evidence.get("seen_alive") and not earlier and not unseen_since) or p.evidence.get(
             "launched"
         )
