@@ -17,25 +17,44 @@ from sensors import LocalHost
 from sensors._base.probe import split_sections
 from tests.sshd import ssh_spec, sshd_private, sshd_server  # noqa: F401  (shared fixtures)
 
-#: The modules that take a minute or more (a real Prefect server, a wheel installed into a
-#: fresh venv, a fuzz run, a bench, real timeouts): under make test's workers they are handed
-#: out first, slowest first, so that none of them starts last and keeps one worker busy
-#: after the others are done.
+#: The work units that take longest, longest first (summed test durations of a four-worker
+#: run, ``--durations=0``): under make test's workers they are handed out first, so that none
+#: of them starts last and keeps one worker busy after the others are done. A unit of several
+#: modules (``_SHARED_UNITS``) starts where its first module stands here.
 _SLOW_FIRST = (
-    "test_deployments_e2e.py",
+    "test_deployments_e2e.py",  # with test_packaging: the Prefect server's unit, ~390 s
     "test_packaging.py",
+    "test_prefect.py",  # the test harness's unit (six modules), ~255 s
+    "test_span.py",
     "test_false_complete_routes.py",
+    "test_user_43.py",
     "test_user_35.py",
-    "test_supervisors.py",
+    "test_user_44.py",
     "test_scenarios_35.py",
+    "test_supervisors.py",
+    "test_seeds_35.py",
     "test_false_complete.py",
     "test_fuzz.py",
-    "test_bounded.py",
-    "test_bench_fleet.py",
     "test_jsonl_rewrite.py",
-    "test_prefect.py",
+    "test_serve.py",
+    "test_see_the_end.py",
+    "test_run_binding.py",
+    "test_cli_output.py",
+    "test_store.py",
+    "test_state.py",
+    "test_schedule.py",
+    "test_supervisors_cli.py",
+    "test_forge.py",
+    "test_config_cli.py",
     "test_signals.py",
-    "test_span.py",
+    "test_user_ml6.py",
+    "test_serve_split.py",
+    "test_fuzz_span.py",
+    "test_bounded.py",
+    "test_adversary_507217.py",
+    "test_ranks_named.py",
+    "test_init.py",
+    "test_bench_fleet.py",
 )
 
 
@@ -66,6 +85,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
+
+    # pytest-xdist reorders the work units by their number of tests unless told not to: that
+    # handed the Prefect server's unit (8 slow tests, ~390 s) out near the end of the run.
+    config.option.loadscopereorder = False
 
     class _SharedFixtureScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
