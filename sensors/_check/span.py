@@ -190,7 +190,8 @@ class SpanChecker(Following):
             # rank of the last run, killed, was taken for the writer of a re-run's line no
             # check saw, and for a rank of this run (multi-host fuzzer seed 51033: complete
             # with a rank of run 2 never started).
-            self._memory = self._memory.next_run()
+            per_host = self.stage.process.per_host if self.stage.process is not None else None
+            self._memory = self._memory.next_run(per_host=per_host)
         self._across_run = run if run is not None else self._across_run
         ranks: list[dict[str, Reading]] = [{} for _ in self.nodes]
         for (k, rank, _), rank_verdict in zip(self.rank_logs, verdicts[len(self.nodes) :], strict=True):

@@ -111,26 +111,37 @@ class AcrossMemory:
     # Each host whose last run's processes (``pids_before``) had all been found gone at a
     # check before another read it: that later check's time (its clock). None of them wrote
     # what the host's clock stamps later (a file's time comes from the kernel's coarse clock,
-    # which lags the one ``date`` reads, never leads it).
+    # which lags the one ``date`` reads, never leads it). Only where that run's processes
+    # there are all its ranks there (``per_host`` of them seen alive at once): a proof of those
+    # seen says nothing of one never seen (tests/test_adversary_53997.py).
     before_gone_by: Mapping[str, float] = field(default_factory=dict)
 
-    def next_run(self, chief_began: float | None = None) -> AcrossMemory:
+    def next_run(self, chief_began: float | None = None, per_host: int | None = None) -> AcrossMemory:
         """The memory a new run of node 0's job begins with: the processes each host showed
         in this one kept as the last run's (``pids_before``). A host that showed none in it
         (not read through it: an SSH blip) keeps those of the run before: every read lists
         each live process, so one of an earlier run still alive was shown where the host was
         read. Forgotten, node 1's rank of run 1, hung through run 2 while node 1 could not be
-        read, stood for its rank of run 3, which never started (an adversary's review)."""
+        read, stood for its rank of run 3, which never started (an adversary's review).
+
+        What was proven gone (``before_gone_by``) is kept for no such host: a proof of the run
+        before's processes says nothing of the last run's there, never seen (run 2's rank on
+        node 1, hidden by a blip, wrote clearly after run 3 began, after run 1's were proven
+        gone: complete with run 3's rank there never started). Nor for a host that showed
+        fewer of the last run's ranks at once than ``per_host``: one never seen may have
+        outlived the rest (tests/test_adversary_53997.py)."""
         hosts = {*self.pids, *self.pids_before}
         kept = {h: self.pids.get(h) or self.pids_before.get(h, ()) for h in hosts}
         gone_by = {}
-        for h, pids in kept.items():
-            if not self.pids.get(h):  # the run before's, kept: so is what was proven of them
-                if h in self.before_gone_by:
-                    gone_by[h] = self.before_gone_by[h]
-                continue
+        for h, pids in self.pids.items():
             found, read = self.gone_at.get(h, {}), self.read_at.get(h)
-            if read is not None and all(p in found for p in pids) and read > max(found[p] for p in pids):
+            if (
+                pids
+                and self.most_alive.get(h, 0) >= (per_host or 1)
+                and read is not None
+                and all(p in found for p in pids)
+                and read > max(found[p] for p in pids)
+            ):
                 gone_by[h] = read
         return AcrossMemory(
             chief_began=chief_began, pids_before=kept, read_at=self.read_at, before_gone_by=gone_by
@@ -164,7 +175,7 @@ def decide_across(
         # The processes each host showed in the last run: evidence of theirs (a rank last
         # seen, a line they wrote) is that run's, whatever the clocks say (seeds 339, 165:
         # node 1's run-1 rank last seen 0.3 s before run 2 began, within the clocks apart).
-        memory = memory.next_run(chief_began=began)
+        memory = memory.next_run(chief_began=began, per_host=per_host)
     later = memory.later_elsewhere
     if later is None and memory.chief_pids and not chief_live:
         # A host with a live process this memory never saw there, node 0's gone: a later run.
@@ -284,7 +295,12 @@ def decide_across(
         later_elsewhere=later,
         read_at={
             **memory.read_at,
-            **{n.host: n.verdict.checked_at for n in nodes if n.verdict.checked_at is not None},
+            # A host not read: its verdict's time is this machine's clock, not the host's.
+            **{
+                n.host: n.verdict.checked_at
+                for n in nodes
+                if n.verdict.checked_at is not None and not _unreadable(n.verdict)
+            },
         },
         before_gone_by=memory.before_gone_by,
     )
