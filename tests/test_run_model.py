@@ -304,21 +304,26 @@ def test_the_logs_advice_never_repeats_what_the_watch_did(had, offered, not_offe
 
 
 @pytest.mark.parametrize(
-    ("source", "follows"),
+    ("source", "started", "follows"),
     [
-        ("process", True),  # begun after the since: the latest run since then, as far as stored
-        ("since", True),
-        ("launch", False),  # a launched run's watch answers for that launch, not a later run
-        ("watch", False),
+        ("process", 1_000.0, True),  # begun after the since: the latest run since then, as far as stored
+        # Another watch's later --since is no run's start: a run begun between the two is this
+        # watch's and not that one's (tests/test_user_s14.py: followed, never opened).
+        ("since", 1_000.0, False),
+        ("since", 990.0, True),  # the same --since given
+        ("launch", 1_000.0, False),  # a launched run's watch answers for that launch, not a later run
+        ("watch", 1_000.0, False),
     ],
 )
-def test_a_since_follows_a_stored_run_begun_after_it_but_never_a_launch(source: str, follows: bool) -> None:
+def test_a_since_follows_a_stored_run_begun_after_it_but_never_a_launch(
+    source: str, started: float, follows: bool
+) -> None:
     """Fuzzer seed 5007569: a `status --since TIME` followed the launched run's stored `failed`
     (its exit 1 recorded) while run 2, begun after the time too, was at work: false failed."""
     from sensors._check.persist import is_this_run
     from sensors._run.run import Run, Since
 
-    stored = Run(source=source, started_at=1_000.0, pid=7 if source == "launch" else None)
+    stored = Run(source=source, started_at=started, pid=7 if source == "launch" else None)
     assert is_this_run(stored, Since(at=990.0)) is follows
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from sensors._base.model import Verdict
-from sensors._base.tolerances import SINCE_ROUNDING
+from sensors._base.tolerances import SINCE_ROUNDING, SINCE_SAME
 from sensors._check.codec import VERSION, MemoryFormatError, dumps, fingerprint, loads
 from sensors._config.stage import Stage
 from sensors._run.run import Run, Since
@@ -94,6 +94,12 @@ def is_this_run(stored: Run | None, own: OwnRun) -> bool:
       run's watch answers for that launch alone, never for a later run begun after the time
       too (fuzzer seed 5007569: a `status --since` followed the launched run's `failed`, its
       exit 1 recorded, while run 2 was at work).
+      A stored run whose start is itself a ``--since`` (another watch's) is no run's start
+      found: only the same start given stands for it. One given later excludes a run begun
+      between the two, which this watch's own includes: a gate given the job's start followed
+      a gate given a later one by mistake, whose run had not begun ("started before this run
+      began"), and stayed ``unknown`` until its timeout (ML engineer's trial,
+      tests/test_user_s14.py).
     - A start given as a duration: resolved at this watch's own first check, on the host's
       clock; until then nothing stored can be shown to be of that run.
     """
@@ -105,6 +111,8 @@ def is_this_run(stored: Run | None, own: OwnRun) -> bool:
         return run_key(stored) == run_key(own) and stored.exit_file == own.exit_file
     if own.at is None or stored.started_at is None or stored.source in ("watch", "launch"):
         return False
+    if stored.source == "since":
+        return abs((stored.given if stored.given is not None else stored.started_at) - own.at) <= SINCE_SAME
     return stored.started_at >= own.at - SINCE_ROUNDING
 
 
