@@ -165,7 +165,8 @@ def decide_across(
     Each host's times are its own clock's (its check's ``checked_at``): what is measured
     between two checks of a host (progress, when ranks were found gone) never mixes clocks.
     """
-    chief_live = live_pids(nodes[0].verdict)
+    live = {n.host: live_pids(n.verdict) for n in nodes}  # read once: each node's list is walked
+    chief_live = live[nodes[0].host]
     if chief_live and memory.chief_pids and not chief_live & set(memory.chief_pids):
         # Every live process of node 0 is one this memory never saw: the job began again,
         # and what the hosts showed was the last run's. Node 0's run (the caller's test)
@@ -183,7 +184,7 @@ def decide_across(
         # run 3 began on node 1 alone, its rank was killed, and node 0's run-2 line completed
         # the stage (multi-host fuzzer seed 12117, under chief).
         later = next(
-            (n.host for n in nodes[1:] if live_pids(n.verdict) - set(memory.pids.get(n.host, ()))),
+            (n.host for n in nodes[1:] if live[n.host] - set(memory.pids.get(n.host, ()))),
             None,
         )
     alive = {n.host: _alive(n.verdict) for n in nodes}
@@ -202,7 +203,7 @@ def decide_across(
             # no ranks of this one: counted, node 1's run-1 rank hung into run 2 made 2 of 2
             # with run 2's rank 3 never started (an adversary's review). Left out, a count
             # errs low: "the others were never seen", never a rank made up.
-            earlier = len(live_pids(n.verdict) & set(memory.pids_before.get(n.host, ())))
+            earlier = len(live[n.host] & set(memory.pids_before.get(n.host, ())))
             most[n.host] = max(most.get(n.host, 0), count - earlier)
     short = {n.host for n in nodes if _short(alive[n.host], most.get(n.host, 0), per_host)}
     sightings = {
@@ -285,7 +286,7 @@ def decide_across(
         moved_at=moved_at,
         chief_pids=tuple(sorted(set(memory.chief_pids) | chief_live)),
         chief_began=memory.chief_began,
-        pids={n.host: tuple(sorted(set(memory.pids.get(n.host, ())) | live_pids(n.verdict))) for n in nodes},
+        pids={n.host: tuple(sorted(set(memory.pids.get(n.host, ())) | live[n.host])) for n in nodes},
         pids_before=memory.pids_before,
         sightings=sightings,
         whole_at=whole_at,
