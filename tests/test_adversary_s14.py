@@ -113,7 +113,8 @@ def test_an_earlier_runs_log_written_to_after_the_watch_began_is_no_word_of_its_
     verdicts = _watch(log, began)
     assert all(v.state is not State.COMPLETE for v in verdicts), _states(verdicts)
     assert verdicts[-1].state is State.UNKNOWN, _states(verdicts)
-    assert "may be an earlier run's" in verdicts[-1].readings["log"].detail, verdicts[-1].readings["log"].detail
+    detail = verdicts[-1].readings["log"].detail
+    assert "may be an earlier run's" in detail, detail
 
 
 def test_a_job_begun_with_the_watch_still_completes_on_its_line_written_after_it(tmp_path: Path) -> None:
