@@ -155,6 +155,18 @@ EXEC_TO_IMPORT = _row(
     " (exec keeps the start), so the import's own time is the watch's start. Python's start"
     " is 20-50 ms here idle, a few hundred under load.",
 )
+JOB_BEFORE_WATCH = _row(
+    "JOB_BEFORE_WATCH",
+    1.0,
+    "job_before_watch",
+    "how long before a watch's start a log may have been born for a completion line ending it,"
+    " written after the watch began, to be the watch's run's where no run start is known"
+    " (log.py _bind, written_after_watch): a job typed with the command (`job > log & crosscheck"
+    " wait`, or `wait` on a script's next line), its log born a few ms before the watch, a few"
+    " hundred under load. One born earlier held writes long before the watch, and a write after"
+    " it says only that something wrote it then (`touch`, `cat old >> log`, `cp old log` in"
+    " place: an earlier run's line, tests/test_adversary_s14.py).",
+)
 END_WINDOW = _row(
     "END_WINDOW",
     0.25,

@@ -44,6 +44,7 @@ from sensors._base.tolerances import (
     ATTRIBUTE_CACHE_GRACE,
     FILE_CLOCK_TOLERANCE,
     FILE_TIME_TICK,
+    JOB_BEFORE_WATCH,
     MTIME_SET_BACK,
     PROC_START_TICKS,
     PROC_START_TICKS_WRITER,
@@ -203,11 +204,12 @@ class LogMemory:
     # which came first (see ``_bind``): the job began about when the watch did, its log begun
     # afresh then; watching earlier or beginning the log afresh is no advice to give.
     born_near_watch: bool = False
-    # Bound by the watch with no run start, the log was last written, as its first read found
-    # it, after this watch began (its mtime, the host's own clock, not set back): its writer
-    # was alive after the watch began. A completion line ending it, unchanged since, is the
-    # last word of the run at work when the watch began: the watch's run (the first check
-    # would have found its process alive, had it come a moment sooner).
+    # Bound by the watch with no run start, the log was born at most JOB_BEFORE_WATCH before
+    # this watch began and last written, as its first read found it, after it (its times, the
+    # host's own clock, not set back): a job begun with the watch, its writer alive after the
+    # watch began. A completion line ending it, unchanged since, is the last word of the run
+    # at work when the watch began: the watch's run (the first check would have found its
+    # process alive, had it come a moment sooner).
     written_after_watch: bool = False
     # Some holder's description began the file (`> log`), whoever's it was: a log each
     # run begins afresh already (a wrapper's, begun before the run), no advice to begin one.
@@ -662,9 +664,20 @@ def _bind(
             and st.birth >= watch_began - PROC_START_TICKS - FILE_TIME_TICK
         )
         # Its mtime lags the write by a tick at most (the kernel's coarse clock) and the
-        # watch's start is its latest: an mtime at or after it is a write after it.
+        # watch's start is its latest: an mtime at or after it is a write after it. A write,
+        # not the line's: only a log born a moment before the watch (a job typed with it) is
+        # a job's at work across its start. One born earlier was written long before the
+        # watch, and a write after it says only that something wrote it then: an earlier
+        # run's log touched, `cat old >> log`, `cp old log` in place (its birth kept) after the
+        # watch began completed on that run's line (tests/test_adversary_s14.py).
         after_watch = (
-            watch_began is not None and not st.set_back and own and not ahead and st.written >= watch_began
+            watch_began is not None
+            and not st.set_back
+            and own
+            and not ahead
+            and st.written >= watch_began
+            and bool(st.birth)
+            and st.birth >= watch_began - JOB_BEFORE_WATCH
         )
         return replace(
             base,
