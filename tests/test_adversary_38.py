@@ -312,7 +312,7 @@ class _Following:
         self.rule = _Rule()
         self.rule.stage = None  # type: ignore[assignment]
         self.rule.last = None
-        self.rule._persist = SimpleNamespace(restore=lambda: SimpleNamespace(memory={}))  # type: ignore[assignment]
+        self.rule._persist = SimpleNamespace(restore=lambda: SimpleNamespace(memory={}), one_clock=True)  # type: ignore[assignment]
         self.rule._saving = True
         self.rule._told_not_ours = False
         self.rule._checked_here = False

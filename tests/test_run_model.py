@@ -327,6 +327,25 @@ def test_a_since_follows_a_stored_run_begun_after_it_but_never_a_launch(
     assert is_this_run(stored, Since(at=990.0)) is follows
 
 
+@pytest.mark.parametrize(("source", "started"), [("process", 990.5), ("supervisor", 990.5)])
+def test_a_since_follows_no_run_found_on_another_hosts_clock(source: str, started: float) -> None:
+    """A run found on an SSH host began on its clock, the --since on this machine's: a host
+    ahead puts a run begun just before the since after it. Followed, a watch of the next run
+    took the last run's complete (an adversary's review of 5b23126). The clocks are taken to be
+    up to CLOCKS_APART apart (the stored run keeps no offset); the same given --since is still
+    followed: it was given on this machine's clock too."""
+    from sensors._base.tolerances import CLOCKS_APART
+    from sensors._check.persist import is_this_run
+    from sensors._run.run import Run, Since
+
+    near, far = started - 990.0 < CLOCKS_APART, 990.0 + CLOCKS_APART + 0.5
+    assert near and is_this_run(Run(source=source, started_at=started), Since(at=990.0)) is True
+    assert is_this_run(Run(source=source, started_at=started), Since(at=990.0), one_clock=False) is False
+    assert is_this_run(Run(source=source, started_at=far), Since(at=990.0), one_clock=False) is True
+    given = Run(source="since", started_at=1_050.0, given=990.0)  # moved onto a host a minute ahead
+    assert is_this_run(given, Since(at=990.0), one_clock=False) is True
+
+
 @pytest.mark.parametrize(
     ("started", "older"),
     [

@@ -257,7 +257,9 @@ class Following:
         self._saving = False
         checks = []
         last = memory.get("last")
-        if is_this_run(memory.get("run"), self.own_run) and isinstance(last, Verdict):
+        if is_this_run(memory.get("run"), self.own_run, one_clock=self._persist.one_clock) and isinstance(
+            last, Verdict
+        ):
             # The holder's memory goes on from this watch's last confirmation while the holder
             # has saved nothing since (one gone quiet with its lease still live). Adopted
             # afresh at every check, its "since the last check" stayed the holder's last

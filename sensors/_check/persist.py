@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from sensors._base.model import Verdict
-from sensors._base.tolerances import SINCE_ROUNDING, SINCE_SAME
+from sensors._base.tolerances import CLOCKS_APART, SINCE_ROUNDING, SINCE_SAME
 from sensors._check.codec import VERSION, MemoryFormatError, dumps, fingerprint, loads
 from sensors._config.stage import Stage
 from sensors._run.run import Run, Since
@@ -83,7 +83,7 @@ def _host_part(host: Any) -> Any:
 OwnRun = Run | Since | None
 
 
-def is_this_run(stored: Run | None, own: OwnRun) -> bool:
+def is_this_run(stored: Run | None, own: OwnRun, *, one_clock: bool = True) -> bool:
     """Whether memory or a verdict of the ``stored`` run may stand for the run a watch was
     told of (``own``).
 
@@ -100,6 +100,12 @@ def is_this_run(stored: Run | None, own: OwnRun) -> bool:
       a gate given a later one by mistake, whose run had not begun ("started before this run
       began"), and stayed ``unknown`` until its timeout (ML engineer's trial,
       tests/test_user_s14.py).
+      A run found on another host (``one_clock`` False) began on that host's clock, the
+      ``--since`` on this machine's: compared as they are, a host ahead put a run begun just
+      before the start after it. The stored run keeps no measured offset: the two clocks are
+      taken to be up to :data:`CLOCKS_APART` apart, as where a watch has measured none (a
+      host a minute ahead is told apart only by a watch's own probe: it follows nothing
+      begun within that second, and checks for itself).
     - A start given as a duration: resolved at this watch's own first check, on the host's
       clock; until then nothing stored can be shown to be of that run.
     """
@@ -113,7 +119,7 @@ def is_this_run(stored: Run | None, own: OwnRun) -> bool:
         return False
     if stored.source == "since":
         return abs((stored.given if stored.given is not None else stored.started_at) - own.at) <= SINCE_SAME
-    return stored.started_at >= own.at - SINCE_ROUNDING
+    return stored.started_at - (0.0 if one_clock else CLOCKS_APART) >= own.at - SINCE_ROUNDING
 
 
 class NotOurs:
@@ -185,6 +191,8 @@ class Persistence:
         self.holder = holder_id()
         self.ttl = max(3 * stage.policy.interval, 30.0)
         self._parts = fingerprint(stage_parts(stage))
+        # Where the stage's run starts are read on this machine's clock (see is_this_run).
+        self.one_clock = stage.host == "local" and stage.hosts is None
         #: The whole definition's digest: what announcements are keyed by, with the run.
         self.definition = fingerprint({"stage": sorted(self._parts.items())})["stage"]
         self._last_state: str | None = None
@@ -339,7 +347,7 @@ class Persistence:
         last = memory.get("last") if isinstance(memory, dict) else None
         if not isinstance(last, Verdict):
             return None
-        if not is_this_run(memory.get("run"), own):  # type: ignore[union-attr]
+        if not is_this_run(memory.get("run"), own, one_clock=self.one_clock):  # type: ignore[union-attr]
             return NotOurs("the stored verdict is of another run")
         note = f"{FOLLOWED} {elsewhere}: its verdict, not a check of this watch"
         self.following = True

@@ -292,7 +292,7 @@ class SpanChecker(Following):
         hosts together only when node 0 went on from it (the document's run is node 0's; a
         node whose own memory was not of the run starts afresh beside it)."""
         nodes = memory.get("nodes")
-        if not isinstance(nodes, Mapping) or not is_this_run(memory.get("run"), self._since):
+        if not isinstance(nodes, Mapping) or not is_this_run(memory.get("run"), self._since, one_clock=False):
             return
         for label, node in zip(self.labels, self.nodes, strict=True):
             node.go_on_from(nodes.get(label))
