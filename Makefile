@@ -24,14 +24,14 @@ system-deps:
 
 # The newest Prefect the range allows (what `pip install -e '.[dev]'` resolves to). Most of the
 # suite waits on real time (real jobs, intervals, settle gaps), not on the CPU: 4 pytest-xdist
-# workers overlap those waits, also on 2 cores. Each test module runs whole on one worker
+# workers overlap those waits, also on 2 cores (the parallel part took 15.5 min with 4 workers
+# where 2 took 27, using 1.4 of the 2 cores). Each test module runs whole on one worker
 # (--dist loadfile: its module fixtures start once, its tests never overlap each other; the
-# modules that share a Prefect server or test harness run on one, tests/conftest.py); the
-# tests marked `alone` (they disturb whatever else runs on the machine) run after, by
-# themselves. TEST_WORKERS=0: no workers. Two by default: on this 2-core machine 4 workers
-# take ~12 min where 2 take ~20, but 2 of the last 3 four-worker runs had one real-time test
-# fail under the load (a different one each time); the two-worker runs were clean.
-TEST_WORKERS ?= 2
+# modules that share a Prefect server or test harness run on one, and the slowest units are
+# handed out first: tests/conftest.py); the tests marked `alone` (they disturb whatever else
+# runs on the machine) run after, by themselves. TEST_WORKERS=0: no workers; 2 where the
+# machine is busy with other work (a real-time test fails more often under load than its own).
+TEST_WORKERS ?= 4
 PYTEST_PARALLEL := pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone"
 PYTEST_ALONE := pytest -q -m alone
 test: $(STAMP) system-deps
