@@ -11,13 +11,15 @@ with its own check time (the memory's ``read_at`` is the hosts' ``checked_at``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from sensors import Reading, Says, State, Verdict
 from sensors._base.tolerances import CLOCKS_APART
 from sensors._config.stage import PolicySpec
 from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
-from tests.test_fuzz_span_routes import NOW, RUN_3, SLOW, _chief_run_3, _r
+from tests.test_fuzz_span_routes import NOW, RUN_3, SLOW, _chief_run_3, _r, _ranks
 
 CHIEF = PolicySpec(success="chief", exit_grace=0.3)
 SAME = (-0.004, 0.004)  # a loopback host's round trip: the clocks one, to 4 ms
@@ -25,20 +27,9 @@ SAME = (-0.004, 0.004)  # a loopback host's round trip: the clocks one, to 4 ms
 
 def _at(host: str, at: float, *pids: int, started: float = NOW - 60) -> NodeCheck:
     """A node read at ``at`` (its clock), its processes ``pids`` alive (none: all gone)."""
-    procs = [{"pid": p, "ppid": 1, "state": "S"} for p in pids]
-    process = Reading(
-        "process",
-        Says.WORKING if pids else Says.DONE,
-        "process",
-        {
-            "alive": len(pids),
-            "matched": len(pids),
-            "processes": procs,
-            "seen_alive": True,
-            "started_at": started,
-        },
-        at,
-    )
+    process = _ranks(*pids, at=at, started=started)
+    if not pids:
+        process = replace(process, says=Says.DONE)
     verdict = Verdict("t", State.RUNNING, (f"{host} running",), {"process": process}, at, host)
     return NodeCheck(host, verdict, ahead=SAME)
 

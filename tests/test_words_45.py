@@ -429,13 +429,27 @@ def test_a_hosts_own_verdict_is_said_with_its_first_reason() -> None:
     assert "b: running" not in verdict.reasons, verdict.reasons
 
 
+def _three_checks(stage: Any, began: float) -> list[Any]:
+    """Three checks 0.1 s apart by a watch begun at ``began``."""
+    from sensors import Checker
+
+    checker = Checker(stage, began=began)
+    try:
+        states = []
+        for _ in range(3):
+            states.append(checker.check())
+            time.sleep(0.1)
+    finally:
+        checker.close()
+    return states
+
+
 def test_a_job_over_before_the_first_check_whose_line_was_written_after_the_watch_began(tmp_path) -> None:
     """The other side: the job began just before `wait` (its log born before the watch), and
     wrote its completion line, the log's last, after the watch began; it was over before the
     first check (a loaded machine: make test's four workers). Its writer was at work after the
     watch began, the run the watch's first check would have seen: complete. Unknown for good
     before."""
-    from sensors import Checker
     from sensors.testing import COMPLETE_LINE
 
     tag = f"w45-{uuid.uuid4().hex[:8]}"
@@ -446,21 +460,13 @@ def test_a_job_over_before_the_first_check_whose_line_was_written_after_the_watc
     time.sleep(0.05)
     with log.open("a") as f:
         f.write(f"step 2\n{COMPLETE_LINE}\n")
-    checker = Checker(_local_stage(tmp_path, tag, log), began=began)
-    try:
-        states = []
-        for _ in range(3):
-            states.append(checker.check())
-            time.sleep(0.1)
-    finally:
-        checker.close()
+    states = _three_checks(_local_stage(tmp_path, tag, log), began)
     assert states[-1].state is State.COMPLETE, [(v.state, v.reasons) for v in states]
 
 
 def test_a_line_written_after_the_watch_began_is_no_runs_word_once_text_follows_it(tmp_path) -> None:
     """Its refusal: the same log with a later run's bytes after the line (written after the
     watch began too) leaves the line's run untold: unknown, never complete."""
-    from sensors import Checker
     from sensors.testing import COMPLETE_LINE
 
     tag = f"w45-{uuid.uuid4().hex[:8]}"
@@ -471,13 +477,6 @@ def test_a_line_written_after_the_watch_began_is_no_runs_word_once_text_follows_
     time.sleep(0.05)
     with log.open("a") as f:
         f.write("loading shard 1\n")
-    checker = Checker(_local_stage(tmp_path, tag, log), began=began)
-    try:
-        states = []
-        for _ in range(3):
-            states.append(checker.check())
-            time.sleep(0.1)
-    finally:
-        checker.close()
+    states = _three_checks(_local_stage(tmp_path, tag, log), began)
     assert all(v.state is not State.COMPLETE for v in states), [(v.state, v.reasons) for v in states]
     assert states[-1].state is State.UNKNOWN, [(v.state, v.reasons) for v in states]
