@@ -565,6 +565,41 @@ def test_node_0_gone_with_the_outputs_short_fails_once_every_rank_is_gone(
         assert "outputs short" in verdict.reasons[0], verdict.reasons
 
 
+# Multi-host fuzzer seeds 57246, 58398 (a log the nodes share): rank 0 wrote its line and
+# exited with the outputs short; node 1's rank, at work, wrote a step after the line, so node
+# 0's log read "working" (text after its line), and node 0's outputs short failed the stage
+# while node 1 still worked (false failed). In a shared log the line found is enough.
+
+
+def _chief_short_text_after(node_1_reads_it: bool) -> list[NodeCheck]:
+    readings = {
+        "process": _gone(NOW - 1.0, pid=5),
+        "log": _r("log", Says.WORKING, path="/shared/train.log", size=40, complete_line="done"),
+        "outputs": _r("outputs", Says.WORKING, count=1, expected=3),
+    }
+    chief = NodeCheck("a", Verdict("t", State.FAILED, ("outputs short: 1/3 outputs",), readings, NOW, "a"))
+    node_1 = _running("b", _ranks(9))
+    if not node_1_reads_it:  # node 1 reads a log of its own: node 0's is node 0's alone
+        own = _r("log", Says.WORKING, path="/n1/train.log", size=10)
+        node_1 = NodeCheck("b", replace(node_1.verdict, readings={**node_1.verdict.readings, "log": own}))
+    return [chief, node_1]
+
+
+@pytest.mark.parametrize(
+    ("shared", "state"),
+    [
+        pytest.param(True, State.RUNNING, id="a shared log: node 1's text after the line, it may still write them"),
+        pytest.param(False, State.FAILED, id="node 0's own log, text after its line: as before"),
+    ],
+)  # fmt: skip
+def test_node_0_short_with_its_line_in_a_shared_log_another_node_wrote_after_is_held(
+    shared: bool, state: State
+) -> None:
+    policy = PolicySpec(success="all", stall_after=60.0, exit_grace=0.3)
+    verdict, _ = decide_across("t", _chief_short_text_after(shared), policy, 1, AcrossMemory(), NOW)
+    assert verdict.state is state, verdict.reasons
+
+
 # --- a log the nodes share, its last line another node's ---------------------------------------
 #
 # Multi-host fuzzer seeds 6070, 6342, 6417, 6419, 6592, 6766 (success all, one log for both

@@ -347,7 +347,7 @@ def _rules(
     # end, and the stage said "running, they may still write them" for good, where before it
     # failed at once (tests/test_adversary_42.py).
     others = [n for n in waiting if n is not chief]
-    short_only = _only_short(chief)
+    short_only = _only_short(chief, shared=_log_shared(nodes))
     short_held = short_only and any(idle.get(n.host, 0.0) < policy.stall_after for n in others)
     short_stalled = (
         [
@@ -791,18 +791,24 @@ def _may_wait(lost: str, policy: PolicySpec) -> str:
     )
 
 
-def _only_short(node: NodeCheck) -> bool:
+def _only_short(node: NodeCheck, shared: bool = False) -> bool:
     """Whether the node's verdict failed on the output count alone: its outputs short, its
     log's completion line found (or no log), no reading that says failed (an error line, an
-    exit status)."""
+    exit status). In a log the nodes share (``shared``), the line found is enough: text after
+    it is any rank's (node 1's rank wrote a step after rank 0's line and exit, the log said
+    working, and node 0's outputs short failed the stage while node 1 still worked: multi-host
+    fuzzer seeds 57246, 58398, false failed)."""
     v = node.verdict
     o, lg = v.readings.get("outputs"), v.readings.get("log")
+    line = lg is None or lg.says is Says.DONE
+    if shared and lg is not None and lg.says is not Says.FAILED:
+        line = line or isinstance(lg.evidence.get("complete_line"), str)
     return (
         v.state is State.FAILED
         and o is not None
         and o.says is Says.WORKING
         and short(o)
-        and (lg is None or lg.says is Says.DONE)
+        and line
         and not any(r.says is Says.FAILED for r in v.readings.values())
     )
 
