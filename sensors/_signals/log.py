@@ -655,13 +655,11 @@ def _bind(
         # No run start: only what is written while this watch looks is this run's. A log born
         # within the watch start's precision of it (a /proc start, the file time's lag) was
         # begun with the watch: `wait x.yaml & job > log` (notes/ml44.md, item 6).
+        # Its times are the host's own clock's, as written (a birth, not set back, not ahead):
+        # what both orderings against the watch's start below rest on.
+        dated = bool(st.birth) and not st.set_back and own and not ahead
         near = (
-            watch_began is not None
-            and bool(st.birth)
-            and not st.set_back
-            and own
-            and not ahead
-            and st.birth >= watch_began - PROC_START_TICKS - FILE_TIME_TICK
+            watch_began is not None and dated and st.birth >= watch_began - PROC_START_TICKS - FILE_TIME_TICK
         )
         # Its mtime lags the write by a tick at most (the kernel's coarse clock) and the
         # watch's start is its latest: an mtime at or after it is a write after it. A write,
@@ -672,11 +670,8 @@ def _bind(
         # watch began completed on that run's line (tests/test_adversary_s14.py).
         after_watch = (
             watch_began is not None
-            and not st.set_back
-            and own
-            and not ahead
+            and dated
             and st.written >= watch_began
-            and bool(st.birth)
             and st.birth >= watch_began - JOB_BEFORE_WATCH
         )
         return replace(
