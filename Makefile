@@ -31,11 +31,22 @@ system-deps:
 # handed out first: tests/conftest.py); the tests marked `alone` (they disturb whatever else
 # runs on the machine) run after, by themselves. TEST_WORKERS=0: no workers; 2 where the
 # machine is busy with other work (a real-time test fails more often under load than its own).
+# A test of real time can still miss its bound beside 3 others on 2 cores (CI saw 3 of ~2,950
+# in one run): the parallel part's failures, if at most AGAIN_AT_MOST, run again one after
+# another with nothing beside them, and make test passes only if each passes there. Both
+# lists are printed; more failures than that, or any error of pytest's own, fail at once.
 TEST_WORKERS ?= 4
+AGAIN_AT_MOST ?= 5
 PYTEST_PARALLEL := pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone"
 PYTEST_ALONE := pytest -q -m alone
+LASTFAILED := .pytest_cache/v/cache/lastfailed
 test: $(STAMP) system-deps
-	$(BIN)/$(PYTEST_PARALLEL)
+	@rm -f $(LASTFAILED)
+	@$(BIN)/$(PYTEST_PARALLEL); rc=$$?; [ $$rc -eq 0 ] && exit 0; [ $$rc -eq 1 ] || exit $$rc; \
+	n=$$($(BIN)/python -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' $(LASTFAILED)) || exit 1; \
+	[ "$$n" -le $(AGAIN_AT_MOST) ] || { echo "make test: $$n failed (more than $(AGAIN_AT_MOST)): not run again"; exit 1; }; \
+	echo "make test: $$n failed beside $(TEST_WORKERS) workers; each again, alone:"; \
+	$(BIN)/pytest -q --last-failed --last-failed-no-failures none -m "not alone"
 	$(BIN)/$(PYTEST_ALONE)
 
 # Both ends of the Prefect range pyproject.toml allows, each in its own virtualenv, the whole

@@ -176,7 +176,9 @@ def test_a_verdict_followed_from_a_watcher_of_another_run_is_not_this_runs(tmp_p
     state, stages = tmp_path / "state.db", tmp_path / "stages"
     stages.mkdir()
     first = SimulatedJob(tmp_path, scenario="complete", total=6, step=0.3)
-    stage = first.stage_dict(interval="300ms", exit_grace="300ms")
+    # Run 2 goes quiet after its steps: a stall_after longer than the watch keeps its verdict
+    # "running" (3 s of quiet read "stalled" on a loaded machine, where the wait took longer).
+    stage = first.stage_dict(interval="300ms", exit_grace="300ms", stall_after="1h")
     stage_file = _write(stages / "s.yaml", stage)
     first.start()
     serve = _serve(tmp_path, stages, state)

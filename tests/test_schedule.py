@@ -51,7 +51,11 @@ def test_forty_stages_are_all_checked_at_their_interval(tmp_path: Path) -> None:
     finally:
         job.stop()
     assert len(checks) == 40  # every stage, the 33rd to the 40th too
-    assert min(checks.values()) >= 3, checks  # each at its interval, not one after the other
+    # Each in its turn: none checked fewer times than another but by one (a stage starved
+    # behind the others got none). How many turns fit in 3 s is the machine's load: ~10 each
+    # when idle, 2 each on a 2-core machine running 4 test workers.
+    assert min(checks.values()) >= 2, checks
+    assert max(checks.values()) - min(checks.values()) <= 1, checks
     assert all(r.timed_out and r.last is not None for r in results)
     assert {r.last.state for r in results} == {State.RUNNING}
 
