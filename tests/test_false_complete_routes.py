@@ -158,8 +158,8 @@ def test_a_job_seen_alive_by_the_hidden_probe_itself_is_gone_when_it_no_longer_s
 
 
 def test_a_holders_complete_is_followed_until_a_new_run_is_at_work(tmp_path) -> None:
-    """serve settled run 1 complete and looks at the finished stage ten times less often.
-    While no new run began, a follower (status, wait) follows that complete, with the holder
+    """serve settled run 1 complete and, after ten looks, looks at the finished stage ten times
+    less often. While no new run began, a follower (status, wait) follows that complete, with the holder
     named (its own fresh check agrees). Once run 2 (the same job again) is at work, status
     (told nothing), status --since a time before both runs, and wait followed run 1's complete
     and exited 0: they say running now. (One serve and one run 1 for both sides: a follower
@@ -179,6 +179,7 @@ def test_a_holders_complete_is_followed_until_a_new_run_is_at_work(tmp_path) -> 
     try:
         assert first.wait(30) == 0
         _until(lambda: _stored_verdict(state, stage["stage"]) == "complete")
+        settled = _saved_at(state, stage["stage"])
         # No new run: the holder's complete is followed. (The followers side by side, here and
         # below: a follower writes nothing to the store.)
         begun = [
@@ -191,6 +192,9 @@ def test_a_holders_complete_is_followed_until_a_new_run_is_at_work(tmp_path) -> 
             assert out.returncode == 0, (out.stdout[-1500:], out.stderr[-1500:])
             assert verdicts[-1]["verdict"] == "complete"
             assert verdicts[-1]["reasons"][0].startswith("watched elsewhere"), verdicts[-1]["reasons"]
+        # The holder's first slow look (ten intervals after the settling check): its next is
+        # 20 s away, and the followers' checks below are their own.
+        _until(lambda: _saved_at(state, stage["stage"]) >= settled + 10 * 2.0 - 0.5)
         # Run 2 at work: it is not.
         second = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01, tag=first.tag)
         second.start()
@@ -211,6 +215,15 @@ def test_a_holders_complete_is_followed_until_a_new_run_is_at_work(tmp_path) -> 
             second.stop()
     finally:
         _stop(serve)
+
+
+def _saved_at(state: Path, stage: str) -> float:
+    """When the holder last saved a check of ``stage`` (its wall clock; 0.0: none yet)."""
+    from sensors._store import StageKey, open_store
+
+    with open_store(state) as store:
+        row = store.load(StageKey(stage, "local"))
+    return 0.0 if row is None else row.saved_at
 
 
 def test_a_holders_failed_is_not_followed_once_a_new_run_is_at_work(tmp_path) -> None:

@@ -805,3 +805,41 @@ def test_a_check_in_flight_when_its_stage_file_changes_is_neither_shown_nor_anno
     assert [c.stage.policy.stall_after for c in made] == [3600.0, 7200.0]
     # Every verdict shown is the new definition's: the held check, of the old one, was not.
     assert [by.get(id(v)) for v in emitted] == [1] * len(emitted), [by.get(id(v)) for v in emitted]
+
+
+# ----------------------------------------------------------------- a finished stage's cadence
+
+
+def _cadence(states: list[str], interval: float = 1.0) -> list[float]:
+    """The gaps serve leaves between looks at one stage whose checks say ``states`` in turn
+    (a simulated clock: each check begins when the last one asked; no process, no probe)."""
+    from types import SimpleNamespace
+
+    from sensors import State
+    from sensors._base.model import Verdict
+    from sensors._watch.watcher import Watcher, _Entry
+
+    watcher = Watcher(directory=Path("/nonexistent"))
+    stage = SimpleNamespace(stage="s", policy=SimpleNamespace(interval=interval))
+    entry = _Entry("k", "s", 1, stage, SimpleNamespace(persistence=None), None)  # type: ignore[arg-type]
+    watcher.entries["k"] = entry
+    gaps, began = [], 1000.0
+    for state in states:
+        verdict = Verdict("s", State(state), ("r",), {}, None, "local")
+        due = watcher._finished("k", verdict, began)
+        assert due is not None
+        gaps.append(round(due - began, 6))
+        began = due
+    return gaps
+
+
+def test_a_stage_just_finished_is_looked_at_its_interval_ten_times_then_ten_times_less_often() -> None:
+    """A stage that just finished is often run again at once (a fix, a retry): a re-run of 4 s,
+    begun at its finish, came and went between two looks 10 s apart and was never seen alive
+    (user s14). Ten looks at the interval, then ten times less often."""
+    assert _cadence(["running"] * 3 + ["complete"] * 13) == [1.0] * 13 + [10.0] * 3
+    # A new run (any verdict not settled) starts the count again.
+    assert _cadence(["complete"] * 11 + ["running"] + ["complete"] * 11) == [1.0] * 10 + [10.0] + [
+        1.0
+    ] * 11 + [10.0]
+    assert _cadence(["failed"] * 12, interval=2.0) == [2.0] * 10 + [20.0] * 2

@@ -40,11 +40,13 @@ class Fix(enum.Enum):
     #: The log's: a watch that saw the job at work only once its completion line was written
     #: did watch it before it ended, and could still not tell whose the line is (user 39).
     WATCH_BEFORE_LINE = "watch the job from before it writes its completion line"
-    #: ``serve`` looks at a finished stage ten times less often (``FINISHED_SLOWDOWN``): a
-    #: re-run shorter than that came and went unseen, the interval already short (user s14).
+    #: ``serve`` looks at a stage finished for ten intervals ten times less often
+    #: (``FINISHED_SLOWDOWN``): a re-run shorter than that came and went unseen, the interval
+    #: already short (user s14).
     CHECK_OFTEN = (
         "check more often than the job runs (a policy.interval shorter than its life; serve looks"
-        " at a stage that finished ten times less often, so a re-run must outlive ten intervals)"
+        " at a stage finished for ten intervals ten times less often, so a re-run begun then"
+        " must outlive ten intervals)"
     )
     LAUNCH = "launch the job through crosscheck (a launch section: its exit status is recorded)"
     LINE_LAST = "have the job write its completion line last (after closing its outputs)"

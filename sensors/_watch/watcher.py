@@ -53,7 +53,11 @@ if TYPE_CHECKING:  # _notify is imported only for stages that notify
 
 log = logging.getLogger("crosscheck.serve")
 
-#: A finished stage is looked at this many times less often (a new run is still noticed).
+#: A finished stage is looked at this many times less often (a new run is still noticed),
+#: once it has been finished for that many intervals: a stage that just finished is often
+#: run again at once (a fix, a retry), and a re-run shorter than ten intervals begun then came
+#: and went between two looks, never seen alive (user s14). Each finish costs at most ten
+#: looks more than a slowdown from the first.
 FINISHED_SLOWDOWN = 10.0
 #: At the end, how long the notifications still waiting may take to be delivered.
 DELIVERY_GRACE_S = 10.0
@@ -307,6 +311,8 @@ class _Entry:
     #: Its file changed or went while a check of it ran: that check is of a definition the
     #: file no longer holds (see ``Watcher._finished``).
     superseded: bool = False
+    #: When (monotonic) its verdicts became settled, none unsettled since; None while not.
+    settled_at: float | None = None
 
 
 class GateBridge(Protocol):
@@ -618,7 +624,12 @@ class Watcher:
         interval = entry.stage.policy.interval
         # A stuck stage (an unknown that cannot become complete) as a finished one: a new run
         # is still noticed, and 48 hours of checks at the fast cadence are not spent on it.
-        slow = FINISHED_SLOWDOWN if verdict.settled else 1.0
+        if not verdict.settled:
+            entry.settled_at = None
+        elif entry.settled_at is None:
+            entry.settled_at = began
+        finished_for = 0.0 if entry.settled_at is None else began - entry.settled_at
+        slow = FINISHED_SLOWDOWN if finished_for >= FINISHED_SLOWDOWN * interval else 1.0
         if entry.last is None or verdict.state is not entry.last.state:
             log.log(
                 logging.WARNING if verdict.state in (State.STALLED, State.CONTRADICTION) else logging.INFO,
