@@ -25,7 +25,8 @@ system-deps:
 # The newest Prefect the range allows (what `pip install -e '.[dev]'` resolves to). Most of the
 # suite waits on real time (real jobs, intervals, settle gaps), not on the CPU: 4 pytest-xdist
 # workers overlap those waits, also on 2 cores (the parallel part took 15.5 min with 4 workers
-# where 2 took 27, using 1.4 of the 2 cores). Each test module runs whole on one worker
+# where 2 took 27, using 1.4 of the 2 cores; 6 took 14.7, using 1.7, with 6 load failures:
+# the CPU, not the waits, bounds it from there). Each test module runs whole on one worker
 # (--dist loadfile: its module fixtures start once, its tests never overlap each other; the
 # modules that share a Prefect server or test harness run on one, and the slowest units are
 # handed out first: tests/conftest.py); the tests marked `alone` (they disturb whatever else
