@@ -425,7 +425,9 @@ def test_a_job_launched_through_crosscheck_completes(tmp_path: Path) -> None:
     tag = f"launch-{uuid.uuid4().hex[:8]}"
     doc = _stage(tmp_path, tag)
     doc["launch"] = {
-        "command": _job_argv(tmp_path, tag, "stdout", after="wandb"),
+        # 2 s of work after its summary: still alive when looked for (a job over before the
+        # launcher's own start, under load, left no process to find).
+        "command": _job_argv(tmp_path, tag, "stdout", after="wandb", post=2.0),
         "log": str(tmp_path / "job.log"),
     }
     stage = _stage_file(tmp_path, doc)

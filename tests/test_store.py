@@ -299,9 +299,14 @@ def test_sigkilled_writer_leaves_a_store_that_loads(tmp_path):
     last = -1
     for _ in range(5):
         proc = _worker("save-loop", str(path))
-        time.sleep(0.4 + rng.random() * 0.6)  # somewhere in the loop: mid-commit, mid-checkpoint
+        assert proc.stdout is not None
+        # Its first acknowledged save (a worker's start took over a second under load, and
+        # five kills before any save proved nothing), then somewhere in the loop: mid-commit,
+        # mid-checkpoint.
+        first = proc.stdout.readline()
+        time.sleep(0.1 + rng.random() * 0.6)
         proc.kill()
-        lines = _lines(proc)
+        lines = [json.loads(first)] + _lines(proc) if first.strip() else _lines(proc)
         acked = lines[-1]["i"] if lines else -1
         with warnings.catch_warnings():
             warnings.simplefilter("error", StoreWarning)  # a crash is not corruption

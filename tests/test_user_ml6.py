@@ -50,7 +50,8 @@ def test_a_first_run_appending_to_a_new_log_watched_late_is_stuck_and_says_why_t
     tag = f"gtgt-new-{uuid.uuid4().hex[:8]}"
     stage = _stage_file(tmp_path, _stage(tmp_path, tag))
     log = tmp_path / "job.log"
-    argv = _q(_job_argv(tmp_path, tag, "stdout", after="postproc", post=2.0))
+    # 4 s of post-processing: the watch's first check (a CLI start, slow under load) sees it.
+    argv = _q(_job_argv(tmp_path, tag, "stdout", after="postproc", post=4.0))
     job = _shell(f"nohup {argv} >> {shlex.quote(str(log))} 2>&1 &", tag)
     _post_processing(log, job)
     watch = Watch(stage, tmp_path, timeout="30s")
