@@ -306,7 +306,7 @@ def test_sigkilled_writer_leaves_a_store_that_loads(tmp_path):
         first = proc.stdout.readline()
         time.sleep(0.1 + rng.random() * 0.6)
         proc.kill()
-        lines = [json.loads(first)] + _lines(proc) if first.strip() else _lines(proc)
+        lines = [json.loads(first), *_lines(proc)] if first.strip() else _lines(proc)
         acked = lines[-1]["i"] if lines else -1
         with warnings.catch_warnings():
             warnings.simplefilter("error", StoreWarning)  # a crash is not corruption
