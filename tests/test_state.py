@@ -637,3 +637,27 @@ def test_a_checker_closes_the_store_it_opened_and_leaves_a_given_one_open(tmp_pa
         assert given.load(other.persistence.key) is not None  # still open, still answering
     finally:
         given.close()
+
+
+def test_an_edited_definition_keeps_when_the_process_was_first_found_gone() -> None:
+    """A changed ``outputs`` (or ``log``, ``policy``) drops that signal's memory and the
+    verdict's, but not when the same process was first found gone: an ``expected`` edited 14
+    minutes after the job's end waited ``exit_grace`` again from the edit (user s15). A changed
+    ``process`` is another job: nothing of it stays."""
+    from sensors._check.persist import _without
+    from sensors._verdict import VerdictMemory
+
+    memory = {
+        "signals": {"process": {"p": 1}, "outputs": {"o": 1}},
+        "verdict": VerdictMemory(gone_since=1000.0, last_progress_at=900.0, done_streak=2),
+        "last": object(),
+    }
+    for changed in (["outputs"], ["policy"], ["log", "outputs"]):
+        kept = _without(memory, changed)
+        assert kept is not None
+        assert kept["verdict"] == VerdictMemory(gone_since=1000.0), changed
+        assert kept["last"] is None
+        assert ("outputs" in kept["signals"]) == ("outputs" not in changed), changed
+    assert "verdict" not in (_without(memory, ["process"]) or {})
+    running = {**memory, "verdict": VerdictMemory(last_progress_at=900.0)}
+    assert (_without(running, ["outputs"]) or {})["verdict"] is None  # never found gone: nothing

@@ -7,8 +7,8 @@ finished before the watch first looked, and a stage file whose ``outputs.expecte
 after its job ended.
 
 Each test here is a defect found in that trial: a sentence shown to a person that is untrue,
-or advice the user had already followed; each is a strict xfail that fails now, with the
-reason. Run alone (real time; slow under load):
+or advice the user had already followed; each failed when found (a strict xfail at a434b7e).
+Run alone (real time; slow under load):
 ``PYTHONPATH=$PWD python -m pytest -v -p no:cacheprovider tests/test_user_s15.py``.
 """
 
@@ -21,7 +21,6 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tests.wait_cli import WaitCli
@@ -85,13 +84,6 @@ def _job_to_log(folder: Path, script: Path) -> int:
         return subprocess.run(argv, stdout=log, stderr=log).returncode
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "progress says 'log grew' whenever the log's size or inode changed: a log rotated by "
-        "logging's RotatingFileHandler (a new, smaller job.log) is said to have grown"
-    ),
-)
 def test_a_rotated_log_is_not_said_to_have_grown(tmp_path: Path) -> None:
     """``logging.handlers.RotatingFileHandler`` rotates job.log mid-run (job.log -> job.log.1,
     a new job.log). At the checks where the new file is smaller than the one the check before
@@ -123,14 +115,6 @@ def test_a_rotated_log_is_not_said_to_have_grown(tmp_path: Path) -> None:
     assert not said, said
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "advice already followed: a watch begun after a `job > log` run ended is told 'have each "
-        "run begin its log afresh (`job > log`, ...)', which the run did and which cannot tell "
-        "without a watch that sees the log's writer"
-    ),
-)
 def test_a_watch_after_the_end_is_not_told_to_begin_the_log_afresh(tmp_path: Path) -> None:
     """``python job.py > job.log`` (the log begun afresh, as the advice asks), block-buffered
     (its lines land at exit), finished before the watch first looked (trial: the Python API's
@@ -152,13 +136,6 @@ def test_a_watch_after_the_end_is_not_told_to_begin_the_log_afresh(tmp_path: Pat
     assert "begin its log afresh" not in doubt[0], doubt[0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a changed outputs.expected resets the exit clock: the gate says 'waiting up to Ns after "
-        "the exit for writes to land (0s so far)' beside 'ended (last seen alive 9s ago)'"
-    ),
-)
 def test_an_edited_expected_count_does_not_restart_the_wait_after_the_exit(tmp_path: Path) -> None:
     """A stage completes (6/6); 5 s after, with its job long gone and ``exit_grace`` (3 s)
     over, the user edits ``outputs.expected`` to 7 and runs ``wait`` again. The first verdict

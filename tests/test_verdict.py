@@ -900,3 +900,24 @@ def test_a_run_never_seen_whose_log_cannot_tell_leads_with_the_logs_reason() -> 
     assert verdict.state is State.UNKNOWN
     assert verdict.reasons[0].startswith("log unknown: a completion line is followed"), verdict.reasons
     assert not any("nothing else ties" in x for x in verdict.reasons), verdict.reasons
+
+
+@pytest.mark.parametrize(
+    ("before", "now", "said"),
+    [
+        ({"size": 100, "inode": 7}, {"size": 250, "inode": 7}, "log grew"),
+        # logging's RotatingFileHandler: job.log -> job.log.1, a new, smaller job.log (user s15)
+        ({"size": 768, "inode": 7}, {"size": 192, "inode": 8, "rotated": True}, "log rotated or replaced"),
+        ({"size": 100, "inode": 7}, {"size": 900, "inode": 8}, "log rotated or replaced"),
+        ({"size": 768, "inode": 7}, {"size": 0, "inode": 7, "truncated": True}, "log truncated"),
+        ({"absent": True}, {"size": 10, "inode": 7}, "log appeared"),
+    ],
+)
+def test_what_moved_in_the_log_is_said_as_it_happened(before: dict, now: dict, said: str) -> None:
+    from sensors._verdict.progress import progress
+
+    moved = progress(
+        {"log": reading("log", Says.WORKING, **now)}, {"log": reading("log", Says.WORKING, **before)}
+    )
+    assert said in moved, moved
+    assert [m for m in moved if m.startswith("log ")] == [said], moved

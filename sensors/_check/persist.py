@@ -33,6 +33,7 @@ from sensors._check.codec import VERSION, MemoryFormatError, dumps, fingerprint,
 from sensors._config.stage import Stage
 from sensors._run.run import Run, Since
 from sensors._store import Lease, SaveRequest, StageKey, Store, StoreWarning, open_store
+from sensors._verdict import VerdictMemory
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs  # typing's own from Python 3.13; mypy brings this one
@@ -454,8 +455,11 @@ def _without(memory: Any, changed: list[str]) -> dict[str, Any] | None:
       everything tied to that run (log offsets, counts, the GPU's PIDs) go; only the host's
       static facts stay.
     - ``log``, ``outputs``, ``gpu``: that signal's memory (the GPU's also with the process),
-      and the verdict's memory and last verdict (made under the old definition).
-    - ``policy``: the verdict's memory and last verdict.
+      and the verdict's memory and last verdict (made under the old definition), but for when
+      the process was first found gone: a fact of the same process, which an edited count
+      does not move (user s15: an ``expected`` edited 14 minutes after the job's end waited
+      ``exit_grace`` again, "0s so far" beside "last seen alive 829s ago").
+    - ``policy``: the same.
 
     Nothing changed: all of it, the settle streak included (a restored streak counts only
     with a fresh check that agrees: ``complete`` still needs a check made now).
@@ -492,7 +496,10 @@ def _without(memory: Any, changed: list[str]) -> dict[str, Any] | None:
         for k, v in dict(memory.get("signals") or {}).items()
         if k not in changed and not any(dep in changed for dep in _ALSO_DEPENDS.get(k, ()))
     }
-    return {**memory, "signals": signals, "verdict": None, "last": None}
+    kept = memory.get("verdict")
+    gone = kept.gone_since if isinstance(kept, VerdictMemory) else None
+    verdict = VerdictMemory(gone_since=gone) if gone is not None else None
+    return {**memory, "signals": signals, "verdict": verdict, "last": None}
 
 
 def _notes(changed: list[str]) -> list[str]:

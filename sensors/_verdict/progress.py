@@ -47,7 +47,14 @@ def progress(readings: Mapping[str, Reading], previous: Mapping[str, Reading]) -
         now, before = lg.evidence.get, plg.evidence.get
         size, psize = now("size"), before("size")
         if size is not None and psize is not None and (size != psize or now("inode") != before("inode")):
-            moved.append("log grew")
+            # Said as it happened: a log rotated or replaced (another inode) or truncated did
+            # not grow (user s15: "log grew" of one that went from 768 to 192 bytes).
+            if now("inode") != before("inode") or now("rotated"):
+                moved.append("log rotated or replaced")
+            elif size < psize or now("truncated"):
+                moved.append("log truncated")
+            else:
+                moved.append("log grew")
         elif size is not None and before("absent"):
             moved.append("log appeared")
     o, po = readings.get("outputs"), previous.get("outputs")
