@@ -530,7 +530,10 @@ def test_two_nodes_a_traceback_from_node_1_in_the_shared_log(tmp_path: Path, hos
     assert not [v for v in waiting.verdicts if v["advance"]], waiting.story()
     a = f"127.0.0.1:{hosts[0].sshd.port}"
     first = waiting.verdicts[-1]["reasons"][0]
-    assert first.startswith(f"shared log (read on {a}, node 0): error line: "), first
+    # The traceback came after the chief's completion line, and the reason says so.
+    assert first.startswith(f"shared log (read on {a}, node 0): error line after the completion line ("), (
+        first
+    )
 
 
 def test_two_nodes_a_traceback_does_not_call_rank_0_lost(tmp_path: Path, hosts: list[Any]) -> None:

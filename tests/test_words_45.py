@@ -485,3 +485,34 @@ def test_a_line_written_after_the_watch_began_is_no_runs_word_once_text_follows_
     states = _three_checks(_local_stage(tmp_path, tag, log), began)
     assert all(v.state is not State.COMPLETE for v in states), [(v.state, v.reasons) for v in states]
     assert states[-1].state is State.UNKNOWN, [(v.state, v.reasons) for v in states]
+
+
+def test_an_empty_log_is_said_empty_not_a_blank_last_line() -> None:
+    """A job whose stdout is block-buffered writes nothing to its log until it exits: the gate
+    said ``last: '', 5s ago`` (user s15), as if '' were a line it wrote."""
+    from sensors._signals.log import LogMemory, _log_says, _LogScan
+
+    def said(size: int, last: str) -> str:
+        scan = _LogScan(None, None, None, None, False, None, last, False)
+        return _log_says(scan, None, False, LogMemory(inode=1, size=size), 5.0)[1]
+
+    assert said(0, "").endswith("; the log is empty, last written 5s ago"), said(0, "")
+    assert said(12, "step 1").endswith("; last: 'step 1', 5s ago"), said(12, "step 1")
+
+
+def test_an_error_line_after_the_completion_line_is_said_to_come_after_it() -> None:
+    """A completion line, then a traceback from an ``atexit`` hook: failed, and the reason was
+    'error line: ConnectionError: ...' alone; a person could not tell a crash at exit from a
+    crash mid-run (user s15)."""
+    from sensors._signals.log import LogMemory, _log_says, _LogScan
+
+    def said(complete: str | None) -> str:
+        scan = _LogScan(complete, None, "ConnectionError: tracker went away", None, False, None, "x", False)
+        says, detail, _ = _log_says(scan, complete, False, LogMemory(inode=1, size=99), 1.0)
+        assert says is Says.FAILED
+        return detail
+
+    assert said("Finished training.") == (
+        "error line after the completion line (Finished training.): ConnectionError: tracker went away"
+    )
+    assert said(None) == "error line: ConnectionError: tracker went away"

@@ -1738,7 +1738,14 @@ def _log_says(
     would tell it (the fixes the watch had left out, "" where none would: see ``_advise``)."""
     had = had or Had()
     if scan.error_line is not None:
-        return Says.FAILED, f"error line: {scan.error_line.strip()[:200]}", None
+        # After the completion line (a teardown hook's traceback, an atexit error): said so, or
+        # a person cannot tell a crash at exit from one mid-run (user s15).
+        after = (
+            f" after the completion line ({scan.complete_line.strip()[:80]})"
+            if scan.complete_line is not None
+            else ""
+        )
+        return Says.FAILED, f"error line{after}: {scan.error_line.strip()[:200]}", None
     if complete_line is not None and still_writing:
         return (
             Says.WORKING,
@@ -1836,9 +1843,13 @@ def _log_says(
         )
     else:
         earlier = " (the completion line in it is an earlier run's)" if scan.earlier_complete else ""
+    # An empty log said so (a job whose stdout is block-buffered writes nothing until it
+    # exits: "last: ''" read as a line it wrote; user s15).
+    empty = memory.size == 0 and not scan.last_line
+    last = "the log is empty, last written" if empty else f"last: {scan.last_line[:160]!r},"
     return (
         Says.WORKING,
-        f"no completion line from this run yet{earlier}; last: {scan.last_line[:160]!r},"
+        f"no completion line from this run yet{earlier}; {last}"
         + (f" {age:.0f}s ago" if age >= 0 else f" the log stamped {-age:.0f}s ahead of the host's clock"),
         None,
     )
