@@ -494,7 +494,7 @@ def test_an_empty_log_is_said_empty_not_a_blank_last_line() -> None:
 
     def said(size: int, last: str) -> str:
         scan = _LogScan(None, None, None, None, False, None, last, False)
-        return _log_says(scan, None, False, LogMemory(inode=1, size=size), 5.0)[1]
+        return _log_says(scan, None, False, LogMemory(inode=1, size=size), 5.0, size=size)[1]
 
     assert said(0, "").endswith("; the log is empty, last written 5s ago"), said(0, "")
     assert said(12, "step 1").endswith("; last: 'step 1', 5s ago"), said(12, "step 1")

@@ -1153,7 +1153,9 @@ def read_log(
         # is read as it is written, and the doubt clears by itself.
         run_alive=job is not None and bool(job.live),
     )
-    says, detail, fix = _log_says(scan, complete_line, still_writing, memory, age, word, had, ahead, local)
+    says, detail, fix = _log_says(
+        scan, complete_line, still_writing, memory, age, word, had, ahead, local, size=st.size
+    )
     if says is Says.UNKNOWN:
         evidence["line_doubt"] = True  # _log_says's only unknowns: whose a completion line is
         evidence["line_fix"] = fix or ""  # what would have told it (a stuck verdict's fix)
@@ -1733,15 +1735,20 @@ def _log_says(
     had: Had | None = None,
     ahead: float | None = None,
     local: bool | None = None,
+    size: int | None = None,
 ) -> tuple[Says, str, str | None]:
     """What the log says, in words, and for a completion line whose run cannot be told, what
-    would tell it (the fixes the watch had left out, "" where none would: see ``_advise``)."""
+    would tell it (the fixes the watch had left out, "" where none would: see ``_advise``).
+    ``size``: the log's size at this read (None: not known, and the log is never said empty)."""
     had = had or Had()
     if scan.error_line is not None:
         # After the completion line (a teardown hook's traceback, an atexit error): said so, or
         # a person cannot tell a crash at exit from one mid-run (user s15).
+        # The scan's line is this run's unless ``_whose`` found it an earlier run's (a process
+        # of this run began after it): a re-run's crash then is no crash after finishing.
+        whose = "the" if complete_line is not None else "an earlier run's"
         after = (
-            f" after the completion line ({scan.complete_line.strip()[:80]})"
+            f" after {whose} completion line ({scan.complete_line.strip()[:80]})"
             if scan.complete_line is not None
             else ""
         )
@@ -1844,8 +1851,10 @@ def _log_says(
     else:
         earlier = " (the completion line in it is an earlier run's)" if scan.earlier_complete else ""
     # An empty log said so (a job whose stdout is block-buffered writes nothing until it
-    # exits: "last: ''" read as a line it wrote; user s15).
-    empty = memory.size == 0 and not scan.last_line
+    # exits: "last: ''" read as a line it wrote; user s15). By its size now: the memory's is
+    # the last check's, 0 at a first read and after a rewrite (6000 bytes of dots with no
+    # newline in the tail were "empty", beside "log grew": tests/test_adversary_s15b.py).
+    empty = size == 0
     last = "the log is empty, last written" if empty else f"last: {scan.last_line[:160]!r},"
     return (
         Says.WORKING,
