@@ -192,9 +192,12 @@ def test_a_holders_complete_is_followed_until_a_new_run_is_at_work(tmp_path) -> 
             assert out.returncode == 0, (out.stdout[-1500:], out.stderr[-1500:])
             assert verdicts[-1]["verdict"] == "complete"
             assert verdicts[-1]["reasons"][0].startswith("watched elsewhere"), verdicts[-1]["reasons"]
-        # The holder's first slow look (ten intervals after the settling check): its next is
-        # 20 s away, and the followers' checks below are their own.
+        # The holder's slow looks (from ten intervals after the settling check: its looks 20 s
+        # apart): no save for three intervals, so its next look is over 13 s away, and the
+        # followers' checks below are their own. (A save time past 20 s after the settling one
+        # was no sign: under load the ramp's looks drift late.)
         _until(lambda: _saved_at(state, stage["stage"]) >= settled + 10 * 2.0 - 0.5)
+        _until(lambda: time.time() - _saved_at(state, stage["stage"]) >= 3 * 2.0, timeout=60)
         # Run 2 at work: it is not.
         second = SimulatedJob(tmp_path, scenario="stall", total=4, step=0.01, tag=first.tag)
         second.start()

@@ -155,9 +155,16 @@ def test_advice_for_a_log_born_with_the_watch_offers_only_what_would_tell() -> N
 
     fixes = (Fix.SINCE, Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.LAUNCH, Fix.FRESH_LOG)
     scan = _LogScan(None, None, None, "Extraction complete", True, None, "Extraction complete", False)
-    for near, had in ((False, Had()), (False, Had(seen_alive=True)), (True, Had(born_with_watch=True))):
+    for near, live in ((False, False), (False, True), (True, True)):
+        had = Had(born_with_watch=near)
         memory = LogMemory(
-            inode=1, size=5, run_from=5, before_uncertain=True, bound_by="watch", born_near_watch=near
+            inode=1,
+            size=5,
+            run_from=5,
+            before_uncertain=True,
+            bound_by="watch",
+            born_near_watch=near,
+            holders_read_live=live,
         )
         says, detail, _fix = _log_says(scan, None, False, memory, 1.0, had=had)
         assert says is Says.UNKNOWN, detail
@@ -168,16 +175,14 @@ def test_advice_for_a_log_born_with_the_watch_offers_only_what_would_tell() -> N
                 " with --since TIME|DURATION or launch the job through crosscheck (a launch section:"
                 " its exit status is recorded)"
             ), detail
-        elif not had.seen_alive:  # a log older than the watch, no process of the run seen
+        elif not live:  # read first with no process of the job alive (a watch after its end)
             assert "watch the job from before it writes its completion line" in detail, detail
-            assert "`job > log`" not in detail, detail  # its writer's descriptors show it: none seen
-        else:  # its process seen (after the line): had the log been begun afresh, it would show
+            assert "`job > log`" not in detail, detail  # its writer's descriptors show it: none read
+        else:  # read while it was alive: a log it began afresh would have shown
+            assert "watch the job from before it writes its completion line" in detail, detail
             assert "`job > log`" in detail, detail
     from sensors._run.advice import advice
 
-    # A watch that saw no process of the run: a log begun afresh shows in its writer's
-    # descriptors, read while it is alive; that fix would not tell, and the run may have done it.
-    assert "afresh" not in advice(fixes, Had())
     assert advice(fixes, Had(born_with_watch=True)) == (
         "give the run's start with --since TIME|DURATION or launch the job through crosscheck"
         " (a launch section: its exit status is recorded)"

@@ -87,11 +87,7 @@ def _needless(fix: Fix, had: Had) -> bool:
     if fix in (Fix.WATCH_EARLIER, Fix.WATCH_BEFORE_LINE):
         return had.seen_alive or had.end_seen or had.before_job or had.born_with_watch
     if fix is Fix.FRESH_LOG:
-        # Born with the watch: begun afresh, as the fix asks. And what shows a log begun
-        # afresh is its writer's descriptors, read while it is alive: to a watch that saw no
-        # process of the run the fix tells nothing, and the run may well have done it (user
-        # s15: `python job.py > job.log`, over before the first look, was told to).
-        return had.born_with_watch or not (had.seen_alive or had.run_alive)
+        return had.born_with_watch  # born then: begun afresh, as the fix asks
     if fix is Fix.CHECK_OFTEN:
         # Offered to a watch that was there before the job and never saw it at work: what it
         # lacked is a check inside the job's life. Anywhere else, watching earlier is the fix.

@@ -218,6 +218,11 @@ class LogMemory:
     # holding the log, by a probe that is not root: another user's /proc/PID/fd is closed to
     # it, so a `> log` the job began cannot be shown (see ``_why_unbegun``).
     holders_unseen: bool = False
+    # The job was alive when the log's holders were read (its first read): a log it began
+    # afresh would have shown (``fresh_seen``). Read with none alive (a watch begun after the
+    # job's end), nothing could: to begin the log afresh would not tell, and the run may have
+    # (user s15: `python job.py > job.log`, over before the first look, was told to).
+    holders_read_live: bool = False
 
 
 class LogEvidence(TypedDict, total=False):
@@ -978,7 +983,12 @@ def read_log(
             and not any(h.pid in live for h in holders)
         )
         memory = replace(
-            memory, opened_in_run=began, opened_whole=whole, fresh_seen=fresh, holders_unseen=unseen
+            memory,
+            opened_in_run=began,
+            opened_whole=whole,
+            fresh_seen=fresh,
+            holders_unseen=unseen,
+            holders_read_live=bool(live),
         )
     # Whose clock stamps the file: the host's unless the file system says another's (not
     # read yet: taken as the host's, where fewer file times are believed).
@@ -1829,7 +1839,7 @@ def _log_says(
         if memory.holders_unseen:
             fresh: tuple[Fix, ...] = (Fix.PROBE_AS_OWNER,)
         else:
-            fresh = () if memory.fresh_seen else (Fix.FRESH_LOG,)
+            fresh = () if memory.fresh_seen or not memory.holders_read_live else (Fix.FRESH_LOG,)
         return _doubt(
             f"a completion line is in the log ({scan.earlier_complete.strip()[:120]}) but it may be an"
             f" earlier run's: {why}",
