@@ -242,8 +242,8 @@ class Following:
         own checks, or the least advanced of them where one disagrees.
 
         A followed verdict is as old as the holder's last check, and a holder looks at a
-        stage finished for ten intervals ten times less often (``crosscheck serve``), or may be stuck: the job
-        may have been run again since. A final verdict ends a wait and is acted upon (the
+        stage finished for ten intervals ten times less often (``crosscheck serve``), or may
+        be stuck: the job may have been run again since. A final verdict ends a wait and is acted upon (the
         next stage starts, or the pipeline stops), so it is never taken on another watch's
         word alone. This watch checks without saving (the row is the holder's): with the
         holder's memory of the run (the same run and definition, or it would not be

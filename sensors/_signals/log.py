@@ -1864,8 +1864,7 @@ def _log_says(
     # exits: "last: ''" read as a line it wrote; user s15). By its size now: the memory's is
     # the last check's, 0 at a first read and after a rewrite (6000 bytes of dots with no
     # newline in the tail were "empty", beside "log grew": tests/test_adversary_s15b.py).
-    empty = size == 0
-    last = "the log is empty, last written" if empty else f"last: {scan.last_line[:160]!r},"
+    last = "the log is empty, last written" if size == 0 else f"last: {scan.last_line[:160]!r},"
     return (
         Says.WORKING,
         f"no completion line from this run yet{earlier}; {last}"
