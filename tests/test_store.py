@@ -4,6 +4,7 @@ processes, SIGKILLed writers, and files that were truncated, overwritten or are 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -322,6 +323,51 @@ def test_sigkilled_writer_leaves_a_store_that_loads(tmp_path):
                     assert [e.verdict["i"] for e in history] == sorted({e.verdict["i"] for e in history})
                     last = i
     assert last > 0
+
+
+def _wal_frames(wal: bytes, page_size: int) -> list[tuple[int, int]]:
+    """(page number, offset of its data) of each frame in a WAL file, in order (the format:
+    a 32-byte header, then frames of a 24-byte header and one page)."""
+    frames, at = [], 32
+    while at + 24 + page_size <= len(wal):
+        frames.append((int.from_bytes(wal[at : at + 4], "big"), at + 24))
+        at += 24 + page_size
+    return frames
+
+
+def test_a_checkpoint_cut_short_by_a_kill_leaves_a_store_that_loads(tmp_path):
+    """A writer killed mid-checkpoint: the checkpoint copies the WAL's pages into the main file
+    in page order, page 1 first, whose header then counts pages the file does not have yet.
+    The main file alone reads as malformed; with its WAL it is the last commit, intact."""
+    live = tmp_path / "live" / "state.db"
+    with open_store(live) as store:
+        for i in range(40):  # the file grows: each commit's pages, page 1 among them, in the WAL
+            store.save(
+                StageKey(f"s{i}", "local"),
+                memory=json.dumps({"i": i, "pad": "p" * 3000}),
+                fingerprint={"i": str(i)},
+                verdict={"i": i},
+                version=1,
+                changed=True,
+            )
+        # Killed here, before its close's checkpoint: the files as the kill left them.
+        torn = tmp_path / "torn"
+        torn.mkdir(mode=0o700)
+        for suffix in ("", "-wal"):
+            shutil.copyfile(f"{live}{suffix}", torn / f"state.db{suffix}")
+    path = torn / "state.db"
+    page_size = int.from_bytes(path.read_bytes()[16:18], "big")
+    wal = (torn / "state.db-wal").read_bytes()
+    last_page_1 = max(at for page, at in _wal_frames(wal, page_size) if page == 1)
+    with open(path, "r+b") as f:  # the checkpoint's first write, and no more
+        f.write(wal[last_page_1 : last_page_1 + page_size])
+    alone = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)  # the main file alone
+    with contextlib.closing(alone), pytest.raises(sqlite3.DatabaseError, match="malformed"):
+        alone.execute("SELECT count(*) FROM crosscheck_meta").fetchall()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", StoreWarning)  # a crash is not corruption
+        with open_store(path) as store:
+            assert json.loads(store.load(StageKey("s39", "local")).memory)["i"] == 39
 
 
 def _populated(path: Path) -> dict[str, set[str]]:

@@ -13,8 +13,10 @@ import contextlib
 import fcntl
 import os
 import random
+import shutil
 import sqlite3
 import stat
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -204,17 +206,22 @@ def _peek(path: Path) -> str | None:
     file turns to WAL mode, so ``crosscheck_meta`` is always in the main file. Without a lock
     the read can meet pages another process is writing (a commit, a checkpoint): an error is
     read again a few times before the file counts as one SQLite cannot read, which is not
-    provably ours."""
+    provably ours.
+
+    The main file alone is not always the database: a writer killed mid-checkpoint leaves
+    it with some of its WAL's pages copied in (page 1 first, whose header then counts pages
+    the file does not have yet, which SQLite calls malformed), and only the WAL completes
+    it. So where the main file alone does not read and a WAL stands beside it, the two are
+    read from a private copy, where SQLite may recover the WAL without writing beside them."""
     for attempt in range(_PEEK_ATTEMPTS):
         try:
-            conn = sqlite3.connect(_uri(path, "ro", immutable=True), uri=True)
-        except sqlite3.Error as exc:
-            return f"cannot be read ({exc})"
-        try:
-            conn.text_factory = lambda b: b.decode("utf-8", "surrogateescape")
-            with _garbled_is_corrupt():
-                return _whose(conn, _tables(conn))
+            return _read_whose(_uri(path, "ro", immutable=True))
         except sqlite3.DatabaseError as exc:
+            with contextlib.suppress(sqlite3.DatabaseError, OSError):
+                wal = os.path.getsize(f"{path}-wal")
+                if wal > 0 and wal + os.path.getsize(path) <= _PEEK_COPY_AT_MOST:
+                    with _copied_with_wal(path) as copy:
+                        return _read_whose(_uri(copy, "rw"))
             if attempt + 1 < _PEEK_ATTEMPTS:
                 time.sleep(0.05 * (attempt + 1))
                 continue
@@ -222,12 +229,36 @@ def _peek(path: Path) -> str | None:
                 f"is not a usable SQLite database ({exc}) and cannot be shown to be a crosscheck "
                 "store; it is left untouched (move it away, or repair it with sqlite3's .recover)"
             )
-        finally:
-            conn.close()
     raise AssertionError("unreachable")
 
 
+def _read_whose(uri: str) -> str | None:
+    """:func:`_whose` of the database at ``uri``; a file SQLite cannot read raises."""
+    conn = sqlite3.connect(uri, uri=True)
+    try:
+        conn.text_factory = lambda b: b.decode("utf-8", "surrogateescape")
+        with _garbled_is_corrupt():
+            return _whose(conn, _tables(conn))
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def _copied_with_wal(path: Path) -> Iterator[Path]:
+    """A copy of the database at ``path`` and its WAL, in a private temporary folder (the
+    main file first: a checkpoint that finishes meanwhile leaves a WAL that still completes
+    it, or one whose old frames SQLite skips by their salt, and the caller reads again)."""
+    with tempfile.TemporaryDirectory(prefix="crosscheck-peek-") as folder:
+        copy = Path(folder) / "state.db"
+        shutil.copyfile(path, copy)
+        shutil.copyfile(f"{path}-wal", f"{copy}-wal")
+        yield copy
+
+
 _PEEK_ATTEMPTS = 5
+#: The largest database and WAL read through a copy: a store keeps a bounded history, far
+#: less. A larger pair is judged by its main file alone.
+_PEEK_COPY_AT_MOST = 256 * 2**20
 
 
 def _on_readonly_fs(path: Path) -> bool:
