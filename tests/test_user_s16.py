@@ -1,0 +1,82 @@
+"""An ML engineer's trial of the real CLI on short real jobs (session user16, brief s16).
+
+Jobs written as users write them (a ``run.sh`` pipeline, a torchrun-like launcher, sharded
+``save_pretrained``-like outputs, tqdm's ``\\r`` bar, a completion line on stderr under
+``timeout stdbuf nice``, a renamed output folder and a gzipped JSONL, a 50 MB log, a watch
+begun after its job) were gated by the real CLI on this machine; every gate opened within 3
+checks of the job's exit. The tests here are the defects that trial found: a number shown to
+a person that is untrue, and a Nagios check that answers a mistyped option with CRITICAL's
+code. Each fails now (strict xfail).
+Run alone: ``PYTHONPATH=$PWD python -m pytest -v -p no:cacheprovider tests/test_user_s16.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "sensors", *argv], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def _log_stage(tmp_path: Path) -> tuple[Path, Path]:
+    log = tmp_path / "job.log"
+    log.write_text("step 1/2\nstep 2/2\nJob finished\n")
+    doc = {
+        "stage": "s16-age",
+        "host": "local",
+        "log": {"path": str(log), "complete": "^Job finished$"},
+        "policy": {"interval": "1s"},
+    }
+    stage = tmp_path / "stage.yaml"
+    stage.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return stage, log
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the log's age is counted from its mtime rounded down to the second: a log last "
+    "written at 13:59:05.35 shows age=2.7s at 13:59:07.70 (status table, log_age perf data, "
+    "age_seconds), up to 1 s older than it is",
+)
+def test_log_age_counts_from_the_log_last_write_not_its_whole_second(tmp_path: Path) -> None:
+    stage, log = _log_stage(tmp_path)
+    # The last write 5.95 s before a whole second near now: its whole second is 0.95 s earlier.
+    written = math.floor(time.time()) - 5 + 0.95
+    os.utime(log, ns=(int(written * 1e9), int(written * 1e9)))
+    done = _cli("status", str(stage), "--json", "--state", "none", "--since", "1m")
+    answer = json.loads(done.stdout)
+    age = answer["signals"]["log"]["evidence"]["age_seconds"]
+    checked = datetime.fromisoformat(answer["checked_at"]).timestamp()
+    # The probe reads its clock and the log within the check: the age it reports is within
+    # a few tenths of a second of checked_at minus the last write, never 0.95 s more.
+    assert abs(age - (checked - written)) < 0.4, (age, checked - written)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="an unrecognised option (`crosscheck check s.yaml --json`) exits 2, CRITICAL to "
+    "Nagios, with argparse's usage on stderr; docs/cli.md says a bad option is 3 UNKNOWN "
+    "with the reason as the status line on stdout (a bad -t value already is)",
+)
+def test_check_answers_an_unrecognised_option_as_unknown(tmp_path: Path) -> None:
+    stage, _ = _log_stage(tmp_path)
+    done = _cli("check", str(stage), "--json", "--state", "none")
+    assert done.returncode == 3, (done.returncode, done.stdout, done.stderr)
+    assert done.stdout.startswith("CROSSCHECK UNKNOWN - "), done.stdout
+    assert "--json" in done.stdout.splitlines()[0]
