@@ -12,6 +12,13 @@ from tests.fuzz.history import run_seeds
 
 #: The found histories, each with what it found and what became of it.
 SEEDS = [
+    # A launched run 2 exits 0; run 3 (not launched) begins at once, appends its progress and
+    # its own completion line, all before a watch bound to the launch reads the log again,
+    # whose file times are an hour ahead (another clock: they date nothing against the
+    # recorded exit). The last line was taken for the launched run's word: complete while
+    # run 3 worked on. A second completion line read after the exit on such a clock is no
+    # longer the launched run's.
+    8001198,
     # Run 1 writes its line and exits; run 2 begins ~20 ms later, appends text and no line,
     # exits 0. Its start within /proc's precision of the log's birth passed for the
     # log's opener (7 hard false completes) until the kernel's view of who began the log

@@ -1680,7 +1680,20 @@ def _launch_over(
         return f"a completion line followed by a later run's progress: {scan.later_run}"
     if _exit_log_holds(memory) and (change is not None or (st.inode, st.size) != memory.exit_log):
         return "the log changed after a check had found the launched job over"
-    if exited_by is None or memory.foreign_clock:
+    if exited_by is None:
+        return None
+    if memory.foreign_clock:
+        # File times of another clock date nothing against the recorded exit: what was written
+        # after the last read made with the job alive may be its last words or a later run's.
+        # A second completion line read there, after one of the run's (fuzzer seed 8001198:
+        # run 3 began at the exit and wrote its progress and its own line before the next
+        # check), may be a later run's: which of the two is the launched run's last word
+        # cannot be told.
+        if scan.before_last is not None and not _exit_log_holds(memory):
+            return (
+                f"a completion line ({scan.before_last[:120]!r}) followed by another, read after"
+                " the launched job's recorded exit in a log whose times are another clock's"
+            )
         return None
     if st.written > exited_by + FILE_TIME_TICK:
         what = (
@@ -1909,6 +1922,8 @@ class _LogScan(NamedTuple):
     partial: bool
     followed_by: str | None = None
     later_run: str | None = None  # a completion line of this run's bytes, then a later run's progress
+    # The completion line of this run's bytes that this scan found another after (None: none).
+    before_last: str | None = None
 
 
 def _scan_log(
@@ -1939,6 +1954,7 @@ def _scan_log(
     error_line, followed_by = memory.error_line, memory.followed_by
     earlier, earlier_end = memory.earlier_complete, None
     later_run = memory.later_run
+    before_last = None
     # The last progress update read before this line (a redraw of it is no new work). The
     # memory's is the last in the bytes it scanned: before this tail only where this scan
     # resumes after them, or where the tail starts mid-file (the memory is all there is of
@@ -1987,6 +2003,8 @@ def _scan_log(
                 earlier_end = -1  # text after it: it is not the last line
             continue
         if whole and complete_rx.search(segment):
+            if complete_line is not None and complete_end is not None and complete_end < end:
+                before_last = complete_line
             # Lines kept are kept redacted (the memory is stored), and compared as kept: the
             # same line redacts the same way at every check.
             complete_line, complete_end = redact(segment), end
@@ -2051,6 +2069,7 @@ def _scan_log(
         partial,
         followed_by,
         later_run,
+        before_last,
     )
 
 
