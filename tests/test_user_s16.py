@@ -6,8 +6,8 @@ Jobs written as users write them (a ``run.sh`` pipeline, a torchrun-like launche
 begun after its job) were gated by the real CLI on this machine; every gate opened within 3
 checks of the job's exit. The tests here are the defects that trial found: a number shown to
 a person that is untrue, a Nagios check that answers a mistyped option with CRITICAL's code,
-advice that names an option the command does not take, and a fix already followed. Each
-fails now (strict xfail).
+advice that names an option the command does not take, and a fix already followed. The
+first two are fixed; the last two fail still (strict xfail, with the reason).
 Run alone: ``PYTHONPATH=$PWD python -m pytest -v -p no:cacheprovider tests/test_user_s16.py``.
 """
 
@@ -49,15 +49,9 @@ def _log_stage(tmp_path: Path) -> tuple[Path, Path]:
     return stage, log
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the log's age is counted from its mtime rounded down to the second: a log last "
-    "written at 13:59:05.35 shows age=2.7s at 13:59:07.70 (status table, log_age perf data, "
-    "age_seconds), up to 1 s older than it is; the stuck rule's 'log unwritten for "
-    "exit_grace' reads it too (a stage with exit_grace 3s was declared stuck 2.73 s after the "
-    "log's last write)",
-)
 def test_log_age_counts_from_the_log_last_write_not_its_whole_second(tmp_path: Path) -> None:
+    """The log's age (the status table, ``log_age`` perf data, the stuck rule's quiet log)
+    from its mtime as exactly as stat gives it: its whole second made it up to 1 s older."""
     stage, log = _log_stage(tmp_path)
     # The last write 5.95 s before a whole second near now: its whole second is 0.95 s earlier.
     written = math.floor(time.time()) - 5 + 0.95
@@ -71,13 +65,10 @@ def test_log_age_counts_from_the_log_last_write_not_its_whole_second(tmp_path: P
     assert abs(age - (checked - written)) < 0.4, (age, checked - written)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an unrecognised option (`crosscheck check s.yaml --json`) exits 2, CRITICAL to "
-    "Nagios, with argparse's usage on stderr; docs/cli.md says a bad option is 3 UNKNOWN "
-    "with the reason as the status line on stdout (a bad -t value already is)",
-)
 def test_check_answers_an_unrecognised_option_as_unknown(tmp_path: Path) -> None:
+    """docs/cli.md: a bad option is 3 UNKNOWN, the reason the status line on stdout (it was 2,
+    CRITICAL to Nagios, argparse's usage on stderr: the top parser reports a subcommand's
+    unrecognised arguments)."""
     stage, _ = _log_stage(tmp_path)
     done = _cli("check", str(stage), "--json", "--state", "none")
     assert done.returncode == 3, (done.returncode, done.stdout, done.stderr)

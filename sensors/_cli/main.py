@@ -371,7 +371,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _command(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # argparse reports a subcommand's unrecognised arguments from the top parser, past the
+        # subcommand's own answer to a usage error (check's: UNKNOWN, on stdout; user s16).
+        if args.command == "check":
+            raise SystemExit(_plugin_usage_error(f"unrecognized arguments: {' '.join(extra)}"))
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "serve":  # serve's --log-level decides what of paramiko's is shown
         return _dispatch(args)
     with _quiet_paramiko():

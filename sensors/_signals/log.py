@@ -1068,7 +1068,9 @@ def read_log(
         and st.size > memory.size
         and st.size > complete_end
     )
-    age = round(meta.now - st.mtime, 1)
+    # From the mtime as exactly as stat gave it: its whole second made a log up to 1 s older
+    # than it was, in the words, the perf data and the stuck rule's quiet log (user s16).
+    age = round(meta.now - st.written, 1)
     evidence = _evidence(spec, scan, st, memory, complete_line, age, change, accepted)
     ahead = file_time_ahead(st, meta.now_end or meta.now, memory.foreign_clock is not True)
     if ahead is not None:
