@@ -168,6 +168,9 @@ class Scope:
     since_lo: float | None = None  # the earliest time its since can have resolved to
     launched: int | None = None  # the index of the run its launch record is of
     probe: str = "local"  # local, pidns (its own PID namespace), hidepid (another user)
+    #: When the watch's first check read the host (None: not yet known): a run over before it
+    #: was never in the view of its process section.
+    first_check: float | None = None
 
 
 @dataclass(frozen=True)
@@ -313,15 +316,21 @@ def _judge(
         # writes its last line).
         gone = run.ended is not None and run.ended <= scope.since_lo - SINCE_SLACK
         # The record's StartedAt dates the container too.
-        sees = process_sees(d, scope) or record_read(d, scope)
+        # (A check's time is its probe's clock read, made before it scans /proc: a run over
+        # before it was out of that scan's view; 50 ms for checked_at's rounding.)
+        in_view = scope.first_check is None or run.ended is None or run.ended >= scope.first_check - 0.05
+        sees = (process_sees(d, scope) and in_view) or record_read(d, scope)
         if not gone and not sees:
             # Only a process tells a run alive at the since from one begun after it: where no
-            # process section finds it, what it writes after the since reads as the run asked
-            # for (as a run alive where no configured signal sees it: soft).
+            # process section finds it, or the run was over before the watch's first check (a
+            # `wait` whose start took 3 s under load: fuzzer seed 8001159), what it writes after
+            # the since reads as the run asked for (as a run alive where no configured signal
+            # sees it: soft).
             return Judgement(
                 SOFT,
                 f"the latest run (run {run.index}) began {scope.since_lo - run.started:.1f}s before"
-                " since and was alive at it, where no process section finds it",
+                " since and was alive at it, where no process section finds it"
+                + ("" if in_view else " (it was over before the watch's first check)"),
                 "since-inside-earlier-run-unseen",
             )
         return Judgement(

@@ -867,6 +867,10 @@ class World:
         snaps: list[Snapshot],
         definitions: list[Definition],
     ) -> None:
+        if w.scope.first_check is None:
+            # The first verdict's check, whatever it said (a holder's, for a followed one: no
+            # later than this watch's own first, so no run counts out of its view that was in).
+            w.scope = replace(w.scope, first_check=at)
         w.record.append(
             CheckRecord(
                 at=at,
