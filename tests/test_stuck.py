@@ -243,6 +243,13 @@ ADVICE = [
     (Had(launched=True), (Fix.FROM_LAUNCH, Fix.LOCAL_LOG), ["from its launch", "own file system"], []),
     (Had(), (Fix.FROM_LAUNCH, Fix.LOCAL_LOG), ["own file system"], ["from its launch"]),
     (Had(seen_alive=True, end_seen=True), (Fix.ADD_SIGNAL, Fix.LAUNCH), ["add a log section", "launch"], []),
+    # serve takes no run start (its stage files have none): never advised there (user s16).
+    (
+        Had(takes_no_since=True),
+        (Fix.SINCE, Fix.WATCH_EARLIER, Fix.LAUNCH),
+        ["before it ends", "launch"],
+        ["--since"],
+    ),
 ]
 
 
@@ -297,6 +304,10 @@ def test_a_since_watch_is_not_told_to_give_a_since() -> None:
     without, _ = decide("s", "local", readings, PolicySpec(), VerdictMemory(), 1000.0)
     assert with_since.state is State.UNKNOWN and "--since" not in " ".join(with_since.reasons)
     assert "--since" in " ".join(without.reasons)
+    # serve: no run start can be given, so none is advised (user s16).
+    served, _ = decide("s", "local", readings, PolicySpec(), VerdictMemory(), 1000.0, takes_since=False)
+    assert served.state is State.UNKNOWN and "--since" not in " ".join(served.reasons)
+    assert "launch the job" in " ".join(served.reasons)
 
 
 # --------------------------------------------------------------------------- notifications

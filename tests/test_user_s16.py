@@ -7,7 +7,7 @@ begun after its job) were gated by the real CLI on this machine; every gate open
 checks of the job's exit. The tests here are the defects that trial found: a number shown to
 a person that is untrue, a Nagios check that answers a mistyped option with CRITICAL's code,
 advice that names an option the command does not take, and a fix already followed. The
-first two are fixed; the last two fail still (strict xfail, with the reason).
+first three are fixed; the last fails still (strict xfail, with the reason).
 Run alone: ``PYTHONPATH=$PWD python -m pytest -v -p no:cacheprovider tests/test_user_s16.py``.
 """
 
@@ -76,13 +76,9 @@ def test_check_answers_an_unrecognised_option_as_unknown(tmp_path: Path) -> None
     assert "--json" in done.stdout.splitlines()[0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="serve shows a finished job's completion line in doubt with 'To tell: give the "
-    "run's start with --since TIME|DURATION', an option serve does not take (nor does the "
-    "stage file): advice its reader cannot act on there",
-)
 def test_serve_advises_nothing_serve_cannot_take(tmp_path: Path) -> None:
+    """serve takes no run start (nor do its stage files): a completion line in doubt was
+    shown with "give the run's start with --since", advice its reader could not act on."""
     stages = tmp_path / "stages"
     stages.mkdir()
     log = tmp_path / "job.log"

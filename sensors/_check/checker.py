@@ -181,6 +181,9 @@ class Following:
     #: Whether this watch's memory is that carried memory: it had none of its own when it
     #: began to confirm (it never read the host before). See :meth:`_confirmed`.
     _carried_is_own: bool = False
+    #: Whether this watch can be given a run start (``--since``, ``since=``). ``serve`` sets
+    #: it False: its stage files have none, and no advice it shows names one.
+    takes_since: bool = True
 
     @property
     def own_run(self) -> OwnRun:
@@ -716,6 +719,7 @@ class Checker(Following):
             # Only for what the watch's first check finds: once a run is seen, or a later
             # check binds a log (a new run's memory, a rank's log), it is no run start.
             watch_began=self._host_began(meta) if first else None,
+            takes_since=self.takes_since,
         )
         readings: dict[str, Reading] = {}
         for signal, spec in self._configured():
@@ -751,6 +755,7 @@ class Checker(Following):
             meta.now,
             run=mem.run,
             launch=facts.launch,
+            takes_since=self.takes_since,
         )
         self._own_checks += 1
         verdict = _earlier_watch_words(

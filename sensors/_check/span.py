@@ -378,6 +378,18 @@ class SpanChecker(Following):
         """As :meth:`Checker.watch`: a check every ``policy.interval`` until final or timeout."""
         return Watch.of(self.check, self.stage.policy, timeout=timeout, sleep=sleep, clock=clock)
 
+    @property
+    def takes_since(self) -> bool:
+        """Whether this watch can be given a run start: its nodes' checks (see Following)."""
+        return self.nodes[0].takes_since
+
+    @takes_since.setter
+    def takes_since(self, value: bool) -> None:
+        for node in self.nodes:
+            node.takes_since = value
+        for _, _, rank_log in self.rank_logs:
+            rank_log.takes_since = value
+
     def close(self) -> None:
         """Release the stage's lease; close the store when it was opened here."""
         for probe in self.probes:

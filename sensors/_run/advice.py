@@ -19,6 +19,9 @@ class Had:
     """What the watch had of its run: each a fix it needs no telling of."""
 
     since: bool = False  # the run's start, given (--since)
+    #: The watch takes no run start (``serve``: its stage files have none): advice to give
+    #: one is advice its reader cannot act on there (user s16).
+    takes_no_since: bool = False
     launched: bool = False  # crosscheck launched the job (its start is exact, its exit recorded)
     seen_alive: bool = False  # this watch saw the job's process at work
     end_seen: bool = False  # ... and found it gone later: it watched the job end
@@ -83,7 +86,7 @@ class Fix(enum.Enum):
 def _needless(fix: Fix, had: Had) -> bool:
     """Whether the watch already did what ``fix`` asks."""
     if fix is Fix.SINCE:
-        return had.since or had.launched  # a launch is an exact start already
+        return had.since or had.launched or had.takes_no_since  # a launch is an exact start already
     if fix in (Fix.WATCH_EARLIER, Fix.WATCH_BEFORE_LINE):
         return had.seen_alive or had.end_seen or had.before_job or had.born_with_watch
     if fix is Fix.FRESH_LOG:

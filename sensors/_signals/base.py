@@ -209,6 +209,9 @@ class CheckFacts(NamedTuple):
     #: request was built from them, so a signal reads its sections with them first (the log:
     #: a read resumed at the last run's offset, or none where it looked unchanged).
     set_aside: Mapping[str, object] = {}
+    #: Whether the watch can be given a run start (False: ``serve``, whose stage files have
+    #: none): the fixes a reading offers leave out giving one where it cannot.
+    takes_since: bool = True
 
     @property
     def run_start(self) -> float | None:

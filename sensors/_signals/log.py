@@ -894,6 +894,7 @@ def read_log(
     watch_began: float | None = None,
     asked_with: LogMemory | None = None,
     earlier_record: bool = False,
+    takes_since: bool = True,
 ) -> tuple[Reading, LogMemory]:
     """Read the log signal: this run's completion and error lines, progress, staleness.
 
@@ -906,7 +907,8 @@ def read_log(
     process signal is configured but could not read the processes at this check;
     ``asked_with``: the memory the probe's request was built from, where a new run set it
     aside at this check, see ``_rebound``; ``earlier_record``: the supervisor's latest record
-    is of a run begun before the given start, see ``CheckFacts.supervised_earlier``).
+    is of a run begun before the given start, see ``CheckFacts.supervised_earlier``;
+    ``takes_since``: see ``CheckFacts.takes_since``).
     """
     memory = memory or LogMemory()
     rebound = None
@@ -1156,6 +1158,7 @@ def read_log(
         return Reading("log", Says.UNKNOWN, detail, evidence, meta.now, host), new_memory
     had = Had(
         since=run is not None and run.source == "since",
+        takes_no_since=not takes_since,
         launched=run is not None and run.source == "launch",
         # A process of the job seen at work before its line was written: watched before it ended.
         seen_alive=bool(word.writers),
@@ -2216,6 +2219,7 @@ def _read(
         watch_began=facts.watch_began,
         asked_with=asked if isinstance(asked := facts.set_aside.get("log"), LogMemory) else None,
         earlier_record=facts.supervised_earlier,
+        takes_since=facts.takes_since,
     )
     if new_memory.complete_end is not None:
         # Alive now or at the last check: outputs written in between may be its own.

@@ -54,14 +54,16 @@ def decide(
     *,
     run: Run | None = None,
     launch: LaunchEnd | None = None,
+    takes_since: bool = True,
 ) -> tuple[Verdict, VerdictMemory]:
     """One verdict from this check's readings and the memory of earlier checks.
 
     ``run`` (where the watched run begins) is carried into the verdict for the record; the
     readings already hold what ties their evidence to it. ``launch``: how a launched job
     ended, for a stage without a process signal (with one, its reading carries it).
+    ``takes_since``: whether the watch can be given a run start (advice names one only then).
     """
-    state, reasons, kept = _rules(readings, policy, memory, now, launch, run)
+    state, reasons, kept = _rules(readings, policy, memory, now, launch, run, takes_since)
     last_progress_at, d_since, gone_since = kept
     done_all = state is None and bool(readings) and all(r.says is Says.DONE for r in readings.values())
     streak = memory.done_streak + 1 if done_all else 0
@@ -84,6 +86,7 @@ def decide(
             run,
             gone_for=now - gone_since if now is not None and gone_since is not None else 0.0,
             grace=policy.exit_grace,
+            takes_since=takes_since,
         ),
     )
     new_memory = VerdictMemory(
@@ -120,6 +123,7 @@ def _rules(
     now: float | None,
     launch: LaunchEnd | None = None,
     run: Run | None = None,
+    takes_since: bool = True,
 ) -> tuple[State | None, list[str], tuple[float | None, float | None, float | None]]:
     """The state (None: every signal says done, let the settle count decide), its reasons,
     and this check's clocks to remember (last progress, in D since, gone since)."""
@@ -132,7 +136,7 @@ def _rules(
     c = clocks(
         readings, memory.previous, policy, memory.last_progress_at, memory.d_since, memory.gone_since, now
     )
-    state, reasons = _by_process(readings, policy, c, launch, run)
+    state, reasons = _by_process(readings, policy, c, launch, run, takes_since)
     return state, reasons, (c.last_progress_at, c.d_since, c.gone_since)
 
 
@@ -142,13 +146,14 @@ def _by_process(
     c: Clocks,
     launch: LaunchEnd | None = None,
     run: Run | None = None,
+    takes_since: bool = True,
 ) -> tuple[State | None, list[str]]:
     p, lg = readings.get("process"), readings.get("log")
     by_record = supervised(readings, stalled=c.idle_for >= policy.stall_after)
     if by_record is not None:
         return by_record
     if p is None:
-        return no_process(readings, policy, c, launch, run)
+        return no_process(readings, policy, c, launch, run, takes_since=takes_since)
     if p.says is Says.UNKNOWN:
         if launch is not None and launch.status is not None and launch.status != 0:
             # The launched job's own recorded failure (a record of the user's own): failed,
@@ -162,4 +167,4 @@ def _by_process(
         return State.UNKNOWN, reasons
     if p.says is Says.WORKING:
         return alive(readings, policy, c)
-    return gone(readings, policy, c, run)
+    return gone(readings, policy, c, run, takes_since=takes_since)

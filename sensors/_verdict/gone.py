@@ -35,7 +35,12 @@ Outcome = tuple[State | None, list[str]]
 
 
 def gone(
-    readings: Mapping[str, Reading], policy: PolicySpec, clocks: Clocks, run: Run | None = None
+    readings: Mapping[str, Reading],
+    policy: PolicySpec,
+    clocks: Clocks,
+    run: Run | None = None,
+    *,
+    takes_since: bool = True,
 ) -> Outcome:
     """The state (None: every signal done, the settle count decides) and its reasons, the
     one that decided first (``process gone`` is context, not why it failed)."""
@@ -95,7 +100,7 @@ def gone(
             _never_seen(p),
             "not started yet, ended before this watch first looked, or process.match/pid is"
             " wrong; nothing else ties the"
-            f" evidence to this run ({how_to_tie(had_of(readings, run))})",
+            f" evidence to this run ({how_to_tie(had_of(readings, run, takes_since=takes_since))})",
             *(f"{r.signal}: {r.detail}" for r in readings.values() if r is not p),
         ]
     return _after_the_exit(readings, policy, clocks)

@@ -19,6 +19,8 @@ def no_process(
     clocks: Clocks,
     launch: LaunchEnd | None = None,
     run: Run | None = None,
+    *,
+    takes_since: bool = True,
 ) -> Outcome:
     """failed > complete (settled; without a log only with an output written during the run)
     > unknown > stalled > running. A launched job's end, as its wrapper recorded it, counts
@@ -79,9 +81,10 @@ def no_process(
             # run, or this run's own exit 0 on record (a supervisor's, or its launch
             # wrapper's: a resumable re-run that found every output there and skipped it,
             # fuzzer seed 4000781), ties them to it.
+            had = had_of(readings, run, takes_since=takes_since)
             return State.UNKNOWN, [
                 "every signal says done, but nothing ties it to this run: no output was"
-                f" written since the run began ({how_to_tie(had_of(readings, run))})",
+                f" written since the run began ({how_to_tie(had)})",
                 *details(readings),
             ]
         return None, []

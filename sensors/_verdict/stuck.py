@@ -45,8 +45,9 @@ from sensors._run.run import Run
 __all__ = ["had_of", "stuck"]
 
 
-def had_of(readings: Mapping[str, Reading], run: Run | None) -> Had:
-    """What the watch had, from this check's readings and where its run begins."""
+def had_of(readings: Mapping[str, Reading], run: Run | None, *, takes_since: bool = True) -> Had:
+    """What the watch had, from this check's readings and where its run begins
+    (``takes_since``: whether it can be given a run start at all)."""
     p = readings.get("process")
     launched = run is not None and run.source == "launch"
     seen = False
@@ -63,6 +64,7 @@ def had_of(readings: Mapping[str, Reading], run: Run | None) -> Had:
     )
     return Had(
         since=run is not None and run.source == "since",
+        takes_no_since=not takes_since,
         launched=launched,
         seen_alive=seen,
         end_seen=seen and gone,
@@ -153,7 +155,13 @@ def _quiet_for(lg: Reading, grace: float) -> bool:
 
 
 def stuck(
-    state: State, readings: Mapping[str, Reading], run: Run | None, gone_for: float = 0.0, grace: float = 0.0
+    state: State,
+    readings: Mapping[str, Reading],
+    run: Run | None,
+    gone_for: float = 0.0,
+    grace: float = 0.0,
+    *,
+    takes_since: bool = True,
 ) -> Stuck | None:
     """The :class:`Stuck` of an ``unknown`` verdict held for good (None: it may still change)."""
     if state is not State.UNKNOWN:
@@ -166,5 +174,5 @@ def stuck(
     if why == "line_doubt" and lg is not None:
         fix = str(lg.evidence.get("line_fix") or "")
     else:
-        fix = advice(fixes, had_of(readings, run))
+        fix = advice(fixes, had_of(readings, run, takes_since=takes_since))
     return Stuck(text, fix or "nothing this watch lacked would have told; see docs/run-binding.md")

@@ -478,6 +478,8 @@ class Watcher:
             except CrosscheckError as exc:  # a handed-off `since` that does not parse
                 log.error("%s: skipped: %s", item.name, exc)
                 continue
+            # A stage file gives no run start, nor does serve: no advice it shows names one.
+            checker.takes_since = False
             persist = checker.persistence
             if persist is not None:
                 persist.holder = self.holder  # one holder: leases are read against the registry
