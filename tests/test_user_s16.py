@@ -6,8 +6,8 @@ Jobs written as users write them (a ``run.sh`` pipeline, a torchrun-like launche
 begun after its job) were gated by the real CLI on this machine; every gate opened within 3
 checks of the job's exit. The tests here are the defects that trial found: a number shown to
 a person that is untrue, a Nagios check that answers a mistyped option with CRITICAL's code,
-advice that names an option the command does not take, and a fix already followed. The
-first three are fixed; the last fails still (strict xfail, with the reason).
+advice that names an option the command does not take, and a fix already followed. Each
+failed before its fix (strict xfails at 4e6b734).
 Run alone: ``PYTHONPATH=$PWD python -m pytest -v -p no:cacheprovider tests/test_user_s16.py``.
 """
 
@@ -22,7 +22,6 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,15 +144,10 @@ if rank == 0:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ranks matched by process.match print the completion line last; their launcher "
-    "(not matched) logs 2 lines after they exit: stuck, and the fix is 'launch the job through "
-    "crosscheck or have the job write its completion line last', which the job already does; "
-    "the fix that would tell (match the launcher, the log's writer after the ranks) is not "
-    "offered",
-)
 def test_a_launcher_writing_after_its_ranks_is_named_in_the_fix(tmp_path: Path) -> None:
+    """Ranks matched (as ``crosscheck init --pid RANK0`` drafts), their launcher not, logging
+    after them: stuck, rightly; the fix offered was only "launch the job through crosscheck or
+    have the job write its completion line last", which the job did."""
     launcher, rank = tmp_path / "launcher.py", tmp_path / "train.py"
     launcher.write_text(LAUNCHER)
     rank.write_text(RANK)

@@ -53,6 +53,12 @@ class Fix(enum.Enum):
     )
     LAUNCH = "launch the job through crosscheck (a launch section: its exit status is recorded)"
     LINE_LAST = "have the job write its completion line last (after closing its outputs)"
+    #: Text after the line that no matched process wrote: a launcher or wrapper that logs after
+    #: its workers (torchrun's agent, a shell script) is the job, and unmatched (user s16).
+    MATCH_WRITER = (
+        "match every process that writes the log with process.match (a launcher or wrapper that"
+        " logs after its workers, as torchrun's agent or a shell script does)"
+    )
     ADD_SIGNAL = "add a log section with a completion line, or an outputs section"
     OWN_PATHS = (
         "give each run of the job its own log and output paths, or start no other run of it"

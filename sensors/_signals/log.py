@@ -1810,7 +1810,7 @@ def _log_says(
             f" ({scan.followed_by[:120]!r}) that no process known to have written the completion"
             " line can have written: a completion line counts only as its run's last word, and"
             " whether a later run wrote that text cannot be told",
-            (Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.LAUNCH, Fix.LINE_LAST),
+            (Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.MATCH_WRITER, Fix.LAUNCH, Fix.LINE_LAST),
             had,
         )
     if complete_line is not None:
