@@ -478,8 +478,9 @@ class Watcher:
             except CrosscheckError as exc:  # a handed-off `since` that does not parse
                 log.error("%s: skipped: %s", item.name, exc)
                 continue
-            # A stage file gives no run start, nor does serve: no advice it shows names one.
-            checker.takes_since = False
+            # A stage file gives no run start, nor does serve: no advice it shows names one. A
+            # gate's handoff does: the gate takes a since and hands it on in its request.
+            checker.takes_since = item.handoff is not None
             persist = checker.persistence
             if persist is not None:
                 persist.holder = self.holder  # one holder: leases are read against the registry
