@@ -182,7 +182,7 @@ class Following:
     #: began to confirm (it never read the host before). See :meth:`_confirmed`.
     _carried_is_own: bool = False
     #: Whether this watch can be given a run start (``--since``, ``since=``). ``serve`` sets
-    #: it False: its stage files have none, and no advice it shows names one.
+    #: it False for its stage files, which have none (a gate's handoff takes one).
     takes_since: bool = True
 
     @property
