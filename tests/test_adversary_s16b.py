@@ -4,16 +4,18 @@ sets an hour ahead, the real Checker and the fuzzer's two-sided truth), and the 
 over a real SQLite store with a gate's handoff.
 
 1. A launched run's log on another clock (bfe5e17): a second completion line read after the
-   recorded exit supersedes the launch. Two routes are left, both strict xfails (the rule
-   they need is a decision, not a line):
-   - the launched run writes no completion line and exits 0, a later run writes one (and no
-     second) before the next check: nothing on such a clock dates it against the exit until
-     ``ATTRIBUTE_CACHE_GRACE`` (60 s) after it, and the line completes the stage as the
-     launched run while the later run works on (the truth: hard false complete);
-   - a benign launched job that writes its completion line twice (two logging handlers on
-     one file) after the last check that found it alive, then exits 0: stuck for good, and
-     the reading and the stuck verdict say a later writer "has been" at the log and advise
-     starting no other run, which the person did (no other run was started).
+   recorded exit supersedes the launch.
+   - Left open (strict xfail, a decision, not a line): the launched run writes no completion
+     line and exits 0, a later run writes one (and no second) before the next check: nothing
+     on such a clock dates it against the exit until ``ATTRIBUTE_CACHE_GRACE`` (60 s) after
+     it, and the line completes the stage as the launched run while the later run works on
+     (the truth: hard false complete). The same bytes are the benign job's that writes its
+     line and exits between two checks.
+   - Fixed: a benign launched job that writes its completion line twice (two logging
+     handlers on one file) after the last check that found it alive, then exits 0, was stuck
+     for good, its reading and stuck verdict saying a later writer "has been" at the log. The
+     rule now takes only a pair with progress between (the scan's ``later_run``), as seed
+     8001198's was.
 2. ``serve`` advises no run start (d92071a): it set ``takes_since = False`` for every stage
    it watches, a gate's handoff too, though a gate takes ``since=`` (it hands it on in its
    request): a handed-off stage's line in doubt lost the one fix the gate could act on.
@@ -93,15 +95,11 @@ def test_a_later_runs_only_line_on_another_clock_does_not_complete_the_launched_
     assert not w.findings
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a decision, not a line: a launched job's own two completion lines, written after"
-    " the last check that found it alive on a log whose times are another clock's, read as a"
-    " later run's (bfe5e17): the reading says the log holds words written after the launched"
-    " run's last and the stuck verdict that a later writer has been at it, advising to start no"
-    " other run, which the person did; which of the pair is the launched run's cannot be told",
-)
 def test_a_launched_jobs_own_two_lines_on_another_clock_are_not_said_a_later_writers() -> None:
+    """A launched job's own completion line written twice (two logging handlers on one file)
+    after the last check that found it alive, on a log whose times are another clock's: no
+    progress between them, so no later run's work; not said a later writer's (bfe5e17 did,
+    and the gate never opened)."""
     w = _launched_on_another_clock(["line", "line", "exit"])
     records = w.watches["b"].record
     assert records[0].state == "running", records[0]

@@ -1690,14 +1690,15 @@ def _launch_over(
     if memory.foreign_clock:
         # File times of another clock date nothing against the recorded exit: what was written
         # after the last read made with the job alive may be its last words or a later run's.
-        # A second completion line read there, after one of the run's (fuzzer seed 8001198:
-        # run 3 began at the exit and wrote its progress and its own line before the next
-        # check), may be a later run's: which of the two is the launched run's last word
-        # cannot be told.
+        # A completion line, progress, then another completion line, read there (fuzzer seed
+        # 8001198: run 3 began at the exit and wrote its progress and its own line before the
+        # next check): the later line is a later run's as far as anything read tells (the
+        # scan's rule, ``later_run``, where the clock cannot date them against the exit).
         if scan.before_last is not None and not _exit_log_holds(memory):
             return (
-                f"a completion line ({scan.before_last[:120]!r}) followed by another, read after"
-                " the launched job's recorded exit in a log whose times are another clock's"
+                f"a completion line ({scan.before_last[:120]!r}) followed by progress and another"
+                " completion line, read after the launched job's recorded exit in a log whose times"
+                " are another clock's"
             )
         return None
     if st.written > exited_by + FILE_TIME_TICK:
@@ -1927,7 +1928,8 @@ class _LogScan(NamedTuple):
     partial: bool
     followed_by: str | None = None
     later_run: str | None = None  # a completion line of this run's bytes, then a later run's progress
-    # The completion line of this run's bytes that this scan found another after (None: none).
+    # The completion line of this run's bytes that this scan found progress, then another
+    # completion line after (None: none): a later run's work between two last words.
     before_last: str | None = None
 
 
@@ -2008,7 +2010,9 @@ def _scan_log(
                 earlier_end = -1  # text after it: it is not the last line
             continue
         if whole and complete_rx.search(segment):
-            if complete_line is not None and complete_end is not None and complete_end < end:
+            if later_run is not None and complete_line is not None:
+                # Progress after a completion line, then another (a line written twice, by two
+                # logging handlers, has no progress between: the same last word).
                 before_last = complete_line
             # Lines kept are kept redacted (the memory is stored), and compared as kept: the
             # same line redacts the same way at every check.
