@@ -215,13 +215,17 @@ def _peek(path: Path) -> str | None:
     read from a private copy, where SQLite may recover the WAL without writing beside them."""
     for attempt in range(_PEEK_ATTEMPTS):
         try:
-            return _read_whose(_uri(path, "ro", immutable=True))
+            conn = sqlite3.connect(_uri(path, "ro", immutable=True), uri=True)
+        except sqlite3.Error as exc:
+            return f"cannot be read ({exc})"
+        try:
+            return _read_whose(conn)
         except sqlite3.DatabaseError as exc:
             with contextlib.suppress(sqlite3.DatabaseError, OSError):
                 wal = os.path.getsize(f"{path}-wal")
                 if wal > 0 and wal + os.path.getsize(path) <= _PEEK_COPY_AT_MOST:
                     with _copied_with_wal(path) as copy:
-                        return _read_whose(_uri(copy, "rw"))
+                        return _read_whose(sqlite3.connect(_uri(copy, "rw"), uri=True))
             if attempt + 1 < _PEEK_ATTEMPTS:
                 time.sleep(0.05 * (attempt + 1))
                 continue
@@ -232,9 +236,9 @@ def _peek(path: Path) -> str | None:
     raise AssertionError("unreachable")
 
 
-def _read_whose(uri: str) -> str | None:
-    """:func:`_whose` of the database at ``uri``; a file SQLite cannot read raises."""
-    conn = sqlite3.connect(uri, uri=True)
+def _read_whose(conn: sqlite3.Connection) -> str | None:
+    """:func:`_whose` of the database ``conn`` opened, which it closes; a file SQLite cannot
+    read raises."""
     try:
         conn.text_factory = lambda b: b.decode("utf-8", "surrogateescape")
         with _garbled_is_corrupt():
