@@ -491,3 +491,62 @@ def test_the_processes_gone_since_the_check_before_are_the_next_checks_ended(tmp
         for job in jobs:
             job.kill()
             job.wait()
+
+
+def _writers_of_a_new_line(job: JobView, memory: LogMemory | None = None) -> tuple[int, ...]:
+    """The writers of a completion line the log's last bytes (stamped 100.25, ending at 100),
+    appended since the last read (the log then 90 bytes: ``memory``)."""
+    st = _LogStat(inode=1, size=100, mtime=100, birth=50.0, written=100.25, resolution=1e-9, stamp="s")
+    scan = _LogScan(
+        complete_line="DONE", complete_end=100, error_line=None, earlier_complete=None,
+        earlier_is_last=False, progress=None, last_line="DONE", partial=False,
+    )  # fmt: skip
+    memory = memory or LogMemory(inode=1, size=90, run_from=0, scanned="1 90")
+    return _whose(memory, scan, st, "DONE", 100, job, None, 101.0).writers
+
+
+@pytest.mark.parametrize(
+    ("at_read", "memory", "writers"),
+    [
+        # Alive when the last check read the log without the line: its writer.
+        ({4242}, None, (4242,)),
+        # Found by that check's /proc scan only, begun after its read of the log: a re-run
+        # begun between the stat and the scan may find its predecessor's line, written in
+        # between (fuzzer seed 8200018, a slow probe under load).
+        (set(), None, ()),
+        # The log not read by this memory before (added to the stage since: the process's
+        # memory kept, the log's fresh): that check found no line of nothing.
+        ({4242}, LogMemory(), ()),
+        # The line already there at the last read: no sign it came after.
+        ({4242}, LogMemory(inode=1, size=100, run_from=0, scanned="1 100"), ()),
+        # The log absent at the last read: every line of it came since.
+        ({4242}, LogMemory(absent=True, run_from=0), (4242,)),
+    ],
+)
+def test_a_process_alive_at_the_last_check_wrote_a_new_line_only_if_alive_at_its_read(
+    at_read: set[int], memory: LogMemory | None, writers: tuple[int, ...]
+) -> None:
+    job = JobView(previous=frozenset({4242}), at_read=frozenset(at_read))
+    assert _writers_of_a_new_line(job, memory) == writers
+
+
+def test_alive_at_the_read_is_seen_at_the_check_before_or_begun_clearly_before_the_clock_read() -> None:
+    """ProcessMemory.run_at_read: a process of this run alive at this check, and at the check
+    before (the same identity) or begun clearly before this probe's clock read, to the
+    start's measured precision (the files are read after that clock read)."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from sensors._signals.process import ProcessMemory, _alive_at_read
+
+    meta = Meta(now=1000.0, uptime=500.0, btime=500, boot_id="b", clk_tck=100, script_pid=1,
+                hostname="h", uptime_virtualised=False, uptime_before=499.995)  # fmt: skip
+    slack = start_precision(meta)
+    starts = {1: 990.0, 2: 1000.0 - slack / 2, 3: 1000.2, 4: 1000.2, 5: 900.0}
+    job = SimpleNamespace(
+        alive=frozenset(starts),
+        earlier=frozenset({5}),  # an earlier run's: no process of this run
+        processes=[{"pid": pid, "started_at": at} for pid, at in starts.items()],
+    )
+    memory = ProcessMemory(run_pids=(4,))
+    assert _alive_at_read(cast(Any, job), memory, meta) == (1, 4)

@@ -129,6 +129,10 @@ class JobView(NamedTuple):
     #: This run's PIDs alive two checks ago and gone at the previous one: each ended between
     #: those /proc scans, perhaps after the previous check's log stat (taken before its scan).
     ended: frozenset[int] = frozenset()
+    #: Those of ``previous`` alive when the previous check's probe read the log (alive at
+    #: the check before it too, or begun clearly before its clock read): only they were at
+    #: work when that read found no line. One its /proc scan found first may have begun after.
+    at_read: frozenset[int] = frozenset()
     #: Where this host's log is one the nodes of a stage over several hosts share: the latest
     #: moment (this host's clock, at the earliest it can be) a rank of this run on another
     #: host was seen alive (``sensors._check.span``). What was written in the log before it

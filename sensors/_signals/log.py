@@ -1520,7 +1520,15 @@ def _whose(
                 for pid in job.ended
                 if pid not in job.live and (end := job.ends.get(pid)) is not None and here and last <= end
             }
-        writers = tuple(sorted((job.previous if job is not None else frozenset()) | early))[:64]
+        # Alive at the previous check's read of the log, which found no line (not one its
+        # /proc scan found first: begun after the read, it may be a later run), and only
+        # where that read was of this memory: a log added to the stage since (its memory
+        # fresh, the process's kept) was not read then, and the line may be older.
+        read_then = memory.absent or (
+            memory.inode == st.inode and complete_end is not None and complete_end > memory.size
+        )
+        previous = job.at_read if job is not None and read_then else frozenset()
+        writers = tuple(sorted(previous | early))[:64]
         # Found by the end of this probe (its log read comes after its clock read, ``now``):
         # only a change after that is surely after the line (a job that wrote its outputs, its
         # line and ended inside one probe changed them after ``now``, before the line).

@@ -157,6 +157,13 @@ class ProcessMemory:
     # is an exit when the probe cannot see every process (None: not known, an older memory).
     seen_view: str | None = None
     run_pids: tuple[int, ...] = ()  # this run's live matched PIDs at the last check
+    # Those of them alive when the last check's probe read the files (it reads them after its
+    # clock and before its /proc scan): alive at the check before too, or begun clearly before
+    # that clock read. One first found by the scan may have begun after the log was read, and
+    # is no writer of a line that read did not find (fuzzer seed 8200018, under load: a re-run
+    # begun between a slow probe's log stat and its scan took its predecessor's line, written
+    # in between, for its own).
+    run_at_read: tuple[int, ...] = ()
     # This run's PIDs alive at the check before the last and not at the last: each ended
     # between those two /proc scans, so perhaps after the last check's log stat, which the
     # probe takes before its scan (a line absent then may still be theirs: see the log's
@@ -1447,6 +1454,7 @@ def _remember(
         job_pids=tuple(sorted(job.pids))[:64] if job.alive or job.descendants else (),
         seen_view=meta.view if job.this_run_alive and main else memory.seen_view,
         run_pids=tuple(sorted(p for p in job.alive if p not in job.earlier))[:64],
+        run_at_read=_alive_at_read(job, memory, meta),
         # Gone, not only no longer this run's: one found an earlier run's since (--since: its
         # start unreadable before, or its parent found an earlier run's) is alive, no writer.
         run_ended=tuple(sorted(set(memory.run_pids) - set(job.alive))),
@@ -1455,6 +1463,30 @@ def _remember(
         unordered=memory.unordered,
         owners_seen=memory.owners_seen,
     )
+
+
+def _alive_at_read(job: _Job, memory: ProcessMemory, meta: Meta) -> tuple[int, ...]:
+    """This run's live PIDs that were alive when this probe read the files: alive at the last
+    check's scan too (the same process: its identity is checked), or begun clearly before
+    this probe's clock read, to its start's measured precision."""
+    slack = start_precision(meta)
+    before = set(memory.run_pids)
+    starts = {p["pid"]: p["started_at"] for p in job.processes}
+    return tuple(
+        sorted(
+            pid
+            for pid in job.alive
+            if pid not in job.earlier
+            and (
+                pid in before
+                or (
+                    meta.now is not None
+                    and (start := starts.get(pid)) is not None
+                    and start + slack < meta.now
+                )
+            )
+        )
+    )[:64]
 
 
 def _gone_detail(
@@ -1591,6 +1623,7 @@ def _job_view(reading: Reading, before: ProcessMemory, after: ProcessMemory) -> 
         parents,
         earlier=frozenset(p for p in earlier if isinstance(p, int)),
         ended=frozenset(before.run_ended),
+        at_read=frozenset(before.run_at_read),
     )
 
 

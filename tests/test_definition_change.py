@@ -1,0 +1,102 @@
+"""A stage definition edited between two runs: the log added to a process-only stage.
+
+The memory of the process signal is kept across the edit (the same processes are the job),
+the log's starts afresh (``sensors._check.persist._without``). A process seen alive at the
+check before is a writer of a line found now only where that check read the log (of this
+memory) and found no line there: under the old definition no check read it. The rule's
+table is tests/test_run_model.py's (``at_read``); these two run it on real processes, both
+sides: an earlier run's line is never the run's, and a line written while the new
+definition watches opens the gate.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from sensors import Checker, State, stage_from_dict
+from sensors._store import open_store
+
+_JOB = "import sys, time; time.sleep(float(sys.argv[1]))"
+
+
+def _job(tag: str, seconds: float) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", _JOB, str(seconds), "--tag", tag])
+
+
+def _stage(tag: str, log: Path | None) -> dict[str, object]:
+    doc: dict[str, object] = {
+        "stage": "edited",
+        "process": {"match": f"--tag {tag}( |$)"},
+        "policy": {"settle": 1, "exit_grace": "0.1s"},
+    }
+    if log is not None:
+        doc["log"] = {"path": str(log), "complete": "^Extraction complete"}
+    return doc
+
+
+def _wait_seen(checker: Checker) -> None:
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        if checker.check().readings["process"].evidence.get("alive"):
+            return
+        time.sleep(0.05)
+    raise AssertionError("the job was never seen alive")
+
+
+def test_a_line_an_earlier_run_wrote_before_the_log_was_added_to_the_stage_is_not_the_runs(
+    tmp_path: Path,
+) -> None:
+    """Run 1 writes the line and exits; run 2 begins, appends text and no line, and is seen
+    alive by the process-only watch; the stage then gains its log. The new definition's
+    watch never saw the log without the line: run 2 is no known writer of it, and the text
+    after it is no known writer's. Never complete."""
+    tag = f"dc-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "job.log"
+    store = open_store(tmp_path / "state.db")
+    try:
+        with Checker(stage_from_dict(_stage(tag, None)), state=store) as old:
+            run1 = _job(tag, 0.4)
+            _wait_seen(old)
+            log.write_text("Extraction complete\n")
+            run1.wait()
+            run2 = _job(tag, 0.6)
+            with log.open("a") as f:
+                f.write("[6/6]\n")
+            _wait_seen(old)  # run 2 at work: the old definition's memory has it alive
+            run2.wait()
+            time.sleep(0.1)
+            old.check()  # finds it gone, its end seen by the old watch's exit watch
+        with Checker(stage_from_dict(_stage(tag, log)), state=store) as new:
+            verdicts = [new.check() for _ in range(4)]
+    finally:
+        store.close()
+    states = [(v.state.value, v.reasons[:2]) for v in verdicts]
+    assert all(v.state is not State.COMPLETE for v in verdicts), states
+
+
+def test_a_line_written_while_the_new_definition_watches_completes(tmp_path: Path) -> None:
+    """The gate's side: the log added while the job is at work; the new definition's watch
+    reads the log without the line, then the job writes it and exits: complete within 3
+    checks of the exit."""
+    tag = f"dc-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "job.log"
+    log.write_text("step 1\n")
+    store = open_store(tmp_path / "state.db")
+    try:
+        with Checker(stage_from_dict(_stage(tag, None)), state=store) as old:
+            job = _job(tag, 1.0)
+            _wait_seen(old)
+        with Checker(stage_from_dict(_stage(tag, log)), state=store) as new:
+            first = new.check()
+            with log.open("a") as f:
+                f.write("Extraction complete\n")
+            job.wait()
+            after = [new.check() for _ in range(3)]
+    finally:
+        store.close()
+    assert first.state is not State.COMPLETE, first.reasons
+    assert after[-1].state is State.COMPLETE, [(v.state.value, v.reasons[:2]) for v in after]
