@@ -120,6 +120,39 @@ def test_errors_in_what_was_appended_fail_until_work_goes_on_past_them(tmp_path,
     assert survived.readings["log"].says is Says.DONE, survived.readings["log"].detail
 
 
+@pytest.mark.parametrize("read", ["resumed", "whole"])
+def test_an_error_gone_past_is_said_by_the_read_that_first_found_it_alone(
+    tmp_path, host, monkeypatch, read
+) -> None:
+    """An error line that the text after it cleared (``survived_error``) is said by the read
+    that first found it, and by no later one: not where the log is unchanged (the last scan
+    stands), nor where a read takes in the bytes read before again (a resumed read's last
+    line, or the whole tail). A log the nodes share takes it for a rank's last words where
+    that read found a rank gone (``sensors._verdict.across``): said twice, a rank ended
+    later would be taken for its writer."""
+    if read == "whole":
+        monkeypatch.setattr(log_signal, "resume_at", lambda memory: None)
+    log = tmp_path / "job.log"
+    log.write_text("[1/3] one\n")
+    checker = Checker(stage_from_dict(_stage(log)), host=host, since="1h")
+    assert "survived_error" not in checker.check().readings["log"].evidence
+    _append(log, "Traceback (most recent call last):\n[2/3] two\n")
+    first = checker.check().readings["log"]
+    assert first.says is Says.WORKING, first.detail
+    assert first.evidence.get("survived_error") == "Traceback (most recent call last):", first.evidence
+    unchanged = checker.check().readings["log"]
+    assert unchanged.says is Says.WORKING and "survived_error" not in unchanged.evidence, unchanged.evidence
+    _append(log, "[3/3] three\n")
+    grown = checker.check().readings["log"]
+    assert grown.says is Says.WORKING and "survived_error" not in grown.evidence, grown.evidence
+    _append(log, "Traceback (most recent call last):\ndone\n")  # a completion line clears it too
+    done = checker.check().readings["log"]
+    assert done.says is Says.DONE, done.detail
+    assert done.evidence.get("survived_error") == "Traceback (most recent call last):", done.evidence
+    again = checker.check().readings["log"]
+    assert again.says is Says.DONE and "survived_error" not in again.evidence, again.evidence
+
+
 def test_a_log_rewritten_behind_its_growth_is_read_whole_before_it_counts(tmp_path, host) -> None:
     """Same inode and longer, but not by appending: the bytes before the last end changed,
     and they were not read. Nothing of the old scan stands; the next check reads it whole."""

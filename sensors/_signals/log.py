@@ -267,6 +267,11 @@ class LogEvidence(TypedDict, total=False):
     rotated: bool
     truncated: bool
     rewritten: bool
+    # An error line this read is the first to find, that text after it cleared (progress to a
+    # new count, a completion line): the job went on past it, as one job writes its log. In a
+    # log the nodes share that text may be another rank's (``sensors._verdict.across``). Only
+    # at the read that first found it: a later read of the same bytes does not repeat it.
+    survived_error: str
 
 
 # --------------------------------------------------------------------------- probe snippet
@@ -1341,6 +1346,8 @@ def _evidence(
         evidence["earlier_complete_line"] = scan.earlier_complete
     if scan.followed_by is not None and complete_line is not None:
         evidence["followed_by"] = scan.followed_by
+    if scan.survived is not None:
+        evidence["survived_error"] = scan.survived.strip()[:200]
     if change:
         evidence[change] = True  # type: ignore[literal-required]
         if change in ("replaced", "truncated"):
@@ -1939,6 +1946,9 @@ class _LogScan(NamedTuple):
     # The completion line of this run's bytes that this scan found progress, then another
     # completion line after (None: none): a later run's work between two last words.
     before_last: str | None = None
+    # The last error line of the bytes this scan is the first to read (past ``memory.size``)
+    # that later text cleared (None: none): see ``LogEvidence.survived_error``.
+    survived: str | None = None
 
 
 def _scan_log(
@@ -1970,6 +1980,10 @@ def _scan_log(
     earlier, earlier_end = memory.earlier_complete, None
     later_run = memory.later_run
     before_last = None
+    # Where the error line standing ends (None: the memory's, read at an earlier check), and
+    # the last one cleared that no earlier read found.
+    error_end: int | None = None
+    survived = None
     # The last progress update read before this line (a redraw of it is no new work). The
     # memory's is the last in the bytes it scanned: before this tail only where this scan
     # resumes after them, or where the tail starts mid-file (the memory is all there is of
@@ -2027,9 +2041,10 @@ def _scan_log(
             complete_line, complete_end = redact(segment), end
             # Errors before the completion line were survived; what came after the last one
             # says nothing of this one.
+            survived = _survived(error_line, error_end, memory, survived)
             error_line, followed_by, later_run = None, None, None
         elif whole and error_rx and error_rx.search(clean):
-            error_line = redact(clean)
+            error_line, error_end = redact(clean), end
             # The last progress before it (once per error line, not a match per line); none in
             # this tail, the memory's, where that was read before it: the line is new, or the
             # last scan ended with it standing. A resumed tail reaches back before the last
@@ -2050,6 +2065,7 @@ def _scan_log(
             # it (the job survived it, or a later run in the same log is at work): no run's
             # last word yet. The count seen before it again is a bar redrawn at the crashed
             # interpreter's exit (tqdm's close at shutdown, after the traceback): no work.
+            survived = _survived(error_line, error_end, memory, survived)
             error_line = None
             progress_key = key
         elif complete_line is not None and (complete_end is None or end > complete_end):
@@ -2087,7 +2103,17 @@ def _scan_log(
         followed_by,
         later_run,
         before_last,
+        survived,
     )
+
+
+def _survived(error_line: str | None, end: int | None, memory: LogMemory, before: str | None) -> str | None:
+    """The error line being cleared where this read is the first to find it (it ends past the
+    last read's end, ``memory.size``), else ``before``: a read that begins before that end (a
+    resumed read's fingerprint, a whole tail read again) finds old lines again, not new."""
+    if error_line is not None and end is not None and end > memory.size:
+        return error_line
+    return before
 
 
 def _progress_key(progress_rx: UserRegex | None, line: str) -> tuple[object, ...] | None:
