@@ -6,12 +6,16 @@ components: real SpanCheckers over the two test sshd hosts and the fuzzer's rank
 1. A log the nodes share is read on node 0 alone: a rank of another node that writes a
    traceback there and dies is seen only through node 0's read of the log. Read by a check
    before anything follows it, it fails the stage at once (pinned). Followed, before the next
-   check, by another rank's next step or its completion line, it is cleared as the single-host
-   rule clears an error the job went on past (``_scan_log``: "Errors before the completion line
-   were survived"; progress to a new count after an error: "work went on past it"): the stage
-   is ``running`` until ``stall_after`` (late), and ``complete`` where the other node's rank
-   finishes on its own (no collective: a sharded extraction). Strict xfails: the fix is a
-   decision, not a line (below).
+   check, by another rank's next step or its completion line, the log's scan clears it as the
+   single-host rule clears an error the job went on past (``_scan_log``: "Errors before the
+   completion line were survived"; progress to a new count after an error: "work went on past
+   it"), and says so (``survived_error``) at the read that first found it. Where the check of
+   that read first found a rank gone, on any host, the error may be that rank's last words
+   (``AcrossMemory.last_words``, kept for the run): ``failed`` where node 0's completion line
+   was not first read at that check too, ``unknown`` for good where it was (which came first
+   cannot be told); once ``running`` until ``stall_after``, and ``complete`` where the other
+   node's rank finished on its own. The gate's side: a handled error matching ``log.error``,
+   gone past with every rank alive at the check that read it, still completes (pinned).
 2. A clock stepped back, or a file time set back, just before a watch begins: a log first read
    stamped ahead of the host's clock is no word of the run, after the clock passes the stamp
    too; this run's line written after the first read counts though its mtime reads before the
@@ -35,8 +39,10 @@ from typing import Any
 
 import pytest
 
-from sensors import Checker, State, Verdict, stage_from_dict
+from sensors import Checker, Reading, Says, State, Verdict, stage_from_dict
 from sensors._check.span import SpanChecker
+from sensors._config.stage import PolicySpec
+from sensors._verdict.across import AcrossMemory, NodeCheck, decide_across
 from sensors.testing import COMPLETE_LINE
 from tests.test_adversary_s14 import _EARLIER, _stage, _states, _watch
 from tests.test_fuzz_span import _Run, _World
@@ -105,37 +111,148 @@ def test_a_traceback_another_nodes_rank_writes_to_the_shared_log_fails_the_stage
     assert "error line: ERROR rank 1: Traceback" in after[0].reasons[0], after[0].reasons
 
 
-_CLEARED = (
-    "left open: _scan_log clears an error line that later text follows (progress to a new count:"
-    " 'work went on past it'; a completion line: 'errors before it were survived'), a rule of a log"
-    " one job writes. In a log the nodes share the text after it may be another rank's, and says"
-    " nothing of the rank that wrote the traceback. Keeping the error there fails a rank that logged"
-    " a handled error matching log.error and went on (the same bytes), so it is a decision of the"
-    " rule, not a small fix; an elastic restart is a new run of node 0 (its memory set aside)"
-    " either way"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=_CLEARED)
 def test_a_traceback_followed_by_another_ranks_step_before_the_next_check_still_fails(
     tmp_path: Path, hosts: list[Any]
 ) -> None:
-    """Node 0's rank writes its next step between the traceback and the next check: the stage
-    is ``running`` (node 1's rank lost, "if the others make no progress for 30s"), failed only
-    after ``stall_after`` where the others block, never where they go on."""
+    """Node 0's rank writes its next step between the traceback and the next check, which
+    first reads both and finds node 1's rank gone: ``failed``, the traceback named as the
+    shared log's (it was ``running``, node 1's rank lost, failed only after ``stall_after``
+    where the others block, never where they go on)."""
     after = _node_1_dies(tmp_path, hosts, "as16-st", "steps on")
     assert any(v.state is State.FAILED for v in after), _said(after)
+    failed = next(v for v in after if v.state is State.FAILED)
+    assert failed.reasons[0].startswith("shared log (read on "), failed.reasons
+    assert "error line: ERROR rank 1: Traceback" in failed.reasons[0], failed.reasons
 
 
-@pytest.mark.xfail(strict=True, reason=_CLEARED)
 def test_a_traceback_followed_by_node_0s_completion_line_is_no_complete(
     tmp_path: Path, hosts: list[Any]
 ) -> None:
     """Node 0's rank finishes (its completion line, exit 0) between node 1's traceback and the
-    next check, as ranks with no collective do: ``complete`` at every check after, the
-    traceback and node 1's exit 1 not a word of it. The worst kind: a false complete."""
+    next check, as ranks with no collective do. It was ``complete`` at every check after, the
+    traceback and node 1's exit 1 not a word of it (a false complete). The traceback, both
+    ranks' ends and the line are first read at one check, which came first untold: never
+    complete, and ``unknown`` for good where it is unknown (the gate stops waiting)."""
     after = _node_1_dies(tmp_path, hosts, "as16-fin", "finishes")
     assert all(v.state is not State.COMPLETE for v in after), _said(after)
+    assert all(v.stuck is not None for v in after if v.state is State.UNKNOWN), _said(after)
+
+
+def test_a_handled_error_read_with_every_rank_alive_is_gone_past_and_the_gate_opens(
+    tmp_path: Path, hosts: list[Any]
+) -> None:
+    """The gate's side: node 1's rank logs a handled error that matches log.error, then its
+    next step, before a check reads both; that check finds every rank alive, so the error is
+    no rank's last words, and the text after it clears it as in one job's log. Both ranks then
+    write their completion lines and exit 0 between two checks: complete."""
+    world, stage = _shared(tmp_path, hosts, "as16-ok")
+    try:
+        with SpanChecker(stage) as checker:
+            run = world.start(set())
+            _say(run, 0, "step 1")
+            checker.check()
+            time.sleep(0.3)
+            checker.check()  # both ranks seen at work
+            _say(run, 1, "ERROR rank 1: a shard read failed, retrying (handled)")
+            _say(run, 1, "step 2")
+            read = _checks(checker, 1)[0]  # the error first read: every rank alive
+            for g in range(2):
+                world.tell(run, g, "line")
+            for g in range(2):
+                world.tell(run, g, "exit0")
+            after = _checks(checker, 8)
+    finally:
+        world.stop()
+    assert read.state is State.RUNNING, _said([read])
+    # Read as an error gone past at the check that first read it (what the rule above looks
+    # at): only the ranks all alive then kept it from standing.
+    survived = read.readings["log"].evidence.get("survived_error")
+    assert isinstance(survived, str) and survived.startswith("ERROR rank 1: a shard read failed"), survived
+    states = [v.state for v in after]
+    assert State.FAILED not in states and states[-1] is State.COMPLETE, _said(after)
+
+
+_T = 1_000_000.0
+
+
+def _at(host: str, k: int, pids: tuple[int, ...], *logs: Reading) -> NodeCheck:
+    """Host ``host`` at check ``k`` (a second apart), its ranks ``pids`` alive (none: gone)."""
+    procs = [{"pid": p, "ppid": 1, "state": "S", "cmdline": f"train --rank {p % 10}"} for p in pids]
+    process = Reading(
+        "process",
+        Says.WORKING if pids else Says.DONE,
+        "process",
+        {
+            "alive": len(pids),
+            "ranks": len(pids),
+            "matched": len(pids),
+            "processes": procs,
+            "seen_alive": True,
+        },
+        _T + k,
+    )
+    state = State.RUNNING if pids else State.UNKNOWN  # gone with nothing of its own to tell
+    verdict = Verdict("t", state, (f"{host} {state}",), {r.signal: r for r in (process, *logs)}, _T + k, host)
+    return NodeCheck(host, verdict)
+
+
+def _log(k: int, says: Says, path: str = "/shared/train.log", **evidence: Any) -> Reading:
+    return Reading("log", says, f"log {says}", {"path": path, **evidence}, _T + k)
+
+
+_GONE_PAST = {"survived_error": "ERROR rank 1: Traceback"}
+_LINE = {"complete_line": "rank 0 done"}
+
+
+@pytest.mark.parametrize(
+    ("second", "third", "node_1_log", "said"),
+    [
+        pytest.param(
+            _log(1, Says.WORKING, **_GONE_PAST), _log(2, Says.DONE, **_LINE), None,
+            "failed", id="then node 0's line, read a check later: the error stands",
+        ),
+        pytest.param(
+            _log(1, Says.DONE, **_GONE_PAST, **_LINE), _log(2, Says.DONE, **_LINE), None,
+            "stuck", id="node 0's line read with them: unknown for good",
+        ),
+        pytest.param(
+            _log(1, Says.WORKING, **_GONE_PAST), _log(2, Says.WORKING), "/node1/train.log",
+            "neither", id="node 0's own log: one job's rule holds",
+        ),
+        pytest.param(
+            _log(1, Says.WORKING), _log(2, Says.WORKING, **_GONE_PAST), None,
+            "neither", id="gone past a check after the rank was found gone",
+        ),
+    ],
+)  # fmt: skip
+def test_an_error_gone_past_in_a_shared_log_at_the_check_that_found_a_rank_gone(
+    second: Reading, third: Reading, node_1_log: str | None, said: str
+) -> None:
+    """The rule, table-tested (``decide_across`` alone): both ranks seen at work; at the next
+    check node 1's rank is found gone and node 0's read of the log finds an error line gone
+    past (``survived_error``): ``failed``, or ``unknown`` for good (``stuck``), or neither
+    where the rule does not hold. Kept for the run: the check after says the same."""
+    policy = PolicySpec(stall_after=60.0)
+    own = [_log(k, Says.WORKING, "/node1/train.log") for k in range(3)] if node_1_log else [None] * 3
+    memory = AcrossMemory()
+    got = []
+    for k, (log, alive_1) in enumerate([(_log(0, Says.WORKING), (21,)), (second, ()), (third, ())]):
+        nodes = [_at("a", k, (10,), log), _at("b", k, alive_1, *([own[k]] if own[k] else []))]
+        verdict, memory = decide_across("t", nodes, policy, 1, memory, _T + k)
+        got.append(verdict)
+    shown = [(v.state, v.stuck is not None, v.reasons[:1]) for v in got]
+    for v in got[1:]:
+        assert (v.state is State.FAILED) is (said == "failed"), shown
+        assert (v.state is State.UNKNOWN and v.stuck is not None) is (said == "stuck"), shown
+    first = got[1].reasons[0]
+    if said == "failed":
+        assert first.startswith(
+            "shared log (read on a, node 0): error line: ERROR rank 1: Traceback (first read at the"
+            " check that first found gone pid 21 on b (rank 1, so its command line's --rank says)"
+        ), first
+    if said == "stuck":
+        assert got[1].stuck is not None and "{rank} in log.path" in got[1].stuck.fix, got[1].stuck
+    assert memory.next_run().last_words is None  # a new run of node 0's job begins without it
 
 
 # --- 2. a clock stepped back, a file time set back, before the watch ----------------------------

@@ -12,7 +12,11 @@ their job processes (their *ranks*) are gone, alive, or were lost while others w
 The rules, first that applies wins (docs/multi-host.md, "One verdict across hosts"):
 
 1. A failure any node's evidence shows (an error line, a recorded non-zero exit; under
-   ``success: all`` any node's failed verdict): ``failed``, naming the node.
+   ``success: all`` any node's failed verdict): ``failed``, naming the node. In a log the
+   nodes share, an error line that text after it cleared (one job's rule: it went on past it)
+   fails the stage still where the check that first read it first found a rank gone: the
+   text may be another rank's (``AcrossMemory.last_words``); ``unknown`` for good where that
+   check first read the completion line too.
 2. A hung collective: ranks lost on a node (fewer alive than ``process.per_host`` after all
    were seen, or every one gone) while ranks on other nodes are alive and every node with live
    ranks has made no progress for ``stall_after``: ``failed``, naming who is gone and who waits.
@@ -37,7 +41,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from sensors._base.model import Reading, Says, State, Verdict
+from sensors._base.model import Reading, Says, State, Stuck, Verdict
 from sensors._base.tolerances import CLOCKS_APART, START_ROUNDING, WHOLE_SECOND
 from sensors._config.stage import PolicySpec
 from sensors._verdict.progress import short
@@ -115,6 +119,12 @@ class AcrossMemory:
     # there are all its ranks there (``per_host`` of them seen alive at once): a proof of those
     # seen says nothing of one never seen (tests/test_adversary_53997.py).
     before_gone_by: Mapping[str, float] = field(default_factory=dict)
+    # An error line in a log the nodes share, first read at the check that first found a rank
+    # gone, though text after it cleared it (``survived_error``): the error may be that rank's
+    # last words, and the text after it another rank's. (The error line, who was found gone
+    # then, in words, and whether that check first read node 0's completion line too.) Kept
+    # for the run: nothing that rank can write again tells otherwise.
+    last_words: tuple[str, str, bool] | None = None
 
     def next_run(self, chief_began: float | None = None, per_host: int | None = None) -> AcrossMemory:
         """The memory a new run of node 0's job begins with: the processes each host showed
@@ -210,6 +220,7 @@ def decide_across(
         n.host: _sighted(n, k, per_host, memory.sightings.get(n.host, {})) for k, n in enumerate(nodes)
     }
     gone_at = {n.host: _found_gone(n, sightings[n.host], memory.gone_at.get(n.host, {})) for n in nodes}
+    last_words = memory.last_words or _last_words(nodes, sightings, gone_at)
     holders = _holders(nodes, sightings)
     # Each host's ranks seen alive and gone now, named; those that ended after their own
     # completion line said finished.
@@ -304,6 +315,7 @@ def decide_across(
             },
         },
         before_gone_by=memory.before_gone_by,
+        last_words=last_words,
     )
     state, reasons, shown = _rules(
         nodes, policy, per_host, alive, most, lost, lost_at, idle, new_memory, gone
@@ -318,6 +330,9 @@ def decide_across(
         host=", ".join(n.host for n in nodes),
         since=None,
         run=nodes[0].verdict.run,
+        # Only the last words' rule says unknown while they are kept with the line (it comes
+        # before every other rule that says unknown): for good.
+        stuck=_UNTOLD if state is State.UNKNOWN and last_words is not None and last_words[2] else None,
     )
     return verdict, new_memory
 
@@ -358,6 +373,16 @@ def _rules(
         if short_only and others and not short_held
         else []
     )
+    # Ranks lost while others are alive: said with a failure (the others may wait for them).
+    left = (
+        [
+            f"{_all_lost(lost, alive, most, per_host, lost_at, gone or {})}; ranks alive on "
+            + _alive_on(waiting, alive)
+            + ": a collective may be waiting for a lost rank"
+        ]
+        if lost and waiting
+        else []
+    )
     for k, node in enumerate(nodes):
         if k == 0 and short_held:
             continue
@@ -375,19 +400,38 @@ def _rules(
         ]
         if failed or (node.verdict.state is State.FAILED and (k == 0 or policy.success == "all")):
             why = failed[0] if failed else f"{node.host}: {node.verdict.reasons[0]}"
-            # Ranks lost while others are alive: say so (the others may wait for them).
-            left = (
-                [
-                    f"{_all_lost(lost, alive, most, per_host, lost_at, gone or {})}; ranks alive on "
-                    + _alive_on(waiting, alive)
-                    + ": a collective may be waiting for a lost rank"
-                ]
-                if lost and waiting
-                else []
-            )
             stalled = short_stalled if k == 0 else []
             reasons = [why, *stalled, *left, *_others(nodes, node, policy)]
             return State.FAILED, reasons, every
+    # Rule 1 still: an error line in a log the nodes share, cleared by text after it, first
+    # read at the check that first found a rank gone (``AcrossMemory.last_words``). The rule
+    # of one job's log (text after an error line: the job went on past it) does not hold
+    # there: the text may be another rank's, and says nothing of the one that wrote the error.
+    if memory is not None and memory.last_words is not None:
+        error, who, with_line = memory.last_words
+        where = f"shared log (read on {chief.host}, node 0): error line: {error}"
+        if not with_line:
+            return (
+                State.FAILED,
+                [
+                    f"{where} (first read at the check that first found gone {who}: it may be the"
+                    " last words of a rank that ended then, and the text after it that cleared it"
+                    " another rank's, which says nothing of the rank that wrote it)",
+                    *left,
+                    *_others(nodes, chief, policy),
+                ],
+                every,
+            )
+        return (
+            State.UNKNOWN,
+            [
+                f"{where}; it, node 0's completion line and the end of {who} were all first read"
+                " at one check: whether a rank that ended then wrote the error as its last words, or a"
+                " rank went on past it, cannot be told",
+                *(_said(n) for n in nodes),
+            ],
+            every,
+        )
     # Rule 2: ranks lost on a node while the others wait without progress.
     # Progress is CPU time, I/O, the log and the outputs (``_mark``): a GPU busy is not, for
     # NCCL spins at 100 % while it waits for a peer that is gone.
@@ -501,6 +545,52 @@ def _rules(
     if lost and waiting:
         reasons.insert(0, _may_wait(_all_lost(lost, alive, most, per_host, lost_at, gone or {}), policy))
     return state, reasons, every
+
+
+#: The last words' rule's unknown (:attr:`AcrossMemory.last_words`, with the line): for good.
+_UNTOLD = Stuck(
+    "an error line in the log the nodes share, a rank's end and the completion line were all"
+    " first read at one check: whether the error was that rank's last words cannot be told,"
+    " and it can write no more, so no later check can tell either",
+    "give each rank a log of its own ({rank} in log.path): an error line there is its writer's,"
+    " and no other rank's text follows it",
+)
+
+
+def _last_words(
+    nodes: Sequence[NodeCheck],
+    sightings: Mapping[str, Mapping[int, tuple[int | None, str, float]]],
+    gone_at: Mapping[str, Mapping[int, float]],
+) -> tuple[str, str, bool] | None:
+    """:attr:`AcrossMemory.last_words` where this check holds them (None: it does not): node
+    0's log is one the nodes share, its read found an error line first there that later text
+    cleared (``survived_error``), and a rank on some host (node 0's too) was first found gone
+    at this same check. Checks follow one another: the error and that rank's end both came
+    after the last check, and which came first cannot be told."""
+    lg = nodes[0].verdict.readings.get("log")
+    error = lg.evidence.get("survived_error") if lg is not None else None
+    if lg is None or not isinstance(error, str) or not _log_shared(nodes):
+        return None
+    ended = [
+        (n.host, pid)
+        for n in nodes
+        for pid, at in sorted(gone_at.get(n.host, {}).items())
+        if at == n.verdict.checked_at
+    ]
+    if not ended:
+        return None
+    who = " and ".join(_rank_words(sightings.get(h, {}).get(pid), pid, h) for h, pid in ended)
+    # Node 0's completion line of this run read now: after the error (a line before it would
+    # not have cleared it), so first read at this check too.
+    return error, who, isinstance(lg.evidence.get("complete_line"), str)
+
+
+def _rank_words(seen: tuple[int | None, str, float] | None, pid: int, host: str) -> str:
+    """A rank gone, in words, its rank as it was told: ``pid 4121 on gpu-02 (rank 13, so its
+    environment's RANK says)``."""
+    if seen is None or seen[0] is None:
+        return f"pid {pid} on {host}"
+    return f"pid {pid} on {host} (rank {seen[0]}, so {_HOW.get(seen[1], seen[1])} says)"
 
 
 def _readings(nodes: Sequence[NodeCheck]) -> dict[str, Reading]:
