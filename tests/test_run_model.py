@@ -533,7 +533,9 @@ def test_a_process_alive_at_the_last_check_wrote_a_new_line_only_if_alive_at_its
 def test_alive_at_the_read_is_seen_at_the_check_before_or_begun_clearly_before_the_clock_read() -> None:
     """ProcessMemory.run_at_read: a process of this run alive at this check, and at the check
     before (the same identity) or begun clearly before this probe's clock read, to the
-    start's measured precision (the files are read after that clock read)."""
+    start's measured precision (the files are read after that clock read). One begun within
+    that precision (or after) is too, unless a process of the job seen at the last check is
+    gone: then the line may be that one's, left between the read and the scan."""
     from types import SimpleNamespace
     from typing import Any, cast
 
@@ -545,8 +547,13 @@ def test_alive_at_the_read_is_seen_at_the_check_before_or_begun_clearly_before_t
     starts = {1: 990.0, 2: 1000.0 - slack / 2, 3: 1000.2, 4: 1000.2, 5: 900.0}
     job = SimpleNamespace(
         alive=frozenset(starts),
+        pids=frozenset(starts),
         earlier=frozenset({5}),  # an earlier run's: no process of this run
         processes=[{"pid": pid, "started_at": at} for pid, at in starts.items()],
     )
-    memory = ProcessMemory(run_pids=(4,))
-    assert _alive_at_read(cast(Any, job), memory, meta) == (1, 4)
+    # Pid 6, seen at the last check, is gone: only those seen then, or begun clearly before.
+    gone = ProcessMemory(run_pids=(4, 6), job_pids=(4, 6))
+    assert _alive_at_read(cast(Any, job), gone, meta) == (1, 4)
+    # Nothing of the job gone since: every live process of this run.
+    assert _alive_at_read(cast(Any, job), ProcessMemory(run_pids=(4,), job_pids=(4,)), meta) == (1, 2, 3, 4)
+    assert _alive_at_read(cast(Any, job), ProcessMemory(), meta) == (1, 2, 3, 4)

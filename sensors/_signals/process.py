@@ -1468,9 +1468,18 @@ def _remember(
 def _alive_at_read(job: _Job, memory: ProcessMemory, meta: Meta) -> tuple[int, ...]:
     """This run's live PIDs that were alive when this probe read the files: alive at the last
     check's scan too (the same process: its identity is checked), or begun clearly before
-    this probe's clock read, to its start's measured precision."""
+    this probe's clock read, to its start's measured precision. One begun within that
+    precision of it (or after) was at work at the read as well unless a process of the job
+    seen at the last check is gone now: then a line found first after this read may be
+    that one's, written and left between this read and this scan, and the new process a
+    re-run begun in between (fuzzer seed 8200018). Nothing of the job gone, no process seen
+    wrote it so: a job begun as the watch polls is its own line's writer (an adversary's
+    review: unknown for good where its line had text after it)."""
     slack = start_precision(meta)
     before = set(memory.run_pids)
+    # Gone since the last check: a process of the job then (this run's or an earlier one's)
+    # that this scan does not find.
+    gone = bool((before | set(memory.job_pids)) - set(job.pids) - set(job.alive))
     starts = {p["pid"]: p["started_at"] for p in job.processes}
     return tuple(
         sorted(
@@ -1479,6 +1488,7 @@ def _alive_at_read(job: _Job, memory: ProcessMemory, meta: Meta) -> tuple[int, .
             if pid not in job.earlier
             and (
                 pid in before
+                or not gone
                 or (
                     meta.now is not None
                     and (start := starts.get(pid)) is not None
