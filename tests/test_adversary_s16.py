@@ -212,11 +212,15 @@ _LINE = {"complete_line": "rank 0 done"}
             "failed", id="then node 0's line, read a check later: the error stands",
         ),
         pytest.param(
+            _log(1, Says.WORKING, **_GONE_PAST), _log(2, Says.DONE, **_LINE), "restarted",
+            "neither", id="node 1's rank replaced at that check (an elastic restart): gone past",
+        ),
+        pytest.param(
             _log(1, Says.DONE, **_GONE_PAST, **_LINE), _log(2, Says.DONE, **_LINE), None,
             "stuck", id="node 0's line read with them: unknown for good",
         ),
         pytest.param(
-            _log(1, Says.WORKING, **_GONE_PAST), _log(2, Says.WORKING), "/node1/train.log",
+            _log(1, Says.WORKING, **_GONE_PAST), _log(2, Says.WORKING), "own",
             "neither", id="node 0's own log: one job's rule holds",
         ),
         pytest.param(
@@ -233,10 +237,11 @@ def test_an_error_gone_past_in_a_shared_log_at_the_check_that_found_a_rank_gone(
     past (``survived_error``): ``failed``, or ``unknown`` for good (``stuck``), or neither
     where the rule does not hold. Kept for the run: the check after says the same."""
     policy = PolicySpec(stall_after=60.0)
-    own = [_log(k, Says.WORKING, "/node1/train.log") for k in range(3)] if node_1_log else [None] * 3
+    own = [_log(k, Says.WORKING, "/node1/train.log") for k in range(3)] if node_1_log == "own" else [None] * 3
+    later = (22,) if node_1_log == "restarted" else ()  # pid 21's place taken by a new process
     memory = AcrossMemory()
     got = []
-    for k, (log, alive_1) in enumerate([(_log(0, Says.WORKING), (21,)), (second, ()), (third, ())]):
+    for k, (log, alive_1) in enumerate([(_log(0, Says.WORKING), (21,)), (second, later), (third, later)]):
         nodes = [_at("a", k, (10,), log), _at("b", k, alive_1, *([own[k]] if own[k] else []))]
         verdict, memory = decide_across("t", nodes, policy, 1, memory, _T + k)
         got.append(verdict)

@@ -220,7 +220,7 @@ def decide_across(
         n.host: _sighted(n, k, per_host, memory.sightings.get(n.host, {})) for k, n in enumerate(nodes)
     }
     gone_at = {n.host: _found_gone(n, sightings[n.host], memory.gone_at.get(n.host, {})) for n in nodes}
-    last_words = memory.last_words or _last_words(nodes, sightings, gone_at)
+    last_words = memory.last_words or _last_words(nodes, sightings, gone_at, short)
     holders = _holders(nodes, sightings)
     # Each host's ranks seen alive and gone now, named; those that ended after their own
     # completion line said finished.
@@ -561,12 +561,16 @@ def _last_words(
     nodes: Sequence[NodeCheck],
     sightings: Mapping[str, Mapping[int, tuple[int | None, str, float]]],
     gone_at: Mapping[str, Mapping[int, float]],
+    short: set[str],
 ) -> tuple[str, str, bool] | None:
     """:attr:`AcrossMemory.last_words` where this check holds them (None: it does not): node
     0's log is one the nodes share, its read found an error line first there that later text
     cleared (``survived_error``), and a rank on some host (node 0's too) was first found gone
-    at this same check. Checks follow one another: the error and that rank's end both came
-    after the last check, and which came first cannot be told."""
+    at this same check, its host left with fewer ranks than it had (``short``). Checks follow
+    one another: the error and that rank's end both came after the last check, and which
+    came first cannot be told. A host whose ranks are all there again, the gone one replaced
+    by a new process, restarted them (an elastic restart after the error: the job went on
+    past it, as one job's log would say; an adversary's review)."""
     lg = nodes[0].verdict.readings.get("log")
     error = lg.evidence.get("survived_error") if lg is not None else None
     if lg is None or not isinstance(error, str) or not _log_shared(nodes):
@@ -575,7 +579,7 @@ def _last_words(
         (n.host, pid)
         for n in nodes
         for pid, at in sorted(gone_at.get(n.host, {}).items())
-        if at == n.verdict.checked_at
+        if at == n.verdict.checked_at and n.host in short
     ]
     if not ended:
         return None
