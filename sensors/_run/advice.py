@@ -59,6 +59,13 @@ class Fix(enum.Enum):
         "match every process that writes the log with process.match (a launcher or wrapper that"
         " logs after its workers, as torchrun's agent or a shell script does)"
     )
+    #: Text after the line, the line's writers known (matched, seen at work before it) but
+    #: their end not seen: a watch restarted, or paused, across the end missed what tells
+    #: their own text from a later run's (user s17).
+    SEE_END = (
+        "keep one watch running across the job's end (a watch stopped, restarted or paused then"
+        " does not see the end, and text written before it is then no known writer's)"
+    )
     ADD_SIGNAL = "add a log section with a completion line, or an outputs section"
     OWN_PATHS = (
         "give each run of the job its own log and output paths, or start no other run of it"

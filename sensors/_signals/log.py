@@ -1370,6 +1370,9 @@ class _Word(NamedTuple):
     alive_at: float | None = None  # when this watch last saw a writer alive, the line there
     undatable_by: int | None = None  # a live process that may have begun after the line
     earlier_pid: int | None = None  # demoted: written while only this earlier run's process was
+    #: Unattributed with its writers known and gone, their end not seen by this watch (one
+    #: restarted or paused across it): what would have told their own text from a later run's.
+    end_unseen: bool = False
 
     def keeps(self, memory: LogMemory) -> bool:
         return (
@@ -1585,7 +1588,7 @@ def _whose(
         )
         if later:
             return _Word(None, None, demoted=complete_line, later_pid=later[0], demoted_end=complete_end)
-    unattributed = False
+    unattributed = end_unseen = False
     if scan.followed_by is not None:
         # When the text after the line was written, at the latest: the mtime, unless it was
         # set back (its ctime clearly later: a tool's touch -d, or a chmod since, which read
@@ -1626,6 +1629,7 @@ def _whose(
             and last + st.resolution <= job.elsewhere
         )
         unattributed = not (by_writer or by_exit or by_end or by_elsewhere)
+        end_unseen = unattributed and bool(writers) and ended is None and not live.intersection(writers)
     return _Word(
         complete_line,
         complete_end,
@@ -1637,6 +1641,7 @@ def _whose(
         unattributed,
         alive_at=alive_at,
         undatable_by=undatable_by,
+        end_unseen=end_unseen,
     )
 
 
@@ -1821,12 +1826,21 @@ def _log_says(
             had,
         )
     if complete_line is not None and word is not None and word.unattributed and scan.followed_by is not None:
+        # The line's writers known (the matched processes at work before it) and gone, their
+        # end unseen by this watch (restarted or paused across it): what it lacked is that end,
+        # which tells their own text after the line from a later run's. Seen, the text came
+        # after it: another writer's (an unmatched launcher's, or a later run's).
+        fixes = (
+            (Fix.SEE_END, Fix.LAUNCH, Fix.LINE_LAST)
+            if word.end_unseen
+            else (Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.MATCH_WRITER, Fix.LAUNCH, Fix.LINE_LAST)
+        )
         return _doubt(
             f"a completion line ({complete_line.strip()[:120]}) is followed by other text"
             f" ({scan.followed_by[:120]!r}) that no process known to have written the completion"
             " line can have written: a completion line counts only as its run's last word, and"
             " whether a later run wrote that text cannot be told",
-            (Fix.WATCH_BEFORE_LINE, Fix.CHECK_OFTEN, Fix.MATCH_WRITER, Fix.LAUNCH, Fix.LINE_LAST),
+            fixes,
             had,
         )
     if complete_line is not None:

@@ -18,7 +18,7 @@ once read, for a run that is never rebound to a later one:
 - ``nothing_tells``: the job is gone (this watch saw it alive), and the stage has no log, no
   outputs and no recorded exit status: an exit and a kill look alike from /proc, now and later.
 - ``line_doubt``: the job is gone (this watch saw it alive) for ``exit_grace`` or more, its
-  log unwritten for as long, and whose its completion line is cannot be told (``line_doubt``:
+  log unwritten for as long, and which run wrote its completion line cannot be told (``line_doubt``:
   an appending log watched after its line, text after the line never seen written, ...). The
   run's processes are gone and the log's lag is over: no later byte is this run's, and none
   can tell the line's run.
@@ -85,7 +85,7 @@ _CAUSES: dict[str, tuple[str, tuple[Fix, ...]]] = {
         (Fix.FROM_LAUNCH, Fix.LOCAL_LOG),
     ),
     "line_doubt": (
-        "the job is gone, and whose its completion line is cannot be told (see the log's"
+        "the job is gone, and which run wrote its completion line cannot be told (see the log's"
         " reading): none of its processes can write another, so no later check can tell either",
         (),  # the log's own advice (``line_fix``): it knows what the watch saw of the line
     ),

@@ -71,7 +71,7 @@ def supervised(readings: Mapping[str, Reading], *, stalled: bool = False) -> tup
         doubts = [r for r in readings.values() if r.says is Says.UNKNOWN and ev(r, "line_doubt")]
         waiting = ev(s, "supervisor_phase") == "waiting"
         if doubts and not unknown and not waiting and (p is None or p.says is not Says.WORKING):
-            # The log was read; only whose its completion line is cannot be told, and while
+            # The log was read; only which run wrote its completion line cannot be told, and while
             # the supervisor says this run is at work, no completion line decides anything.
             at_work = f"supervisor: {s.detail}"
             others = [f"{r.signal}: {r.detail}" for r in readings.values() if r is not s]
