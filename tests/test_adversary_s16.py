@@ -72,6 +72,16 @@ def _say(run: _Run, g: int, text: str) -> None:
 _TRACEBACK = "ERROR rank 1: Traceback (most recent call last): RuntimeError: CUDA error"
 
 
+def _both_at_work(world: _World, checker: SpanChecker) -> _Run:
+    """A run begun, both its ranks seen at work by two checks: the run."""
+    run = world.start(set())
+    _say(run, 0, "step 1")
+    checker.check()
+    time.sleep(0.3)
+    checker.check()
+    return run
+
+
 def _node_1_dies(tmp_path: Path, hosts: list[Any], tag: str, then: str) -> list[Verdict]:
     """Both ranks seen at work; node 1's rank writes a traceback to the log they share and
     exits 1; before the next check node 0's rank does ``then`` ("nothing", "steps on": its next
@@ -79,11 +89,7 @@ def _node_1_dies(tmp_path: Path, hosts: list[Any], tag: str, then: str) -> list[
     world, stage = _shared(tmp_path, hosts, tag)
     try:
         with SpanChecker(stage) as checker:
-            run = world.start(set())
-            _say(run, 0, "step 1")
-            checker.check()
-            time.sleep(0.3)
-            checker.check()  # both ranks seen at work
+            run = _both_at_work(world, checker)
             _say(run, 1, _TRACEBACK)
             world.tell(run, 1, "exit1")
             if then == "steps on":
@@ -148,11 +154,7 @@ def test_a_handled_error_read_with_every_rank_alive_is_gone_past_and_the_gate_op
     world, stage = _shared(tmp_path, hosts, "as16-ok")
     try:
         with SpanChecker(stage) as checker:
-            run = world.start(set())
-            _say(run, 0, "step 1")
-            checker.check()
-            time.sleep(0.3)
-            checker.check()  # both ranks seen at work
+            run = _both_at_work(world, checker)
             _say(run, 1, "ERROR rank 1: a shard read failed, retrying (handled)")
             _say(run, 1, "step 2")
             read = _checks(checker, 1)[0]  # the error first read: every rank alive

@@ -17,7 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
-from sensors import Checker, State, stage_from_dict
+from sensors import Checker, State, Verdict, stage_from_dict
 from sensors._store import open_store
 
 _JOB = "import sys, time; time.sleep(float(sys.argv[1]))"
@@ -102,15 +102,12 @@ def test_a_line_written_while_the_new_definition_watches_completes(tmp_path: Pat
     assert after[-1].state is State.COMPLETE, [(v.state.value, v.reasons[:2]) for v in after]
 
 
-def test_a_completion_regex_edited_while_the_job_runs_keeps_where_its_bytes_begin(tmp_path: Path) -> None:
-    """An appending log (an earlier run's lines in it, and its completion line), the job at
-    work and watched; its completion regex is edited (the stage file fixed while the job
-    runs: a new definition, the store's memory restored less the log's). The log, written
-    before and after the run began, cannot be bound whole again, but what is written after
-    the new definition's first read is the run's: the job's line, written then, completes it
-    within 3 checks of the exit. (A line written before the edit and text after it stay
-    ``unknown``: the new definition never read the log without it, and its writers cannot be
-    named; fuzzer seeds 8500115, 8600405, timing-dependent.)"""
+def _regex_edited(tmp_path: Path, line: bool) -> tuple[Verdict, list[Verdict]]:
+    """An appending log (an earlier run's lines in it, and its completion line); the job at
+    work, watched, appends a step; its completion regex is then edited (the stage file fixed
+    while the job runs: a new definition, the store's memory restored less the log's). The
+    new definition's first check, then (``line``: after the job appends its own completion
+    line) the checks after the job's exit."""
     tag = f"dc-{uuid.uuid4().hex[:8]}"
     log = tmp_path / "job.log"
     log.write_text("run 1 step 9\nTraining complete\n")
@@ -126,12 +123,24 @@ def test_a_completion_regex_edited_while_the_job_runs_keeps_where_its_bytes_begi
             watch.check()
         with Checker(stage_from_dict(new), state=store) as edited:
             first = edited.check()
-            with log.open("a") as f:
-                f.write("Training complete\n")
+            if line:
+                with log.open("a") as f:
+                    f.write("Training complete\n")
             job.wait()
-            after = [edited.check() for _ in range(3)]
+            return first, [edited.check() for _ in range(3)]
     finally:
         store.close()
+
+
+def test_a_completion_regex_edited_while_the_job_runs_completes_on_the_line_written_after(
+    tmp_path: Path,
+) -> None:
+    """The log, written before and after the run began, cannot be bound whole again, but
+    what is written after the new definition's first read is the run's: the job's line,
+    written then, completes it within 3 checks of the exit. (A line written before the edit,
+    text after it, stays ``unknown``: the new definition never read the log without it, and
+    its writers cannot be named; fuzzer seeds 8500115, 8600405, timing-dependent.)"""
+    first, after = _regex_edited(tmp_path, line=True)
     said = [(v.state.value, v.reasons[:2]) for v in (first, *after)]
     assert first.state is not State.COMPLETE, said
     assert after[-1].state is State.COMPLETE, said
@@ -140,23 +149,6 @@ def test_a_completion_regex_edited_while_the_job_runs_keeps_where_its_bytes_begi
 def test_an_earlier_runs_line_that_the_edited_regex_matches_is_still_not_the_runs(tmp_path: Path) -> None:
     """The other side: the edit makes an earlier run's line, before this run's bytes, match;
     the job then exits without a line of its own. Never complete."""
-    tag = f"dc-{uuid.uuid4().hex[:8]}"
-    log = tmp_path / "job.log"
-    log.write_text("run 1 step 9\nTraining complete\n")
-    old = {**_stage(tag, log), "log": {"path": str(log), "complete": "^Extraction done"}}
-    new = {**old, "log": {"path": str(log), "complete": "^(Training|Extraction) complete"}}
-    store = open_store(tmp_path / "state.db")
-    try:
-        job = _job(tag, 1.0)
-        with Checker(stage_from_dict(old), state=store) as watch:
-            _wait_seen(watch)
-            with log.open("a") as f:
-                f.write("run 2 step 1\n")
-            watch.check()
-        with Checker(stage_from_dict(new), state=store) as edited:
-            edited.check()
-            job.wait()
-            after = [edited.check() for _ in range(4)]
-    finally:
-        store.close()
-    assert all(v.state is not State.COMPLETE for v in after), [(v.state.value, v.reasons[:2]) for v in after]
+    first, after = _regex_edited(tmp_path, line=False)
+    said = [(v.state.value, v.reasons[:2]) for v in (first, *after)]
+    assert all(v.state is not State.COMPLETE for v in (first, *after)), said
