@@ -350,3 +350,25 @@ def test_a_rank_killed_before_the_shared_logs_line_is_lost_under_all(ended: str)
         f"1 of 2 ranks on b gone (found gone at {_hms(NOW - 120)}, its clock): rank 3, pid 202"
     ), why
     assert "a collective waiting for a lost rank" in why, why
+
+
+@pytest.mark.parametrize(
+    ("written", "said"),
+    [
+        # Written inside the probe (after its clock read, before its end): 0 s old.
+        (T + 0.004, "0s ago"),
+        (T + 0.3, "0s ago"),
+        (T - 3.0, "3s ago"),
+        (T + 5.0, "the log stamped 5s ahead of the host's clock"),  # past the probe's end too
+    ],
+)
+def test_a_log_written_during_the_probe_is_0s_old_not_ahead_of_the_clock(written: float, said: str) -> None:
+    """A write after the probe read its clock and before its end is 0 s old (user s17 read
+    "the log stamped 0s ahead of the host's clock" and "-0s ago" for a job's last line)."""
+    spec = LogSpec(path="/j/train.log", complete="^done$")
+    reading, _ = read_log(
+        spec, _sections(b"step 1\n", written), _meta(T, T + 0.5), None, host="h", job=JobView()
+    )
+    assert reading.detail.endswith(f", {said}") or reading.detail.endswith(f"' {said}"), reading.detail
+    assert "-0s" not in reading.detail, reading.detail
+    assert reading.evidence["age_seconds"] >= 0 or said.startswith("the log stamped"), reading.evidence

@@ -1077,7 +1077,12 @@ def read_log(
     )
     # From the mtime as exactly as stat gave it: its whole second made a log up to 1 s older
     # than it was, in the words, the perf data and the stuck rule's quiet log (user s16).
+    # A write after the probe's clock read and before its end (the file is read in between)
+    # came during this probe: 0 s old, not a file time ahead of the clock (user s17: "the
+    # log stamped 0s ahead of the host's clock", "-0s ago", for a log the job had just written).
     age = round(meta.now - st.written, 1)
+    if age <= 0 and st.written <= (meta.now_end if meta.now_end is not None else meta.now):
+        age = 0.0
     evidence = _evidence(spec, scan, st, memory, complete_line, age, change, accepted)
     ahead = file_time_ahead(st, meta.now_end or meta.now, memory.foreign_clock is not True)
     if ahead is not None:
