@@ -88,9 +88,11 @@ def test_a_job_killed_while_no_watch_ran_is_failed_not_unknown(tmp_path) -> None
     job = SimulatedJob(tmp_path, scenario="stall", total=8, step=0.02)
     job.start()
     stage_file = job.write_stage(tmp_path / "s.yaml", interval="300ms", exit_grace="300ms", timeout="30s")
-    before = _killed_mid_watch(state, stage_file, 3.0)
-    assert before and before[-1]["signals"]["process"]["says"] == "working"
-    job.stop()  # killed while nothing watched: outputs short
+    try:
+        before = _killed_mid_watch(state, stage_file, 3.0)
+        assert before and before[-1]["signals"]["process"]["says"] == "working"
+    finally:
+        job.stop()  # killed while nothing watched: outputs short (and never left running)
     out = _cli(state, "wait", str(stage_file), "--json", "--timeout", "20s")
     final = _json_lines(out.stdout)[-1]
     assert final["verdict"] == "failed", final["reasons"]
