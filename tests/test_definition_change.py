@@ -3,10 +3,11 @@
 The memory of the process signal is kept across the edit (the same processes are the job),
 the log's starts afresh (``sensors._check.persist._without``). A process seen alive at the
 check before is a writer of a line found now only where that check read the log (of this
-memory) and found no line there: under the old definition no check read it. The rule's
-table is tests/test_run_model.py's (``at_read``); these two run it on real processes, both
-sides: an earlier run's line is never the run's, and a line written while the new
-definition watches opens the gate.
+memory) and found no line there: under the old definition no check read it. The rule is
+table-tested in tests/test_run_model.py (``at_read``). The tests here are its real-process
+neighbours, both sides, and hold with or without that rule: an earlier run's line, followed
+by text no known writer wrote, is never the run's; a line written while the new definition
+watches opens the gate; a completion regex edited mid-run keeps both.
 """
 
 from __future__ import annotations

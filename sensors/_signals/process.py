@@ -1478,8 +1478,8 @@ def _alive_at_read(job: _Job, memory: ProcessMemory, meta: Meta) -> tuple[int, .
     slack = start_precision(meta)
     before = set(memory.run_pids)
     # Gone since the last check: a process of the job then (this run's or an earlier one's)
-    # that this scan does not find.
-    gone = bool((before | set(memory.job_pids)) - set(job.pids) - set(job.alive))
+    # that this scan does not find (``job.pids``: its live matches and their descendants).
+    gone = bool((before | set(memory.job_pids)) - job.pids)
     starts = {p["pid"]: p["started_at"] for p in job.processes}
     return tuple(
         sorted(
