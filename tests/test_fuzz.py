@@ -401,6 +401,27 @@ def test_a_since_inside_an_earlier_run_excludes_it() -> None:
     assert (j.kind, j.route) == (HARD, "since-inside-earlier-run")
 
 
+@pytest.mark.parametrize(
+    ("ending_from", "ended", "seen", "kind"),
+    [
+        # Seed 8701256: told to end 0.15 s before the first check's clock read, reaped
+        # (under load) 0.05 s after it. Gone from the scan: nothing tells it from a run begun
+        # after the since.
+        pytest.param(104.5, 104.7, frozenset(), SOFT, id="ended before the first check, reaped after"),
+        pytest.param(104.8, 104.9, frozenset(), SOFT, id="ended while the first check scanned"),
+        pytest.param(106.0, 106.1, frozenset(), HARD, id="outlived the first check's scan"),
+        pytest.param(104.5, 104.7, frozenset({1}), HARD, id="the watch saw it alive"),
+        pytest.param(None, 105.3, frozenset(), HARD, id="no exit step recorded: reaped well after the scan"),
+    ],
+)
+def test_a_run_inside_the_since_is_in_view_only_if_it_outlived_the_first_scan(
+    ending_from: float | None, ended: float, seen: frozenset[int], kind: str
+) -> None:
+    run = RunFacts(1, 100.0, ended, 0, ending_from=ending_from, text="Extraction complete\n")
+    j = judge(_snap(run), FULL, Scope(since_lo=102.0, first_check=104.65), seen)
+    assert j.kind == kind, j.why
+
+
 def test_a_launched_run_with_its_exit_recorded_is_hard_not_soft() -> None:
     run = RunFacts(1, 100.0, 110.0, 1, launched=True, recorded=True, text="Extraction complete\n")
     assert judge(_snap(run), FULL, Scope(launched=1), frozenset({1})).kind == HARD

@@ -629,7 +629,9 @@ class World:
                 exit_code=128 - code if code < 0 else code,
                 oom=oom and code < 0,
             )
-        self._set_run(replace(self.runs[-1], ended=time.time(), status=code, recorded=recorded))
+        self._set_run(
+            replace(self.runs[-1], ended=time.time(), ending_from=began, status=code, recorded=recorded)
+        )
         self._snap(began, time.time())
 
     def pause(self, seconds: float) -> None:
