@@ -95,6 +95,14 @@ SEEDS = [
     # 6f0b386, 0 since 15e895b.
     4102295,
     4102355,
+    # Two watches on one store. The holder checked just after run 1, then not until run 3
+    # had written its line, text after it ("cleanup done") and exited; the other watched run
+    # 3 at work and saw its end, so it could tell the text was run 3's own. The holder, from
+    # its memory alone, could not ("which run wrote the line": unknown for good) and kept
+    # its lease; its follower's confirmation needed the holder's memory to agree, and said
+    # unknown for good too (missed). A doubt of whose the line is vetoes no longer a check
+    # that saw its writer and its end.
+    8800606,
 ]
 
 

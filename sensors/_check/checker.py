@@ -44,6 +44,7 @@ from sensors._signals.base import JobView
 from sensors._signals.log import LogMemory, seed_log_memory
 from sensors._store import Store
 from sensors._verdict import VerdictMemory, decide
+from sensors._verdict.stuck import doubt_only
 
 log = logging.getLogger("crosscheck")
 
@@ -253,7 +254,9 @@ class Following:
         followed), and — where it has read the host itself before — once more with its own
         memory, which holds what it saw there and the holder may never have (a later run at
         work: fuzzer seed 303081). Both must agree with the holder; where one does not, its
-        verdict stands, and never a ``complete`` over one that is not.
+        verdict stands, and never a ``complete`` over one that is not — unless all that holds
+        that one back is that its memory cannot tell which run wrote the completion line
+        (``doubt_only``), where the other's saw the line's writer and its end.
         """
         assert self._persist is not None
         memory = self._persist.restore().memory or {}
@@ -294,6 +297,15 @@ class Following:
         if all(c.state is followed.state and c.settled == followed.settled for c in checks):
             self.last = followed
             return followed
+        told = next((c for c in checks if c.state is State.COMPLETE), None)
+        if told is not None and all(c.state is State.COMPLETE or doubt_only(c) for c in (*checks, followed)):
+            # One memory saw the line's writer at work and its end; the other (a holder that
+            # never saw that run's process: it checked before the run and after its end)
+            # only cannot tell whose the line is. That doubt is a lack of knowledge, nothing
+            # read against the run: it vetoed the check that can tell for as long as the
+            # holder kept its lease (fuzzer seed 8800606: for good).
+            self.last = told
+            return told
         holding_back = [c for c in checks if not c.advance]
         if holding_back:
             return next((c for c in holding_back if c.state is not followed.state), holding_back[0])

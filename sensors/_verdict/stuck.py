@@ -38,11 +38,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sensors._base.model import Reading, Says, State, Stuck
+from sensors._base.model import Reading, Says, State, Stuck, Verdict
 from sensors._run.advice import Fix, Had, advice
 from sensors._run.run import Run
 
-__all__ = ["had_of", "stuck"]
+__all__ = ["doubt_only", "had_of", "stuck"]
 
 
 def had_of(readings: Mapping[str, Reading], run: Run | None, *, takes_since: bool = True) -> Had:
@@ -144,6 +144,16 @@ def cause(readings: Mapping[str, Reading], gone_for: float = 0.0, grace: float =
     ):
         return "line_doubt"
     return None
+
+
+def doubt_only(verdict: Verdict) -> bool:
+    """Whether ``verdict`` is held back for good only by ``line_doubt``: what the memory it
+    was checked with saw of the job cannot tell which run wrote the line, and nothing read
+    says the line is another run's (a later run at work, a launch taken over: those are
+    causes of their own, or no stuck verdict at all). A lack of knowledge, not evidence
+    against the run: a check from a memory that saw the line's writer at work and its end
+    can tell (sensors._check.checker, where a follower confirms a holder's verdict)."""
+    return verdict.stuck is not None and cause(verdict.readings, float("inf"), 0.0) == "line_doubt"
 
 
 def _quiet_for(lg: Reading, grace: float) -> bool:
