@@ -66,6 +66,13 @@ class _Run:
         self.proc.wait(10)
 
 
+def _later_run(tag: str) -> _Run:
+    """A later run that writes nothing (its stdout block-buffered, say) until it is killed."""
+    run = _Run.__new__(_Run)
+    run.proc = subprocess.Popen(["sh", "-c", "sleep 300", "--tag", tag], start_new_session=True)
+    return run
+
+
 def _until(cond, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
@@ -101,16 +108,15 @@ def _gone(checker: Checker, settled: bool = True) -> Verdict:
     return v
 
 
-# --- 1. a process the follower saw at work after the line, that the holder never saw ----------
+# --- 1. a later run the follower saw at work, that the holder never saw ------------------------
 #
-# The follower's own memory first found run 2's completion line (undated: text after it) while
-# a process of the job was alive that it cannot place before the line (``undatable_by``): it
-# may be a later run, begun after the line, with no completion line of its own. Once that
-# process is gone, the follower's own check is unknown for good with ``line_doubt``, and
-# ``doubt_only`` says "a lack of knowledge, nothing read against the run". But the doubt IS
-# about a process read at work; the holder's memory, which completes, never saw that process
-# at all: it cannot settle the doubt, it only lacks it. Run 3 here began 1.5 s after run 2's
-# line and end, and was killed having written nothing: the latest run did not finish.
+# The holder watched runs 1 and 2 whole (complete); run 3 began 1.5 s after run 2's end and was
+# killed having written nothing: the latest run did not finish. The holder never saw it, and
+# says complete for good. The follower saw it at work (confirming the holder's complete): the
+# fear was that its own memory would keep only an undated doubt of run 2's line (``line_doubt``)
+# and a82dca2 would let the holder's memory's complete through. It does not: the follower's own
+# memory binds the run to run 3 ("the completion line in it is an earlier run's"), failed or
+# unknown, no doubt. Passes at a82dca2 and at its parent.
 
 
 def test_a_later_run_the_follower_saw_at_work_is_not_vetoed_away_by_a_holder_that_never_saw_it(
@@ -147,10 +153,7 @@ def test_a_later_run_the_follower_saw_at_work_is_not_vetoed_away_by_a_holder_tha
         assert second.state is State.COMPLETE, _said([second])
         # Run 3 begins 1.5 s later (clearly after run 2's line), writes nothing yet.
         time.sleep(1.5)
-        runs.append(_Run.__new__(_Run))
-        runs[2].proc = subprocess.Popen(
-            ["sh", "-c", "sleep 300", "--tag", tag], start_new_session=True
-        )
+        runs.append(_later_run(tag))
         time.sleep(0.3)
         # The follower confirms the holder's complete: it sees run 3 at work.
         said.append(follower.check())
@@ -166,8 +169,7 @@ def test_a_later_run_the_follower_saw_at_work_is_not_vetoed_away_by_a_holder_tha
             said.append(follower.check())
     finally:
         for run in runs:
-            if hasattr(run, "proc"):
-                run.kill()
+            run.kill()
         holder.close()
         if follower is not None:
             follower.close()
@@ -179,19 +181,15 @@ def test_a_later_run_the_follower_saw_at_work_is_not_vetoed_away_by_a_holder_tha
 # Fails at a82dca2 (the follower said complete, three times), passes at its parent and with
 # ``doubt_only`` narrowed to text after the line.
 #
-# The same process, the other way round. The follower (confirming the holder's complete of run
-# 1) saw run 2 at work before its line and with it; the holder, which did not look then, first
-# found the line with run 2 AND a process begun 1.5 s after the follower had found the line
-# (clearly a later run, by the product's own rule: ``_whose``'s demotion) at work. The holder
-# cannot date that process against the undated line (text after it): ``undatable_by``, unknown
-# for good once both are gone. The follower's own memory never saw that process: complete. Its
-# "saw the line's writer at work and its end" holds, but says nothing of the later run.
-
-
-def _later_run(tag: str) -> _Run:
-    run = _Run.__new__(_Run)
-    run.proc = subprocess.Popen(["sh", "-c", "sleep 300", "--tag", tag], start_new_session=True)
-    return run
+# The follower (confirming the holder's complete of run 1) saw run 2 at work before its line and
+# with it, text after the line written while run 2 lived. The holder, which did not look then,
+# first looked with run 2 AND a process begun 1.5 s after the follower had found the line at
+# work (clearly a later run by the product's own rule: ``_whose`` demotes a line that a live
+# process begun after it outlives). It bound the run to the processes it saw, and the line
+# "may be an earlier run's: the log was written both before and after the run began": unknown
+# for good once both are gone, held back by ``line_doubt`` alone. The later run is killed,
+# having written nothing. The follower's own memory never saw it: complete; a82dca2 let that
+# through over the holder's doubt, which was about a process the follower never saw.
 
 
 def test_a_later_run_the_holder_saw_but_could_not_date_is_not_completed_by_a_follower_that_never_saw_it(
