@@ -255,8 +255,8 @@ class Following:
         memory, which holds what it saw there and the holder may never have (a later run at
         work: fuzzer seed 303081). Both must agree with the holder; where one does not, its
         verdict stands, and never a ``complete`` over one that is not — unless all that holds
-        that one back is that its memory cannot tell which run wrote the completion line
-        (``doubt_only``), where the other's saw the line's writer and its end.
+        that one back is that its memory cannot tell whose the text after the completion line
+        is (``doubt_only``), where the other's saw the line's writer and its end.
         """
         assert self._persist is not None
         memory = self._persist.restore().memory or {}

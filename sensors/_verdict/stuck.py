@@ -147,13 +147,22 @@ def cause(readings: Mapping[str, Reading], gone_for: float = 0.0, grace: float =
 
 
 def doubt_only(verdict: Verdict) -> bool:
-    """Whether ``verdict`` is held back for good only by ``line_doubt``: what the memory it
-    was checked with saw of the job cannot tell which run wrote the line, and nothing read
-    says the line is another run's (a later run at work, a launch taken over: those are
-    causes of their own, or no stuck verdict at all). A lack of knowledge, not evidence
-    against the run: a check from a memory that saw the line's writer at work and its end
-    can tell (sensors._check.checker, where a follower confirms a holder's verdict)."""
-    return verdict.stuck is not None and cause(verdict.readings, float("inf"), 0.0) == "line_doubt"
+    """Whether ``verdict`` is held back for good only by ``line_doubt`` of one kind: its
+    completion line is followed by text that no process the memory it was checked with knows
+    to have written the line can have written. A lack of knowledge, not evidence against the
+    run: a process that memory saw alive with the line in the log was a writer (its text
+    attributed), its child, a later run (the line demoted) or undatable (another kind), so
+    none it saw is a later run begun after the line; a check from a memory that saw the
+    line's writer at work and its end can tell (sensors._check.checker, where a follower
+    confirms a holder's verdict). Not the other kinds of ``line_doubt``: a live process not
+    known to have begun before the line (``undatable_by``), or a line that may predate the
+    run the memory bound to the processes it saw ("may be an earlier run's"): those doubt a
+    process that memory saw, which the other may never have (tests/test_adversary_s18.py: a
+    later run begun after the line, seen by the holder only, completed by its follower)."""
+    if verdict.stuck is None or cause(verdict.readings, float("inf"), 0.0) != "line_doubt":
+        return False
+    ev = verdict.readings["log"].evidence
+    return ev.get("complete_line") is not None and "followed_by" in ev and "undatable_by" not in ev
 
 
 def _quiet_for(lg: Reading, grace: float) -> bool:
