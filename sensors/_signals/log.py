@@ -1559,7 +1559,7 @@ def _whose(
         # Dated, so may a process begun within /proc's start-time slack of it (either side):
         # too close to call it the line's writer or a later run (fuzzer seed 200948: a re-run
         # begun 30 ms after its predecessor's completion line, then killed).
-        undatable_by = _undatable(job, writers, at, written_after, start_slack)
+        undatable_by = _undatable(job, (*writers, *_launched(run)), at, written_after, start_slack)
         # Seen alive at the previous check, when the line was not there yet: no text after
         # it was written by then.
         alive_at = None
@@ -1571,7 +1571,9 @@ def _whose(
     if undatable_by is None and same:
         # Not only at the first sighting: a process first seen at a later check, begun as
         # close to the line, is as undatable (an adversary's review of seed 200948's fix).
-        undatable_by = _undatable(job, writers, at, at if at is not None else 0.0, start_slack)
+        undatable_by = _undatable(
+            job, (*writers, *_launched(run)), at, at if at is not None else 0.0, start_slack
+        )
     live = job.live if job is not None else frozenset()
     if live.intersection(writers) and not written_by(st, alive_at):
         alive_at = now  # moved only when the log's last write needs it: an idle log's memory stands
@@ -1659,6 +1661,15 @@ def _writers_end(writers: tuple[int, ...], job: JobView | None) -> float | None:
         return None
     ends = [end for pid in writers if (end := job.ends.get(pid)) is not None]
     return max(ends) if ends else None
+
+
+def _launched(run: Run | None) -> tuple[int, ...]:
+    """The launched job's wrapper (the PID its launch printed), where the run is a launch: it
+    and its children are that run by the launch's own record, never a later run begun after
+    the line, however close to it or undated they began (a launched job watched first during
+    its post-processing: its own process, alive after its line, was taken for one, and the
+    gate stayed shut for good once it exited 0: session 18, fuzzer seed 9000193)."""
+    return (run.pid,) if run is not None and run.source == "launch" and run.pid is not None else ()
 
 
 def _undatable(

@@ -1,0 +1,69 @@
+"""A launched run watched first during its post-processing (session 18, fuzzer seed 9000193).
+
+The job was launched through crosscheck (its wrapper records the exit, the log is marked
+first). A watch of that launch begins late: the job has written its completion line and more
+text after it, and works on (an upload, a cleanup). The live process is the launched job's
+own: the launch's wrapper or its child. It is no later run begun after the line, so the line
+after the launch's mark is the launched run's, and the watch completes once the job exits 0.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+from sensors import Checker, LocalHost, State, stage_from_dict
+from tests.test_false_complete_routes import _launched
+
+JOB = (
+    "import sys, time\n"
+    "for i in range(1, 4):\n"
+    "    print(f'[{i}/3]', flush=True); time.sleep(0.05)\n"
+    "print('Extraction complete: 3 files', flush=True)\n"
+    "print('   ', flush=True)\n"
+    "time.sleep(1.5)\n"
+    "print('cleanup done', flush=True)\n"
+    "time.sleep(0.3)\n"
+)
+
+
+def test_a_launched_run_first_watched_after_its_line_completes_when_it_exits(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    tag = f"s18late-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "job.log"
+    # An earlier run's words, the same line among them: the log is appended to, run after run.
+    log.write_text("[3/3]\nExtraction complete: 3 files\n")
+    host = LocalHost()
+    run, _wrapper = _launched(host, str(log), JOB, tag)
+    deadline = time.monotonic() + 20
+    while log.read_text().count("Extraction complete") < 2 or not log.read_text().endswith("   \n"):
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.02)
+    stage = stage_from_dict(
+        {
+            "stage": "s18-late-launch",
+            "host": "local",
+            "process": {"match": f"{tag}( |$)"},
+            "log": {"path": str(log), "complete": "^Extraction complete"},
+            "policy": {"interval": "100ms", "settle": 1, "exit_grace": "1ms"},
+        }
+    )
+    verdicts = []
+    with Checker(stage, host=host, run=run) as checker:
+        first = checker.check()
+        assert first.readings["process"].says.value == "working", first.readings["process"].detail
+        assert first.state is not State.COMPLETE
+        ended_at = None
+        while time.monotonic() < deadline + 10:
+            verdicts.append(checker.check())
+            if ended_at is None and verdicts[-1].readings["process"].says.value == "done":
+                ended_at = len(verdicts)
+            if ended_at is not None and len(verdicts) >= ended_at + 3:
+                break
+            time.sleep(0.1)
+    assert ended_at is not None, [v.reasons[:2] for v in verdicts[-3:]]
+    # Complete within 3 checks of the check that found the job gone.
+    assert any(v.state is State.COMPLETE for v in verdicts[ended_at - 1 : ended_at + 2]), [
+        (v.state.value, v.reasons[:2]) for v in verdicts[ended_at - 1 :]
+    ]
