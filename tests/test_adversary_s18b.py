@@ -89,7 +89,9 @@ _FIRST_WRITER = (
 
 @pytest.mark.xfail(strict=True, reason=_FIRST_WRITER)
 @pytest.mark.parametrize("dated", [False, True], ids=["undated", "dated"])
-def test_an_earlier_runs_line_written_after_the_mark_is_not_the_launched_runs(tmp_path: Path, dated: bool) -> None:
+def test_an_earlier_runs_line_written_after_the_mark_is_not_the_launched_runs(
+    tmp_path: Path, dated: bool
+) -> None:
     """A run started by hand is still at work when the stage is launched (the user thought it
     dead). The launched job's script runs the extraction, which fails, and ends with an echo:
     the launch records 0, and the job wrote no completion line (why the stage names one). The
