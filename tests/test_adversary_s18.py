@@ -176,6 +176,58 @@ def test_a_later_run_the_follower_saw_at_work_is_not_vetoed_away_by_a_holder_tha
     assert State.COMPLETE not in [v.state for v in said[1:]], _said(said)
 
 
+def _run_2_seen_by_the_follower_only_before(tmp_path: Path, tag: str, later: bool) -> list[Verdict]:
+    """Tests 2 and 3's history: the holder watches run 1 whole; the follower alone sees run 2
+    at work, its line and the text after it; the holder looks again 1.5 s later (``later``:
+    with a later run begun then) and once run 2 is over. The follower's two checks of run 2,
+    the holder's last verdict, then the follower's three checks after it."""
+    log = tmp_path / "job.log"
+    stage = stage_from_dict(_stage(log, tag))
+    store = str(tmp_path / "state.db")
+    holder = Checker(stage, state=store)
+    follower: Checker | None = None
+    runs: list[_Run] = []
+    said: list[Verdict] = []
+    try:
+        runs.append(_Run(tmp_path, log, tag, "r1"))
+        assert holder.check().state is State.RUNNING
+        runs[0].line(log)
+        holder.check()
+        runs[0].exit()
+        assert _gone(holder).state is State.COMPLETE
+        follower = Checker(stage, state=store)
+        assert follower.check().state is State.COMPLETE
+        # Run 2: the follower (confirming run 1's complete) sees it at work, then its line and
+        # the summary after it while it lives. The holder does not look.
+        runs.append(_Run(tmp_path, log, tag, "r2", after="saved outputs to /data/out"))
+        said.append(follower.check())
+        runs[1].line(log)
+        said.append(follower.check())
+        # 1.5 s later (with a later run begun then, or not) the holder looks, for the first
+        # time since run 1 (running: it saves that, and the follower follows it).
+        time.sleep(1.5)
+        if later:
+            runs.append(_later_run(tag))
+            time.sleep(0.3)
+        assert holder.check().state is not State.COMPLETE
+        # Run 2 ends; the later run is killed, having written nothing.
+        runs[1].exit()
+        for run in runs[2:]:
+            run.kill()
+        held = _gone(holder)
+        said.append(held)
+        for _ in range(3):
+            said.append(follower.check())
+            time.sleep(0.12)
+    finally:
+        for run in runs:
+            run.kill()
+        holder.close()
+        if follower is not None:
+            follower.close()
+    return said
+
+
 # --- 2. the holder saw a later run at work, and could not date it against the line -------------
 #
 # Fails at a82dca2 (the follower said complete, three times), passes at its parent and with
@@ -195,51 +247,11 @@ def test_a_later_run_the_follower_saw_at_work_is_not_vetoed_away_by_a_holder_tha
 def test_a_later_run_the_holder_saw_but_could_not_date_is_not_completed_by_a_follower_that_never_saw_it(
     tmp_path: Path,
 ) -> None:
-    log, tag = tmp_path / "job.log", f"s18b-{uuid.uuid4().hex[:8]}"
-    stage = stage_from_dict(_stage(log, tag))
-    store = str(tmp_path / "state.db")
-    holder = Checker(stage, state=store)
-    follower: Checker | None = None
-    runs: list[_Run] = []
-    said: list[Verdict] = []
-    try:
-        runs.append(_Run(tmp_path, log, tag, "r1"))
-        assert holder.check().state is State.RUNNING
-        runs[0].line(log)
-        holder.check()
-        runs[0].exit()
-        first = _gone(holder)
-        assert first.state is State.COMPLETE, _said([first])
-        follower = Checker(stage, state=store)
-        assert follower.check().state is State.COMPLETE
-        # Run 2: the follower (confirming run 1's complete) sees it at work, then its line and
-        # the summary after it while it lives. The holder does not look.
-        runs.append(_Run(tmp_path, log, tag, "r2", after="saved outputs to /data/out"))
-        said.append(follower.check())
-        runs[1].line(log)
-        said.append(follower.check())
-        # A later run begins 1.5 s after that: the holder looks now, for the first time since
-        # run 1 (running: it saves that, and the follower follows it).
-        time.sleep(1.5)
-        runs.append(_later_run(tag))
-        time.sleep(0.3)
-        assert holder.check().state is not State.COMPLETE
-        # Run 2 ends; the later run is killed, having written nothing.
-        runs[1].exit()
-        runs[2].kill()
-        held = _gone(holder)
-        # Unknown for good, held back only by line_doubt (a82dca2's ``doubt_only`` took it).
-        assert held.state is State.UNKNOWN and held.stuck is not None, _said([held])
-        assert "may be an earlier run's" in " ".join(held.reasons), _said([held])
-        for _ in range(3):
-            said.append(follower.check())
-            time.sleep(0.12)
-    finally:
-        for run in runs:
-            run.kill()
-        holder.close()
-        if follower is not None:
-            follower.close()
+    said = _run_2_seen_by_the_follower_only_before(tmp_path, f"s18b-{uuid.uuid4().hex[:8]}", later=True)
+    held = said[2]
+    # Unknown for good, held back only by line_doubt (a82dca2's ``doubt_only`` took it).
+    assert held.state is State.UNKNOWN and held.stuck is not None, _said(said)
+    assert "may be an earlier run's" in " ".join(held.reasons), _said(said)
     assert State.COMPLETE not in [v.state for v in said], _said(said)
 
 
@@ -252,49 +264,6 @@ def test_a_later_run_the_holder_saw_but_could_not_date_is_not_completed_by_a_fol
 # test 2 are gone, nothing in the holder's memory tells the two histories apart (their
 # identities are forgotten with them; the reading's words are the same), so the follower stays
 # unknown while the holder keeps its lease.
-
-
-def _run_2_seen_by_the_follower_only_before(tmp_path: Path, tag: str, later: bool) -> list[Verdict]:
-    log = tmp_path / "job.log"
-    stage = stage_from_dict(_stage(log, tag))
-    store = str(tmp_path / "state.db")
-    holder = Checker(stage, state=store)
-    follower: Checker | None = None
-    runs: list[_Run] = []
-    said: list[Verdict] = []
-    try:
-        runs.append(_Run(tmp_path, log, tag, "r1"))
-        assert holder.check().state is State.RUNNING
-        runs[0].line(log)
-        holder.check()
-        runs[0].exit()
-        assert _gone(holder).state is State.COMPLETE
-        follower = Checker(stage, state=store)
-        assert follower.check().state is State.COMPLETE
-        runs.append(_Run(tmp_path, log, tag, "r2", after="saved outputs to /data/out"))
-        said.append(follower.check())
-        runs[1].line(log)
-        said.append(follower.check())
-        time.sleep(1.5)
-        if later:
-            runs.append(_later_run(tag))
-            time.sleep(0.3)
-        holder.check()
-        runs[1].exit()
-        for run in runs[2:]:
-            run.kill()
-        held = _gone(holder)
-        said.append(held)
-        for _ in range(3):
-            said.append(follower.check())
-            time.sleep(0.12)
-    finally:
-        for run in runs:
-            run.kill()
-        holder.close()
-        if follower is not None:
-            follower.close()
-    return said
 
 
 class _Vetoed(AssertionError):

@@ -23,6 +23,7 @@ import pytest
 
 from sensors import Checker, LocalHost, State, stage_from_dict
 from tests.test_false_complete_routes import _launched
+from tests.test_user_s18 import checks_past_the_end
 
 LINE = "Extraction complete: 3 files"
 
@@ -57,22 +58,12 @@ def _stage(log: Path, tag: str) -> dict:
     }
 
 
-def _watch_until_over(checker: Checker, end: Path, wrapper: int) -> list:
+def _watch_until_over(checker: Checker, end: Path) -> list:
     """Checks while the launched job lives, then ``end`` lets it exit 0; checks until the
     process signal has seen it gone and three more."""
     verdicts = [checker.check(), checker.check()]
     end.touch()
-    deadline = time.monotonic() + 20
-    over = None
-    while time.monotonic() < deadline:
-        verdicts.append(checker.check())
-        if over is None and verdicts[-1].readings["process"].says.value == "done":
-            over = len(verdicts)
-        if over is not None and len(verdicts) >= over + 3:
-            break
-        time.sleep(0.1)
-    assert over is not None, [v.reasons[:2] for v in verdicts[-3:]]
-    return verdicts
+    return verdicts + checks_past_the_end(checker)[0]
 
 
 # A hole, not fixed: the watch, begun after the earlier run ended, sees nothing that tells its
@@ -119,7 +110,7 @@ def test_an_earlier_runs_line_written_after_the_mark_is_not_the_launched_runs(
             f"while not os.path.exists({str(end)!r}): time.sleep(0.01)\n"
             + ("" if dated else "print('job script finished', flush=True)\n")
         )
-        run, wrapper = _launched(LocalHost(), str(log), job, tag)
+        run, _wrapper = _launched(LocalHost(), str(log), job, tag)
         _until(lambda: "out of disk" in log.read_text())
         if dated:
             time.sleep(1.5)
@@ -127,7 +118,7 @@ def test_an_earlier_runs_line_written_after_the_mark_is_not_the_launched_runs(
         assert earlier.wait(20) == 0
         assert LINE in log.read_text()
         with Checker(stage_from_dict(_stage(log, tag)), host=LocalHost(), run=run) as checker:
-            verdicts = _watch_until_over(checker, end, wrapper)
+            verdicts = _watch_until_over(checker, end)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(earlier.pid, signal.SIGKILL)

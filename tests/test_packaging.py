@@ -118,7 +118,7 @@ def users_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> UsersVe
     """A venv as a user has it (Prefect and prefect-slack, installed first), then the wheel
     installed into it with pip, as docs/install.md says; each distribution's files hashed
     before and after. Both tests of the wheel's install use it: one Prefect install, not two
-    (each took 35 s of CPU here, 2 to 4 minutes beside make test's workers).
+    (one took 35 s of CPU here, 140 s beside an 8-worker fuzz run).
 
     Its Prefect is the one these tests run (their server's): a client newer than its server
     is Prefect's own mismatch (the server refuses the newer fields with a 422), not the

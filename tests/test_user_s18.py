@@ -13,7 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
-from sensors import Checker, LocalHost, State, stage_from_dict
+from sensors import Checker, LocalHost, State, Verdict, stage_from_dict
 from tests.test_false_complete_routes import _launched
 
 JOB = (
@@ -49,21 +49,29 @@ def test_a_launched_run_first_watched_after_its_line_completes_when_it_exits(tmp
             "policy": {"interval": "100ms", "settle": 1, "exit_grace": "1ms"},
         }
     )
-    verdicts = []
     with Checker(stage, host=host, run=run) as checker:
         first = checker.check()
         assert first.readings["process"].says.value == "working", first.readings["process"].detail
         assert first.state is not State.COMPLETE
-        ended_at = None
-        while time.monotonic() < deadline + 10:
-            verdicts.append(checker.check())
-            if ended_at is None and verdicts[-1].readings["process"].says.value == "done":
-                ended_at = len(verdicts)
-            if ended_at is not None and len(verdicts) >= ended_at + 3:
-                break
-            time.sleep(0.1)
-    assert ended_at is not None, [v.reasons[:2] for v in verdicts[-3:]]
+        verdicts, over = checks_past_the_end(checker)
     # Complete within 3 checks of the check that found the job gone.
-    assert any(v.state is State.COMPLETE for v in verdicts[ended_at - 1 : ended_at + 2]), [
-        (v.state.value, v.reasons[:2]) for v in verdicts[ended_at - 1 :]
+    assert any(v.state is State.COMPLETE for v in verdicts[over - 1 : over + 2]), [
+        (v.state.value, v.reasons[:2]) for v in verdicts[over - 1 :]
     ]
+
+
+def checks_past_the_end(checker: Checker, more: int = 3, timeout: float = 30.0) -> tuple[list[Verdict], int]:
+    """Checks 0.1 s apart until the process signal finds the job gone, then ``more``: the
+    verdicts, and how many there were up to that first "gone" one."""
+    verdicts: list[Verdict] = []
+    deadline = time.monotonic() + timeout
+    over = None
+    while time.monotonic() < deadline:
+        verdicts.append(checker.check())
+        if over is None and verdicts[-1].readings["process"].says.value == "done":
+            over = len(verdicts)
+        if over is not None and len(verdicts) >= over + more:
+            break
+        time.sleep(0.1)
+    assert over is not None, [v.reasons[:2] for v in verdicts[-3:]]
+    return verdicts, over

@@ -301,9 +301,9 @@ class Following:
         if told is not None and all(c.state is State.COMPLETE or doubt_only(c) for c in (*checks, followed)):
             # One memory saw the line's writer at work and its end; the other (a holder that
             # never saw that run's process: it checked before the run and after its end)
-            # only cannot tell whose the line is. That doubt is a lack of knowledge, nothing
-            # read against the run: it vetoed the check that can tell for as long as the
-            # holder kept its lease (fuzzer seed 8800606: for good).
+            # only cannot tell whose the text after the line is. That doubt is a lack of
+            # knowledge, nothing read against the run: it vetoed the check that can tell for
+            # as long as the holder kept its lease (fuzzer seed 8800606: for good).
             self.last = told
             return told
         holding_back = [c for c in checks if not c.advance]

@@ -1559,7 +1559,7 @@ def _whose(
         # Dated, so may a process begun within /proc's start-time slack of it (either side):
         # too close to call it the line's writer or a later run (fuzzer seed 200948: a re-run
         # begun 30 ms after its predecessor's completion line, then killed).
-        undatable_by = _undatable(job, (*writers, *_launched(run)), at, written_after, start_slack)
+        undatable_by = _undatable(job, writers, run, at, written_after, start_slack)
         # Seen alive at the previous check, when the line was not there yet: no text after
         # it was written by then.
         alive_at = None
@@ -1571,9 +1571,7 @@ def _whose(
     if undatable_by is None and same:
         # Not only at the first sighting: a process first seen at a later check, begun as
         # close to the line, is as undatable (an adversary's review of seed 200948's fix).
-        undatable_by = _undatable(
-            job, (*writers, *_launched(run)), at, at if at is not None else 0.0, start_slack
-        )
+        undatable_by = _undatable(job, writers, run, at, at if at is not None else 0.0, start_slack)
     live = job.live if job is not None else frozenset()
     if live.intersection(writers) and not written_by(st, alive_at):
         alive_at = now  # moved only when the log's last write needs it: an idle log's memory stands
@@ -1673,14 +1671,21 @@ def _launched(run: Run | None) -> tuple[int, ...]:
 
 
 def _undatable(
-    job: JobView | None, writers: tuple[int, ...], at: float | None, written_after: float, start_slack: float
+    job: JobView | None,
+    writers: tuple[int, ...],
+    run: Run | None,
+    at: float | None,
+    written_after: float,
+    start_slack: float,
 ) -> int | None:
     """A live process of this run that may have begun after the completion line (None: none):
-    not one of its writers nor their child, and — the line undated — not known to have begun
-    before it, or — dated by ``at`` — not known to have begun before it (``start_slack``: how
-    far /proc's start times may be off) nor clearly after it, or begun when /proc cannot tell."""
+    not one of its writers nor their child, nor a launched run's wrapper or its child (see
+    :func:`_launched`), and — the line undated — not known to have begun before it, or —
+    dated by ``at`` — not known to have begun before it (``start_slack``: how far /proc's
+    start times may be off) nor clearly after it, or begun when /proc cannot tell."""
     if job is None:
         return None
+    known = (*writers, *_launched(run))
 
     def close(pid: int) -> bool:
         if at is None:
@@ -1688,7 +1693,7 @@ def _undatable(
         return at - start_slack <= job.starts.get(pid, at) <= at + PROC_START_WHOLE_SECONDS
 
     return min(
-        (pid for pid in job.live if pid not in writers and not job.descends(pid, writers) and close(pid)),
+        (pid for pid in job.live if pid not in known and not job.descends(pid, known) and close(pid)),
         default=None,
     )
 

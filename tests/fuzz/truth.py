@@ -53,9 +53,10 @@ from dataclasses import dataclass, field
 #: A since within this many seconds of a run's end may bind either way (rounding of a
 #: duration, the time a first check takes): the truth is lenient there.
 SINCE_SLACK = 1.0
-#: How long after a check's clock read its probe may still be scanning /proc, on this
-#: machine under the fuzzer's load (a local probe takes ~40 ms idle, a few hundred beside 8
-#: workers on 2 cores): a run told to end within it may have been gone from that scan.
+#: How long after a check's clock read its probe may still be scanning /proc: a local probe
+#: takes ~35 ms on this machine idle (bench/local_probe.py), longer under the fuzzer's load
+#: (not measured; 0.5 s is a margin over it). A run told to end within it may have been gone
+#: from that scan.
 SCAN_SLACK = 0.5
 #: How far apart two moments must be for the product to tell their order: /proc's start
 #: times against the boot clock are good to 50 ms (a tick each side, the start kept to the
