@@ -38,7 +38,9 @@ system-deps:
 # lists are printed; more failures than that, or any error of pytest's own, fail at once.
 TEST_WORKERS ?= 4
 AGAIN_AT_MOST ?= 5
-PYTEST_PARALLEL := pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone"
+# --durations: the 30 slowest tests, printed at the end of every run (CI's included), are where
+# the suite's time goes: what _SLOW_FIRST (tests/conftest.py) and any work on its length start from.
+PYTEST_PARALLEL := pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone" --durations=30
 PYTEST_ALONE := pytest -q -m alone
 LASTFAILED := .pytest_cache/v/cache/lastfailed
 test: $(STAMP) system-deps

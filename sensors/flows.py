@@ -155,11 +155,13 @@ def launch_stage(stage: Stage, force: bool = False, state: str | None = None) ->
 
     A run of this stage that crosscheck launched and that still runs (the state store keeps
     its record) is not started a second time: its record is returned, with
-    ``"existing": True``, unless ``force``.
+    ``"existing": True``, unless ``force``. Nor is one started beside a copy of the job that
+    runs without such a record (started by hand, or by another store's launch: the stage's
+    ``process`` section finds it): that raises :class:`ConfigError`, unless ``force``.
 
     Args:
         stage: the stage; needs a ``launch`` section.
-        force: start a new copy even when the recorded one still runs.
+        force: start a new copy even when the recorded one, or an unrecorded copy, still runs.
         state: the state store (default ``$CROSSCHECK_STATE``, else the default file).
 
     Returns:
@@ -184,6 +186,8 @@ def launch_stage(stage: Stage, force: bool = False, state: str | None = None) ->
             stage.host_name,
         )
         return existing
+    if not force:
+        _refuse_beside_a_copy(stage, host)
     # Mark where this run begins (the host's clock, the log's inode, size and last bytes)
     # before the job starts: its log lines are exactly those written after the mark.
     mark = parse_launch_mark(host.run_script(launch_mark_script(log_path), timeout=30))
@@ -286,6 +290,31 @@ def _live_launch(stage: Stage, host: Any, state: str | None) -> dict[str, Any] |
     assert stage.launch is not None
     record = _record(stage, run, stage.launch.log or (stage.log.path if stage.log else None))
     return {**record, "existing": True}
+
+
+def _refuse_beside_a_copy(stage: Stage, host: Any) -> None:
+    """Raise if the stage's process section finds its job alive now (one check, no run).
+
+    A launch takes the log written after its mark for its own run's. A copy already at work
+    that writes its completion line there after the mark is indistinguishable from the
+    launched job's once it has exited: the gate would open on the other run's line
+    (docs/run-binding.md, "What is not told apart"). Where the probe cannot tell, the launch
+    goes on: nothing was read against it."""
+    if stage.process is None or stage.process.supervised:
+        return
+    with Checker(stage, host=host) as checker:
+        process = checker.check().readings.get("process")
+    if process is None or process.says is not Says.WORKING:
+        return
+    alive = process.evidence.get("alive") or 1
+    more = f" and {alive - 1} more" if alive > 1 else ""
+    raise ConfigError(
+        f"{stage.stage} already runs on {stage.host_name} without a launch record (PID"
+        f" {process.evidence.get('pid')}{more}, found by its process section): stop it, or wait for"
+        " it, before launching. Launched beside it, its lines in the log could be read as the"
+        " new run's (force=True launches anyway)",
+        field=f"{stage.stage}.launch",
+    )
 
 
 def _iso(epoch: float | None) -> str | None:

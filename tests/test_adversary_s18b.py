@@ -126,3 +126,54 @@ def test_an_earlier_runs_line_written_after_the_mark_is_not_the_launched_runs(
     assert dated or "job script finished" in log.read_text()
     states = [v.state for v in verdicts]
     assert State.COMPLETE not in states, [(v.state.value, v.reasons[:2]) for v in verdicts[-3:]]
+
+
+class _Quiet:  # launch_stage's Prefect run logger: no flow run here
+    def info(self, *a, **k) -> None:
+        pass
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_launch_beside_a_copy_at_work_is_refused_unless_forced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, force: bool
+) -> None:
+    """The hole above, closed where the product makes it: ``launch_stage`` finds the copy
+    started by hand (the stage's process section) and does not start the job beside it: the
+    error names its PID, and nothing is launched. ``force=True`` launches anyway (the user's
+    call: the hole is then theirs, as the docstring says)."""
+    import sensors.flows as flows
+    from sensors import ConfigError
+
+    monkeypatch.setattr(flows, "get_run_logger", lambda: _Quiet())
+    monkeypatch.setattr(flows, "create_table_artifact", lambda **k: None)
+    tag = f"s18b-copy-{uuid.uuid4().hex[:8]}"
+    log, go, started = tmp_path / "job.log", tmp_path / "go", tmp_path / "launched"
+    log.write_text("")
+    earlier = subprocess.Popen(
+        [sys.executable, "-c", _EARLIER, str(log), str(go), "", tag], start_new_session=True
+    )
+    doc = {
+        **_stage(log, tag),
+        "launch": {
+            "command": [sys.executable, "-c", f"open({str(started)!r}, 'w').close()", tag],
+            "log": str(log),
+        },
+    }
+    try:
+        _until(lambda: log.read_text() == "[1/3]\n")
+        if not force:
+            with pytest.raises(ConfigError, match=f"PID {earlier.pid}[ ,].*force=True"):
+                flows.launch_stage.fn(stage_from_dict(doc), state=str(tmp_path / "state.db"))
+            time.sleep(0.5)  # a launched job writes its file within this, idle or loaded
+            assert not started.exists()
+        else:
+            record = flows.launch_stage.fn(stage_from_dict(doc), force=True, state=str(tmp_path / "state.db"))
+            _until(started.exists)
+            assert record["pid"] != earlier.pid
+    finally:
+        go.touch()
+        earlier.wait(20)
+    # Once the copy has ended, the same launch goes ahead.
+    if not force:
+        flows.launch_stage.fn(stage_from_dict(doc), state=str(tmp_path / "state.db"))
+        _until(started.exists)
