@@ -361,6 +361,36 @@ def test_the_obligation(snap, definition, scope, sightings, clean, kind) -> None
     assert obligation(snap, definition, scope, sightings, clean_clock=clean, lenient_ok=lenient)[0] == kind
 
 
+_BEFORE_ITS_LINE = _snap(FINISHED, RunFacts(2, 120.0, text="[1/4]\n"))
+
+
+@pytest.mark.parametrize(
+    ("under", "kind"),
+    [
+        pytest.param((FULL,), MUST, id="seen under this definition: must"),
+        pytest.param((replace(FULL, expected=6),), MUST, id="under an outputs edit: the sighting stands"),
+        pytest.param((replace(FULL, settle=3),), MUST, id="under a policy edit: the sighting stands"),
+        pytest.param(
+            (replace(FULL, signals=("log", "outputs")),), EITHER,
+            id="before a process section was added: set aside, either (seed 8800630)",
+        ),
+        pytest.param((replace(FULL, match_hits=False),), EITHER, id="under another match: set aside"),
+        pytest.param(
+            (replace(FULL, complete="^Done"),), EITHER,
+            id="under another completion regex: the log's memory set aside (seed 8600405)",
+        ),
+        pytest.param((FULL, replace(FULL, match_hits=False)), EITHER, id="a serve check near the edit: either one"),
+    ],
+)  # fmt: skip
+def test_a_sighting_under_another_version_of_the_stage_names_no_run(under, kind) -> None:
+    """The run seen at work before its line, then its line after an earlier run's: must
+    complete where the sighting is this definition's. The product sets aside the memory of
+    another version's process or log section (docs/state-store.md), and so does the oracle."""
+    sightings = (Sighting(125.0, frozenset({2}), _BEFORE_ITS_LINE, under),)
+    lenient = judge(_snap(FINISHED, RERUN), FULL, Scope()).kind == OK
+    assert obligation(_snap(FINISHED, RERUN), FULL, Scope(), sightings, lenient_ok=lenient)[0] == kind
+
+
 @pytest.mark.parametrize(
     ("snap", "definition", "scope", "allowed"),
     [

@@ -141,6 +141,22 @@ class Definition:
     #: part of the stage file: a fact of the history's host, fixed for the whole history.
     record_readable: bool = True
 
+    def binds_alike(self, other: Definition) -> bool:
+        """Whether what a watch saw under ``other`` still names runs under this definition.
+
+        The product drops a run and everything tied to it where the ``process`` section (or
+        the supervisor that names the run) changed, and the log's memory where the ``log``
+        section did (docs/state-store.md): the evidence of another version of the stage may
+        not decide for this one. An edit of ``outputs`` or ``policy`` alone keeps both."""
+
+        def run_parts(d: Definition) -> tuple:
+            return ("process" in d.signals, d.match_hits, d.process_any, d.supervisor)
+
+        def log_parts(d: Definition) -> tuple:
+            return ("log" in d.signals, d.complete, d.progress)
+
+        return run_parts(self) == run_parts(other) and log_parts(self) == log_parts(other)
+
     def stage_dict(self, *, name: str, tag: str, log: str, out: str, lines: str, sup_bin: str = "") -> dict:
         stage: dict = {"stage": name, "host": "local"}
         if self.supervisor:
@@ -424,6 +440,17 @@ class Sighting:
     at: float
     seen: frozenset[int]
     snap: Snapshot
+    #: The definitions the watch may have checked under (a ``serve`` watch rereads its file:
+    #: near an edit, either); empty: not recorded (the one the obligation is asked for).
+    under: tuple[Definition, ...] = ()
+
+
+def sightings_under(sightings: tuple[Sighting, ...], d: Definition) -> tuple[Sighting, ...]:
+    """The sightings that still name runs under ``d`` (:meth:`Definition.binds_alike`): one
+    made under another version of the stage's process or log section is set aside, as the
+    product sets that memory aside (fuzzer seed 8800630: a process section added while run 2
+    ran; what the watch had seen of run 2 before was graded as the new definition's)."""
+    return tuple(s for s in sightings if all(d.binds_alike(u) for u in s.under))
 
 
 def obligation(
@@ -494,7 +521,7 @@ def obligation(
         return EITHER, f"run {run.index}'s end is out of the watch's sight (no record, no process it can see)"
     if not (launched or supervised) and not ("log" in d.signals or "outputs" in d.signals):
         return EITHER, f"a process-only stage: run {run.index}'s exit and a kill look alike (no exit record)"
-    saw = [s for s in sightings if run.index in s.seen]
+    saw = [s for s in sightings_under(sightings, d) if run.index in s.seen]
     after_since = scope.since_lo is not None and run.started > scope.since_lo + PRECISION
     if not (launched or supervised) and not saw and "log" not in d.signals:
         # Its end seen only as a process found gone that the watch never found alive: a match

@@ -1023,7 +1023,7 @@ class World:
         last_run = next((c.snaps[-1].runs[-1].index for c in reversed(w.record) if c.snaps[-1].runs), None)
         for c in w.record:
             snap = c.snaps[-1]
-            sightings.append(Sighting(c.at, c.seen, snap))
+            sightings.append(Sighting(c.at, c.seen, snap, tuple(c.definitions)))
             if not snap.runs:
                 continue
             seen = self._seen(w, c.at, c.followed)
