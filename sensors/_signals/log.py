@@ -200,9 +200,9 @@ class LogMemory:
     # not show this run began it (see the end of ``_bind``): what ``before_uncertain`` then
     # rests on, said as it is (not "written before the run began").
     born_near_start: bool = False
-    # Bound by the watch with no run start, the log born too near this watch's start to tell
-    # which came first (see ``_bind``): the job began about when the watch did, its log begun
-    # afresh then; watching earlier or beginning the log afresh is no advice to give.
+    # The log born too near this watch's start to tell which came first, or after it (see
+    # ``_bind``): the job began about when the watch did, its log begun afresh then; watching
+    # earlier or beginning the log afresh is no advice to give. Words and advice only.
     born_near_watch: bool = False
     # Bound by the watch with no run start, the log was born at most JOB_BEFORE_WATCH before
     # this watch began and last written, as its first read found it, after it (its times, the
@@ -211,6 +211,10 @@ class LogMemory:
     # at work when the watch began: the watch's run (the first check would have found its
     # process alive, had it come a moment sooner).
     written_after_watch: bool = False
+    # The log was born after this watch began (its birth on the host's own clock, not set
+    # back, not ahead), whatever bound the run (a --since too): the watch was there before the
+    # job's log. Advice only: a watch there before the job is not told to watch earlier.
+    born_after_watch: bool = False
     # Some holder's description began the file (`> log`), whoever's it was: a log each
     # run begins afresh already (a wrapper's, begun before the run), no advice to begin one.
     fresh_seen: bool = False
@@ -241,6 +245,7 @@ class LogEvidence(TypedDict, total=False):
     partial_last_line: bool
     run_from_offset: int | None  # where this run's bytes begin in the file
     run_bound_by: str | None  # what told it: launch, since, process or watch
+    born_after_watch: bool  # the log was born after this watch began (it was there before the job)
     earlier_complete_line: str  # a completion line before the run's first byte, or one a later run followed
     followed_by: str  # text after the completion line that may be a later run's
     # Unknown only for whose run a completion line is (the log itself was read): a
@@ -626,12 +631,19 @@ def _bind(
     # A file time the host's clock has not reached yet (a file server with its own clock).
     ahead = file_time_ahead(st, latest or now, own) is not None
     dated = own and not memory.foreign_clock and not st.set_back and not ahead
+    # The log's birth less this watch's start (host clock), where both are known.
+    born = st.birth - watch_began if st.birth and watch_began is not None else None
     base = replace(
         memory,
         inode=st.inode,
         bound_at=memory.bound_at or now,
         bound_read_by=memory.bound_read_by or max(now, latest or now),
         bound_write=(st.written, st.resolution) if dated else None,
+        born_after_watch=memory.born_after_watch or (dated and born is not None and born >= 0),
+        # Within the watch start's precision (its /proc start, the file time's lag) either way:
+        # the job began with the watch, whatever bound the run (advice only, as below).
+        born_near_watch=memory.born_near_watch
+        or (dated and born is not None and born >= -PROC_START_TICKS - FILE_TIME_TICK),
     )
     # Appeared (or replaced, rewritten) after a check, dated before that check, its ctime
     # later: not written there since, but put there with an older mtime (a checkpoint's log
@@ -1340,6 +1352,7 @@ def _evidence(
         progress=scan.progress,
         partial_last_line=scan.partial,
         run_from_offset=memory.run_from,
+        born_after_watch=memory.born_after_watch,
         run_bound_by=memory.bound_by,
         # The latest its last write can have been (a stage over several hosts orders another
         # node's ranks by it: ``sensors._verdict.across``). A mtime set back dates nothing.
@@ -1766,8 +1779,9 @@ def _exit_log_holds(memory: LogMemory) -> bool:
 
 def _watched_before_job(memory: LogMemory) -> bool:
     """Whether this watch looked before the job's log existed: the log was absent at an
-    earlier check, or born after the watch began (every byte of it bound by the watch)."""
-    return memory.bound_by == "watch" and memory.run_from == 0
+    earlier check, or born after the watch began (every byte of it bound by the watch, or
+    by a run start it was given: user s17's ``wait --since`` begun before a tiny job)."""
+    return (memory.bound_by == "watch" and memory.run_from == 0) or memory.born_after_watch
 
 
 #: What a doubt about a completion line ends with while its run is at work in view.

@@ -56,11 +56,12 @@ def had_of(readings: Mapping[str, Reading], run: Run | None, *, takes_since: boo
         seen = p.evidence.get("seen_alive") is True
     gone = p is not None and p.says is Says.DONE
     lg = readings.get("log")
-    # The log bound whole by the watch: it was absent at an earlier check, or born after the
-    # watch began (see sensors._signals.log._watched_before_job).
-    before_job = lg is not None and (lg.evidence.get("run_bound_by"), lg.evidence.get("run_from_offset")) == (
-        "watch",
-        0,
+    # The log bound whole by the watch (it was absent at an earlier check, or born after the
+    # watch began), or born after the watch began whatever bound it: see
+    # sensors._signals.log._watched_before_job.
+    before_job = lg is not None and (
+        (lg.evidence.get("run_bound_by"), lg.evidence.get("run_from_offset")) == ("watch", 0)
+        or lg.evidence.get("born_after_watch") is True
     )
     return Had(
         since=run is not None and run.source == "since",
