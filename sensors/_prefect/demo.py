@@ -39,6 +39,9 @@ DEMO_ENV = {
     "PREFECT_TELEMETRY_ENABLE_RESOURCE_METRICS": "false",
 }
 
+#: Seconds the demo lets Prefect's ephemeral API take to start (Prefect's own default: 20).
+EPHEMERAL_STARTUP_TIMEOUT = 120
+
 
 def demo_stages(workdir: str | os.PathLike[str]) -> tuple[Stage, Stage]:
     """The demo's two stages: an extraction that says "ETA 0" while still working, and a
@@ -145,6 +148,12 @@ def _quiet_prefect() -> Iterator[None]:
         prefect.settings.PREFECT_SERVER_LOGGING_LEVEL: "CRITICAL",
         prefect.settings.PREFECT_SERVER_ANALYTICS_ENABLED: False,
     }
+    # Prefect waits 20 s for its ephemeral API to start; on a busy machine it took longer
+    # (seen here under a load of 16 on 2 cores: a traceback, not the demo). This run only,
+    # and only where the user set no timeout of their own; Prefect before 3.2 has no setting.
+    startup = getattr(prefect.settings, "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", None)
+    if startup is not None and "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" not in os.environ:
+        updates[startup] = EPHEMERAL_STARTUP_TIMEOUT
     try:
         with prefect.settings.temporary_settings(updates=updates):
             # Logging was configured when prefect was imported, with the old level.
