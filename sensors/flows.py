@@ -273,7 +273,13 @@ def _live_launch(stage: Stage, host: Any, state: str | None) -> dict[str, Any] |
         store.close()
     if run is None or run.source != "launch" or run.pid is None:
         return None
-    with Checker(with_pid(stage, run.pid), host=host, run=run) as checker:
+    # By the launch wrapper's PID, whatever the stage's own process section matches: the
+    # wrapper lives as long as the job it waits for, and an anchored match that finds the job
+    # but not the wrapper found no live launch here (the adversary's review of 6782ef5: its
+    # own run then refused as "a copy without a launch record"). A PID reused since the
+    # wrapper ended is told by the exit record the wrapper wrote.
+    by_pid = stage_from_dict({**stage.model_dump(exclude_none=True), "process": {"pid": run.pid}})
+    with Checker(by_pid, host=host, run=run) as checker:
         process = checker.check().readings.get("process")
     if process is None or process.says is not Says.WORKING or not process.evidence.get("launched"):
         return None
@@ -298,23 +304,41 @@ def _refuse_beside_a_copy(stage: Stage, host: Any) -> None:
     A launch takes the log written after its mark for its own run's. A copy already at work
     that writes its completion line there after the mark is indistinguishable from the
     launched job's once it has exited: the gate would open on the other run's line
-    (docs/run-binding.md, "What is not told apart"). Where the probe cannot tell, the launch
-    goes on: nothing was read against it."""
+    (docs/run-binding.md, "What is not told apart"). An unknown reading that names a process
+    that may be the job (its command line not read whole) refuses too; one that names none (a
+    probe that cannot see every process, another PID namespace) lets the launch go on:
+    nothing was read against it."""
     if stage.process is None or stage.process.supervised:
         return
     with Checker(stage, host=host) as checker:
         process = checker.check().readings.get("process")
-    if process is None or process.says is not Says.WORKING:
+        # A process that may be the job, its command line not read whole (longer than the
+        # probe reads, or unreadable at this scan): looked at once more, then refused too
+        # (the adversary's review: a copy given its shard list on its command line).
+        if process is not None and process.says is Says.UNKNOWN and _maybe_the_job(process.evidence):
+            process = checker.check().readings.get("process")
+    if process is None:
         return
-    alive = process.evidence.get("alive") or 1
-    more = f" and {alive - 1} more" if alive > 1 else ""
+    ev = process.evidence
+    if process.says is Says.WORKING:
+        alive = ev.get("alive") or 1
+        more = f" and {alive - 1} more" if alive > 1 else ""
+        what = f"already runs on {stage.host_name} (PID {ev.get('pid')}{more}, found by its process section)"
+    elif process.says is Says.UNKNOWN and (pids := _maybe_the_job(ev)):
+        what = f"may already run on {stage.host_name} (PID {', '.join(map(str, pids[:4]))}: {process.detail})"
+    else:
+        return
     raise ConfigError(
-        f"{stage.stage} already runs on {stage.host_name} without a launch record (PID"
-        f" {process.evidence.get('pid')}{more}, found by its process section): stop it, or wait for"
-        " it, before launching. Launched beside it, its lines in the log could be read as the"
-        " new run's (force=True launches anyway)",
+        f"{stage.stage} {what}, and no launch crosscheck recorded for it still runs: stop it, or"
+        " wait for it, before launching. Launched beside it, its lines in the log could be read"
+        " as the new run's (force=True launches anyway)",
         field=f"{stage.stage}.launch",
     )
+
+
+def _maybe_the_job(evidence: Any) -> list[int]:
+    """The PIDs an unknown process reading names as possibly the job (command lines not read)."""
+    return [int(p) for p in (evidence.get("cut_pids") or evidence.get("unread_pids") or ())]
 
 
 def _iso(epoch: float | None) -> str | None:

@@ -631,8 +631,20 @@ def _bind(
     # A file time the host's clock has not reached yet (a file server with its own clock).
     ahead = file_time_ahead(st, latest or now, own) is not None
     dated = own and not memory.foreign_clock and not st.set_back and not ahead
-    # The log's birth less this watch's start (host clock), where both are known.
-    born = st.birth - watch_began if st.birth and watch_began is not None else None
+    # The log's birth less this watch's start (host clock), where both are known; None also
+    # where the run is known to have begun before the watch (a --since, or its process seen,
+    # earlier than the watch's start less its precision): a log born after the watch by such a
+    # run (a stage-out `cp` at its end, a rotation) is no sign the watch was there before it
+    # (the adversary's review of 92f38f8).
+    with_watch = -PROC_START_TICKS - FILE_TIME_TICK
+    run_before = (
+        run is not None
+        and run.source in ("since", "process", "supervisor")
+        and run.started_at is not None
+        and watch_began is not None
+        and run.started_at - watch_began < with_watch
+    )
+    born = st.birth - watch_began if st.birth and watch_began is not None and not run_before else None
     base = replace(
         memory,
         inode=st.inode,
@@ -642,8 +654,7 @@ def _bind(
         born_after_watch=memory.born_after_watch or (dated and born is not None and born >= 0),
         # Within the watch start's precision (its /proc start, the file time's lag) either way:
         # the job began with the watch, whatever bound the run (advice only, as below).
-        born_near_watch=memory.born_near_watch
-        or (dated and born is not None and born >= -PROC_START_TICKS - FILE_TIME_TICK),
+        born_near_watch=memory.born_near_watch or (dated and born is not None and born >= with_watch),
     )
     # Appeared (or replaced, rewritten) after a check, dated before that check, its ctime
     # later: not written there since, but put there with an older mtime (a checkpoint's log

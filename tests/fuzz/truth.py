@@ -155,7 +155,11 @@ class Definition:
         def log_parts(d: Definition) -> tuple:
             return ("log" in d.signals, d.complete, d.progress)
 
-        return run_parts(self) == run_parts(other) and log_parts(self) == log_parts(other)
+        # The log's parts only where this definition reads a log: a run seen under another
+        # log section stands where only the process memory is read (the product keeps it
+        # across a log edit: the adversary's review of 23fa430).
+        same_log = "log" not in self.signals or log_parts(self) == log_parts(other)
+        return run_parts(self) == run_parts(other) and same_log
 
     def stage_dict(self, *, name: str, tag: str, log: str, out: str, lines: str, sup_bin: str = "") -> dict:
         stage: dict = {"stage": name, "host": "local"}
