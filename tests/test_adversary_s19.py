@@ -30,6 +30,7 @@ import pytest
 
 from sensors import Checker, LocalHost, stage_from_dict
 from tests.fuzz.truth import MUST, Definition, RunFacts, Scope, Sighting, Snapshot, obligation
+from tests.test_adversary_s18b import _EARLIER  # the copy started by hand
 
 
 class _Quiet:  # launch_stage's Prefect run logger: no flow run here
@@ -103,18 +104,6 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-_COPY = """
-import os, sys, time
-log, go = sys.argv[1:3]
-with open(log, "a") as f:
-    f.write("[1/3]\\n")
-while not os.path.exists(go):
-    time.sleep(0.01)
-with open(log, "a") as f:
-    f.write("Extraction complete: 3 files\\n")
-"""
-
-
 def test_a_copy_whose_command_line_the_probe_cannot_read_whole_is_not_launched_beside(
     tmp_path: Path, flows
 ) -> None:
@@ -134,7 +123,7 @@ def test_a_copy_whose_command_line_the_probe_cannot_read_whole_is_not_launched_b
         resource.setrlimit(resource.RLIMIT_STACK, (64 << 20, resource.RLIM_INFINITY))
 
     copy = subprocess.Popen(
-        [sys.executable, "-c", _COPY, str(log), str(go), tag, *shards],
+        [sys.executable, "-c", _EARLIER, str(log), str(go), "", tag, *shards],
         start_new_session=True,
         preexec_fn=big_stack,
     )
