@@ -5,10 +5,11 @@ made under another version of the stage).
 Real launches through ``launch_stage`` and real hand-started copies; real files and a real
 ``Checker`` for the log's advice; the oracle's own ``obligation`` for 23fa430.
 
-Each of the four failed at b65e22a; each passes at the fix that follows it (flows.py's
-``_live_launch`` by the wrapper's PID, ``_refuse_beside_a_copy`` on an unknown reading that
-names a process; log.py's ``born_after_watch`` not where the run began before the watch;
-``Definition.binds_alike`` comparing the log's parts only where the definition reads one).
+Each of the four failed at b65e22a. Three pass at the fix that follows them (flows.py's
+``_live_launch`` by the wrapper's PID; log.py's ``born_after_watch`` not where the run began
+before the watch; ``Definition.binds_alike`` comparing the log's parts only where the
+definition reads one). The copy whose command line is not read whole is a strict xfail: its
+fix (refusing on such an unknown reading) refused launches beside unrelated processes.
 
 Run alone: ``PYTHONPATH=$PWD python -m pytest -q -p no:cacheprovider tests/test_adversary_s19.py``.
 """
@@ -104,6 +105,16 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+# Alone: its 2.5 MB command line makes every process reading on the machine unknown while it
+# lives (the probe's command-line cap), which failed other tests' launches and checks beside it.
+@pytest.mark.alone
+@pytest.mark.xfail(
+    strict=True,
+    reason="a trade-off, not a fix: refusing on an unknown reading that names a process whose command"
+    " line was not read whole refused a pipeline's launch beside any unrelated process with such a"
+    " command line (make test: tests/test_deployments_e2e.py beside this test's own copy); the launch"
+    " goes on where the probe cannot tell",
+)
 def test_a_copy_whose_command_line_the_probe_cannot_read_whole_is_not_launched_beside(
     tmp_path: Path, flows
 ) -> None:
